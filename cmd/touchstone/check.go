@@ -1,0 +1,181 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"
+	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/engine/golden"
+)
+
+func runCheck(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("golden", "", "golden directory (default: $TOUCHSTONE_GOLDEN or golden/ above the working directory)")
+	backendName := fs.String("backend", "", "cpu | cuda | auto (default: $TOUCHSTONE_BACKEND, else auto)")
+	tier := fs.String("tier", "all", "golden tier to run: committed | full | all")
+	var ops multiFlag
+	fs.Var(&ops, "op", "run only this op (repeatable)")
+	verbose := fs.Bool("v", false, "print every metric of every output, not just the one closest to its limit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *backendName != "" {
+		os.Setenv(backend.EnvBackend, *backendName)
+	}
+	for _, op := range ops {
+		if !slices.Contains(backend.Ops, op) {
+			fmt.Fprintf(stderr, "touchstone: unknown op %q (ops: %v)\n", op, backend.Ops)
+			return 2
+		}
+	}
+	if *tier != "all" && *tier != "committed" && *tier != "full" {
+		fmt.Fprintf(stderr, "touchstone: -tier %q: want committed, full or all\n", *tier)
+		return 2
+	}
+
+	root, err := goldenRoot(*dir)
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
+	}
+	tols, err := compare.LoadTolerances(filepath.Join(root, "tolerances.yaml"))
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
+	}
+	sets, discoverErr := golden.Discover(root)
+	sel, err := backend.FromEnv()
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
+	}
+	defer sel.Backend.Close()
+	info := sel.Backend.Info()
+	fmt.Fprintf(stdout, "backend %s: %s\n", info.Backend, info.Name)
+	if sel.Fallback != "" {
+		fmt.Fprintf(stdout, "(auto fell back to cpu: %s)\n", sel.Fallback)
+	}
+	fmt.Fprintf(stdout, "golden  %s\n\n", root)
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "OP\tCASE\tOUTPUT\tMETRIC\tVALUE\tLIMIT\tHEADROOM\tSTATUS")
+	var passed, failed, errored, skipped int
+	for _, s := range sets {
+		m := s.Manifest
+		if m.Kind != "kernel" || (*tier != "all" && m.Tier != *tier) || (len(ops) > 0 && !slices.Contains(ops, m.Op)) {
+			continue
+		}
+		name := m.Case
+		if m.Tier != "committed" {
+			name += " [" + m.Tier + "]"
+		}
+		verdicts, err := conformance.Check(sel.Backend, s, tols)
+		switch {
+		case err != nil && isUnsupported(err):
+			skipped++
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tSKIP (not supported)\n", m.Op, name)
+			continue
+		case err != nil:
+			errored++
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tERROR\n", m.Op, name)
+			tw.Flush()
+			fmt.Fprintf(stdout, "    %v\n", err)
+			continue
+		}
+		casePass := true
+		for _, v := range verdicts {
+			checks := v.Result.Checks
+			if !*verbose {
+				checks = []compare.Check{binding(v.Result)}
+				checks = append(checks, v.Result.Failed()...)
+				checks = dedupe(checks)
+			}
+			for _, c := range checks {
+				status := "PASS"
+				if !c.Pass {
+					status = "FAIL"
+				}
+				op := "<="
+				if !c.Upper {
+					op = ">="
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4g\t%s %.4g\t%s\t%s\n",
+					m.Op, name, v.Output, c.Metric, c.Value, op, c.Limit, headroom(c), status)
+			}
+			if !v.Pass() {
+				casePass = false
+			}
+		}
+		if casePass {
+			passed++
+		} else {
+			failed++
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "\n%d passed, %d failed", passed, failed)
+	if errored > 0 {
+		fmt.Fprintf(stdout, ", %d errors", errored)
+	}
+	if skipped > 0 {
+		fmt.Fprintf(stdout, ", %d skipped", skipped)
+	}
+	fmt.Fprintln(stdout)
+	if discoverErr != nil {
+		fmt.Fprintln(stdout, "golden discovery problems:\n", discoverErr)
+		return 1
+	}
+	if failed+errored > 0 || passed == 0 {
+		return 1
+	}
+	return 0
+}
+
+// binding is the check closest to (or furthest past) its limit: the one that decides how
+// much headroom the case has.
+func binding(r *compare.Result) compare.Check {
+	best := r.Checks[0]
+	for _, c := range r.Checks[1:] {
+		if c.Budget >= best.Budget {
+			best = c
+		}
+	}
+	return best
+}
+
+func dedupe(checks []compare.Check) []compare.Check {
+	var out []compare.Check
+	seen := map[string]bool{}
+	for _, c := range checks {
+		if !seen[c.Metric] {
+			seen[c.Metric] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func headroom(c compare.Check) string {
+	if math.IsInf(c.Budget, 1) {
+		return "-inf"
+	}
+	return fmt.Sprintf("%.0f%%", 100*c.Headroom())
+}
+
+func isUnsupported(err error) bool { return errors.Is(err, conformance.ErrUnsupported) }
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return fmt.Sprint(*m) }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

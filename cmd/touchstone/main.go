@@ -1,0 +1,55 @@
+// Command touchstone runs the conformance check outside Ginkgo and maintains golden data.
+//
+//	touchstone check [flags]          conformance table of every kernel case on a backend
+//	touchstone golden verify [flags]  checksums, headers and manifests of every golden set
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+const usage = `usage: touchstone <command> [flags]
+
+commands:
+  check            run every kernel golden case on a backend and print the conformance table
+  golden verify    verify every golden set: manifest, checksums, .npy headers, unlisted files
+
+environment:
+  TOUCHSTONE_BACKEND     cpu | cuda | auto (default auto: cuda when it loads, else cpu)
+  TOUCHSTONE_REQUIRE_GPU 1: fail instead of falling back to the CPU
+  TOUCHSTONE_DEVICE      GPU ordinal
+  TOUCHSTONE_GOLDEN      golden directory (default: golden/ above the working directory)
+
+Run 'touchstone <command> -h' for the flags of a command.
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches a command line and returns the exit status: 0 all good, 1 a check
+// failed, 2 the command could not run (bad usage, missing data, no backend).
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "check":
+		return runCheck(args[1:], stdout, stderr)
+	case "golden":
+		if len(args) < 2 || args[1] != "verify" {
+			fmt.Fprint(stderr, "usage: touchstone golden verify [flags]\n")
+			return 2
+		}
+		return runGoldenVerify(args[2:], stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "touchstone: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}

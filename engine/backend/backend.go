@@ -1,0 +1,117 @@
+// Package backend defines the operations every touchstone backend implements and a
+// registry through which backends make themselves available by name.
+//
+// The interface is op by op, with no graph: a suite (or a model forward pass) uploads
+// tensors, calls ops on device buffers the caller owns, and downloads what it wants to
+// compare. Every op writes into an output buffer allocated by the caller, so hot paths
+// never allocate, and every op validates its arguments and returns an *ArgError naming
+// the op, the argument and the bad value instead of computing garbage.
+package backend
+
+import (
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// Buffer is a tensor living on a backend's device. Its shape and dtype are fixed at
+// allocation. Buffers are freed explicitly so device memory is never left to a GC.
+type Buffer interface {
+	DType() tensor.DType
+	Shape() []int
+	Free()
+}
+
+// DeviceInfo describes what a backend runs on, for reports and conformance tables.
+type DeviceInfo struct {
+	Backend    string // registry name, e.g. "cpu"
+	Name       string // e.g. "pure Go (fp32 math)" or "NVIDIA H100 80GB HBM3"
+	Index      int    // device ordinal; 0 for the CPU
+	Processors int    // CPU cores or streaming multiprocessors
+	MemoryMiB  int64  // device memory, 0 when not meaningful
+}
+
+// RoPEConfig configures rotary position embedding. Pairs are NeoX / Hugging Face
+// rotate_half style: dimension i rotates with i+RopeDim/2 for i < RopeDim/2, and the
+// dimensions from RopeDim to HeadDim pass through unchanged (partial rotary).
+type RoPEConfig struct {
+	HeadDim  int
+	RopeDim  int
+	FreqBase float32
+}
+
+// AttentionConfig configures scaled dot-product attention. Query head h reads key/value
+// head h / (NumHeads/NumKVHeads), the GQA mapping of Qwen2 and Llama.
+type AttentionConfig struct {
+	NumHeads   int
+	NumKVHeads int
+	HeadDim    int
+	Causal     bool    // prefill only: query i sees keys 0..i
+	Scale      float32 // applied to q·k before the softmax; usually 1/sqrt(HeadDim)
+}
+
+// Kernels is the set of ops under test. Shapes are read from the buffers; the layouts are
+// those of docs/golden-format.md. Unless stated otherwise inputs and outputs are fp16 and
+// math is fp32.
+type Kernels interface {
+	// ResidualAdd computes out = x + residual elementwise. out may be x (in place).
+	ResidualAdd(out, x, residual Buffer) error
+	// RMSNorm normalises each row of x [T, H] by its root mean square and scales by weight [H].
+	RMSNorm(out, x, weight Buffer, eps float32) error
+	// LayerNorm normalises each row of x [T, H] to zero mean and unit variance, then applies
+	// gamma and beta [H].
+	LayerNorm(out, x, gamma, beta Buffer, eps float32) error
+	// LayerNormResidual is the fused pre-norm step of GPT-2. Unfused equivalent:
+	// ResidualAdd(sum, x, residual) followed by LayerNorm(out, sum, gamma, beta, eps).
+	LayerNormResidual(sum, out, x, residual, gamma, beta Buffer, eps float32) error
+	// RoPE rotates x [T, heads, HeadDim] by the positions [T] (i32). out may be x.
+	RoPE(out, x, positions Buffer, cfg RoPEConfig) error
+	// AttentionPrefill computes softmax(q·kᵀ·scale + mask)·v for q [B, S, nH, D] and
+	// k, v [B, S, nKV, D] into out [B, S, nH, D].
+	AttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error
+	// AttentionDecode attends one query per sequence, q [B, nH, D], to the first
+	// cacheLens[b] (i32 [B]) positions of kCache, vCache [B, L, nKV, D]; out is [B, nH, D].
+	AttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg AttentionConfig) error
+	// SwiGLU computes out = silu(gate) * up elementwise.
+	SwiGLU(out, gate, up Buffer) error
+	// SwiGLUFFN is the whole gated FFN. Unfused equivalent, each step rounding to fp16:
+	// Gemm(g, x, wGate), Gemm(u, x, wUp), SwiGLU(a, g, u), Gemm(out, a, wDown).
+	SwiGLUFFN(out, x, wGate, wUp, wDown Buffer) error
+	// GELU is the exact, erf-based GELU.
+	GELU(out, x Buffer) error
+	// GELUTanh is the tanh approximation (GPT-2's gelu_new).
+	GELUTanh(out, x Buffer) error
+	// PosEmbedding adds learned absolute position rows: out = x [T, H] + table[positions].
+	PosEmbedding(out, x, table, positions Buffer) error
+	// Embedding gathers rows of table [V, H] by the i32 ids [T] into out [T, H].
+	Embedding(out, ids, table Buffer) error
+	// Gemm computes out = x [M, K] · wᵀ (w is [N, K]) + bias [N] with fp32 accumulation.
+	// bias may be nil. out may be fp16 or fp32; the result is rounded to out's dtype.
+	Gemm(out, x, w, bias Buffer) error
+	// Softmax normalises each row of x (fp16 or fp32) over its last dimension into the
+	// fp32 out. -inf entries get probability 0.
+	Softmax(out, x Buffer) error
+}
+
+// Backend is a device plus the ops it runs.
+type Backend interface {
+	Kernels
+	Info() DeviceInfo
+	// Supports reports whether the backend implements an op (golden op name, such as
+	// "rope"), so a suite reports an unclaimed op as skipped instead of failing it.
+	Supports(op string) bool
+	// Alloc returns a zeroed buffer.
+	Alloc(dt tensor.DType, shape ...int) (Buffer, error)
+	// Upload copies a host tensor into a new buffer of the same dtype and shape.
+	Upload(t *tensor.Tensor) (Buffer, error)
+	// Download copies a buffer back into a new host tensor, after all work queued on the
+	// buffer has finished.
+	Download(b Buffer) (*tensor.Tensor, error)
+	// Close releases the device. Buffers must be freed before.
+	Close() error
+}
+
+// Ops lists every op of Kernels by its golden-set name, in the order reports print them.
+var Ops = []string{
+	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rope",
+	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gelu", "gelu_tanh",
+	"pos_embedding", "embedding", "gemm", "softmax",
+}

@@ -1,0 +1,90 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// unary validates and runs an fp16 -> fp16 elementwise op.
+func unary(op string, out, x backend.Buffer, f func(float32) float32) error {
+	c := backend.Validate(op)
+	c.DType("x", x, tensor.F16)
+	c.MinRank("x", x, 1)
+	if c.Err() == nil {
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	ts, err := tensors(op, out, x)
+	if err != nil {
+		return err
+	}
+	vals := ts[1].Float32()
+	for i, v := range vals {
+		vals[i] = f(v)
+	}
+	store(ts[0], vals)
+	return nil
+}
+
+// binary validates and runs an elementwise op of two fp16 tensors of one shape.
+func binary(op, aName, bName string, out, a, b backend.Buffer, f func(a, b float32) float32) error {
+	c := backend.Validate(op)
+	c.DType(aName, a, tensor.F16)
+	c.MinRank(aName, a, 1)
+	if c.Err() == nil {
+		c.DType(bName, b, tensor.F16)
+		c.Shape(bName, b, a.Shape(), "the shape of "+aName)
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, a.Shape(), "the shape of "+aName)
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	ts, err := tensors(op, out, a, b)
+	if err != nil {
+		return err
+	}
+	av, bv := ts[1].Float32(), ts[2].Float32()
+	for i := range av {
+		av[i] = f(av[i], bv[i])
+	}
+	store(ts[0], av)
+	return nil
+}
+
+// ResidualAdd computes out = x + residual; out may alias x.
+func (*Backend) ResidualAdd(out, x, residual backend.Buffer) error {
+	return binary("residual_add", "x", "residual", out, x, residual, func(a, b float32) float32 { return a + b })
+}
+
+// SwiGLU computes silu(gate) * up.
+func (*Backend) SwiGLU(out, gate, up backend.Buffer) error {
+	return binary("swiglu", "gate", "up", out, gate, up, swiglu)
+}
+
+func swiglu(g, u float32) float32 { return silu(g) * u }
+
+func silu(x float32) float32 {
+	return float32(float64(x) / (1 + math.Exp(-float64(x))))
+}
+
+// GELU is x·Φ(x) with the exact normal CDF.
+func (*Backend) GELU(out, x backend.Buffer) error { return unary("gelu", out, x, geluErf) }
+
+// GELUTanh is the tanh approximation of GELU used by GPT-2.
+func (*Backend) GELUTanh(out, x backend.Buffer) error { return unary("gelu_tanh", out, x, geluTanh) }
+
+func geluErf(x float32) float32 {
+	v := float64(x)
+	return float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
+}
+
+func geluTanh(x float32) float32 {
+	v := float64(x)
+	return float32(0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v))))
+}

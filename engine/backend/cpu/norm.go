@@ -1,0 +1,123 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// checkNorm validates x [T, H], out like x, and each [H] parameter vector.
+func checkNorm(c *backend.Check, out, x backend.Buffer, eps float32, params map[string]backend.Buffer) {
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
+	if c.Err() != nil {
+		return
+	}
+	h := x.Shape()[1]
+	for _, name := range []string{"weight", "gamma", "beta"} {
+		p, ok := params[name]
+		if !ok {
+			continue
+		}
+		c.DType(name, p, tensor.F16)
+		c.Shape(name, p, []int{h}, "the hidden size of x")
+	}
+	c.DType("out", out, tensor.F16)
+	c.Shape("out", out, x.Shape(), "the shape of x")
+}
+
+// RMSNorm computes x / sqrt(mean(x²) + eps) · weight per row, with the reduction in fp64.
+func (*Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
+	c := backend.Validate("rmsnorm")
+	checkNorm(c, out, x, eps, map[string]backend.Buffer{"weight": weight})
+	if err := c.Err(); err != nil {
+		return err
+	}
+	ts, err := tensors("rmsnorm", out, x, weight)
+	if err != nil {
+		return err
+	}
+	xv, w := ts[1].Float32(), ts[2].Float32()
+	rows, h := lastDim(ts[1].Shape)
+	for r := 0; r < rows; r++ {
+		row := xv[r*h : (r+1)*h]
+		var ss float64
+		for _, v := range row {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/float64(h)+float64(eps))
+		for i, v := range row {
+			row[i] = float32(float64(v)*inv) * w[i]
+		}
+	}
+	store(ts[0], xv)
+	return nil
+}
+
+// LayerNorm computes (x - mean) / sqrt(var + eps) · gamma + beta per row, two-pass in fp64
+// so a large mean cannot cancel the variance away.
+func (*Backend) LayerNorm(out, x, gamma, beta backend.Buffer, eps float32) error {
+	c := backend.Validate("layernorm")
+	checkNorm(c, out, x, eps, map[string]backend.Buffer{"gamma": gamma, "beta": beta})
+	if err := c.Err(); err != nil {
+		return err
+	}
+	ts, err := tensors("layernorm", out, x, gamma, beta)
+	if err != nil {
+		return err
+	}
+	xv := ts[1].Float32()
+	layerNormRows(xv, ts[1].Shape[1], ts[2].Float32(), ts[3].Float32(), eps)
+	store(ts[0], xv)
+	return nil
+}
+
+func layerNormRows(xv []float32, h int, gamma, beta []float32, eps float32) {
+	for r := 0; r < len(xv)/h; r++ {
+		row := xv[r*h : (r+1)*h]
+		var sum float64
+		for _, v := range row {
+			sum += float64(v)
+		}
+		mean := sum / float64(h)
+		var ss float64
+		for _, v := range row {
+			d := float64(v) - mean
+			ss += d * d
+		}
+		inv := 1 / math.Sqrt(ss/float64(h)+float64(eps))
+		for i, v := range row {
+			row[i] = float32((float64(v)-mean)*inv)*gamma[i] + beta[i]
+		}
+	}
+}
+
+// LayerNormResidual stores sum = x + residual in fp16 and normalises that stored sum,
+// exactly as ResidualAdd followed by LayerNorm would.
+func (*Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buffer, eps float32) error {
+	c := backend.Validate("layernorm_residual")
+	checkNorm(c, out, x, eps, map[string]backend.Buffer{"gamma": gamma, "beta": beta})
+	if c.Err() == nil {
+		c.DType("residual", residual, tensor.F16)
+		c.Shape("residual", residual, x.Shape(), "the shape of x")
+		c.DType("sum", sum, tensor.F16)
+		c.Shape("sum", sum, x.Shape(), "the shape of x")
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	ts, err := tensors("layernorm_residual", sum, out, x, residual, gamma, beta)
+	if err != nil {
+		return err
+	}
+	xv, rv := ts[2].Float32(), ts[3].Float32()
+	for i := range xv {
+		xv[i] = tensor.RoundF16(xv[i] + rv[i])
+	}
+	store(ts[0], xv)
+	layerNormRows(xv, ts[2].Shape[1], ts[4].Float32(), ts[5].Float32(), eps)
+	store(ts[1], xv)
+	return nil
+}

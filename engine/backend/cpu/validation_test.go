@@ -1,0 +1,114 @@
+package cpu
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+func buf(t *testing.T, dt tensor.DType, shape ...int) backend.Buffer {
+	t.Helper()
+	b, err := New().Alloc(dt, shape...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func ints(t *testing.T, vals ...int32) backend.Buffer {
+	t.Helper()
+	b, err := New().Upload(tensor.FromI32([]int{len(vals)}, vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Every bad call must be refused with an ArgError naming the op, the argument and the
+// value, and must leave the output untouched.
+func TestBadArgumentsAreNamedErrors(t *testing.T) {
+	b := New()
+	f16 := func(shape ...int) backend.Buffer { return buf(t, tensor.F16, shape...) }
+	attn := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+	rope := backend.RoPEConfig{HeadDim: 64, RopeDim: 64, FreqBase: 1e6}
+	cases := []struct {
+		name, op, arg, value string
+		call                 func() error
+	}{
+		{"residual shape", "residual_add", "residual", "f16[4,895]", func() error { return b.ResidualAdd(f16(4, 896), f16(4, 896), f16(4, 895)) }},
+		{"zero dim", "residual_add", "x", "f16[0,896]", func() error { return b.ResidualAdd(f16(0, 896), f16(0, 896), f16(0, 896)) }},
+		{"nil input", "gelu", "x", "nil", func() error { return b.GELU(f16(3), nil) }},
+		{"f32 input", "gelu", "x", "f32[3]", func() error { return b.GELU(f16(3), buf(t, tensor.F32, 3)) }},
+		{"rmsnorm weight", "rmsnorm", "weight", "f16[895]", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(895), 1e-6) }},
+		{"rmsnorm eps", "rmsnorm", "eps", "0", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(896), 0) }},
+		{"layernorm out", "layernorm", "out", "f16[2,897]", func() error { return b.LayerNorm(f16(2, 897), f16(2, 896), f16(896), f16(896), 1e-5) }},
+		{"rope odd head_dim", "rope", "head_dim", "63", func() error {
+			return b.RoPE(f16(1, 2, 63), f16(1, 2, 63), ints(t, 0), backend.RoPEConfig{HeadDim: 63, RopeDim: 62, FreqBase: 1e4})
+		}},
+		{"rope_dim > head_dim", "rope", "rope_dim", "128", func() error {
+			return b.RoPE(f16(1, 2, 64), f16(1, 2, 64), ints(t, 0), backend.RoPEConfig{HeadDim: 64, RopeDim: 128, FreqBase: 1e4})
+		}},
+		{"rope positions", "rope", "positions", "i32[1]", func() error { return b.RoPE(f16(2, 2, 64), f16(2, 2, 64), ints(t, 0), rope) }},
+		{"rope negative position", "rope", "positions[1]", "-1", func() error { return b.RoPE(f16(2, 2, 64), f16(2, 2, 64), ints(t, 0, -1), rope) }},
+		{"heads do not divide", "attention_prefill", "n_kv_heads", "3", func() error {
+			cfg := attn
+			cfg.NumKVHeads = 3
+			return b.AttentionPrefill(f16(1, 4, 14, 64), f16(1, 4, 14, 64), f16(1, 4, 3, 64), f16(1, 4, 3, 64), cfg)
+		}},
+		{"prefill k heads", "attention_prefill", "k", "f16[1,4,14,64]", func() error {
+			return b.AttentionPrefill(f16(1, 4, 14, 64), f16(1, 4, 14, 64), f16(1, 4, 14, 64), f16(1, 4, 2, 64), attn)
+		}},
+		{"cache overflow", "attention_decode", "cache_lens[0]", "17", func() error {
+			return b.AttentionDecode(f16(1, 14, 64), f16(1, 14, 64), f16(1, 16, 2, 64), f16(1, 16, 2, 64), ints(t, 17), attn)
+		}},
+		{"empty cache", "attention_decode", "cache_lens[0]", "0", func() error {
+			return b.AttentionDecode(f16(1, 14, 64), f16(1, 14, 64), f16(1, 16, 2, 64), f16(1, 16, 2, 64), ints(t, 0), attn)
+		}},
+		{"id out of vocab", "embedding", "ids[1]", "10", func() error { return b.Embedding(f16(2, 8), ints(t, 0, 10), f16(10, 8)) }},
+		{"vocab 0", "embedding", "table", "f16[0,8]", func() error { return b.Embedding(f16(1, 8), ints(t, 0), f16(0, 8)) }},
+		{"position beyond table", "pos_embedding", "positions[0]", "64", func() error { return b.PosEmbedding(f16(1, 8), f16(1, 8), f16(64, 8), ints(t, 64)) }},
+		{"gemm K", "gemm", "w", "f16[16,31]", func() error { return b.Gemm(f16(2, 16), f16(2, 32), f16(16, 31), nil) }},
+		{"gemm bias", "gemm", "bias", "f16[15]", func() error { return b.Gemm(f16(2, 16), f16(2, 32), f16(16, 32), f16(15)) }},
+		{"ffn w_down", "swiglu_ffn", "w_down", "f16[64,31]", func() error { return b.SwiGLUFFN(f16(2, 64), f16(2, 64), f16(32, 64), f16(32, 64), f16(64, 31)) }},
+		{"softmax out dtype", "softmax", "out", "f16[2,8]", func() error { return b.Softmax(f16(2, 8), f16(2, 8)) }},
+	}
+	for _, tc := range cases {
+		err := tc.call()
+		var ae *backend.ArgError
+		if !errors.As(err, &ae) || !errors.Is(err, backend.ErrInvalidArgument) {
+			t.Errorf("%s: got %v, want an ArgError", tc.name, err)
+			continue
+		}
+		if ae.Op != tc.op || ae.Arg != tc.arg || ae.Value != tc.value {
+			t.Errorf("%s: error names op=%s arg=%s value=%s, want %s %s %s (%v)", tc.name, ae.Op, ae.Arg, ae.Value, tc.op, tc.arg, tc.value, err)
+		}
+		if !strings.Contains(err.Error(), tc.op) {
+			t.Errorf("%s: message %q does not name the op", tc.name, err)
+		}
+	}
+}
+
+func TestRejectedCallLeavesOutputUntouched(t *testing.T) {
+	b := New()
+	x, _ := b.Upload(half(1, 2))
+	out, _ := b.Upload(half(7, 7))
+	if err := b.RMSNorm(out, x, buf(t, tensor.F16, 3), 1e-6); err == nil {
+		t.Fatal("bad weight accepted")
+	}
+	got, _ := b.Download(out)
+	if got.F16[0].Float32() != 7 || got.F16[1].Float32() != 7 {
+		t.Fatalf("output changed by a rejected call: %v", got.Float32())
+	}
+}
+
+// half returns a [1, n] fp16 tensor of vals.
+func half(vals ...float32) *tensor.Tensor {
+	t := tensor.New(tensor.F16, 1, len(vals))
+	for i, v := range vals {
+		t.F16[i] = f16(v)
+	}
+	return t
+}

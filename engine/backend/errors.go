@@ -1,0 +1,125 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// ErrInvalidArgument is wrapped by every argument error, so callers can tell a rejected
+// call (nothing was launched, outputs untouched) from a device failure.
+var ErrInvalidArgument = errors.New("invalid argument")
+
+// ArgError names the op, the argument and the value that made an op refuse to run.
+type ArgError struct {
+	Op     string // e.g. "rmsnorm"
+	Arg    string // e.g. "weight"
+	Value  string // the offending value, e.g. "f16[895]"
+	Reason string // what was expected, e.g. "want [896] (the last dim of x)"
+}
+
+func (e *ArgError) Error() string {
+	return fmt.Sprintf("%s: invalid argument %s = %s: %s", e.Op, e.Arg, e.Value, e.Reason)
+}
+
+func (e *ArgError) Unwrap() error { return ErrInvalidArgument }
+
+// Check collects the argument checks of one op call and reports the first failure.
+// Each backend validates with it before touching any output.
+type Check struct {
+	op  string
+	err error
+}
+
+// Validate starts the checks of one call of op.
+func Validate(op string) *Check { return &Check{op: op} }
+
+// Err returns the first failed check, or nil.
+func (c *Check) Err() error { return c.err }
+
+func (c *Check) fail(arg, value, reason string, args ...any) {
+	if c.err == nil {
+		c.err = &ArgError{Op: c.op, Arg: arg, Value: value, Reason: fmt.Sprintf(reason, args...)}
+	}
+}
+
+func describe(b Buffer) string {
+	if b == nil {
+		return "nil"
+	}
+	return b.DType().String() + tensor.ShapeString(b.Shape())
+}
+
+// Present fails when b is nil.
+func (c *Check) Present(arg string, b Buffer) bool {
+	if b == nil {
+		c.fail(arg, "nil", "a buffer is required")
+		return false
+	}
+	return true
+}
+
+// DType fails unless b has one of the allowed dtypes.
+func (c *Check) DType(arg string, b Buffer, allowed ...tensor.DType) {
+	if !c.Present(arg, b) {
+		return
+	}
+	for _, dt := range allowed {
+		if b.DType() == dt {
+			return
+		}
+	}
+	c.fail(arg, describe(b), "dtype must be one of %v", allowed)
+}
+
+// Rank fails unless b has the given number of dimensions, all of them positive.
+func (c *Check) Rank(arg string, b Buffer, rank int) {
+	if !c.Present(arg, b) {
+		return
+	}
+	shape := b.Shape()
+	if len(shape) != rank {
+		c.fail(arg, describe(b), "want %d dimensions", rank)
+		return
+	}
+	c.positive(arg, b)
+}
+
+// MinRank fails unless b has at least rank dimensions, all of them positive.
+func (c *Check) MinRank(arg string, b Buffer, rank int) {
+	if !c.Present(arg, b) {
+		return
+	}
+	if len(b.Shape()) < rank {
+		c.fail(arg, describe(b), "want at least %d dimensions", rank)
+		return
+	}
+	c.positive(arg, b)
+}
+
+func (c *Check) positive(arg string, b Buffer) {
+	for _, d := range b.Shape() {
+		if d <= 0 {
+			c.fail(arg, describe(b), "every dimension must be positive")
+			return
+		}
+	}
+}
+
+// Shape fails unless b's shape equals want; why says where want comes from.
+func (c *Check) Shape(arg string, b Buffer, want []int, why string) {
+	if !c.Present(arg, b) {
+		return
+	}
+	if !tensor.SameShape(b.Shape(), want) {
+		c.fail(arg, describe(b), "want shape %s (%s)", tensor.ShapeString(want), why)
+	}
+}
+
+// That fails with reason unless ok; value names the offending value.
+func (c *Check) That(ok bool, arg, value, reason string, args ...any) {
+	if !ok {
+		c.fail(arg, value, reason, args...)
+	}
+}

@@ -1,0 +1,91 @@
+package compare
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// logitChecks compares got and want as rows of logits over the last dimension: the mean
+// KL(softmax(want) || softmax(got)) and, per requested k, the mean top-k overlap.
+func logitChecks(g, w []float64, shape []int, tol Tolerance) []Check {
+	n := shape[len(shape)-1]
+	rows := len(g) / n
+	var checks []Check
+	if tol.MaxKL != nil {
+		var kl float64
+		for r := 0; r < rows; r++ {
+			kl += KL(w[r*n:(r+1)*n], g[r*n:(r+1)*n])
+		}
+		checks = append(checks, upper("kl", kl/float64(rows), *tol.MaxKL))
+	}
+	for _, lim := range tol.TopK {
+		var overlap float64
+		for r := 0; r < rows; r++ {
+			overlap += TopKOverlap(g[r*n:(r+1)*n], w[r*n:(r+1)*n], lim.K)
+		}
+		checks = append(checks, lower(fmt.Sprintf("top%d", lim.K), overlap/float64(rows), lim.Min))
+	}
+	return checks
+}
+
+// KL returns KL(softmax(p) || softmax(q)) for two rows of logits, in nats, computed with
+// log-sum-exp so large logits cannot overflow.
+func KL(pLogits, qLogits []float64) float64 {
+	lp, lq := logSoftmax(pLogits), logSoftmax(qLogits)
+	var kl float64
+	for i := range lp {
+		if math.IsInf(lp[i], -1) {
+			continue // p_i = 0 contributes nothing
+		}
+		kl += math.Exp(lp[i]) * (lp[i] - lq[i])
+	}
+	return math.Max(kl, 0)
+}
+
+func logSoftmax(x []float64) []float64 {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = math.Max(m, v)
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(v - m)
+	}
+	lse := m + math.Log(s)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = v - lse
+	}
+	return out
+}
+
+// TopK returns the indices of the k largest values, largest first; ties go to the lower
+// index so the order is deterministic.
+func TopK(x []float64, k int) []int {
+	idx := make([]int, len(x))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return x[idx[a]] > x[idx[b]] })
+	if k > len(idx) {
+		k = len(idx)
+	}
+	return idx[:k]
+}
+
+// TopKOverlap is |topk(a) ∩ topk(b)| / k.
+func TopKOverlap(a, b []float64, k int) float64 {
+	ta, tb := TopK(a, k), TopK(b, k)
+	in := make(map[int]bool, len(ta))
+	for _, i := range ta {
+		in[i] = true
+	}
+	common := 0
+	for _, i := range tb {
+		if in[i] {
+			common++
+		}
+	}
+	return float64(common) / float64(len(tb))
+}

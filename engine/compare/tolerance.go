@@ -1,0 +1,161 @@
+// Package compare measures how far a backend's output is from the reference and decides,
+// against a reviewed tolerance, whether that distance is a pass.
+package compare
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// Tolerance is one entry of golden/tolerances.yaml. Every limit is optional; an entry must
+// set at least one and say why it has the values it has.
+type Tolerance struct {
+	// MaxAbs bounds max |got - want|.
+	MaxAbs *float64 `yaml:"max_abs,omitempty"`
+	// Atol and Rtol define allclose: |got - want| <= Atol + Rtol·|want| per element.
+	Atol *float64 `yaml:"atol,omitempty"`
+	Rtol *float64 `yaml:"rtol,omitempty"`
+	// MaxMismatch is the fraction of elements allowed to fail allclose (0: none).
+	MaxMismatch float64 `yaml:"max_mismatch,omitempty"`
+	// NMSE bounds sum((got-want)²) / sum(want²).
+	NMSE *float64 `yaml:"nmse,omitempty"`
+	// MinCosine is the least cosine similarity of got and want, flattened.
+	MinCosine *float64 `yaml:"min_cosine,omitempty"`
+	// MaxKL bounds the mean over rows of KL(softmax(want) || softmax(got)): for logits.
+	MaxKL *float64 `yaml:"max_kl,omitempty"`
+	// TopK asks, per k, for at least Min mean overlap of the top-k sets of each row.
+	TopK []TopKLimit `yaml:"top_k,omitempty"`
+	// Why is the one-line rationale of the numbers above.
+	Why string `yaml:"why"`
+}
+
+// TopKLimit is one top-k agreement requirement: the mean over rows of
+// |topk(got) ∩ topk(want)| / k must be at least Min.
+type TopKLimit struct {
+	K   int     `yaml:"k"`
+	Min float64 `yaml:"min"`
+}
+
+func (t Tolerance) validate() error {
+	if t.Why == "" {
+		return fmt.Errorf("no rationale (why)")
+	}
+	set := 0
+	for name, p := range map[string]*float64{"max_abs": t.MaxAbs, "atol": t.Atol, "rtol": t.Rtol, "nmse": t.NMSE, "max_kl": t.MaxKL} {
+		if p == nil {
+			continue
+		}
+		set++
+		if *p < 0 || math.IsNaN(*p) {
+			return fmt.Errorf("%s = %v: must be >= 0", name, *p)
+		}
+	}
+	if (t.Atol == nil) != (t.Rtol == nil) {
+		return fmt.Errorf("atol and rtol must be set together")
+	}
+	if !(t.MaxMismatch >= 0 && t.MaxMismatch < 1) {
+		return fmt.Errorf("max_mismatch = %v: must be in [0, 1)", t.MaxMismatch)
+	}
+	if t.MaxMismatch > 0 && t.Atol == nil {
+		return fmt.Errorf("max_mismatch needs atol and rtol")
+	}
+	if t.MinCosine != nil {
+		set++
+		if !(*t.MinCosine > 0 && *t.MinCosine <= 1) {
+			return fmt.Errorf("min_cosine = %v: must be in (0, 1]", *t.MinCosine)
+		}
+	}
+	for _, k := range t.TopK {
+		set++
+		if k.K < 1 || !(k.Min > 0 && k.Min <= 1) {
+			return fmt.Errorf("top_k {k: %d, min: %v}: want k >= 1 and min in (0, 1]", k.K, k.Min)
+		}
+	}
+	if set == 0 {
+		return fmt.Errorf("no limit set")
+	}
+	return nil
+}
+
+// Tolerances is the parsed golden/tolerances.yaml.
+type Tolerances struct {
+	Version int `yaml:"version"`
+	// Kernels maps op -> output dtype (f16, f32) -> tolerance.
+	Kernels map[string]map[string]Tolerance `yaml:"kernels"`
+	// Taps maps a model tap kind (attn_norm, q_rope, logits, ...) to its tolerance.
+	Taps map[string]Tolerance `yaml:"taps,omitempty"`
+
+	path string
+}
+
+// TolerancesVersion is the layout version of tolerances.yaml this code reads.
+const TolerancesVersion = 1
+
+// LoadTolerances reads and validates a tolerances file.
+func LoadTolerances(path string) (*Tolerances, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseTolerances(data, path)
+}
+
+// ParseTolerances parses a tolerances file; name is used in errors. Unknown keys are
+// errors, so a misspelt limit can never be silently ignored.
+func ParseTolerances(data []byte, name string) (*Tolerances, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var t Tolerances
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if t.Version != TolerancesVersion {
+		return nil, fmt.Errorf("%s: version %d, this build reads version %d", name, t.Version, TolerancesVersion)
+	}
+	for _, op := range sortedKeys(t.Kernels) {
+		for _, dt := range sortedKeys(t.Kernels[op]) {
+			if _, err := tensor.ParseDType(dt); err != nil {
+				return nil, fmt.Errorf("%s: kernels.%s.%s: %w", name, op, dt, err)
+			}
+			if err := t.Kernels[op][dt].validate(); err != nil {
+				return nil, fmt.Errorf("%s: kernels.%s.%s: %w", name, op, dt, err)
+			}
+		}
+	}
+	for _, tap := range sortedKeys(t.Taps) {
+		if err := t.Taps[tap].validate(); err != nil {
+			return nil, fmt.Errorf("%s: taps.%s: %w", name, tap, err)
+		}
+	}
+	t.path = name
+	return &t, nil
+}
+
+// Kernel returns the tolerance of op for outputs of dtype dt.
+func (t *Tolerances) Kernel(op string, dt tensor.DType) (Tolerance, error) {
+	byType, ok := t.Kernels[op]
+	if !ok {
+		return Tolerance{}, fmt.Errorf("%s: no tolerance for op %q: add kernels.%s.%s with a rationale", t.path, op, op, dt)
+	}
+	tol, ok := byType[dt.String()]
+	if !ok {
+		return Tolerance{}, fmt.Errorf("%s: no tolerance for op %q with %s output: add kernels.%s.%s", t.path, op, dt, op, dt)
+	}
+	return tol, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,207 @@
+// Package conformance runs one kernel golden set on a backend and judges every output
+// against golden/tolerances.yaml. The Ginkgo suites and the touchstone CLI both call it, so
+// a case means the same thing in CI, on a GPU runner and at an engineer's terminal.
+package conformance
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// ErrUnsupported is returned for an op the backend does not claim to implement.
+var ErrUnsupported = errors.New("op not supported by this backend")
+
+// Output is one result of a kernel next to its reference.
+type Output struct {
+	Name string // the expected file's name in the set, e.g. "out", "q_out"
+	Got  *tensor.Tensor
+	Want *tensor.Tensor
+}
+
+// runner executes one op of a golden set through the backend.
+type runner func(c *call) []Output
+
+// runners maps each golden op name to the code that runs it.
+var runners = map[string]runner{}
+
+func register(op string, r runner) {
+	if _, dup := runners[op]; dup {
+		panic("conformance: runner registered twice for " + op)
+	}
+	runners[op] = r
+}
+
+// Run executes set's op on b and returns every output with its reference. Buffers are
+// freed before it returns, on success and on error.
+func Run(b backend.Backend, set *golden.Set) ([]Output, error) {
+	m := set.Manifest
+	if m.Kind != "kernel" {
+		return nil, fmt.Errorf("%s: kind %q is not a kernel set", set.ID(), m.Kind)
+	}
+	r, ok := runners[m.Op]
+	if !ok {
+		return nil, fmt.Errorf("%s: no runner for op %q (known ops: %v)", set.ID(), m.Op, backend.Ops)
+	}
+	if !b.Supports(m.Op) {
+		return nil, fmt.Errorf("%s on %s: %w", m.Op, b.Info().Backend, ErrUnsupported)
+	}
+	c := &call{b: b, set: set}
+	defer c.free()
+	outs := r(c)
+	if c.err != nil {
+		return nil, fmt.Errorf("%s: %w", set.ID(), c.err)
+	}
+	return outs, nil
+}
+
+// Verdict is one output judged against its tolerance.
+type Verdict struct {
+	Output    string
+	DType     tensor.DType // the dtype the backend produced, which selects the tolerance
+	Tolerance compare.Tolerance
+	Result    *compare.Result
+}
+
+// Pass reports whether the output is within tolerance.
+func (v Verdict) Pass() bool { return v.Result.Pass() }
+
+// Judge compares each output with its reference under the op's tolerance.
+func Judge(op string, outs []Output, tols *compare.Tolerances) ([]Verdict, error) {
+	verdicts := make([]Verdict, 0, len(outs))
+	for _, o := range outs {
+		tol, err := tols.Kernel(op, o.Got.DType)
+		if err != nil {
+			return nil, err
+		}
+		res, err := compare.Compare(o.Got, o.Want, tol)
+		if err != nil {
+			return nil, fmt.Errorf("%s output %s: %w", op, o.Name, err)
+		}
+		verdicts = append(verdicts, Verdict{Output: o.Name, DType: o.Got.DType, Tolerance: tol, Result: res})
+	}
+	return verdicts, nil
+}
+
+// Check runs and judges one set.
+func Check(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verdict, error) {
+	outs, err := Run(b, set)
+	if err != nil {
+		return nil, err
+	}
+	return Judge(set.Manifest.Op, outs, tols)
+}
+
+// call carries one op execution: it loads and uploads inputs, allocates outputs and
+// downloads results, keeping the first error so runners read as straight-line code.
+type call struct {
+	b    backend.Backend
+	set  *golden.Set
+	bufs []backend.Buffer
+	err  error
+}
+
+func (c *call) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// params decodes the set's parameters strictly into v.
+func (c *call) params(v any) {
+	if c.err == nil {
+		c.fail(c.set.DecodeParams(v))
+	}
+}
+
+// host loads a tensor of the set.
+func (c *call) host(name string) *tensor.Tensor {
+	if c.err != nil {
+		return nil
+	}
+	t, err := c.set.Tensor(name)
+	c.fail(err)
+	return t
+}
+
+// input loads and uploads an input tensor.
+func (c *call) input(name string) backend.Buffer {
+	t := c.host(name)
+	if c.err != nil {
+		return nil
+	}
+	buf, err := c.b.Upload(t)
+	if err != nil {
+		c.fail(fmt.Errorf("upload %s: %w", name, err))
+		return nil
+	}
+	c.bufs = append(c.bufs, buf)
+	return buf
+}
+
+// alloc allocates an output buffer.
+func (c *call) alloc(dt tensor.DType, shape []int) backend.Buffer {
+	if c.err != nil {
+		return nil
+	}
+	buf, err := c.b.Alloc(dt, shape...)
+	if err != nil {
+		c.fail(fmt.Errorf("alloc %s%s: %w", dt, tensor.ShapeString(shape), err))
+		return nil
+	}
+	c.bufs = append(c.bufs, buf)
+	return buf
+}
+
+// like allocates an fp16 output of buf's shape.
+func (c *call) like(buf backend.Buffer) backend.Buffer {
+	if c.err != nil {
+		return nil
+	}
+	return c.alloc(tensor.F16, buf.Shape())
+}
+
+// dim returns dimension i of buf, failing the call (not panicking) when a golden set's
+// tensor has fewer dimensions than the op needs.
+func (c *call) dim(name string, buf backend.Buffer, i int) int {
+	if c.err != nil {
+		return 0
+	}
+	if s := buf.Shape(); i >= len(s) {
+		c.fail(fmt.Errorf("input %s has shape %s: want at least %d dimensions", name, tensor.ShapeString(s), i+1))
+		return 0
+	}
+	return buf.Shape()[i]
+}
+
+// do runs the op unless an earlier step failed.
+func (c *call) do(op func() error) {
+	if c.err == nil {
+		c.fail(op())
+	}
+}
+
+// output downloads buf and pairs it with the expected tensor of the same name.
+func (c *call) output(name string, buf backend.Buffer) Output {
+	want := c.host(name)
+	if c.err != nil {
+		return Output{Name: name}
+	}
+	got, err := c.b.Download(buf)
+	if err != nil {
+		c.fail(fmt.Errorf("download %s: %w", name, err))
+		return Output{Name: name}
+	}
+	return Output{Name: name, Got: got, Want: want}
+}
+
+func (c *call) free() {
+	for _, b := range c.bufs {
+		b.Free()
+	}
+	c.bufs = nil
+}

@@ -1,0 +1,171 @@
+package golden
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// maxElements bounds a manifest shape so that code sizing buffers from it (tensor.NumElements,
+// device allocations) cannot overflow; it matches the .npy decoder's own ceiling in spirit.
+const maxElements = 1 << 40
+
+// validate returns every contract violation, each naming the offending field or file.
+func (m *Manifest) validate() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if m.Generator.Name == "" {
+		bad("generator.name missing")
+	}
+	if m.Generator.Version == "" {
+		bad("generator.version missing")
+	}
+	switch m.Kind {
+	case KindKernel:
+		if m.Model != "" {
+			bad("model %q set on a kernel set (kernel sets name their op only)", m.Model)
+		}
+		if err := checkIdent(m.Op); err != nil {
+			bad("op: %v", err)
+		}
+	case KindModel:
+		if m.Op != "" {
+			bad("op %q set on a model set (model sets name their model only)", m.Op)
+		}
+		if err := checkIdent(m.Model); err != nil {
+			bad("model: %v", err)
+		}
+	default:
+		bad("kind %q: want %q or %q", m.Kind, KindKernel, KindModel)
+	}
+	if err := checkIdent(m.Case); err != nil {
+		bad("case: %v", err)
+	}
+	if m.Tier != TierCommitted && m.Tier != TierFull {
+		bad("tier %q: want %q or %q", m.Tier, TierCommitted, TierFull)
+	}
+	if p := bytes.TrimSpace(m.Params); len(p) > 0 && p[0] != '{' && string(p) != "null" {
+		bad("params must be a JSON object, got %.40s", p)
+	}
+	errs = append(errs, m.validateFiles()...)
+	return errs
+}
+
+func (m *Manifest) validateFiles() []error {
+	var errs []error
+	if len(m.Files) == 0 {
+		return append(errs, fmt.Errorf("files: empty (a set needs its inputs and expected outputs)"))
+	}
+	names := map[string]bool{}
+	files := map[string]bool{}
+	roles := map[string]int{}
+	for i, f := range m.Files {
+		label := fmt.Sprintf("files[%d]", i)
+		if f.Name != "" {
+			label = fmt.Sprintf("files[%d] (%q)", i, f.Name)
+		}
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("%s: %s", label, fmt.Sprintf(format, args...)))
+		}
+		if err := checkIdent(f.Name); err != nil {
+			bad("name: %v", err)
+		} else if names[f.Name] {
+			bad("name %q listed twice", f.Name)
+		}
+		names[f.Name] = true
+		if err := checkFileName(f.File); err != nil {
+			bad("file %q: %v", f.File, err)
+		} else if files[f.File] {
+			bad("file %q listed twice", f.File)
+		}
+		files[f.File] = true
+		switch f.Role {
+		case RoleInput, RoleExpected:
+			roles[f.Role]++
+		default:
+			bad("role %q: want %q or %q", f.Role, RoleInput, RoleExpected)
+		}
+		if _, err := tensor.ParseDType(f.DType); err != nil {
+			bad("dtype: %v", err)
+		}
+		if err := checkShape(f.Shape); err != nil {
+			bad("shape: %v", err)
+		}
+		if !isSHA256(f.SHA256) {
+			bad("sha256 %q: want 64 lower-case hex digits", f.SHA256)
+		}
+	}
+	// A kernel set without an expected output would pass any kernel, and one without inputs
+	// cannot drive one.
+	if m.Kind == KindKernel {
+		for _, r := range []string{RoleInput, RoleExpected} {
+			if roles[r] == 0 {
+				errs = append(errs, fmt.Errorf("files: no %q file (a kernel set needs inputs and expected outputs)", r))
+			}
+		}
+	}
+	return errs
+}
+
+// checkIdent accepts the names that end up in set IDs and messages; '/' would make an ID
+// ambiguous and whitespace or control characters would make messages misleading.
+func checkIdent(s string) error {
+	if s == "" {
+		return fmt.Errorf("missing")
+	}
+	for _, r := range s {
+		if r == '/' || r == '\\' || unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return fmt.Errorf("%q contains %q", s, r)
+		}
+	}
+	return nil
+}
+
+// checkFileName keeps every tensor file directly inside its set directory: the manifest is
+// data, and a path in it must not be able to point anywhere else.
+func checkFileName(s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("missing")
+	case strings.ContainsAny(s, `/\`) || strings.Contains(s, ".."):
+		return fmt.Errorf("must be a plain file name (no '/', '\\' or '..')")
+	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
+		return fmt.Errorf("contains whitespace or control characters")
+	case !strings.HasSuffix(s, ".npy") || s == ".npy":
+		return fmt.Errorf("must be a .npy file")
+	}
+	return nil
+}
+
+func checkShape(shape []int) error {
+	if shape == nil {
+		return fmt.Errorf("missing (a 0-d tensor has shape [])")
+	}
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return fmt.Errorf("%s has a negative dimension", tensor.ShapeString(shape))
+		}
+		if d != 0 && n > maxElements/d {
+			return fmt.Errorf("%s is absurdly large", tensor.ShapeString(shape))
+		}
+		n *= d
+	}
+	return nil
+}
+
+func isSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,69 @@
+package harness
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	. "github.com/onsi/ginkgo/v2"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu" // the always-available backend
+	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/golden"
+)
+
+// OpenBackend selects the backend from TOUCHSTONE_BACKEND / TOUCHSTONE_REQUIRE_GPU and
+// records the choice in the report. A failure to get the backend asked for fails the
+// suite: a GPU runner must never pass by testing nothing.
+func OpenBackend() backend.Backend {
+	sel, err := backend.FromEnv()
+	if err != nil {
+		Fail("backend selection: " + err.Error())
+	}
+	info := sel.Backend.Info()
+	AddReportEntry("backend", fmt.Sprintf("%s: %s (requested %s)", info.Backend, info.Name, sel.Requested))
+	if sel.Fallback != "" {
+		fmt.Fprintf(GinkgoWriter, "TOUCHSTONE_BACKEND=auto fell back to cpu: %s\n", sel.Fallback)
+	}
+	DeferCleanup(sel.Backend.Close)
+	return sel.Backend
+}
+
+var (
+	goldenOnce sync.Once
+	goldenRoot string
+	goldenErr  error
+)
+
+// GoldenRoot locates golden/ (TOUCHSTONE_GOLDEN, or found above the working directory).
+func GoldenRoot() (string, error) {
+	goldenOnce.Do(func() { goldenRoot, goldenErr = golden.FindRoot() })
+	return goldenRoot, goldenErr
+}
+
+// KernelSets discovers every kernel golden set, both tiers, at tree-construction time. A
+// broken manifest or a missing golden directory is returned, for a spec to fail on.
+func KernelSets() ([]*golden.Set, error) {
+	root, err := GoldenRoot()
+	if err != nil {
+		return nil, err
+	}
+	all, err := golden.Discover(root)
+	var kernels []*golden.Set
+	for _, s := range all {
+		if s.Manifest.Kind == "kernel" {
+			kernels = append(kernels, s)
+		}
+	}
+	return kernels, err
+}
+
+// Tolerances loads golden/tolerances.yaml.
+func Tolerances() (*compare.Tolerances, error) {
+	root, err := GoldenRoot()
+	if err != nil {
+		return nil, err
+	}
+	return compare.LoadTolerances(filepath.Join(root, "tolerances.yaml"))
+}

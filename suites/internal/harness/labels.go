@@ -1,0 +1,41 @@
+// Package harness is what every touchstone suite shares: the frozen label set, backend
+// selection from the environment, golden data and tolerances, and Gomega matchers.
+package harness
+
+import (
+	"slices"
+
+	. "github.com/onsi/ginkgo/v2"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+)
+
+// The label set is closed: suites take labels from here, so a typo cannot create a label
+// nobody filters on.
+var (
+	Kernel    = Label("kernel")
+	Model     = Label("model")
+	Sampling  = Label("sampling")
+	Fused     = Label("fused")
+	GPU       = Label("gpu")
+	Slow      = Label("slow")
+	Benchmark = Label("benchmark")
+	// Tightness marks specs that prove a tolerance rejects a deliberately broken kernel.
+	Tightness = Label("tightness")
+)
+
+// Op is the label op:<name> of a known op; an unknown name is a bug in the suite and panics.
+func Op(name string) Labels {
+	if !slices.Contains(backend.Ops, name) {
+		panic("harness: no op named " + name)
+	}
+	return Label("op:" + name)
+}
+
+// Tier labels a golden set by tier: the full-scale tier is slow.
+func Tier(tier string) Labels {
+	if tier == "full" {
+		return Slow
+	}
+	return Labels{}
+}

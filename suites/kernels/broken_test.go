@@ -1,0 +1,353 @@
+package kernels_test
+
+import (
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/x448/float16"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+	"github.com/touchstone-llm/touchstone/suites/internal/harness"
+)
+
+// Tightness: each entry wraps the CPU backend with one realistic kernel bug and shows the
+// committed golden cases reject it under golden/tolerances.yaml. A tolerance loose enough
+// to let one of these pass is a tolerance that would let the bug ship.
+var _ = Describe("tolerance tightness", harness.Tightness, func() {
+	DescribeTable("rejects a deliberately broken kernel",
+		func(op string, broken backend.Backend, mustCatch string) {
+			sets := setsOf(op, "committed")
+			Expect(sets).NotTo(BeEmpty(), "no committed golden cases for %s", op)
+			var rejected []string
+			for _, s := range sets {
+				verdicts, err := conformance.Check(broken, s, tols)
+				Expect(err).NotTo(HaveOccurred(), "the broken variant must run, and be rejected by comparison")
+				for _, v := range verdicts {
+					if !v.Pass() {
+						rejected = append(rejected, s.Manifest.Case)
+						break
+					}
+				}
+			}
+			AddReportEntry("rejected by", strings.Join(rejected, ", "))
+			Expect(rejected).To(ContainElement(ContainSubstring(mustCatch)),
+				"the %s case of %s must reject this bug; rejected by: %v", mustCatch, op, rejected)
+		},
+		Entry("residual_add: half2 path drops the odd tail element", "residual_add", residualTailDropped{cpu.New()}, "odd"),
+		Entry("rmsnorm: eps 1e-5 where 1e-6 is asked and vice versa", "rmsnorm", rmsnormWrongEps{cpu.New()}, "small-rms"),
+		Entry("layernorm: beta ignored", "layernorm", layernormNoBeta{cpu.New()}, "gpt2"),
+		Entry("layernorm_residual: normalises x instead of x + residual", "layernorm_residual", layernormResidualUnsummed{cpu.New()}, "gpt2"),
+		Entry("rope: position off by one", "rope", ropeOffByOne{cpu.New()}, "qwen"),
+		Entry("rope: interleaved (GPT-J) pairs instead of rotate_half", "rope", ropeInterleaved{cpu.New()}, "phi3"),
+		Entry("rope: rotates all of head_dim when rope_dim is partial", "rope", ropeFullRotary{cpu.New()}, "partial"),
+		Entry("attention_prefill: causal mask missing", "attention_prefill", prefillNoMask{cpu.New()}, "qwen"),
+		Entry("attention_prefill: query head h reads kv head h mod n_kv (wrong GQA mapping)", "attention_prefill", prefillWrongGQA{cpu.New()}, "qwen"),
+		Entry("attention_decode: attends the whole cache capacity, ignoring cache_lens", "attention_decode", decodeIgnoresLens{cpu.New()}, "qwen"),
+		Entry("swiglu: silu applied to up instead of gate", "swiglu", swigluSwapped{cpu.New()}, "qwen"),
+		Entry("swiglu_ffn: gate and up projections swapped", "swiglu_ffn", ffnSwapped{cpu.New()}, "896"),
+		Entry("gelu: tanh approximation where erf is expected", "gelu", geluTanhForErf{cpu.New()}, "gpt2"),
+		Entry("gelu_tanh: erf where the tanh approximation is expected", "gelu_tanh", geluErfForTanh{cpu.New()}, "gpt2"),
+		Entry("pos_embedding: position off by one", "pos_embedding", posEmbedOffByOne{cpu.New()}, "gpt2"),
+		Entry("embedding: row off by one", "embedding", embeddingOffByOne{cpu.New()}, "qwen"),
+		Entry("gemm: bias dropped", "gemm", gemmNoBias{cpu.New()}, "qwen"),
+		Entry("gemm: vectorised K loop drops the tail (K not a multiple of 8)", "gemm", gemmKTailDropped{cpu.New()}, "odd"),
+		Entry("softmax: -inf logits read as 0", "softmax", softmaxInfAsZero{cpu.New()}, "f16"),
+	)
+})
+
+// mutated downloads buf, lets f change the host copy and uploads the result: the broken
+// variants corrupt what a buggy kernel would effectively read, then run the correct op.
+func mutated(b backend.Backend, buf backend.Buffer, f func(t *tensor.Tensor)) (backend.Buffer, error) {
+	t, err := b.Download(buf)
+	if err != nil {
+		return nil, err
+	}
+	f(t)
+	return b.Upload(t)
+}
+
+// copyInto overwrites dst with t through the public interface alone: dst = t + 0 is exact
+// in fp16, so a broken variant can post-process an output without backend internals.
+func copyInto(b backend.Backend, dst backend.Buffer, t *tensor.Tensor) error {
+	src, err := b.Upload(t)
+	if err != nil {
+		return err
+	}
+	defer src.Free()
+	zero, err := b.Alloc(t.DType, t.Shape...)
+	if err != nil {
+		return err
+	}
+	defer zero.Free()
+	return b.ResidualAdd(dst, src, zero)
+}
+
+func lastDim(t *tensor.Tensor) (rows, n int) {
+	n = t.Shape[len(t.Shape)-1]
+	return t.Len() / n, n
+}
+
+type residualTailDropped struct{ *cpu.Backend }
+
+func (k residualTailDropped) ResidualAdd(out, x, residual backend.Buffer) error {
+	r, err := mutated(k, residual, func(t *tensor.Tensor) {
+		rows, n := lastDim(t)
+		if n%2 == 1 {
+			for i := 0; i < rows; i++ {
+				t.F16[i*n+n-1] = 0
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer r.Free()
+	return k.Backend.ResidualAdd(out, x, r)
+}
+
+type rmsnormWrongEps struct{ *cpu.Backend }
+
+func (k rmsnormWrongEps) RMSNorm(out, x, w backend.Buffer, eps float32) error {
+	if eps < 5e-6 {
+		return k.Backend.RMSNorm(out, x, w, 1e-5)
+	}
+	return k.Backend.RMSNorm(out, x, w, 1e-6)
+}
+
+type layernormNoBeta struct{ *cpu.Backend }
+
+func (k layernormNoBeta) LayerNorm(out, x, gamma, beta backend.Buffer, eps float32) error {
+	zero, err := k.Alloc(tensor.F16, beta.Shape()...)
+	if err != nil {
+		return err
+	}
+	defer zero.Free()
+	return k.Backend.LayerNorm(out, x, gamma, zero, eps)
+}
+
+type layernormResidualUnsummed struct{ *cpu.Backend }
+
+func (k layernormResidualUnsummed) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buffer, eps float32) error {
+	if err := k.ResidualAdd(sum, x, residual); err != nil {
+		return err
+	}
+	return k.LayerNorm(out, x, gamma, beta, eps)
+}
+
+type ropeOffByOne struct{ *cpu.Backend }
+
+func (k ropeOffByOne) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	p, err := mutated(k, positions, func(t *tensor.Tensor) {
+		for i := range t.I32 {
+			t.I32[i]++
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Free()
+	return k.Backend.RoPE(out, x, p, cfg)
+}
+
+// ropeInterleaved pairs dims (2i, 2i+1) like GPT-J instead of (i, i+rope_dim/2): it
+// permutes each head so the interleaved pairs sit where rotate_half pairs them, rotates, and
+// permutes back.
+type ropeInterleaved struct{ *cpu.Backend }
+
+func (k ropeInterleaved) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	half := cfg.RopeDim / 2
+	perm := func(t *tensor.Tensor, inverse bool) {
+		d := cfg.HeadDim
+		for h := 0; h < t.Len()/d; h++ {
+			head := append([]float16.Float16(nil), t.F16[h*d:(h+1)*d]...)
+			for i := 0; i < half; i++ {
+				src, dst := [2]int{2 * i, 2*i + 1}, [2]int{i, i + half}
+				if inverse {
+					src, dst = dst, src
+				}
+				t.F16[h*d+dst[0]] = head[src[0]]
+				t.F16[h*d+dst[1]] = head[src[1]]
+			}
+		}
+	}
+	px, err := mutated(k, x, func(t *tensor.Tensor) { perm(t, false) })
+	if err != nil {
+		return err
+	}
+	defer px.Free()
+	if err := k.Backend.RoPE(out, px, positions, cfg); err != nil {
+		return err
+	}
+	rotated, err := k.Download(out)
+	if err != nil {
+		return err
+	}
+	perm(rotated, true)
+	return copyInto(k, out, rotated)
+}
+
+type ropeFullRotary struct{ *cpu.Backend }
+
+func (k ropeFullRotary) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	cfg.RopeDim = cfg.HeadDim
+	return k.Backend.RoPE(out, x, positions, cfg)
+}
+
+type prefillNoMask struct{ *cpu.Backend }
+
+func (k prefillNoMask) AttentionPrefill(out, q, kk, v backend.Buffer, cfg backend.AttentionConfig) error {
+	cfg.Causal = false
+	return k.Backend.AttentionPrefill(out, q, kk, v, cfg)
+}
+
+// prefillWrongGQA expands K and V to one head per query head with the mapping h % n_kv
+// instead of h / (n_heads/n_kv), then runs plain multi-head attention.
+type prefillWrongGQA struct{ *cpu.Backend }
+
+func (k prefillWrongGQA) AttentionPrefill(out, q, kk, v backend.Buffer, cfg backend.AttentionConfig) error {
+	expand := func(buf backend.Buffer) (backend.Buffer, error) {
+		t, err := k.Download(buf)
+		if err != nil {
+			return nil, err
+		}
+		b, s, d := t.Shape[0], t.Shape[1], cfg.HeadDim
+		wide := tensor.New(tensor.F16, b, s, cfg.NumHeads, d)
+		for pos := 0; pos < b*s; pos++ {
+			for h := 0; h < cfg.NumHeads; h++ {
+				src := (pos*cfg.NumKVHeads + h%cfg.NumKVHeads) * d
+				copy(wide.F16[(pos*cfg.NumHeads+h)*d:][:d], t.F16[src:src+d])
+			}
+		}
+		return k.Upload(wide)
+	}
+	if cfg.NumKVHeads == cfg.NumHeads {
+		return k.Backend.AttentionPrefill(out, q, kk, v, cfg)
+	}
+	wk, err := expand(kk)
+	if err != nil {
+		return err
+	}
+	defer wk.Free()
+	wv, err := expand(v)
+	if err != nil {
+		return err
+	}
+	defer wv.Free()
+	cfg.NumKVHeads = cfg.NumHeads
+	return k.Backend.AttentionPrefill(out, q, wk, wv, cfg)
+}
+
+type decodeIgnoresLens struct{ *cpu.Backend }
+
+func (k decodeIgnoresLens) AttentionDecode(out, q, kc, vc, lens backend.Buffer, cfg backend.AttentionConfig) error {
+	full, err := mutated(k, lens, func(t *tensor.Tensor) {
+		for i := range t.I32 {
+			t.I32[i] = int32(kc.Shape()[1])
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer full.Free()
+	return k.Backend.AttentionDecode(out, q, kc, vc, full, cfg)
+}
+
+type swigluSwapped struct{ *cpu.Backend }
+
+func (k swigluSwapped) SwiGLU(out, gate, up backend.Buffer) error {
+	return k.Backend.SwiGLU(out, up, gate)
+}
+
+type ffnSwapped struct{ *cpu.Backend }
+
+func (k ffnSwapped) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
+	return k.Backend.SwiGLUFFN(out, x, wUp, wGate, wDown)
+}
+
+type geluTanhForErf struct{ *cpu.Backend }
+
+func (k geluTanhForErf) GELU(out, x backend.Buffer) error { return k.Backend.GELUTanh(out, x) }
+
+type geluErfForTanh struct{ *cpu.Backend }
+
+func (k geluErfForTanh) GELUTanh(out, x backend.Buffer) error { return k.Backend.GELU(out, x) }
+
+type posEmbedOffByOne struct{ *cpu.Backend }
+
+func (k posEmbedOffByOne) PosEmbedding(out, x, table, positions backend.Buffer) error {
+	rows := table.Shape()[0]
+	p, err := mutated(k, positions, func(t *tensor.Tensor) {
+		for i := range t.I32 {
+			t.I32[i] = (t.I32[i] + 1) % int32(rows)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Free()
+	return k.Backend.PosEmbedding(out, x, table, p)
+}
+
+type embeddingOffByOne struct{ *cpu.Backend }
+
+func (k embeddingOffByOne) Embedding(out, ids, table backend.Buffer) error {
+	rows := table.Shape()[0]
+	p, err := mutated(k, ids, func(t *tensor.Tensor) {
+		for i := range t.I32 {
+			t.I32[i] = (t.I32[i] + 1) % int32(rows)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Free()
+	return k.Backend.Embedding(out, p, table)
+}
+
+type gemmNoBias struct{ *cpu.Backend }
+
+func (k gemmNoBias) Gemm(out, x, w, bias backend.Buffer) error { return k.Backend.Gemm(out, x, w, nil) }
+
+type gemmKTailDropped struct{ *cpu.Backend }
+
+func (k gemmKTailDropped) Gemm(out, x, w, bias backend.Buffer) error {
+	px, err := mutated(k, x, func(t *tensor.Tensor) {
+		rows, n := lastDim(t)
+		for r := 0; r < rows; r++ {
+			for i := n - n%8; i < n; i++ {
+				t.F16[r*n+i] = 0
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer px.Free()
+	return k.Backend.Gemm(out, px, w, bias)
+}
+
+type softmaxInfAsZero struct{ *cpu.Backend }
+
+func (k softmaxInfAsZero) Softmax(out, x backend.Buffer) error {
+	px, err := mutated(k, x, func(t *tensor.Tensor) {
+		for i, v := range t.F16 {
+			if v.IsInf(-1) {
+				t.F16[i] = 0
+			}
+		}
+		for i, v := range t.F32 {
+			if v < -3e38 {
+				t.F32[i] = 0
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer px.Free()
+	return k.Backend.Softmax(out, px)
+}
