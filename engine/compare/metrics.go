@@ -16,7 +16,7 @@ type Check struct {
 	// |got-want| / (atol + rtol·|want|) against a limit of 1 when no mismatch is allowed,
 	// else the fraction of elements outside that allowance against max_mismatch.
 	Value float64
-	Limit  float64 // the tolerance's limit
+	Limit float64 // the tolerance's limit
 	// Upper is true when Value must not exceed Limit, false when it must reach it.
 	Upper bool
 	Pass  bool

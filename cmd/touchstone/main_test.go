@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// committedSet copies one committed golden set into a fresh golden root with the real
+// tolerances, so the CLI can be run against data it may then corrupt.
+func committedSet(t *testing.T, op, caseName string) (root, dir string) {
+	t.Helper()
+	src := filepath.Join("..", "..", "golden")
+	root = t.TempDir()
+	copyFile(t, filepath.Join(src, "tolerances.yaml"), filepath.Join(root, "tolerances.yaml"))
+	dir = filepath.Join(root, "kernels", op, caseName)
+	entries, err := os.ReadDir(filepath.Join(src, "kernels", op, caseName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		copyFile(t, filepath.Join(src, "kernels", op, caseName, e.Name()), filepath.Join(dir, e.Name()))
+	}
+	return root, dir
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func firstCase(t *testing.T, op string) string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join("..", "..", "golden", "kernels", op))
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no committed %s case: %v", op, err)
+	}
+	return entries[0].Name()
+}
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCheckPrintsPassingTable(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", "cpu")
+	root, _ := committedSet(t, "rmsnorm", firstCase(t, "rmsnorm"))
+	code, out, errs := runCLI("check", "-golden", root)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{"OP", "HEADROOM", "rmsnorm", "PASS", "1 passed, 0 failed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestCheckFailsOnACorruptedExpectation(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", "cpu")
+	root, dir := committedSet(t, "gelu", firstCase(t, "gelu"))
+	// A wrong checksum is an error for that case, never a pass.
+	path := filepath.Join(dir, "out.npy")
+	data, _ := os.ReadFile(path)
+	data[len(data)-1] ^= 0x40
+	os.WriteFile(path, data, 0o644)
+	code, out, _ := runCLI("check", "-golden", root)
+	if code == 0 || !strings.Contains(out, "ERROR") || !strings.Contains(out, "sha256") {
+		t.Fatalf("corrupted set: exit %d\n%s", code, out)
+	}
+}
+
+func TestCheckRequireGPUWithoutGPUFails(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", "")
+	t.Setenv("TOUCHSTONE_REQUIRE_GPU", "1")
+	root, _ := committedSet(t, "gelu", firstCase(t, "gelu"))
+	code, _, errs := runCLI("check", "-golden", root)
+	if code != 2 || !strings.Contains(errs, "TOUCHSTONE_REQUIRE_GPU") {
+		t.Fatalf("REQUIRE_GPU without a GPU: exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestGoldenVerify(t *testing.T) {
+	root, dir := committedSet(t, "softmax", firstCase(t, "softmax"))
+	if code, out, _ := runCLI("golden", "verify", "-golden", root); code != 0 {
+		t.Fatalf("clean set: exit %d\n%s", code, out)
+	}
+	os.Remove(filepath.Join(dir, "x.npy"))
+	code, out, _ := runCLI("golden", "verify", "-golden", root)
+	if code != 1 || !strings.Contains(out, "x.npy") {
+		t.Fatalf("missing file: exit %d\n%s", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"golden"}, {"check", "-op", "nosuchop"}, {"check", "-tier", "huge"}} {
+		if code, _, _ := runCLI(args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}

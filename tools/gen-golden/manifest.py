@@ -1,0 +1,154 @@
+"""Writing golden sets: .npy files plus manifest.json, as docs/golden-format.md specifies.
+
+Everything here is byte-deterministic: no timestamps, fixed key order, numpy's standard
+format 1.0 header, and the sha256 taken from the very bytes that land on disk.
+"""
+
+import hashlib
+import io
+import json
+import os
+import shutil
+
+import numpy as np
+import torch
+
+FORMAT_VERSION = 1
+GENERATOR_NAME = "gen-golden"
+GENERATOR_VERSION = "1.0.0"
+
+# torch dtype -> (contract dtype name, numpy dtype). Nothing else may be written.
+DTYPES = {
+    torch.float16: ("f16", "<f2"),
+    torch.float32: ("f32", "<f4"),
+    torch.int32: ("i32", "<i4"),
+}
+
+NPY_V1_MAGIC = b"\x93NUMPY\x01\x00"
+
+
+def generator_info():
+    # Only values that are the same on every supported host go here, so a set regenerated on the
+    # GPU host (Python 3.12, numpy 2.5.2) is byte-identical to one made on a dev box (3.11, 2.4.6).
+    # The Python and numpy versions differ by design between those hosts and do not influence the
+    # numbers (torch computes; numpy only serialises), so they are left out.
+    return {
+        "name": GENERATOR_NAME,
+        "version": GENERATOR_VERSION,
+        "torch": torch.__version__.split("+")[0],
+        "device": "cpu",
+    }
+
+
+def npy_bytes(t):
+    """Serialise one tensor as a .npy (format 1.0, C order, little-endian) and return the bytes."""
+    if t.dtype not in DTYPES:
+        raise TypeError("cannot write dtype %s" % t.dtype)
+    arr = np.ascontiguousarray(t.detach().cpu().contiguous().numpy(), dtype=DTYPES[t.dtype][1])
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    data = buf.getvalue()
+    # np.save picks format 1.0 unless the header is huge; the Go reader only accepts 1.0.
+    if not data.startswith(NPY_V1_MAGIC):
+        raise RuntimeError("numpy wrote a .npy header other than format 1.0")
+    return data
+
+
+def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
+    """Write one golden set into case_dir (removed first, so no stale file survives).
+
+    inputs: ordered {name: tensor in f16/f32/i32}; expected: ordered {name: float64 tensor},
+    cast to f32 here. Returns (number of files, total bytes) including manifest.json.
+    """
+    if os.path.lexists(case_dir):
+        shutil.rmtree(case_dir)
+    os.makedirs(case_dir)
+
+    entries = []
+    total = 0
+    tensors = [(n, t, "input") for n, t in inputs.items()]
+    tensors += [(n, t.to(torch.float32), "expected") for n, t in expected.items()]
+    for name, t, role in tensors:
+        data = npy_bytes(t)
+        fname = name + ".npy"
+        with open(os.path.join(case_dir, fname), "wb") as f:
+            f.write(data)
+        total += len(data)
+        entries.append({
+            "name": name,
+            "file": fname,
+            "role": role,
+            "dtype": DTYPES[t.dtype][0],
+            "shape": [int(d) for d in t.shape],
+            "sha256": hashlib.sha256(data).hexdigest(),
+        })
+
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "generator": generator_info(),
+        "kind": "kernel",
+        "op": op,
+        "case": case,
+        "tier": tier,
+        "seed": seed,
+        "params": params,
+        "files": entries,
+    }
+    text = manifest_text(manifest).encode("ascii")
+    with open(os.path.join(case_dir, "manifest.json"), "wb") as f:
+        f.write(text)
+    return len(entries) + 1, total + len(text)
+
+
+def manifest_text(manifest):
+    """JSON laid out like the example in docs/golden-format.md: one top-level key per line, each
+    files entry on one line, params and generator inline. Deterministic: keys keep insertion order,
+    floats use Python's shortest repr (1e-06, 1000000.0), and the text ends with a newline."""
+    def inline(v):
+        return json.dumps(v, separators=(", ", ": "))
+
+    lines = []
+    for key, value in manifest.items():
+        if key == "files":
+            rows = ",\n".join("    " + inline(e) for e in value)
+            lines.append('  "files": [\n%s\n  ]' % rows)
+        else:
+            lines.append("  %s: %s" % (json.dumps(key), inline(value)))
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def read_tier(case_dir):
+    """The tier a set directory claims, or None when it has no readable manifest."""
+    try:
+        with open(os.path.join(case_dir, "manifest.json"), "rb") as f:
+            return json.loads(f.read()).get("tier")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def stale_case_dirs(op_dir, keep, tier):
+    """Case directories under op_dir that a regeneration of `tier` would delete.
+
+    A directory is stale when its name is not in `keep` and it is either of the same tier or has no
+    readable manifest. Sets of the other tier are left alone, so pointing --tier full at the
+    committed directory never deletes committed sets.
+    """
+    if not os.path.isdir(op_dir):
+        return []
+    stale = []
+    for name in sorted(os.listdir(op_dir)):
+        path = os.path.join(op_dir, name)
+        if name in keep or not os.path.isdir(path):
+            continue
+        if read_tier(path) in (tier, None):
+            stale.append(name)
+    return stale
+
+
+def tree_size(path):
+    """Apparent size of a tree as `du -sb` reports it (files and directory entries)."""
+    total = os.lstat(path).st_size
+    for root, dirs, files in os.walk(path):
+        for n in dirs + files:
+            total += os.lstat(os.path.join(root, n)).st_size
+    return total
