@@ -110,7 +110,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 				if !c.Upper {
 					op = ">="
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.4g\t%s %.4g\t%s\t%s\n",
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.6g\t%s %.6g\t%s\t%s\n",
 					m.Op, name, v.Output, c.Metric, c.Value, op, c.Limit, headroom(c), status)
 			}
 			if !v.Pass() {

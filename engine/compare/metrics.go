@@ -51,6 +51,9 @@ type Result struct {
 	// the tolerance sets no allclose), NaN and infinity mismatches first.
 	Worst []Element
 
+	// Mismatches counts the elements outside the allclose allowance (0 without allclose).
+	Mismatches int
+
 	allowance bool // Excess is relative to an allclose allowance
 }
 
@@ -151,6 +154,7 @@ func Compare(got, want *tensor.Tensor, tol Tolerance) (*Result, error) {
 		worst.offer(e)
 	}
 
+	r.Mismatches = mismatches
 	r.Checks = append(r.Checks,
 		upper("nan", float64(nan), 0),
 		upper("inf", float64(infBad), 0))
@@ -267,6 +271,9 @@ func (r *Result) Table() string {
 			op = ">="
 		}
 		fmt.Fprintf(&b, "  %-9s %14.6g %s%12.6g %7.1f%%  %s\n", c.Metric, c.Value, op, c.Limit, 100*c.Budget, verdict)
+	}
+	if r.Mismatches > 0 {
+		fmt.Fprintf(&b, "  %d of %d elements outside atol + rtol·|want|\n", r.Mismatches, r.N)
 	}
 	if len(r.Worst) > 0 {
 		fmt.Fprintf(&b, "  worst elements of %s (%d compared):\n", tensor.ShapeString(r.Shape), r.N)
