@@ -56,8 +56,7 @@ func Open(name string, opts Options) (Backend, error) {
 	registryMu.Unlock()
 	if !ok {
 		if name == "cuda" {
-			return nil, fmt.Errorf("backend cuda: not available in this build (registered backends: %v); "+
-				"the CUDA backend is built separately with `make cuda`", Names())
+			return nil, fmt.Errorf("backend cuda: this build has no CUDA backend (registered backends: %v)", Names())
 		}
 		return nil, fmt.Errorf("backend %q: unknown (registered backends: %v)", name, Names())
 	}

@@ -279,12 +279,7 @@ func (k geluErfForTanh) GELUTanh(out, x backend.Buffer) error { return k.Backend
 type posEmbedOffByOne struct{ *cpu.Backend }
 
 func (k posEmbedOffByOne) PosEmbedding(out, x, table, positions backend.Buffer) error {
-	rows := table.Shape()[0]
-	p, err := mutated(k, positions, func(t *tensor.Tensor) {
-		for i := range t.I32 {
-			t.I32[i] = (t.I32[i] + 1) % int32(rows)
-		}
-	})
+	p, err := nextRow(k, positions, table.Shape()[0])
 	if err != nil {
 		return err
 	}
@@ -292,15 +287,19 @@ func (k posEmbedOffByOne) PosEmbedding(out, x, table, positions backend.Buffer) 
 	return k.Backend.PosEmbedding(out, x, table, p)
 }
 
-type embeddingOffByOne struct{ *cpu.Backend }
-
-func (k embeddingOffByOne) Embedding(out, ids, table backend.Buffer) error {
-	rows := table.Shape()[0]
-	p, err := mutated(k, ids, func(t *tensor.Tensor) {
+// nextRow turns every row index i into (i+1) mod rows: an off-by-one gather.
+func nextRow(b backend.Backend, idx backend.Buffer, rows int) (backend.Buffer, error) {
+	return mutated(b, idx, func(t *tensor.Tensor) {
 		for i := range t.I32 {
 			t.I32[i] = (t.I32[i] + 1) % int32(rows)
 		}
 	})
+}
+
+type embeddingOffByOne struct{ *cpu.Backend }
+
+func (k embeddingOffByOne) Embedding(out, ids, table backend.Buffer) error {
+	p, err := nextRow(k, ids, table.Shape()[0])
 	if err != nil {
 		return err
 	}
