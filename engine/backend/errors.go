@@ -123,3 +123,4 @@ func (c *Check) That(ok bool, arg, value, reason string, args ...any) {
 		c.fail(arg, value, reason, args...)
 	}
 }
+

@@ -4,19 +4,11 @@ import (
 	"math"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
-	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // unary validates and runs an fp16 -> fp16 elementwise op.
 func unary(op string, out, x backend.Buffer, f func(float32) float32) error {
-	c := backend.Validate(op)
-	c.DType("x", x, tensor.F16)
-	c.MinRank("x", x, 1)
-	if c.Err() == nil {
-		c.DType("out", out, tensor.F16)
-		c.Shape("out", out, x.Shape(), "the shape of x")
-	}
-	if err := c.Err(); err != nil {
+	if err := backend.CheckUnary(op, out, x); err != nil {
 		return err
 	}
 	ts, err := tensors(op, out, x)
@@ -33,16 +25,7 @@ func unary(op string, out, x backend.Buffer, f func(float32) float32) error {
 
 // binary validates and runs an elementwise op of two fp16 tensors of one shape.
 func binary(op, aName, bName string, out, a, b backend.Buffer, f func(a, b float32) float32) error {
-	c := backend.Validate(op)
-	c.DType(aName, a, tensor.F16)
-	c.MinRank(aName, a, 1)
-	if c.Err() == nil {
-		c.DType(bName, b, tensor.F16)
-		c.Shape(bName, b, a.Shape(), "the shape of "+aName)
-		c.DType("out", out, tensor.F16)
-		c.Shape("out", out, a.Shape(), "the shape of "+aName)
-	}
-	if err := c.Err(); err != nil {
+	if err := backend.CheckBinary(op, aName, bName, out, a, b); err != nil {
 		return err
 	}
 	ts, err := tensors(op, out, a, b)

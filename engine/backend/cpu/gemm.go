@@ -5,27 +5,11 @@ import (
 	"gonum.org/v1/gonum/blas/blas32"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
-	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // Gemm computes x · wᵀ + bias with gonum's fp32 SGEMM, then rounds to out's dtype.
 func (*Backend) Gemm(out, x, w, bias backend.Buffer) error {
-	c := backend.Validate("gemm")
-	c.DType("x", x, tensor.F16)
-	c.Rank("x", x, 2)
-	c.DType("w", w, tensor.F16)
-	c.Rank("w", w, 2)
-	if c.Err() == nil {
-		m, k, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
-		c.That(w.Shape()[1] == k, "w", describe(w), "want [N, %d]: its last dim must equal x's K", k)
-		if bias != nil {
-			c.DType("bias", bias, tensor.F16)
-			c.Shape("bias", bias, []int{n}, "one bias per output feature (rows of w)")
-		}
-		c.DType("out", out, tensor.F16, tensor.F32)
-		c.Shape("out", out, []int{m, n}, "[rows of x, rows of w]")
-	}
-	if err := c.Err(); err != nil {
+	if err := backend.CheckGemm(out, x, w, bias); err != nil {
 		return err
 	}
 	ts, err := tensors("gemm", out, x, w, bias)
@@ -60,22 +44,7 @@ func addBias(res, bias []float32) {
 // SwiGLUFFN runs gate and up projections, the SwiGLU activation and the down projection,
 // rounding each intermediate to fp16 as the unfused sequence of kernels would.
 func (*Backend) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
-	c := backend.Validate("swiglu_ffn")
-	c.DType("x", x, tensor.F16)
-	c.Rank("x", x, 2)
-	c.DType("w_gate", wGate, tensor.F16)
-	c.Rank("w_gate", wGate, 2)
-	if c.Err() == nil {
-		t, h, f := x.Shape()[0], x.Shape()[1], wGate.Shape()[0]
-		c.Shape("w_gate", wGate, []int{f, h}, "[ffn, hidden of x]")
-		c.DType("w_up", wUp, tensor.F16)
-		c.Shape("w_up", wUp, []int{f, h}, "the shape of w_gate")
-		c.DType("w_down", wDown, tensor.F16)
-		c.Shape("w_down", wDown, []int{h, f}, "[hidden, ffn] of w_gate")
-		c.DType("out", out, tensor.F16)
-		c.Shape("out", out, []int{t, h}, "the shape of x")
-	}
-	if err := c.Err(); err != nil {
+	if err := backend.CheckSwiGLUFFN(out, x, wGate, wUp, wDown); err != nil {
 		return err
 	}
 	ts, err := tensors("swiglu_ffn", out, x, wGate, wUp, wDown)

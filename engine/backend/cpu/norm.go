@@ -7,32 +7,9 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// checkNorm validates x [T, H], out like x, and each [H] parameter vector.
-func checkNorm(c *backend.Check, out, x backend.Buffer, eps float32, params map[string]backend.Buffer) {
-	c.DType("x", x, tensor.F16)
-	c.Rank("x", x, 2)
-	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
-	if c.Err() != nil {
-		return
-	}
-	h := x.Shape()[1]
-	for _, name := range []string{"weight", "gamma", "beta"} {
-		p, ok := params[name]
-		if !ok {
-			continue
-		}
-		c.DType(name, p, tensor.F16)
-		c.Shape(name, p, []int{h}, "the hidden size of x")
-	}
-	c.DType("out", out, tensor.F16)
-	c.Shape("out", out, x.Shape(), "the shape of x")
-}
-
 // RMSNorm computes x / sqrt(mean(x²) + eps) · weight per row, with the reduction in fp64.
 func (*Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
-	c := backend.Validate("rmsnorm")
-	checkNorm(c, out, x, eps, map[string]backend.Buffer{"weight": weight})
-	if err := c.Err(); err != nil {
+	if err := backend.CheckRMSNorm(out, x, weight, eps); err != nil {
 		return err
 	}
 	ts, err := tensors("rmsnorm", out, x, weight)
@@ -59,9 +36,7 @@ func (*Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
 // LayerNorm computes (x - mean) / sqrt(var + eps) · gamma + beta per row, two-pass in fp64
 // so a large mean cannot cancel the variance away.
 func (*Backend) LayerNorm(out, x, gamma, beta backend.Buffer, eps float32) error {
-	c := backend.Validate("layernorm")
-	checkNorm(c, out, x, eps, map[string]backend.Buffer{"gamma": gamma, "beta": beta})
-	if err := c.Err(); err != nil {
+	if err := backend.CheckLayerNorm(out, x, gamma, beta, eps); err != nil {
 		return err
 	}
 	ts, err := tensors("layernorm", out, x, gamma, beta)
@@ -97,15 +72,7 @@ func layerNormRows(xv []float32, h int, gamma, beta []float32, eps float32) {
 // LayerNormResidual stores sum = x + residual in fp16 and normalises that stored sum,
 // exactly as ResidualAdd followed by LayerNorm would.
 func (*Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buffer, eps float32) error {
-	c := backend.Validate("layernorm_residual")
-	checkNorm(c, out, x, eps, map[string]backend.Buffer{"gamma": gamma, "beta": beta})
-	if c.Err() == nil {
-		c.DType("residual", residual, tensor.F16)
-		c.Shape("residual", residual, x.Shape(), "the shape of x")
-		c.DType("sum", sum, tensor.F16)
-		c.Shape("sum", sum, x.Shape(), "the shape of x")
-	}
-	if err := c.Err(); err != nil {
+	if err := backend.CheckLayerNormResidual(sum, out, x, residual, gamma, beta, eps); err != nil {
 		return err
 	}
 	ts, err := tensors("layernorm_residual", sum, out, x, residual, gamma, beta)

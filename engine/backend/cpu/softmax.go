@@ -4,20 +4,12 @@ import (
 	"math"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
-	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // Softmax normalises each row over its last dim, subtracting the row max first so large
 // logits cannot overflow; sums are fp64 and the result is stored in fp32.
 func (*Backend) Softmax(out, x backend.Buffer) error {
-	c := backend.Validate("softmax")
-	c.DType("x", x, tensor.F16, tensor.F32)
-	c.MinRank("x", x, 1)
-	if c.Err() == nil {
-		c.DType("out", out, tensor.F32)
-		c.Shape("out", out, x.Shape(), "the shape of x")
-	}
-	if err := c.Err(); err != nil {
+	if err := backend.CheckSoftmax(out, x); err != nil {
 		return err
 	}
 	ts, err := tensors("softmax", out, x)

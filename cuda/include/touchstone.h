@@ -1,0 +1,232 @@
+/*
+ * touchstone.h — the whole C ABI of libtouchstone_cuda.so.
+ *
+ * This header is the single source of truth for every signature, status code and config
+ * struct. Plain C only: ints, floats, void* device pointers and pointers to const config
+ * structs; cudaStream_t crosses as void* (NULL means the library's own stream, created by
+ * ts_init). No C++ type and no exception crosses the boundary.
+ *
+ * Conventions
+ *  - Every function returns an int status: TS_OK (0) or a negative ts_status. After a
+ *    failure ts_last_error() returns a message naming the op, the argument and the bad value,
+ *    e.g. "rmsnorm: cfg->hidden = 0: must be positive".
+ *  - Every op validates all of its arguments before any launch; on a validation error nothing
+ *    is launched and outputs are untouched.
+ *  - Activations and weights are stored in the dtype named by the config (TS_F16 today; bf16
+ *    is a later addition); math is fp32; the logits/softmax path is fp32.
+ *  - Ops are asynchronous on the stream. Index data that lives on the device (positions, ids,
+ *    cache_lens) is range-checked by the kernels: the first out-of-range index is recorded
+ *    and reported as TS_ERR_INDEX by the next ts_synchronize or ts_copy_to_host.
+ *  - After a sticky CUDA error (an illegal address corrupts the context) every later call
+ *    returns TS_ERR_STICKY with the message of the op that caused it; the process must restart.
+ *  - Launch parameters are logged to stderr when TOUCHSTONE_LOG=debug.
+ *  - Layouts are row-major (C order) and match docs/golden-format.md.
+ */
+#ifndef TOUCHSTONE_H
+#define TOUCHSTONE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TS_ABI_VERSION 1
+
+typedef enum {
+    TS_OK = 0,
+    TS_ERR_INVALID_ARGUMENT = -1, /* a null pointer, a non-positive dim, a bad eps ... */
+    TS_ERR_SHAPE_MISMATCH = -2,   /* dims that do not fit together (heads that do not divide, rope_dim > head_dim) */
+    TS_ERR_UNSUPPORTED = -3,      /* a valid request this build does not implement (e.g. a dtype) */
+    TS_ERR_OUT_OF_MEMORY = -4,    /* cudaMalloc failed */
+    TS_ERR_CUDA = -5,             /* any other CUDA or cuBLAS failure */
+    TS_ERR_STICKY = -6,           /* the context is corrupted by an earlier fault: restart */
+    TS_ERR_NOT_INITIALIZED = -7,  /* ts_init has not succeeded */
+    TS_ERR_INDEX = -8,            /* a kernel saw an out-of-range index in device data */
+    TS_ERR_NO_DEVICE = -9         /* no CUDA device, or the ordinal does not exist */
+} ts_status;
+
+typedef enum {
+    TS_F16 = 1,
+    TS_F32 = 2,
+    TS_I32 = 3
+} ts_dtype;
+
+/* ---- runtime (runtime.cu) ------------------------------------------------------------ */
+
+int ts_abi_version(void);
+/* Message of the last failing call on this thread ("" if none). Valid until the next call. */
+const char *ts_last_error(void);
+/* Static name of a status, e.g. "TS_ERR_SHAPE_MISMATCH". */
+const char *ts_status_name(int status);
+
+int ts_device_count(int *count);
+/* Selects the device, creates the library stream and cuBLAS handle. Idempotent for the same
+ * device; a different device after a successful init is TS_ERR_INVALID_ARGUMENT. */
+int ts_init(int device);
+/* Releases the stream, cuBLAS handle and workspaces. Buffers must be freed by the caller. */
+int ts_shutdown(void);
+
+typedef struct {
+    char name[256];
+    int ordinal;
+    int sm_count;
+    int cc_major;
+    int cc_minor;
+    int64_t total_bytes;
+    int64_t l2_bytes;
+    int clock_khz;
+    int memory_bus_bits;
+} ts_device_info;
+
+int ts_get_device_info(ts_device_info *info);
+/* Measured device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written
+ * (a copy of N bytes moves 2N): CUDA events, warm-up, median of repeats, 1 GiB buffers.
+ * Measured once per process, then cached. */
+int ts_copy_bandwidth(double *gb_per_s);
+/* Bytes of device memory in use on the device (total - free, all processes). */
+int ts_memory_in_use(int64_t *bytes);
+
+int ts_malloc(void **ptr, size_t bytes);
+int ts_free(void *ptr);
+int ts_memset(void *dst, int byte_value, size_t bytes, void *stream);
+int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream);
+/* Waits for the stream, then copies; reports pending TS_ERR_INDEX faults first. */
+int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream);
+/* Waits for the stream; reports pending TS_ERR_INDEX faults and sticky errors. */
+int ts_synchronize(void *stream);
+
+/* Timers for benchmarks: CUDA events recorded on a stream. */
+typedef struct ts_timer ts_timer;
+int ts_timer_create(ts_timer **timer);
+int ts_timer_start(ts_timer *timer, void *stream);
+/* Records the stop event, waits for it, and returns the elapsed milliseconds. */
+int ts_timer_stop(ts_timer *timer, void *stream, float *ms);
+int ts_timer_destroy(ts_timer *timer);
+
+/* ---- configs -------------------------------------------------------------------------- */
+
+/* residual_add, swiglu, gelu, gelu_tanh: n elements, any shape. */
+typedef struct {
+    ts_dtype dtype;
+    int64_t n;
+} ts_elementwise_config;
+
+/* rmsnorm, layernorm, layernorm_residual: rows x hidden. */
+typedef struct {
+    ts_dtype dtype;
+    int rows;
+    int hidden;
+    float eps;
+} ts_norm_config;
+
+/* rope on x [tokens, heads, head_dim]; NeoX/rotate_half pairs (i, i + rope_dim/2) for
+ * i < rope_dim/2, angle positions[t] * freq_base^(-2i/rope_dim); dims >= rope_dim pass. */
+typedef struct {
+    ts_dtype dtype;
+    int tokens;
+    int heads;
+    int head_dim; /* even */
+    int rope_dim; /* even, 0 < rope_dim <= head_dim */
+    float freq_base;
+} ts_rope_config;
+
+/* attention_prefill: q [batch, seq_len, n_heads, head_dim], k/v [batch, seq_len, n_kv_heads,
+ * head_dim], out like q; query head h reads kv head h / (n_heads / n_kv_heads). */
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int seq_len;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int causal; /* nonzero: query i sees keys 0..i */
+    float scale;
+} ts_attention_config;
+
+/* attention_decode: q [batch, n_heads, head_dim], caches [batch, max_len, n_kv_heads,
+ * head_dim], cache_lens int32 [batch] with 1 <= cache_lens[b] <= max_len (checked on device),
+ * out like q. */
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int max_len;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale;
+} ts_decode_config;
+
+/* swiglu_ffn: x [rows, hidden], w_gate/w_up [ffn, hidden], w_down [hidden, ffn]. The gate, up
+ * and activation intermediates are stored in dtype in a library workspace that grows to the
+ * largest request and is reused, never allocated per call. */
+typedef struct {
+    ts_dtype dtype;
+    int rows;
+    int hidden;
+    int ffn;
+} ts_ffn_config;
+
+/* embedding: out[t] = table[ids[t]], table [table_rows, hidden] (table_rows = vocab).
+ * pos_embedding: out[t] = x[t] + table[positions[t]], table [table_rows, hidden]. */
+typedef struct {
+    ts_dtype dtype;
+    int tokens;
+    int hidden;
+    int table_rows;
+} ts_embedding_config;
+
+/* gemm: out [m, n] = x [m, k] . w^T (w is [n, k]) + bias [n] (bias may be NULL). Inputs in
+ * in_dtype, fp32 accumulation (cuBLAS), result rounded to out_dtype (TS_F16 or TS_F32). */
+typedef struct {
+    ts_dtype in_dtype;
+    ts_dtype out_dtype;
+    int m;
+    int n;
+    int k;
+} ts_gemm_config;
+
+/* softmax over the last dim of x [rows, n] (in_dtype TS_F16 or TS_F32) into fp32 out; -inf
+ * entries get probability 0. */
+typedef struct {
+    ts_dtype in_dtype;
+    int rows;
+    int n;
+} ts_softmax_config;
+
+/* ---- ops: one per file in cuda/kernels/ -------------------------------------------------- */
+
+/* out = x + residual; out may equal x (in place). */
+int ts_residual_add(void *out, const void *x, const void *residual, const ts_elementwise_config *cfg, void *stream);
+int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream);
+int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, const ts_norm_config *cfg, void *stream);
+/* Unfused equivalent: ts_residual_add(sum, x, residual) then ts_layernorm(out, sum, ...). */
+int ts_layernorm_residual(void *sum, void *out, const void *x, const void *residual, const void *gamma,
+                          const void *beta, const ts_norm_config *cfg, void *stream);
+/* out may equal x. */
+int ts_rope(void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg, void *stream);
+int ts_attention_prefill(void *out, const void *q, const void *k, const void *v, const ts_attention_config *cfg,
+                         void *stream);
+int ts_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const int32_t *cache_lens,
+                        const ts_decode_config *cfg, void *stream);
+/* out = silu(gate) * up */
+int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_config *cfg, void *stream);
+/* Unfused equivalent: gemm(g, x, w_gate), gemm(u, x, w_up), swiglu(a, g, u), gemm(out, a, w_down). */
+int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up, const void *w_down,
+                  const ts_ffn_config *cfg, void *stream);
+/* exact erf GELU */
+int ts_gelu(void *out, const void *x, const ts_elementwise_config *cfg, void *stream);
+/* tanh approximation (GPT-2 gelu_new) */
+int ts_gelu_tanh(void *out, const void *x, const ts_elementwise_config *cfg, void *stream);
+int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t *positions,
+                     const ts_embedding_config *cfg, void *stream);
+int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg, void *stream);
+int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
+int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TOUCHSTONE_H */

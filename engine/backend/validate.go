@@ -1,0 +1,253 @@
+package backend
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// The shape and parameter checks of every op, shared by all backends so that each refuses
+// exactly the same calls with exactly the same messages. Checks of index values that live
+// in buffers (positions, ids, cache_lens) are the backends' own: only they can read them.
+
+func fmtF(v float32) string { return strconv.FormatFloat(float64(v), 'g', -1, 32) }
+
+func fmtI(v int) string { return strconv.Itoa(v) }
+
+// CheckUnary validates an fp16 elementwise op out = f(x).
+func CheckUnary(op string, out, x Buffer) error {
+	c := Validate(op)
+	c.DType("x", x, tensor.F16)
+	c.MinRank("x", x, 1)
+	if c.Err() == nil {
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
+// CheckBinary validates an fp16 elementwise op of two tensors of one shape.
+func CheckBinary(op, aName, bName string, out, a, b Buffer) error {
+	c := Validate(op)
+	c.DType(aName, a, tensor.F16)
+	c.MinRank(aName, a, 1)
+	if c.Err() == nil {
+		c.DType(bName, b, tensor.F16)
+		c.Shape(bName, b, a.Shape(), "the shape of "+aName)
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, a.Shape(), "the shape of "+aName)
+	}
+	return c.Err()
+}
+
+// checkNorm validates x [T, H], out like x, eps, and each [H] parameter vector.
+func checkNorm(c *Check, out, x Buffer, eps float32, params map[string]Buffer) {
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
+	if c.Err() != nil {
+		return
+	}
+	h := x.Shape()[1]
+	for _, name := range []string{"weight", "gamma", "beta"} {
+		p, ok := params[name]
+		if !ok {
+			continue
+		}
+		c.DType(name, p, tensor.F16)
+		c.Shape(name, p, []int{h}, "the hidden size of x")
+	}
+	c.DType("out", out, tensor.F16)
+	c.Shape("out", out, x.Shape(), "the shape of x")
+}
+
+// CheckRMSNorm validates RMSNorm.
+func CheckRMSNorm(out, x, weight Buffer, eps float32) error {
+	c := Validate("rmsnorm")
+	checkNorm(c, out, x, eps, map[string]Buffer{"weight": weight})
+	return c.Err()
+}
+
+// CheckLayerNorm validates LayerNorm.
+func CheckLayerNorm(out, x, gamma, beta Buffer, eps float32) error {
+	c := Validate("layernorm")
+	checkNorm(c, out, x, eps, map[string]Buffer{"gamma": gamma, "beta": beta})
+	return c.Err()
+}
+
+// CheckLayerNormResidual validates the fused residual add + LayerNorm.
+func CheckLayerNormResidual(sum, out, x, residual, gamma, beta Buffer, eps float32) error {
+	c := Validate("layernorm_residual")
+	checkNorm(c, out, x, eps, map[string]Buffer{"gamma": gamma, "beta": beta})
+	if c.Err() == nil {
+		c.DType("residual", residual, tensor.F16)
+		c.Shape("residual", residual, x.Shape(), "the shape of x")
+		c.DType("sum", sum, tensor.F16)
+		c.Shape("sum", sum, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
+// CheckRoPE validates RoPE on x [T, heads, HeadDim].
+func CheckRoPE(out, x, positions Buffer, cfg RoPEConfig) error {
+	c := Validate("rope")
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 3)
+	c.That(cfg.HeadDim > 0 && cfg.HeadDim%2 == 0, "head_dim", fmtI(cfg.HeadDim), "must be positive and even")
+	c.That(cfg.RopeDim > 0 && cfg.RopeDim%2 == 0 && cfg.RopeDim <= cfg.HeadDim, "rope_dim", fmtI(cfg.RopeDim),
+		"must be positive, even and at most head_dim (%d)", cfg.HeadDim)
+	c.That(cfg.FreqBase > 1 && !math.IsInf(float64(cfg.FreqBase), 0), "freq_base", fmtF(cfg.FreqBase), "must be finite and > 1")
+	if c.Err() == nil {
+		c.That(x.Shape()[2] == cfg.HeadDim, "x", describe(x), "last dim must equal head_dim (%d)", cfg.HeadDim)
+		c.DType("positions", positions, tensor.I32)
+		c.Shape("positions", positions, x.Shape()[:1], "one position per token of x")
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
+// checkHeads validates the head layout shared by prefill and decode.
+func checkHeads(c *Check, cfg AttentionConfig) {
+	c.That(cfg.NumHeads > 0, "n_heads", fmtI(cfg.NumHeads), "must be positive")
+	c.That(cfg.NumKVHeads > 0, "n_kv_heads", fmtI(cfg.NumKVHeads), "must be positive")
+	c.That(cfg.HeadDim > 0, "head_dim", fmtI(cfg.HeadDim), "must be positive")
+	c.That(cfg.Scale > 0 && !math.IsInf(float64(cfg.Scale), 0), "scale", fmtF(cfg.Scale), "must be positive and finite")
+	if cfg.NumHeads > 0 && cfg.NumKVHeads > 0 {
+		c.That(cfg.NumHeads%cfg.NumKVHeads == 0, "n_kv_heads", fmtI(cfg.NumKVHeads),
+			"must divide n_heads (%d)", cfg.NumHeads)
+	}
+}
+
+// CheckAttentionPrefill validates prefill attention.
+func CheckAttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_prefill")
+	checkHeads(c, cfg)
+	c.DType("q", q, tensor.F16)
+	c.Rank("q", q, 4)
+	if c.Err() == nil {
+		b, s := q.Shape()[0], q.Shape()[1]
+		c.Shape("q", q, []int{b, s, cfg.NumHeads, cfg.HeadDim}, "[batch, seq, n_heads, head_dim]")
+		kv := []int{b, s, cfg.NumKVHeads, cfg.HeadDim}
+		c.DType("k", k, tensor.F16)
+		c.Shape("k", k, kv, "[batch, seq, n_kv_heads, head_dim] of q")
+		c.DType("v", v, tensor.F16)
+		c.Shape("v", v, kv, "[batch, seq, n_kv_heads, head_dim] of q")
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, q.Shape(), "the shape of q")
+	}
+	return c.Err()
+}
+
+// CheckAttentionDecode validates decode attention against a KV cache.
+func CheckAttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_decode")
+	checkHeads(c, cfg)
+	c.DType("q", q, tensor.F16)
+	c.Rank("q", q, 3)
+	c.DType("k_cache", kCache, tensor.F16)
+	c.Rank("k_cache", kCache, 4)
+	if c.Err() == nil {
+		b, l := q.Shape()[0], kCache.Shape()[1]
+		c.Shape("q", q, []int{b, cfg.NumHeads, cfg.HeadDim}, "[batch, n_heads, head_dim]")
+		cache := []int{b, l, cfg.NumKVHeads, cfg.HeadDim}
+		c.Shape("k_cache", kCache, cache, "[batch, max_len, n_kv_heads, head_dim]")
+		c.DType("v_cache", vCache, tensor.F16)
+		c.Shape("v_cache", vCache, cache, "the shape of k_cache")
+		c.DType("cache_lens", cacheLens, tensor.I32)
+		c.Shape("cache_lens", cacheLens, []int{b}, "one length per sequence")
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, q.Shape(), "the shape of q")
+	}
+	return c.Err()
+}
+
+// CheckEmbedding validates a token embedding gather.
+func CheckEmbedding(out, ids, table Buffer) error {
+	c := Validate("embedding")
+	c.DType("ids", ids, tensor.I32)
+	c.MinRank("ids", ids, 1)
+	c.DType("table", table, tensor.F16)
+	c.Rank("table", table, 2)
+	if c.Err() == nil {
+		want := append(append([]int{}, ids.Shape()...), table.Shape()[1])
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, want, "the shape of ids plus the hidden size of table")
+	}
+	return c.Err()
+}
+
+// CheckPosEmbedding validates the learned position embedding add.
+func CheckPosEmbedding(out, x, table, positions Buffer) error {
+	c := Validate("pos_embedding")
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.DType("table", table, tensor.F16)
+	c.Rank("table", table, 2)
+	if c.Err() == nil {
+		c.That(table.Shape()[1] == x.Shape()[1], "table", describe(table), "hidden size must equal x's (%d)", x.Shape()[1])
+		c.DType("positions", positions, tensor.I32)
+		c.Shape("positions", positions, x.Shape()[:1], "one position per token of x")
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
+// CheckGemm validates out = x · wᵀ + bias.
+func CheckGemm(out, x, w, bias Buffer) error {
+	c := Validate("gemm")
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.DType("w", w, tensor.F16)
+	c.Rank("w", w, 2)
+	if c.Err() == nil {
+		m, k, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
+		c.That(w.Shape()[1] == k, "w", describe(w), "want [N, %d]: its last dim must equal x's K", k)
+		if bias != nil {
+			c.DType("bias", bias, tensor.F16)
+			c.Shape("bias", bias, []int{n}, "one bias per output feature (rows of w)")
+		}
+		c.DType("out", out, tensor.F16, tensor.F32)
+		c.Shape("out", out, []int{m, n}, "[rows of x, rows of w]")
+	}
+	return c.Err()
+}
+
+// CheckSwiGLUFFN validates the gated FFN.
+func CheckSwiGLUFFN(out, x, wGate, wUp, wDown Buffer) error {
+	c := Validate("swiglu_ffn")
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.DType("w_gate", wGate, tensor.F16)
+	c.Rank("w_gate", wGate, 2)
+	if c.Err() == nil {
+		t, h, f := x.Shape()[0], x.Shape()[1], wGate.Shape()[0]
+		c.Shape("w_gate", wGate, []int{f, h}, "[ffn, hidden of x]")
+		c.DType("w_up", wUp, tensor.F16)
+		c.Shape("w_up", wUp, []int{f, h}, "the shape of w_gate")
+		c.DType("w_down", wDown, tensor.F16)
+		c.Shape("w_down", wDown, []int{h, f}, "[hidden, ffn] of w_gate")
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, []int{t, h}, "the shape of x")
+	}
+	return c.Err()
+}
+
+// CheckSoftmax validates a row softmax into fp32.
+func CheckSoftmax(out, x Buffer) error {
+	c := Validate("softmax")
+	c.DType("x", x, tensor.F16, tensor.F32)
+	c.MinRank("x", x, 1)
+	if c.Err() == nil {
+		c.DType("out", out, tensor.F32)
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
+// IndexError reports an index value read from a buffer that is out of range.
+func IndexError(op, arg string, i, value int, reason string) error {
+	return &ArgError{Op: op, Arg: arg + "[" + fmtI(i) + "]", Value: fmtI(value), Reason: reason}
+}
