@@ -4,6 +4,8 @@
 package conformance
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -23,8 +25,8 @@ type Output struct {
 	Want *tensor.Tensor
 }
 
-// runner executes one op of a golden set through the backend.
-type runner func(c *call) []Output
+// runner executes one op through the backend, recording its outputs with c.output.
+type runner func(c *call)
 
 // runners maps each golden op name to the code that runs it.
 var runners = map[string]runner{}
@@ -36,25 +38,78 @@ func register(op string, r runner) {
 	runners[op] = r
 }
 
-// Run executes set's op on b and returns every output with its reference. Buffers are
+// Source supplies the parameters and input tensors of one op call: a golden set, or
+// tensors made in memory (the cross-backend check).
+type Source interface {
+	DecodeParams(v any) error
+	Tensor(name string) (*tensor.Tensor, error)
+}
+
+// Memory is a Source of in-memory tensors.
+type Memory struct {
+	Params  json.RawMessage
+	Tensors map[string]*tensor.Tensor
+}
+
+// DecodeParams decodes the params strictly, like a golden set does.
+func (m Memory) DecodeParams(v any) error {
+	dec := json.NewDecoder(bytes.NewReader(m.Params))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// Tensor returns the named tensor.
+func (m Memory) Tensor(name string) (*tensor.Tensor, error) {
+	t, ok := m.Tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("no input tensor %q", name)
+	}
+	return t, nil
+}
+
+// Execute runs op on b with the inputs of src and returns the outputs by name. Buffers are
 // freed before it returns, on success and on error.
+func Execute(b backend.Backend, op string, src Source) (map[string]*tensor.Tensor, error) {
+	r, ok := runners[op]
+	if !ok {
+		return nil, fmt.Errorf("no runner for op %q (known ops: %v)", op, backend.Ops)
+	}
+	if !b.Supports(op) {
+		return nil, fmt.Errorf("%s on %s: %w", op, b.Info().Backend, ErrUnsupported)
+	}
+	c := &call{b: b, src: src, outs: map[string]*tensor.Tensor{}}
+	defer c.free()
+	r(c)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c.outs, nil
+}
+
+// Run executes set's op on b and pairs every output with its reference.
 func Run(b backend.Backend, set *golden.Set) ([]Output, error) {
 	m := set.Manifest
 	if m.Kind != "kernel" {
 		return nil, fmt.Errorf("%s: kind %q is not a kernel set", set.ID(), m.Kind)
 	}
-	r, ok := runners[m.Op]
-	if !ok {
-		return nil, fmt.Errorf("%s: no runner for op %q (known ops: %v)", set.ID(), m.Op, backend.Ops)
+	got, err := Execute(b, m.Op, set)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", set.ID(), err)
 	}
-	if !b.Supports(m.Op) {
-		return nil, fmt.Errorf("%s on %s: %w", m.Op, b.Info().Backend, ErrUnsupported)
+	var outs []Output
+	for _, f := range set.Files("expected") {
+		g, ok := got[f.Name]
+		if !ok {
+			return nil, fmt.Errorf("%s: the %s runner produced no output %q", set.ID(), m.Op, f.Name)
+		}
+		want, err := set.Tensor(f.Name)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, Output{Name: f.Name, Got: g, Want: want})
 	}
-	c := &call{b: b, set: set}
-	defer c.free()
-	outs := r(c)
-	if c.err != nil {
-		return nil, fmt.Errorf("%s: %w", set.ID(), c.err)
+	if len(outs) != len(got) {
+		return nil, fmt.Errorf("%s: the set expects %d outputs, the %s runner produced %d", set.ID(), len(outs), m.Op, len(got))
 	}
 	return outs, nil
 }
@@ -100,8 +155,9 @@ func Check(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verd
 // downloads results, keeping the first error so runners read as straight-line code.
 type call struct {
 	b    backend.Backend
-	set  *golden.Set
+	src  Source
 	bufs []backend.Buffer
+	outs map[string]*tensor.Tensor
 	err  error
 }
 
@@ -114,7 +170,7 @@ func (c *call) fail(err error) {
 // params decodes the set's parameters strictly into v.
 func (c *call) params(v any) {
 	if c.err == nil {
-		c.fail(c.set.DecodeParams(v))
+		c.fail(c.src.DecodeParams(v))
 	}
 }
 
@@ -123,7 +179,7 @@ func (c *call) host(name string) *tensor.Tensor {
 	if c.err != nil {
 		return nil
 	}
-	t, err := c.set.Tensor(name)
+	t, err := c.src.Tensor(name)
 	c.fail(err)
 	return t
 }
@@ -185,18 +241,17 @@ func (c *call) do(op func() error) {
 	}
 }
 
-// output downloads buf and pairs it with the expected tensor of the same name.
-func (c *call) output(name string, buf backend.Buffer) Output {
-	want := c.host(name)
+// output downloads buf as the output called name.
+func (c *call) output(name string, buf backend.Buffer) {
 	if c.err != nil {
-		return Output{Name: name}
+		return
 	}
 	got, err := c.b.Download(buf)
 	if err != nil {
 		c.fail(fmt.Errorf("download %s: %w", name, err))
-		return Output{Name: name}
+		return
 	}
-	return Output{Name: name, Got: got, Want: want}
+	c.outs[name] = got
 }
 
 func (c *call) free() {

@@ -47,7 +47,7 @@ type residualParams struct {
 }
 
 func init() {
-	register("residual_add", func(c *call) []Output {
+	register("residual_add", func(c *call) {
 		var p residualParams
 		c.params(&p)
 		x, r := c.input("x"), c.input("residual")
@@ -56,33 +56,34 @@ func init() {
 			out = c.like(x)
 		}
 		c.do(func() error { return c.b.ResidualAdd(out, x, r) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("rmsnorm", func(c *call) []Output {
+	register("rmsnorm", func(c *call) {
 		var p epsParams
 		c.params(&p)
 		x, w := c.input("x"), c.input("weight")
 		out := c.like(x)
 		c.do(func() error { return c.b.RMSNorm(out, x, w, p.Eps) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("layernorm", func(c *call) []Output {
+	register("layernorm", func(c *call) {
 		var p epsParams
 		c.params(&p)
 		x, g, b := c.input("x"), c.input("gamma"), c.input("beta")
 		out := c.like(x)
 		c.do(func() error { return c.b.LayerNorm(out, x, g, b, p.Eps) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("layernorm_residual", func(c *call) []Output {
+	register("layernorm_residual", func(c *call) {
 		var p epsParams
 		c.params(&p)
 		x, r, g, b := c.input("x"), c.input("residual"), c.input("gamma"), c.input("beta")
 		sum, out := c.like(x), c.like(x)
 		c.do(func() error { return c.b.LayerNormResidual(sum, out, x, r, g, b, p.Eps) })
-		return []Output{c.output("sum", sum), c.output("out", out)}
+		c.output("sum", sum)
+		c.output("out", out)
 	})
-	register("rope", func(c *call) []Output {
+	register("rope", func(c *call) {
 		var p ropeParams
 		c.params(&p)
 		cfg := backend.RoPEConfig{HeadDim: p.HeadDim, RopeDim: p.RopeDim, FreqBase: p.FreqBase}
@@ -90,62 +91,63 @@ func init() {
 		qOut, kOut := c.like(q), c.like(k)
 		c.do(func() error { return c.b.RoPE(qOut, q, pos, cfg) })
 		c.do(func() error { return c.b.RoPE(kOut, k, pos, cfg) })
-		return []Output{c.output("q_out", qOut), c.output("k_out", kOut)}
+		c.output("q_out", qOut)
+		c.output("k_out", kOut)
 	})
-	register("attention_prefill", func(c *call) []Output {
+	register("attention_prefill", func(c *call) {
 		var p attentionParams
 		c.params(&p)
 		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale}
 		q, k, v := c.input("q"), c.input("k"), c.input("v")
 		out := c.like(q)
 		c.do(func() error { return c.b.AttentionPrefill(out, q, k, v, cfg) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("attention_decode", func(c *call) []Output {
+	register("attention_decode", func(c *call) {
 		var p decodeParams
 		c.params(&p)
 		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale}
 		q, kc, vc, lens := c.input("q"), c.input("k_cache"), c.input("v_cache"), c.input("cache_lens")
 		out := c.like(q)
 		c.do(func() error { return c.b.AttentionDecode(out, q, kc, vc, lens, cfg) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("swiglu", func(c *call) []Output {
+	register("swiglu", func(c *call) {
 		c.params(&noParams{})
 		g, u := c.input("gate"), c.input("up")
 		out := c.like(g)
 		c.do(func() error { return c.b.SwiGLU(out, g, u) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("swiglu_ffn", func(c *call) []Output {
+	register("swiglu_ffn", func(c *call) {
 		c.params(&noParams{})
 		x, wg, wu, wd := c.input("x"), c.input("w_gate"), c.input("w_up"), c.input("w_down")
 		out := c.like(x)
 		c.do(func() error { return c.b.SwiGLUFFN(out, x, wg, wu, wd) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("gelu", func(c *call) []Output {
+	register("gelu", func(c *call) {
 		c.params(&noParams{})
 		x := c.input("x")
 		out := c.like(x)
 		c.do(func() error { return c.b.GELU(out, x) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("gelu_tanh", func(c *call) []Output {
+	register("gelu_tanh", func(c *call) {
 		c.params(&noParams{})
 		x := c.input("x")
 		out := c.like(x)
 		c.do(func() error { return c.b.GELUTanh(out, x) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("pos_embedding", func(c *call) []Output {
+	register("pos_embedding", func(c *call) {
 		c.params(&noParams{})
 		x, table, pos := c.input("x"), c.input("table"), c.input("positions")
 		out := c.like(x)
 		c.do(func() error { return c.b.PosEmbedding(out, x, table, pos) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("embedding", func(c *call) []Output {
+	register("embedding", func(c *call) {
 		c.params(&noParams{})
 		ids, table := c.input("ids"), c.input("table")
 		h := c.dim("table", table, 1)
@@ -154,9 +156,9 @@ func init() {
 			out = c.alloc(tensor.F16, append(append([]int{}, ids.Shape()...), h))
 		}
 		c.do(func() error { return c.b.Embedding(out, ids, table) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("gemm", func(c *call) []Output {
+	register("gemm", func(c *call) {
 		var p gemmParams
 		c.params(&p)
 		dt, err := tensor.ParseDType(p.OutDType)
@@ -173,9 +175,9 @@ func init() {
 			out = c.alloc(dt, []int{m, n})
 		}
 		c.do(func() error { return c.b.Gemm(out, x, w, bias) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
-	register("softmax", func(c *call) []Output {
+	register("softmax", func(c *call) {
 		c.params(&noParams{})
 		x := c.input("x")
 		var out backend.Buffer
@@ -183,6 +185,6 @@ func init() {
 			out = c.alloc(tensor.F32, x.Shape())
 		}
 		c.do(func() error { return c.b.Softmax(out, x) })
-		return []Output{c.output("out", out)}
+		c.output("out", out)
 	})
 }
