@@ -4,6 +4,9 @@
 #   make test         vet, formatting, unit tests and every Ginkgo suite on the CPU backend (CI)
 #   make golden       regenerate the committed golden sets (needs tools/gen-golden/requirements.txt)
 #   make golden-full  generate the full-scale tier into golden/.cache (GPU hosts)
+#   make cuda         build cuda/build/libtouchstone_cuda.so with nvcc (CUDA_ARCH ?= sm_90)
+#   make bundle       precompiled suites + ginkgo + touchstone + runner in dist/ (for GPU hosts)
+#   make sanitize     compute-sanitizer over the kernel suite (GPU host, after cuda and bundle)
 
 SHELL        := bash
 GO           ?= go
@@ -14,7 +17,11 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
                 --junit-report=junit.xml --json-report=report.json --output-dir=$(REPORTS)
 FUZZTIME     ?= 20s
 
-.PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify clean
+.PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify \
+        cuda bundle sanitize clean
+
+CUDA_ARCH    ?= sm_90
+SUITES       := $(patsubst %/,%,$(dir $(wildcard suites/*/*_suite_test.go)))
 
 check:
 	$(GO) run ./cmd/touchstone check
@@ -53,5 +60,24 @@ golden-check:
 golden-verify:
 	$(GO) run ./cmd/touchstone golden verify
 
+cuda:
+	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH)
+
+# Everything a GPU host without Go needs: built here (cgo + dlopen, no CUDA at build time),
+# run there with `make cuda && dist/run`.
+bundle:
+	@rm -rf dist && mkdir -p dist/bin
+	@for s in $(SUITES); do \
+	  echo "go test -c ./$$s"; \
+	  $(GO) test -c -ldflags="-s -w" -o dist/bin/$$(basename $$s).test ./$$s || exit 1; \
+	done
+	$(GO) build -ldflags="-s -w" -o dist/bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
+	$(GO) build -ldflags="-s -w" -o dist/bin/touchstone ./cmd/touchstone
+	cp tools/bundle/run dist/run
+
+sanitize:
+	dist/run sanitize
+
 clean:
-	rm -rf build
+	rm -rf build dist
+	$(MAKE) -C cuda clean 2>/dev/null || true
