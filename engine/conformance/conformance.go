@@ -67,9 +67,14 @@ func (m Memory) Tensor(name string) (*tensor.Tensor, error) {
 	return t, nil
 }
 
-// Execute runs op on b with the inputs of src and returns the outputs by name. Buffers are
-// freed before it returns, on success and on error.
-func Execute(b backend.Backend, op string, src Source) (map[string]*tensor.Tensor, error) {
+// Prepared is an op with its inputs uploaded and outputs allocated, ready to launch any
+// number of times: Execute launches it once, a benchmark many times.
+type Prepared struct {
+	c *call
+}
+
+// Prepare uploads the inputs of src and allocates the outputs of op on b.
+func Prepare(b backend.Backend, op string, src Source) (*Prepared, error) {
 	r, ok := runners[op]
 	if !ok {
 		return nil, fmt.Errorf("no runner for op %q (known ops: %v)", op, backend.Ops)
@@ -77,13 +82,53 @@ func Execute(b backend.Backend, op string, src Source) (map[string]*tensor.Tenso
 	if !b.Supports(op) {
 		return nil, fmt.Errorf("%s on %s: %w", op, b.Info().Backend, ErrUnsupported)
 	}
-	c := &call{b: b, src: src, outs: map[string]*tensor.Tensor{}}
-	defer c.free()
+	c := &call{b: b, src: src}
 	r(c)
 	if c.err != nil {
+		c.free()
 		return nil, c.err
 	}
-	return c.outs, nil
+	return &Prepared{c: c}, nil
+}
+
+// Launch runs the op's backend calls once.
+func (p *Prepared) Launch() error {
+	for _, l := range p.c.launches {
+		if err := l(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Outputs downloads every output by name.
+func (p *Prepared) Outputs() (map[string]*tensor.Tensor, error) {
+	outs := make(map[string]*tensor.Tensor, len(p.c.outputs))
+	for _, o := range p.c.outputs {
+		got, err := p.c.b.Download(o.buf)
+		if err != nil {
+			return nil, fmt.Errorf("download %s: %w", o.name, err)
+		}
+		outs[o.name] = got
+	}
+	return outs, nil
+}
+
+// Free releases every buffer.
+func (p *Prepared) Free() { p.c.free() }
+
+// Execute runs op on b once with the inputs of src and returns the outputs by name.
+// Buffers are freed before it returns, on success and on error.
+func Execute(b backend.Backend, op string, src Source) (map[string]*tensor.Tensor, error) {
+	p, err := Prepare(b, op, src)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Free()
+	if err := p.Launch(); err != nil {
+		return nil, err
+	}
+	return p.Outputs()
 }
 
 // Run executes set's op on b and pairs every output with its reference.
@@ -154,11 +199,17 @@ func Check(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verd
 // call carries one op execution: it loads and uploads inputs, allocates outputs and
 // downloads results, keeping the first error so runners read as straight-line code.
 type call struct {
-	b    backend.Backend
-	src  Source
-	bufs []backend.Buffer
-	outs map[string]*tensor.Tensor
-	err  error
+	b        backend.Backend
+	src      Source
+	bufs     []backend.Buffer
+	launches []func() error
+	outputs  []namedBuffer
+	err      error
+}
+
+type namedBuffer struct {
+	name string
+	buf  backend.Buffer
 }
 
 func (c *call) fail(err error) {
@@ -234,24 +285,18 @@ func (c *call) dim(name string, buf backend.Buffer, i int) int {
 	return buf.Shape()[i]
 }
 
-// do runs the op unless an earlier step failed.
+// do records one backend call of the op; Launch makes it.
 func (c *call) do(op func() error) {
 	if c.err == nil {
-		c.fail(op())
+		c.launches = append(c.launches, op)
 	}
 }
 
-// output downloads buf as the output called name.
+// output records buf as the output called name.
 func (c *call) output(name string, buf backend.Buffer) {
-	if c.err != nil {
-		return
+	if c.err == nil {
+		c.outputs = append(c.outputs, namedBuffer{name, buf})
 	}
-	got, err := c.b.Download(buf)
-	if err != nil {
-		c.fail(fmt.Errorf("download %s: %w", name, err))
-		return
-	}
-	c.outs[name] = got
 }
 
 func (c *call) free() {
