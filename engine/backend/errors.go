@@ -123,4 +123,3 @@ func (c *Check) That(ok bool, arg, value, reason string, args ...any) {
 		c.fail(arg, value, reason, args...)
 	}
 }
-

@@ -4,11 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/rand/v2"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	"github.com/x448/float16"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
@@ -23,47 +21,35 @@ import (
 // every run (from Ginkgo's random seed, printed at the top of the run and in every failure),
 // so it explores inputs no golden file holds.
 
-// input describes one random input tensor of a cross-backend case.
-type input struct {
-	name  string
-	dtype tensor.DType
-	shape []int
-	// gen returns element i; nil draws N(0, 1).
-	gen func(r *rand.Rand, i int) float64
-}
-
 type crossCase struct {
 	op     string
 	params string
-	inputs []input
+	inputs []conformance.InputSpec
 }
 
-func normalGen(std, mean float64) func(*rand.Rand, int) float64 {
-	return func(r *rand.Rand, _ int) float64 { return mean + std*r.NormFloat64() }
-}
-
-func intsUpTo(n int) func(*rand.Rand, int) float64 {
-	return func(r *rand.Rand, _ int) float64 { return float64(r.IntN(n)) }
-}
-
-var nearOne = normalGen(0.1, 1)
+var (
+	in        = conformance.Spec
+	normalGen = conformance.Normal
+	intsUpTo  = conformance.IntsBelow
+	nearOne   = conformance.Normal(0.1, 1)
+)
 
 var crossCases = []crossCase{
-	{"residual_add", `{"inplace": false}`, []input{{"x", tensor.F16, []int{512, 4097}, nil}, {"residual", tensor.F16, []int{512, 4097}, nil}}},
-	{"rmsnorm", `{"eps": 1e-6}`, []input{{"x", tensor.F16, []int{257, 5120}, nil}, {"weight", tensor.F16, []int{5120}, nearOne}}},
-	{"layernorm", `{"eps": 1e-5}`, []input{{"x", tensor.F16, []int{257, 3001}, normalGen(2, 10)}, {"gamma", tensor.F16, []int{3001}, nearOne}, {"beta", tensor.F16, []int{3001}, normalGen(0.1, 0)}}},
-	{"layernorm_residual", `{"eps": 1e-5}`, []input{{"x", tensor.F16, []int{129, 4096}, nil}, {"residual", tensor.F16, []int{129, 4096}, nil}, {"gamma", tensor.F16, []int{4096}, nearOne}, {"beta", tensor.F16, []int{4096}, normalGen(0.1, 0)}}},
-	{"rope", `{"freq_base": 1e6, "rope_dim": 128, "head_dim": 128}`, []input{{"q", tensor.F16, []int{300, 16, 128}, nil}, {"k", tensor.F16, []int{300, 4, 128}, nil}, {"positions", tensor.I32, []int{300}, intsUpTo(8192)}}},
-	{"attention_prefill", fmt.Sprintf(`{"n_heads": 14, "n_kv_heads": 2, "head_dim": 64, "causal": true, "scale": %v}`, 1/math.Sqrt(64)), []input{{"q", tensor.F16, []int{2, 200, 14, 64}, nil}, {"k", tensor.F16, []int{2, 200, 2, 64}, nil}, {"v", tensor.F16, []int{2, 200, 2, 64}, nil}}},
-	{"attention_decode", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v}`, 1/math.Sqrt(128)), []input{{"q", tensor.F16, []int{3, 32, 128}, nil}, {"k_cache", tensor.F16, []int{3, 2500, 8, 128}, nil}, {"v_cache", tensor.F16, []int{3, 2500, 8, 128}, nil}, {"cache_lens", tensor.I32, []int{3}, func(r *rand.Rand, _ int) float64 { return float64(1 + r.IntN(2500)) }}}},
-	{"swiglu", `{}`, []input{{"gate", tensor.F16, []int{64, 11008}, normalGen(3, 0)}, {"up", tensor.F16, []int{64, 11008}, nil}}},
-	{"swiglu_ffn", `{}`, []input{{"x", tensor.F16, []int{24, 1024}, nil}, {"w_gate", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)}, {"w_up", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)}, {"w_down", tensor.F16, []int{1024, 2816}, normalGen(1/math.Sqrt(2816), 0)}}},
-	{"gelu", `{}`, []input{{"x", tensor.F16, []int{96, 10001}, normalGen(2, 0)}}},
-	{"gelu_tanh", `{}`, []input{{"x", tensor.F16, []int{96, 10001}, normalGen(2, 0)}}},
-	{"pos_embedding", `{}`, []input{{"x", tensor.F16, []int{700, 1024}, nil}, {"table", tensor.F16, []int{2048, 1024}, nil}, {"positions", tensor.I32, []int{700}, intsUpTo(2048)}}},
-	{"embedding", `{}`, []input{{"ids", tensor.I32, []int{333}, intsUpTo(32000)}, {"table", tensor.F16, []int{32000, 512}, nil}}},
-	{"gemm", `{"has_bias": true, "out_dtype": "f16"}`, []input{{"x", tensor.F16, []int{77, 2048}, nil}, {"w", tensor.F16, []int{1536, 2048}, normalGen(1/math.Sqrt(2048), 0)}, {"bias", tensor.F16, []int{1536}, nil}}},
-	{"softmax", `{}`, []input{{"x", tensor.F32, []int{8, 100003}, normalGen(4, 0)}}},
+	{"residual_add", `{"inplace": false}`, []conformance.InputSpec{in("x", tensor.F16, []int{512, 4097}, nil), in("residual", tensor.F16, []int{512, 4097}, nil)}},
+	{"rmsnorm", `{"eps": 1e-6}`, []conformance.InputSpec{in("x", tensor.F16, []int{257, 5120}, nil), in("weight", tensor.F16, []int{5120}, nearOne)}},
+	{"layernorm", `{"eps": 1e-5}`, []conformance.InputSpec{in("x", tensor.F16, []int{257, 3001}, normalGen(2, 10)), in("gamma", tensor.F16, []int{3001}, nearOne), in("beta", tensor.F16, []int{3001}, normalGen(0.1, 0))}},
+	{"layernorm_residual", `{"eps": 1e-5}`, []conformance.InputSpec{in("x", tensor.F16, []int{129, 4096}, nil), in("residual", tensor.F16, []int{129, 4096}, nil), in("gamma", tensor.F16, []int{4096}, nearOne), in("beta", tensor.F16, []int{4096}, normalGen(0.1, 0))}},
+	{"rope", `{"freq_base": 1e6, "rope_dim": 128, "head_dim": 128}`, []conformance.InputSpec{in("q", tensor.F16, []int{300, 16, 128}, nil), in("k", tensor.F16, []int{300, 4, 128}, nil), in("positions", tensor.I32, []int{300}, intsUpTo(8192))}},
+	{"attention_prefill", fmt.Sprintf(`{"n_heads": 14, "n_kv_heads": 2, "head_dim": 64, "causal": true, "scale": %v}`, 1/math.Sqrt(64)), []conformance.InputSpec{in("q", tensor.F16, []int{2, 200, 14, 64}, nil), in("k", tensor.F16, []int{2, 200, 2, 64}, nil), in("v", tensor.F16, []int{2, 200, 2, 64}, nil)}},
+	{"attention_decode", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v}`, 1/math.Sqrt(128)), []conformance.InputSpec{in("q", tensor.F16, []int{3, 32, 128}, nil), in("k_cache", tensor.F16, []int{3, 2500, 8, 128}, nil), in("v_cache", tensor.F16, []int{3, 2500, 8, 128}, nil), in("cache_lens", tensor.I32, []int{3}, conformance.IntsIn(1, 2501))}},
+	{"swiglu", `{}`, []conformance.InputSpec{in("gate", tensor.F16, []int{64, 11008}, normalGen(3, 0)), in("up", tensor.F16, []int{64, 11008}, nil)}},
+	{"swiglu_ffn", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{24, 1024}, nil), in("w_gate", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)), in("w_up", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)), in("w_down", tensor.F16, []int{1024, 2816}, normalGen(1/math.Sqrt(2816), 0))}},
+	{"gelu", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
+	{"gelu_tanh", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
+	{"pos_embedding", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{700, 1024}, nil), in("table", tensor.F16, []int{2048, 1024}, nil), in("positions", tensor.I32, []int{700}, intsUpTo(2048))}},
+	{"embedding", `{}`, []conformance.InputSpec{in("ids", tensor.I32, []int{333}, intsUpTo(32000)), in("table", tensor.F16, []int{32000, 512}, nil)}},
+	{"gemm", `{"has_bias": true, "out_dtype": "f16"}`, []conformance.InputSpec{in("x", tensor.F16, []int{77, 2048}, nil), in("w", tensor.F16, []int{1536, 2048}, normalGen(1/math.Sqrt(2048), 0)), in("bias", tensor.F16, []int{1536}, nil)}},
+	{"softmax", `{}`, []conformance.InputSpec{in("x", tensor.F32, []int{8, 100003}, normalGen(4, 0))}},
 }
 
 // twoRoundings widens a tolerance for comparing two fp16 results with each other rather
@@ -85,36 +71,12 @@ func twoRoundings(t compare.Tolerance) compare.Tolerance {
 	return t
 }
 
-func randomInputs(seed uint64, c crossCase) map[string]*tensor.Tensor {
-	r := rand.New(rand.NewPCG(seed, 0x70c5))
-	ts := map[string]*tensor.Tensor{}
-	for _, in := range c.inputs {
-		t := tensor.New(in.dtype, in.shape...)
-		for i := 0; i < t.Len(); i++ {
-			v := r.NormFloat64()
-			if in.gen != nil {
-				v = in.gen(r, i)
-			}
-			switch in.dtype {
-			case tensor.F16:
-				t.F16[i] = float16.Fromfloat32(float32(v))
-			case tensor.F32:
-				t.F32[i] = float32(v)
-			case tensor.I32:
-				t.I32[i] = int32(v)
-			}
-		}
-		ts[in.name] = t
-	}
-	return ts
-}
-
 var _ = Describe("cross-backend check", harness.Kernel, harness.GPU, func() {
 	It("has a valid random case for every op, runnable on the CPU reference", func() {
 		covered := map[string]bool{}
 		for i, c := range crossCases {
 			covered[c.op] = true
-			src := conformance.Memory{Params: json.RawMessage(c.params), Tensors: randomInputs(uint64(i), c)}
+			src := conformance.Memory{Params: json.RawMessage(c.params), Tensors: conformance.RandomInputs(uint64(i), c.inputs)}
 			_, err := conformance.Execute(cpu.New(), c.op, src)
 			Expect(err).NotTo(HaveOccurred(), "cross-backend case %s", c.op)
 		}
@@ -129,7 +91,7 @@ var _ = Describe("cross-backend check", harness.Kernel, harness.GPU, func() {
 				Skip("the backend under test is the CPU backend itself")
 			}
 			seed := uint64(GinkgoRandomSeed()) + uint64(i)
-			src := conformance.Memory{Params: json.RawMessage(c.params), Tensors: randomInputs(seed, c)}
+			src := conformance.Memory{Params: json.RawMessage(c.params), Tensors: conformance.RandomInputs(seed, c.inputs)}
 			want, err := conformance.Execute(cpu.New(), c.op, src)
 			Expect(err).NotTo(HaveOccurred())
 			got, err := conformance.Execute(dev, c.op, src)

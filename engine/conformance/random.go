@@ -1,0 +1,68 @@
+package conformance
+
+import (
+	"math/rand/v2"
+
+	"github.com/x448/float16"
+
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// InputSpec describes one random input tensor, for the cross-backend check and benchmarks.
+type InputSpec struct {
+	Name  string
+	DType tensor.DType
+	Shape []int
+	// Gen returns element i; nil draws N(0, 1). Never all zeros: timing and comparing
+	// zeros proves nothing.
+	Gen func(r *rand.Rand, i int) float64
+}
+
+// Spec is shorthand for an InputSpec literal.
+func Spec(name string, dt tensor.DType, shape []int, gen func(*rand.Rand, int) float64) InputSpec {
+	return InputSpec{Name: name, DType: dt, Shape: shape, Gen: gen}
+}
+
+// Normal draws N(mean, std²).
+func Normal(std, mean float64) func(*rand.Rand, int) float64 {
+	return func(r *rand.Rand, _ int) float64 { return mean + std*r.NormFloat64() }
+}
+
+// IntsBelow draws integers uniformly in [0, n).
+func IntsBelow(n int) func(*rand.Rand, int) float64 { return IntsIn(0, n) }
+
+// IntsIn draws integers uniformly in [lo, hi).
+func IntsIn(lo, hi int) func(*rand.Rand, int) float64 {
+	return func(r *rand.Rand, _ int) float64 { return float64(lo + r.IntN(hi-lo)) }
+}
+
+// Const always returns v (cache lengths at capacity, say).
+func Const(v float64) func(*rand.Rand, int) float64 {
+	return func(*rand.Rand, int) float64 { return v }
+}
+
+// RandomInputs draws every spec from one seeded generator: the same seed gives the same
+// tensors, so a failure can be replayed from the seed it prints.
+func RandomInputs(seed uint64, specs []InputSpec) map[string]*tensor.Tensor {
+	r := rand.New(rand.NewPCG(seed, 0x70c5))
+	ts := make(map[string]*tensor.Tensor, len(specs))
+	for _, in := range specs {
+		t := tensor.New(in.DType, in.Shape...)
+		for i := 0; i < t.Len(); i++ {
+			v := r.NormFloat64()
+			if in.Gen != nil {
+				v = in.Gen(r, i)
+			}
+			switch in.DType {
+			case tensor.F16:
+				t.F16[i] = float16.Fromfloat32(float32(v))
+			case tensor.F32:
+				t.F32[i] = float32(v)
+			case tensor.I32:
+				t.I32[i] = int32(v)
+			}
+		}
+		ts[in.Name] = t
+	}
+	return ts
+}

@@ -1,0 +1,340 @@
+"""PyTorch peer timings for `touchstone bench`.
+
+For every case (op, params and input shapes in the layout of docs/golden-format.md) this builds
+random inputs on the GPU, prepares what a PyTorch user would hold before the call, and times the
+idiomatic PyTorch equivalent of the touchstone kernel with CUDA events, in the same run and on the
+same GPU as the Go side's own timings.
+
+    python3 tools/bench/torch_peer.py --cases cases.json      (or --cases - for stdin)
+
+stdout carries exactly one JSON object; progress and warnings go to stderr.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+DTYPES = {"f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
+FLUSH_BYTES = 256 << 20  # several times the L2 of any current GPU (H100: 50 MiB)
+ROPE_MAX_POS = 8192      # rope positions are drawn in [0, 8192): the cos/sin cache rows
+
+
+def log(*args):
+    print("torch_peer:", *args, file=sys.stderr, flush=True)
+
+
+class Inputs:
+    """Random device tensors for one case's input specs, made on request by name."""
+
+    def __init__(self, specs, device):
+        self.specs, self.device = specs, device
+
+    def shape(self, name):
+        if name not in self.specs:
+            raise KeyError("missing input %r" % name)
+        return tuple(self.specs[name]["shape"])
+
+    def dtype(self, name):
+        self.shape(name)
+        return DTYPES[self.specs[name]["dtype"]]
+
+    def randn(self, name, std=1.0):
+        # Normal values, never all zeros: the ordinary case for every op, and a mis-wired input
+        # shows up as a wrong (not a silently zero) output when the dry run is checked.
+        t = torch.randn(self.shape(name), dtype=torch.float32, device=self.device) * std
+        return t.to(self.dtype(name))
+
+    def weight(self, name):
+        # nn.Linear-style [out, in] with std 1/sqrt(in), as tools/gen-golden draws it, so the
+        # outputs stay O(1) (no fp16 inf) however large K is.
+        return self.randn(name, 1.0 / math.sqrt(self.shape(name)[-1]))
+
+    def randint(self, name, hi):
+        return torch.randint(0, hi, self.shape(name), dtype=self.dtype(name), device=self.device)
+
+
+# ------------------------------------------------------------------------------------------------
+# One function per op: (inputs, params) -> (callable timed, description of the call for the table).
+# Everything outside the returned callable is what a PyTorch user computes once, not per call.
+
+
+def residual_add(t, p):
+    x, r = t.randn("x"), t.randn("residual")
+    if p.get("inplace"):
+        # x grows by r on every call; reaching fp16 inf would take ~10^4 calls and would not
+        # change what an add costs anyway.
+        return (lambda: x.add_(r)), "x.add_(residual)"
+    out = torch.empty_like(x)  # the kernel writes a preallocated output too
+    return (lambda: torch.add(x, r, out=out)), "torch.add(x, residual, out=out)"
+
+
+def rmsnorm(t, p):
+    x, w = t.randn("x"), 1 + 0.1 * t.randn("weight")
+    H, eps = x.shape[-1], p["eps"]
+    return (lambda: F.rms_norm(x, (H,), w, eps)), "F.rms_norm(x, (%d,), weight, %r)" % (H, eps)
+
+
+def _layernorm_args(t, p):
+    return 1 + 0.1 * t.randn("gamma"), 0.1 * t.randn("beta"), p["eps"]
+
+
+def layernorm(t, p):
+    x = t.randn("x")
+    g, b, eps = _layernorm_args(t, p)
+    H = x.shape[-1]
+    return (lambda: F.layer_norm(x, (H,), g, b, eps),
+            "F.layer_norm(x, (%d,), gamma, beta, %r)" % (H, eps))
+
+
+def layernorm_residual(t, p):
+    # Unfused, as a PyTorch model does it; the kernel also writes the sum, so this returns it too.
+    x, r = t.randn("x"), t.randn("residual")
+    g, b, eps = _layernorm_args(t, p)
+    H = x.shape[-1]
+
+    def call():
+        s = x + r
+        return s, F.layer_norm(s, (H,), g, b, eps)
+    return call, "s = x + residual; F.layer_norm(s, (%d,), gamma, beta, %r)" % (H, eps)
+
+
+def rope(t, p):
+    q, k = t.randn("q"), t.randn("k")
+    pos = t.randint("positions", ROPE_MAX_POS).long()  # a torch user holds int64 position ids
+    D, rd, base = q.shape[-1], int(p["rope_dim"]), float(p["freq_base"])
+    # The cos/sin cache as transformers builds it: fp32 angles, cat(freqs, freqs), cast to the
+    # activation dtype. Built once per model, so outside the timed region.
+    inv_freq = 1.0 / base ** (torch.arange(0, rd, 2, dtype=torch.float32, device=q.device) / rd)
+    freqs = torch.outer(torch.arange(ROPE_MAX_POS, dtype=torch.float32, device=q.device), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos_cache, sin_cache = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def apply(x, cos, sin):
+        if rd == D:
+            return x * cos + rotate_half(x) * sin
+        xr, xp = x[..., :rd], x[..., rd:]  # partial rotary (Phi, GPT-NeoX): the rest passes
+        return torch.cat((xr * cos + rotate_half(xr) * sin, xp), dim=-1)
+
+    def call():
+        # The gather is per forward in transformers, so it is timed; q and k both, as the
+        # kernel (and apply_rotary_pos_emb) rotates both.
+        cos, sin = cos_cache[pos].unsqueeze(1), sin_cache[pos].unsqueeze(1)  # [T, 1, rd]
+        return apply(q, cos, sin), apply(k, cos, sin)
+    desc = "q, k -> x*cos + rotate_half(x)*sin, cos/sin = cache[positions] [T,1,%d]" % rd
+    if rd < D:
+        desc += ", cat with x[..., %d:]" % rd
+    return call, desc
+
+
+def _sdpa(q, k, v, causal, p):
+    scale = float(p["scale"])
+    # enable_gqa only when heads differ, as transformers does; it can narrow the backends.
+    gqa = q.shape[1] != k.shape[1]
+    call = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                                  enable_gqa=gqa)
+    return call, ("F.scaled_dot_product_attention(q, k, v, is_causal=%s, scale=%.6g, "
+                  "enable_gqa=%s)" % (causal, scale, gqa))
+
+
+def attention_prefill(t, p):
+    # [B, S, heads, D] -> [B, heads, S, D] views: what a model holds after .view().transpose(1, 2)
+    # of its projections (no copy; SDPA's flash path reads this layout directly).
+    q, k, v = (t.randn(n).transpose(1, 2) for n in ("q", "k", "v"))
+    call, desc = _sdpa(q, k, v, bool(p["causal"]), p)
+    return call, desc + " on [B, H, S, D] views"
+
+
+def attention_decode(t, p):
+    q = t.randn("q").unsqueeze(2)  # [B, nH, 1, D]: one new token per sequence
+    # A torch KV cache (transformers' DynamicCache) stores [B, nKV, L, D] contiguous.
+    k, v = (t.randn(n).transpose(1, 2).contiguous() for n in ("k_cache", "v_cache"))
+    # cache_lens would all be L (full caches): SDPA needs no mask, so they are only checked for.
+    t.shape("cache_lens")
+    L = t.shape("k_cache")[1]
+    call, desc = _sdpa(q, k, v, False, p)
+    return call, desc + " on q [B, nH, 1, D], k/v [B, nKV, %d, D]" % L
+
+
+def swiglu(t, p):
+    g, u = t.randn("gate"), t.randn("up")
+    return (lambda: F.silu(g) * u), "F.silu(gate) * up"
+
+
+def swiglu_ffn(t, p):
+    x, wg, wu, wd = t.randn("x"), t.weight("w_gate"), t.weight("w_up"), t.weight("w_down")
+    return (lambda: F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd),
+            "F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)")
+
+
+def gelu(t, p):
+    x = t.randn("x", 1.5)
+    return (lambda: F.gelu(x)), "F.gelu(x)"
+
+
+def gelu_tanh(t, p):
+    x = t.randn("x", 1.5)
+    return (lambda: F.gelu(x, approximate="tanh")), "F.gelu(x, approximate='tanh')"
+
+
+def pos_embedding(t, p):
+    x, table = t.randn("x"), t.randn("table")
+    pos = t.randint("positions", table.shape[0]).long()
+    return (lambda: x + table[pos]), "x + table[positions]"
+
+
+def embedding(t, p):
+    table = t.randn("table")
+    ids = t.randint("ids", table.shape[0]).long()  # token ids come from the tokenizer as int64
+    return (lambda: F.embedding(ids, table)), "F.embedding(ids, table)"
+
+
+def gemm(t, p):
+    x, w = t.randn("x"), t.weight("w")
+    bias = t.randn("bias") if p.get("has_bias") else None
+    if p.get("out_dtype", "f16") == "f16":
+        return (lambda: F.linear(x, w, bias)), "F.linear(x, w%s)" % (", bias" if bias is not None else "")
+    # fp32 output: torch.mm/addmm take out_dtype=float32 for fp16 inputs on CUDA (fp32 epilogue,
+    # no fp16 rounding), like the kernel. Older builds and the CPU lack it: fall back to an fp16
+    # GEMM then a cast, which does round to fp16 and costs an extra pass.
+    wt, f32 = w.t(), torch.float32
+    if bias is not None:
+        cands = [("torch.addmm(bias, x, w.t(), out_dtype=torch.float32)",
+                  lambda: torch.addmm(bias, x, wt, out_dtype=f32)),
+                 ("torch.mm(x, w.t(), out_dtype=torch.float32).add_(bias)",
+                  lambda: torch.mm(x, wt, out_dtype=f32).add_(bias))]
+    else:
+        cands = [("torch.mm(x, w.t(), out_dtype=torch.float32)",
+                  lambda: torch.mm(x, wt, out_dtype=f32))]
+    fb = "F.linear(x, w%s).float()" % (", bias" if bias is not None else "")
+    cands.append((fb + " [fp16 GEMM then cast: out_dtype unsupported here]",
+                  lambda: F.linear(x, w, bias).float()))
+    want = (x.shape[0], w.shape[0])
+    for desc, call in cands:
+        try:
+            out = call()
+            if out.dtype == f32 and tuple(out.shape) == want:
+                return call, desc
+            log("gemm: %s gave %s %s, trying the next" % (desc, out.dtype, tuple(out.shape)))
+        except Exception as e:  # noqa: BLE001 -- any failure means "not supported here"
+            log("gemm: %s unsupported (%s), trying the next" % (desc, str(e)[:120]))
+    raise RuntimeError("no fp32-output GEMM call works")
+
+
+def softmax(t, p):
+    x = t.randn("x")  # f16 or f32, as the case says
+    return (lambda: torch.softmax(x, dim=-1, dtype=torch.float32)), \
+        "torch.softmax(x, dim=-1, dtype=torch.float32)"
+
+
+OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual, rope,
+                               attention_prefill, attention_decode, swiglu, swiglu_ffn, gelu,
+                               gelu_tanh, pos_embedding, embedding, gemm, softmax)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Timing
+
+
+def time_call(call, warmup, repeats, flush, cuda):
+    """Per-call milliseconds: `warmup` untimed calls, then `repeats` calls, each after an L2 flush
+    that lies outside its events (so every call starts from cold caches, as in a model where
+    other layers' weights evicted this one's)."""
+    # At least one untimed call, even at warmup 0: the first call pays one-off costs (cuBLAS
+    # handle and workspace, kernel module loading, allocator growth) that are not the op's.
+    for _ in range(max(warmup, 1)):
+        call()
+    times = []
+    if cuda:
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeats)]
+        for start, end in ev:
+            flush.zero_()
+            start.record()
+            call()
+            end.record()
+        # One sync at the end: the CPU enqueues ahead, so the ~0.1 ms flush before each call
+        # hides most of eager PyTorch's launch overhead; what remains (a multi-kernel op whose
+        # launches outlast the GPU work) is a real cost an eager PyTorch user pays.
+        torch.cuda.synchronize()
+        times = [start.elapsed_time(end) for start, end in ev]
+    else:  # --device cpu: a dry run of the logic, wall-clock time
+        for _ in range(repeats):
+            flush.zero_()
+            t0 = time.perf_counter()
+            call()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
+def run_case(case, device, flush, cuda):
+    name, op = case.get("name", "?"), case.get("op", "?")
+    res = {"name": name, "op": op}
+    try:
+        if op not in OPS:
+            raise ValueError("unknown op %r" % op)
+        repeats = int(case.get("repeats", 0))
+        if repeats < 1:
+            raise ValueError("repeats must be >= 1")
+        for n, s in case.get("inputs", {}).items():
+            if s.get("dtype") not in DTYPES:
+                raise ValueError("input %r: unknown dtype %r" % (n, s.get("dtype")))
+        call, desc = OPS[op](Inputs(case.get("inputs", {}), device), case.get("params", {}))
+        times = time_call(call, int(case.get("warmup", 0)), repeats, flush, cuda)
+        res.update(torch_call=desc, median_ms=round(statistics.median(times), 6),
+                   min_ms=round(min(times), 6), max_ms=round(max(times), 6), repeats=repeats)
+    except Exception as e:  # noqa: BLE001 -- one case's failure must not abort the run
+        msg = str(e).strip().splitlines()
+        res["error"] = type(e).__name__ + (": " + msg[0][:300] if msg else "")
+        log("%s (%s): %s" % (name, op, res["error"]))
+    if cuda:
+        torch.cuda.empty_cache()  # the next case's shapes start from a clean allocator
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", required=True, help="JSON list of cases, or - for stdin")
+    ap.add_argument("--device", default="cuda", help="cuda (default) or cpu for a dry run")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    # Anything that prints to stdout (a library's stray print) would corrupt the JSON the Go side
+    # parses: send it to stderr and keep the real stdout for the result alone.
+    out, sys.stdout = sys.stdout, sys.stderr
+
+    with (sys.stdin if args.cases == "-" else open(args.cases)) as f:
+        cases = json.load(f)
+    if not isinstance(cases, list):
+        sys.exit("torch_peer: --cases must hold a JSON list")
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        sys.exit("torch_peer: CUDA is not available to torch %s" % torch.__version__)
+    device = torch.device(args.device)
+    if cuda:
+        torch.cuda.set_device(device)  # events and streams below belong to the current device
+    torch.manual_seed(args.seed)
+    flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=device)
+
+    results = []
+    with torch.inference_mode():
+        for i, case in enumerate(cases):
+            log("[%d/%d] %s" % (i + 1, len(cases), case.get("name", "?")))
+            results.append(run_case(case, device, flush, cuda))
+    doc = {"torch": torch.__version__, "cuda": torch.version.cuda,
+           "device": torch.cuda.get_device_name(device) if cuda else "cpu", "results": results}
+    json.dump(doc, out, indent=1)
+    out.write("\n")
+
+
+if __name__ == "__main__":
+    main()
