@@ -1,0 +1,179 @@
+// Package bench times kernels on a device with its own event timers: warm-up launches,
+// then many timed launches each preceded by an L2 flush, reported as the median. Results
+// are expressed against the device's measured copy bandwidth, so "80%" means 80% of what a
+// plain device-to-device copy achieves on the same GPU.
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// Profiler is a backend that can time work on its device.
+type Profiler interface {
+	backend.Backend
+	NewTimer() (Timer, error)
+	// CopyBandwidthGBps is the measured device-to-device copy bandwidth, counting bytes
+	// read plus bytes written.
+	CopyBandwidthGBps() (float64, error)
+}
+
+// Timer brackets device work with events.
+type Timer interface {
+	Start() error
+	// Stop waits for the work since Start and returns its duration in milliseconds.
+	Stop() (float64, error)
+	Close() error
+}
+
+// Case is one benchmark: an op, its parameters and random inputs, and the work it must do.
+type Case struct {
+	Name   string
+	Op     string
+	Params string
+	Inputs []conformance.InputSpec
+	// Bytes is the least traffic the op needs: every input element it must read plus every
+	// output element it writes, once. GB/s is Bytes over the median time.
+	Bytes int64
+	// Flops is the arithmetic of compute-bound ops (GEMM, attention prefill, FFN); 0 for
+	// memory-bound ones.
+	Flops int64
+}
+
+// Result is one timed case.
+type Result struct {
+	Case     Case
+	Times    []float64 // milliseconds, one per repeat
+	MedianMs float64
+	MinMs    float64
+	GBps     float64
+	// CopyPct is GBps as a percentage of the measured copy bandwidth.
+	CopyPct float64
+	TFLOPs  float64
+}
+
+// Options steer a run.
+type Options struct {
+	Warmup  int
+	Repeats int
+	Seed    uint64
+}
+
+// flushBytes is larger than any current GPU's L2 (50 MB on H100, 60 MB on H200), so a
+// residual add over two such buffers evicts whatever the previous launch left in L2.
+const flushBytes = 256 << 20
+
+// Runner times cases on one profiler, reusing its L2 flush buffers.
+type Runner struct {
+	p       Profiler
+	copyBW  float64
+	flushA  backend.Buffer
+	flushB  backend.Buffer
+	options Options
+}
+
+// NewRunner measures the copy bandwidth and allocates the flush buffers.
+func NewRunner(p Profiler, o Options) (*Runner, error) {
+	if o.Warmup < 1 || o.Repeats < 1 {
+		return nil, fmt.Errorf("bench: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
+	}
+	bw, err := p.CopyBandwidthGBps()
+	if err != nil {
+		return nil, fmt.Errorf("bench: copy bandwidth: %w", err)
+	}
+	n := flushBytes / 2
+	a, err := p.Alloc(tensor.F16, n)
+	if err != nil {
+		return nil, err
+	}
+	b, err := p.Alloc(tensor.F16, n)
+	if err != nil {
+		a.Free()
+		return nil, err
+	}
+	return &Runner{p: p, copyBW: bw, flushA: a, flushB: b, options: o}, nil
+}
+
+// CopyBandwidthGBps is the bandwidth results are measured against.
+func (r *Runner) CopyBandwidthGBps() float64 { return r.copyBW }
+
+// Close frees the flush buffers.
+func (r *Runner) Close() {
+	r.flushA.Free()
+	r.flushB.Free()
+}
+
+func (r *Runner) flush() error { return r.p.ResidualAdd(r.flushA, r.flushA, r.flushB) }
+
+// Run times one case.
+func (r *Runner) Run(c Case) (*Result, error) {
+	src := conformance.Memory{Params: json.RawMessage(c.Params), Tensors: conformance.RandomInputs(r.options.Seed, c.Inputs)}
+	prep, err := conformance.Prepare(r.p, c.Op, src)
+	if err != nil {
+		return nil, fmt.Errorf("bench %s: %w", c.Name, err)
+	}
+	defer prep.Free()
+	timer, err := r.p.NewTimer()
+	if err != nil {
+		return nil, err
+	}
+	defer timer.Close()
+	for i := 0; i < r.options.Warmup; i++ {
+		if err := prep.Launch(); err != nil {
+			return nil, fmt.Errorf("bench %s: %w", c.Name, err)
+		}
+	}
+	res := &Result{Case: c}
+	for i := 0; i < r.options.Repeats; i++ {
+		if err := r.flush(); err != nil {
+			return nil, err
+		}
+		if err := timer.Start(); err != nil {
+			return nil, err
+		}
+		if err := prep.Launch(); err != nil {
+			return nil, fmt.Errorf("bench %s: %w", c.Name, err)
+		}
+		ms, err := timer.Stop()
+		if err != nil {
+			return nil, err
+		}
+		res.Times = append(res.Times, ms)
+	}
+	res.summarise(r.copyBW)
+	return res, nil
+}
+
+func (res *Result) summarise(copyBW float64) {
+	sorted := slices.Clone(res.Times)
+	slices.Sort(sorted)
+	res.MinMs = sorted[0]
+	res.MedianMs = Median(sorted)
+	seconds := res.MedianMs / 1e3
+	if res.Case.Bytes > 0 && seconds > 0 {
+		res.GBps = float64(res.Case.Bytes) / seconds / 1e9
+		if copyBW > 0 {
+			res.CopyPct = 100 * res.GBps / copyBW
+		}
+	}
+	if res.Case.Flops > 0 && seconds > 0 {
+		res.TFLOPs = float64(res.Case.Flops) / seconds / 1e12
+	}
+}
+
+// Median of sorted values.
+func Median(sorted []float64) float64 {
+	n := len(sorted)
+	if n == 0 {
+		return 0
+	}
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}

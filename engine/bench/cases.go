@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+var (
+	in     = conformance.Spec
+	normal = conformance.Normal
+	ones   = conformance.Normal(0.1, 1)
+)
+
+const f16, f32, i32 = 2, 4, 4 // bytes per element
+
+// Memory-bound cases use 4096 x 4096 = 16.8M elements: the size at which the targets apply
+// (>= 80% of copy bandwidth), far beyond L2.
+const rows, hidden = 4096, 4096
+
+func elems(shape ...int) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= int64(d)
+	}
+	return n
+}
+
+// Cases is the standard benchmark set: every op, at sizes where it is memory- or
+// compute-bound, with model dimensions (Qwen2.5-0.5B, Phi-3-mini) where they apply.
+func Cases() []Case {
+	n := elems(rows, hidden)
+	x := in("x", tensor.F16, []int{rows, hidden}, nil)
+	return []Case{
+		{Name: "residual_add 4096x4096", Op: "residual_add", Params: `{"inplace": false}`,
+			Inputs: []conformance.InputSpec{x, in("residual", tensor.F16, []int{rows, hidden}, nil)}, Bytes: 3 * n * f16},
+		{Name: "rmsnorm 4096x4096", Op: "rmsnorm", Params: `{"eps": 1e-6}`,
+			Inputs: []conformance.InputSpec{x, in("weight", tensor.F16, []int{hidden}, ones)}, Bytes: 2*n*f16 + hidden*f16},
+		{Name: "layernorm 4096x4096", Op: "layernorm", Params: `{"eps": 1e-5}`,
+			Inputs: []conformance.InputSpec{x, in("gamma", tensor.F16, []int{hidden}, ones), in("beta", tensor.F16, []int{hidden}, normal(0.1, 0))},
+			Bytes:  2*n*f16 + 2*hidden*f16},
+		{Name: "layernorm_residual 4096x4096", Op: "layernorm_residual", Params: `{"eps": 1e-5}`,
+			Inputs: []conformance.InputSpec{x, in("residual", tensor.F16, []int{rows, hidden}, nil),
+				in("gamma", tensor.F16, []int{hidden}, ones), in("beta", tensor.F16, []int{hidden}, normal(0.1, 0))},
+			Bytes: 4*n*f16 + 2*hidden*f16},
+		{Name: "gelu 4096x4096", Op: "gelu", Params: `{}`, Inputs: []conformance.InputSpec{x}, Bytes: 2 * n * f16},
+		{Name: "gelu_tanh 4096x4096", Op: "gelu_tanh", Params: `{}`, Inputs: []conformance.InputSpec{x}, Bytes: 2 * n * f16},
+		{Name: "swiglu 4096x4096", Op: "swiglu", Params: `{}`,
+			Inputs: []conformance.InputSpec{in("gate", tensor.F16, []int{rows, hidden}, normal(2, 0)), in("up", tensor.F16, []int{rows, hidden}, nil)},
+			Bytes:  3 * n * f16},
+		{Name: "pos_embedding 4096x4096", Op: "pos_embedding", Params: `{}`,
+			Inputs: []conformance.InputSpec{x, in("table", tensor.F16, []int{rows, hidden}, nil), in("positions", tensor.I32, []int{rows}, conformance.IntsBelow(rows))},
+			Bytes:  3*n*f16 + rows*i32},
+		{Name: "embedding 4096 ids x 4096 (vocab 32064)", Op: "embedding", Params: `{}`,
+			Inputs: []conformance.InputSpec{in("ids", tensor.I32, []int{rows}, conformance.IntsBelow(32064)), in("table", tensor.F16, []int{32064, hidden}, nil)},
+			Bytes:  2*n*f16 + rows*i32},
+		{Name: "rope 4096 tok, 32+32 heads x 128 (q and k)", Op: "rope", Params: `{"freq_base": 10000, "rope_dim": 128, "head_dim": 128}`,
+			Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{rows, 32, 128}, nil), in("k", tensor.F16, []int{rows, 32, 128}, nil),
+				in("positions", tensor.I32, []int{rows}, conformance.IntsBelow(8192))},
+			Bytes: 2*2*elems(rows, 32, 128)*f16 + 2*rows*i32},
+		{Name: "softmax 128x151936 f32", Op: "softmax", Params: `{}`,
+			Inputs: []conformance.InputSpec{in("x", tensor.F32, []int{128, 151936}, normal(3, 0))}, Bytes: 2 * elems(128, 151936) * f32},
+		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
+		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
+		prefill("attention_prefill qwen2.5-0.5b S=2048", 1, 2048, 14, 2, 64),
+		gemm("gemm phi3-mini qkv_proj M=128", 128, 9216, 3072),
+		gemm("gemm qwen2.5-0.5b lm_head M=16 f32", 16, 151936, 896),
+		{Name: "swiglu_ffn qwen2.5-0.5b T=128", Op: "swiglu_ffn", Params: `{}`,
+			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{128, 896}, nil),
+				in("w_gate", tensor.F16, []int{4864, 896}, normal(1/math.Sqrt(896), 0)), in("w_up", tensor.F16, []int{4864, 896}, normal(1/math.Sqrt(896), 0)),
+				in("w_down", tensor.F16, []int{896, 4864}, normal(1/math.Sqrt(4864), 0))},
+			Flops: 2 * 128 * 3 * 896 * 4864, Bytes: 3*elems(4864, 896)*f16 + 2*elems(128, 896)*f16},
+	}
+}
+
+// decode reads each sequence's whole K and V cache once.
+func decode(name string, b, l, nH, nKV, d int) Case {
+	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "scale": %v}`, nH, nKV, d, 1/math.Sqrt(float64(d)))
+	return Case{Name: name, Op: "attention_decode", Params: params,
+		Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{b, nH, d}, nil),
+			in("k_cache", tensor.F16, []int{b, l, nKV, d}, nil), in("v_cache", tensor.F16, []int{b, l, nKV, d}, nil),
+			in("cache_lens", tensor.I32, []int{b}, conformance.Const(float64(l)))},
+		Bytes: 2*elems(b, l, nKV, d)*f16 + 2*elems(b, nH, d)*f16,
+	}
+}
+
+// prefill counts the causal half of QKᵀ and PV: 2 matmuls x 2 flops x S²/2 x D per head.
+func prefill(name string, b, s, nH, nKV, d int) Case {
+	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "causal": true, "scale": %v}`, nH, nKV, d, 1/math.Sqrt(float64(d)))
+	return Case{Name: name, Op: "attention_prefill", Params: params,
+		Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{b, s, nH, d}, nil),
+			in("k", tensor.F16, []int{b, s, nKV, d}, nil), in("v", tensor.F16, []int{b, s, nKV, d}, nil)},
+		Flops: 2 * elems(b, nH, s, s, d),
+		Bytes: 2*elems(b, s, nH, d)*f16 + 2*elems(b, s, nKV, d)*f16,
+	}
+}
+
+func gemm(name string, m, n, k int) Case {
+	out, outBytes := "f16", int64(f16)
+	if n > 100000 {
+		out, outBytes = "f32", f32 // an LM head writes fp32 logits
+	}
+	return Case{Name: name, Op: "gemm", Params: fmt.Sprintf(`{"has_bias": false, "out_dtype": %q}`, out),
+		Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{m, k}, nil), in("w", tensor.F16, []int{n, k}, normal(1/math.Sqrt(float64(k)), 0))},
+		Flops:  2 * elems(m, n, k),
+		Bytes:  elems(m, k)*f16 + elems(n, k)*f16 + elems(m, n)*outBytes,
+	}
+}
