@@ -2,6 +2,7 @@
 //
 //	touchstone check [flags]          conformance table of every kernel case on a backend
 //	touchstone golden verify [flags]  checksums, headers and manifests of every golden set
+//	touchstone bench [flags]          kernel timings beside PyTorch on the same GPU
 package main
 
 import (
@@ -15,6 +16,7 @@ const usage = `usage: touchstone <command> [flags]
 commands:
   check            run every kernel golden case on a backend and print the conformance table
   golden verify    verify every golden set: manifest, checksums, .npy headers, unlisted files
+  bench            time every kernel on the GPU beside PyTorch's equivalent op
 
 environment:
   TOUCHSTONE_BACKEND     cpu | cuda | auto (default auto: cuda when it loads, else cpu)
@@ -39,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "check":
 		return runCheck(args[1:], stdout, stderr)
+	case "bench":
+		return runBench(args[1:], stdout, stderr)
 	case "golden":
 		if len(args) < 2 || args[1] != "verify" {
 			fmt.Fprint(stderr, "usage: touchstone golden verify [flags]\n")

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/bench"
+)
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	warmup := fs.Int("warmup", 10, "untimed launches before timing")
+	repeats := fs.Int("repeats", 50, "timed launches; the median is reported")
+	var ops multiFlag
+	fs.Var(&ops, "op", "benchmark only this op (repeatable)")
+	torch := fs.Bool("torch", true, "time PyTorch's equivalent op in the same run (needs python3 with torch on the GPU)")
+	python := fs.String("python", "python3", "python interpreter for the PyTorch peer")
+	peer := fs.String("peer", "", "path of tools/bench/torch_peer.py (default: found from the golden directory)")
+	markdown := fs.Bool("markdown", false, "print a Markdown table (for docs/PERF.md)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	sel, err := backend.FromEnv()
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
+	}
+	defer sel.Backend.Close()
+	prof, ok := sel.Backend.(bench.Profiler)
+	if !ok {
+		fmt.Fprintf(stderr, "touchstone: bench needs a backend with device timers; %s has none (set TOUCHSTONE_BACKEND=cuda)\n", sel.Backend.Info().Backend)
+		return 2
+	}
+	var cases []bench.Case
+	for _, c := range bench.Cases() {
+		if len(ops) == 0 || slices.Contains(ops, c.Op) {
+			cases = append(cases, c)
+		}
+	}
+	opts := bench.Options{Warmup: *warmup, Repeats: *repeats, Seed: 1}
+	runner, err := bench.NewRunner(prof, opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 1
+	}
+	defer runner.Close()
+	info := sel.Backend.Info()
+	fmt.Fprintf(stdout, "device %s (%d SMs), measured copy bandwidth %.0f GB/s (read + write)\n", info.Name, info.Processors, runner.CopyBandwidthGBps())
+	fmt.Fprintf(stdout, "each time: median of %d launches after %d warm-up, L2 flushed before each, CUDA events\n\n", *repeats, *warmup)
+
+	var results []*bench.Result
+	for _, c := range cases {
+		res, err := runner.Run(c)
+		if err != nil {
+			fmt.Fprintln(stderr, "touchstone:", err)
+			return 1
+		}
+		results = append(results, res)
+	}
+
+	var peers map[string]bench.PeerResult
+	if *torch {
+		script := *peer
+		if script == "" {
+			root, err := goldenRoot("")
+			if err == nil {
+				script = filepath.Join(filepath.Dir(root), "tools", "bench", "torch_peer.py")
+			}
+		}
+		rep, err := bench.RunPeer(*python, script, cases, opts)
+		if err != nil {
+			fmt.Fprintln(stderr, "touchstone: the PyTorch peer did not run:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "peer: torch %s (CUDA %s) on %s, same process tree, same GPU\n\n", rep.Torch, rep.CUDA, rep.Device)
+		peers = rep.ByName()
+	}
+	printBench(stdout, results, peers, *markdown)
+	return 0
+}
+
+func printBench(w io.Writer, results []*bench.Result, peers map[string]bench.PeerResult, markdown bool) {
+	header := []string{"case", "median ms", "GB/s", "% copy BW", "TFLOP/s", "torch ms", "torch / ours", "torch call"}
+	rows := [][]string{}
+	for _, r := range results {
+		row := []string{r.Case.Name, fmt.Sprintf("%.4f", r.MedianMs), "", "", "", "", "", ""}
+		if r.GBps > 0 {
+			row[2], row[3] = fmt.Sprintf("%.0f", r.GBps), fmt.Sprintf("%.1f%%", r.CopyPct)
+		}
+		if r.TFLOPs > 0 {
+			row[4] = fmt.Sprintf("%.1f", r.TFLOPs)
+		}
+		if p, ok := peers[r.Case.Name]; ok {
+			if p.Error != "" {
+				row[5] = "error: " + p.Error
+			} else {
+				row[5], row[6], row[7] = fmt.Sprintf("%.4f", p.MedianMs), fmt.Sprintf("%.2fx", p.MedianMs/r.MedianMs), p.TorchCall
+			}
+		}
+		rows = append(rows, row)
+	}
+	if markdown {
+		fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
+		for _, row := range rows {
+			if row[7] != "" {
+				row[7] = "`" + row[7] + "`"
+			}
+			fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+		}
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.ToUpper(strings.Join(header, "\t")))
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
+}
