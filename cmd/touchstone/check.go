@@ -13,6 +13,7 @@ import (
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"
+	_ "github.com/touchstone-llm/touchstone/engine/backend/cuda"
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"

@@ -9,6 +9,8 @@
 package backend
 
 import (
+	"time"
+
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
@@ -114,4 +116,12 @@ var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rope",
 	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gelu", "gelu_tanh",
 	"pos_embedding", "embedding", "gemm", "softmax",
+}
+
+// Timer brackets device work with device events, for benchmarks.
+type Timer interface {
+	Start() error
+	// Stop waits for the work queued since Start and returns its device time.
+	Stop() (time.Duration, error)
+	Close() error
 }

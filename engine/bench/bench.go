@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
@@ -17,18 +18,10 @@ import (
 // Profiler is a backend that can time work on its device.
 type Profiler interface {
 	backend.Backend
-	NewTimer() (Timer, error)
+	NewTimer() (backend.Timer, error)
 	// CopyBandwidthGBps is the measured device-to-device copy bandwidth, counting bytes
 	// read plus bytes written.
 	CopyBandwidthGBps() (float64, error)
-}
-
-// Timer brackets device work with events.
-type Timer interface {
-	Start() error
-	// Stop waits for the work since Start and returns its duration in milliseconds.
-	Stop() (float64, error)
-	Close() error
 }
 
 // Case is one benchmark: an op, its parameters and random inputs, and the work it must do.
@@ -139,11 +132,11 @@ func (r *Runner) Run(c Case) (*Result, error) {
 		if err := prep.Launch(); err != nil {
 			return nil, fmt.Errorf("bench %s: %w", c.Name, err)
 		}
-		ms, err := timer.Stop()
+		d, err := timer.Stop()
 		if err != nil {
 			return nil, err
 		}
-		res.Times = append(res.Times, ms)
+		res.Times = append(res.Times, float64(d)/float64(time.Millisecond))
 	}
 	res.summarise(r.copyBW)
 	return res, nil

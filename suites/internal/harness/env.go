@@ -8,7 +8,8 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
-	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu" // the always-available backend
+	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"  // the always-available backend
+	_ "github.com/touchstone-llm/touchstone/engine/backend/cuda" // dlopens libtouchstone_cuda.so when asked for
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 )
@@ -26,8 +27,40 @@ func OpenBackend() backend.Backend {
 	if sel.Fallback != "" {
 		fmt.Fprintf(GinkgoWriter, "TOUCHSTONE_BACKEND=auto fell back to cpu: %s\n", sel.Fallback)
 	}
+	trackDeviceMemory(sel.Backend)
 	DeferCleanup(sel.Backend.Close)
 	return sel.Backend
+}
+
+// deviceMemory is what a GPU backend reports about its allocations.
+type deviceMemory interface {
+	LiveBytes() int64
+	LiveBuffers() int
+	MemoryInUse() (int64, error)
+}
+
+// trackDeviceMemory records device memory in use when the suite starts and, when it ends,
+// fails the suite if any buffer is still allocated: a leak in a runner or a backend.
+func trackDeviceMemory(b backend.Backend) {
+	dm, ok := b.(deviceMemory)
+	if !ok {
+		return
+	}
+	before, err := dm.MemoryInUse()
+	if err != nil {
+		Fail("device memory in use: " + err.Error())
+	}
+	DeferCleanup(func() {
+		after, err := dm.MemoryInUse()
+		if err != nil {
+			Fail("device memory in use: " + err.Error())
+		}
+		AddReportEntry("device memory", fmt.Sprintf("in use before the suite %d bytes, after %d bytes (library workspaces and cuBLAS included); live buffers %d (%d bytes)",
+			before, after, dm.LiveBuffers(), dm.LiveBytes()))
+		if dm.LiveBuffers() != 0 || dm.LiveBytes() != 0 {
+			Fail(fmt.Sprintf("%d device buffers (%d bytes) were never freed", dm.LiveBuffers(), dm.LiveBytes()))
+		}
+	})
 }
 
 var (

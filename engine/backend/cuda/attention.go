@@ -1,0 +1,72 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"github.com/touchstone-llm/touchstone/engine/backend"
+)
+
+// AttentionPrefill computes softmax(q·kᵀ·scale + mask)·v over whole sequences, with GQA.
+func (b *Backend) AttentionPrefill(out, q, k, v backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_prefill"
+	if err := backend.CheckAttentionPrefill(out, q, k, v, cfg); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"q", q}, arg{"k", k}, arg{"v", v})
+	if err != nil {
+		return err
+	}
+	causal := 0
+	if cfg.Causal {
+		causal = 1
+	}
+	c := dims{op: op}
+	ccfg := C.ts_attention_config{
+		dtype:      C.TS_F16,
+		batch:      c.int("batch", d[1].shape[0]),
+		seq_len:    c.int("seq_len", d[1].shape[1]),
+		n_heads:    c.int("n_heads", cfg.NumHeads),
+		n_kv_heads: c.int("n_kv_heads", cfg.NumKVHeads),
+		head_dim:   c.int("head_dim", cfg.HeadDim),
+		causal:     C.int(causal),
+		scale:      C.float(cfg.Scale),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_attention_prefill(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), &ccfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}
+
+// AttentionDecode attends one query per sequence to the first cacheLens[b] positions of its
+// KV cache. The lengths are range-checked on the device: one outside [1, max_len] surfaces
+// as TS_ERR_INDEX at the next Download or Synchronize (at once with guards on).
+func (b *Backend) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_decode"
+	if err := backend.CheckAttentionDecode(out, q, kCache, vCache, cacheLens, cfg); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"q", q}, arg{"k_cache", kCache}, arg{"v_cache", vCache},
+		arg{"cache_lens", cacheLens})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	ccfg := C.ts_decode_config{
+		dtype:      C.TS_F16,
+		batch:      c.int("batch", d[1].shape[0]),
+		max_len:    c.int("max_len", d[2].shape[1]),
+		n_heads:    c.int("n_heads", cfg.NumHeads),
+		n_kv_heads: c.int("n_kv_heads", cfg.NumKVHeads),
+		head_dim:   c.int("head_dim", cfg.HeadDim),
+		scale:      C.float(cfg.Scale),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_attention_decode(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), (*C.int32_t)(ptr(d[4])), &ccfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}

@@ -1,0 +1,72 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// elementwise is the config of an fp16 op over every element of x.
+func elementwise(x *buffer) C.ts_elementwise_config {
+	return C.ts_elementwise_config{dtype: C.TS_F16, n: C.int64_t(tensor.NumElements(x.shape))}
+}
+
+// ResidualAdd computes out = x + residual; out may be x.
+func (b *Backend) ResidualAdd(out, x, residual backend.Buffer) error {
+	const op = "residual_add"
+	if err := backend.CheckBinary(op, "x", "residual", out, x, residual); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"residual", residual})
+	if err != nil {
+		return err
+	}
+	cfg := elementwise(d[1])
+	return b.launched(op, C.tsg_residual_add(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &cfg, b.e), arg{"out", out})
+}
+
+// SwiGLU computes out = silu(gate) * up.
+func (b *Backend) SwiGLU(out, gate, up backend.Buffer) error {
+	const op = "swiglu"
+	if err := backend.CheckBinary(op, "gate", "up", out, gate, up); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"gate", gate}, arg{"up", up})
+	if err != nil {
+		return err
+	}
+	cfg := elementwise(d[1])
+	return b.launched(op, C.tsg_swiglu(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &cfg, b.e), arg{"out", out})
+}
+
+// GELU is the exact, erf-based GELU.
+func (b *Backend) GELU(out, x backend.Buffer) error {
+	const op = "gelu"
+	if err := backend.CheckUnary(op, out, x); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x})
+	if err != nil {
+		return err
+	}
+	cfg := elementwise(d[1])
+	return b.launched(op, C.tsg_gelu(b.lib.api, ptr(d[0]), ptr(d[1]), &cfg, b.e), arg{"out", out})
+}
+
+// GELUTanh is the tanh approximation of GELU (GPT-2's gelu_new).
+func (b *Backend) GELUTanh(out, x backend.Buffer) error {
+	const op = "gelu_tanh"
+	if err := backend.CheckUnary(op, out, x); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x})
+	if err != nil {
+		return err
+	}
+	cfg := elementwise(d[1])
+	return b.launched(op, C.tsg_gelu_tanh(b.lib.api, ptr(d[0]), ptr(d[1]), &cfg, b.e), arg{"out", out})
+}

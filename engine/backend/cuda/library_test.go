@@ -1,0 +1,188 @@
+package cuda
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+)
+
+func TestRegistered(t *testing.T) {
+	if !slices.Contains(backend.Names(), "cuda") {
+		t.Fatalf("registered backends %v lack cuda", backend.Names())
+	}
+}
+
+// Asking for a library that is not there names the path and says how to build it.
+func TestOpenWithoutLibraryNamesPathAndMakeCuda(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "build", libName)
+	t.Setenv(EnvLib, missing)
+	_, err := backend.Open("cuda", backend.Options{Device: -1})
+	if !errors.Is(err, ErrLibrary) {
+		t.Fatalf("err = %v, want ErrLibrary", err)
+	}
+	for _, want := range []string{missing, "make cuda", EnvLib} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	// What auto-selection shows as its reason for falling back to the CPU.
+	sel, serr := backend.Select(func(k string) string { return map[string]string{EnvLib: missing, backend.EnvBackend: "cuda"}[k] })
+	if serr == nil || !strings.Contains(serr.Error(), missing) {
+		t.Errorf("TOUCHSTONE_BACKEND=cuda without a library: %v, %v", sel, serr)
+	}
+}
+
+// Without TOUCHSTONE_CUDA_LIB the search covers the bundle layout (dist/bin/<binaries> in a
+// checkout with cuda/build/) and the working directory, and a miss lists every path tried.
+func TestSearch(t *testing.T) {
+	root := t.TempDir()
+	exeDir := filepath.Join(root, "repo", "dist", "bin")
+	wd := filepath.Join(root, "elsewhere", "suites")
+	noEnv := func(string) string { return "" }
+
+	_, err := findLibrary(noEnv, exeDir, wd)
+	if !errors.Is(err, ErrLibrary) {
+		t.Fatalf("err = %v, want ErrLibrary", err)
+	}
+	want := []string{
+		filepath.Join(exeDir, "lib", libName),
+		filepath.Join(root, "repo", "dist", "lib", libName),
+		filepath.Join(exeDir, "cuda", "build", libName),
+		filepath.Join(root, "repo", "dist", "cuda", "build", libName),
+		filepath.Join(root, "repo", "cuda", "build", libName),
+		filepath.Join(root, "cuda", "build", libName),
+		filepath.Join(wd, "cuda", "build", libName),
+		filepath.Join(root, "elsewhere", "cuda", "build", libName),
+		filepath.Join("/", "cuda", "build", libName),
+	}
+	for _, p := range append(want, "make cuda", EnvLib) {
+		if !strings.Contains(err.Error(), p) {
+			t.Errorf("error does not list %s:\n%v", p, err)
+		}
+	}
+	paths := searchPaths(exeDir, wd)
+	for i := 1; i < len(want)-1; i++ { // "/" comes after every other ancestor of both
+		if slices.Index(paths, want[i-1]) > slices.Index(paths, want[i]) {
+			t.Errorf("%s is searched before %s: %v", want[i], want[i-1], paths)
+		}
+	}
+
+	place := func(p string) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{want[7], want[4], want[1]} { // each one found beats the last
+		place(p)
+		if got, err := findLibrary(noEnv, exeDir, wd); err != nil || got != p {
+			t.Errorf("with %s present: found %q, %v", p, got, err)
+		}
+	}
+	// The variable wins over everything, even a relative path.
+	t.Chdir(root)
+	rel := filepath.Join("elsewhere", "cuda", "build", libName)
+	if got, err := findLibrary(func(k string) string { return map[string]string{EnvLib: rel}[k] }, exeDir, wd); err != nil || got != want[7] {
+		t.Errorf("%s=%s: found %q, %v", EnvLib, rel, got, err)
+	}
+	// A directory is not a library.
+	if _, err := findLibrary(func(string) string { return root }, exeDir, wd); !errors.Is(err, ErrLibrary) {
+		t.Errorf("%s=<directory>: %v", EnvLib, err)
+	}
+}
+
+func TestABIVersionMismatchIsRefused(t *testing.T) {
+	needFakes(t)
+	_, err := loadLibrary(fakes.badVersion)
+	if !errors.Is(err, ErrABI) {
+		t.Fatalf("err = %v, want ErrABI", err)
+	}
+	for _, want := range []string{fakes.badVersion, "ts_abi_version() = 99", "TS_ABI_VERSION 1", "make cuda"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestMissingSymbolIsRefused(t *testing.T) {
+	needFakes(t)
+	_, err := loadLibrary(fakes.noRMSNorm)
+	if !errors.Is(err, ErrABI) {
+		t.Fatalf("err = %v, want ErrABI", err)
+	}
+	for _, want := range []string{fakes.noRMSNorm, "no symbol ts_rmsnorm"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func TestNotALibraryIsRefused(t *testing.T) {
+	p := filepath.Join(t.TempDir(), libName)
+	if err := os.WriteFile(p, []byte("not an ELF file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := loadLibrary(p)
+	if !errors.Is(err, ErrLibrary) || !strings.Contains(err.Error(), "dlopen "+p) {
+		t.Fatalf("err = %v, want ErrLibrary naming dlopen of %s", err, p)
+	}
+}
+
+// One process uses one library: a second one would share its CUDA context.
+func TestSecondLibraryIsRefused(t *testing.T) {
+	openFake(t)
+	t.Setenv(EnvLib, fakes.badVersion)
+	_, err := backend.Open("cuda", backend.Options{Device: -1})
+	if !errors.Is(err, ErrLibrary) || !strings.Contains(err.Error(), "already loaded") {
+		t.Fatalf("err = %v, want a refusal to load a second library", err)
+	}
+}
+
+func TestPickDevice(t *testing.T) {
+	for _, tc := range []struct {
+		opts  backend.Options
+		count int
+		want  int
+	}{
+		{backend.Options{Device: -1}, 1, 0},
+		{backend.Options{Device: -1}, 8, 0},
+		{backend.Options{Device: 3}, 8, 3},
+		{backend.Options{Device: -1, Process: 1}, 8, 0},
+		{backend.Options{Device: -1, Process: 5}, 8, 4},
+		{backend.Options{Device: -1, Process: 10}, 8, 1}, // more processes than GPUs: round-robin
+		{backend.Options{Device: 2, Process: 5}, 8, 2},   // an explicit device wins
+	} {
+		if got, err := pickDevice(tc.opts, tc.count); err != nil || got != tc.want {
+			t.Errorf("pickDevice(%+v, %d) = %d, %v; want %d", tc.opts, tc.count, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		opts  backend.Options
+		count int
+	}{{backend.Options{Device: -1}, 0}, {backend.Options{Device: 2}, 2}} {
+		if _, err := pickDevice(tc.opts, tc.count); !errors.Is(err, ErrNoDevice) {
+			t.Errorf("pickDevice(%+v, %d): %v, want ErrNoDevice", tc.opts, tc.count, err)
+		}
+	}
+}
+
+func TestNoDevice(t *testing.T) {
+	fakeEnv(t)
+	t.Setenv("FAKETS_DEVICES", "0")
+	_, err := backend.Open("cuda", backend.Options{Device: -1})
+	if !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "no CUDA-capable device is detected (fake)") {
+		t.Fatalf("err = %v, want ErrNoDevice with the library's message", err)
+	}
+	t.Setenv("FAKETS_DEVICES", "1")
+	_, err = backend.Open("cuda", backend.Options{Device: 1})
+	if !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "device 1 requested") {
+		t.Fatalf("device 1 of 1: %v, want ErrNoDevice", err)
+	}
+}

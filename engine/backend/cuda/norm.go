@@ -1,0 +1,71 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"github.com/touchstone-llm/touchstone/engine/backend"
+)
+
+// normConfig is the config of a norm over the rows of x [rows, hidden].
+func normConfig(op string, x *buffer, eps float32) (C.ts_norm_config, error) {
+	c := dims{op: op}
+	cfg := C.ts_norm_config{dtype: C.TS_F16, rows: c.int("rows", x.shape[0]), hidden: c.int("hidden", x.shape[1]), eps: C.float(eps)}
+	return cfg, c.err
+}
+
+// RMSNorm normalises each row of x by its root mean square and scales by weight.
+func (b *Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
+	const op = "rmsnorm"
+	if err := backend.CheckRMSNorm(out, x, weight, eps); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"weight", weight})
+	if err != nil {
+		return err
+	}
+	cfg, err := normConfig(op, d[1], eps)
+	if err != nil {
+		return err
+	}
+	return b.launched(op, C.tsg_rmsnorm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &cfg, b.e), arg{"out", out})
+}
+
+// LayerNorm normalises each row of x to zero mean and unit variance, then applies gamma and beta.
+func (b *Backend) LayerNorm(out, x, gamma, beta backend.Buffer, eps float32) error {
+	const op = "layernorm"
+	if err := backend.CheckLayerNorm(out, x, gamma, beta, eps); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"gamma", gamma}, arg{"beta", beta})
+	if err != nil {
+		return err
+	}
+	cfg, err := normConfig(op, d[1], eps)
+	if err != nil {
+		return err
+	}
+	return b.launched(op, C.tsg_layernorm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), &cfg, b.e), arg{"out", out})
+}
+
+// LayerNormResidual is the fused pre-norm step of GPT-2. Unfused equivalent:
+// ResidualAdd(sum, x, residual) then LayerNorm(out, sum, gamma, beta, eps).
+func (b *Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buffer, eps float32) error {
+	const op = "layernorm_residual"
+	if err := backend.CheckLayerNormResidual(sum, out, x, residual, gamma, beta, eps); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"sum", sum}, arg{"out", out}, arg{"x", x}, arg{"residual", residual},
+		arg{"gamma", gamma}, arg{"beta", beta})
+	if err != nil {
+		return err
+	}
+	cfg, err := normConfig(op, d[2], eps)
+	if err != nil {
+		return err
+	}
+	st := C.tsg_layernorm_residual(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), &cfg, b.e)
+	return b.launched(op, st, arg{"sum", sum}, arg{"out", out})
+}

@@ -1,0 +1,190 @@
+/* shim.c: dlopen loader and thin wrappers over libtouchstone_cuda.so; see shim.h. */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+int tsg_load(const char *path, tsg_api **out, int *version, char *detail, size_t detail_len) {
+    *out = NULL;
+    *version = 0;
+    detail[0] = '\0';
+    dlerror(); /* clear a stale message so the one reported is this call's */
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (h == NULL) {
+        const char *m = dlerror();
+        snprintf(detail, detail_len, "%s", m != NULL ? m : "dlopen failed without a message");
+        return TSG_DLOPEN_FAILED;
+    }
+    /* The version comes first: a library built from another header is best reported as such,
+     * not as whichever of its symbols happens to be missing. */
+    void *sym = dlsym(h, "ts_abi_version");
+    if (sym == NULL) {
+        snprintf(detail, detail_len, "ts_abi_version");
+        dlclose(h);
+        return TSG_MISSING_SYMBOL;
+    }
+    int (*abi_version)(void);
+    memcpy(&abi_version, &sym, sizeof sym);
+    *version = abi_version();
+    if (*version != TS_ABI_VERSION) {
+        dlclose(h);
+        return TSG_VERSION_MISMATCH;
+    }
+    tsg_api *a = calloc(1, sizeof *a);
+    if (a == NULL) {
+        dlclose(h);
+        return TSG_NO_MEMORY;
+    }
+    a->handle = h;
+    /* memcpy instead of a cast: ISO C has no conversion from void * to a function pointer. */
+#define TSG_LOAD(name, ret, params)                           \
+    sym = dlsym(h, #name);                                    \
+    if (sym == NULL) {                                        \
+        snprintf(detail, detail_len, "%s", #name);            \
+        free(a);                                              \
+        dlclose(h);                                           \
+        return TSG_MISSING_SYMBOL;                            \
+    }                                                         \
+    memcpy(&a->name, &sym, sizeof sym);
+    TSG_ABI(TSG_LOAD)
+#undef TSG_LOAD
+    *out = a;
+    return TSG_LOADED;
+}
+
+/* done captures the message of a failed call while still on the thread that made it. */
+static int done(const tsg_api *a, int st, tsg_err *e) {
+    if (st != TS_OK && e != NULL) {
+        const char *msg = a->ts_last_error();
+        const char *name = a->ts_status_name(st);
+        e->status = st;
+        snprintf(e->msg, sizeof e->msg, "%s", msg != NULL ? msg : "");
+        snprintf(e->name, sizeof e->name, "%s", name != NULL ? name : "");
+    }
+    return st;
+}
+
+int tsg_device_count(const tsg_api *a, int *count, tsg_err *e) { return done(a, a->ts_device_count(count), e); }
+int tsg_init(const tsg_api *a, int device, tsg_err *e) { return done(a, a->ts_init(device), e); }
+int tsg_shutdown(const tsg_api *a, tsg_err *e) { return done(a, a->ts_shutdown(), e); }
+int tsg_get_device_info(const tsg_api *a, ts_device_info *info, tsg_err *e) {
+    return done(a, a->ts_get_device_info(info), e);
+}
+int tsg_copy_bandwidth(const tsg_api *a, double *gb_per_s, tsg_err *e) {
+    return done(a, a->ts_copy_bandwidth(gb_per_s), e);
+}
+int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e) { return done(a, a->ts_memory_in_use(bytes), e); }
+
+int tsg_alloc(const tsg_api *a, void **base, size_t bytes, size_t guard, int pattern, const void *src, tsg_err *e) {
+    *base = NULL;
+    void *p = NULL;
+    int st = a->ts_malloc(&p, bytes + 2 * guard);
+    if (st != TS_OK) {
+        return done(a, st, e);
+    }
+    char *data = (char *)p + guard;
+    if (guard > 0) {
+        st = a->ts_memset(p, pattern, guard, NULL);
+        if (st == TS_OK) {
+            st = a->ts_memset(data + bytes, pattern, guard, NULL);
+        }
+    }
+    if (st == TS_OK && bytes > 0) {
+        st = src != NULL ? a->ts_copy_to_device(data, src, bytes, NULL) : a->ts_memset(data, 0, bytes, NULL);
+    }
+    if (st != TS_OK) {
+        done(a, st, e); /* capture before ts_free can overwrite the message */
+        a->ts_free(p);
+        return st;
+    }
+    *base = p;
+    return TS_OK;
+}
+
+int tsg_free(const tsg_api *a, void *base, tsg_err *e) { return done(a, a->ts_free(base), e); }
+int tsg_copy_to_host(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e) {
+    return done(a, a->ts_copy_to_host(dst, src, bytes, NULL), e);
+}
+int tsg_synchronize(const tsg_api *a, tsg_err *e) { return done(a, a->ts_synchronize(NULL), e); }
+
+int tsg_read_guards(const tsg_api *a, const void *base, size_t bytes, size_t guard, void *before, void *after,
+                    tsg_err *e) {
+    int st = a->ts_copy_to_host(before, base, guard, NULL);
+    if (st == TS_OK) {
+        st = a->ts_copy_to_host(after, (const char *)base + guard + bytes, guard, NULL);
+    }
+    return done(a, st, e);
+}
+
+int tsg_fill_guards(const tsg_api *a, void *base, size_t bytes, size_t guard, int pattern, tsg_err *e) {
+    int st = a->ts_memset(base, pattern, guard, NULL);
+    if (st == TS_OK) {
+        st = a->ts_memset((char *)base + guard + bytes, pattern, guard, NULL);
+    }
+    return done(a, st, e);
+}
+
+int tsg_timer_create(const tsg_api *a, ts_timer **t, tsg_err *e) { return done(a, a->ts_timer_create(t), e); }
+int tsg_timer_start(const tsg_api *a, ts_timer *t, tsg_err *e) { return done(a, a->ts_timer_start(t, NULL), e); }
+int tsg_timer_stop(const tsg_api *a, ts_timer *t, float *ms, tsg_err *e) {
+    return done(a, a->ts_timer_stop(t, NULL, ms), e);
+}
+int tsg_timer_destroy(const tsg_api *a, ts_timer *t, tsg_err *e) { return done(a, a->ts_timer_destroy(t), e); }
+
+int tsg_residual_add(const tsg_api *a, void *out, const void *x, const void *residual, const ts_elementwise_config *cfg,
+                     tsg_err *e) {
+    return done(a, a->ts_residual_add(out, x, residual, cfg, NULL), e);
+}
+int tsg_rmsnorm(const tsg_api *a, void *out, const void *x, const void *weight, const ts_norm_config *cfg, tsg_err *e) {
+    return done(a, a->ts_rmsnorm(out, x, weight, cfg, NULL), e);
+}
+int tsg_layernorm(const tsg_api *a, void *out, const void *x, const void *gamma, const void *beta,
+                  const ts_norm_config *cfg, tsg_err *e) {
+    return done(a, a->ts_layernorm(out, x, gamma, beta, cfg, NULL), e);
+}
+int tsg_layernorm_residual(const tsg_api *a, void *sum, void *out, const void *x, const void *residual,
+                           const void *gamma, const void *beta, const ts_norm_config *cfg, tsg_err *e) {
+    return done(a, a->ts_layernorm_residual(sum, out, x, residual, gamma, beta, cfg, NULL), e);
+}
+int tsg_rope(const tsg_api *a, void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg,
+             tsg_err *e) {
+    return done(a, a->ts_rope(out, x, positions, cfg, NULL), e);
+}
+int tsg_attention_prefill(const tsg_api *a, void *out, const void *q, const void *k, const void *v,
+                          const ts_attention_config *cfg, tsg_err *e) {
+    return done(a, a->ts_attention_prefill(out, q, k, v, cfg, NULL), e);
+}
+int tsg_attention_decode(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
+                         const int32_t *cache_lens, const ts_decode_config *cfg, tsg_err *e) {
+    return done(a, a->ts_attention_decode(out, q, k_cache, v_cache, cache_lens, cfg, NULL), e);
+}
+int tsg_swiglu(const tsg_api *a, void *out, const void *gate, const void *up, const ts_elementwise_config *cfg,
+               tsg_err *e) {
+    return done(a, a->ts_swiglu(out, gate, up, cfg, NULL), e);
+}
+int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gate, const void *w_up,
+                   const void *w_down, const ts_ffn_config *cfg, tsg_err *e) {
+    return done(a, a->ts_swiglu_ffn(out, x, w_gate, w_up, w_down, cfg, NULL), e);
+}
+int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e) {
+    return done(a, a->ts_gelu(out, x, cfg, NULL), e);
+}
+int tsg_gelu_tanh(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e) {
+    return done(a, a->ts_gelu_tanh(out, x, cfg, NULL), e);
+}
+int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *table, const int32_t *positions,
+                      const ts_embedding_config *cfg, tsg_err *e) {
+    return done(a, a->ts_pos_embedding(out, x, table, positions, cfg, NULL), e);
+}
+int tsg_embedding(const tsg_api *a, void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg,
+                  tsg_err *e) {
+    return done(a, a->ts_embedding(out, ids, table, cfg, NULL), e);
+}
+int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
+             tsg_err *e) {
+    return done(a, a->ts_gemm(out, x, w, bias, cfg, NULL), e);
+}
+int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e) {
+    return done(a, a->ts_softmax(out, x, cfg, NULL), e);
+}

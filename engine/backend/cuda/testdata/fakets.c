@@ -1,0 +1,532 @@
+/*
+ * fakets.c: libtouchstone_cuda.so over host memory, for the Go backend's tests on machines
+ * without CUDA. "Device" pointers are malloc'ed host memory; the stream is synchronous.
+ * Built by the tests with gcc -shared -fPIC; never part of a real build.
+ *
+ * It only has to exercise the Go side: every entry point appends one line to $FAKETS_LOG
+ * ("ts_rmsnorm dtype=1 rows=4 ..."), so tests can count calls into the library and check
+ * the configs Go built; residual_add really adds (fp16), gelu copies x to out, the other
+ * ops only log. Behaviour is switched at run time by the environment, read on every call
+ * (Go's os.Setenv reaches C's environment when cgo is in use):
+ *
+ *   FAKETS_FAIL=<ts_name>:<status>:<message>  that entry point fails with status/message
+ *   FAKETS_LATCH=1                            any failure also latches, as a sticky fault
+ *                                             does (TS_ERR_STICKY always latches): every
+ *                                             later call returns TS_ERR_STICKY
+ *   FAKETS_OOB=<ts_name>:after|before:<i>[:sum]  after succeeding, the op writes 0x00 into
+ *                                             byte i past the end (or before the start)
+ *                                             of out (of sum, for layernorm_residual)
+ *   FAKETS_DEVICES=<n>                        device count (default 1)
+ *
+ * Compile with -DFAKE_ABI_VERSION=<n> to report another ABI version, -DFAKE_OMIT_RMSNORM to
+ * leave ts_rmsnorm out.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "touchstone.h"
+
+#ifndef FAKE_ABI_VERSION
+#define FAKE_ABI_VERSION TS_ABI_VERSION
+#endif
+
+/* Slack on both sides of every allocation, so that the out-of-bounds writes tests inject
+ * without guards land in memory the fake owns instead of corrupting malloc. */
+#define SLACK 64
+
+static char last_error[1024];
+static int latched;
+static char latched_msg[1024];
+static int initialized;
+static int current_device = -1;
+static int64_t in_use;
+
+static void logf_(const char *fmt, ...) {
+    const char *path = getenv("FAKETS_LOG");
+    if (path == NULL || *path == '\0') return;
+    FILE *f = fopen(path, "a");
+    if (f == NULL) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fclose(f);
+}
+
+static int fail(int status, const char *msg) {
+    snprintf(last_error, sizeof last_error, "%s", msg);
+    const char *latch = getenv("FAKETS_LATCH");
+    if (status == TS_ERR_STICKY || (latch != NULL && strcmp(latch, "1") == 0)) {
+        latched = 1;
+        snprintf(latched_msg, sizeof latched_msg, "%s", msg);
+    }
+    return status;
+}
+
+/* enter runs first in every entry point after the log line: a latched fault, then an
+ * injected failure, then (for calls that need it) the init check. */
+static int enter(const char *name, int needs_init) {
+    if (latched) {
+        snprintf(last_error, sizeof last_error, "%s", latched_msg);
+        return TS_ERR_STICKY;
+    }
+    const char *spec = getenv("FAKETS_FAIL");
+    size_t n = strlen(name);
+    if (spec != NULL && strncmp(spec, name, n) == 0 && spec[n] == ':') {
+        char *end;
+        long st = strtol(spec + n + 1, &end, 10);
+        return fail((int)st, *end == ':' ? end + 1 : "");
+    }
+    if (needs_init && !initialized) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s: ts_init has not succeeded", name);
+        return fail(TS_ERR_NOT_INITIALIZED, msg);
+    }
+    return TS_OK;
+}
+
+static int null_arg(const char *name, const char *arg) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: %s = NULL: must be a device pointer", name, arg);
+    return fail(TS_ERR_INVALID_ARGUMENT, msg);
+}
+
+#define NEED(name, p) \
+    if ((p) == NULL) return null_arg(name, #p)
+
+/* oob injects an out-of-bounds write into out (bytes long) if FAKETS_OOB asks for it. */
+static void oob(const char *name, void *out, void *sum, size_t bytes) {
+    const char *spec = getenv("FAKETS_OOB");
+    size_t n = strlen(name);
+    if (spec == NULL || strncmp(spec, name, n) != 0 || spec[n] != ':') return;
+    const char *side = spec + n + 1;
+    const char *colon = strchr(side, ':');
+    if (colon == NULL) return;
+    long i = strtol(colon + 1, NULL, 10);
+    unsigned char *p = (unsigned char *)(strstr(colon + 1, ":sum") != NULL ? sum : out);
+    if (strncmp(side, "after", 5) == 0) {
+        p[bytes + (size_t)i] = 0x00;
+    } else {
+        p[-1 - i] = 0x00;
+    }
+}
+
+/* ---- fp16 <-> fp32, for residual_add ---- */
+
+static float h2f(uint16_t h) {
+    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    float v;
+    if (e == 0) v = ldexpf((float)m, -24);
+    else if (e == 31) v = m ? NAN : INFINITY;
+    else v = ldexpf((float)(m | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+static uint16_t f2h(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    uint32_t a = x & 0x7fffffffu;
+    if (a >= 0x7f800000u) return sign | 0x7c00 | (a > 0x7f800000u ? 0x200 : 0);
+    if (a >= 0x477ff000u) return sign | 0x7c00; /* rounds to >= 65520: infinity */
+    if (a < 0x38800000u) {                        /* below 2^-14: fp16 subnormal */
+        float af;
+        memcpy(&af, &a, sizeof af);
+        return sign | (uint16_t)lrintf(af * 16777216.0f);
+    }
+    uint32_t r = a - 0x38000000u; /* rebias the exponent from 127 to 15 */
+    uint32_t h = r >> 13, rem = r & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return sign | (uint16_t)h;
+}
+
+/* ---- runtime ---- */
+
+int ts_abi_version(void) {
+    logf_("ts_abi_version");
+    return FAKE_ABI_VERSION;
+}
+
+const char *ts_last_error(void) { return last_error; }
+
+const char *ts_status_name(int status) {
+    switch (status) {
+    case TS_OK: return "TS_OK";
+    case TS_ERR_INVALID_ARGUMENT: return "TS_ERR_INVALID_ARGUMENT";
+    case TS_ERR_SHAPE_MISMATCH: return "TS_ERR_SHAPE_MISMATCH";
+    case TS_ERR_UNSUPPORTED: return "TS_ERR_UNSUPPORTED";
+    case TS_ERR_OUT_OF_MEMORY: return "TS_ERR_OUT_OF_MEMORY";
+    case TS_ERR_CUDA: return "TS_ERR_CUDA";
+    case TS_ERR_STICKY: return "TS_ERR_STICKY";
+    case TS_ERR_NOT_INITIALIZED: return "TS_ERR_NOT_INITIALIZED";
+    case TS_ERR_INDEX: return "TS_ERR_INDEX";
+    case TS_ERR_NO_DEVICE: return "TS_ERR_NO_DEVICE";
+    }
+    return "TS_ERR_UNKNOWN";
+}
+
+static int device_count(void) {
+    const char *s = getenv("FAKETS_DEVICES");
+    return s != NULL && *s != '\0' ? atoi(s) : 1;
+}
+
+int ts_device_count(int *count) {
+    logf_("ts_device_count");
+    int st = enter("ts_device_count", 0);
+    if (st) return st;
+    *count = device_count();
+    if (*count == 0) return fail(TS_ERR_NO_DEVICE, "ts_device_count: no CUDA-capable device is detected (fake)");
+    return TS_OK;
+}
+
+int ts_init(int device) {
+    logf_("ts_init device=%d", device);
+    int st = enter("ts_init", 0);
+    if (st) return st;
+    char msg[256];
+    if (device < 0 || device >= device_count()) {
+        snprintf(msg, sizeof msg, "ts_init: device = %d: no such device (%d devices)", device, device_count());
+        return fail(TS_ERR_NO_DEVICE, msg);
+    }
+    if (initialized && device != current_device) {
+        snprintf(msg, sizeof msg, "ts_init: device = %d: already initialised on device %d", device, current_device);
+        return fail(TS_ERR_INVALID_ARGUMENT, msg);
+    }
+    initialized = 1;
+    current_device = device;
+    return TS_OK;
+}
+
+int ts_shutdown(void) {
+    logf_("ts_shutdown");
+    int st = enter("ts_shutdown", 0);
+    if (st) return st;
+    initialized = 0;
+    current_device = -1;
+    return TS_OK;
+}
+
+int ts_get_device_info(ts_device_info *info) {
+    logf_("ts_get_device_info");
+    int st = enter("ts_get_device_info", 1);
+    if (st) return st;
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "Fake GPU (host memory)");
+    info->ordinal = current_device;
+    info->sm_count = 7;
+    info->cc_major = 9;
+    info->total_bytes = (int64_t)8 << 30;
+    info->l2_bytes = 50 << 20;
+    return TS_OK;
+}
+
+int ts_copy_bandwidth(double *gb_per_s) {
+    logf_("ts_copy_bandwidth");
+    int st = enter("ts_copy_bandwidth", 1);
+    if (st) return st;
+    *gb_per_s = 123.5;
+    return TS_OK;
+}
+
+int ts_memory_in_use(int64_t *bytes) {
+    logf_("ts_memory_in_use");
+    int st = enter("ts_memory_in_use", 1);
+    if (st) return st;
+    *bytes = in_use;
+    return TS_OK;
+}
+
+int ts_malloc(void **ptr, size_t bytes) {
+    logf_("ts_malloc bytes=%zu", bytes);
+    int st = enter("ts_malloc", 1);
+    if (st) return st;
+    NEED("ts_malloc", ptr);
+    if (bytes == 0) return fail(TS_ERR_INVALID_ARGUMENT, "ts_malloc: bytes = 0: must be positive");
+    unsigned char *p = malloc(bytes + 2 * SLACK);
+    if (p == NULL) return fail(TS_ERR_OUT_OF_MEMORY, "ts_malloc: out of (host) memory");
+    memcpy(p, &bytes, sizeof bytes);
+    memset(p + SLACK, 0xCD, bytes); /* garbage, as cudaMalloc gives: Alloc must zero */
+    in_use += (int64_t)bytes;
+    *ptr = p + SLACK;
+    return TS_OK;
+}
+
+int ts_free(void *ptr) {
+    logf_("ts_free");
+    int st = enter("ts_free", 0);
+    if (st) return st;
+    if (ptr == NULL) return TS_OK;
+    unsigned char *p = (unsigned char *)ptr - SLACK;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    in_use -= (int64_t)bytes;
+    free(p);
+    return TS_OK;
+}
+
+int ts_memset(void *dst, int byte_value, size_t bytes, void *stream) {
+    logf_("ts_memset value=%d bytes=%zu stream=%d", byte_value, bytes, stream != NULL);
+    int st = enter("ts_memset", 1);
+    if (st) return st;
+    NEED("ts_memset", dst);
+    memset(dst, byte_value, bytes);
+    return TS_OK;
+}
+
+int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream) {
+    logf_("ts_copy_to_device bytes=%zu stream=%d", bytes, stream != NULL);
+    int st = enter("ts_copy_to_device", 1);
+    if (st) return st;
+    NEED("ts_copy_to_device", dst);
+    NEED("ts_copy_to_device", src);
+    memcpy(dst, src, bytes);
+    return TS_OK;
+}
+
+int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream) {
+    logf_("ts_copy_to_host bytes=%zu stream=%d", bytes, stream != NULL);
+    int st = enter("ts_copy_to_host", 1);
+    if (st) return st;
+    NEED("ts_copy_to_host", dst);
+    NEED("ts_copy_to_host", src);
+    memcpy(dst, src, bytes);
+    return TS_OK;
+}
+
+int ts_synchronize(void *stream) {
+    logf_("ts_synchronize stream=%d", stream != NULL);
+    return enter("ts_synchronize", 1);
+}
+
+struct ts_timer {
+    int started;
+};
+
+int ts_timer_create(ts_timer **timer) {
+    logf_("ts_timer_create");
+    int st = enter("ts_timer_create", 1);
+    if (st) return st;
+    *timer = calloc(1, sizeof **timer);
+    return *timer != NULL ? TS_OK : fail(TS_ERR_OUT_OF_MEMORY, "ts_timer_create: out of memory");
+}
+
+int ts_timer_start(ts_timer *timer, void *stream) {
+    logf_("ts_timer_start stream=%d", stream != NULL);
+    int st = enter("ts_timer_start", 1);
+    if (st) return st;
+    timer->started = 1;
+    return TS_OK;
+}
+
+int ts_timer_stop(ts_timer *timer, void *stream, float *ms) {
+    logf_("ts_timer_stop stream=%d", stream != NULL);
+    int st = enter("ts_timer_stop", 1);
+    if (st) return st;
+    if (!timer->started) return fail(TS_ERR_INVALID_ARGUMENT, "ts_timer_stop: timer = not started: call ts_timer_start first");
+    *ms = 1.5f;
+    return TS_OK;
+}
+
+int ts_timer_destroy(ts_timer *timer) {
+    logf_("ts_timer_destroy");
+    int st = enter("ts_timer_destroy", 0);
+    if (st) return st;
+    free(timer);
+    return TS_OK;
+}
+
+/* ---- ops ---- */
+
+int ts_residual_add(void *out, const void *x, const void *residual, const ts_elementwise_config *cfg, void *stream) {
+    logf_("ts_residual_add dtype=%d n=%lld inplace=%d stream=%d", cfg->dtype, (long long)cfg->n, out == x,
+          stream != NULL);
+    int st = enter("ts_residual_add", 1);
+    if (st) return st;
+    NEED("residual_add", out);
+    NEED("residual_add", x);
+    NEED("residual_add", residual);
+    if (cfg->dtype != TS_F16) return fail(TS_ERR_UNSUPPORTED, "residual_add: cfg->dtype: only TS_F16 is implemented");
+    const uint16_t *a = x, *b = residual;
+    uint16_t *o = out;
+    for (int64_t i = 0; i < cfg->n; i++) o[i] = f2h(h2f(a[i]) + h2f(b[i]));
+    oob("ts_residual_add", out, NULL, (size_t)cfg->n * 2);
+    return TS_OK;
+}
+
+int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream);
+#ifndef FAKE_OMIT_RMSNORM
+int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream) {
+    logf_("ts_rmsnorm dtype=%d rows=%d hidden=%d eps=%g stream=%d", cfg->dtype, cfg->rows, cfg->hidden, cfg->eps,
+          stream != NULL);
+    int st = enter("ts_rmsnorm", 1);
+    if (st) return st;
+    NEED("rmsnorm", out);
+    NEED("rmsnorm", x);
+    NEED("rmsnorm", weight);
+    oob("ts_rmsnorm", out, NULL, (size_t)cfg->rows * cfg->hidden * 2);
+    return TS_OK;
+}
+#endif
+
+int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, const ts_norm_config *cfg,
+                 void *stream) {
+    logf_("ts_layernorm dtype=%d rows=%d hidden=%d eps=%g stream=%d", cfg->dtype, cfg->rows, cfg->hidden, cfg->eps,
+          stream != NULL);
+    int st = enter("ts_layernorm", 1);
+    if (st) return st;
+    NEED("layernorm", out);
+    NEED("layernorm", x);
+    NEED("layernorm", gamma);
+    NEED("layernorm", beta);
+    oob("ts_layernorm", out, NULL, (size_t)cfg->rows * cfg->hidden * 2);
+    return TS_OK;
+}
+
+int ts_layernorm_residual(void *sum, void *out, const void *x, const void *residual, const void *gamma,
+                          const void *beta, const ts_norm_config *cfg, void *stream) {
+    logf_("ts_layernorm_residual dtype=%d rows=%d hidden=%d eps=%g stream=%d", cfg->dtype, cfg->rows, cfg->hidden,
+          cfg->eps, stream != NULL);
+    int st = enter("ts_layernorm_residual", 1);
+    if (st) return st;
+    NEED("layernorm_residual", sum);
+    NEED("layernorm_residual", out);
+    NEED("layernorm_residual", x);
+    NEED("layernorm_residual", residual);
+    NEED("layernorm_residual", gamma);
+    NEED("layernorm_residual", beta);
+    oob("ts_layernorm_residual", out, sum, (size_t)cfg->rows * cfg->hidden * 2);
+    return TS_OK;
+}
+
+int ts_rope(void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg, void *stream) {
+    logf_("ts_rope dtype=%d tokens=%d heads=%d head_dim=%d rope_dim=%d freq_base=%g stream=%d", cfg->dtype,
+          cfg->tokens, cfg->heads, cfg->head_dim, cfg->rope_dim, cfg->freq_base, stream != NULL);
+    int st = enter("ts_rope", 1);
+    if (st) return st;
+    NEED("rope", out);
+    NEED("rope", x);
+    NEED("rope", positions);
+    oob("ts_rope", out, NULL, (size_t)cfg->tokens * cfg->heads * cfg->head_dim * 2);
+    return TS_OK;
+}
+
+int ts_attention_prefill(void *out, const void *q, const void *k, const void *v, const ts_attention_config *cfg,
+                         void *stream) {
+    logf_("ts_attention_prefill dtype=%d batch=%d seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d causal=%d "
+          "scale=%g stream=%d",
+          cfg->dtype, cfg->batch, cfg->seq_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal, cfg->scale,
+          stream != NULL);
+    int st = enter("ts_attention_prefill", 1);
+    if (st) return st;
+    NEED("attention_prefill", out);
+    NEED("attention_prefill", q);
+    NEED("attention_prefill", k);
+    NEED("attention_prefill", v);
+    return TS_OK;
+}
+
+int ts_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const int32_t *cache_lens,
+                        const ts_decode_config *cfg, void *stream) {
+    logf_("ts_attention_decode dtype=%d batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d scale=%g stream=%d",
+          cfg->dtype, cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale,
+          stream != NULL);
+    int st = enter("ts_attention_decode", 1);
+    if (st) return st;
+    NEED("attention_decode", out);
+    NEED("attention_decode", q);
+    NEED("attention_decode", k_cache);
+    NEED("attention_decode", v_cache);
+    NEED("attention_decode", cache_lens);
+    return TS_OK;
+}
+
+int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_config *cfg, void *stream) {
+    logf_("ts_swiglu dtype=%d n=%lld stream=%d", cfg->dtype, (long long)cfg->n, stream != NULL);
+    int st = enter("ts_swiglu", 1);
+    if (st) return st;
+    NEED("swiglu", out);
+    NEED("swiglu", gate);
+    NEED("swiglu", up);
+    return TS_OK;
+}
+
+int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up, const void *w_down,
+                  const ts_ffn_config *cfg, void *stream) {
+    logf_("ts_swiglu_ffn dtype=%d rows=%d hidden=%d ffn=%d stream=%d", cfg->dtype, cfg->rows, cfg->hidden, cfg->ffn,
+          stream != NULL);
+    int st = enter("ts_swiglu_ffn", 1);
+    if (st) return st;
+    NEED("swiglu_ffn", out);
+    NEED("swiglu_ffn", x);
+    NEED("swiglu_ffn", w_gate);
+    NEED("swiglu_ffn", w_up);
+    NEED("swiglu_ffn", w_down);
+    return TS_OK;
+}
+
+static int copy_op(const char *name, void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
+    logf_("%s dtype=%d n=%lld stream=%d", name, cfg->dtype, (long long)cfg->n, stream != NULL);
+    int st = enter(name, 1);
+    if (st) return st;
+    NEED(name, out);
+    NEED(name, x);
+    memmove(out, x, (size_t)cfg->n * 2);
+    oob(name, out, NULL, (size_t)cfg->n * 2);
+    return TS_OK;
+}
+
+int ts_gelu(void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
+    return copy_op("ts_gelu", out, x, cfg, stream);
+}
+
+int ts_gelu_tanh(void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
+    return copy_op("ts_gelu_tanh", out, x, cfg, stream);
+}
+
+int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t *positions,
+                     const ts_embedding_config *cfg, void *stream) {
+    logf_("ts_pos_embedding dtype=%d tokens=%d hidden=%d table_rows=%d stream=%d", cfg->dtype, cfg->tokens, cfg->hidden,
+          cfg->table_rows, stream != NULL);
+    int st = enter("ts_pos_embedding", 1);
+    if (st) return st;
+    NEED("pos_embedding", out);
+    NEED("pos_embedding", x);
+    NEED("pos_embedding", table);
+    NEED("pos_embedding", positions);
+    return TS_OK;
+}
+
+int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg, void *stream) {
+    logf_("ts_embedding dtype=%d tokens=%d hidden=%d table_rows=%d stream=%d", cfg->dtype, cfg->tokens, cfg->hidden,
+          cfg->table_rows, stream != NULL);
+    int st = enter("ts_embedding", 1);
+    if (st) return st;
+    NEED("embedding", out);
+    NEED("embedding", ids);
+    NEED("embedding", table);
+    return TS_OK;
+}
+
+int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream) {
+    logf_("ts_gemm in_dtype=%d out_dtype=%d m=%d n=%d k=%d bias=%d stream=%d", cfg->in_dtype, cfg->out_dtype, cfg->m,
+          cfg->n, cfg->k, bias != NULL, stream != NULL);
+    int st = enter("ts_gemm", 1);
+    if (st) return st;
+    NEED("gemm", out);
+    NEED("gemm", x);
+    NEED("gemm", w);
+    return TS_OK;
+}
+
+int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream) {
+    logf_("ts_softmax in_dtype=%d rows=%d n=%d stream=%d", cfg->in_dtype, cfg->rows, cfg->n, stream != NULL);
+    int st = enter("ts_softmax", 1);
+    if (st) return st;
+    NEED("softmax", out);
+    NEED("softmax", x);
+    return TS_OK;
+}
