@@ -1,0 +1,315 @@
+/*
+ * internal.h — shared by runtime.cu and cuda/kernels/<op>.cu. Not part of the ABI: nothing in
+ * here crosses the library boundary (see include/touchstone.h for that).
+ *
+ * What lives here:
+ *  - errors: the thread-local last-error buffer (ts::set_error), the one check macro TS_CHECK
+ *    for every CUDA and cuBLAS call, and TS_LAUNCH, which logs a launch, launches, and checks
+ *    cudaGetLastError; sticky errors (the context is unusable) are latched in runtime.cu;
+ *  - ts::Validator, the argument checks every ts_* entry runs before any launch;
+ *  - the device fault record that kernels fill when they see an out-of-range index in device
+ *    data (positions, ids, cache_lens): runtime.cu owns it, kernels receive a pointer to it;
+ *  - library state the ops need: the stream, the cuBLAS handles, workspaces, the SM count;
+ *  - small device helpers: 16-byte fp16 vector loads/stores, warp and block reductions.
+ */
+#ifndef TOUCHSTONE_INTERNAL_H
+#define TOUCHSTONE_INTERNAL_H
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <mutex>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "touchstone.h"
+
+namespace ts {
+
+/* ---- errors ------------------------------------------------------------------------------ */
+
+/* Formats a message into this thread's last-error buffer and returns status. */
+int set_error(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Map a failed CUDA / cuBLAS call to a status, record the message (op, call, file:line), and
+ * latch sticky errors. Called through TS_CHECK only. */
+int cuda_failure(const char *op, cudaError_t err, const char *expr, const char *file, int line);
+int cublas_failure(const char *op, cublasStatus_t st, const char *expr, const char *file, int line);
+
+inline int check(const char *op, cudaError_t err, const char *expr, const char *file, int line) {
+    return err == cudaSuccess ? TS_OK : cuda_failure(op, err, expr, file, line);
+}
+inline int check(const char *op, cublasStatus_t st, const char *expr, const char *file, int line) {
+    return st == CUBLAS_STATUS_SUCCESS ? TS_OK : cublas_failure(op, st, expr, file, line);
+}
+/* A status returned by one of our own helpers: already recorded, pass it through. */
+inline int check(const char *, int status, const char *, const char *, int) { return status; }
+
+/* The one error-check macro: every CUDA call, every cuBLAS call and every launch goes through
+ * it. On failure it returns the status from the enclosing function. */
+#define TS_CHECK(op, call)                                                                   \
+    do {                                                                                     \
+        int ts_status_ = ::ts::check((op), (call), #call, __FILE__, __LINE__);               \
+        if (ts_status_ != TS_OK) return ts_status_;                                          \
+    } while (0)
+
+/* Launch bookkeeping: debug log of the launch (TOUCHSTONE_LOG=debug) before it, and after it
+ * the record of the most recent op (named in sticky-error messages) plus, with
+ * TOUCHSTONE_SYNC=1, a stream synchronisation so a fault is pinned on the op that caused it. */
+bool debug_enabled();
+/* printf-style description of an op's dims for the debug log; "" when debug is off. */
+const char *dims(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_t smem, const char *dims);
+cudaError_t after_launch(const char *op, cudaStream_t stream);
+/* cuBLAS calls are logged too (no grid: cuBLAS chooses). */
+void log_library_call(const char *op, const char *call, const char *dims);
+
+/* TS_LAUNCH(op, kernel, grid, block, smem, stream, dims, args...): kernel is a function name
+ * or pointer without commas (bind template instances to a local variable first). */
+#define TS_LAUNCH(op, kernel, grid, block, smem, stream, dimstr, ...)                         \
+    do {                                                                                     \
+        const dim3 ts_grid_(grid), ts_block_(block);                                         \
+        if (::ts::debug_enabled())                                                           \
+            ::ts::log_launch((op), reinterpret_cast<const void *>(kernel), ts_grid_, ts_block_, \
+                             (size_t)(smem), (dimstr));                                      \
+        kernel<<<ts_grid_, ts_block_, (smem), (stream)>>>(__VA_ARGS__);                      \
+        TS_CHECK((op), cudaGetLastError());                                                  \
+        TS_CHECK((op), ::ts::after_launch((op), (stream)));                                  \
+    } while (0)
+
+/* ---- entry-point guards ------------------------------------------------------------------ */
+
+/* TS_ERR_STICKY (with the latched message) once a sticky error happened, else TS_OK. Every
+ * ts_* entry calls this first. */
+int sticky_status();
+/* After validation: TS_ERR_NOT_INITIALIZED unless ts_init succeeded; makes the library's
+ * device current on the calling thread; resolves a NULL stream to the library's stream. */
+int ready(const char *op, void *stream_arg, cudaStream_t *stream);
+
+#define TS_STICKY_GUARD()                                                                    \
+    do {                                                                                     \
+        int ts_sticky_ = ::ts::sticky_status();                                              \
+        if (ts_sticky_ != TS_OK) return ts_sticky_;                                          \
+    } while (0)
+
+/* ---- argument validation ----------------------------------------------------------------- */
+
+/* Collects the checks of one call; the first failure wins and is written to the last-error
+ * buffer as "op: arg = value: reason". */
+class Validator {
+  public:
+    explicit Validator(const char *op) : op_(op) {}
+    bool ok() const { return status_ == TS_OK; }
+    int status() const { return status_; }
+    const char *op() const { return op_; }
+
+    void fail(int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+    /* A required pointer (device buffer or config). */
+    void ptr(const void *p, const char *name);
+    /* A dim that must be > 0. */
+    void positive(int64_t v, const char *name);
+    /* Storage dtype: TS_F16 only today (a known but unimplemented dtype is TS_ERR_UNSUPPORTED,
+     * a value outside ts_dtype is TS_ERR_INVALID_ARGUMENT). */
+    void dtype_f16(int dtype, const char *name);
+    /* dtype must be one of two (e.g. gemm out_dtype, softmax in_dtype). */
+    void dtype_one_of(int dtype, const char *name, int a, int b);
+    /* eps > 0 and finite. */
+    void eps(float v, const char *name);
+    /* scale > 0 and finite. */
+    void scale(float v, const char *name);
+    /* The elements of one tensor (the product of its dims) must not exceed 2^59, so byte offsets
+     * of any dtype fit in int64. Non-positive dims are left to positive(). */
+    void elements(const char *what, std::initializer_list<int64_t> dims);
+
+  private:
+    const char *op_;
+    int status_ = TS_OK;
+};
+
+const char *dtype_name(int dtype);
+
+/* ---- library state ----------------------------------------------------------------------- */
+
+int sm_count();
+/* Largest dynamic shared memory a block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin). */
+int max_shared_optin();
+int current_device();
+cublasHandle_t cublas_handle();
+cublasLtHandle_t cublaslt_handle();
+/* Serialises use of the cuBLAS handles (their stream binding) across host threads. */
+std::mutex &blas_mutex();
+
+/* Library-owned device workspaces, grown on demand to the largest request and reused; freed by
+ * ts_shutdown. Ops that share a slot must run on one stream (the library is not re-entrant
+ * across concurrently running streams for the ops that use a workspace). */
+enum Workspace { WS_FFN = 0, WS_DECODE, WS_GEMM, WS_CUBLASLT, WS_COUNT };
+int workspace(const char *op, Workspace slot, size_t bytes, void **ptr);
+
+/* Lets kernel take up to the device's opt-in shared memory per block (needed above 48 KiB);
+ * done once per kernel and device, tracked in done_for_device (a static of the caller). */
+template <typename Kernel>
+int allow_max_shared(const char *op, Kernel kernel, std::atomic<int> &done_for_device) {
+    const int dev = current_device();
+    if (done_for_device.load(std::memory_order_relaxed) == dev) return TS_OK;
+    TS_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_optin()));
+    done_for_device.store(dev, std::memory_order_relaxed);
+    return TS_OK;
+}
+
+/* Called by ts_shutdown: forget cached cuBLASLt heuristics (gemm.cu). */
+void gemm_release();
+
+/* Internal launchers shared between ops (each defined in its op's file). */
+int launch_swiglu(const char *op, __half *out, const __half *gate, const __half *up, int64_t n, cudaStream_t stream);
+/* Row-major out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]), fp32 accumulation, one rounding to
+ * out_type (CUDA_R_16F or CUDA_R_32F). */
+int gemm_nt(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w, const __half *bias,
+            int m, int n, int k, cudaStream_t stream);
+
+/* ---- device fault record ----------------------------------------------------------------- */
+
+enum FaultKind {
+    FAULT_NONE = 0,
+    FAULT_ROPE_POSITION = 1,          /* rope: positions[i] < 0 */
+    FAULT_POS_EMBEDDING_POSITION = 2, /* pos_embedding: positions[i] outside [0, table_rows) */
+    FAULT_EMBEDDING_ID = 3,           /* embedding: ids[i] outside [0, table_rows) */
+    FAULT_DECODE_CACHE_LEN = 4        /* attention_decode: cache_lens[b] outside [1, max_len] */
+};
+
+/* The first out-of-range index any kernel saw since the last check; claimed by atomicCAS. */
+struct FaultRecord {
+    int claimed; /* 0 = empty */
+    int kind;    /* FaultKind */
+    int index;   /* element of the index tensor */
+    int value;   /* the value found there */
+    int bound;   /* table_rows, or max_len */
+    int pad[3];
+};
+
+/* Device pointer to the record, allocated by ts_init. */
+FaultRecord *fault_record();
+
+#ifdef __CUDACC__
+__device__ __forceinline__ void report_fault(FaultRecord *f, int kind, int index, int value, int bound) {
+    if (atomicCAS(&f->claimed, 0, 1) == 0) {
+        f->kind = kind;
+        f->index = index;
+        f->value = value;
+        f->bound = bound;
+        __threadfence();
+    }
+}
+
+/* ---- device helpers ---------------------------------------------------------------------- */
+
+__device__ __forceinline__ void load8(const __half *p, float (&v)[8]) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 f = __half22float2(h[i]);
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+    }
+}
+
+__device__ __forceinline__ void store8(__half *p, const float (&v)[8]) {
+    uint4 u;
+    __half2 *h = reinterpret_cast<__half2 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+    *reinterpret_cast<uint4 *>(p) = u;
+}
+
+/* Asynchronous 16-byte global -> shared copies (cp.async, sm_80+): no register staging, many
+ * in flight; wait_group N waits until at most N of this thread's committed groups are pending. */
+__device__ __forceinline__ void cp_async16(void *smem_dst, const void *gmem_src) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block; every thread gets the total. blockDim.x must be a multiple of 32 (at most
+ * 1024); scratch is 32 floats of shared memory, reusable across calls. */
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* a previous call may still be reading scratch */
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? scratch[lane] : -INFINITY;
+    return warp_max(v);
+}
+#endif /* __CUDACC__ */
+
+/* ---- host helpers ------------------------------------------------------------------------ */
+
+inline bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline int round_up(int v, int m) { return (v + m - 1) / m * m; }
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Blocks for a grid-stride loop over `work` items at `threads` per block: enough to fill every
+ * SM at full occupancy (2048 threads per SM), never more than the work needs. */
+inline unsigned grid_for(int64_t work, int threads) {
+    const int64_t need = ceil_div(work, threads);
+    const int64_t fill = (int64_t)sm_count() * (2048 / threads);
+    const int64_t g = need < fill ? need : fill;
+    return (unsigned)(g < 1 ? 1 : g);
+}
+
+/* Launch plan of the row kernels (rmsnorm, layernorm, layernorm_residual): one block per row.
+ * vpt > 0: the row is held in registers, vpt 16-byte vectors (8 halves) per thread, at most
+ * kRowThreads threads; needs hidden % 8 == 0, 16-byte aligned pointers and hidden <= 16384.
+ * vpt == 0: the generic kernel (scalar loads, re-reads the row from global memory / L1 / L2 for
+ * each pass; up to 1024 threads). */
+constexpr int kRowThreads = 256;
+
+struct RowPlan {
+    int vpt;
+    int threads;
+};
+
+inline RowPlan plan_row(int hidden, bool aligned) {
+    if (aligned && hidden % 8 == 0) {
+        const int nvec = hidden / 8;
+        for (int vpt = 1; vpt <= 8; vpt *= 2)
+            if (nvec <= vpt * kRowThreads) return {vpt, round_up((int)ceil_div(nvec, vpt), 32)};
+    }
+    return {0, hidden >= 1024 ? 1024 : round_up(hidden, 32)};
+}
+
+} // namespace ts
+
+#endif /* TOUCHSTONE_INTERNAL_H */

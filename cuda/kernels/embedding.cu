@@ -1,0 +1,71 @@
+/*
+ * embedding: out[t] = table[ids[t]], a bit-exact row gather. One block per token; the row is
+ * copied in the widest unit the row length and the pointers allow (16 bytes = 8 halves, else
+ * 4 bytes, else 2). ids are range-checked on the device: an id outside [0, table_rows) is
+ * recorded in the fault record (reported as TS_ERR_INDEX by the next ts_synchronize or
+ * ts_copy_to_host) and its row is skipped.
+ */
+#include "internal.h"
+
+namespace {
+
+template <typename U>
+__global__ void embedding_kernel(U *out, const int32_t *ids, const U *table, int units, int table_rows,
+                                 ts::FaultRecord *fault) {
+    const int t = blockIdx.x;
+    const int id = ids[t];
+    if (id < 0 || id >= table_rows) {
+        if (threadIdx.x == 0) ts::report_fault(fault, ts::FAULT_EMBEDDING_ID, t, id, table_rows);
+        return;
+    }
+    const U *src = table + (int64_t)id * units;
+    U *dst = out + (int64_t)t * units;
+    for (int i = threadIdx.x; i < units; i += blockDim.x) dst[i] = src[i];
+}
+
+template <typename U>
+int launch_as(const char *op, void *out, const int32_t *ids, const void *table, int tokens, int hidden, int table_rows,
+              cudaStream_t stream) {
+    const int units = (int)((int64_t)hidden * 2 / (int64_t)sizeof(U));
+    const int threads = units >= 256 ? 256 : ts::round_up(units, 32);
+    const char *d = ts::dims("tokens=%d hidden=%d table_rows=%d unit=%zuB", tokens, hidden, table_rows, sizeof(U));
+    auto kernel = embedding_kernel<U>;
+    TS_LAUNCH(op, kernel, tokens, threads, 0, stream, d, static_cast<U *>(out), ids, static_cast<const U *>(table),
+              units, table_rows, ts::fault_record());
+    return TS_OK;
+}
+
+int launch_embedding(void *out, const int32_t *ids, const void *table, int tokens, int hidden, int table_rows,
+                     cudaStream_t stream) {
+    const char *op = "embedding";
+    if (hidden % 8 == 0 && ts::aligned16(out) && ts::aligned16(table))
+        return launch_as<uint4>(op, out, ids, table, tokens, hidden, table_rows, stream);
+    const bool aligned4 = ((reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(table)) & 3u) == 0;
+    if (hidden % 2 == 0 && aligned4)
+        return launch_as<uint32_t>(op, out, ids, table, tokens, hidden, table_rows, stream);
+    return launch_as<uint16_t>(op, out, ids, table, tokens, hidden, table_rows, stream);
+}
+
+} // namespace
+
+extern "C" int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg,
+                            void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("embedding");
+    v.ptr(out, "out");
+    v.ptr(ids, "ids");
+    v.ptr(table, "table");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->tokens, "cfg->tokens");
+    v.positive(cfg->hidden, "cfg->hidden");
+    v.positive(cfg->table_rows, "cfg->table_rows");
+    v.elements("out", {cfg->tokens, cfg->hidden});
+    v.elements("table", {cfg->table_rows, cfg->hidden});
+    if (!v.ok()) return v.status();
+    cudaStream_t st;
+    const int s = ts::ready(v.op(), stream, &st);
+    if (s != TS_OK) return s;
+    return launch_embedding(out, ids, table, cfg->tokens, cfg->hidden, cfg->table_rows, st);
+}

@@ -1,0 +1,55 @@
+/*
+ * gelu_tanh: tanh GELU (GPT-2 gelu_new), out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))):
+ * fp32 math with tanhf (not a fast-math intrinsic), one fp16 rounding. Grid-stride, 16-byte
+ * vectors when aligned (see elementwise.cuh); out may equal x.
+ */
+#include "elementwise.cuh"
+
+namespace {
+
+struct GeluTanhOp {
+    __device__ __forceinline__ float operator()(float x) const {
+        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+    }
+};
+
+template <bool VEC>
+__global__ void __launch_bounds__(ts::kElementwiseThreads)
+    gelu_tanh_kernel(__half *out, const __half *x, int64_t n) {
+    ts::unary_body<VEC>(out, x, n, GeluTanhOp{});
+}
+
+int launch_gelu_tanh(__half *out, const __half *x, int64_t n, cudaStream_t stream) {
+    const char *op = "gelu_tanh";
+    const bool vec = ts::aligned16(out) && ts::aligned16(x);
+    const int threads = ts::kElementwiseThreads;
+    const unsigned grid = ts::grid_for(ts::elementwise_work(n, vec), threads);
+    const char *d = ts::dims("n=%lld vec=%d", (long long)n, (int)vec);
+    if (vec) {
+        auto kernel = gelu_tanh_kernel<true>;
+        TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, n);
+    } else {
+        auto kernel = gelu_tanh_kernel<false>;
+        TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, n);
+    }
+    return TS_OK;
+}
+
+} // namespace
+
+extern "C" int ts_gelu_tanh(void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("gelu_tanh");
+    v.ptr(out, "out");
+    v.ptr(x, "x");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->n, "cfg->n");
+    v.elements("cfg->n", {cfg->n});
+    if (!v.ok()) return v.status();
+    cudaStream_t st;
+    const int s = ts::ready(v.op(), stream, &st);
+    if (s != TS_OK) return s;
+    return launch_gelu_tanh(static_cast<__half *>(out), static_cast<const __half *>(x), cfg->n, st);
+}

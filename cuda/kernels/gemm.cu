@@ -1,0 +1,213 @@
+/*
+ * gemm: out [m, n] = x [m, k] . w^T (w is [n, k], a Linear weight) + bias [n] (optional), fp16
+ * inputs, fp32 accumulation in cuBLAS (CUBLAS_COMPUTE_32F, no reduced-precision split-K
+ * reductions), one rounding to out_dtype (TS_F16 or TS_F32). Never a hand-written GEMM.
+ *
+ * Row-major out[m, n] is column-major out^T [n, m] = w . x^T: cublasGemmEx(OP_T, OP_N, n, m, k,
+ * w, lda = k, x, ldb = k, out, ldc = n).
+ *  - no bias: cublasGemmEx straight into out;
+ *  - fp32 out + bias: cublasGemmEx into out, then bias_add_kernel adds the bias in fp32 in place
+ *    (the reference's order: fp32 product, + bias, no rounding);
+ *  - fp16 out + bias: cublasLt with the BIAS epilogue, which adds the bias to the fp32 accumulator
+ *    and rounds once; when cublasLt offers no algorithm, cublasGemmEx into an fp32 workspace and
+ *    bias_add_kernel adds and rounds once. Never bias added to an already rounded fp16 product.
+ */
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "internal.h"
+
+namespace {
+
+constexpr size_t kLtWorkspaceBytes = (size_t)32 << 20;
+
+/* out[i] = OUT(acc[i] + bias[i % n]); acc may equal out (fp32 in place). */
+template <typename OUT>
+__global__ void __launch_bounds__(256) bias_add_kernel(OUT *out, const float *acc, const __half *bias, int64_t total,
+                                                       int n) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const float v = acc[i] + __half2float(bias[i % n]);
+        if constexpr (sizeof(OUT) == 2)
+            out[i] = __float2half_rn(v);
+        else
+            out[i] = v;
+    }
+}
+
+template <typename OUT>
+int launch_bias_add(const char *op, OUT *out, const float *acc, const __half *bias, int m, int n,
+                    cudaStream_t stream) {
+    const int64_t total = (int64_t)m * n;
+    const int threads = 256;
+    const unsigned grid = ts::grid_for(total, threads);
+    const char *d = ts::dims("m=%d n=%d out=%s", m, n, sizeof(OUT) == 2 ? "f16" : "f32");
+    auto kernel = bias_add_kernel<OUT>;
+    TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, acc, bias, total, n);
+    return TS_OK;
+}
+
+int gemm_ex(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w, int m, int n, int k,
+            cudaStream_t stream) {
+    const float alpha = 1.0f, beta = 0.0f;
+    ts::log_library_call(op, "cublasGemmEx",
+                         ts::dims("m=%d n=%d k=%d out=%s", m, n, k, out_type == CUDA_R_16F ? "f16" : "f32"));
+    std::lock_guard<std::mutex> lk(ts::blas_mutex());
+    cublasHandle_t h = ts::cublas_handle();
+    TS_CHECK(op, cublasSetStream(h, stream));
+    TS_CHECK(op, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16F, k, x, CUDA_R_16F, k, &beta,
+                              out, out_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    TS_CHECK(op, ts::after_launch(op, stream));
+    return TS_OK;
+}
+
+/* Largest power of two (<= 256) dividing the address: what cublasLt may assume of a pointer. */
+uint32_t alignment_of(const void *p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    uint32_t al = 256;
+    while (al > 1 && (a % al) != 0) al /= 2;
+    return al;
+}
+
+/* Heuristic results of cublasLt per shape and alignment; found == false: no algorithm. */
+struct LtChoice {
+    bool found;
+    cublasLtMatmulHeuristicResult_t result;
+};
+using LtKey = std::tuple<int, int, int, uint32_t, uint32_t, uint32_t>;
+std::mutex g_lt_mu;
+std::map<LtKey, LtChoice> g_lt_cache;
+
+/* Owns the cublasLt descriptors of one call. */
+struct LtDescs {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~LtDescs() {
+        if (pref) cublasLtMatmulPreferenceDestroy(pref);
+        if (c) cublasLtMatrixLayoutDestroy(c);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (op) cublasLtMatmulDescDestroy(op);
+    }
+};
+
+/* fp16 out = x . w^T + bias with the bias epilogue. *unsupported = true (and TS_OK) when cublasLt
+ * has no algorithm for this problem: the caller falls back. */
+int lt_gemm_bias_f16(const char *op, __half *out, const __half *x, const __half *w, const __half *bias, int m, int n,
+                     int k, cudaStream_t stream, bool *unsupported) {
+    *unsupported = false;
+    void *ws = nullptr;
+    TS_CHECK(op, ts::workspace(op, ts::WS_CUBLASLT, kLtWorkspaceBytes, &ws));
+    const uint32_t al_w = alignment_of(w), al_x = alignment_of(x), al_out = alignment_of(out);
+
+    LtDescs d;
+    TS_CHECK(op, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    TS_CHECK(op, cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    TS_CHECK(op, cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    TS_CHECK(op, cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
+    TS_CHECK(op, cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    /* Column-major, as stored: w is k x n (transposed by the op), x is k x m, out is n x m. */
+    TS_CHECK(op, cublasLtMatrixLayoutCreate(&d.a, CUDA_R_16F, k, n, k));
+    TS_CHECK(op, cublasLtMatrixLayoutCreate(&d.b, CUDA_R_16F, k, m, k));
+    TS_CHECK(op, cublasLtMatrixLayoutCreate(&d.c, CUDA_R_16F, n, m, n));
+
+    const LtKey key{m, n, k, al_w, al_x, al_out};
+    LtChoice choice{};
+    bool cached = false;
+    {
+        std::lock_guard<std::mutex> lk(g_lt_mu);
+        auto it = g_lt_cache.find(key);
+        if (it != g_lt_cache.end()) {
+            choice = it->second;
+            cached = true;
+        }
+    }
+    if (!cached) {
+        TS_CHECK(op, cublasLtMatmulPreferenceCreate(&d.pref));
+        const size_t ws_bytes = kLtWorkspaceBytes;
+        TS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                          sizeof ws_bytes));
+        /* Split-K partial sums only in fp32 (never reduced in the fp16 output type). */
+        const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        TS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                          &reduction, sizeof reduction));
+        TS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_w,
+                                                          sizeof al_w));
+        TS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_x,
+                                                          sizeof al_x));
+        TS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_out,
+                                                          sizeof al_out));
+        TS_CHECK(op, cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_out,
+                                                          sizeof al_out));
+        int count = 0;
+        const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(ts::cublaslt_handle(), d.op, d.a, d.b, d.c, d.c,
+                                                                 d.pref, 1, &choice.result, &count);
+        if (hs != CUBLAS_STATUS_SUCCESS && hs != CUBLAS_STATUS_NOT_SUPPORTED) TS_CHECK(op, hs);
+        choice.found = hs == CUBLAS_STATUS_SUCCESS && count > 0 && choice.result.state == CUBLAS_STATUS_SUCCESS;
+        std::lock_guard<std::mutex> lk(g_lt_mu);
+        g_lt_cache[key] = choice;
+    }
+    if (!choice.found) {
+        *unsupported = true;
+        return TS_OK;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    ts::log_library_call(op, "cublasLtMatmul(epilogue=BIAS)", ts::dims("m=%d n=%d k=%d out=f16", m, n, k));
+    std::lock_guard<std::mutex> lk(ts::blas_mutex());
+    TS_CHECK(op, cublasLtMatmul(ts::cublaslt_handle(), d.op, &alpha, w, d.a, x, d.b, &beta, out, d.c, out, d.c,
+                                &choice.result.algo, ws, kLtWorkspaceBytes, stream));
+    TS_CHECK(op, ts::after_launch(op, stream));
+    return TS_OK;
+}
+
+} // namespace
+
+void ts::gemm_release() {
+    std::lock_guard<std::mutex> lk(g_lt_mu);
+    g_lt_cache.clear();
+}
+
+int ts::gemm_nt(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w,
+                const __half *bias, int m, int n, int k, cudaStream_t stream) {
+    if (bias == nullptr) return gemm_ex(op, out, out_type, x, w, m, n, k, stream);
+    if (out_type == CUDA_R_32F) {
+        float *o = static_cast<float *>(out);
+        TS_CHECK(op, gemm_ex(op, o, CUDA_R_32F, x, w, m, n, k, stream));
+        return launch_bias_add(op, o, o, bias, m, n, stream);
+    }
+    bool unsupported = false;
+    TS_CHECK(op, lt_gemm_bias_f16(op, static_cast<__half *>(out), x, w, bias, m, n, k, stream, &unsupported));
+    if (!unsupported) return TS_OK;
+    void *acc = nullptr;
+    TS_CHECK(op, ts::workspace(op, ts::WS_GEMM, (size_t)m * n * sizeof(float), &acc));
+    TS_CHECK(op, gemm_ex(op, acc, CUDA_R_32F, x, w, m, n, k, stream));
+    return launch_bias_add(op, static_cast<__half *>(out), static_cast<const float *>(acc), bias, m, n, stream);
+}
+
+extern "C" int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
+                       void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("gemm");
+    v.ptr(out, "out");
+    v.ptr(x, "x");
+    v.ptr(w, "w");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->in_dtype, "cfg->in_dtype");
+    v.dtype_one_of(cfg->out_dtype, "cfg->out_dtype", TS_F16, TS_F32);
+    v.positive(cfg->m, "cfg->m");
+    v.positive(cfg->n, "cfg->n");
+    v.positive(cfg->k, "cfg->k");
+    v.elements("out", {cfg->m, cfg->n});
+    if (!v.ok()) return v.status();
+    cudaStream_t st;
+    const int s = ts::ready(v.op(), stream, &st);
+    if (s != TS_OK) return s;
+    return ts::gemm_nt(v.op(), out, cfg->out_dtype == TS_F32 ? CUDA_R_32F : CUDA_R_16F,
+                       static_cast<const __half *>(x), static_cast<const __half *>(w),
+                       static_cast<const __half *>(bias), cfg->m, cfg->n, cfg->k, st);
+}

@@ -1,0 +1,139 @@
+/*
+ * layernorm: out = (x - mean) / sqrt(var + eps) * gamma + beta per row of x [rows, hidden],
+ * two-pass in fp32 (the mean, then the sum of squared deviations from it: never
+ * E[x^2] - E[x]^2, which cancels when |mean| >> std). One block per row. Fast path (hidden % 8
+ * == 0, aligned, hidden <= 16384): the row is loaded once into registers with 16-byte vectors
+ * and both passes and the output run from registers; reductions by warp shuffles and shared
+ * memory. Generic path (odd hidden such as 1001, misaligned pointers): scalar loads, three
+ * passes over the row. Rounding as the reference: y = fp16(((x - mean) * inv) * gamma + beta).
+ * out may equal x.
+ */
+#include "internal.h"
+
+namespace {
+
+template <int VPT>
+__global__ void __launch_bounds__(ts::kRowThreads) layernorm_vec_kernel(__half *out, const __half *x,
+                                                                        const __half *gamma, const __half *beta,
+                                                                        int hidden, float eps) {
+    __shared__ float scratch[32];
+    const int64_t ro = (int64_t)blockIdx.x * hidden;
+    const int nvec = hidden >> 3;
+    float v[VPT][8];
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+            ts::load8(x + ro + c * 8, v[k]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += v[k][j];
+        }
+    }
+    const float mean = ts::block_sum(sum, scratch) / (float)hidden;
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float dv = v[k][j] - mean;
+                ss += dv * dv;
+            }
+        }
+    }
+    const float inv = 1.0f / sqrtf(ts::block_sum(ss, scratch) / (float)hidden + eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+            float g[8], b[8];
+            ts::load8(gamma + c * 8, g);
+            ts::load8(beta + c * 8, b);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[k][j] = ((v[k][j] - mean) * inv) * g[j] + b[j];
+            ts::store8(out + ro + c * 8, v[k]);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(1024) layernorm_generic_kernel(__half *out, const __half *x, const __half *gamma,
+                                                                 const __half *beta, int hidden, float eps) {
+    __shared__ float scratch[32];
+    const int64_t ro = (int64_t)blockIdx.x * hidden;
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) sum += __half2float(x[ro + i]);
+    const float mean = ts::block_sum(sum, scratch) / (float)hidden;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float dv = __half2float(x[ro + i]) - mean;
+        ss += dv * dv;
+    }
+    const float inv = 1.0f / sqrtf(ts::block_sum(ss, scratch) / (float)hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        out[ro + i] = __float2half_rn(((__half2float(x[ro + i]) - mean) * inv) * __half2float(gamma[i]) +
+                                      __half2float(beta[i]));
+}
+
+int launch_layernorm(__half *out, const __half *x, const __half *gamma, const __half *beta, int rows, int hidden,
+                     float eps, cudaStream_t stream) {
+    const char *op = "layernorm";
+    const bool aligned = ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(gamma) && ts::aligned16(beta);
+    const ts::RowPlan plan = ts::plan_row(hidden, aligned);
+    const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
+    switch (plan.vpt) {
+    case 1: {
+        auto kernel = layernorm_vec_kernel<1>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
+        break;
+    }
+    case 2: {
+        auto kernel = layernorm_vec_kernel<2>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
+        break;
+    }
+    case 4: {
+        auto kernel = layernorm_vec_kernel<4>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
+        break;
+    }
+    case 8: {
+        auto kernel = layernorm_vec_kernel<8>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
+        break;
+    }
+    default: {
+        auto kernel = layernorm_generic_kernel;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
+        break;
+    }
+    }
+    return TS_OK;
+}
+
+} // namespace
+
+extern "C" int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, const ts_norm_config *cfg,
+                            void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("layernorm");
+    v.ptr(out, "out");
+    v.ptr(x, "x");
+    v.ptr(gamma, "gamma");
+    v.ptr(beta, "beta");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->rows, "cfg->rows");
+    v.positive(cfg->hidden, "cfg->hidden");
+    v.eps(cfg->eps, "cfg->eps");
+    v.elements("x", {cfg->rows, cfg->hidden});
+    if (!v.ok()) return v.status();
+    cudaStream_t st;
+    const int s = ts::ready(v.op(), stream, &st);
+    if (s != TS_OK) return s;
+    return launch_layernorm(static_cast<__half *>(out), static_cast<const __half *>(x),
+                            static_cast<const __half *>(gamma), static_cast<const __half *>(beta), cfg->rows,
+                            cfg->hidden, cfg->eps, st);
+}

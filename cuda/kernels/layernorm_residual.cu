@@ -1,0 +1,153 @@
+/*
+ * layernorm_residual: sum = fp16(x + residual), then out = layernorm(sum) of that ROUNDED sum,
+ * exactly the unfused residual_add followed by layernorm, in one pass over memory. One block
+ * per row. Fast path (hidden % 8 == 0, aligned, hidden <= 16384): x and residual are read once
+ * with 16-byte vectors, the rounded sum is stored and kept in registers, the two-pass mean /
+ * squared-deviation reductions and the output run from registers. Generic path (odd hidden,
+ * misaligned pointers): scalar, three passes, the later ones re-reading the stored sum.
+ */
+#include "internal.h"
+
+namespace {
+
+template <int VPT>
+__global__ void __launch_bounds__(ts::kRowThreads)
+    layernorm_residual_vec_kernel(__half *sum_out, __half *out, const __half *x, const __half *residual,
+                                  const __half *gamma, const __half *beta, int hidden, float eps) {
+    __shared__ float scratch[32];
+    const int64_t ro = (int64_t)blockIdx.x * hidden;
+    const int nvec = hidden >> 3;
+    float v[VPT][8];
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+            float r[8];
+            ts::load8(x + ro + c * 8, v[k]);
+            ts::load8(residual + ro + c * 8, r);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                v[k][j] = __half2float(__float2half_rn(v[k][j] + r[j]));
+                sum += v[k][j];
+            }
+            ts::store8(sum_out + ro + c * 8, v[k]); /* exact: the values are fp16 already */
+        }
+    }
+    const float mean = ts::block_sum(sum, scratch) / (float)hidden;
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float dv = v[k][j] - mean;
+                ss += dv * dv;
+            }
+        }
+    }
+    const float inv = 1.0f / sqrtf(ts::block_sum(ss, scratch) / (float)hidden + eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+            float g[8], b[8];
+            ts::load8(gamma + c * 8, g);
+            ts::load8(beta + c * 8, b);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[k][j] = ((v[k][j] - mean) * inv) * g[j] + b[j];
+            ts::store8(out + ro + c * 8, v[k]);
+        }
+    }
+}
+
+__global__ void __launch_bounds__(1024)
+    layernorm_residual_generic_kernel(__half *sum_out, __half *out, const __half *x, const __half *residual,
+                                      const __half *gamma, const __half *beta, int hidden, float eps) {
+    __shared__ float scratch[32];
+    const int64_t ro = (int64_t)blockIdx.x * hidden;
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const __half s = __float2half_rn(__half2float(x[ro + i]) + __half2float(residual[ro + i]));
+        sum_out[ro + i] = s;
+        sum += __half2float(s);
+    }
+    const float mean = ts::block_sum(sum, scratch) / (float)hidden;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) { /* each thread re-reads its own stores */
+        const float dv = __half2float(sum_out[ro + i]) - mean;
+        ss += dv * dv;
+    }
+    const float inv = 1.0f / sqrtf(ts::block_sum(ss, scratch) / (float)hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        out[ro + i] = __float2half_rn(((__half2float(sum_out[ro + i]) - mean) * inv) * __half2float(gamma[i]) +
+                                      __half2float(beta[i]));
+}
+
+int launch_layernorm_residual(__half *sum_out, __half *out, const __half *x, const __half *residual,
+                              const __half *gamma, const __half *beta, int rows, int hidden, float eps,
+                              cudaStream_t stream) {
+    const char *op = "layernorm_residual";
+    const bool aligned = ts::aligned16(sum_out) && ts::aligned16(out) && ts::aligned16(x) &&
+                         ts::aligned16(residual) && ts::aligned16(gamma) && ts::aligned16(beta);
+    const ts::RowPlan plan = ts::plan_row(hidden, aligned);
+    const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
+    switch (plan.vpt) {
+    case 1: {
+        auto kernel = layernorm_residual_vec_kernel<1>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, sum_out, out, x, residual, gamma, beta, hidden, eps);
+        break;
+    }
+    case 2: {
+        auto kernel = layernorm_residual_vec_kernel<2>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, sum_out, out, x, residual, gamma, beta, hidden, eps);
+        break;
+    }
+    case 4: {
+        auto kernel = layernorm_residual_vec_kernel<4>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, sum_out, out, x, residual, gamma, beta, hidden, eps);
+        break;
+    }
+    case 8: {
+        auto kernel = layernorm_residual_vec_kernel<8>;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, sum_out, out, x, residual, gamma, beta, hidden, eps);
+        break;
+    }
+    default: {
+        auto kernel = layernorm_residual_generic_kernel;
+        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, sum_out, out, x, residual, gamma, beta, hidden, eps);
+        break;
+    }
+    }
+    return TS_OK;
+}
+
+} // namespace
+
+extern "C" int ts_layernorm_residual(void *sum, void *out, const void *x, const void *residual, const void *gamma,
+                                     const void *beta, const ts_norm_config *cfg, void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("layernorm_residual");
+    v.ptr(sum, "sum");
+    v.ptr(out, "out");
+    v.ptr(x, "x");
+    v.ptr(residual, "residual");
+    v.ptr(gamma, "gamma");
+    v.ptr(beta, "beta");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->rows, "cfg->rows");
+    v.positive(cfg->hidden, "cfg->hidden");
+    v.eps(cfg->eps, "cfg->eps");
+    v.elements("x", {cfg->rows, cfg->hidden});
+    if (!v.ok()) return v.status();
+    cudaStream_t st;
+    const int s = ts::ready(v.op(), stream, &st);
+    if (s != TS_OK) return s;
+    return launch_layernorm_residual(static_cast<__half *>(sum), static_cast<__half *>(out),
+                                     static_cast<const __half *>(x), static_cast<const __half *>(residual),
+                                     static_cast<const __half *>(gamma), static_cast<const __half *>(beta),
+                                     cfg->rows, cfg->hidden, cfg->eps, st);
+}
