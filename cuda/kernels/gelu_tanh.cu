@@ -1,6 +1,7 @@
 /*
  * gelu_tanh: tanh GELU (GPT-2 gelu_new), out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))):
- * fp32 math with tanhf (not a fast-math intrinsic), one fp16 rounding. Grid-stride, 16-byte
+ * computed as x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3), in fp32 with expf (not a
+ * fast-math intrinsic), one fp16 rounding. Grid-stride, 16-byte
  * vectors when aligned (see elementwise.cuh); out may equal x.
  */
 #include "elementwise.cuh"
@@ -9,7 +10,10 @@ namespace {
 
 struct GeluTanhOp {
     __device__ __forceinline__ float operator()(float x) const {
-        return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+        // 0.5 (1 + tanh(u)) == 1 / (1 + exp(-2u)): the same function without the cancellation of
+        // 1 + tanhf(u) for negative u, which loses most bits of the tiny outputs of the tail.
+        const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+        return x / (1.0f + expf(-2.0f * u));
     }
 };
 
