@@ -344,6 +344,10 @@ int workspace(const char *op, Workspace slot, size_t bytes, void **ptr) {
                              bytes);
         }
         TS_CHECK(op, e);
+        /* Zeroed once per growth, never per call: cuBLAS's Hopper GEMMs store their output
+         * through the TMA, which compute-sanitizer's initcheck does not see, so without this
+         * every read of a GEMM result in a workspace is reported as uninitialised. */
+        TS_CHECK(op, cudaMemset(p, 0, want));
         g.ws[slot] = p;
         g.ws_bytes[slot] = want;
         if (debug_enabled())

@@ -54,8 +54,9 @@ func (r *PeerReport) ByName() map[string]PeerResult {
 	return m
 }
 
-// RunPeer runs the torch peer script with python over cases.
-func RunPeer(python, script string, cases []Case, o Options) (*PeerReport, error) {
+// RunPeer runs the torch peer script with python over cases on a torch device such as
+// "cuda:0" (the GPU the kernels ran on).
+func RunPeer(python, script, device string, cases []Case, o Options) (*PeerReport, error) {
 	var pcs []peerCase
 	for _, c := range cases {
 		pc := peerCase{Name: c.Name, Op: c.Op, Params: json.RawMessage(c.Params), Inputs: map[string]peerInput{},
@@ -69,7 +70,7 @@ func RunPeer(python, script string, cases []Case, o Options) (*PeerReport, error
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(python, script, "--cases", "-")
+	cmd := exec.Command(python, script, "--cases", "-", "--device", device)
 	cmd.Stdin = bytes.NewReader(input)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()

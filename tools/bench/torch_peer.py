@@ -320,6 +320,8 @@ def main():
     if cuda and not torch.cuda.is_available():
         sys.exit("torch_peer: CUDA is not available to torch %s" % torch.__version__)
     device = torch.device(args.device)
+    if cuda and device.index is None:  # "cuda" alone: the current device, named explicitly
+        device = torch.device("cuda", torch.cuda.current_device())
     if cuda:
         torch.cuda.set_device(device)  # events and streams below belong to the current device
     torch.manual_seed(args.seed)
