@@ -5,6 +5,7 @@
 #   make golden       regenerate the committed golden sets (needs tools/gen-golden/requirements.txt)
 #   make golden-full  generate the full-scale tier into golden/.cache (GPU hosts)
 #   make cuda         build cuda/build/libtouchstone_cuda.so with nvcc (CUDA_ARCH ?= sm_90)
+#   make cuda-test    the C ABI's bad-argument tests against that library
 #   make bundle       precompiled suites + ginkgo + touchstone + runner in dist/ (for GPU hosts)
 #   make sanitize     compute-sanitizer over the kernel suite (GPU host, after cuda and bundle)
 
@@ -18,7 +19,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
 FUZZTIME     ?= 20s
 
 .PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify \
-        cuda bundle sanitize clean
+        cuda cuda-test bundle sanitize clean
 
 CUDA_ARCH    ?= sm_90
 SUITES       := $(patsubst %/,%,$(dir $(wildcard suites/*/*_suite_test.go)))
@@ -62,6 +63,12 @@ golden-verify:
 
 cuda:
 	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH)
+
+# The C ABI's argument checks, straight against the library (no GPU needed).
+cuda-test: cuda
+	$(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/abi_args.c -Lcuda/build -ltouchstone_cuda \
+	  -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/abi_args
+	cuda/build/abi_args
 
 # Everything a GPU host without Go needs: built here (cgo + dlopen, no CUDA at build time),
 # run there with `make cuda && dist/run`.

@@ -23,7 +23,7 @@ func OpenBackend() backend.Backend {
 		Fail("backend selection: " + err.Error())
 	}
 	info := sel.Backend.Info()
-	AddReportEntry("backend", fmt.Sprintf("%s: %s (requested %s)", info.Backend, info.Name, sel.Requested))
+	AddReportEntry("backend", fmt.Sprintf("%s: %s (requested %s)", info.Backend, info.Name, sel.Requested), ReportEntryVisibilityAlways)
 	if sel.Fallback != "" {
 		fmt.Fprintf(GinkgoWriter, "TOUCHSTONE_BACKEND=auto fell back to cpu: %s\n", sel.Fallback)
 	}
@@ -56,7 +56,7 @@ func trackDeviceMemory(b backend.Backend) {
 			Fail("device memory in use: " + err.Error())
 		}
 		AddReportEntry("device memory", fmt.Sprintf("in use before the suite %d bytes, after %d bytes (library workspaces and cuBLAS included); live buffers %d (%d bytes)",
-			before, after, dm.LiveBuffers(), dm.LiveBytes()))
+			before, after, dm.LiveBuffers(), dm.LiveBytes()), ReportEntryVisibilityAlways)
 		if dm.LiveBuffers() != 0 || dm.LiveBytes() != 0 {
 			Fail(fmt.Sprintf("%d device buffers (%d bytes) were never freed", dm.LiveBuffers(), dm.LiveBytes()))
 		}

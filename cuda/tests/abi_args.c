@@ -1,0 +1,132 @@
+/*
+ * abi_args: every ts_* op refuses bad arguments with a named status and a message that names
+ * the op, the argument and the value, before any launch.
+ *
+ * Plain C against include/touchstone.h alone, so it also proves the header is C. Validation
+ * runs before the library touches CUDA, so this needs no GPU: CI runs it on the library that
+ * .ci/nvcc-check links, and GPU hosts run it too (make -C cuda abi-test).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "touchstone.h"
+
+static int failures, checks;
+
+/* A pointer that is never dereferenced: validation must fail before any launch. */
+#define P ((void *)0x1000)
+
+static void expect(const char *what, int status, int want, const char *op, const char *arg, const char *value) {
+    const char *msg = ts_last_error();
+    checks++;
+    int ok = status == want && strstr(msg, op) != NULL && strstr(msg, arg) != NULL &&
+             (value == NULL || strstr(msg, value) != NULL);
+    if (!ok) {
+        failures++;
+        fprintf(stderr, "FAIL %s: status %s (want %s), message \"%s\" (want it to name %s, %s%s%s)\n", what,
+                ts_status_name(status), ts_status_name(want), msg, op, arg, value ? " and " : "", value ? value : "");
+    }
+}
+
+int main(void) {
+    if (ts_abi_version() != TS_ABI_VERSION) {
+        fprintf(stderr, "FAIL abi version %d, header %d\n", ts_abi_version(), TS_ABI_VERSION);
+        return 1;
+    }
+    ts_elementwise_config ew = {TS_F16, 1024};
+    ts_norm_config nc = {TS_F16, 4, 896, 1e-6f};
+    ts_rope_config rc = {TS_F16, 7, 14, 64, 64, 1e6f};
+    ts_attention_config ac = {TS_F16, 1, 16, 14, 2, 64, 1, 0.125f};
+    ts_decode_config dc = {TS_F16, 1, 4096, 14, 2, 64, 0.125f};
+    ts_ffn_config fc = {TS_F16, 4, 896, 4864};
+    ts_embedding_config ec = {TS_F16, 8, 896, 151936};
+    ts_gemm_config gc = {TS_F16, TS_F16, 7, 896, 896};
+    ts_softmax_config sc = {TS_F32, 2, 151936};
+
+    /* elementwise */
+    expect("residual null out", ts_residual_add(NULL, P, P, &ew, NULL), TS_ERR_INVALID_ARGUMENT, "residual_add", "out", NULL);
+    expect("residual null cfg", ts_residual_add(P, P, P, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "residual_add", "cfg", NULL);
+    ts_elementwise_config ew0 = {TS_F16, 0};
+    expect("residual n 0", ts_residual_add(P, P, P, &ew0, NULL), TS_ERR_INVALID_ARGUMENT, "residual_add", "n", "0");
+    ts_elementwise_config ewneg = {TS_F16, -5};
+    expect("gelu n < 0", ts_gelu(P, P, &ewneg, NULL), TS_ERR_INVALID_ARGUMENT, "gelu", "n", "-5");
+    ts_elementwise_config ewbad = {(ts_dtype)7, 1024};
+    expect("gelu_tanh dtype 7", ts_gelu_tanh(P, P, &ewbad, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_tanh", "dtype", "7");
+    ts_elementwise_config ewf32 = {TS_F32, 1024};
+    expect("gelu_tanh dtype f32", ts_gelu_tanh(P, P, &ewf32, NULL), TS_ERR_UNSUPPORTED, "gelu_tanh", "dtype", NULL);
+    expect("swiglu null up", ts_swiglu(P, P, NULL, &ew, NULL), TS_ERR_INVALID_ARGUMENT, "swiglu", "up", NULL);
+
+    /* norms */
+    ts_norm_config nc0 = nc;
+    nc0.hidden = 0;
+    expect("rmsnorm hidden 0", ts_rmsnorm(P, P, P, &nc0, NULL), TS_ERR_INVALID_ARGUMENT, "rmsnorm", "hidden", "0");
+    ts_norm_config nceps = nc;
+    nceps.eps = 0;
+    expect("rmsnorm eps 0", ts_rmsnorm(P, P, P, &nceps, NULL), TS_ERR_INVALID_ARGUMENT, "rmsnorm", "eps", "0");
+    nceps.eps = NAN;
+    expect("layernorm eps nan", ts_layernorm(P, P, P, P, &nceps, NULL), TS_ERR_INVALID_ARGUMENT, "layernorm", "eps", NULL);
+    expect("layernorm null beta", ts_layernorm(P, P, P, NULL, &nc, NULL), TS_ERR_INVALID_ARGUMENT, "layernorm", "beta", NULL);
+    ts_norm_config ncrows = nc;
+    ncrows.rows = -1;
+    expect("layernorm_residual rows", ts_layernorm_residual(P, P, P, P, P, P, &ncrows, NULL), TS_ERR_INVALID_ARGUMENT,
+           "layernorm_residual", "rows", "-1");
+
+    /* rope */
+    ts_rope_config rodd = rc;
+    rodd.head_dim = 63;
+    rodd.rope_dim = 62;
+    expect("rope odd head_dim", ts_rope(P, P, P, &rodd, NULL), TS_ERR_INVALID_ARGUMENT, "rope", "head_dim", "63");
+    ts_rope_config rbig = rc;
+    rbig.rope_dim = 128;
+    expect("rope rope_dim > head_dim", ts_rope(P, P, P, &rbig, NULL), TS_ERR_SHAPE_MISMATCH, "rope", "rope_dim", "128");
+    ts_rope_config rbase = rc;
+    rbase.freq_base = 1;
+    expect("rope freq_base 1", ts_rope(P, P, P, &rbase, NULL), TS_ERR_INVALID_ARGUMENT, "rope", "freq_base", "1");
+    expect("rope null positions", ts_rope(P, P, NULL, &rc, NULL), TS_ERR_INVALID_ARGUMENT, "rope", "positions", NULL);
+
+    /* attention */
+    ts_attention_config a3 = ac;
+    a3.n_kv_heads = 3;
+    expect("prefill heads do not divide", ts_attention_prefill(P, P, P, P, &a3, NULL), TS_ERR_SHAPE_MISMATCH,
+           "attention_prefill", "n_kv_heads", "3");
+    ts_attention_config as = ac;
+    as.scale = 0;
+    expect("prefill scale 0", ts_attention_prefill(P, P, P, P, &as, NULL), TS_ERR_INVALID_ARGUMENT, "attention_prefill",
+           "scale", "0");
+    ts_attention_config aseq = ac;
+    aseq.seq_len = 0;
+    expect("prefill seq_len 0", ts_attention_prefill(P, P, P, P, &aseq, NULL), TS_ERR_INVALID_ARGUMENT,
+           "attention_prefill", "seq_len", "0");
+    ts_decode_config d0 = dc;
+    d0.max_len = 0;
+    expect("decode max_len 0", ts_attention_decode(P, P, P, P, P, &d0, NULL), TS_ERR_INVALID_ARGUMENT, "attention_decode",
+           "max_len", "0");
+    expect("decode null cache_lens", ts_attention_decode(P, P, P, P, NULL, &dc, NULL), TS_ERR_INVALID_ARGUMENT,
+           "attention_decode", "cache_lens", NULL);
+
+    /* ffn, embeddings, gemm, softmax */
+    ts_ffn_config f0 = fc;
+    f0.ffn = 0;
+    expect("ffn ffn 0", ts_swiglu_ffn(P, P, P, P, P, &f0, NULL), TS_ERR_INVALID_ARGUMENT, "swiglu_ffn", "ffn", "0");
+    ts_embedding_config v0 = ec;
+    v0.table_rows = 0;
+    expect("embedding vocab 0", ts_embedding(P, P, P, &v0, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "table_rows", "0");
+    expect("pos_embedding null table", ts_pos_embedding(P, P, NULL, P, &ec, NULL), TS_ERR_INVALID_ARGUMENT,
+           "pos_embedding", "table", NULL);
+    ts_gemm_config gk = gc;
+    gk.k = 0;
+    expect("gemm k 0", ts_gemm(P, P, P, NULL, &gk, NULL), TS_ERR_INVALID_ARGUMENT, "gemm", "k", "0");
+    ts_gemm_config gout = gc;
+    gout.out_dtype = TS_I32;
+    expect("gemm out_dtype i32", ts_gemm(P, P, P, NULL, &gout, NULL), TS_ERR_UNSUPPORTED, "gemm", "out_dtype", NULL);
+    ts_softmax_config s0 = sc;
+    s0.n = 0;
+    expect("softmax n 0", ts_softmax(P, P, &s0, NULL), TS_ERR_INVALID_ARGUMENT, "softmax", "n", "0");
+    ts_softmax_config si = sc;
+    si.in_dtype = TS_I32;
+    expect("softmax in_dtype i32", ts_softmax(P, P, &si, NULL), TS_ERR_UNSUPPORTED, "softmax", "in_dtype", NULL);
+
+    printf("%d passed, %d failed\n", checks - failures, failures);
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,112 @@
+package kernels_test
+
+import (
+	"errors"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"github.com/x448/float16"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+	"github.com/touchstone-llm/touchstone/suites/internal/harness"
+)
+
+// Bad calls on the backend under test: each must be refused with an error that names the op,
+// the argument and the value, before anything runs, leaving the output as it was.
+
+// sentinel is the value outputs hold before a refused call: it must still be there after.
+const sentinel = 7.0
+
+type badCall struct {
+	op, arg, value string
+	call           func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error
+	outShape       []int
+}
+
+var badCalls = []badCall{
+	{"residual_add", "residual", "f16[4,895]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.ResidualAdd(out, f16(4, 896), f16(4, 895))
+	}, []int{4, 896}},
+	{"rmsnorm", "eps", "0", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.RMSNorm(out, f16(2, 896), f16(896), 0)
+	}, []int{2, 896}},
+	{"layernorm", "gamma", "f16[895]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.LayerNorm(out, f16(2, 896), f16(895), f16(896), 1e-5)
+	}, []int{2, 896}},
+	{"rope", "head_dim", "63", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		return b.RoPE(out, f16(1, 2, 63), i32(0), backend.RoPEConfig{HeadDim: 63, RopeDim: 62, FreqBase: 1e4})
+	}, []int{1, 2, 63}},
+	{"rope", "rope_dim", "128", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		return b.RoPE(out, f16(1, 2, 64), i32(0), backend.RoPEConfig{HeadDim: 64, RopeDim: 128, FreqBase: 1e4})
+	}, []int{1, 2, 64}},
+	{"attention_prefill", "n_kv_heads", "3", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 3, HeadDim: 64, Causal: true, Scale: 0.125}
+		return b.AttentionPrefill(out, f16(1, 4, 14, 64), f16(1, 4, 3, 64), f16(1, 4, 3, 64), cfg)
+	}, []int{1, 4, 14, 64}},
+	{"attention_decode", "v_cache", "f16[1,15,2,64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+		return b.AttentionDecode(out, f16(1, 14, 64), f16(1, 16, 2, 64), f16(1, 15, 2, 64), i32(16), cfg)
+	}, []int{1, 14, 64}},
+	{"swiglu_ffn", "w_down", "f16[64,31]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.SwiGLUFFN(out, f16(2, 64), f16(32, 64), f16(32, 64), f16(64, 31))
+	}, []int{2, 64}},
+	{"embedding", "table", "f16[0,8]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		return b.Embedding(out, i32(0), f16(0, 8))
+	}, []int{1, 8}},
+	{"gemm", "w", "f16[16,31]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.Gemm(out, f16(2, 32), f16(16, 31), nil)
+	}, []int{2, 16}},
+	{"gelu", "out", "f16[3,5]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.GELU(out, f16(3, 4))
+	}, []int{3, 5}},
+}
+
+var _ = Describe("bad arguments", harness.Kernel, func() {
+	var bufs []backend.Buffer
+	track := func(b backend.Buffer, err error) backend.Buffer {
+		ExpectWithOffset(2, err).NotTo(HaveOccurred())
+		bufs = append(bufs, b)
+		return b
+	}
+	AfterEach(func() {
+		for _, b := range bufs {
+			b.Free()
+		}
+		bufs = nil
+	})
+	f16 := func(shape ...int) backend.Buffer { return track(dev.Alloc(tensor.F16, shape...)) }
+	i32 := func(vals ...int32) backend.Buffer {
+		return track(dev.Upload(tensor.FromI32([]int{len(vals)}, vals)))
+	}
+
+	for _, bc := range badCalls {
+		It("refuses "+bc.op+" with a bad "+bc.arg+" and leaves the output untouched", harness.Op(bc.op), func() {
+			before := tensor.New(tensor.F16, bc.outShape...)
+			for i := range before.F16 {
+				before.F16[i] = float16.Fromfloat32(sentinel)
+			}
+			out := track(dev.Upload(before))
+			err := bc.call(dev, out, f16, i32)
+			var ae *backend.ArgError
+			Expect(errors.As(err, &ae)).To(BeTrue(), "want an argument error, got %v", err)
+			Expect(ae.Op).To(Equal(bc.op))
+			Expect(ae.Arg).To(Equal(bc.arg))
+			Expect(ae.Value).To(Equal(bc.value))
+			after, err := dev.Download(out)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(after.F16).To(Equal(before.F16), "a refused call wrote its output")
+		})
+	}
+
+	It("reports an out-of-range id in device data, naming it, without a crash", harness.Op("embedding"), func() {
+		out := f16(2, 8)
+		err := dev.Embedding(out, i32(0, 10), f16(10, 8))
+		if err == nil { // a GPU reads ids on the device: the fault surfaces at the next download
+			_, err = dev.Download(out)
+		}
+		Expect(err).To(MatchError(ContainSubstring("ids[1]")))
+		Expect(err).To(MatchError(ContainSubstring("10")))
+		Expect(errors.Is(err, backend.ErrInvalidArgument)).To(BeTrue(), "%v", err)
+	})
+})
