@@ -6,6 +6,7 @@ package bench
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -57,6 +58,10 @@ type Options struct {
 	Seed    uint64
 }
 
+// ErrGuards refuses to time a backend whose guard regions are on: every op would include the
+// guards' copy back to the host.
+var ErrGuards = errors.New("bench: guard regions are on (TOUCHSTONE_GUARDS=1); timings would include their checks: set TOUCHSTONE_GUARDS=0")
+
 // flushBytes is larger than any current GPU's L2 (50 MB on H100, 60 MB on H200), so a
 // residual add over two such buffers evicts whatever the previous launch left in L2.
 const flushBytes = 256 << 20
@@ -74,6 +79,9 @@ type Runner struct {
 func NewRunner(p Profiler, o Options) (*Runner, error) {
 	if o.Warmup < 1 || o.Repeats < 1 {
 		return nil, fmt.Errorf("bench: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
+	}
+	if g, ok := p.(interface{ GuardsEnabled() bool }); ok && g.GuardsEnabled() {
+		return nil, ErrGuards
 	}
 	bw, err := p.CopyBandwidthGBps()
 	if err != nil {
