@@ -64,11 +64,15 @@ golden-verify:
 cuda:
 	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH)
 
-# The C ABI's argument checks, straight against the library (no GPU needed).
+# The C ABI's own tests, straight against the library: argument checks (no GPU needed) and
+# the sticky-error contract (on a GPU; exit 2 = no device, reported as not run).
 cuda-test: cuda
-	$(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/abi_args.c -Lcuda/build -ltouchstone_cuda \
-	  -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/abi_args
+	@for t in abi_args sticky; do \
+	  $(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/$$t.c -Lcuda/build -ltouchstone_cuda \
+	    -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/$$t || exit 1; \
+	done
 	cuda/build/abi_args
+	cuda/build/sticky; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 
 # Everything a GPU host without Go needs: built here (cgo + dlopen, no CUDA at build time),
 # run there with `make cuda && dist/run`.
