@@ -47,6 +47,8 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeNPY -fuzztime=$(FUZZTIME) ./engine/tensor/
 	$(GO) test -run='^$$' -fuzz=FuzzParseManifest -fuzztime=$(FUZZTIME) ./engine/golden/
 	$(GO) test -run='^$$' -fuzz=FuzzParseTolerances -fuzztime=$(FUZZTIME) ./engine/compare/
+	$(GO) test -run='^$$' -fuzz=FuzzParseHeader -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
+	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
 
 golden:
 	$(PYTHON) tools/gen-golden kernels --tier committed --out golden
