@@ -146,17 +146,43 @@ std::mutex &blas_mutex();
 /* Library-owned device workspaces, grown on demand to the largest request and reused; freed by
  * ts_shutdown. Ops that share a slot must run on one stream (the library is not re-entrant
  * across concurrently running streams for the ops that use a workspace). */
-enum Workspace { WS_FFN = 0, WS_DECODE, WS_GEMM, WS_CUBLASLT, WS_COUNT };
+enum Workspace { WS_FFN = 0, WS_DECODE, WS_DECODE_COUNTERS, WS_GEMM, WS_CUBLASLT, WS_CUBLAS, WS_COUNT };
 int workspace(const char *op, Workspace slot, size_t bytes, void **ptr);
 
-/* Lets kernel take up to the device's opt-in shared memory per block (needed above 48 KiB);
- * done once per kernel and device, tracked in done_for_device (a static of the caller). */
+/* Lets kernel take up to the device's opt-in shared memory per block (needed above 48 KiB) in
+ * dynamic shared memory, less what it declares statically (the two together may not exceed the
+ * opt-in limit); done once per kernel and device, tracked in done_for_device (a static of the
+ * caller). */
 template <typename Kernel>
 int allow_max_shared(const char *op, Kernel kernel, std::atomic<int> &done_for_device) {
     const int dev = current_device();
     if (done_for_device.load(std::memory_order_relaxed) == dev) return TS_OK;
-    TS_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_shared_optin()));
+    cudaFuncAttributes attr;
+    TS_CHECK(op, cudaFuncGetAttributes(&attr, kernel));
+    TS_CHECK(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      max_shared_optin() - (int)attr.sharedSizeBytes));
     done_for_device.store(dev, std::memory_order_relaxed);
+    return TS_OK;
+}
+
+/* Resident blocks per SM of kernel at (threads, dynamic shared memory), from the occupancy
+ * calculator. The answer for the last (threads, smem) asked is remembered in cache (a static of
+ * the caller): an op is called with one shape over and over, and the launch path stays short
+ * (host time between a caller's start event and the launch is device idle time). */
+template <typename Kernel>
+int blocks_per_sm(const char *op, Kernel kernel, int threads, size_t smem, std::atomic<uint64_t> &cache,
+                  int *blocks) {
+    const uint64_t key = ((uint64_t)smem << 24) | ((uint64_t)threads << 8);
+    const uint64_t c = cache.load(std::memory_order_relaxed);
+    if ((c & ~(uint64_t)0xff) == key && (c & 0xff) != 0) {
+        *blocks = (int)(c & 0xff);
+        return TS_OK;
+    }
+    int n = 0;
+    TS_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+    n = n < 1 ? 1 : (n > 255 ? 255 : n);
+    cache.store(key | (uint64_t)n, std::memory_order_relaxed);
+    *blocks = n;
     return TS_OK;
 }
 
@@ -206,8 +232,8 @@ __device__ __forceinline__ void report_fault(FaultRecord *f, int kind, int index
 
 /* ---- device helpers ---------------------------------------------------------------------- */
 
-__device__ __forceinline__ void load8(const __half *p, float (&v)[8]) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(p);
+/* 8 halves in a 16-byte register vector <-> 8 floats. */
+__device__ __forceinline__ void unpack8(const uint4 &u, float (&v)[8]) {
     const __half2 *h = reinterpret_cast<const __half2 *>(&u);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -217,13 +243,19 @@ __device__ __forceinline__ void load8(const __half *p, float (&v)[8]) {
     }
 }
 
-__device__ __forceinline__ void store8(__half *p, const float (&v)[8]) {
+__device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
     uint4 u;
     __half2 *h = reinterpret_cast<__half2 *>(&u);
 #pragma unroll
     for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-    *reinterpret_cast<uint4 *>(p) = u;
+    return u;
 }
+
+__device__ __forceinline__ void load8(const __half *p, float (&v)[8]) {
+    unpack8(*reinterpret_cast<const uint4 *>(p), v);
+}
+
+__device__ __forceinline__ void store8(__half *p, const float (&v)[8]) { *reinterpret_cast<uint4 *>(p) = pack8(v); }
 
 /* Asynchronous 16-byte global -> shared copies (cp.async, sm_80+): no register staging, many
  * in flight; wait_group N waits until at most N of this thread's committed groups are pending. */
@@ -235,6 +267,20 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* The bare special-function unit instructions, without the range scaling that __expf and
+ * __fdividef add for subnormal inputs and results (results below 2^-126 flush to 0).
+ * ex2_approx: 2^x, relative error about 2^-22; rcp_approx: 1/x, 1 ulp (PTX ISA). */
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ float rcp_approx(float x) {
+    float y;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -293,7 +339,12 @@ inline unsigned grid_for(int64_t work, int threads) {
  * vpt > 0: the row is held in registers, vpt 16-byte vectors (8 halves) per thread, at most
  * kRowThreads threads; needs hidden % 8 == 0, 16-byte aligned pointers and hidden <= 16384.
  * vpt == 0: the generic kernel (scalar loads, re-reads the row from global memory / L1 / L2 for
- * each pass; up to 1024 threads). */
+ * each pass; up to 1024 threads).
+ * Tried on the H200 at 4096 x 4096 and measured no better (rmsnorm / layernorm /
+ * layernorm_residual, % of copy bandwidth; this plan: 73 / 64 / 86): up to 8 vectors per thread
+ * at 64 threads per row (70 / 63 / 80: 21 rows resident per SM, so 4096 rows ran in 1.48 waves);
+ * persistent blocks streaming rows through shared memory 2 rows ahead with cp.async
+ * (74.5 / 61 / 79). */
 constexpr int kRowThreads = 256;
 
 struct RowPlan {

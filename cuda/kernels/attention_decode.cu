@@ -2,20 +2,42 @@
  * attention_decode: one new query per sequence against its KV cache, flash-decoding.
  * q [batch, n_heads, D], k/v caches [batch, max_len, n_kv_heads, D], cache_lens int32 [batch];
  * sequence b attends to positions [0, cache_lens[b]) and never reads a position at or beyond it.
+ * cache_lens are checked on the device: a length outside [1, max_len] is recorded in the fault
+ * record (TS_ERR_INDEX at the next ts_synchronize / ts_copy_to_host) and that sequence is skipped.
  *
- * Split kernel: one block of 128 threads per (sequence, kv head, group of up to 8 query heads,
- * split of the cache length). The block reads each K/V row of its range ONCE, for every query
- * head of its GQA group (7 in Qwen2.5), so bandwidth is not multiplied by the group size. Per
- * 64-key tile: K and V rows are staged in shared memory with 16-byte cp.async copies, double
- * buffered (the next tile streams in while this one is used); scores (fp32) by
- * two threads per key over all the group's heads; an online softmax per head (one warp per
- * head: running max / sum in fp32); P . V accumulated in fp32 registers by threads that each
- * own 8 dims of a strided subset of the keys, for all heads, reduced across threads at the end.
- * With one split the block writes the output; otherwise it writes fp32 partials (max, sum,
- * unnormalised accumulator) to a library workspace (grown on demand, reused) and a combine
- * kernel merges the splits per (sequence, head). cache_lens are checked on the device: a length
- * outside [1, max_len] is recorded in the fault record (TS_ERR_INDEX at the next ts_synchronize
- * / ts_copy_to_host) and that sequence is skipped.
+ * Tensor-core kernel (D in {32, 64, 96, 128}): one block of 4 warps per (sequence, kv head, group
+ * of up to 16 query heads, split of the cache length); each block reads each K/V row of its split
+ * ONCE for every query head of its GQA group. The warps take 16-key tiles of the split in turn,
+ * each with its own online softmax and no block barrier until the end:
+ *  - S = Q K^T with mma.sync m16n8k16 (fp16 in, fp32 accumulate): the group's heads are the 16
+ *    rows (padded with zeros), 8 keys the columns. The dot product does not depend on the order
+ *    of the dims, so k-slot 2t + e of k-step s stands for dim t * D/4 + 4s + e (and 2t + 8 + e for
+ *    t * D/4 + 4s + 2 + e): lane (g, t) then needs dims [t D/4, (t+1) D/4) of key g, one
+ *    contiguous piece, loaded straight from global memory with 16-byte loads (4 lanes cover a
+ *    row), and Q uses the same permutation.
+ *  - online softmax in fp32 (__expf of x - max; scores scaled first), per head row: the row's
+ *    scores sit in the 4 lanes of one lane group, reduced with two shuffles.
+ *  - O += P V, m16n8k16 again: the S accumulators are already P's A fragment. The output
+ *    columns are permuted instead of the keys: n-tile j, column c stands for dim c * D/8 + j, so
+ *    lane (g, t) needs dims [g D/8, (g+1) D/8) of keys 2t, 2t+1, 2t+8, 2t+9, contiguous again,
+ *    paired into f16x2 B fragments with byte permutes. P is split into fp16 p_hi + p_lo and both
+ *    are multiplied (two mma per tile): P V keeps fp32 accuracy (rounding P to fp16 once, as
+ *    prefill does, is up to u * |v| per weight, more than this op's atol of 1e-4 allows).
+ * The warps' (max, sum, O) merge through shared memory at the end. Splits: as many as fill one
+ * wave of resident blocks (from the occupancy calculator), so no second, mostly empty wave. With
+ * one split with keys the block writes the output; otherwise it writes fp32 partials (max, sum,
+ * unnormalised O) to a workspace, and the last block of its (sequence, kv head, head group) to
+ * finish (a counter per group, reset by that block) merges them: no second kernel.
+ * The previous kernel (the fallback below) used 143 registers for Qwen2.5's group of 7 (3 blocks
+ * per SM, 1.3 waves), synchronised its block 3 times per 64-key tile and reached 18% of copy
+ * bandwidth there.
+ *
+ * Fallback kernel (other head dims): one block of 128 threads per (sequence, kv head, group of
+ * up to 8 query heads, split). Per 64-key tile: K and V rows are staged in shared memory with
+ * 16-byte cp.async copies, double buffered; scores (fp32) by two threads per key over all the
+ * group's heads; an online softmax per head (one warp per head); P . V accumulated in fp32
+ * registers by threads that each own 8 dims of a strided subset of the keys, reduced across
+ * threads at the end. Partials are merged by a combine kernel.
  */
 #include "internal.h"
 
@@ -314,8 +336,378 @@ int launch_maxg(__half *out, const __half *q, const __half *kc, const __half *vc
     return TS_OK;
 }
 
+/* ---- tensor-core kernel ------------------------------------------------------------------ */
+
+constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
+
+/* d += a . b, m16n8k16, fp16 inputs, fp32 accumulators (PTX ISA fragment layouts: lane = 4g + t;
+ * a0/a1/a2/a3 = A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]; b0/b1 = B[2t..][g],
+ * B[2t+8..][g]; d0..d3 = D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]). */
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* W consecutive 32-bit words from p (16-byte aligned when W % 4 == 0, else 8-byte aligned). */
+template <int W>
+__device__ __forceinline__ void load_words(uint32_t (&w)[W], const __half *p) {
+    if constexpr (W % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < W / 4; ++i) {
+            const uint4 u = reinterpret_cast<const uint4 *>(p)[i];
+            w[4 * i] = u.x;
+            w[4 * i + 1] = u.y;
+            w[4 * i + 2] = u.z;
+            w[4 * i + 3] = u.w;
+        }
+    } else {
+        static_assert(W % 2 == 0, "8-byte pieces");
+#pragma unroll
+        for (int i = 0; i < W / 2; ++i) {
+            const uint2 u = reinterpret_cast<const uint2 *>(p)[i];
+            w[2 * i] = u.x;
+            w[2 * i + 1] = u.y;
+        }
+    }
+}
+
+/* (lo, hi) as f16x2 (lo in the low half), and the fp16 rounding error of each as another f16x2. */
+__device__ __forceinline__ void split_half2(float lo, float hi, uint32_t &h, uint32_t &l) {
+    const __half2 a = __floats2half2_rn(lo, hi);
+    const float2 af = __half22float2(a);
+    const __half2 r = __floats2half2_rn(lo - af.x, hi - af.y);
+    h = *reinterpret_cast<const uint32_t *>(&a);
+    l = *reinterpret_cast<const uint32_t *>(&r);
+}
+
+/* At least 4 blocks (16 warps) per SM for D <= 64: the kernel is latency-bound there (Qwen2.5's
+ * shape: 142 registers gave 3 blocks, 19% occupancy, 34% of DRAM bandwidth under ncu). */
+template <int D, int MAXG, int UNROLL>
+__global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
+    attention_decode_mma_kernel(__half *out, float *part_acc, float2 *part_ml, int *counters, const __half *q,
+                                const __half *kc, const __half *vc, const int32_t *lens, int max_len, int nh,
+                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale,
+                                ts::FaultRecord *fault) {
+    constexpr int KW = D / 8;       /* words of a lane's K (and Q) piece: D/4 dims */
+    constexpr int NK = D / 16;      /* k-steps of S = Q K^T */
+    constexpr int VW = D / 16;      /* words of a lane's V piece: D/8 dims */
+    constexpr int NT = D / 8;       /* n-tiles of O */
+    constexpr int ROWS = MAXG / 8;  /* head rows per lane: g (and g + 8) */
+    constexpr int KEYS = 16 * UNROLL; /* keys per warp step */
+    __shared__ float o_s[kMmaWarps][MAXG][D];
+    __shared__ float ml_s[kMmaWarps][MAXG][2];
+    __shared__ int last_s;
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, tq = lane & 3; /* lane group (row / key / dim piece) and lane in it */
+    int idx = blockIdx.x;
+    const int hc = idx % hchunks;
+    idx /= hchunks;
+    const int kvh = idx % nkv;
+    const int b = idx / nkv;
+    const int split = blockIdx.y;
+    const int h0 = kvh * group + hc * MAXG;
+    const int ng = min(MAXG, group - hc * MAXG);
+
+    const int len = lens[b];
+    if (len < 1 || len > max_len) {
+        if (split == 0 && kvh == 0 && hc == 0 && tid == 0)
+            ts::report_fault(fault, ts::FAULT_DECODE_CACHE_LEN, b, len, max_len);
+        return;
+    }
+    const int start = split * chunk;
+    if (start >= len) return; /* no keys: writes nothing and is not counted by the merge */
+    const int end = min(len, start + chunk);
+    const int nsplit_b = (len + chunk - 1) / chunk; /* splits of this sequence that have keys */
+
+    uint32_t qa[ROWS][KW];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        const int hd = gq + 8 * r;
+        if (hd < ng) {
+            load_words(qa[r], q + ((int64_t)b * nh + h0 + hd) * D + tq * (D / 4));
+        } else {
+#pragma unroll
+            for (int w = 0; w < KW; ++w) qa[r][w] = 0u;
+        }
+    }
+    float o[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
+    float m_run[ROWS], l_run[ROWS];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        m_run[r] = -INFINITY;
+        l_run[r] = 0.0f;
+    }
+
+    const int64_t row_stride = (int64_t)nkv * D;
+    const __half *kbase = kc + ((int64_t)b * max_len * nkv + kvh) * D + tq * (D / 4);
+    const __half *vbase = vc + ((int64_t)b * max_len * nkv + kvh) * D + gq * (D / 8);
+
+    for (int k0 = start + warp * KEYS; k0 < end; k0 += kMmaWarps * KEYS) {
+        /* Every load of the step first (UNROLL 16-key tiles), then the math. Keys at or past end
+         * are never read; their words are 0 and their scores -inf. */
+        uint32_t kw[UNROLL][2][KW], vw[UNROLL][4][VW];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                const int key = k0 + 16 * u + 8 * nt + gq;
+                if (key < end) {
+                    load_words(kw[u][nt], kbase + key * row_stride);
+                } else {
+#pragma unroll
+                    for (int w = 0; w < KW; ++w) kw[u][nt][w] = 0u;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) { /* keys 2t, 2t + 1, 2t + 8, 2t + 9 of the tile */
+                const int key = k0 + 16 * u + 2 * tq + (i & 1) + 8 * (i >> 1);
+                if (key < end) {
+                    load_words(vw[u][i], vbase + key * row_stride);
+                } else {
+#pragma unroll
+                    for (int w = 0; w < VW; ++w) vw[u][i][w] = 0u;
+                }
+            }
+        }
+
+        /* S: s[u][nt][e], rows g (e = 0, 1) and g + 8 (e = 2, 3), key k0 + 16u + 8nt + 2t + (e & 1). */
+        float s[UNROLL][2][4];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[u][nt][e] = 0.0f;
+#pragma unroll
+                for (int ks = 0; ks < NK; ++ks)
+                    mma16816(s[u][nt], qa[0][2 * ks], ROWS > 1 ? qa[ROWS - 1][2 * ks] : 0u, qa[0][2 * ks + 1],
+                             ROWS > 1 ? qa[ROWS - 1][2 * ks + 1] : 0u, kw[u][nt][2 * ks], kw[u][nt][2 * ks + 1]);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = k0 + 16 * u + 8 * nt + 2 * tq + (e & 1);
+                    s[u][nt][e] = key < end ? s[u][nt][e] * scale : -INFINITY;
+                }
+            }
+
+        /* Online softmax per head row (the step's first key is valid, so every max is finite). */
+        float alpha[ROWS];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) mx = fmaxf(mx, fmaxf(s[u][nt][2 * r], s[u][nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[r], mx);
+            alpha[r] = __expf(m_run[r] - m_new); /* 0 on the first step (m_run = -inf) */
+            m_run[r] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                    for (int e = 2 * r; e < 2 * r + 2; ++e) {
+                        s[u][nt][e] = __expf(s[u][nt][e] - m_new); /* -inf -> 0 */
+                        sum += s[u][nt][e];
+                    }
+            l_run[r] = l_run[r] * alpha[r] + sum; /* this lane's keys; the 4 lanes add up at the end */
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int e = 0; e < 2 * ROWS; ++e) o[j][e] *= alpha[e >> 1];
+
+        /* O += P V per 16-key tile, P as p_hi + p_lo. */
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            uint32_t ah[4] = {0u, 0u, 0u, 0u}, al[4] = {0u, 0u, 0u, 0u};
+            split_half2(s[u][0][0], s[u][0][1], ah[0], al[0]); /* row g, keys 2t, 2t + 1 */
+            split_half2(s[u][1][0], s[u][1][1], ah[2], al[2]); /* row g, keys 2t + 8, 2t + 9 */
+            if (ROWS > 1) {
+                split_half2(s[u][0][2], s[u][0][3], ah[1], al[1]); /* row g + 8 */
+                split_half2(s[u][1][2], s[u][1][3], ah[3], al[3]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                /* dim g * D/8 + j of keys (2t, 2t + 1) and (2t + 8, 2t + 9) */
+                const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
+                const uint32_t b0 = __byte_perm(vw[u][0][j >> 1], vw[u][1][j >> 1], sel);
+                const uint32_t b1 = __byte_perm(vw[u][2][j >> 1], vw[u][3][j >> 1], sel);
+                mma16816(o[j], ah[0], ah[1], ah[2], ah[3], b0, b1);
+                mma16816(o[j], al[0], al[1], al[2], al[3], b0, b1);
+            }
+        }
+    }
+
+    /* Merge the 4 warps: O row r, column c of n-tile j is dim c * D/8 + j. */
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = gq + 8 * r;
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            o_s[warp][row][(2 * tq) * (D / 8) + j] = o[j][2 * r];
+            o_s[warp][row][(2 * tq + 1) * (D / 8) + j] = o[j][2 * r + 1];
+        }
+        if (tq == 0) {
+            ml_s[warp][row][0] = m_run[r];
+            ml_s[warp][row][1] = l;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < ng * D; i += kMmaThreads) {
+        const int g = i / D, d = i - g * D;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kMmaWarps; ++w) mx = fmaxf(mx, ml_s[w][g][0]); /* finite: warp 0 had keys */
+        float l = 0.0f, a = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kMmaWarps; ++w) {
+            if (ml_s[w][g][0] == -INFINITY) continue; /* a warp without keys */
+            const float e = __expf(ml_s[w][g][0] - mx);
+            l += e * ml_s[w][g][1];
+            a += e * o_s[w][g][d];
+        }
+        const int64_t bh = (int64_t)b * nh + h0 + g;
+        if (nsplit_b == 1) {
+            out[bh * D + d] = __float2half_rn(a / l);
+        } else {
+            part_acc[(bh * nsplit + split) * D + d] = a;
+            if (d == 0) part_ml[bh * nsplit + split] = make_float2(mx, l);
+        }
+    }
+    if (nsplit_b == 1) return;
+
+    /* The last block of this (sequence, kv head, head group) to finish merges the splits. */
+    __threadfence(); /* this block's partials are visible device-wide before it is counted */
+    __syncthreads();
+    if (tid == 0) last_s = atomicAdd(&counters[blockIdx.x], 1) == nsplit_b - 1;
+    __syncthreads();
+    if (!last_s) return;
+    __threadfence();
+    for (int i = tid; i < ng * D; i += kMmaThreads) {
+        const int g = i / D, d = i - g * D;
+        const int64_t bh = (int64_t)b * nh + h0 + g;
+        const float2 *ml = part_ml + bh * nsplit;
+        const float *acc = part_acc + bh * nsplit * D + d;
+        /* Online over the splits, kBatch of them per round: their loads are all issued before any
+         * is used (one dependent L2 round trip per split made this merge the longest part of a
+         * short kernel). Every partial here has keys, so its max is finite. */
+        constexpr int kBatch = 8;
+        float mx = -INFINITY, den = 0.0f, num = 0.0f;
+        for (int s0 = 0; s0 < nsplit_b; s0 += kBatch) {
+            float2 v[kBatch];
+            float a[kBatch];
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                if (s0 + u < nsplit_b) {
+                    v[u] = __ldcg(&ml[s0 + u]);
+                    a[u] = __ldcg(&acc[(int64_t)(s0 + u) * D]);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < kBatch; ++u) {
+                if (s0 + u < nsplit_b) {
+                    if (v[u].x > mx) {
+                        const float r = expf(mx - v[u].x); /* 0 while mx = -inf */
+                        den *= r;
+                        num *= r;
+                        mx = v[u].x;
+                    }
+                    const float e = expf(v[u].x - mx);
+                    den += e * v[u].y;
+                    num += e * a[u];
+                }
+            }
+        }
+        out[bh * D + d] = __float2half_rn(num / den);
+    }
+    if (tid == 0) counters[blockIdx.x] = 0; /* ready for the next launch */
+}
+
+template <int D, int MAXG>
+int launch_mma(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
+               const ts_decode_config &c, cudaStream_t stream) {
+    const char *op = "attention_decode";
+    constexpr int UNROLL = D <= 64 ? 2 : 1, KEYS = 16 * UNROLL;
+    auto kernel = attention_decode_mma_kernel<D, MAXG, UNROLL>;
+    static std::atomic<int> per_sm{0};
+    if (per_sm.load(std::memory_order_relaxed) == 0) {
+        int n = 0;
+        TS_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kMmaThreads, 0));
+        per_sm.store(n > 0 ? n : 1, std::memory_order_relaxed);
+    }
+    const int group = c.n_heads / c.n_kv_heads;
+    const int hchunks = (group + MAXG - 1) / MAXG;
+    /* Splits: as many as fill one wave of resident blocks, at least one warp step each. */
+    const int64_t groups = (int64_t)c.batch * c.n_kv_heads * hchunks;
+    const int64_t wave = (int64_t)per_sm.load(std::memory_order_relaxed) * ts::sm_count();
+    int64_t nsplit = wave / groups;
+    const int64_t steps = ts::ceil_div(c.max_len, KEYS);
+    if (nsplit > steps) nsplit = steps;
+    if (nsplit > 65535) nsplit = 65535;
+    if (nsplit < 1) nsplit = 1;
+    const int64_t chunk = ts::ceil_div(ts::ceil_div(c.max_len, nsplit), KEYS) * KEYS;
+    nsplit = ts::ceil_div(c.max_len, chunk);
+
+    float *part_acc = nullptr;
+    float2 *part_ml = nullptr;
+    int *counters = nullptr;
+    if (nsplit > 1) {
+        const size_t rows = (size_t)c.batch * c.n_heads * (size_t)nsplit;
+        const size_t acc_bytes = (rows * D * sizeof(float) + 255) & ~(size_t)255;
+        void *ws = nullptr, *cnt = nullptr;
+        TS_CHECK(op, ts::workspace(op, ts::WS_DECODE, acc_bytes + rows * sizeof(float2), &ws));
+        /* Zeroed when allocated; every launch leaves its counters at 0 again. */
+        TS_CHECK(op, ts::workspace(op, ts::WS_DECODE_COUNTERS, (size_t)groups * sizeof(int), &cnt));
+        part_acc = static_cast<float *>(ws);
+        part_ml = reinterpret_cast<float2 *>(static_cast<char *>(ws) + acc_bytes);
+        counters = static_cast<int *>(cnt);
+    }
+    const dim3 grid((unsigned)groups, (unsigned)nsplit);
+    const char *d = ts::dims("batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d group=%d maxg=%d splits=%lld "
+                             "chunk=%lld scale=%g (tensor cores)",
+                             c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
+                             (long long)chunk, c.scale);
+    TS_LAUNCH(op, kernel, grid, kMmaThreads, 0, stream, d, out, part_acc, part_ml, counters, q, kc, vc, lens, c.max_len,
+              c.n_heads, c.n_kv_heads, group, hchunks, (int)chunk, (int)nsplit, c.scale, ts::fault_record());
+    return TS_OK;
+}
+
+template <int D>
+int launch_mma_d(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
+                 const ts_decode_config &c, cudaStream_t stream) {
+    if (c.n_heads / c.n_kv_heads <= 8) return launch_mma<D, 8>(out, q, kc, vc, lens, c, stream);
+    return launch_mma<D, 16>(out, q, kc, vc, lens, c, stream);
+}
+
 int launch_attention_decode(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
                             const ts_decode_config &c, cudaStream_t stream) {
+    switch (c.head_dim) {
+    case 32:
+        return launch_mma_d<32>(out, q, kc, vc, lens, c, stream);
+    case 64:
+        return launch_mma_d<64>(out, q, kc, vc, lens, c, stream);
+    case 96:
+        return launch_mma_d<96>(out, q, kc, vc, lens, c, stream);
+    case 128:
+        return launch_mma_d<128>(out, q, kc, vc, lens, c, stream);
+    default:
+        break;
+    }
     const int group = c.n_heads / c.n_kv_heads;
     if (group <= 1) return launch_maxg<1>(out, q, kc, vc, lens, c, stream);
     if (group <= 2) return launch_maxg<2>(out, q, kc, vc, lens, c, stream);

@@ -1,7 +1,17 @@
 /*
- * gelu: exact GELU, out = 0.5 x (1 + erf(x / sqrt(2))) = 0.5 x erfc(-x / sqrt(2)): fp32 math with erfcf (not an
- * approximation: the tanh form differs by > 1% in the negative tail, which the tolerances see),
- * one fp16 rounding. Grid-stride, 16-byte vectors when aligned (see elementwise.cuh); out may
+ * gelu: exact GELU, out = x Phi(x) = 0.5 x erfc(-x / sqrt(2)), one fp16 rounding. Phi comes from
+ * e = Phi(-|x|) = 0.5 erfc(|x| / sqrt(2)), Phi(x) = e for x < 0 and 1 - e otherwise, so it is never
+ * formed as 1 + erf(z), which cancels in the negative tail (x = -5: 1 + erf = 5.7e-7 while fp32
+ * steps by 6e-8 near 1). erfc(a) for a >= 0 is Numerical Recipes' erfcc, t exp(-a^2 + P(t)),
+ * t = 1 / (1 + a / 2), P of degree 9: fractional error < 1.2e-7 for every a (erfc, not the tanh
+ * form, which differs by > 1% in the negative tail). It costs one approximate reciprocal and one
+ * approximate 2^x (rcp.approx, ex2.approx: ~17 instructions per element in all): checked in an
+ * fp32 emulation over every finite fp16 input, with those two at their error bounds, the result is
+ * within 1.2e-5 relative of the fp64 reference (3e-6 where |x| < 6; beyond, the outputs are below
+ * 1e-8), and after the fp16 rounding the worst element uses 0.485 of the tolerance, as exact math
+ * would. The libm erfcf this replaces cost ~40 instructions per element (SASS); with it and one
+ * 16-byte load in flight per thread the kernel reached 43% of copy bandwidth on the H200, with
+ * this and 4 (elementwise.cuh) 72-73%. Grid-stride, 16-byte vectors when aligned; out may
  * equal x.
  */
 #include "elementwise.cuh"
@@ -10,10 +20,24 @@ namespace {
 
 struct GeluOp {
     __device__ __forceinline__ float operator()(float x) const {
-        // 1 + erf(z) == erfc(-z), and erfc keeps full relative precision in the negative tail,
-        // where 1 + erff(z) cancels to a handful of bits (x = -5: 1 + erf = 5.7e-7, while
-        // fp32 steps by 6e-8 near 1).
-        return 0.5f * x * erfcf(-x * 0.70710678118654752f);
+        /* e = Phi(-|x|) = 0.5 erfc(a) = 0.5 t exp(P(t) - a^2), a = |x| / sqrt(2), t = 1 / (1 + a / 2),
+         * evaluated in base 2: e = t 2^(P'(t) - a'^2) with P' = log2(e) P - 1 (the 0.5) and
+         * a' = a sqrt(log2(e)), so the exponential is one ex2 instruction. */
+        const float ax = fabsf(x);
+        const float a2 = ax * 0.849321800f;                       /* sqrt(log2(e) / 2) |x| */
+        const float t = ts::rcp_approx(fmaf(ax, 0.353553391f, 1.0f)); /* 1 / (1 + |x| / sqrt(8)) */
+        float p = 2.465172979e-01f;
+        p = fmaf(p, t, -1.186114945e+00f);
+        p = fmaf(p, t, 2.147474464e+00f);
+        p = fmaf(p, t, -1.637753152e+00f);
+        p = fmaf(p, t, 4.023215817e-01f);
+        p = fmaf(p, t, -2.687568603e-01f);
+        p = fmaf(p, t, 1.396300565e-01f);
+        p = fmaf(p, t, 5.397006155e-01f);
+        p = fmaf(p, t, 1.442729204e+00f);
+        p = fmaf(p, t, -2.825748218e+00f);
+        const float e = t * ts::ex2_approx(fmaf(-a2, a2, p)); /* 0 once it is below 2^-126 */
+        return x * (x < 0.0f ? e : 1.0f - e);
     }
 };
 
@@ -26,13 +50,18 @@ int launch_gelu(__half *out, const __half *x, int64_t n, cudaStream_t stream) {
     const char *op = "gelu";
     const bool vec = ts::aligned16(out) && ts::aligned16(x);
     const int threads = ts::kElementwiseThreads;
-    const unsigned grid = ts::grid_for(ts::elementwise_work(n, vec), threads);
     const char *d = ts::dims("n=%lld vec=%d", (long long)n, (int)vec);
     if (vec) {
         auto kernel = gelu_kernel<true>;
+        static std::atomic<uint64_t> occupancy{0};
+        unsigned grid = 1;
+        TS_CHECK(op, ts::elementwise_grid(op, kernel, n, true, occupancy, &grid));
         TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, n);
     } else {
         auto kernel = gelu_kernel<false>;
+        static std::atomic<uint64_t> occupancy{0};
+        unsigned grid = 1;
+        TS_CHECK(op, ts::elementwise_grid(op, kernel, n, false, occupancy, &grid));
         TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, n);
     }
     return TS_OK;

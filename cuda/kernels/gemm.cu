@@ -21,6 +21,12 @@
 namespace {
 
 constexpr size_t kLtWorkspaceBytes = (size_t)32 << 20;
+/* The cuBLAS handle's workspace (cublasSetWorkspace), 32 MiB as cuBLAS recommends for Hopper.
+ * Library-owned rather than cuBLAS's internal pool because ts::workspace zeroes it once when it
+ * is allocated: the split-K GEMMs write their partial sums there with TMA stores, which
+ * compute-sanitizer's initcheck cannot see, and the split-K reduce kernel that reads them back
+ * would otherwise be reported as reading uninitialised memory. */
+constexpr size_t kBlasWorkspaceBytes = (size_t)32 << 20;
 
 /* out[i] = OUT(acc[i] + bias[i % n]); acc may equal out (fp32 in place). */
 template <typename OUT>
@@ -51,11 +57,15 @@ int launch_bias_add(const char *op, OUT *out, const float *acc, const __half *bi
 int gemm_ex(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w, int m, int n, int k,
             cudaStream_t stream) {
     const float alpha = 1.0f, beta = 0.0f;
+    void *ws = nullptr;
+    TS_CHECK(op, ts::workspace(op, ts::WS_CUBLAS, kBlasWorkspaceBytes, &ws));
     ts::log_library_call(op, "cublasGemmEx",
                          ts::dims("m=%d n=%d k=%d out=%s", m, n, k, out_type == CUDA_R_16F ? "f16" : "f32"));
     std::lock_guard<std::mutex> lk(ts::blas_mutex());
     cublasHandle_t h = ts::cublas_handle();
     TS_CHECK(op, cublasSetStream(h, stream));
+    /* After cublasSetStream, which resets the handle to cuBLAS's own workspace pool. */
+    TS_CHECK(op, cublasSetWorkspace(h, ws, kBlasWorkspaceBytes));
     TS_CHECK(op, cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16F, k, x, CUDA_R_16F, k, &beta,
                               out, out_type, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     TS_CHECK(op, ts::after_launch(op, stream));

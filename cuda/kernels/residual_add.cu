@@ -21,13 +21,18 @@ int launch_residual_add(__half *out, const __half *x, const __half *residual, in
     const char *op = "residual_add";
     const bool vec = ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(residual);
     const int threads = ts::kElementwiseThreads;
-    const unsigned grid = ts::grid_for(ts::elementwise_work(n, vec), threads);
     const char *d = ts::dims("n=%lld vec=%d", (long long)n, (int)vec);
     if (vec) {
         auto kernel = residual_add_kernel<true>;
+        static std::atomic<uint64_t> occupancy{0};
+        unsigned grid = 1;
+        TS_CHECK(op, ts::elementwise_grid(op, kernel, n, true, occupancy, &grid));
         TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, residual, n);
     } else {
         auto kernel = residual_add_kernel<false>;
+        static std::atomic<uint64_t> occupancy{0};
+        unsigned grid = 1;
+        TS_CHECK(op, ts::elementwise_grid(op, kernel, n, false, occupancy, &grid));
         TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, residual, n);
     }
     return TS_OK;

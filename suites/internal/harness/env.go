@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -55,8 +56,11 @@ func trackDeviceMemory(b backend.Backend) {
 		if err != nil {
 			Fail("device memory in use: " + err.Error())
 		}
-		AddReportEntry("device memory", fmt.Sprintf("in use before the suite %d bytes, after %d bytes (library workspaces and cuBLAS included); live buffers %d (%d bytes)",
-			before, after, dm.LiveBuffers(), dm.LiveBytes()), ReportEntryVisibilityAlways)
+		summary := fmt.Sprintf("device memory in use: %d bytes before the suite, %d after (library workspaces and cuBLAS included); live buffers at the end: %d (%d bytes)",
+			before, after, dm.LiveBuffers(), dm.LiveBytes())
+		// Printed, not only a report entry: suite-level cleanup entries are not shown otherwise.
+		fmt.Fprintln(os.Stdout, summary)
+		AddReportEntry("device memory", summary, ReportEntryVisibilityAlways)
 		if dm.LiveBuffers() != 0 || dm.LiveBytes() != 0 {
 			Fail(fmt.Sprintf("%d device buffers (%d bytes) were never freed", dm.LiveBuffers(), dm.LiveBytes()))
 		}
