@@ -640,6 +640,23 @@ int ts_memory_in_use(int64_t *bytes) {
     return TS_OK;
 }
 
+int ts_release_workspaces(void) {
+    TS_STICKY_GUARD();
+    const char *op = "ts_release_workspaces";
+    int s = ready(op, nullptr, nullptr);
+    if (s != TS_OK) return s;
+    std::lock_guard<std::mutex> lk(g.mu);
+    /* Launches on any stream may still use a workspace. The cuBLAS handle keeps a stale
+     * workspace pointer, but every GEMM sets its workspace again before it runs. */
+    TS_CHECK(op, cudaDeviceSynchronize());
+    for (int i = 0; i < WS_COUNT; ++i) {
+        if (g.ws[i] != nullptr) TS_CHECK(op, cudaFree(g.ws[i]));
+        g.ws[i] = nullptr;
+        g.ws_bytes[i] = 0;
+    }
+    return TS_OK;
+}
+
 int ts_malloc(void **ptr, size_t bytes) {
     TS_STICKY_GUARD();
     const char *op = "ts_malloc";

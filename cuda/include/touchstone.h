@@ -87,6 +87,10 @@ int ts_get_device_info(ts_device_info *info);
 int ts_copy_bandwidth(double *gb_per_s);
 /* Bytes of device memory in use on the device (total - free, all processes). */
 int ts_memory_in_use(int64_t *bytes);
+/* Waits for the device, then frees the library's workspaces (FFN intermediates, decode
+ * partials, cuBLAS and cublasLt workspaces); they grow again on the next op that needs them.
+ * Lets a caller check that device memory returns to where it was. */
+int ts_release_workspaces(void);
 
 int ts_malloc(void **ptr, size_t bytes);
 int ts_free(void *ptr);

@@ -379,6 +379,15 @@ func (b *Backend) MemoryInUse() (int64, error) {
 	return int64(n), nil
 }
 
+// ReleaseWorkspaces waits for the device and frees the library's workspaces, which grow
+// again on demand: with every buffer freed, device memory then returns to where it was.
+func (b *Backend) ReleaseWorkspaces() error {
+	if err := b.enter("release_workspaces"); err != nil {
+		return err
+	}
+	return b.status("release_workspaces", C.tsg_release_workspaces(b.lib.api, b.e), true)
+}
+
 // Close releases the device; the library shuts down when its last Backend closes. Buffers
 // must be freed before: Close still closes, but reports any left as an error. Later calls
 // fail with ErrClosed; a second Close is a no-op.

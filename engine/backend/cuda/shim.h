@@ -31,6 +31,7 @@
     X(ts_get_device_info, int, (ts_device_info *))                                                       \
     X(ts_copy_bandwidth, int, (double *))                                                                 \
     X(ts_memory_in_use, int, (int64_t *))                                                                 \
+    X(ts_release_workspaces, int, (void))                                                                 \
     X(ts_malloc, int, (void **, size_t))                                                                  \
     X(ts_free, int, (void *))                                                                             \
     X(ts_memset, int, (void *, int, size_t, void *))                                                      \
@@ -94,6 +95,7 @@ int tsg_shutdown(const tsg_api *a, tsg_err *e);
 int tsg_get_device_info(const tsg_api *a, ts_device_info *info, tsg_err *e);
 int tsg_copy_bandwidth(const tsg_api *a, double *gb_per_s, tsg_err *e);
 int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e);
+int tsg_release_workspaces(const tsg_api *a, tsg_err *e);
 
 /* Allocates guard + bytes + guard, fills both guards with pattern, then copies src into the
  * data (or zeroes it when src is NULL); frees the allocation again if any step fails. */

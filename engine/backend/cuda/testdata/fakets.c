@@ -240,6 +240,11 @@ int ts_memory_in_use(int64_t *bytes) {
     return TS_OK;
 }
 
+int ts_release_workspaces(void) {
+    logf_("ts_release_workspaces");
+    return enter("ts_release_workspaces", 1);
+}
+
 int ts_malloc(void **ptr, size_t bytes) {
     logf_("ts_malloc bytes=%zu", bytes);
     int st = enter("ts_malloc", 1);

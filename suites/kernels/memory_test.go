@@ -1,0 +1,48 @@
+package kernels_test
+
+import (
+	"fmt"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/suites/internal/harness"
+)
+
+// deviceMemory is what a GPU backend tells about its memory.
+type deviceMemory interface {
+	MemoryInUse() (int64, error)
+	ReleaseWorkspaces() error
+	LiveBuffers() int
+}
+
+// A full pass over every committed case must leave device memory exactly where it was: the
+// first pass loads kernels and grows workspaces, so it is the baseline; the second must not
+// add a byte once the library's workspaces are released.
+var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, func() {
+	It("is the same before and after a pass over every committed case", func() {
+		dm, ok := dev.(deviceMemory)
+		if !ok {
+			Skip(fmt.Sprintf("the %s backend has no device memory to account", dev.Info().Backend))
+		}
+		pass := func() int64 {
+			for _, s := range kernelSets {
+				if s.Manifest.Tier != "committed" {
+					continue
+				}
+				_, err := conformance.Run(dev, s)
+				Expect(err).NotTo(HaveOccurred(), s.ID())
+			}
+			Expect(dm.ReleaseWorkspaces()).To(Succeed())
+			Expect(dm.LiveBuffers()).To(BeZero())
+			used, err := dm.MemoryInUse()
+			Expect(err).NotTo(HaveOccurred())
+			return used
+		}
+		before := pass()
+		after := pass()
+		AddReportEntry("device memory", fmt.Sprintf("in use after a warm-up pass %d bytes, after a second pass %d bytes", before, after), ReportEntryVisibilityAlways)
+		Expect(after).To(Equal(before), "a pass over the committed cases changed device memory in use by %d bytes", after-before)
+	})
+})
