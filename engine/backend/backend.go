@@ -125,3 +125,15 @@ type Timer interface {
 	Stop() (time.Duration, error)
 	Close() error
 }
+
+// DeviceMemory is implemented by backends whose buffers live in device memory, so suites can
+// prove that nothing leaks.
+type DeviceMemory interface {
+	// LiveBytes and LiveBuffers count what the backend has allocated and not yet freed.
+	LiveBytes() int64
+	LiveBuffers() int64
+	// MemoryInUse is the device memory in use by all processes (total - free).
+	MemoryInUse() (int64, error)
+	// ReleaseWorkspaces frees memory the backend keeps between ops; it regrows on demand.
+	ReleaseWorkspaces() error
+}

@@ -6,26 +6,21 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
+	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/suites/internal/harness"
 )
-
-// deviceMemory is what a GPU backend tells about its memory.
-type deviceMemory interface {
-	MemoryInUse() (int64, error)
-	ReleaseWorkspaces() error
-	LiveBuffers() int
-}
 
 // A full pass over every committed case must leave device memory exactly where it was: the
 // first pass loads kernels and grows workspaces, so it is the baseline; the second must not
 // add a byte once the library's workspaces are released.
 var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, func() {
 	It("is the same before and after a pass over every committed case", func() {
-		dm, ok := dev.(deviceMemory)
-		if !ok {
-			Skip(fmt.Sprintf("the %s backend has no device memory to account", dev.Info().Backend))
+		if dev.Info().Backend == "cpu" {
+			Skip("the CPU backend has no device memory")
 		}
+		dm, ok := dev.(backend.DeviceMemory)
+		Expect(ok).To(BeTrue(), "the %s backend does not account its device memory", dev.Info().Backend)
 		pass := func() int64 {
 			for _, s := range kernelSets {
 				if s.Manifest.Tier != "committed" {

@@ -379,6 +379,8 @@ func (b *Backend) MemoryInUse() (int64, error) {
 	return int64(n), nil
 }
 
+var _ backend.DeviceMemory = (*Backend)(nil)
+
 // ReleaseWorkspaces waits for the device and frees the library's workspaces, which grow
 // again on demand: with every buffer freed, device memory then returns to where it was.
 func (b *Backend) ReleaseWorkspaces() error {

@@ -33,17 +33,10 @@ func OpenBackend() backend.Backend {
 	return sel.Backend
 }
 
-// deviceMemory is what a GPU backend reports about its allocations.
-type deviceMemory interface {
-	LiveBytes() int64
-	LiveBuffers() int
-	MemoryInUse() (int64, error)
-}
-
 // trackDeviceMemory records device memory in use when the suite starts and, when it ends,
 // fails the suite if any buffer is still allocated: a leak in a runner or a backend.
 func trackDeviceMemory(b backend.Backend) {
-	dm, ok := b.(deviceMemory)
+	dm, ok := b.(backend.DeviceMemory)
 	if !ok {
 		return
 	}
