@@ -28,8 +28,10 @@ func OpenBackend() backend.Backend {
 	if sel.Fallback != "" {
 		fmt.Fprintf(GinkgoWriter, "TOUCHSTONE_BACKEND=auto fell back to cpu: %s\n", sel.Fallback)
 	}
-	trackDeviceMemory(sel.Backend)
+	// Cleanups run last-registered first: Close is registered before the memory check so
+	// the check still sees an open backend.
 	DeferCleanup(sel.Backend.Close)
+	trackDeviceMemory(sel.Backend)
 	return sel.Backend
 }
 
