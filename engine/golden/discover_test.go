@@ -41,7 +41,10 @@ func TestDiscover(t *testing.T) {
 
 func TestDiscoverSortsKindFirst(t *testing.T) {
 	root := t.TempDir()
-	writeSet(t, filepath.Join(root, "m"), "", "c", TierCommitted, func(m *Manifest) { m.Kind, m.Op, m.Model = KindModel, "", "aaa" })
+	writeSet(t, filepath.Join(root, "m"), "", "c", TierCommitted, func(m *Manifest) {
+		m.Kind, m.Op, m.Model = KindModel, "", "aaa"
+		m.Files = append(m.Files, File{Name: "config", File: "config.json", Role: RoleCheckpoint, SHA256: strings.Repeat("0", 64)})
+	})
 	writeSet(t, filepath.Join(root, "k"), "zzz", "c", TierCommitted, nil)
 	sets, err := Discover(root)
 	if err != nil {

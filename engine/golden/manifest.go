@@ -29,8 +29,8 @@ type File struct {
 	Name   string `json:"name"`
 	File   string `json:"file"`
 	Role   string `json:"role"`
-	DType  string `json:"dtype"`
-	Shape  []int  `json:"shape"`
+	DType  string `json:"dtype,omitempty"`
+	Shape  []int  `json:"shape,omitempty"`
 	SHA256 string `json:"sha256"`
 }
 
@@ -50,12 +50,15 @@ type Manifest struct {
 
 // Roles, kinds and tiers the format defines.
 const (
-	RoleInput     = "input"
-	RoleExpected  = "expected"
-	KindKernel    = "kernel"
-	KindModel     = "model"
-	TierCommitted = "committed"
-	TierFull      = "full"
+	RoleInput    = "input"
+	RoleExpected = "expected"
+	// RoleCheckpoint marks a model set's config.json and safetensors files: checked by
+	// sha256, read by the model loader, never decoded as .npy.
+	RoleCheckpoint = "checkpoint"
+	KindKernel     = "kernel"
+	KindModel      = "model"
+	TierCommitted  = "committed"
+	TierFull       = "full"
 )
 
 // ParseManifest decodes and validates manifest.json; path is only used in errors. It is

@@ -152,6 +152,8 @@ func TestParseManifestModelKind(t *testing.T) {
 		delete(m, "op")
 		m["model"] = "qwen2.5-0.5b"
 		m["generator"].(map[string]any)["transformers"] = "4.50.0"
+		m["files"] = append(m["files"].([]any), map[string]any{
+			"name": "config", "file": "config.json", "role": "checkpoint", "sha256": strings.Repeat("0", 64)})
 	})
 	m, err := ParseManifest(data, "m.json")
 	if err != nil {

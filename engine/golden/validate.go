@@ -77,23 +77,35 @@ func (m *Manifest) validateFiles() []error {
 			bad("name %q listed twice", f.Name)
 		}
 		names[f.Name] = true
-		if err := checkFileName(f.File); err != nil {
+		checkpoint := f.Role == RoleCheckpoint
+		if err := checkFileName(f.File, checkpoint); err != nil {
 			bad("file %q: %v", f.File, err)
 		} else if files[f.File] {
 			bad("file %q listed twice", f.File)
 		}
 		files[f.File] = true
-		switch f.Role {
-		case RoleInput, RoleExpected:
+		switch {
+		case f.Role == RoleInput || f.Role == RoleExpected:
 			roles[f.Role]++
+		case checkpoint && m.Kind == KindModel:
+			roles[f.Role]++
+		case checkpoint:
+			bad("role %q: only model sets hold checkpoint files", f.Role)
 		default:
-			bad("role %q: want %q or %q", f.Role, RoleInput, RoleExpected)
+			bad("role %q: want %q, %q or (model sets) %q", f.Role, RoleInput, RoleExpected, RoleCheckpoint)
 		}
-		if _, err := tensor.ParseDType(f.DType); err != nil {
-			bad("dtype: %v", err)
-		}
-		if err := checkShape(f.Shape); err != nil {
-			bad("shape: %v", err)
+		if checkpoint {
+			// A checkpoint file is not a tensor: a dtype or shape would be a claim nobody checks.
+			if f.DType != "" || f.Shape != nil {
+				bad("a checkpoint file has no dtype or shape")
+			}
+		} else {
+			if _, err := tensor.ParseDType(f.DType); err != nil {
+				bad("dtype: %v", err)
+			}
+			if err := checkShape(f.Shape); err != nil {
+				bad("shape: %v", err)
+			}
 		}
 		if !isSHA256(f.SHA256) {
 			bad("sha256 %q: want 64 lower-case hex digits", f.SHA256)
@@ -105,6 +117,15 @@ func (m *Manifest) validateFiles() []error {
 		for _, r := range []string{RoleInput, RoleExpected} {
 			if roles[r] == 0 {
 				errs = append(errs, fmt.Errorf("files: no %q file (a kernel set needs inputs and expected outputs)", r))
+			}
+		}
+	}
+	// A model set without a checkpoint has nothing to run, and one without expected taps
+	// would pass any forward pass.
+	if m.Kind == KindModel {
+		for _, r := range []string{RoleCheckpoint, RoleExpected} {
+			if roles[r] == 0 {
+				errs = append(errs, fmt.Errorf("files: no %q file (a model set needs a checkpoint and expected taps)", r))
 			}
 		}
 	}
@@ -125,9 +146,10 @@ func checkIdent(s string) error {
 	return nil
 }
 
-// checkFileName keeps every tensor file directly inside its set directory: the manifest is
-// data, and a path in it must not be able to point anywhere else.
-func checkFileName(s string) error {
+// checkFileName keeps every file directly inside its set directory: the manifest is data,
+// and a path in it must not be able to point anywhere else. Tensors are .npy files;
+// checkpoint files are .json or .safetensors.
+func checkFileName(s string, checkpoint bool) error {
 	switch {
 	case s == "":
 		return fmt.Errorf("missing")
@@ -135,6 +157,10 @@ func checkFileName(s string) error {
 		return fmt.Errorf("must be a plain file name (no '/', '\\' or '..')")
 	case strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0:
 		return fmt.Errorf("contains whitespace or control characters")
+	case checkpoint && (strings.HasSuffix(s, ".json") || strings.HasSuffix(s, ".safetensors")) && s != ManifestName:
+		return nil
+	case checkpoint:
+		return fmt.Errorf("a checkpoint file must be a .json (not %s) or .safetensors file", ManifestName)
 	case !strings.HasSuffix(s, ".npy") || s == ".npy":
 		return fmt.Errorf("must be a .npy file")
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +21,9 @@ func (s *Set) Tensor(name string) (*tensor.Tensor, error) {
 	f, ok := s.File(name)
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor named %q", s.manifestPath(), name)
+	}
+	if f.Role == RoleCheckpoint {
+		return nil, fmt.Errorf("%s: %q is a checkpoint file, not a tensor (use CheckpointPath)", s.manifestPath(), name)
 	}
 	path := filepath.Join(s.Dir, f.File)
 	data, err := os.ReadFile(path)
@@ -55,7 +59,13 @@ func (s *Set) Verify() error {
 	listed := map[string]bool{ManifestName: true}
 	for _, f := range s.Manifest.Files {
 		listed[f.File] = true
-		if _, err := s.Tensor(f.Name); err != nil {
+		var err error
+		if f.Role == RoleCheckpoint {
+			_, err = s.CheckpointPath(f.Name)
+		} else {
+			_, err = s.Tensor(f.Name)
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -70,4 +80,31 @@ func (s *Set) Verify() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// CheckpointPath returns the path of a checkpoint file after checking that its bytes hash to
+// the manifest's sha256. The file is streamed, so multi-gigabyte checkpoints cost no memory.
+func (s *Set) CheckpointPath(name string) (string, error) {
+	f, ok := s.File(name)
+	if !ok || f.Role != RoleCheckpoint {
+		return "", fmt.Errorf("%s: no checkpoint file named %q", s.manifestPath(), name)
+	}
+	path := filepath.Join(s.Dir, f.File)
+	fh, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("%s: missing (listed in %s as %q); regenerate with %s", path, ManifestName, name, s.regenerateHint())
+	}
+	if err != nil {
+		return "", err
+	}
+	defer fh.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, fh); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != f.SHA256 {
+		return "", fmt.Errorf("%s: sha256 mismatch: manifest says %s, file has %s; the set is corrupt or stale: regenerate with %s",
+			path, f.SHA256, got, s.regenerateHint())
+	}
+	return path, nil
 }

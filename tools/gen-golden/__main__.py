@@ -1,7 +1,9 @@
 """gen-golden: the Python reference that writes touchstone's golden sets (docs/golden-format.md).
 
     python3 tools/gen-golden kernels [--tier committed|full] [--out DIR] [--op NAME]... [--check]
-    python3 tools/gen-golden selftest
+    python3 tools/gen-golden models [--tier committed|full] [--out DIR] [--model NAME]... [--check]
+    python3 tools/gen-golden models --checkpoint DIR --name NAME [--tier full] [--check]
+    python3 tools/gen-golden selftest [--only kernels|models] [--set DIR]...
 """
 
 import os
@@ -17,6 +19,11 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""
 os.environ["ATEN_CPU_CAPABILITY"] = "default"
 os.environ["MKL_CBWR"] = "COMPATIBLE"
 os.environ["OMP_NUM_THREADS"] = "1"
+# transformers: never reach for the hub (nothing is reachable, and a cached download must not
+# change what a set is computed from), and never swap in hub kernels for the modeling code.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["USE_HUB_KERNELS"] = "0"
 
 import argparse  # noqa: E402
 import filecmp  # noqa: E402
@@ -32,8 +39,10 @@ import manifest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED_BUDGET = 16_000_000  # bytes, `du -sb golden/kernels`
+MODELS_COMMITTED_BUDGET = 4_000_000  # bytes, `du -sb golden/models`
 PINNED_TORCH = "2.11.0"
 PINNED_NUMPY = ("2.4.6", "2.5.2")
+PINNED_TRANSFORMERS = "5.17.0"
 
 
 def setup_torch():
@@ -141,10 +150,139 @@ def cmd_kernels(args):
     return 0
 
 
+def setup_models():
+    """Model sets also need transformers (pinned) and oneDNN off: fp32 CPU matmuls must go through
+    the same MKL path (MKL_CBWR) on every host."""
+    import transformers
+    torch.backends.mkldnn.enabled = False
+    if transformers.__version__ != PINNED_TRANSFORMERS:
+        print("warning: transformers %s differs from the pinned %s (tools/gen-golden/"
+              "requirements.txt); model sets may not be byte-identical"
+              % (transformers.__version__, PINNED_TRANSFORMERS), file=sys.stderr)
+
+
+def model_jobs(args):
+    """[(set name, build function(out_root))] that a models command covers."""
+    import models
+    if args.checkpoint:
+        src = os.path.abspath(args.checkpoint)
+        return [(args.name, lambda root: models.build_checkpoint(src, args.name, args.tier, root))]
+    specs = models.models_for(args.tier, args.model)
+    if args.layers:
+        specs = [models.with_layers(s, args.layers) for s in specs]
+    return [(s.name, lambda root, s=s: models.build_synthetic(s, root)) for s in specs]
+
+
+def generate_models(out, jobs, tier, prune, quiet=False):
+    import models
+    n_sets = n_bytes = 0
+    for name, build in jobs:
+        t0 = time.time()
+        files, size = build(out)
+        n_sets += 1
+        n_bytes += size
+        if not quiet:
+            print("%-50s %3d files %11d bytes %6.1fs"
+                  % ("models/" + name, files, size, time.time() - t0), flush=True)
+    if prune:
+        mdir = os.path.join(out, "models")
+        for name in models.stale_model_dirs(mdir, {n for n, _ in jobs}, tier):
+            shutil.rmtree(os.path.join(mdir, name))
+            if not quiet:
+                print("removed stale models/%s" % name)
+    return n_sets, n_bytes
+
+
+def check_models(out, jobs, tier, prune):
+    import models
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
+        generate_models(tmp, jobs, tier, prune=False)
+        have_root = os.path.join(out, "models")
+        names = [n for n, _ in jobs]
+        if prune:
+            names += models.stale_model_dirs(have_root, set(names), tier)
+        for name in names:
+            fresh_dir = os.path.join(tmp, "models", name)
+            have_dir = os.path.join(have_root, name)
+            fresh, have = list_files(fresh_dir), list_files(have_dir)
+            for p in sorted(fresh - have):
+                problems.append("missing   %s" % os.path.join(have_dir, p))
+            for p in sorted(have - fresh):
+                problems.append("extra     %s" % os.path.join(have_dir, p))
+            for p in sorted(fresh & have):
+                if not filecmp.cmp(os.path.join(fresh_dir, p), os.path.join(have_dir, p),
+                                   shallow=False):
+                    problems.append("differs   %s" % os.path.join(have_dir, p))
+    return problems
+
+
+def cmd_models(args):
+    import models
+    if bool(args.checkpoint) != bool(args.name):
+        sys.exit("--checkpoint DIR and --name NAME go together")
+    if args.checkpoint and (args.model or args.layers):
+        sys.exit("--checkpoint takes no --model or --layers")
+    if args.name and not all(c.isalnum() or c in "._-" for c in args.name):
+        sys.exit("--name %r: use letters, digits, '.', '_' and '-' only" % args.name)
+    if args.tier is None:
+        args.tier = "full" if args.checkpoint else "committed"
+    for name in args.model or []:
+        if name not in models.BY_NAME:
+            sys.exit("unknown model %r (known: %s)" % (name, ", ".join(models.BY_NAME)))
+        if models.BY_NAME[name].tier != args.tier:
+            sys.exit("model %s is in the %s tier (use --tier %s)"
+                     % (name, models.BY_NAME[name].tier, models.BY_NAME[name].tier))
+    if args.layers is not None and args.layers < 1:
+        sys.exit("--layers must be >= 1")
+    out = args.out
+    if out is None:
+        out = os.path.join(REPO, "golden") if args.tier == "committed" \
+            else os.path.join(REPO, "golden", ".cache")
+    setup_torch()
+    setup_models()
+    jobs = model_jobs(args)
+    # Only a run over the whole synthetic table of a tier may delete other sets as stale.
+    prune = not (args.checkpoint or args.model or args.layers)
+    t0 = time.time()
+
+    if args.check:
+        problems = check_models(out, jobs, args.tier, prune)
+        for p in problems:
+            print(p)
+        if problems:
+            print("check FAILED: %d file(s) differ from a fresh generation (%.1fs)"
+                  % (len(problems), time.time() - t0))
+            return 1
+        print("check OK: %s is byte-identical to a fresh generation (%.1fs)"
+              % (", ".join(os.path.join(out, "models", n) for n, _ in jobs), time.time() - t0))
+        return 0
+
+    n_sets, n_bytes = generate_models(out, jobs, args.tier, prune)
+    print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
+    mdir = os.path.join(out, "models")
+    if args.tier == "committed" and os.path.isdir(mdir):
+        du = manifest.tree_size(mdir)
+        print("%s: %d bytes (du -sb), budget %d" % (mdir, du, MODELS_COMMITTED_BUDGET))
+        if du > MODELS_COMMITTED_BUDGET:
+            print("error: committed model sets exceed their size budget", file=sys.stderr)
+            return 1
+    return 0
+
+
 def cmd_selftest(args):
     setup_torch()
     import selftest
-    return selftest.run()
+    rc = 0
+    if args.set and args.only != "models":
+        sys.exit("--set DIR goes with --only models")
+    if args.only in (None, "kernels"):
+        rc = selftest.run()
+    if rc == 0 and args.only in (None, "models"):
+        setup_models()
+        import selftest_models
+        rc = selftest_models.run(args.set)
+    return rc
 
 
 def main(argv=None):
@@ -162,7 +300,33 @@ def main(argv=None):
                    help="generate into a temporary directory and compare byte for byte with "
                         "DIR; exit 1 listing differing, missing and extra files")
     k.set_defaults(func=cmd_kernels)
+    m = sub.add_parser("models", help="write model golden sets (synthetic checkpoints, or a real "
+                                      "one with --checkpoint)")
+    m.add_argument("--tier", choices=("committed", "full"), default=None,
+                   help="committed: the tiny variants (default); full: the real-size configs "
+                        "(default with --checkpoint)")
+    m.add_argument("--out", metavar="DIR",
+                   help="root directory; sets go to DIR/models/<model>/ (default: the "
+                        "repository's golden/ for committed, golden/.cache/ for full)")
+    m.add_argument("--model", action="append", metavar="NAME",
+                   help="only this model of the tier (repeatable); default: all")
+    m.add_argument("--checkpoint", metavar="DIR",
+                   help="a real HF checkpoint directory (config.json + model.safetensors, or "
+                        "model.safetensors.index.json + shards) used instead of synthetic weights")
+    m.add_argument("--name", metavar="NAME", help="the set name for --checkpoint")
+    m.add_argument("--layers", type=int, metavar="N",
+                   help="smoke test: cut every selected model to N layers (sets named "
+                        "<model>-l<N>); not a golden set anyone should commit")
+    m.add_argument("--check", action="store_true",
+                   help="generate into a temporary directory and compare byte for byte with "
+                        "DIR; exit 1 listing differing, missing and extra files")
+    m.set_defaults(func=cmd_models)
     s = sub.add_parser("selftest", help="check the references against independent numpy code")
+    s.add_argument("--only", choices=("kernels", "models"),
+                   help="run only the kernel or only the model checks")
+    s.add_argument("--set", action="append", metavar="DIR",
+                   help="with --only models: check these existing model set directories (e.g. a "
+                        "full-size or --layers set) instead of building the committed ones")
     s.set_defaults(func=cmd_selftest)
     args = p.parse_args(argv)
     return args.func(args)

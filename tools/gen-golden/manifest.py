@@ -27,17 +27,22 @@ DTYPES = {
 NPY_V1_MAGIC = b"\x93NUMPY\x01\x00"
 
 
-def generator_info():
+def generator_info(with_transformers=False):
     # Only values that are the same on every supported host go here, so a set regenerated on the
     # GPU host (Python 3.12, numpy 2.5.2) is byte-identical to one made on a dev box (3.11, 2.4.6).
     # The Python and numpy versions differ by design between those hosts and do not influence the
-    # numbers (torch computes; numpy only serialises), so they are left out.
-    return {
+    # numbers (torch computes; numpy only serialises), so they are left out. Model sets also name
+    # the transformers version whose modeling code is the reference (pinned, the same everywhere).
+    info = {
         "name": GENERATOR_NAME,
         "version": GENERATOR_VERSION,
         "torch": torch.__version__.split("+")[0],
-        "device": "cpu",
     }
+    if with_transformers:
+        import transformers
+        info["transformers"] = transformers.__version__
+    info["device"] = "cpu"
+    return info
 
 
 def npy_bytes(t):
@@ -100,6 +105,53 @@ def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     return len(entries) + 1, total + len(text)
 
 
+def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, tensors):
+    """Finish a model set whose checkpoint files already lie in set_dir: write every tensor as .npy
+    and manifest.json (docs/golden-format.md, "Model sets").
+
+    checkpoint: [(name, file, sha256)] listed first with role "checkpoint" and no dtype/shape;
+    tensors: ordered [(name, tensor in f32/i32, role)], written as <name>.npy.
+    Returns (number of files, total bytes) including the checkpoint files and manifest.json.
+    """
+    entries = []
+    total = 0
+    for name, fname, digest in checkpoint:
+        entries.append({"name": name, "file": fname, "role": "checkpoint", "sha256": digest})
+        total += os.path.getsize(os.path.join(set_dir, fname))
+    for name, t, role in tensors:
+        data = npy_bytes(t)
+        fname = name + ".npy"
+        with open(os.path.join(set_dir, fname), "wb") as f:
+            f.write(data)
+        total += len(data)
+        entries.append({
+            "name": name,
+            "file": fname,
+            "role": role,
+            "dtype": DTYPES[t.dtype][0],
+            "shape": [int(d) for d in t.shape],
+            "sha256": hashlib.sha256(data).hexdigest(),
+        })
+    names = [e["name"] for e in entries]
+    files = [e["file"] for e in entries]
+    assert len(set(names)) == len(names) and len(set(files)) == len(files), "duplicate entry"
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "generator": generator_info(with_transformers=True),
+        "kind": "model",
+        "model": model,
+        "case": case,
+        "tier": tier,
+        "seed": seed,
+        "params": params,
+        "files": entries,
+    }
+    text = manifest_text(manifest).encode("ascii")
+    with open(os.path.join(set_dir, "manifest.json"), "wb") as f:
+        f.write(text)
+    return len(entries) + 1, total + len(text)
+
+
 def manifest_text(manifest):
     """JSON laid out like the example in docs/golden-format.md: one top-level key per line, each
     files entry on one line, params and generator inline. Deterministic: keys keep insertion order,
@@ -117,13 +169,20 @@ def manifest_text(manifest):
     return "{\n" + ",\n".join(lines) + "\n}\n"
 
 
-def read_tier(case_dir):
-    """The tier a set directory claims, or None when it has no readable manifest."""
+def read_manifest(case_dir):
+    """A set directory's manifest as a dict, or None when it has no readable one."""
     try:
         with open(os.path.join(case_dir, "manifest.json"), "rb") as f:
-            return json.loads(f.read()).get("tier")
-    except (OSError, ValueError, AttributeError):
+            m = json.loads(f.read())
+        return m if isinstance(m, dict) else None
+    except (OSError, ValueError):
         return None
+
+
+def read_tier(case_dir):
+    """The tier a set directory claims, or None when it has no readable manifest."""
+    m = read_manifest(case_dir)
+    return None if m is None else m.get("tier")
 
 
 def stale_case_dirs(op_dir, keep, tier):

@@ -1,0 +1,874 @@
+"""Model references: synthetic checkpoints, the transformers forward pass with every tap, greedy
+decoding through the KV cache (docs/golden-format.md, "Model sets").
+
+One set per model: golden/models/<model>/ (committed tiny variants) or
+golden/.cache/models/<model>/ (full size, or a real checkpoint given with --checkpoint). A set holds
+the checkpoint the Go side loads (config.json + model.safetensors, fp16 for synthetic ones), the
+prompt, the taps of the prefill and of the first `decode_steps` decode steps, and the 32 greedy
+tokens with their top-2 margins and top-5 lists.
+
+The reference is transformers itself (Qwen2ForCausalLM, Phi3ForCausalLM, GPT2LMHeadModel) loaded
+with from_pretrained from the set's own checkpoint files, upcast to fp32, eager attention, on the
+CPU. Taps are captured with module hooks; the rotated Q/K are captured by wrapping the
+apply_rotary_pos_emb that the modeling module calls, so they are exactly what transformers fed to
+attention, never recomputed here.
+"""
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import struct
+from collections import namedtuple
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+import kernels
+import manifest
+
+F16, F32, F64, I32 = torch.float16, torch.float32, torch.float64, torch.int32
+
+CASE = "greedy32"
+PROMPT_LEN = 16
+GREEDY_TOKENS = 32
+COMMITTED, FULL = "committed", "full"
+SYNTHETIC, CHECKPOINT = "synthetic", "checkpoint"
+
+# ---------------------------------------------------------------------------------------------
+# Configs. The full-size ones are the published config.json files of the real checkpoints
+# (Qwen/Qwen2.5-0.5B, microsoft/Phi-3-mini-4k-instruct, openai-community/gpt2) with the fields
+# that only matter for remote code or provenance dropped (_name_or_path, auto_map,
+# transformers_version) and torch_dtype set to what the synthetic checkpoint stores (float16).
+# Field names follow the hub files (rope_theta at the top level, GPT-2's n_embd/n_layer/...);
+# transformers 5.17 maps them onto its config classes (rope_theta -> rope_parameters).
+
+QWEN25_05B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "initializer_range": 0.02,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 24,
+    "model_type": "qwen2",
+    "num_attention_heads": 14,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "use_mrope": False,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+PHI3_MINI_4K = {
+    "architectures": ["Phi3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 32000,
+    "hidden_act": "silu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000,
+    "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "sliding_window": 2047,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 32064,
+}
+
+GPT2_124M = {
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.1,
+    "eos_token_id": 50256,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "resid_pdrop": 0.1,
+    "summary_activation": None,
+    "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": True,
+    "summary_type": "cls_index",
+    "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "torch_dtype": "float16",
+    "vocab_size": 50257,
+}
+
+
+def derived(base, **overrides):
+    cfg = dict(base)
+    for k, v in overrides.items():
+        assert k in cfg, "override of unknown config key %s" % k
+        cfg[k] = v
+    return dict(sorted(cfg.items()))
+
+
+# Tiny variants: 2 layers, small vocab, the distinguishing features kept. Head dims are multiples
+# of 8 (what the CUDA attention kernels support) and keep rope_dim/2 a multiple of 8 like the real
+# models, so RoPE runs the same kernel path as at full size.
+#  qwen2-tiny: GQA 7:1 with two KV heads (14 q / 2 kv, head_dim 16), Q/K/V bias, tied LM head,
+#              rope_theta 1e6, rms eps 1e-6, intermediate 160 (no power of two, like 4864).
+#  phi3-tiny:  fused qkv_proj and gate_up_proj, MHA (2 heads), head_dim 48 (no power of two, like
+#              96), rms eps 1e-5, untied LM head, rope_theta 1e4, sliding_window 2047 (inactive:
+#              sequences stay under 48 tokens).
+#  gpt2-tiny:  Conv1D (weights stored [in, out]), learned positions, LayerNorm with bias, gelu_new,
+#              tied LM head, odd vocab (503, like 50257).
+QWEN2_TINY = derived(QWEN25_05B, hidden_size=224, intermediate_size=160, num_hidden_layers=2,
+                     max_window_layers=2, vocab_size=384, bos_token_id=0, eos_token_id=0)
+PHI3_TINY = derived(PHI3_MINI_4K, hidden_size=96, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=2, num_key_value_heads=2, vocab_size=320, bos_token_id=1,
+                    eos_token_id=2, pad_token_id=2)
+GPT2_TINY = derived(GPT2_124M, n_embd=96, n_head=3, n_layer=2, n_positions=64, n_ctx=64,
+                    vocab_size=503, bos_token_id=502, eos_token_id=502)
+
+# margin_epsilon (logit units): the reference's top-2 margin below which a differing greedy token
+# is accepted (together with the top-5 cross-check). Synthetic logits have std ~4 by construction
+# (see init_specs), median top-2 margin ~0.7-1. To size it, the same transformers forward was run
+# with fp16 weights and fp16 activations everywhere (logits included, so more lossy than an
+# implementation with fp32 logits), teacher-forced on the reference tokens: the largest change of
+# the top-2 margin over the 32 steps was 0.012-0.030 for the tiny sets (rms <= 0.011), 0.030 for
+# gpt2-124m and 0.039 for qwen2.5-0.5b (24 layers). Committed sets use 0.1 (> 3x the worst tiny
+# drift); full-size and real-checkpoint sets use 0.2 (5x Qwen's, room for Phi-3's 32 layers). The
+# selftest re-measures the drift and fails if it reaches half the epsilon.
+ModelSpec = namedtuple("ModelSpec", "name family tier config decode_steps margin_epsilon")
+EPSILON_COMMITTED, EPSILON_FULL = 0.1, 0.2
+
+MODELS = [
+    ModelSpec("qwen2-tiny", "qwen2", COMMITTED, QWEN2_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("phi3-tiny", "phi3", COMMITTED, PHI3_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("gpt2-tiny", "gpt2", COMMITTED, GPT2_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("qwen2.5-0.5b", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL),
+    ModelSpec("phi3-mini-4k", "phi3", FULL, PHI3_MINI_4K, 8, EPSILON_FULL),
+    ModelSpec("gpt2-124m", "gpt2", FULL, GPT2_124M, 8, EPSILON_FULL),
+]
+BY_NAME = {m.name: m for m in MODELS}
+assert len(BY_NAME) == len(MODELS)
+
+FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2"}
+ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel"}
+# Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
+# synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
+CHECKPOINT_EPSILON = EPSILON_FULL
+CHECKPOINT_DECODE_STEPS = 8
+
+
+def models_for(tier, names=None):
+    return [m for m in MODELS if m.tier == tier and (not names or m.name in names)]
+
+
+def with_layers(spec, n_layers):
+    """A cut-down copy of a spec (smoke tests of the full-size code path): n_layers layers, named
+    <model>-l<n>; everything else unchanged."""
+    key = "n_layer" if spec.family == "gpt2" else "num_hidden_layers"
+    over = {key: n_layers}
+    if spec.family == "qwen2":
+        over["max_window_layers"] = min(spec.config["max_window_layers"], n_layers)
+    return spec._replace(name="%s-l%d" % (spec.name, n_layers),
+                         config=derived(spec.config, **over))
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds and dimensions
+
+
+def set_seed(model):
+    """The set's 32-bit seed: sha256("<master>:models/<model>/<case>")[:4], big-endian."""
+    return kernels.case_seed("models/" + model, CASE)
+
+
+def tensor_seed(seed, name):
+    """Each checkpoint tensor has its own generator, keyed by the set seed and the tensor name, so a
+    tensor's values do not depend on the order tensors are drawn in."""
+    digest = hashlib.sha256(("%d:%s" % (seed, name)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
+PROMPT_SEED = kernels.case_seed("models", "prompt")
+
+
+def prompt_ids(vocab_size):
+    """The prompt of every set: PROMPT_LEN fp64 uniforms u from one fixed seed, ids = floor(u * V).
+    The same draws for every model, scaled to its vocabulary."""
+    g = torch.Generator(device="cpu").manual_seed(PROMPT_SEED)
+    u = torch.rand((PROMPT_LEN,), generator=g, dtype=F64)
+    return torch.clamp((u * vocab_size).floor().to(torch.int64), 0, vocab_size - 1).to(I32)
+
+
+Dims = namedtuple("Dims", "family H L nH nKV D I V P tied eps")
+
+
+def dims(family, cfg):
+    """The dimensions a forward needs, read from an HF config dict."""
+    if family == "gpt2":
+        H, nH = cfg["n_embd"], cfg["n_head"]
+        return Dims(family, H, cfg["n_layer"], nH, nH, H // nH, cfg.get("n_inner") or 4 * H,
+                    cfg["vocab_size"], cfg["n_positions"], cfg.get("tie_word_embeddings", True),
+                    cfg.get("layer_norm_epsilon", 1e-5))
+    H, nH = cfg["hidden_size"], cfg["num_attention_heads"]
+    nKV = cfg.get("num_key_value_heads") or nH
+    D = cfg.get("head_dim") or H // nH
+    return Dims(family, H, cfg["num_hidden_layers"], nH, nKV, D, cfg["intermediate_size"],
+                cfg["vocab_size"], cfg["max_position_embeddings"],
+                cfg.get("tie_word_embeddings", False), cfg["rms_norm_eps"])
+
+
+def rope_theta(cfg):
+    if "rope_theta" in cfg:
+        return float(cfg["rope_theta"])
+    return float(cfg["rope_parameters"]["rope_theta"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic weights
+#
+# Init (fp64 draws, rounded to fp32 then fp16 like every kernel input; fp16 on disk is exactly
+# what both the Go side and the reference load):
+#   token embedding (embed_tokens / wte), GPT-2 positions (wpe), untied lm_head:
+#       N(0, (4/sqrt(H))^2): after the final norm (elements ~1) logits have std ~4, so greedy
+#       choices are mostly clear (median top-2 margin ~0.7-1) while small margins still occur;
+#   input-side matrices (q/k/v, qkv_proj, gate/up, gate_up_proj, c_attn, c_fc):
+#       N(0, 1/fan_in): projections are O(1), and q.k/sqrt(D) ~ N(0, 1) so attention is far from
+#       uniform (a wrong position, mask or rotation changes the result visibly);
+#   output-side matrices (o_proj, down_proj, GPT-2 attn/mlp c_proj):
+#       N(0, 16^2/(fan_in * 2L)): 2L residual updates of variance ~16^2 * 0.3 / (2L) grow the
+#       residual stream from the embedding (rms 4/sqrt(H)) to rms ~10 (max ~50) after the last
+#       layer at any depth, as in trained models. Layer updates must dominate the embedding:
+#       with a tied LM head the logit of the token just fed gets a head start of about
+#       4 / rms(updates) logit-stds, and with small updates (HF's 0.02 init) greedy decoding
+#       repeats the fed token forever;
+#   norm weights (RMSNorm weight, LayerNorm gamma): 1 + 0.1 N(0, 1);
+#   biases (Qwen2 q/k/v, GPT-2 Conv1D and LayerNorm beta): 0.1 N(0, 1) (a dropped bias is
+#       hundreds of fp16 ulps off).
+
+Init = namedtuple("Init", "kind std")  # kind: normal | norm | bias
+RESID_GAIN = 16.0  # output-side std multiplier: residual stream rms ~10 after the last layer
+
+
+def init_specs(family, cfg):
+    """[(tensor name, shape, Init)] of a synthetic checkpoint, named as save_pretrained names them
+    (tied LM heads are not stored)."""
+    d = dims(family, cfg)
+    H, L, I, V = d.H, d.L, d.I, d.V
+    emb = Init("normal", 4.0 / math.sqrt(H))
+    w_in = Init("normal", 1.0 / math.sqrt(H))
+    norm, bias = Init("norm", 0.1), Init("bias", 0.1)
+    attn_out = Init("normal", RESID_GAIN / math.sqrt(d.nH * d.D * 2 * L))
+    ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
+    specs = []
+    if family in ("qwen2", "phi3"):
+        qd, kvd = d.nH * d.D, d.nKV * d.D
+        specs.append(("model.embed_tokens.weight", (V, H), emb))
+        for i in range(L):
+            p = "model.layers.%d." % i
+            specs.append((p + "input_layernorm.weight", (H,), norm))
+            if family == "qwen2":
+                for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
+                    specs.append((p + "self_attn.%s.weight" % n, (rows, H), w_in))
+                    specs.append((p + "self_attn.%s.bias" % n, (rows,), bias))
+            else:
+                specs.append((p + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H), w_in))
+            specs.append((p + "self_attn.o_proj.weight", (H, qd), attn_out))
+            specs.append((p + "post_attention_layernorm.weight", (H,), norm))
+            if family == "qwen2":
+                specs.append((p + "mlp.gate_proj.weight", (I, H), w_in))
+                specs.append((p + "mlp.up_proj.weight", (I, H), w_in))
+            else:
+                specs.append((p + "mlp.gate_up_proj.weight", (2 * I, H), w_in))
+            specs.append((p + "mlp.down_proj.weight", (H, I), ffn_out))
+        specs.append(("model.norm.weight", (H,), norm))
+        if not d.tied:
+            specs.append(("lm_head.weight", (V, H), emb))
+    elif family == "gpt2":
+        specs.append(("transformer.wte.weight", (V, H), emb))
+        specs.append(("transformer.wpe.weight", (d.P, H), emb))
+        for i in range(L):
+            p = "transformer.h.%d." % i
+            specs += [
+                (p + "ln_1.weight", (H,), norm), (p + "ln_1.bias", (H,), bias),
+                (p + "attn.c_attn.weight", (H, 3 * H), w_in),
+                (p + "attn.c_attn.bias", (3 * H,), bias),
+                (p + "attn.c_proj.weight", (H, H), attn_out), (p + "attn.c_proj.bias", (H,), bias),
+                (p + "ln_2.weight", (H,), norm), (p + "ln_2.bias", (H,), bias),
+                (p + "mlp.c_fc.weight", (H, I), w_in), (p + "mlp.c_fc.bias", (I,), bias),
+                (p + "mlp.c_proj.weight", (I, H), ffn_out), (p + "mlp.c_proj.bias", (H,), bias),
+            ]
+        specs.append(("transformer.ln_f.weight", (H,), norm))
+        specs.append(("transformer.ln_f.bias", (H,), bias))
+        if not d.tied:
+            specs.append(("lm_head.weight", (V, H), emb))
+    else:
+        raise KeyError(family)
+    return specs
+
+
+def draw_tensor(seed, name, shape, init):
+    """One synthetic fp16 tensor."""
+    r = kernels.Draw(tensor_seed(seed, name))
+    x = r.randn(shape)
+    if init.kind == "normal":
+        x = init.std * x
+    elif init.kind == "norm":
+        x = 1.0 + init.std * x
+    elif init.kind == "bias":
+        x = init.std * x
+    else:
+        raise KeyError(init.kind)
+    return kernels.to_f16(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# safetensors, written by hand so the bytes are fixed by this file alone: an 8-byte little-endian
+# header length, the JSON header (keys "__metadata__" first, then tensors in sorted name order,
+# compact separators, padded with spaces to a multiple of 8), then the tensors' bytes in the same
+# sorted order, contiguous, no gaps. Metadata is {"format": "pt"}, nothing else (no timestamps).
+
+ST_DTYPES = {F16: ("F16", "<f2"), F32: ("F32", "<f4")}
+
+
+def safetensors_header(entries):
+    """entries: [(name, dtype, shape)] -> header bytes (length prefix included)."""
+    header = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, dtype, shape in sorted(entries):
+        n = int(np.prod(shape, dtype=np.int64)) * (2 if dtype == "F16" else 4)
+        header[name] = {"dtype": dtype, "shape": [int(s) for s in shape],
+                        "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode("ascii")
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+def write_safetensors(path, specs, make):
+    """Stream a safetensors file: specs [(name, shape)], make(name, shape) -> fp16 tensor.
+    Returns the file's sha256."""
+    h = hashlib.sha256()
+    ordered = sorted(specs)
+    with open(path, "wb") as f:
+        head = safetensors_header([(n, "F16", s) for n, s in ordered])
+        f.write(head)
+        h.update(head)
+        for name, shape in ordered:
+            t = make(name, shape)
+            assert t.dtype == F16 and tuple(t.shape) == tuple(shape), name
+            data = np.ascontiguousarray(t.numpy(), dtype="<f2").tobytes()
+            f.write(data)
+            h.update(data)
+    return h.hexdigest()
+
+
+def config_bytes(cfg):
+    """config.json of a synthetic checkpoint: sorted keys, two-space indent, trailing newline."""
+    return (json.dumps(cfg, indent=2, sort_keys=True) + "\n").encode("ascii")
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_synthetic_checkpoint(set_dir, spec, seed):
+    """config.json + model.safetensors into set_dir. Returns [(name, file, sha256)]."""
+    cfg_data = config_bytes(spec.config)
+    with open(os.path.join(set_dir, "config.json"), "wb") as f:
+        f.write(cfg_data)
+    specs = init_specs(spec.family, spec.config)
+    inits = {n: i for n, _, i in specs}
+    digest = write_safetensors(
+        os.path.join(set_dir, "model.safetensors"), [(n, s) for n, s, _ in specs],
+        lambda name, shape: draw_tensor(seed, name, shape, inits[name]))
+    return [("config", "config.json", hashlib.sha256(cfg_data).hexdigest()),
+            ("model", "model.safetensors", digest)]
+
+
+def checkpoint_files(src):
+    """The files of a real checkpoint directory that a set carries: config.json and either
+    model.safetensors or model.safetensors.index.json plus every shard it names."""
+    if not os.path.isfile(os.path.join(src, "config.json")):
+        raise SystemExit("%s: no config.json" % src)
+    files = ["config.json"]
+    if os.path.isfile(os.path.join(src, "model.safetensors")):
+        files.append("model.safetensors")
+    elif os.path.isfile(os.path.join(src, "model.safetensors.index.json")):
+        with open(os.path.join(src, "model.safetensors.index.json")) as f:
+            index = json.load(f)
+        shards = sorted(set(index["weight_map"].values()))
+        for s in shards:
+            if os.path.basename(s) != s or not os.path.isfile(os.path.join(src, s)):
+                raise SystemExit("%s: shard %r missing or not a plain file name" % (src, s))
+        files += ["model.safetensors.index.json"] + shards
+    else:
+        raise SystemExit("%s: no model.safetensors or model.safetensors.index.json (only "
+                         "safetensors checkpoints are accepted)" % src)
+    return files
+
+
+def place_checkpoint(set_dir, src):
+    """Hard-link (same filesystem) or copy the checkpoint files into set_dir; never a symlink, so
+    the set is self-contained and its checksums describe its own files.
+    Returns [(name, file, sha256)]."""
+    out = []
+    for fname in checkpoint_files(src):
+        dst = os.path.join(set_dir, fname)
+        try:
+            os.link(os.path.realpath(os.path.join(src, fname)), dst)
+        except OSError:
+            shutil.copyfile(os.path.join(src, fname), dst)
+        name = fname[:-len(".json")] if fname.endswith(".json") else fname[:-len(".safetensors")]
+        out.append((name, fname, sha256_file(dst)))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Taps
+
+LAYER_TAPS = ["attn_norm", "q", "k", "v", "q_rope", "k_rope", "attn", "attn_out", "resid_attn",
+              "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "resid_ffn"]
+ABSENT = {"qwen2": set(), "phi3": set(), "gpt2": {"q_rope", "k_rope", "ffn_gate"}}
+
+
+def tap_names(family, n_layers):
+    """Canonical tap names of one pass, in file order."""
+    names = ["embed"]
+    for i in range(n_layers):
+        names += ["layers.%d.%s" % (i, t) for t in LAYER_TAPS if t not in ABSENT[family]]
+    return names + ["final_norm", "logits"]
+
+
+def tap_shape(name, d, T):
+    tap = name.rsplit(".", 1)[-1]
+    if tap in ("q", "q_rope"):
+        return (T, d.nH, d.D)
+    if tap in ("k", "v", "k_rope"):
+        return (T, d.nKV, d.D)
+    if tap == "attn":
+        return (T, d.nH * d.D)
+    if tap in ("ffn_gate", "ffn_up", "ffn_act"):
+        return (T, d.I)
+    if tap == "logits":
+        return (T, d.V)
+    return (T, d.H)
+
+
+class Recorder:
+    """Module hooks that copy taps into `self.taps` while a pass is active (see begin/end)."""
+
+    def __init__(self, model, family, d):
+        self.model, self.family, self.d = model, family, d
+        self.prefix = None
+        self.taps = {}
+        self.layer = None      # index of the attention module running now (for the RoPE wrapper)
+        self.rope_calls = 0
+        self.handles = []
+
+    # -- recording
+    def begin(self, prefix):
+        self.prefix = prefix
+        self.rope_calls = 0
+
+    def end(self, T):
+        """Close the pass and check it captured every tap once, with the right shape."""
+        want = tap_names(self.family, self.d.L)
+        got = [k[len(self.prefix) + 1:] for k in self.taps if k.startswith(self.prefix + ".")]
+        if sorted(got) != sorted(want):
+            raise RuntimeError("%s: taps missing %s, unexpected %s" % (
+                self.prefix, sorted(set(want) - set(got)), sorted(set(got) - set(want))))
+        for name in want:
+            t = self.taps[self.prefix + "." + name]
+            if tuple(t.shape) != tap_shape(name, self.d, T) or t.dtype != F32:
+                raise RuntimeError("%s.%s: shape %s dtype %s, want %s f32" % (
+                    self.prefix, name, tuple(t.shape), t.dtype, tap_shape(name, self.d, T)))
+        if self.family != "gpt2" and self.rope_calls != self.d.L:
+            raise RuntimeError("%s: apply_rotary_pos_emb ran %d times for %d layers: the RoPE "
+                               "capture is not seeing what attention uses"
+                               % (self.prefix, self.rope_calls, self.d.L))
+        self.prefix = None
+
+    def put(self, name, t):
+        if self.prefix is None:
+            return
+        key = self.prefix + "." + name
+        if key in self.taps:
+            raise RuntimeError("tap %s captured twice" % key)
+        assert t.shape[0] == 1, (key, t.shape)  # batch 1
+        self.taps[key] = t[0].detach().to(F32).contiguous().clone()
+
+    # -- hook helpers
+    def _out(self, module, name, fn=None):
+        def hook(_m, _args, out):
+            out = out[0] if isinstance(out, tuple) else out
+            if fn is None:
+                self.put(name, out)
+            else:
+                fn(out)
+        self.handles.append(module.register_forward_hook(hook))
+
+    def _in(self, module, name):
+        def hook(_m, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            self.put(name, x)
+        self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+
+    def _heads(self, name, heads):
+        def put(x):
+            self.put(name, x.reshape(x.shape[0], x.shape[1], heads, self.d.D))
+        return put
+
+    def install(self):
+        d, m = self.d, self.model
+        if self.family in ("qwen2", "phi3"):
+            base = m.model
+            self._in(base.layers[0], "embed")
+            for i, layer in enumerate(base.layers):
+                p = "layers.%d." % i
+                att, mlp = layer.self_attn, layer.mlp
+                self._out(layer.input_layernorm, p + "attn_norm")
+                if self.family == "qwen2":
+                    self._out(att.q_proj, None, self._heads(p + "q", d.nH))
+                    self._out(att.k_proj, None, self._heads(p + "k", d.nKV))
+                    self._out(att.v_proj, None, self._heads(p + "v", d.nKV))
+                else:
+                    self._out(att.qkv_proj, None, self._split_qkv(p))
+                self.handles.append(att.register_forward_pre_hook(self._enter_attn(i)))
+                self._in(att.o_proj, p + "attn")
+                self._out(att.o_proj, p + "attn_out")
+                self._in(layer.post_attention_layernorm, p + "resid_attn")
+                self._out(layer.post_attention_layernorm, p + "ffn_norm")
+                if self.family == "qwen2":
+                    self._out(mlp.gate_proj, p + "ffn_gate")
+                    self._out(mlp.up_proj, p + "ffn_up")
+                else:
+                    self._out(mlp.gate_up_proj, None, self._split_gate_up(p))
+                self._in(mlp.down_proj, p + "ffn_act")
+                self._out(mlp, p + "ffn_out")
+                self._out(layer, p + "resid_ffn")
+            self._out(base.norm, "final_norm")
+        else:
+            base = m.transformer
+            self._in(base.h[0], "embed")
+            for i, block in enumerate(base.h):
+                p = "layers.%d." % i
+                self._out(block.ln_1, p + "attn_norm")
+                self._out(block.attn.c_attn, None, self._split_c_attn(p))
+                self._in(block.attn.c_proj, p + "attn")
+                self._out(block.attn.c_proj, p + "attn_out")
+                self._in(block.ln_2, p + "resid_attn")
+                self._out(block.ln_2, p + "ffn_norm")
+                self._out(block.mlp.c_fc, p + "ffn_up")
+                self._in(block.mlp.c_proj, p + "ffn_act")
+                self._out(block.mlp, p + "ffn_out")
+                self._out(block, p + "resid_ffn")
+            self._out(base.ln_f, "final_norm")
+        self._out(m.lm_head, "logits")
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _enter_attn(self, i):
+        def hook(_m, _args):
+            self.layer = i
+        return hook
+
+    def _split_qkv(self, p):
+        # Phi3Attention: query = qkv[..., :nH*D], key = the next nKV*D, value = the rest.
+        d = self.d
+
+        def put(qkv):
+            qd, kvd = d.nH * d.D, d.nKV * d.D
+            self._heads(p + "q", d.nH)(qkv[..., :qd])
+            self._heads(p + "k", d.nKV)(qkv[..., qd:qd + kvd])
+            self._heads(p + "v", d.nKV)(qkv[..., qd + kvd:])
+        return put
+
+    def _split_gate_up(self, p):
+        # Phi3MLP: gate, up = gate_up_proj(x).chunk(2, dim=-1) (gate first).
+        def put(gu):
+            gate, up = gu.chunk(2, dim=-1)
+            self.put(p + "ffn_gate", gate)
+            self.put(p + "ffn_up", up)
+        return put
+
+    def _split_c_attn(self, p):
+        # GPT2Attention: q, k, v = c_attn(x).split(H, dim=2).
+        d = self.d
+
+        def put(qkv):
+            q, k, v = qkv.split(d.H, dim=2)
+            self._heads(p + "q", d.nH)(q)
+            self._heads(p + "k", d.nKV)(k)
+            self._heads(p + "v", d.nKV)(v)
+        return put
+
+    @contextmanager
+    def rope_capture(self, modeling):
+        """Wrap modeling.apply_rotary_pos_emb (looked up by the attention forward at call time):
+        the wrapper returns transformers' own result and records it as q_rope / k_rope of the
+        layer whose attention module is running."""
+        if self.family == "gpt2":
+            yield
+            return
+        original = modeling.apply_rotary_pos_emb
+
+        def wrapped(q, k, cos, sin, *args, **kwargs):
+            q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
+            if self.prefix is not None:
+                self.rope_calls += 1
+                p = "layers.%d." % self.layer
+                # [B, heads, T, D] -> [B, T, heads, D]
+                self.put(p + "q_rope", q_embed.transpose(1, 2))
+                self.put(p + "k_rope", k_embed.transpose(1, 2))
+            return q_embed, k_embed
+
+        modeling.apply_rotary_pos_emb = wrapped
+        try:
+            yield
+        finally:
+            modeling.apply_rotary_pos_emb = original
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference forward
+
+
+def modeling_module(family):
+    import importlib
+    return importlib.import_module("transformers.models.%s.modeling_%s" % (family, family))
+
+
+def load_model(set_dir, family, dtype=F32):
+    """transformers' own loader on the set's checkpoint files, upcast to `dtype`, eager
+    attention."""
+    import transformers
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True)
+    model.eval()
+    if type(model).__name__ != ARCH[family]:
+        raise RuntimeError("%s loaded as %s, want %s"
+                           % (set_dir, type(model).__name__, ARCH[family]))
+    if model.config._attn_implementation != "eager":
+        raise RuntimeError("attention implementation is %s, want eager"
+                           % model.config._attn_implementation)
+    return model
+
+
+def check_loaded_weights(model, set_dir):
+    """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding."""
+    from safetensors import safe_open
+    state = model.state_dict()
+    names = []
+    for fname in sorted(os.listdir(set_dir)):
+        if not fname.endswith(".safetensors"):
+            continue
+        with safe_open(os.path.join(set_dir, fname), framework="pt") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+                key = name if name in state else None
+                if key is None:  # real GPT-2 checkpoints store h.0... without "transformer."
+                    for prefix in ("transformer.", "model."):
+                        if prefix + name in state:
+                            key = prefix + name
+                if key is None:
+                    if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+                        continue  # GPT-2 causal-mask buffers of old checkpoints
+                    raise RuntimeError("%s: %s is not a parameter of the model" % (fname, name))
+                if not torch.equal(state[key], t.to(state[key].dtype)):
+                    raise RuntimeError("%s: %s differs after loading" % (fname, name))
+                names.append(key)
+    # ... and every model tensor came from the checkpoint (transformers would initialise a missing
+    # one randomly); a tied head is the embedding's storage.
+    loaded = {state[k].data_ptr() for k in names}
+    missing = [k for k, v in state.items() if k not in names and v.data_ptr() not in loaded]
+    if missing:
+        raise RuntimeError("%s: not in the checkpoint: %s" % (set_dir, ", ".join(missing[:5])))
+    return names
+
+
+def top_k_stable(logits, k):
+    """Indices of the k largest logits, ties to the lower index (numpy, exact)."""
+    x = logits.numpy()
+    order = np.lexsort((np.arange(x.shape[0]), -x.astype(np.float64)))
+    return order[:k]
+
+
+def run_reference(set_dir, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKENS):
+    """Prefill + greedy decoding through the KV cache with taps. Returns (taps, tokens, margins,
+    top5) where taps is {file name stem: f32 tensor} in canonical order."""
+    d = dims(family, cfg)
+    assert 8 <= decode_steps <= n_tokens - 1
+    if len(prompt) + n_tokens > d.P:
+        raise RuntimeError("prompt + generation (%d) exceeds the model's %d positions"
+                           % (len(prompt) + n_tokens, d.P))
+    model = load_model(set_dir, family)
+    check_loaded_weights(model, set_dir)
+    rec = Recorder(model, family, d)
+    rec.install()
+    tokens, margins, top5 = [], [], []
+    try:
+        with torch.no_grad(), rec.rope_capture(modeling_module(family)):
+            rec.begin("prefill")
+            out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
+            rec.end(len(prompt))
+            cache = out.past_key_values
+            logits = out.logits[0, -1]
+            # the logits tap is the very tensor the greedy choice reads
+            assert torch.equal(rec.taps["prefill.logits"][-1], logits), "prefill logits tap"
+            for i in range(n_tokens):
+                assert logits.dtype == F32
+                order = top_k_stable(logits, 5)
+                tok = int(order[0])
+                tokens.append(tok)
+                margins.append(float(logits[order[0]].double() - logits[order[1]].double()))
+                top5.append([int(j) for j in order])
+                if i == n_tokens - 1:
+                    break
+                # decode step i feeds tokens[i] at position len(prompt) + i
+                if i < decode_steps:
+                    rec.begin("decode.%d" % i)
+                out = model(input_ids=torch.tensor([[tok]], dtype=torch.int64),
+                            past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                logits = out.logits[0, -1]
+                if i < decode_steps:
+                    rec.end(1)
+                    assert torch.equal(rec.taps["decode.%d.logits" % i][0], logits), "logits tap"
+    finally:
+        rec.remove()
+    ordered = {}
+    for prefix in ["prefill"] + ["decode.%d" % s for s in range(decode_steps)]:
+        for name in tap_names(family, d.L):
+            ordered[prefix + "." + name] = rec.taps[prefix + "." + name]
+    return (ordered, torch.tensor(tokens, dtype=I32), torch.tensor(margins, dtype=F64),
+            torch.tensor(top5, dtype=I32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing a set
+
+
+def build_set(set_dir, **kwargs):
+    """Write one model set into set_dir (removed first; removed again if the build fails, so no
+    half-written set is left behind). Returns (files, bytes)."""
+    try:
+        return _build_set(set_dir, **kwargs)
+    except BaseException:
+        if os.path.isdir(set_dir) and not os.path.exists(os.path.join(set_dir, "manifest.json")):
+            shutil.rmtree(set_dir, ignore_errors=True)
+        raise
+
+
+def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margin_epsilon,
+               spec=None, checkpoint=None):
+    if checkpoint is not None:
+        src, dst = os.path.realpath(checkpoint), os.path.realpath(set_dir)
+        if src == dst or src.startswith(dst + os.sep) or dst.startswith(src + os.sep):
+            raise SystemExit("--checkpoint %s overlaps the set directory %s (which is deleted "
+                             "first): give another --name or --out" % (checkpoint, set_dir))
+    if os.path.lexists(set_dir):
+        shutil.rmtree(set_dir)
+    os.makedirs(set_dir)
+    if source == SYNTHETIC:
+        ckpt = write_synthetic_checkpoint(set_dir, spec, seed)
+    else:
+        ckpt = place_checkpoint(set_dir, checkpoint)
+    with open(os.path.join(set_dir, "config.json"), "rb") as f:
+        cfg = json.loads(f.read())
+    mt = cfg.get("model_type")
+    if FAMILY_OF_MODEL_TYPE.get(mt) != family:
+        raise SystemExit("%s: model_type %r is not family %s" % (set_dir, mt, family))
+    d = dims(family, cfg)
+    prompt = prompt_ids(d.V)
+    taps, tokens, margins, top5 = run_reference(set_dir, family, cfg, prompt, decode_steps)
+
+    params = {
+        "family": family,
+        "source": source,
+        "prompt_ids": [int(t) for t in prompt],
+        "decode_steps": decode_steps,
+        "greedy_tokens": GREEDY_TOKENS,
+        "margin_epsilon": margin_epsilon,
+    }
+    tensors = [("prompt_ids", prompt, "input")]
+    tensors += [(k, v, "expected") for k, v in taps.items()]
+    tensors += [("greedy_tokens", tokens, "expected"),
+                ("greedy_top2_margin", margins.to(F32), "expected"),
+                ("greedy_top5", top5, "expected")]
+    return manifest.write_model_set(set_dir, model=name, case=CASE, tier=tier, seed=seed,
+                                    params=params, checkpoint=ckpt, tensors=tensors)
+
+
+def build_synthetic(spec, out_root):
+    seed = set_seed(spec.name)
+    return build_set(os.path.join(out_root, "models", spec.name), name=spec.name,
+                     family=spec.family, tier=spec.tier, seed=seed, source=SYNTHETIC,
+                     decode_steps=spec.decode_steps, margin_epsilon=spec.margin_epsilon,
+                     spec=spec)
+
+
+def build_checkpoint(src, name, tier, out_root):
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    family = FAMILY_OF_MODEL_TYPE.get(cfg.get("model_type"))
+    if family is None:
+        raise SystemExit("%s: model_type %r is not one of %s"
+                         % (src, cfg.get("model_type"), sorted(FAMILY_OF_MODEL_TYPE)))
+    return build_set(os.path.join(out_root, "models", name), name=name, family=family, tier=tier,
+                     seed=set_seed(name), source=CHECKPOINT,
+                     decode_steps=CHECKPOINT_DECODE_STEPS,
+                     margin_epsilon=CHECKPOINT_EPSILON, checkpoint=src)
+
+
+def stale_model_dirs(models_dir, keep, tier):
+    """Model directories a regeneration of `tier` deletes: not in `keep`, and either without a
+    readable manifest or a synthetic set of the same tier. Checkpoint sets and sets of the other
+    tier are left alone."""
+    if not os.path.isdir(models_dir):
+        return []
+    stale = []
+    for name in sorted(os.listdir(models_dir)):
+        path = os.path.join(models_dir, name)
+        if name in keep or not os.path.isdir(path):
+            continue
+        m = manifest.read_manifest(path)
+        if m is None or (m.get("tier") == tier and m.get("kind") == "model"
+                         and (m.get("params") or {}).get("source") == SYNTHETIC):
+            stale.append(name)
+    return stale

@@ -1,0 +1,608 @@
+"""`python3 tools/gen-golden selftest`, model part: check model sets the way the Go side will read
+them, against code that shares nothing with the capture.
+
+For each committed tiny model a set is built into a temporary directory (twice: the two builds
+must be byte-identical), then read back from its files only:
+  - format: manifest keys and params, checkpoint entries (role "checkpoint", no dtype/shape),
+    sha256 of every file, .npy headers, dtypes and shapes, no unlisted file;
+  - checkpoint: the safetensors header is the fixed layout the writer promises (metadata
+    {"format": "pt"} only, sorted names, contiguous offsets, F16), the safetensors library reads
+    back exactly the drawn weights, and transformers' config class sees the distinguishing
+    features (GQA 7:1, fused projections, head_dim, tied heads, eps, theta);
+  - an independent float64 numpy forward (prefill, then decode through its own KV cache) from
+    config.json + model.safetensors reproduces every tap within fp32 noise;
+  - q_rope / k_rope are the RoPE of q / k at the right positions (fp64 rotate_half formula), and
+    this check does fail for unrotated, off-by-one-position and GPT-J-paired rotations;
+  - neighbouring taps chain: resid_attn = previous residual + attn_out, resid_ffn = resid_attn +
+    ffn_out, ffn_act = act(gate) * up (or gelu_new(up)), final_norm and logits from the last
+    resid_ffn and the weights;
+  - each decode step's logits equal the last row of a cache-free transformers forward over the
+    same sequence; greedy tokens, margins and top-5 lists follow from the logits taps, and
+    transformers' own generate() produces the same 32 tokens;
+  - the margin epsilon is at least twice the top-2-margin drift of an fp16 run of the same model.
+`selftest --set DIR` runs the read-back checks on existing set directories instead (for example a
+full-size set, or a --layers smoke set).
+"""
+
+import hashlib
+import json
+import math
+import os
+import struct
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+import models
+
+NPY_MAGIC = b"\x93NUMPY\x01\x00"
+NP_DTYPE = {"f16": "<f2", "f32": "<f4", "i32": "<i4"}
+PARAM_KEYS = ["family", "source", "prompt_ids", "decode_steps", "greedy_tokens", "margin_epsilon"]
+# fp32 reference vs float64 numpy: relative to the tap's largest magnitude.
+TAP_RTOL = 2e-4
+ROPE_RTOL = 5e-5
+
+
+class Fail(AssertionError):
+    pass
+
+
+def check(cond, msg):
+    if not cond:
+        raise Fail(msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a set
+
+
+class Set:
+    def __init__(self, d):
+        self.dir = d
+        with open(os.path.join(d, "manifest.json"), "rb") as f:
+            self.raw = f.read()
+        self.m = json.loads(self.raw)
+        self.p = self.m["params"]
+        with open(os.path.join(d, "config.json")) as f:
+            self.cfg = json.load(f)
+        self.family = self.p["family"]
+        self.dims = models.dims(self.family, self.cfg)
+        self.files = {e["name"]: e for e in self.m["files"]}
+        self._arrays = {}
+
+    def a(self, name):
+        if name not in self._arrays:
+            arr = np.load(os.path.join(self.dir, self.files[name]["file"]), allow_pickle=False)
+            self._arrays[name] = arr
+        return self._arrays[name]
+
+    def weights(self):
+        """The checkpoint's tensors, read on access as float64 (nothing is held, so full-size
+        sets need no more than one tensor's float64 copy at a time), under the names synthetic
+        sets use: real GPT-2 checkpoints drop the "transformer." prefix and may carry mask
+        buffers, which are skipped."""
+        return Weights(self.dir, self.family)
+
+
+class Weights:
+    def __init__(self, d, family):
+        from safetensors import safe_open
+        self.where = {}
+        for fname in sorted(os.listdir(d)):
+            if not fname.endswith(".safetensors"):
+                continue
+            path = os.path.join(d, fname)
+            with safe_open(path, framework="pt") as f:
+                for k in f.keys():
+                    name = k
+                    if family == "gpt2":
+                        if k.endswith(".attn.bias") or k.endswith(".attn.masked_bias"):
+                            continue
+                        if not k.startswith("transformer.") and k != "lm_head.weight":
+                            name = "transformer." + k
+                    self.where[name] = (path, k)
+
+    def __contains__(self, name):
+        return name in self.where
+
+    def __getitem__(self, name):
+        from safetensors import safe_open
+        path, k = self.where[name]
+        with safe_open(path, framework="pt") as f:
+            return f.get_tensor(k).to(torch.float64).numpy()
+
+    def get(self, name, default=None):
+        return self[name] if name in self else default
+
+
+def check_format(s):
+    m = s.m
+    check(s.raw.endswith(b"\n"), "manifest must end with a newline")
+    check(list(m) == ["format_version", "generator", "kind", "model", "case", "tier", "seed",
+                      "params", "files"], "manifest keys %s" % list(m))
+    check(m["format_version"] == 1 and m["kind"] == "model" and m["case"] == models.CASE,
+          "format_version/kind/case")
+    check(0 <= m["seed"] < 2**32, "seed")
+    check(list(m["generator"]) == ["name", "version", "torch", "transformers", "device"],
+          "generator keys %s" % list(m["generator"]))
+    p = s.p
+    check(list(p) == PARAM_KEYS, "params keys %s" % list(p))
+    check(p["family"] in ("qwen2", "phi3", "gpt2") and p["source"] in ("synthetic", "checkpoint"),
+          "family/source")
+    check(p["decode_steps"] >= 8 and p["greedy_tokens"] == 32, "decode_steps/greedy_tokens")
+    check(len(p["prompt_ids"]) == models.PROMPT_LEN, "prompt length")
+    check(0 < p["margin_epsilon"] < 1, "margin_epsilon")
+
+    listed = [e["file"] for e in m["files"]]
+    check(len(set(listed)) == len(listed), "file listed twice")
+    check(set(os.listdir(s.dir)) == set(listed) | {"manifest.json"}, "unlisted or missing files")
+    ckpt = [e for e in m["files"] if e["role"] == "checkpoint"]
+    check([e["file"] for e in m["files"][:len(ckpt)]] == [e["file"] for e in ckpt],
+          "checkpoint files come first")
+    check({"config.json"} <= {e["file"] for e in ckpt}, "config.json is a checkpoint file")
+    for e in m["files"]:
+        with open(os.path.join(s.dir, e["file"]), "rb") as f:
+            data = f.read()
+        check(hashlib.sha256(data).hexdigest() == e["sha256"], "%s: sha256" % e["file"])
+        if e["role"] == "checkpoint":
+            check(set(e) == {"name", "file", "role", "sha256"},
+                  "%s: checkpoint entry keys" % e["file"])
+            continue
+        check(e["role"] in ("input", "expected") and e["file"] == e["name"] + ".npy",
+              "%s: role/name" % e["file"])
+        check(data.startswith(NPY_MAGIC), "%s: .npy format 1.0" % e["file"])
+        arr = s.a(e["name"])
+        check(arr.dtype.str == NP_DTYPE[e["dtype"]] and list(arr.shape) == e["shape"]
+              and arr.flags.c_contiguous, "%s: dtype/shape" % e["file"])
+
+    # the expected tensor list, in order
+    d = s.dims
+    P, N = models.PROMPT_LEN, p["decode_steps"]
+    want = [("prompt_ids", "i32", [P], "input")]
+    for prefix, T in [("prefill", P)] + [("decode.%d" % i, 1) for i in range(N)]:
+        for t in models.tap_names(s.family, d.L):
+            want.append(("%s.%s" % (prefix, t), "f32", list(models.tap_shape(t, d, T)),
+                         "expected"))
+    want += [("greedy_tokens", "i32", [32], "expected"),
+             ("greedy_top2_margin", "f32", [32], "expected"),
+             ("greedy_top5", "i32", [32, 5], "expected")]
+    got = [(e["name"], e["dtype"], e["shape"], e["role"]) for e in m["files"][len(ckpt):]]
+    if got != want:
+        first = next((g, w) for g, w in zip(got + [None] * len(want), want + [None] * len(got))
+                     if g != w)
+        raise Fail("tensor list differs from the contract: got %s, want %s" % first)
+    check(s.a("prompt_ids").tolist() == p["prompt_ids"], "prompt_ids.npy vs params")
+    check(p["prompt_ids"] == models.prompt_ids(d.V).tolist(), "prompt is the fixed draw")
+
+
+def check_safetensors(s, spec=None):
+    """Header layout; with a spec, the values are exactly the seeded draws."""
+    path = os.path.join(s.dir, "model.safetensors")
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = f.read(n)
+        size = os.fstat(f.fileno()).st_size
+    check(n % 8 == 0, "header length not a multiple of 8")
+    h = json.loads(head)
+    check(list(h)[0] == "__metadata__" and h["__metadata__"] == {"format": "pt"},
+          "metadata must be {'format': 'pt'} only")
+    names = list(h)[1:]
+    check(names == sorted(names), "tensors not in sorted order")
+    off = 0
+    for k in names:
+        e = h[k]
+        check(e["dtype"] == "F16", "%s: dtype %s" % (k, e["dtype"]))
+        nbytes = 2 * int(np.prod(e["shape"], dtype=np.int64))
+        check(e["data_offsets"] == [off, off + nbytes], "%s: offsets not contiguous" % k)
+        off += nbytes
+    check(8 + n + off == size, "file size does not match the header")
+    check(head == models.safetensors_header(
+        [(k, "F16", h[k]["shape"]) for k in names])[8:], "header bytes are not canonical")
+    if spec is None:
+        return
+    from safetensors.torch import load_file
+    loaded = load_file(path)
+    specs = models.init_specs(spec.family, spec.config)
+    check(sorted(loaded) == sorted(n for n, _, _ in specs), "tensor names")
+    seed = models.set_seed(spec.name)
+    for name, shape, init in specs:
+        want = models.draw_tensor(seed, name, shape, init)
+        check(torch.equal(loaded[name], want), "%s: values are not the seeded draw" % name)
+
+
+def check_config(s, spec):
+    """transformers' config class reads the features each tiny variant exists for."""
+    import transformers
+    c = transformers.AutoConfig.from_pretrained(s.dir, local_files_only=True)
+    d = s.dims
+    if spec.family == "qwen2":
+        check(type(c).__name__ == "Qwen2Config", "config class")
+        check(c.num_attention_heads // c.num_key_value_heads == 7 and c.num_key_value_heads >= 2,
+              "GQA 7:1 with >= 2 kv heads")
+        check(c.tie_word_embeddings and c.rms_norm_eps == 1e-6
+              and c.rope_parameters["rope_theta"] == 1e6, "tied / eps / theta")
+        check(c.sliding_window is None and set(c.layer_types) == {"full_attention"},
+              "no sliding window")
+        w = s.weights()
+        check("lm_head.weight" not in w and "model.layers.0.self_attn.q_proj.bias" in w,
+              "tied head not stored; q/k/v bias stored")
+    elif spec.family == "phi3":
+        check(type(c).__name__ == "Phi3Config", "config class")
+        D = c.hidden_size // c.num_attention_heads
+        check(D & (D - 1) != 0 and D % 8 == 0 and (D // 2) % 8 == 0,
+              "head_dim %d: no power of two, multiple of 8, rope_dim/2 multiple of 8" % D)
+        check(c.num_key_value_heads == c.num_attention_heads and not c.tie_word_embeddings,
+              "MHA, untied")
+        check(c.rms_norm_eps == 1e-5 and c.rope_parameters["partial_rotary_factor"] == 1.0,
+              "eps / full rotary")
+        w = s.weights()
+        check("model.layers.0.self_attn.qkv_proj.weight" in w
+              and "model.layers.0.mlp.gate_up_proj.weight" in w, "fused projections")
+        check(c.sliding_window > models.PROMPT_LEN + models.GREEDY_TOKENS, "window inactive")
+    else:
+        check(type(c).__name__ == "GPT2Config", "config class")
+        check(c.activation_function == "gelu_new" and c.tie_word_embeddings
+              and c.layer_norm_epsilon == 1e-5 and not c.scale_attn_by_inverse_layer_idx
+              and not c.reorder_and_upcast_attn and c.scale_attn_weights, "gpt2 flags")
+        w = s.weights()
+        check(w["transformer.h.0.attn.c_attn.weight"].shape == (d.H, 3 * d.H),
+              "Conv1D weight stored [in, out]")
+        check(w["transformer.wpe.weight"].shape == (d.P, d.H), "learned positions")
+
+
+# ---------------------------------------------------------------------------------------------
+# An independent float64 forward (numpy only)
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps) * w
+
+
+def layer_norm(x, g, b, eps):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * g + b
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rope(x, pos, theta):
+    """rotate_half RoPE on x [T, heads, D]: dim i pairs with i + D/2, angle pos * theta^(-2i/D)."""
+    D = x.shape[-1]
+    half = D // 2
+    inv = theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    ang = pos.astype(np.float64)[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
+
+
+def rope_gptj(x, pos, theta):
+    """The interleaved (GPT-J) pairing: a wrong variant the rope check must reject."""
+    D = x.shape[-1]
+    inv = theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)
+    ang = pos.astype(np.float64)[:, None] * inv[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = x.copy()
+    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+    out[..., 1::2] = x[..., 1::2] * c + x[..., 0::2] * s
+    return out
+
+
+def attention(q, K, V, pos, scale):
+    """q [T, nH, D] at absolute positions pos; K/V [S, nKV, D] hold positions 0..S-1."""
+    T, nH, D = q.shape
+    nKV = K.shape[1]
+    out = np.empty((T, nH, D))
+    keypos = np.arange(K.shape[0])
+    for h in range(nH):
+        kv = h // (nH // nKV)
+        sc = q[:, h, :] @ K[:, kv, :].T * scale
+        sc = np.where(keypos[None, :] <= pos[:, None], sc, -np.inf)
+        sc = np.exp(sc - sc.max(-1, keepdims=True))
+        out[:, h, :] = (sc / sc.sum(-1, keepdims=True)) @ V[:, kv, :]
+    return out.reshape(T, nH * D)
+
+
+def np_pass(family, cfg, d, w, ids, pos, cache):
+    """One forward pass of T tokens; cache: per layer [K, V] (grown here). Returns the taps."""
+    taps = {}
+    T = len(ids)
+    if family == "gpt2":
+        x = w["transformer.wte.weight"][ids] + w["transformer.wpe.weight"][pos]
+    else:
+        x = w["model.embed_tokens.weight"][ids]
+    taps["embed"] = x
+    for i in range(d.L):
+        p = "layers.%d." % i
+        if family == "gpt2":
+            b = "transformer.h.%d." % i
+            h = layer_norm(x, w[b + "ln_1.weight"], w[b + "ln_1.bias"], d.eps)
+            qkv = h @ w[b + "attn.c_attn.weight"] + w[b + "attn.c_attn.bias"]
+            q, k, v = qkv[:, :d.H], qkv[:, d.H:2 * d.H], qkv[:, 2 * d.H:]
+        else:
+            b = "model.layers.%d." % i
+            h = rms_norm(x, w[b + "input_layernorm.weight"], d.eps)
+            if family == "qwen2":
+                q, k, v = (h @ w[b + "self_attn.%s_proj.weight" % n].T
+                           + w[b + "self_attn.%s_proj.bias" % n] for n in "qkv")
+            else:
+                qkv = h @ w[b + "self_attn.qkv_proj.weight"].T
+                qd, kvd = d.nH * d.D, d.nKV * d.D
+                q, k, v = qkv[:, :qd], qkv[:, qd:qd + kvd], qkv[:, qd + kvd:]
+        q = q.reshape(T, d.nH, d.D)
+        k = k.reshape(T, d.nKV, d.D)
+        v = v.reshape(T, d.nKV, d.D)
+        taps[p + "attn_norm"], taps[p + "q"], taps[p + "k"], taps[p + "v"] = h, q, k, v
+        if family != "gpt2":
+            theta = models.rope_theta(cfg)
+            q, k = rope(q, pos, theta), rope(k, pos, theta)
+            taps[p + "q_rope"], taps[p + "k_rope"] = q, k
+        cache[i][0] = np.concatenate([cache[i][0], k]) if cache[i][0] is not None else k
+        cache[i][1] = np.concatenate([cache[i][1], v]) if cache[i][1] is not None else v
+        a = attention(q, cache[i][0], cache[i][1], pos, 1.0 / math.sqrt(d.D))
+        taps[p + "attn"] = a
+        if family == "gpt2":
+            ao = a @ w[b + "attn.c_proj.weight"] + w[b + "attn.c_proj.bias"]
+        else:
+            ao = a @ w[b + "self_attn.o_proj.weight"].T
+        taps[p + "attn_out"] = ao
+        r = x + ao
+        taps[p + "resid_attn"] = r
+        if family == "gpt2":
+            f = layer_norm(r, w[b + "ln_2.weight"], w[b + "ln_2.bias"], d.eps)
+            up = f @ w[b + "mlp.c_fc.weight"] + w[b + "mlp.c_fc.bias"]
+            act = gelu_new(up)
+            fo = act @ w[b + "mlp.c_proj.weight"] + w[b + "mlp.c_proj.bias"]
+        else:
+            f = rms_norm(r, w[b + "post_attention_layernorm.weight"], d.eps)
+            if family == "qwen2":
+                gate, up = f @ w[b + "mlp.gate_proj.weight"].T, f @ w[b + "mlp.up_proj.weight"].T
+            else:
+                gu = f @ w[b + "mlp.gate_up_proj.weight"].T
+                gate, up = gu[:, :d.I], gu[:, d.I:]
+            taps[p + "ffn_gate"] = gate
+            act = silu(gate) * up
+            fo = act @ w[b + "mlp.down_proj.weight"].T
+        taps[p + "ffn_norm"], taps[p + "ffn_up"], taps[p + "ffn_act"] = f, up, act
+        taps[p + "ffn_out"] = fo
+        x = r + fo
+        taps[p + "resid_ffn"] = x
+    if family == "gpt2":
+        fn = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], d.eps)
+        head = w.get("lm_head.weight", w["transformer.wte.weight"])
+    else:
+        fn = rms_norm(x, w["model.norm.weight"], d.eps)
+        head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    taps["final_norm"] = fn
+    taps["logits"] = fn @ head.T
+    return taps
+
+
+def close(got, want, rtol):
+    """max |got - want| relative to the largest |want| (at least 1)."""
+    err = float(np.abs(got.astype(np.float64) - want).max())
+    return err / max(1.0, float(np.abs(want).max()))
+
+
+def check_numpy_forward(s):
+    d, p = s.dims, s.p
+    w = s.weights()
+    cache = [[None, None] for _ in range(d.L)]
+    prompt = np.array(p["prompt_ids"])
+    tokens = s.a("greedy_tokens")
+    worst = 0.0
+    passes = [("prefill", prompt, np.arange(len(prompt)))]
+    passes += [("decode.%d" % i, tokens[i:i + 1], np.array([len(prompt) + i]))
+               for i in range(p["decode_steps"])]
+    for prefix, ids, pos in passes:
+        taps = np_pass(s.family, s.cfg, d, w, ids, pos, cache)
+        check(sorted(taps) == sorted(models.tap_names(s.family, d.L)), "numpy tap list")
+        for t, want in taps.items():
+            rel = close(s.a(prefix + "." + t), want, TAP_RTOL)
+            check(rel <= TAP_RTOL, "%s.%s differs from the numpy forward (relative %.3g)"
+                  % (prefix, t, rel))
+            worst = max(worst, rel)
+    # the comparison is sharp enough to see a tap taken one layer off, or a stale decode step
+    if d.L > 1:
+        t0 = np_pass(s.family, s.cfg, d, w, prompt, np.arange(len(prompt)),
+                     [[None, None] for _ in range(d.L)])
+        check(close(s.a("prefill.layers.1.attn_norm"), t0["layers.0.attn_norm"], 0)
+              > 100 * TAP_RTOL, "a tap from the wrong layer would pass")
+    check(close(s.a("decode.1.logits"), s.a("decode.0.logits").astype(np.float64), 0)
+          > 100 * TAP_RTOL, "a stale decode step would pass")
+    return worst
+
+
+def check_rope(s):
+    """q_rope / k_rope = rotate_half RoPE of q / k at the pass's positions."""
+    if s.family == "gpt2":
+        return 0.0
+    theta = models.rope_theta(s.cfg)
+    P, worst = models.PROMPT_LEN, 0.0
+    passes = [("prefill", np.arange(P))]
+    passes += [("decode.%d" % i, np.array([P + i])) for i in range(s.p["decode_steps"])]
+    for prefix, pos in passes:
+        for i in range(s.dims.L):
+            for x in ("q", "k"):
+                base = s.a("%s.layers.%d.%s" % (prefix, i, x)).astype(np.float64)
+                got = s.a("%s.layers.%d.%s_rope" % (prefix, i, x))
+                rel = close(got, rope(base, pos, theta), ROPE_RTOL)
+                check(rel <= ROPE_RTOL, "%s.layers.%d.%s_rope is not RoPE(%s) at positions %s "
+                      "(relative %.3g)" % (prefix, i, x, x, pos.tolist(), rel))
+                worst = max(worst, rel)
+                # and the check has teeth
+                for wrong, what in ((base, "unrotated"), (rope(base, pos + 1, theta), "pos+1"),
+                                    (rope_gptj(base, pos, theta), "GPT-J pairing")):
+                    if what == "unrotated" and pos.max() == 0:
+                        continue
+                    check(close(got, wrong, 0) > 20 * ROPE_RTOL,
+                          "%s.layers.%d.%s_rope: a %s rotation would pass" % (prefix, i, x, what))
+    return worst
+
+
+def check_chain(s):
+    """Neighbouring taps agree with each other (catches a hook on the wrong module)."""
+    d = s.dims
+    w = s.weights()
+    worst = 0.0
+    for prefix in ["prefill"] + ["decode.%d" % i for i in range(s.p["decode_steps"])]:
+        t = lambda n: s.a(prefix + "." + n).astype(np.float64)  # noqa: E731
+        prev = t("embed")
+        for i in range(d.L):
+            p = "layers.%d." % i
+            pairs = [(t(p + "resid_attn"), prev + t(p + "attn_out")),
+                     (t(p + "resid_ffn"), t(p + "resid_attn") + t(p + "ffn_out"))]
+            if s.family == "gpt2":
+                pairs.append((t(p + "ffn_act"), gelu_new(t(p + "ffn_up"))))
+            else:
+                pairs.append((t(p + "ffn_act"), silu(t(p + "ffn_gate")) * t(p + "ffn_up")))
+            for got, want in pairs:
+                rel = close(got, want, TAP_RTOL)
+                check(rel <= TAP_RTOL,
+                      "%s.%s: taps do not chain (relative %.3g)" % (prefix, p, rel))
+                worst = max(worst, rel)
+            prev = t(p + "resid_ffn")
+        # resid_ffn of the last layer -> final_norm -> logits
+        if s.family == "gpt2":
+            fn = layer_norm(prev, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], d.eps)
+            head = w.get("lm_head.weight", w["transformer.wte.weight"])
+        else:
+            fn = rms_norm(prev, w["model.norm.weight"], d.eps)
+            head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+        for got, want, what in ((t("final_norm"), fn, "final_norm"),
+                                (t("logits"), t("final_norm") @ head.T, "logits")):
+            rel = close(got, want, TAP_RTOL)
+            check(rel <= TAP_RTOL, "%s.%s from the last resid_ffn (relative %.3g)"
+                  % (prefix, what, rel))
+            worst = max(worst, rel)
+    return worst
+
+
+def check_greedy(s):
+    """Tokens, margins and top-5 follow from the logits taps; decode logits equal a cache-free
+    re-run; transformers' generate() agrees."""
+    p = s.p
+    prompt = np.array(p["prompt_ids"])
+    tokens, margins, top5 = s.a("greedy_tokens"), s.a("greedy_top2_margin"), s.a("greedy_top5")
+    N = p["decode_steps"]
+    rows = [s.a("prefill.logits")[-1]] + [s.a("decode.%d.logits" % i)[0] for i in range(N)]
+    for i, row in enumerate(rows):
+        order = np.lexsort((np.arange(row.shape[0]), -row.astype(np.float64)))
+        check(tokens[i] == order[0], "greedy token %d is not the argmax of its logits" % i)
+        check(top5[i].tolist() == order[:5].tolist(), "top5 %d" % i)
+        want = np.float32(float(row[order[0]]) - float(row[order[1]]))
+        check(margins[i] == want, "margin %d" % i)
+    check(all(top5[i, 0] == tokens[i] for i in range(32)), "top5[:, 0] == tokens")
+    check(np.all(margins >= 0), "negative margin")
+    if p["source"] == "synthetic":
+        check(len(set(tokens.tolist())) >= 4, "greedy decoding collapsed to %d distinct tokens"
+              % len(set(tokens.tolist())))
+
+    model = models.load_model(s.dir, s.family)
+    worst = 0.0
+    with torch.no_grad():
+        for i in range(N):
+            seq = np.concatenate([prompt, tokens[:i + 1]])
+            full = model(input_ids=torch.tensor(seq[None], dtype=torch.int64), use_cache=False)
+            want = full.logits[0, -1].double().numpy()
+            rel = close(s.a("decode.%d.logits" % i)[0], want, TAP_RTOL)
+            check(rel <= 1e-4, "decode.%d.logits differs from a cache-free forward of the same "
+                  "sequence (relative %.3g)" % (i, rel))
+            worst = max(worst, rel)
+        gen = model.generate(torch.tensor(prompt[None], dtype=torch.int64), do_sample=False,
+                             max_new_tokens=32, min_new_tokens=32, num_beams=1,
+                             pad_token_id=0, eos_token_id=None)
+    check(gen[0, len(prompt):].tolist() == tokens.tolist(),
+          "transformers generate() gives other tokens")
+    return worst
+
+
+def fp16_drift(s):
+    """Largest change of the reference's top-2 margin when the same model runs in fp16 (weights
+    and activations), teacher-forced on the reference tokens."""
+    prompt = np.array(s.p["prompt_ids"])
+    tokens, top5 = s.a("greedy_tokens"), s.a("greedy_top5")
+    seq = torch.tensor(np.concatenate([prompt, tokens[:-1]])[None], dtype=torch.int64)
+    out = {}
+    for dt in (torch.float16, torch.float32):
+        model = models.load_model(s.dir, s.family, dtype=dt)
+        with torch.no_grad():
+            out[dt] = model(input_ids=seq).logits[0, len(prompt) - 1:].double().numpy()
+        del model
+    i = np.arange(32)
+    m16 = out[torch.float16][i, top5[:, 0]] - out[torch.float16][i, top5[:, 1]]
+    m32 = out[torch.float32][i, top5[:, 0]] - out[torch.float32][i, top5[:, 1]]
+    drift = float(np.abs(m16 - m32).max())
+    msg = "fp16 drift of the top-2 margin %.4f is more than half the margin epsilon %g" % (
+        drift, s.p["margin_epsilon"])
+    if s.p["source"] == "synthetic":
+        check(drift * 2 <= s.p["margin_epsilon"], msg)
+    elif drift * 2 > s.p["margin_epsilon"]:
+        print("warning: %s: %s (a real checkpoint: the epsilon is a default)" % (s.dir, msg))
+    return drift
+
+
+def check_set(d, spec=None):
+    s = Set(d)
+    check_format(s)
+    if s.p["source"] == "synthetic":
+        check_safetensors(s, spec)
+    if spec is not None:
+        check_config(s, spec)
+    res = {
+        "numpy": check_numpy_forward(s),
+        "rope": check_rope(s),
+        "chain": check_chain(s),
+        "decode": check_greedy(s),
+        "fp16": fp16_drift(s),
+    }
+    mg = s.a("greedy_top2_margin")
+    print("%-14s taps vs numpy fp64 %.1e, rope %.1e, chain %.1e, decode vs no-cache %.1e; "
+          "margins min %.3f median %.3f (%d < eps %g); fp16 margin drift %.4f"
+          % (s.m["model"], res["numpy"], res["rope"], res["chain"], res["decode"],
+             float(mg.min()), float(np.median(mg)), int((mg < s.p["margin_epsilon"]).sum()),
+             s.p["margin_epsilon"], res["fp16"]), flush=True)
+
+
+def digests(root):
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            path = os.path.join(dirpath, f)
+            with open(path, "rb") as fh:
+                out[os.path.relpath(path, root)] = hashlib.sha256(fh.read()).hexdigest()
+    return out
+
+
+def run(set_dirs=None):
+    t0 = time.time()
+    # The seed derivation is part of the golden data: changing it changes every set.
+    assert models.set_seed("qwen2-tiny") == 264523364, models.set_seed("qwen2-tiny")
+    if set_dirs:
+        for d in set_dirs:
+            check_set(d)
+        print("selftest models OK: %d set(s), %.1fs" % (len(set_dirs), time.time() - t0))
+        return 0
+    specs = models.models_for(models.COMMITTED)
+    check({m.family for m in specs} == {"qwen2", "phi3", "gpt2"}, "one tiny model per family")
+    with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
+        for rep in ("a", "b"):
+            for spec in specs:
+                models.build_synthetic(spec, os.path.join(tmp, rep))
+        da, db = digests(os.path.join(tmp, "a")), digests(os.path.join(tmp, "b"))
+        check(da == db, "two builds differ: %s" % sorted(
+            k for k in set(da) | set(db) if da.get(k) != db.get(k))[:5])
+        print("models: two builds of the committed sets are byte-identical (%d files)" % len(da))
+        for spec in specs:
+            check_set(os.path.join(tmp, "a", "models", spec.name), spec)
+    print("selftest models OK: %d committed sets, %.1fs" % (len(specs), time.time() - t0))
+    return 0
