@@ -1,7 +1,8 @@
 /*
- * elementwise.cuh — loop bodies shared by the fp16 elementwise ops (residual_add, swiglu,
- * gelu, gelu_tanh). Each op's .cu file defines its own __global__ kernel around one of these
- * bodies with its functor, its launcher and its ts_* entry.
+ * elementwise.cuh — everything the fp16 elementwise ops (residual_add, swiglu, gelu,
+ * gelu_tanh) share: loop bodies, kernels, launchers and ABI entries, generic over the op's
+ * math. Each op's .cu file holds its functor (its math, with the why of its numerics) and a
+ * one-line ts_* entry.
  *
  * Grid-stride loops over n elements. VEC (every pointer 16-byte aligned): 16-byte accesses of
  * 8 halves, kElementwiseUnroll of them in flight per thread, then a scalar tail of n % 8
@@ -107,6 +108,90 @@ int elementwise_grid(const char *op, Kernel kernel, int64_t n, bool vec, std::at
     if (g > fill) g = fill;
     *grid = (unsigned)(g < 1 ? 1 : g);
     return TS_OK;
+}
+
+/* The kernels, launchers and ABI entries of the elementwise ops, generic over the op's math F
+ * (a functor of one or two floats), so each op's file holds only its math and its name. */
+
+template <bool VEC, class F>
+__global__ void __launch_bounds__(kElementwiseThreads) unary_kernel(__half *out, const __half *x, int64_t n) {
+    unary_body<VEC>(out, x, n, F{});
+}
+
+template <bool VEC, class F>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    binary_kernel(__half *out, const __half *a, const __half *b, int64_t n) {
+    binary_body<VEC>(out, a, b, n, F{});
+}
+
+/* One launch on a grid sized from the kernel's occupancy; cache is the kernel's own. */
+template <typename Kernel, typename... Args>
+int launch_elementwise(const char *op, Kernel kernel, std::atomic<uint64_t> &cache, int64_t n, bool vec,
+                       cudaStream_t stream, Args... args) {
+    unsigned grid = 1;
+    TS_CHECK(op, elementwise_grid(op, kernel, n, vec, cache, &grid));
+    const char *d = dims("n=%lld vec=%d", (long long)n, (int)vec);
+    TS_LAUNCH(op, kernel, grid, kElementwiseThreads, 0, stream, d, args...);
+    return TS_OK;
+}
+
+/* out = F(x): 16-byte vectors when every pointer is 16-byte aligned, else scalar. */
+template <class F>
+int launch_unary(const char *op, __half *out, const __half *x, int64_t n, cudaStream_t stream) {
+    static std::atomic<uint64_t> vec_cache{0}, scalar_cache{0}; /* one per F and path */
+    if (aligned16(out) && aligned16(x))
+        return launch_elementwise(op, unary_kernel<true, F>, vec_cache, n, true, stream, out, x, n);
+    return launch_elementwise(op, unary_kernel<false, F>, scalar_cache, n, false, stream, out, x, n);
+}
+
+/* out = F(a, b). */
+template <class F>
+int launch_binary(const char *op, __half *out, const __half *a, const __half *b, int64_t n, cudaStream_t stream) {
+    static std::atomic<uint64_t> vec_cache{0}, scalar_cache{0};
+    if (aligned16(out) && aligned16(a) && aligned16(b))
+        return launch_elementwise(op, binary_kernel<true, F>, vec_cache, n, true, stream, out, a, b, n);
+    return launch_elementwise(op, binary_kernel<false, F>, scalar_cache, n, false, stream, out, a, b, n);
+}
+
+/* Validates the arguments of an elementwise entry before anything runs. */
+inline int check_elementwise(Validator &v, const ts_elementwise_config *cfg) {
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->n, "cfg->n");
+    v.elements("cfg->n", {cfg->n});
+    return v.ok() ? TS_OK : v.status();
+}
+
+/* The ABI entry of a unary op: out = F(x). */
+template <class F>
+int unary_entry(const char *op, void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
+    TS_STICKY_GUARD();
+    Validator v(op);
+    v.ptr(out, "out");
+    v.ptr(x, "x");
+    int s = check_elementwise(v, cfg);
+    if (s != TS_OK) return s;
+    cudaStream_t st;
+    if ((s = ready(op, stream, &st)) != TS_OK) return s;
+    return launch_unary<F>(op, static_cast<__half *>(out), static_cast<const __half *>(x), cfg->n, st);
+}
+
+/* The ABI entry of a binary op: out = F(a, b); a_name and b_name name the inputs in errors. */
+template <class F>
+int binary_entry(const char *op, const char *a_name, const char *b_name, void *out, const void *a, const void *b,
+                 const ts_elementwise_config *cfg, void *stream) {
+    TS_STICKY_GUARD();
+    Validator v(op);
+    v.ptr(out, "out");
+    v.ptr(a, a_name);
+    v.ptr(b, b_name);
+    int s = check_elementwise(v, cfg);
+    if (s != TS_OK) return s;
+    cudaStream_t st;
+    if ((s = ready(op, stream, &st)) != TS_OK) return s;
+    return launch_binary<F>(op, static_cast<__half *>(out), static_cast<const __half *>(a),
+                            static_cast<const __half *>(b), cfg->n, st);
 }
 
 } // namespace ts

@@ -41,47 +41,8 @@ struct GeluOp {
     }
 };
 
-template <bool VEC>
-__global__ void __launch_bounds__(ts::kElementwiseThreads) gelu_kernel(__half *out, const __half *x, int64_t n) {
-    ts::unary_body<VEC>(out, x, n, GeluOp{});
-}
-
-int launch_gelu(__half *out, const __half *x, int64_t n, cudaStream_t stream) {
-    const char *op = "gelu";
-    const bool vec = ts::aligned16(out) && ts::aligned16(x);
-    const int threads = ts::kElementwiseThreads;
-    const char *d = ts::dims("n=%lld vec=%d", (long long)n, (int)vec);
-    if (vec) {
-        auto kernel = gelu_kernel<true>;
-        static std::atomic<uint64_t> occupancy{0};
-        unsigned grid = 1;
-        TS_CHECK(op, ts::elementwise_grid(op, kernel, n, true, occupancy, &grid));
-        TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, n);
-    } else {
-        auto kernel = gelu_kernel<false>;
-        static std::atomic<uint64_t> occupancy{0};
-        unsigned grid = 1;
-        TS_CHECK(op, ts::elementwise_grid(op, kernel, n, false, occupancy, &grid));
-        TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, x, n);
-    }
-    return TS_OK;
-}
-
 } // namespace
 
 extern "C" int ts_gelu(void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
-    TS_STICKY_GUARD();
-    ts::Validator v("gelu");
-    v.ptr(out, "out");
-    v.ptr(x, "x");
-    v.ptr(cfg, "cfg");
-    if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
-    v.positive(cfg->n, "cfg->n");
-    v.elements("cfg->n", {cfg->n});
-    if (!v.ok()) return v.status();
-    cudaStream_t st;
-    const int s = ts::ready(v.op(), stream, &st);
-    if (s != TS_OK) return s;
-    return launch_gelu(static_cast<__half *>(out), static_cast<const __half *>(x), cfg->n, st);
+    return ts::unary_entry<GeluOp>("gelu", out, x, cfg, stream);
 }

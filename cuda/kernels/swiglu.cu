@@ -16,51 +16,13 @@ struct SwiGLUOp {
     }
 };
 
-template <bool VEC>
-__global__ void __launch_bounds__(ts::kElementwiseThreads)
-    swiglu_kernel(__half *out, const __half *gate, const __half *up, int64_t n) {
-    ts::binary_body<VEC>(out, gate, up, n, SwiGLUOp{});
-}
-
 } // namespace
 
 int ts::launch_swiglu(const char *op, __half *out, const __half *gate, const __half *up, int64_t n,
                       cudaStream_t stream) {
-    const bool vec = aligned16(out) && aligned16(gate) && aligned16(up);
-    const int threads = kElementwiseThreads;
-    const char *d = dims("n=%lld vec=%d", (long long)n, (int)vec);
-    if (vec) {
-        auto kernel = swiglu_kernel<true>;
-        static std::atomic<uint64_t> occupancy{0};
-        unsigned grid = 1;
-        TS_CHECK(op, elementwise_grid(op, kernel, n, true, occupancy, &grid));
-        TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, gate, up, n);
-    } else {
-        auto kernel = swiglu_kernel<false>;
-        static std::atomic<uint64_t> occupancy{0};
-        unsigned grid = 1;
-        TS_CHECK(op, elementwise_grid(op, kernel, n, false, occupancy, &grid));
-        TS_LAUNCH(op, kernel, grid, threads, 0, stream, d, out, gate, up, n);
-    }
-    return TS_OK;
+    return launch_binary<SwiGLUOp>(op, out, gate, up, n, stream);
 }
 
-extern "C" int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_config *cfg,
-                         void *stream) {
-    TS_STICKY_GUARD();
-    ts::Validator v("swiglu");
-    v.ptr(out, "out");
-    v.ptr(gate, "gate");
-    v.ptr(up, "up");
-    v.ptr(cfg, "cfg");
-    if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
-    v.positive(cfg->n, "cfg->n");
-    v.elements("cfg->n", {cfg->n});
-    if (!v.ok()) return v.status();
-    cudaStream_t st;
-    const int s = ts::ready(v.op(), stream, &st);
-    if (s != TS_OK) return s;
-    return ts::launch_swiglu(v.op(), static_cast<__half *>(out), static_cast<const __half *>(gate),
-                             static_cast<const __half *>(up), cfg->n, st);
+extern "C" int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_config *cfg, void *stream) {
+    return ts::binary_entry<SwiGLUOp>("swiglu", "gate", "up", out, gate, up, cfg, stream);
 }

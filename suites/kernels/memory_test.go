@@ -14,7 +14,7 @@ import (
 // A full pass over every committed case must leave device memory exactly where it was: the
 // first pass loads kernels and grows workspaces, so it is the baseline; the second must not
 // add a byte once the library's workspaces are released.
-var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, func() {
+var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, allOps(), func() {
 	It("is the same before and after a pass over every committed case", func() {
 		if dev.Info().Backend == "cpu" {
 			Skip("the CPU backend has no device memory")
@@ -41,3 +41,12 @@ var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, func() {
 		Expect(after).To(Equal(before), "a pass over the committed cases changed device memory in use by %d bytes", after-before)
 	})
 })
+
+// allOps labels a spec that runs every op, so filters on any op (op:gemm, !op:gemm) see it.
+func allOps() Labels {
+	var all Labels
+	for _, op := range backend.Ops {
+		all = append(all, harness.Op(op)...)
+	}
+	return all
+}

@@ -91,6 +91,22 @@ func KernelSets() ([]*golden.Set, error) {
 	return kernels, err
 }
 
+// ModelSets discovers every model golden set, both tiers, at tree-construction time.
+func ModelSets() ([]*golden.Set, error) {
+	root, err := GoldenRoot()
+	if err != nil {
+		return nil, err
+	}
+	all, err := golden.Discover(root)
+	var models []*golden.Set
+	for _, s := range all {
+		if s.Manifest.Kind == golden.KindModel {
+			models = append(models, s)
+		}
+	}
+	return models, err
+}
+
 // Tolerances loads golden/tolerances.yaml.
 func Tolerances() (*compare.Tolerances, error) {
 	root, err := GoldenRoot()

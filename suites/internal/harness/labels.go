@@ -4,6 +4,7 @@ package harness
 
 import (
 	"slices"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 
@@ -30,6 +31,17 @@ func Op(name string) Labels {
 		panic("harness: no op named " + name)
 	}
 	return Label("op:" + name)
+}
+
+// ModelName labels a model set: model plus model:<name>. Model names come from golden
+// manifests, which the golden package has already checked against [a-z0-9._-].
+func ModelName(name string) Labels {
+	if name == "" || strings.ContainsFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}) {
+		panic("harness: bad model name " + name)
+	}
+	return Label("model", "model:"+name)
 }
 
 // Tier labels a golden set by tier: the full-scale tier is slow.
