@@ -49,6 +49,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseTolerances -fuzztime=$(FUZZTIME) ./engine/compare/
 	$(GO) test -run='^$$' -fuzz=FuzzParseHeader -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
+	$(GO) test -run='^$$' -fuzz=FuzzParseConfig -fuzztime=$(FUZZTIME) ./engine/model/
 
 golden:
 	$(PYTHON) tools/gen-golden kernels --tier committed --out golden

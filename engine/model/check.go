@@ -1,0 +1,164 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// SetParams are the params of a model golden set (docs/golden-format.md, "Model sets").
+type SetParams struct {
+	Family        string  `json:"family"`
+	Source        string  `json:"source"`
+	PromptIDs     []int32 `json:"prompt_ids"`
+	DecodeSteps   int     `json:"decode_steps"`
+	GreedyTokens  int     `json:"greedy_tokens"`
+	MarginEpsilon float64 `json:"margin_epsilon"`
+}
+
+// LoadSet loads a model set's checkpoint (checksums verified) with a cache long enough for
+// its prompt and greedy tokens, and returns it with the set's params.
+func LoadSet(be backend.Backend, set *golden.Set) (*Model, *SetParams, error) {
+	var p SetParams
+	if err := set.DecodeParams(&p); err != nil {
+		return nil, nil, err
+	}
+	for _, f := range set.Files(golden.RoleCheckpoint) {
+		if _, err := set.CheckpointPath(f.Name); err != nil {
+			return nil, nil, err
+		}
+	}
+	m, err := Load(be, set.Dir, len(p.PromptIDs)+p.GreedyTokens)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.Cfg.Family != p.Family {
+		m.Close()
+		return nil, nil, fmt.Errorf("%s: params.family %q but config.json model_type %q", set.ID(), p.Family, m.Cfg.Family)
+	}
+	return m, &p, nil
+}
+
+// CompareTaps runs the set's prefill and its stored decode steps (teacher-forced on the
+// reference's greedy tokens) with every stored tap requested, and compares each tap with its
+// reference under tols. The rows come back in forward (manifest) order, ready for
+// compare.LayerDiffTable.
+func CompareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Tolerances) ([]compare.TapResult, error) {
+	var bare []string
+	var expected []golden.File
+	for _, f := range set.Files(golden.RoleExpected) {
+		if strings.HasPrefix(f.Name, "prefill.") {
+			bare = append(bare, strings.TrimPrefix(f.Name, "prefill."))
+		}
+		if strings.HasPrefix(f.Name, "prefill.") || strings.HasPrefix(f.Name, "decode.") {
+			expected = append(expected, f)
+		}
+	}
+	toks, err := set.Tensor("greedy_tokens")
+	if err != nil {
+		return nil, err
+	}
+	if len(toks.I32) < p.DecodeSteps {
+		return nil, fmt.Errorf("%s: %d greedy tokens for %d decode steps", set.ID(), len(toks.I32), p.DecodeSteps)
+	}
+	m.RequestTaps(bare)
+	defer m.RequestTaps(nil)
+	if _, err := m.Prefill(p.PromptIDs); err != nil {
+		return nil, err
+	}
+	for s := 0; s < p.DecodeSteps; s++ {
+		if _, err := m.Decode(toks.I32[s]); err != nil {
+			return nil, fmt.Errorf("decode step %d: %w", s, err)
+		}
+	}
+	got := m.Taps()
+	var rows []compare.TapResult
+	for _, f := range expected {
+		g, ok := got[f.Name]
+		if !ok {
+			return nil, fmt.Errorf("%s: the engine produced no tap %s", set.ID(), f.Name)
+		}
+		want, err := set.Tensor(f.Name)
+		if err != nil {
+			return nil, err
+		}
+		tol, err := tols.Tap(f.Name)
+		if err != nil {
+			return nil, err
+		}
+		r, err := compare.Compare(g, want, tol)
+		if err != nil {
+			return nil, fmt.Errorf("tap %s: %w", f.Name, err)
+		}
+		rows = append(rows, compare.TapResult{Name: f.Name, Tol: tol, Result: r})
+	}
+	return rows, nil
+}
+
+// GreedyStep is one generated token next to the reference's.
+type GreedyStep struct {
+	Step      int
+	Got, Want int32
+	Margin    float64 // the reference's top-2 margin at this step
+	Accepted  bool    // a differing token that the margin rule accepts
+	GotTop5   []int
+	WantTop5  []int32
+}
+
+// Greedy generates n tokens greedily from the prompt, feeding its own tokens, and compares
+// them with the set's greedy files token by token: a differing token passes only when the
+// reference's top-2 margin there is below epsilon and each side's token is in the other's
+// top 5; comparison stops at the first difference (accepted or not), since the sequences
+// diverge after it. It returns the steps compared and an error describing a failure.
+func Greedy(m *Model, set *golden.Set, p *SetParams) ([]GreedyStep, error) {
+	want, err := set.Tensor("greedy_tokens")
+	if err != nil {
+		return nil, err
+	}
+	margin, err := set.Tensor("greedy_top2_margin")
+	if err != nil {
+		return nil, err
+	}
+	top5, err := set.Tensor("greedy_top5")
+	if err != nil {
+		return nil, err
+	}
+	logits, err := m.Prefill(p.PromptIDs)
+	if err != nil {
+		return nil, err
+	}
+	var steps []GreedyStep
+	for j := 0; j < p.GreedyTokens; j++ {
+		v := logits.Shape[1]
+		row := tensor.FromF32([]int{v}, logits.Float32()[(logits.Shape[0]-1)*v:]).Float64()
+		gotTop := compare.TopK(row, 5)
+		st := GreedyStep{Step: j, Got: int32(gotTop[0]), Want: want.I32[j], Margin: float64(margin.F32[j]),
+			GotTop5: gotTop, WantTop5: top5.I32[j*5 : j*5+5]}
+		steps = append(steps, st)
+		if st.Got != st.Want {
+			inRef, inOurs := false, false
+			for _, t := range st.WantTop5 {
+				inRef = inRef || t == st.Got
+			}
+			for _, t := range st.GotTop5 {
+				inOurs = inOurs || int32(t) == st.Want
+			}
+			if st.Margin < p.MarginEpsilon && inRef && inOurs {
+				steps[j].Accepted = true
+				return steps, nil
+			}
+			return steps, fmt.Errorf("greedy token %d: engine chose %d (top5 %v), reference %d (top5 %v, top-2 margin %.4g, epsilon %g)",
+				j, st.Got, st.GotTop5, st.Want, st.WantTop5, st.Margin, p.MarginEpsilon)
+		}
+		if j+1 < p.GreedyTokens {
+			if logits, err = m.Decode(st.Got); err != nil {
+				return steps, fmt.Errorf("decode step %d: %w", j, err)
+			}
+		}
+	}
+	return steps, nil
+}

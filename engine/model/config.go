@@ -1,0 +1,262 @@
+// Package model loads Hugging Face checkpoints (config.json + safetensors) of the Qwen2,
+// Phi-3 and GPT-2 families and runs their forward passes, prefill and KV-cached decode, on
+// any backend.Backend, copying named activations (taps) to the host when asked for them.
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// Config is what a forward pass needs from config.json, the same fields for every family.
+type Config struct {
+	Family       string // "qwen2", "phi3" or "gpt2" (config.json model_type)
+	Hidden       int
+	Layers       int
+	Heads        int
+	KVHeads      int
+	HeadDim      int
+	Intermediate int
+	Vocab        int
+	NormEps      float32 // rms_norm_eps (qwen2, phi3) or layer_norm_epsilon (gpt2)
+	RopeTheta    float32 // 0 for gpt2 (learned absolute positions)
+	TiedHead     bool    // logits use the token embedding matrix
+	MaxPositions int
+	AttnBias     bool // q/k/v projections carry biases
+	// SlidingWindow is the number of most recent keys a query may see; 0 means unlimited.
+	SlidingWindow int
+}
+
+// rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
+type rawConfig struct {
+	ModelType string `json:"model_type"`
+	// qwen2 / phi3
+	HiddenSize          *int            `json:"hidden_size"`
+	NumHiddenLayers     *int            `json:"num_hidden_layers"`
+	NumAttentionHeads   *int            `json:"num_attention_heads"`
+	NumKeyValueHeads    *int            `json:"num_key_value_heads"`
+	IntermediateSize    *int            `json:"intermediate_size"`
+	RMSNormEps          *float64        `json:"rms_norm_eps"`
+	RopeTheta           *float64        `json:"rope_theta"`
+	RopeParameters      json.RawMessage `json:"rope_parameters"`
+	RopeScaling         json.RawMessage `json:"rope_scaling"`
+	PartialRotaryFactor *float64        `json:"partial_rotary_factor"`
+	HeadDimKey          *int            `json:"head_dim"`
+	HiddenAct           *string         `json:"hidden_act"`
+	UseSlidingWindow    *bool           `json:"use_sliding_window"`
+	SlidingWindow       *int            `json:"sliding_window"`
+	MaxPositionEmbed    *int            `json:"max_position_embeddings"`
+	AttentionBias       *bool           `json:"attention_bias"`
+	// gpt2
+	NEmbd                 *int     `json:"n_embd"`
+	NLayer                *int     `json:"n_layer"`
+	NHead                 *int     `json:"n_head"`
+	NInner                *int     `json:"n_inner"`
+	NPositions            *int     `json:"n_positions"`
+	LayerNormEpsilon      *float64 `json:"layer_norm_epsilon"`
+	ActivationFunction    *string  `json:"activation_function"`
+	ScaleAttnWeights      *bool    `json:"scale_attn_weights"`
+	ScaleAttnByInverseIdx *bool    `json:"scale_attn_by_inverse_layer_idx"`
+	ReorderAndUpcastAttn  *bool    `json:"reorder_and_upcast_attn"`
+	TieWordEmbeddings     *bool    `json:"tie_word_embeddings"`
+	VocabSize             *int     `json:"vocab_size"`
+}
+
+// LoadConfig reads dir/config.json.
+func LoadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+func isNull(m json.RawMessage) bool {
+	t := bytes.TrimSpace(m)
+	return len(t) == 0 || string(t) == "null"
+}
+
+// ParseConfig parses a config.json. Options this engine does not implement (RoPE scaling,
+// partial rotary, a sliding window, another activation) are errors naming the key, never
+// silently ignored.
+func ParseConfig(data []byte) (*Config, error) {
+	var r rawConfig
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var c Config
+	var err error
+	need := func(key string, p *int) int {
+		if err != nil {
+			return 0
+		}
+		if p == nil {
+			err = fmt.Errorf("config: missing %s", key)
+			return 0
+		}
+		if *p <= 0 || *p > 1<<24 {
+			err = fmt.Errorf("config: %s = %d: must be in 1..%d", key, *p, 1<<24)
+			return 0
+		}
+		return *p
+	}
+	eps := func(key string, p *float64, def float64) float32 {
+		v := def
+		if p != nil {
+			v = *p
+		}
+		if err == nil && (!(v > 0) || v > 1 || math.IsNaN(v)) {
+			err = fmt.Errorf("config: %s = %v: must be in (0, 1]", key, v)
+		}
+		return float32(v)
+	}
+	c.Family = r.ModelType
+	switch r.ModelType {
+	case "qwen2", "phi3":
+		c.Hidden = need("hidden_size", r.HiddenSize)
+		c.Layers = need("num_hidden_layers", r.NumHiddenLayers)
+		c.Heads = need("num_attention_heads", r.NumAttentionHeads)
+		c.KVHeads = c.Heads
+		if r.NumKeyValueHeads != nil {
+			c.KVHeads = need("num_key_value_heads", r.NumKeyValueHeads)
+		}
+		c.Intermediate = need("intermediate_size", r.IntermediateSize)
+		c.Vocab = need("vocab_size", r.VocabSize)
+		c.MaxPositions = need("max_position_embeddings", r.MaxPositionEmbed)
+		c.NormEps = eps("rms_norm_eps", r.RMSNormEps, 1e-6)
+		if err != nil {
+			return nil, err
+		}
+		theta, e := ropeTheta(&r)
+		if e != nil {
+			return nil, e
+		}
+		c.RopeTheta = theta
+		if !isNull(r.RopeScaling) {
+			return nil, fmt.Errorf("config: rope_scaling = %s is not implemented", bytes.TrimSpace(r.RopeScaling))
+		}
+		if r.PartialRotaryFactor != nil && *r.PartialRotaryFactor != 1 {
+			return nil, fmt.Errorf("config: partial_rotary_factor = %v is not implemented (full rotary only)", *r.PartialRotaryFactor)
+		}
+		if r.HiddenAct != nil && *r.HiddenAct != "silu" {
+			return nil, fmt.Errorf("config: hidden_act = %q is not implemented (silu only)", *r.HiddenAct)
+		}
+		if r.HeadDimKey != nil && *r.HeadDimKey*c.Heads != c.Hidden {
+			return nil, fmt.Errorf("config: head_dim = %d differs from hidden_size/num_attention_heads = %d: not implemented", *r.HeadDimKey, c.Hidden/c.Heads)
+		}
+		c.AttnBias = r.ModelType == "qwen2"
+		if r.AttentionBias != nil && *r.AttentionBias {
+			if r.ModelType == "phi3" {
+				return nil, fmt.Errorf("config: attention_bias = true is not implemented for phi3")
+			}
+		}
+		// Qwen2 applies its window only with use_sliding_window; Phi-3 always does.
+		if r.SlidingWindow != nil && (r.ModelType == "phi3" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
+			if *r.SlidingWindow <= 0 {
+				return nil, fmt.Errorf("config: sliding_window = %d: must be positive", *r.SlidingWindow)
+			}
+			c.SlidingWindow = *r.SlidingWindow
+		}
+		c.TiedHead = r.TieWordEmbeddings != nil && *r.TieWordEmbeddings
+	case "gpt2":
+		c.Hidden = need("n_embd", r.NEmbd)
+		c.Layers = need("n_layer", r.NLayer)
+		c.Heads = need("n_head", r.NHead)
+		c.KVHeads = c.Heads
+		c.Vocab = need("vocab_size", r.VocabSize)
+		c.MaxPositions = need("n_positions", r.NPositions)
+		c.Intermediate = 4 * c.Hidden
+		if r.NInner != nil {
+			c.Intermediate = need("n_inner", r.NInner)
+		}
+		c.NormEps = eps("layer_norm_epsilon", r.LayerNormEpsilon, 1e-5)
+		if err != nil {
+			return nil, err
+		}
+		if r.ActivationFunction != nil && *r.ActivationFunction != "gelu_new" {
+			return nil, fmt.Errorf("config: activation_function = %q is not implemented (gelu_new only)", *r.ActivationFunction)
+		}
+		for key, p := range map[string]*bool{"scale_attn_weights": r.ScaleAttnWeights} {
+			if p != nil && !*p {
+				return nil, fmt.Errorf("config: %s = false is not implemented", key)
+			}
+		}
+		for key, p := range map[string]*bool{"scale_attn_by_inverse_layer_idx": r.ScaleAttnByInverseIdx, "reorder_and_upcast_attn": r.ReorderAndUpcastAttn} {
+			if p != nil && *p {
+				return nil, fmt.Errorf("config: %s = true is not implemented", key)
+			}
+		}
+		c.AttnBias = true
+		c.TiedHead = r.TieWordEmbeddings == nil || *r.TieWordEmbeddings
+	case "":
+		return nil, fmt.Errorf("config: missing model_type")
+	default:
+		return nil, fmt.Errorf("config: model_type %q is not implemented (qwen2, phi3, gpt2)", r.ModelType)
+	}
+	if c.Hidden%c.Heads != 0 {
+		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)
+	}
+	if c.Heads%c.KVHeads != 0 {
+		return nil, fmt.Errorf("config: num_key_value_heads = %d does not divide num_attention_heads = %d", c.KVHeads, c.Heads)
+	}
+	c.HeadDim = c.Hidden / c.Heads
+	if c.RopeTheta != 0 && c.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("config: head dim %d is odd: RoPE needs pairs", c.HeadDim)
+	}
+	return &c, nil
+}
+
+// ropeTheta reads rope_theta, or rope_parameters.rope_theta as transformers 5 saves it.
+func ropeTheta(r *rawConfig) (float32, error) {
+	var theta *float64
+	if !isNull(r.RopeParameters) {
+		var p map[string]json.RawMessage
+		if err := json.Unmarshal(r.RopeParameters, &p); err != nil {
+			return 0, fmt.Errorf("config: rope_parameters: %w", err)
+		}
+		for k, v := range p {
+			switch k {
+			case "rope_theta":
+				var f float64
+				if err := json.Unmarshal(v, &f); err != nil {
+					return 0, fmt.Errorf("config: rope_parameters.rope_theta: %w", err)
+				}
+				theta = &f
+			case "rope_type":
+				var s string
+				if err := json.Unmarshal(v, &s); err != nil || s != "default" {
+					return 0, fmt.Errorf("config: rope_parameters.rope_type = %s is not implemented (default only)", v)
+				}
+			case "partial_rotary_factor":
+				var f float64
+				if err := json.Unmarshal(v, &f); err != nil || f != 1 {
+					return 0, fmt.Errorf("config: rope_parameters.partial_rotary_factor = %s is not implemented", v)
+				}
+			default:
+				return 0, fmt.Errorf("config: rope_parameters.%s is not implemented", k)
+			}
+		}
+	}
+	if r.RopeTheta != nil {
+		if theta != nil && *theta != *r.RopeTheta {
+			return 0, fmt.Errorf("config: rope_theta = %v disagrees with rope_parameters.rope_theta = %v", *r.RopeTheta, *theta)
+		}
+		theta = r.RopeTheta
+	}
+	if theta == nil {
+		return 0, fmt.Errorf("config: missing rope_theta (or rope_parameters.rope_theta)")
+	}
+	if !(*theta > 1) || math.IsInf(*theta, 0) || *theta > math.MaxFloat32 {
+		return 0, fmt.Errorf("config: rope_theta = %v: must be finite and > 1", *theta)
+	}
+	return float32(*theta), nil
+}

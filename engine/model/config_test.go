@@ -1,0 +1,110 @@
+package model
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
+)
+
+const qwenCfg = `{"model_type": "qwen2", "hidden_size": 224, "num_hidden_layers": 2, "num_attention_heads": 14,
+ "num_key_value_heads": 2, "intermediate_size": 160, "vocab_size": 384, "rms_norm_eps": 1e-6,
+ "max_position_embeddings": 32768, "tie_word_embeddings": true, "rope_theta": 1000000.0,
+ "rope_scaling": null, "use_sliding_window": false, "sliding_window": 32768%s}`
+
+func TestParseConfigFamilies(t *testing.T) {
+	for _, dir := range []string{"qwen2-tiny", "phi3-tiny", "gpt2-tiny"} {
+		c, err := LoadConfig("../../golden/models/" + dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.HeadDim*c.Heads != c.Hidden || c.Layers != 2 {
+			t.Errorf("%s: %+v", dir, c)
+		}
+	}
+	c, err := ParseConfig([]byte(`{"model_type": "qwen2", "hidden_size": 224, "num_hidden_layers": 2, "num_attention_heads": 14, "intermediate_size": 160, "vocab_size": 384, "max_position_embeddings": 64, "rope_parameters": {"rope_theta": 1e6, "rope_type": "default"}}`))
+	if err != nil || c.RopeTheta != 1e6 || c.KVHeads != 14 || !c.AttnBias || c.TiedHead {
+		t.Errorf("rope_parameters form: %+v, %v", c, err)
+	}
+	g, err := LoadConfig("../../golden/models/gpt2-tiny")
+	if err != nil || g.Intermediate != 384 || !g.TiedHead || g.RopeTheta != 0 || g.NormEps != 1e-5 {
+		t.Errorf("gpt2: %+v %v", g, err)
+	}
+}
+
+func TestParseConfigRefusesUnimplemented(t *testing.T) {
+	for extra, key := range map[string]string{
+		`, "rope_scaling": {"type": "yarn", "factor": 4}`: "rope_scaling",
+		`, "partial_rotary_factor": 0.5`:                  "partial_rotary_factor",
+		`, "hidden_act": "gelu"`:                          "hidden_act",
+		`, "rope_parameters": {"rope_theta": 1e4}`:        "rope_parameters.rope_theta",
+		`, "head_dim": 64`:                                "head_dim",
+		`, "num_key_value_heads": 3`:                      "num_key_value_heads",
+	} {
+		_, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", extra, 1)))
+		if err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: error %v, want one naming %s", extra, err, key)
+		}
+	}
+	if _, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", "", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseConfig([]byte(`{"model_type": "llama"}`)); err == nil || !strings.Contains(err.Error(), "llama") {
+		t.Errorf("llama: %v", err)
+	}
+}
+
+// A Phi-3 window is kept and the forward refuses sequences longer than it.
+func TestSlidingWindowRecorded(t *testing.T) {
+	c, err := LoadConfig("../../golden/models/phi3-tiny")
+	if err != nil || c.SlidingWindow != 2047 {
+		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte(strings.Replace(qwenCfg, "%s", "", 1)))
+	f.Add([]byte(`{"model_type": "gpt2", "n_embd": 96, "n_layer": 2, "n_head": 3, "n_positions": 64, "vocab_size": 503}`))
+	f.Add([]byte(`{"model_type": "phi3", "rope_parameters": {"rope_theta": 1e4}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err != nil {
+			return
+		}
+		if c.Hidden <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim*c.Heads != c.Hidden || c.Heads%c.KVHeads != 0 ||
+			c.Layers <= 0 || c.Vocab <= 0 || c.Intermediate <= 0 || !(c.NormEps > 0) || c.MaxPositions <= 0 {
+			t.Fatalf("accepted an unusable config %+v from %q", c, data)
+		}
+		if c.Family != "gpt2" && (!(c.RopeTheta > 1) || c.HeadDim%2 != 0) {
+			t.Fatalf("bad rope %+v", c)
+		}
+	})
+}
+
+// Missing and mis-shaped tensors are errors naming the tensor and both shapes.
+func TestLoadWeightErrors(t *testing.T) {
+	src := "../../golden/models/qwen2-tiny"
+	cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for from, want := range map[string]string{
+		`"num_hidden_layers": 2`:   "no tensor model.layers.2.input_layernorm.weight (want shape [224])",
+		`"intermediate_size": 160`: "tensor model.layers.0.mlp.gate_proj.weight has shape [160,224], the config wants [161,224]",
+	} {
+		to := strings.NewReplacer("2", "3", "160", "161").Replace(from)
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(strings.Replace(string(cfg), from, to, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(filepath.Join(src, "model.safetensors"), filepath.Join(dir, "model.safetensors")); err != nil {
+			t.Skip(err)
+		}
+		_, err := Load(cpu.New(), dir, 48)
+		if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), " ", ""), strings.ReplaceAll(want, " ", "")) {
+			t.Errorf("%s -> %s: error %v, want %q", from, to, err, want)
+		}
+	}
+}

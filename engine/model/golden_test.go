@@ -1,0 +1,78 @@
+package model_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
+	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/model"
+)
+
+// TestGoldenTapsSmoke runs each committed tiny model's prefill and first decode step on the
+// CPU backend and checks every tap's cosine with the reference: a fast engine-level check;
+// suites/models holds the reviewed tolerances.
+func TestGoldenTapsSmoke(t *testing.T) {
+	for _, name := range []string{"qwen2-tiny", "phi3-tiny", "gpt2-tiny"} {
+		t.Run(name, func(t *testing.T) {
+			set, err := golden.Load(filepath.Join("..", "..", "golden", "models", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := model.Load(cpu.New(), set.Dir, 48)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			var names []string
+			for _, f := range set.Files("expected") {
+				if len(f.Name) > 8 && f.Name[:8] == "prefill." {
+					names = append(names, f.Name[8:])
+				}
+			}
+			m.RequestTaps(names)
+			ids, err := set.Tensor("prompt_ids")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Prefill(ids.I32); err != nil {
+				t.Fatal(err)
+			}
+			toks, err := set.Tensor("greedy_tokens")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Decode(toks.I32[0]); err != nil {
+				t.Fatal(err)
+			}
+			taps := m.Taps()
+			cos := 0.9999
+			tol := compare.Tolerance{MinCosine: &cos}
+			for _, f := range set.Files("expected") {
+				got, ok := taps[f.Name]
+				if !ok {
+					continue
+				}
+				want, err := set.Tensor(f.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, err := compare.Compare(got, want, tol)
+				if err != nil {
+					t.Fatalf("%s: %v", f.Name, err)
+				}
+				if testing.Verbose() {
+					fmt.Printf("%-32s %v\n", f.Name, r.Checks[len(r.Checks)-1].Value)
+				}
+				if !r.Pass() {
+					t.Errorf("%s:\n%s", f.Name, r.Table())
+				}
+			}
+			if len(taps) != len(names)*2 {
+				t.Errorf("captured %d taps, want %d", len(taps), 2*len(names))
+			}
+		})
+	}
+}
