@@ -3,6 +3,7 @@
 //	touchstone check [flags]          conformance table of every kernel case on a backend
 //	touchstone golden verify [flags]  checksums, headers and manifests of every golden set
 //	touchstone bench [flags]          kernel timings beside PyTorch on the same GPU
+//	touchstone diff <model set>       layer-diff table of a model set on a backend
 package main
 
 import (
@@ -17,6 +18,7 @@ commands:
   check            run every kernel golden case on a backend and print the conformance table
   golden verify    verify every golden set: manifest, checksums, .npy headers, unlisted files
   bench            time every kernel on the GPU beside PyTorch's equivalent op
+  diff <model>     layer-diff table of a model set: every tap in forward order, first failure marked
 
 environment:
   TOUCHSTONE_BACKEND     cpu | cuda | auto (default auto: cuda when it loads, else cpu)
@@ -43,6 +45,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdout, stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "diff":
+		return runDiff(args[1:], stdout, stderr)
 	case "golden":
 		if len(args) < 2 || args[1] != "verify" {
 			fmt.Fprint(stderr, "usage: touchstone golden verify [flags]\n")

@@ -112,3 +112,20 @@ func TestUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestDiffPrintsTheLayerTable(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", "cpu")
+	golden := filepath.Join("..", "..", "golden")
+	code, out, errs := runCLI("diff", "-golden", golden, "gpt2-tiny")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{"gpt2-tiny", "prefill.embed", "prefill.layers.1.resid_ffn", "decode.0.logits"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if code, _, errs := runCLI("diff", "-golden", golden, "no-such-model"); code != 2 || !strings.Contains(errs, "gpt2-tiny") {
+		t.Errorf("unknown model: exit %d, %q (want 2 and the list of model sets)", code, errs)
+	}
+}
