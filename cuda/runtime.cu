@@ -698,6 +698,19 @@ int ts_memset(void *dst, int byte_value, size_t bytes, void *stream) {
     return TS_OK;
 }
 
+int ts_copy_device(void *dst, const void *src, size_t bytes, void *stream) {
+    TS_STICKY_GUARD();
+    const char *op = "ts_copy_device";
+    if (bytes == 0) return TS_OK;
+    if (dst == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: dst = NULL: a device pointer is required", op);
+    if (src == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: src = NULL: a device pointer is required", op);
+    cudaStream_t st;
+    int s = ready(op, stream, &st);
+    if (s != TS_OK) return s;
+    TS_CHECK(op, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st));
+    return TS_OK;
+}
+
 int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream) {
     TS_STICKY_GUARD();
     const char *op = "ts_copy_to_device";

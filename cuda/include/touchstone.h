@@ -98,6 +98,8 @@ int ts_memset(void *dst, int byte_value, size_t bytes, void *stream);
 int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream);
 /* Waits for the stream, then copies; reports pending TS_ERR_INDEX faults first. */
 int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream);
+/* Device-to-device copy, asynchronous on the stream (a KV-cache append, say). */
+int ts_copy_device(void *dst, const void *src, size_t bytes, void *stream);
 /* Waits for the stream; reports pending TS_ERR_INDEX faults and sticky errors. */
 int ts_synchronize(void *stream);
 

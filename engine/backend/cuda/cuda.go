@@ -211,6 +211,7 @@ type buffer struct {
 	shape []int
 	bytes int64
 	guard int
+	view  bool // shares another buffer's memory (View): owns and frees nothing
 	freed atomic.Bool
 }
 
@@ -223,7 +224,7 @@ func (d *buffer) String() string      { return d.dt.String() + tensor.ShapeStrin
 // corrupted context nothing is freed on the device (the process must restart anyway), but
 // the accounting still drops the buffer.
 func (d *buffer) Free() {
-	if !d.freed.CompareAndSwap(false, true) {
+	if !d.freed.CompareAndSwap(false, true) || d.view {
 		return
 	}
 	b := d.owner

@@ -76,6 +76,9 @@ int tsg_copy_bandwidth(const tsg_api *a, double *gb_per_s, tsg_err *e) {
 }
 int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e) { return done(a, a->ts_memory_in_use(bytes), e); }
 int tsg_release_workspaces(const tsg_api *a, tsg_err *e) { return done(a, a->ts_release_workspaces(), e); }
+int tsg_copy_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e) {
+    return done(a, a->ts_copy_device(dst, src, bytes, NULL), e);
+}
 
 int tsg_alloc(const tsg_api *a, void **base, size_t bytes, size_t guard, int pattern, const void *src, tsg_err *e) {
     *base = NULL;

@@ -36,6 +36,7 @@
     X(ts_free, int, (void *))                                                                             \
     X(ts_memset, int, (void *, int, size_t, void *))                                                      \
     X(ts_copy_to_device, int, (void *, const void *, size_t, void *))                                     \
+    X(ts_copy_device, int, (void *, const void *, size_t, void *))                                        \
     X(ts_copy_to_host, int, (void *, const void *, size_t, void *))                                       \
     X(ts_synchronize, int, (void *))                                                                      \
     X(ts_timer_create, int, (ts_timer **))                                                                \
@@ -96,6 +97,7 @@ int tsg_get_device_info(const tsg_api *a, ts_device_info *info, tsg_err *e);
 int tsg_copy_bandwidth(const tsg_api *a, double *gb_per_s, tsg_err *e);
 int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e);
 int tsg_release_workspaces(const tsg_api *a, tsg_err *e);
+int tsg_copy_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e);
 
 /* Allocates guard + bytes + guard, fills both guards with pattern, then copies src into the
  * data (or zeroes it when src is NULL); frees the allocation again if any step fails. */

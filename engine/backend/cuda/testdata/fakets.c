@@ -282,6 +282,16 @@ int ts_memset(void *dst, int byte_value, size_t bytes, void *stream) {
     return TS_OK;
 }
 
+int ts_copy_device(void *dst, const void *src, size_t bytes, void *stream) {
+    logf_("ts_copy_device bytes=%zu stream=%d", bytes, stream != NULL);
+    int st = enter("ts_copy_device", 1);
+    if (st) return st;
+    NEED("ts_copy_device", dst);
+    NEED("ts_copy_device", src);
+    memmove(dst, src, bytes);
+    return TS_OK;
+}
+
 int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream) {
     logf_("ts_copy_to_device bytes=%zu stream=%d", bytes, stream != NULL);
     int st = enter("ts_copy_to_device", 1);
