@@ -31,7 +31,7 @@ func (b *Backend) View(buf backend.Buffer, shape ...int) (backend.Buffer, error)
 	if tensor.NumElements(shape) != tensor.NumElements(src.shape) {
 		return nil, fmt.Errorf("cuda view: %s cannot be viewed as %s: element counts differ", src, tensor.ShapeString(shape))
 	}
-	v := &buffer{owner: b, data: src.data, dt: src.dt, shape: append([]int(nil), shape...), view: true}
+	v := &buffer{owner: b, data: src.data, dt: src.dt, shape: append([]int(nil), shape...), bytes: src.bytes, view: true}
 	return v, nil
 }
 
