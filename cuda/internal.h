@@ -361,6 +361,82 @@ inline RowPlan plan_row(int hidden, bool aligned) {
     return {0, hidden >= 1024 ? 1024 : round_up(hidden, 32)};
 }
 
+/* Launches one block per row with the kernel the plan picks: the register kernels for 1, 2, 4
+ * or 8 vectors per thread, else the generic one. All five share one signature. */
+template <typename Kernel, typename... Args>
+int launch_row(const char *op, const RowPlan &plan, int rows, cudaStream_t stream, const char *dimstr, Kernel vpt1,
+               Kernel vpt2, Kernel vpt4, Kernel vpt8, Kernel generic, Args... args) {
+    Kernel kernel = plan.vpt == 1   ? vpt1
+                    : plan.vpt == 2 ? vpt2
+                    : plan.vpt == 4 ? vpt4
+                    : plan.vpt == 8 ? vpt8
+                                    : generic;
+    TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, dimstr, args...);
+    return TS_OK;
+}
+
+/* The end of a two-pass LayerNorm over a row held in registers, shared by layernorm and
+ * layernorm_residual: the mean from each thread's share of the row sum, then the sum of
+ * squared deviations from it (never E[x^2] - E[x]^2, which cancels when |mean| >> std), then
+ * out_row = fp16(((v - mean) * inv) * gamma + beta). */
+template <int VPT>
+__device__ __forceinline__ void layernorm_row_regs(float (&v)[VPT][8], float sum, int nvec, int hidden, float eps,
+                                                    const __half *gamma, const __half *beta, __half *out_row,
+                                                    float *scratch) {
+    const float mean = block_sum(sum, scratch) / (float)hidden;
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float dv = v[k][j] - mean;
+                ss += dv * dv;
+            }
+        }
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+            float g[8], b[8];
+            load8(gamma + c * 8, g);
+            load8(beta + c * 8, b);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[k][j] = ((v[k][j] - mean) * inv) * g[j] + b[j];
+            store8(out_row + c * 8, v[k]);
+        }
+    }
+}
+
+/* The same for the generic kernels, re-reading the row (src_row) from global memory: each
+ * thread reads only elements it summed (or stored) itself. */
+__device__ __forceinline__ void layernorm_row_generic(const __half *src_row, float sum, int hidden, float eps,
+                                                       const __half *gamma, const __half *beta, __half *out_row,
+                                                       float *scratch) {
+    const float mean = block_sum(sum, scratch) / (float)hidden;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float dv = __half2float(src_row[i]) - mean;
+        ss += dv * dv;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        out_row[i] = __float2half_rn(((__half2float(src_row[i]) - mean) * inv) * __half2float(gamma[i]) +
+                                     __half2float(beta[i]));
+}
+
+/* The ts_norm_config checks every norm entry runs after its pointer checks. */
+inline void check_norm(Validator &v, const ts_norm_config *cfg) {
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->rows, "cfg->rows");
+    v.positive(cfg->hidden, "cfg->hidden");
+    v.eps(cfg->eps, "cfg->eps");
+    v.elements("x", {cfg->rows, cfg->hidden});
+}
+
 } // namespace ts
 
 #endif /* TOUCHSTONE_INTERNAL_H */

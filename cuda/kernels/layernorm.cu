@@ -30,32 +30,7 @@ __global__ void __launch_bounds__(ts::kRowThreads) layernorm_vec_kernel(__half *
             for (int j = 0; j < 8; ++j) sum += v[k][j];
         }
     }
-    const float mean = ts::block_sum(sum, scratch) / (float)hidden;
-    float ss = 0.0f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        const int c = threadIdx.x + k * blockDim.x;
-        if (c < nvec) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float dv = v[k][j] - mean;
-                ss += dv * dv;
-            }
-        }
-    }
-    const float inv = 1.0f / sqrtf(ts::block_sum(ss, scratch) / (float)hidden + eps);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        const int c = threadIdx.x + k * blockDim.x;
-        if (c < nvec) {
-            float g[8], b[8];
-            ts::load8(gamma + c * 8, g);
-            ts::load8(beta + c * 8, b);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[k][j] = ((v[k][j] - mean) * inv) * g[j] + b[j];
-            ts::store8(out + ro + c * 8, v[k]);
-        }
-    }
+    ts::layernorm_row_regs<VPT>(v, sum, nvec, hidden, eps, gamma, beta, out + ro, scratch);
 }
 
 __global__ void __launch_bounds__(1024) layernorm_generic_kernel(__half *out, const __half *x, const __half *gamma,
@@ -64,16 +39,7 @@ __global__ void __launch_bounds__(1024) layernorm_generic_kernel(__half *out, co
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     float sum = 0.0f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) sum += __half2float(x[ro + i]);
-    const float mean = ts::block_sum(sum, scratch) / (float)hidden;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-        const float dv = __half2float(x[ro + i]) - mean;
-        ss += dv * dv;
-    }
-    const float inv = 1.0f / sqrtf(ts::block_sum(ss, scratch) / (float)hidden + eps);
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-        out[ro + i] = __float2half_rn(((__half2float(x[ro + i]) - mean) * inv) * __half2float(gamma[i]) +
-                                      __half2float(beta[i]));
+    ts::layernorm_row_generic(x + ro, sum, hidden, eps, gamma, beta, out + ro, scratch);
 }
 
 int launch_layernorm(__half *out, const __half *x, const __half *gamma, const __half *beta, int rows, int hidden,
@@ -82,34 +48,8 @@ int launch_layernorm(__half *out, const __half *x, const __half *gamma, const __
     const bool aligned = ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(gamma) && ts::aligned16(beta);
     const ts::RowPlan plan = ts::plan_row(hidden, aligned);
     const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
-    switch (plan.vpt) {
-    case 1: {
-        auto kernel = layernorm_vec_kernel<1>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
-        break;
-    }
-    case 2: {
-        auto kernel = layernorm_vec_kernel<2>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
-        break;
-    }
-    case 4: {
-        auto kernel = layernorm_vec_kernel<4>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
-        break;
-    }
-    case 8: {
-        auto kernel = layernorm_vec_kernel<8>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
-        break;
-    }
-    default: {
-        auto kernel = layernorm_generic_kernel;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, gamma, beta, hidden, eps);
-        break;
-    }
-    }
-    return TS_OK;
+    return ts::launch_row(op, plan, rows, stream, d, layernorm_vec_kernel<1>, layernorm_vec_kernel<2>, layernorm_vec_kernel<4>,
+                          layernorm_vec_kernel<8>, layernorm_generic_kernel, out, x, gamma, beta, hidden, eps);
 }
 
 } // namespace
@@ -124,11 +64,7 @@ extern "C" int ts_layernorm(void *out, const void *x, const void *gamma, const v
     v.ptr(beta, "beta");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
-    v.positive(cfg->rows, "cfg->rows");
-    v.positive(cfg->hidden, "cfg->hidden");
-    v.eps(cfg->eps, "cfg->eps");
-    v.elements("x", {cfg->rows, cfg->hidden});
+    ts::check_norm(v, cfg);
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);

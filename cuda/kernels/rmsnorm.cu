@@ -62,34 +62,8 @@ int launch_rmsnorm(__half *out, const __half *x, const __half *weight, int rows,
     const char *op = "rmsnorm";
     const ts::RowPlan plan = ts::plan_row(hidden, ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(weight));
     const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
-    switch (plan.vpt) {
-    case 1: {
-        auto kernel = rmsnorm_vec_kernel<1>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, weight, hidden, eps);
-        break;
-    }
-    case 2: {
-        auto kernel = rmsnorm_vec_kernel<2>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, weight, hidden, eps);
-        break;
-    }
-    case 4: {
-        auto kernel = rmsnorm_vec_kernel<4>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, weight, hidden, eps);
-        break;
-    }
-    case 8: {
-        auto kernel = rmsnorm_vec_kernel<8>;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, weight, hidden, eps);
-        break;
-    }
-    default: {
-        auto kernel = rmsnorm_generic_kernel;
-        TS_LAUNCH(op, kernel, rows, plan.threads, 0, stream, d, out, x, weight, hidden, eps);
-        break;
-    }
-    }
-    return TS_OK;
+    return ts::launch_row(op, plan, rows, stream, d, rmsnorm_vec_kernel<1>, rmsnorm_vec_kernel<2>, rmsnorm_vec_kernel<4>,
+                          rmsnorm_vec_kernel<8>, rmsnorm_generic_kernel, out, x, weight, hidden, eps);
 }
 
 } // namespace
@@ -102,11 +76,7 @@ extern "C" int ts_rmsnorm(void *out, const void *x, const void *weight, const ts
     v.ptr(weight, "weight");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
-    v.positive(cfg->rows, "cfg->rows");
-    v.positive(cfg->hidden, "cfg->hidden");
-    v.eps(cfg->eps, "cfg->eps");
-    v.elements("x", {cfg->rows, cfg->hidden});
+    ts::check_norm(v, cfg);
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
