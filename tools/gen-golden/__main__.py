@@ -88,6 +88,17 @@ def list_files(root):
     return found
 
 
+def compare_trees(fresh_dir, have_dir, fresh, have):
+    """Problems between a fresh generation and what is on disk, given each side's relative file
+    paths: files only one side has, and files whose bytes differ."""
+    problems = ["missing   %s" % os.path.join(have_dir, p) for p in sorted(fresh - have)]
+    problems += ["extra     %s" % os.path.join(have_dir, p) for p in sorted(have - fresh)]
+    for p in sorted(fresh & have):
+        if not filecmp.cmp(os.path.join(fresh_dir, p), os.path.join(have_dir, p), shallow=False):
+            problems.append("differs   %s" % os.path.join(have_dir, p))
+    return problems
+
+
 def check(out, tier, ops):
     """Regenerate into a temporary directory and compare byte for byte with out. Returns the
     list of problems (empty when out is exactly what generation produces)."""
@@ -103,14 +114,7 @@ def check(out, tier, ops):
             generated = {c.name for c in kernels.cases_for(tier, [op])}
             ours = generated | set(manifest.stale_case_dirs(have_dir, generated, tier))
             have = {p for p in list_files(have_dir) if p.split(os.sep)[0] in ours}
-            for p in sorted(fresh - have):
-                problems.append("missing   %s" % os.path.join(have_dir, p))
-            for p in sorted(have - fresh):
-                problems.append("extra     %s" % os.path.join(have_dir, p))
-            for p in sorted(fresh & have):
-                if not filecmp.cmp(os.path.join(fresh_dir, p), os.path.join(have_dir, p),
-                                   shallow=False):
-                    problems.append("differs   %s" % os.path.join(have_dir, p))
+            problems += compare_trees(fresh_dir, have_dir, fresh, have)
     return problems
 
 
@@ -205,15 +209,7 @@ def check_models(out, jobs, tier, prune):
         for name in names:
             fresh_dir = os.path.join(tmp, "models", name)
             have_dir = os.path.join(have_root, name)
-            fresh, have = list_files(fresh_dir), list_files(have_dir)
-            for p in sorted(fresh - have):
-                problems.append("missing   %s" % os.path.join(have_dir, p))
-            for p in sorted(have - fresh):
-                problems.append("extra     %s" % os.path.join(have_dir, p))
-            for p in sorted(fresh & have):
-                if not filecmp.cmp(os.path.join(fresh_dir, p), os.path.join(have_dir, p),
-                                   shallow=False):
-                    problems.append("differs   %s" % os.path.join(have_dir, p))
+            problems += compare_trees(fresh_dir, have_dir, list_files(fresh_dir), list_files(have_dir))
     return problems
 
 

@@ -59,6 +59,23 @@ def npy_bytes(t):
     return data
 
 
+def write_tensor(directory, name, t, role):
+    """Write one tensor as <name>.npy in directory; returns its manifest entry and byte size."""
+    data = npy_bytes(t)
+    fname = name + ".npy"
+    with open(os.path.join(directory, fname), "wb") as f:
+        f.write(data)
+    entry = {
+        "name": name,
+        "file": fname,
+        "role": role,
+        "dtype": DTYPES[t.dtype][0],
+        "shape": [int(d) for d in t.shape],
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    return entry, len(data)
+
+
 def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     """Write one golden set into case_dir (removed first, so no stale file survives).
 
@@ -74,19 +91,9 @@ def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     tensors = [(n, t, "input") for n, t in inputs.items()]
     tensors += [(n, t.to(torch.float32), "expected") for n, t in expected.items()]
     for name, t, role in tensors:
-        data = npy_bytes(t)
-        fname = name + ".npy"
-        with open(os.path.join(case_dir, fname), "wb") as f:
-            f.write(data)
-        total += len(data)
-        entries.append({
-            "name": name,
-            "file": fname,
-            "role": role,
-            "dtype": DTYPES[t.dtype][0],
-            "shape": [int(d) for d in t.shape],
-            "sha256": hashlib.sha256(data).hexdigest(),
-        })
+        entry, size = write_tensor(case_dir, name, t, role)
+        entries.append(entry)
+        total += size
 
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -119,19 +126,9 @@ def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, ten
         entries.append({"name": name, "file": fname, "role": "checkpoint", "sha256": digest})
         total += os.path.getsize(os.path.join(set_dir, fname))
     for name, t, role in tensors:
-        data = npy_bytes(t)
-        fname = name + ".npy"
-        with open(os.path.join(set_dir, fname), "wb") as f:
-            f.write(data)
-        total += len(data)
-        entries.append({
-            "name": name,
-            "file": fname,
-            "role": role,
-            "dtype": DTYPES[t.dtype][0],
-            "shape": [int(d) for d in t.shape],
-            "sha256": hashlib.sha256(data).hexdigest(),
-        })
+        entry, size = write_tensor(set_dir, name, t, role)
+        entries.append(entry)
+        total += size
     names = [e["name"] for e in entries]
     files = [e["file"] for e in entries]
     assert len(set(names)) == len(names) and len(set(files)) == len(files), "duplicate entry"
