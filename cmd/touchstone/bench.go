@@ -6,8 +6,6 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/bench"
@@ -109,19 +107,11 @@ func printBench(w io.Writer, results []*bench.Result, peers map[string]bench.Pee
 		rows = append(rows, row)
 	}
 	if markdown {
-		fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(header, " | "), strings.Repeat("---|", len(header)))
 		for _, row := range rows {
 			if row[7] != "" {
 				row[7] = "`" + row[7] + "`"
 			}
-			fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 		}
-		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.ToUpper(strings.Join(header, "\t")))
-	for _, row := range rows {
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
-	}
-	tw.Flush()
+	printTable(w, header, rows, markdown)
 }

@@ -3,6 +3,7 @@
 //	touchstone check [flags]          conformance table of every kernel case on a backend
 //	touchstone golden verify [flags]  checksums, headers and manifests of every golden set
 //	touchstone bench [flags]          kernel timings beside PyTorch on the same GPU
+//	touchstone bench-model <set>...   whole-model prefill and decode timings beside transformers
 //	touchstone diff <model set>       layer-diff table of a model set on a backend
 package main
 
@@ -18,6 +19,7 @@ commands:
   check            run every kernel golden case on a backend and print the conformance table
   golden verify    verify every golden set: manifest, checksums, .npy headers, unlisted files
   bench            time every kernel on the GPU beside PyTorch's equivalent op
+  bench-model <m>  time whole-model prefill and decode on the GPU beside transformers fp16 eager
   diff <model>     layer-diff table of a model set: every tap in forward order, first failure marked
 
 environment:
@@ -45,6 +47,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runCheck(args[1:], stdout, stderr)
 	case "bench":
 		return runBench(args[1:], stdout, stderr)
+	case "bench-model":
+		return runBenchModel(args[1:], stdout, stderr)
 	case "diff":
 		return runDiff(args[1:], stdout, stderr)
 	case "golden":

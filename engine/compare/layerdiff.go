@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -14,20 +15,43 @@ type TapResult struct {
 	Result *Result
 }
 
-var tapPrefix = regexp.MustCompile(`^(prefill\.|decode\.\d+\.)?(layers\.\d+\.)?`)
+var (
+	tapPrefix = regexp.MustCompile(`^(prefill\.|decode\.\d+\.)?(layers\.\d+\.)?`)
+	tapLayer  = regexp.MustCompile(`(?:^|\.)layers\.(\d+)\.`)
+)
 
 // TapKind is the tolerances.yaml key of a tap name: "prefill.layers.3.q_rope" -> "q_rope",
 // "decode.0.logits" -> "logits".
 func TapKind(name string) string { return tapPrefix.ReplaceAllString(name, "") }
 
-// Tap returns the tolerance of a tap by its kind.
+// Tap returns the tolerance of a tap by its kind, with tap_depth's scaling applied to taps
+// inside a layer.
 func (t *Tolerances) Tap(name string) (Tolerance, error) {
 	kind := TapKind(name)
 	tol, ok := t.Taps[kind]
 	if !ok {
 		return Tolerance{}, fmt.Errorf("%s: no tolerance for tap %q: add taps.%s with a rationale", t.path, name, kind)
 	}
+	if f := t.DepthFactor(name); f > 1 && tol.Atol != nil {
+		atol, rtol := *tol.Atol*f, *tol.Rtol*f
+		tol.Atol, tol.Rtol = &atol, &rtol
+		tol.Why += fmt.Sprintf(" (atol, rtol x%.2f for depth: tap_depth)", f)
+	}
 	return tol, nil
+}
+
+// DepthFactor is the allclose scale tap_depth gives a tap: 1 outside layers or without
+// tap_depth.
+func (t *Tolerances) DepthFactor(name string) float64 {
+	m := tapLayer.FindStringSubmatch(name)
+	if t.TapDepth == nil || m == nil {
+		return 1
+	}
+	l, err := strconv.Atoi(m[1])
+	if err != nil {
+		return 1
+	}
+	return math.Max(1, math.Sqrt(float64(l+1)/float64(t.TapDepth.ReferenceLayers)))
 }
 
 // FirstFailure returns the index of the first tap (in forward order) out of tolerance, or -1.

@@ -12,12 +12,28 @@ import (
 
 // SetParams are the params of a model golden set (docs/golden-format.md, "Model sets").
 type SetParams struct {
-	Family        string  `json:"family"`
-	Source        string  `json:"source"`
-	PromptIDs     []int32 `json:"prompt_ids"`
-	DecodeSteps   int     `json:"decode_steps"`
-	GreedyTokens  int     `json:"greedy_tokens"`
-	MarginEpsilon float64 `json:"margin_epsilon"`
+	Family        string    `json:"family"`
+	Source        string    `json:"source"`
+	PromptIDs     []int32   `json:"prompt_ids"`
+	DecodeSteps   int       `json:"decode_steps"`
+	GreedyTokens  int       `json:"greedy_tokens"`
+	MarginEpsilon float64   `json:"margin_epsilon"`
+	Sample        SampleRun `json:"sample"`
+}
+
+// SampleRun is the seeded-sampling run of a model set: Tokens tokens drawn from the reference
+// logits with this config, token j at step j (docs/sampling.md).
+type SampleRun struct {
+	Temperature float32 `json:"temperature"`
+	TopK        int     `json:"top_k"`
+	TopP        float32 `json:"top_p"`
+	Seed        uint64  `json:"seed"`
+	Tokens      int     `json:"tokens"`
+}
+
+// Config is the sampler config of step j.
+func (s SampleRun) Config(j int) backend.SampleConfig {
+	return backend.SampleConfig{Temperature: s.Temperature, TopK: s.TopK, TopP: s.TopP, Seed: s.Seed, Step: uint64(j)}
 }
 
 // LoadSet loads a model set's checkpoint (checksums verified) with a cache long enough for
@@ -159,6 +175,78 @@ func Greedy(m *Model, set *golden.Set, p *SetParams) ([]GreedyStep, error) {
 				return steps, fmt.Errorf("decode step %d: %w", j, err)
 			}
 		}
+	}
+	return steps, nil
+}
+
+// SampledStep is one seeded token of the engine next to the reference's.
+type SampledStep struct {
+	Step      int
+	Got, Want int32
+	Margin    float64 // the reference's margin at this step, in logit units (+Inf: no decision)
+	Accepted  bool    // a differing token at a margin below epsilon: comparison stopped
+}
+
+// GenerateSeeded draws p.Sample.Tokens tokens from the prompt with the device sampler, feeding
+// its own tokens, and returns them with the logits of every step (bit patterns, for
+// determinism checks).
+func GenerateSeeded(m *Model, p *SetParams) ([]int32, [][]float32, error) {
+	if err := m.PrefillOnDevice(p.PromptIDs); err != nil {
+		return nil, nil, err
+	}
+	var tokens []int32
+	var logits [][]float32
+	for j := 0; j < p.Sample.Tokens; j++ {
+		l, err := m.be.Download(m.logits)
+		if err != nil {
+			return nil, nil, err
+		}
+		logits = append(logits, l.F32)
+		tok, err := m.Sample(p.Sample.Config(j))
+		if err != nil {
+			return nil, nil, fmt.Errorf("sample at step %d: %w", j, err)
+		}
+		tokens = append(tokens, tok)
+		if j+1 < p.Sample.Tokens {
+			if err := m.DecodeOnDevice(tok); err != nil {
+				return nil, nil, fmt.Errorf("decode step %d: %w", j, err)
+			}
+		}
+	}
+	return tokens, logits, nil
+}
+
+// Seeded compares seeded generation with the set's sample_tokens token by token: a
+// differing token passes only when the reference's margin there (sample_margin, logit units)
+// is below margin_epsilon, and comparison stops at the first difference.
+func Seeded(m *Model, set *golden.Set, p *SetParams) ([]SampledStep, error) {
+	want, err := set.Tensor("sample_tokens")
+	if err != nil {
+		return nil, err
+	}
+	margin, err := set.Tensor("sample_margin")
+	if err != nil {
+		return nil, err
+	}
+	if len(want.I32) != p.Sample.Tokens || len(margin.F32) != p.Sample.Tokens {
+		return nil, fmt.Errorf("%s: sample_tokens has %d and sample_margin %d entries for %d tokens", set.ID(), len(want.I32), len(margin.F32), p.Sample.Tokens)
+	}
+	got, _, err := GenerateSeeded(m, p)
+	if err != nil {
+		return nil, err
+	}
+	var steps []SampledStep
+	for j := range got {
+		st := SampledStep{Step: j, Got: got[j], Want: want.I32[j], Margin: float64(margin.F32[j])}
+		if st.Got != st.Want {
+			if st.Margin < p.MarginEpsilon {
+				st.Accepted = true
+				return append(steps, st), nil
+			}
+			return append(steps, st), fmt.Errorf("seeded token %d: engine drew %d, reference %d (margin %.4g logits >= epsilon %g; config %+v)",
+				j, st.Got, st.Want, st.Margin, p.MarginEpsilon, p.Sample.Config(j))
+		}
+		steps = append(steps, st)
 	}
 	return steps, nil
 }

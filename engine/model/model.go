@@ -10,19 +10,6 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// Viewer is an optional backend capability: the same memory under another shape of equal
-// size, without a copy. Backends without it pay a host round trip per reshape.
-type Viewer interface {
-	View(b backend.Buffer, shape ...int) (backend.Buffer, error)
-}
-
-// RowWriter is an optional backend capability: copy all of src into dst starting at flat
-// element offset off (the KV cache append). Backends without it keep a host mirror of the
-// cache and upload it before each decode attention.
-type RowWriter interface {
-	WriteRows(dst backend.Buffer, off int, src backend.Buffer) error
-}
-
 // Model is a loaded checkpoint on a backend, with its KV cache.
 type Model struct {
 	// Cfg is read at every pass, so a test may change it after Load (a broken variant).
@@ -32,11 +19,18 @@ type Model struct {
 	Layers []*Layer
 	MaxLen int
 
+	mem  backend.Memory
 	pos  int             // tokens in the cache
 	step int             // decode steps run since the last prefill
 	want map[string]bool // requested taps (bare names: "embed", "layers.0.q", "logits")
 	taps map[string]*tensor.Tensor
-	tmp  []backend.Buffer // this pass's activations, freed when it ends
+
+	pool      map[string][]backend.Buffer // activations by dtype and shape, reused across passes
+	inUse     []backend.Buffer            // this pass's activations, back to the pool at its end
+	views     []backend.Buffer            // this pass's views, dropped at its end
+	positions backend.Buffer              // i32 [MaxLen+1]: 0..MaxLen; a pass's positions and cache_lens are views of it
+	logits    backend.Buffer              // f32 [1, V]: the last position's logits of the last pass
+	token     backend.Buffer              // i32 [1]: Sample's output
 }
 
 // Load reads dir/config.json and the safetensors checkpoint in dir and uploads the weights.
@@ -49,6 +43,10 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 	if maxLen < 1 || maxLen > cfg.MaxPositions {
 		return nil, fmt.Errorf("model: cache length %d: must be in 1..%d (max_position_embeddings)", maxLen, cfg.MaxPositions)
 	}
+	mem, ok := be.(backend.Memory)
+	if !ok {
+		return nil, fmt.Errorf("model: backend %s has no device views and copies (backend.Memory)", be.Info().Backend)
+	}
 	ck, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, err
@@ -58,7 +56,7 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 	}
-	m := &Model{Cfg: *cfg, be: be, w: w, MaxLen: maxLen}
+	m := &Model{Cfg: *cfg, be: be, w: w, MaxLen: maxLen, mem: mem, pool: map[string][]backend.Buffer{}}
 	if cfg.TiedHead {
 		m.w["head"] = m.w["embed"]
 	} else if m.w["head"] == nil {
@@ -76,11 +74,37 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown")},
 		})
 	}
-	if err := m.Reset(); err != nil {
+	if err := m.allocState(); err != nil {
 		m.Close()
 		return nil, err
 	}
 	return m, nil
+}
+
+// allocState allocates what lives as long as the model: KV caches, the positions table and
+// the last logits and token.
+func (m *Model) allocState() error {
+	c := &m.Cfg
+	for _, l := range m.Layers {
+		cache, err := newCache(m.be, m.MaxLen, c.KVHeads, c.HeadDim)
+		if err != nil {
+			return err
+		}
+		l.Attn.cache = cache
+	}
+	pos := make([]int32, m.MaxLen+1)
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	var err error
+	if m.positions, err = m.be.Upload(tensor.FromI32([]int{len(pos)}, pos)); err != nil {
+		return err
+	}
+	if m.logits, err = m.be.Alloc(tensor.F32, 1, c.Vocab); err != nil {
+		return err
+	}
+	m.token, err = m.be.Alloc(tensor.I32, 1)
+	return err
 }
 
 // Close frees the weights and the cache.
@@ -95,22 +119,16 @@ func (m *Model) Close() {
 	for _, l := range m.Layers {
 		l.Attn.cache.free()
 	}
-	m.freeTmp()
+	for _, b := range []backend.Buffer{m.positions, m.logits, m.token} {
+		if b != nil {
+			b.Free()
+		}
+	}
+	m.freePool()
 }
 
-// Reset empties the KV cache.
-func (m *Model) Reset() error {
-	for _, l := range m.Layers {
-		l.Attn.cache.free()
-		c, err := newCache(m.be, m.MaxLen, m.Cfg.KVHeads, m.Cfg.HeadDim)
-		if err != nil {
-			return err
-		}
-		l.Attn.cache = c
-	}
-	m.pos, m.step = 0, 0
-	return nil
-}
+// Reset empties the KV cache (its memory is kept and overwritten by the next prefill).
+func (m *Model) Reset() { m.pos, m.step = 0, 0 }
 
 // Pos is the number of tokens in the KV cache.
 func (m *Model) Pos() int { return m.pos }
@@ -132,24 +150,60 @@ func (m *Model) Taps() map[string]*tensor.Tensor {
 	return t
 }
 
-// Prefill runs the prompt from an empty cache and returns the logits [T, V] (f32).
+// Prefill runs the prompt from an empty cache and returns the last position's logits
+// [1, V] (f32). The logits of every position are computed only when the "logits" tap is
+// requested.
 func (m *Model) Prefill(ids []int32) (*tensor.Tensor, error) {
-	if err := m.Reset(); err != nil {
+	if err := m.PrefillOnDevice(ids); err != nil {
 		return nil, err
 	}
-	return m.forward(ids, "prefill.")
+	return m.be.Download(m.logits)
 }
 
 // Decode runs one token at the next position and returns its logits [1, V] (f32).
 func (m *Model) Decode(token int32) (*tensor.Tensor, error) {
+	if err := m.DecodeOnDevice(token); err != nil {
+		return nil, err
+	}
+	return m.be.Download(m.logits)
+}
+
+// PrefillOnDevice is Prefill leaving the logits on the device, for Sample or Logits.
+func (m *Model) PrefillOnDevice(ids []int32) error {
+	m.Reset()
+	return m.forward(ids, "prefill.")
+}
+
+// DecodeOnDevice is Decode leaving the logits on the device, for Sample or Logits.
+func (m *Model) DecodeOnDevice(token int32) error {
 	if m.pos == 0 {
-		return nil, fmt.Errorf("model: decode before prefill")
+		return fmt.Errorf("model: decode before prefill")
 	}
-	logits, err := m.forward([]int32{token}, fmt.Sprintf("decode.%d.", m.step))
-	if err == nil {
-		m.step++
+	if err := m.forward([]int32{token}, fmt.Sprintf("decode.%d.", m.step)); err != nil {
+		return err
 	}
-	return logits, err
+	m.step++
+	return nil
+}
+
+// Logits is the device buffer of the last pass's last-position logits, f32 [1, V]; the
+// next pass overwrites it.
+func (m *Model) Logits() backend.Buffer { return m.logits }
+
+// Sample draws the next token from the last pass's logits on the device (docs/sampling.md);
+// only the token comes back to the host.
+func (m *Model) Sample(cfg backend.SampleConfig) (int32, error) {
+	if m.pos == 0 {
+		return 0, fmt.Errorf("model: sample before prefill")
+	}
+	if err := m.be.Sample(m.token, m.logits, cfg); err != nil {
+		return 0, err
+	}
+	t, err := m.be.Download(m.token)
+	if err != nil {
+		return 0, err
+	}
+	return t.I32[0], nil
 }
 
 // pass is the state of one forward: its tokens, positions and tap prefix.
@@ -161,37 +215,29 @@ type pass struct {
 	posBuf backend.Buffer
 }
 
-func (m *Model) forward(ids []int32, prefix string) (logits *tensor.Tensor, err error) {
+func (m *Model) forward(ids []int32, prefix string) (err error) {
 	c := &m.Cfg
 	T := len(ids)
 	if T == 0 {
-		return nil, fmt.Errorf("model: no tokens")
+		return fmt.Errorf("model: no tokens")
 	}
 	if m.pos+T > m.MaxLen {
-		return nil, fmt.Errorf("model: %d tokens after %d exceed the cache length %d", T, m.pos, m.MaxLen)
+		return fmt.Errorf("model: %d tokens after %d exceed the cache length %d", T, m.pos, m.MaxLen)
 	}
 	if c.SlidingWindow > 0 && m.pos+T > c.SlidingWindow {
-		return nil, fmt.Errorf("model: sequence of %d tokens exceeds sliding_window = %d: windowed attention is not implemented", m.pos+T, c.SlidingWindow)
+		return fmt.Errorf("model: sequence of %d tokens exceeds sliding_window = %d: windowed attention is not implemented", m.pos+T, c.SlidingWindow)
 	}
 	for _, id := range ids {
 		if id < 0 || int(id) >= c.Vocab {
-			return nil, fmt.Errorf("model: token id %d outside the vocabulary 0..%d", id, c.Vocab-1)
+			return fmt.Errorf("model: token id %d outside the vocabulary 0..%d", id, c.Vocab-1)
 		}
 	}
-	defer m.freeTmp()
+	defer m.endPass()
 	defer recoverPass(&err)
 	p := &pass{m: m, prefix: prefix, T: T, pos0: m.pos}
-	positions := make([]int32, T)
-	for k := range positions {
-		positions[k] = int32(m.pos + k)
-	}
-	if p.posBuf, err = m.upload(tensor.FromI32([]int{T}, positions)); err != nil {
-		return nil, err
-	}
-	idBuf, err := m.upload(tensor.FromI32([]int{T}, ids))
-	if err != nil {
-		return nil, err
-	}
+	p.posBuf = p.rows(m.positions, m.pos, T)
+	idBuf := p.allocT(tensor.I32, T)
+	p.do(m.mem.Write(idBuf, tensor.FromI32([]int{T}, ids)))
 	x := p.alloc(T, c.Hidden)
 	p.do(m.be.Embedding(x, idBuf, m.w["embed"]))
 	if pe := m.w["pos_embed"]; pe != nil {
@@ -206,23 +252,17 @@ func (m *Model) forward(ids []int32, prefix string) (logits *tensor.Tensor, err 
 	fn := p.alloc(T, c.Hidden)
 	Norm{W: m.w["final_norm"], B: m.w["final_norm_b"]}.Forward(p, fn, x)
 	p.tap("final_norm", fn)
-	out, err := m.alloc(tensor.F32, T, c.Vocab)
-	if err != nil {
-		return nil, err
-	}
-	p.do(m.be.Gemm(out, fn, m.w["head"], nil))
-	if perr := p.err(); perr != nil {
-		return nil, perr
-	}
-	logits, err = m.be.Download(out)
-	if err != nil {
-		return nil, err
-	}
 	if m.want["logits"] {
-		m.store(prefix+"logits", logits)
+		all := p.allocT(tensor.F32, T, c.Vocab)
+		p.do(m.be.Gemm(all, fn, m.w["head"], nil))
+		p.tap("logits", all)
+		p.do(m.mem.WriteRows(m.logits, 0, p.rows(all, T-1, 1)))
+	} else {
+		// Only the last position's logits feed the next token: one GEMV instead of T.
+		p.do(m.be.Gemm(m.logits, p.rows(fn, T-1, 1), m.w["head"], nil))
 	}
 	m.pos += T
-	return logits, nil
+	return nil
 }
 
 // Layer is one transformer block: pre-norm attention and pre-norm MLP with residuals.
@@ -293,9 +333,7 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 		p.tap(name("q_rope"), q)
 		p.tap(name("k_rope"), k)
 	}
-	if p.err() == nil {
-		p.do(a.cache.write(p.m, p.pos0, k, v))
-	}
+	p.do(a.cache.write(p.m.mem, p.pos0, k, v))
 	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
 	var out backend.Buffer
 	if p.pos0 == 0 {
@@ -303,17 +341,13 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 		p.do(be.AttentionPrefill(out, p.view(q, 1, T, nH, D), p.view(k, 1, T, nKV, D), p.view(v, 1, T, nKV, D), ac))
 	} else {
 		if T != 1 {
-			p.fail(fmt.Errorf("model: %d tokens after a non-empty cache: chunked prefill is not implemented", T))
+			p.do(fmt.Errorf("model: %d tokens after a non-empty cache: chunked prefill is not implemented", T))
 			return hn
 		}
-		lens, err := p.m.upload(tensor.FromI32([]int{1}, []int32{int32(p.pos0 + 1)}))
-		p.do(err)
-		kc, vc, err := a.cache.device(p.m)
-		p.do(err)
+		// cache_lens [1] = pos0+1, which the positions table holds at index pos0+1.
+		lens := p.rows(p.m.positions, p.pos0+1, 1)
 		out = p.alloc(1, nH, D)
-		if p.err() == nil {
-			p.do(be.AttentionDecode(out, p.view(q, 1, nH, D), kc, vc, lens, ac))
-		}
+		p.do(be.AttentionDecode(out, p.view(q, 1, nH, D), a.cache.k, a.cache.v, lens, ac))
 	}
 	attn := p.view(out, T, nH*D)
 	p.tap(name("attn"), attn)

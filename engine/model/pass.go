@@ -17,11 +17,6 @@ func (p *pass) do(err error) {
 	}
 }
 
-func (p *pass) fail(err error) { p.do(err) }
-
-// err is kept for readability at the end of a pass: errors have already unwound it.
-func (p *pass) err() error { return nil }
-
 // recoverPass turns a passError panic into err; other panics propagate.
 func recoverPass(err *error) {
 	if r := recover(); r != nil {
@@ -33,40 +28,54 @@ func recoverPass(err *error) {
 	}
 }
 
-// alloc returns an fp16 activation buffer freed when the pass ends.
-func (p *pass) alloc(shape ...int) backend.Buffer {
-	b, err := p.m.alloc(tensor.F16, shape...)
-	p.do(err)
+// alloc returns an fp16 activation buffer, returned to the pool when the pass ends.
+func (p *pass) alloc(shape ...int) backend.Buffer { return p.allocT(tensor.F16, shape...) }
+
+// allocT returns a buffer of dtype dt from the model's pool: after the first pass of a shape,
+// passes allocate nothing (a device allocation, and the free that synchronises the device,
+// would otherwise cost more than the ops of a decode step). Buffers are not zeroed: every
+// op writes all of its output.
+func (p *pass) allocT(dt tensor.DType, shape ...int) backend.Buffer {
+	m := p.m
+	key := poolKey(dt, shape)
+	var b backend.Buffer
+	if free := m.pool[key]; len(free) > 0 {
+		b, m.pool[key] = free[len(free)-1], free[:len(free)-1]
+	} else {
+		var err error
+		b, err = m.be.Alloc(dt, shape...)
+		p.do(err)
+	}
+	m.inUse = append(m.inUse, b)
 	return b
 }
 
-func (m *Model) alloc(dt tensor.DType, shape ...int) (backend.Buffer, error) {
-	b, err := m.be.Alloc(dt, shape...)
-	if err != nil {
-		return nil, err
+func poolKey(dt tensor.DType, shape []int) string { return dt.String() + tensor.ShapeString(shape) }
+
+// endPass returns the pass's buffers to the pool and drops its views.
+func (m *Model) endPass() {
+	for _, b := range m.inUse {
+		key := poolKey(b.DType(), b.Shape())
+		m.pool[key] = append(m.pool[key], b)
 	}
-	m.tmp = append(m.tmp, b)
-	return b, nil
+	for _, v := range m.views {
+		v.Free()
+	}
+	m.inUse, m.views = m.inUse[:0], m.views[:0]
 }
 
-func (m *Model) upload(t *tensor.Tensor) (backend.Buffer, error) {
-	b, err := m.be.Upload(t)
-	if err != nil {
-		return nil, err
+// freePool frees every pooled buffer (Close).
+func (m *Model) freePool() {
+	m.endPass()
+	for _, bs := range m.pool {
+		for _, b := range bs {
+			b.Free()
+		}
 	}
-	m.tmp = append(m.tmp, b)
-	return b, nil
+	m.pool = map[string][]backend.Buffer{}
 }
 
-func (m *Model) freeTmp() {
-	for _, b := range m.tmp {
-		b.Free()
-	}
-	m.tmp = nil
-}
-
-// view returns b under another shape of the same size: a real view where the backend has
-// one, else a copy through the host (a cost only backends without Viewer pay).
+// view returns b under another shape of the same size, without a copy.
 func (p *pass) view(b backend.Buffer, shape ...int) backend.Buffer {
 	if tensor.NumElements(shape) != tensor.NumElements(b.Shape()) {
 		panic(fmt.Sprintf("model: view of %s as %s", tensor.ShapeString(b.Shape()), tensor.ShapeString(shape)))
@@ -74,18 +83,18 @@ func (p *pass) view(b backend.Buffer, shape ...int) backend.Buffer {
 	if tensor.SameShape(b.Shape(), shape) {
 		return b
 	}
-	if v, ok := p.m.be.(Viewer); ok {
-		vb, err := v.View(b, shape...)
-		p.do(err)
-		p.m.tmp = append(p.m.tmp, vb)
-		return vb
-	}
-	t, err := p.m.be.Download(b)
+	v, err := p.m.mem.View(b, shape...)
 	p.do(err)
-	t.Shape = append([]int(nil), shape...)
-	vb, err := p.m.upload(t)
+	p.m.views = append(p.m.views, v)
+	return v
+}
+
+// rows returns rows [start, start+n) of b as a view.
+func (p *pass) rows(b backend.Buffer, start, n int) backend.Buffer {
+	v, err := p.m.mem.Rows(b, start, n)
 	p.do(err)
-	return vb
+	p.m.views = append(p.m.views, v)
+	return v
 }
 
 // tap copies b to the host under prefix+name when that tap was requested. Taps are stored
@@ -106,76 +115,35 @@ func (m *Model) store(name string, t *tensor.Tensor) {
 	m.taps[name] = tensor.FromF32(t.Shape, t.Float32())
 }
 
-// kvCache holds one layer's keys and values, [1, maxLen, nKV, D] each. Without a RowWriter
-// backend it keeps a host mirror and uploads it before each decode attention.
-type kvCache struct {
-	k, v   backend.Buffer
-	hk, hv *tensor.Tensor // host mirror (nil with a RowWriter)
-	dirty  bool
-}
+// kvCache holds one layer's keys and values, [1, maxLen, nKV, D] each, allocated once at
+// Load; a new prefill overwrites it from position 0 (attention reads only cache_lens rows).
+type kvCache struct{ k, v backend.Buffer }
 
 func newCache(be backend.Backend, maxLen, nKV, D int) (*kvCache, error) {
-	c := &kvCache{}
-	var err error
-	if c.k, err = be.Alloc(tensor.F16, 1, maxLen, nKV, D); err != nil {
+	k, err := be.Alloc(tensor.F16, 1, maxLen, nKV, D)
+	if err != nil {
 		return nil, err
 	}
-	if c.v, err = be.Alloc(tensor.F16, 1, maxLen, nKV, D); err != nil {
-		c.k.Free()
+	v, err := be.Alloc(tensor.F16, 1, maxLen, nKV, D)
+	if err != nil {
+		k.Free()
 		return nil, err
 	}
-	if _, ok := be.(RowWriter); !ok {
-		c.hk, c.hv = tensor.New(tensor.F16, 1, maxLen, nKV, D), tensor.New(tensor.F16, 1, maxLen, nKV, D)
-	}
-	return c, nil
+	return &kvCache{k, v}, nil
 }
 
 func (c *kvCache) free() {
-	if c == nil {
-		return
-	}
-	c.k.Free()
-	c.v.Free()
-}
-
-// write stores k, v [T, nKV, D] at positions pos..pos+T-1.
-func (c *kvCache) write(m *Model, pos int, k, v backend.Buffer) error {
-	row := k.Shape()[1] * k.Shape()[2]
-	if rw, ok := m.be.(RowWriter); ok {
-		if err := rw.WriteRows(c.k, pos*row, k); err != nil {
-			return err
-		}
-		return rw.WriteRows(c.v, pos*row, v)
-	}
-	for _, kv := range []struct {
-		dst *tensor.Tensor
-		src backend.Buffer
-	}{{c.hk, k}, {c.hv, v}} {
-		t, err := m.be.Download(kv.src)
-		if err != nil {
-			return err
-		}
-		copy(kv.dst.F16[pos*row:], t.F16)
-	}
-	c.dirty = true
-	return nil
-}
-
-// device returns the cache buffers, uploading the host mirror if it changed.
-func (c *kvCache) device(m *Model) (backend.Buffer, backend.Buffer, error) {
-	if c.hk != nil && c.dirty {
-		k, err := m.be.Upload(c.hk)
-		if err != nil {
-			return nil, nil, err
-		}
-		v, err := m.be.Upload(c.hv)
-		if err != nil {
-			k.Free()
-			return nil, nil, err
-		}
+	if c != nil {
 		c.k.Free()
 		c.v.Free()
-		c.k, c.v, c.dirty = k, v, false
 	}
-	return c.k, c.v, nil
+}
+
+// write stores k, v [T, nKV, D] at positions pos..pos+T-1, on the device.
+func (c *kvCache) write(mem backend.Memory, pos int, k, v backend.Buffer) error {
+	row := k.Shape()[1] * k.Shape()[2]
+	if err := mem.WriteRows(c.k, pos*row, k); err != nil {
+		return err
+	}
+	return mem.WriteRows(c.v, pos*row, v)
 }

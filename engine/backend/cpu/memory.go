@@ -1,0 +1,89 @@
+package cpu
+
+import (
+	"fmt"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+var _ backend.Memory = (*Backend)(nil)
+
+// slice returns the elements [lo, hi) of t's storage as a tensor of shape, sharing memory.
+func slice(t *tensor.Tensor, lo, hi int, shape []int) *tensor.Tensor {
+	v := &tensor.Tensor{DType: t.DType, Shape: append([]int(nil), shape...)}
+	switch t.DType {
+	case tensor.F16:
+		v.F16 = t.F16[lo:hi:hi]
+	case tensor.F32:
+		v.F32 = t.F32[lo:hi:hi]
+	case tensor.I32:
+		v.I32 = t.I32[lo:hi:hi]
+	}
+	return v
+}
+
+// View shares b's storage under another shape.
+func (*Backend) View(b backend.Buffer, shape ...int) (backend.Buffer, error) {
+	hb, err := host(b)
+	if err != nil {
+		return nil, fmt.Errorf("view: %w", err)
+	}
+	n := tensor.NumElements(hb.t.Shape)
+	if tensor.NumElements(shape) != n {
+		return nil, &backend.ArgError{Op: "view", Arg: "shape", Value: tensor.ShapeString(shape),
+			Reason: fmt.Sprintf("must hold the %d elements of %s", n, tensor.ShapeString(hb.t.Shape))}
+	}
+	return &buffer{t: slice(hb.t, 0, n, shape)}, nil
+}
+
+// Rows shares rows [start, start+n) of b's first dimension.
+func (*Backend) Rows(b backend.Buffer, start, n int) (backend.Buffer, error) {
+	hb, err := host(b)
+	if err != nil {
+		return nil, fmt.Errorf("rows: %w", err)
+	}
+	if err := backend.CheckRows(hb.t.Shape, start, n); err != nil {
+		return nil, err
+	}
+	row := tensor.NumElements(hb.t.Shape[1:])
+	shape := append([]int{n}, hb.t.Shape[1:]...)
+	return &buffer{t: slice(hb.t, start*row, (start+n)*row, shape)}, nil
+}
+
+// WriteRows copies src into dst from flat element offset off.
+func (*Backend) WriteRows(dst backend.Buffer, off int, src backend.Buffer) error {
+	ts, err := tensors("write_rows", dst, src)
+	if err != nil {
+		return err
+	}
+	d, s := ts[0], ts[1]
+	if err := backend.CheckWriteRows(d.DType, d.Shape, off, s.DType, s.Shape); err != nil {
+		return err
+	}
+	n := tensor.NumElements(s.Shape)
+	switch d.DType {
+	case tensor.F16:
+		copy(d.F16[off:off+n], s.F16)
+	case tensor.F32:
+		copy(d.F32[off:off+n], s.F32)
+	case tensor.I32:
+		copy(d.I32[off:off+n], s.I32)
+	}
+	return nil
+}
+
+// Write copies the host tensor t into dst.
+func (*Backend) Write(dst backend.Buffer, t *tensor.Tensor) error {
+	ts, err := tensors("write", dst)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckWrite(ts[0].DType, ts[0].Shape, t); err != nil {
+		return err
+	}
+	copy(ts[0].F16, t.F16)
+	copy(ts[0].F32, t.F32)
+	copy(ts[0].I32, t.I32)
+	return nil
+}
