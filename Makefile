@@ -51,10 +51,12 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzParseHeader -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
 	$(GO) test -run='^$$' -fuzz=FuzzParseConfig -fuzztime=$(FUZZTIME) ./engine/model/
+	$(GO) test -run='^$$' -fuzz=FuzzParseGolden -fuzztime=$(FUZZTIME) ./engine/sample/
 
 golden:
 	$(PYTHON) tools/gen-golden kernels --tier committed --out golden
 	$(PYTHON) tools/gen-golden models --tier committed --out golden
+	$(PYTHON) tools/gen-golden sampling --out golden
 
 # Full-scale sets: ~2 GB of kernel cases, and Qwen2.5-0.5B, Phi-3-mini-4k (~17 GB of RAM to
 # generate) and GPT-2 124M model sets with synthetic weights.
@@ -66,6 +68,7 @@ golden-full:
 golden-check:
 	$(PYTHON) tools/gen-golden kernels --tier committed --out golden --check
 	$(PYTHON) tools/gen-golden models --tier committed --out golden --check
+	$(PYTHON) tools/gen-golden sampling --out golden --check
 
 golden-verify:
 	$(GO) run ./cmd/touchstone golden verify

@@ -93,9 +93,31 @@ type Kernels interface {
 	Softmax(out, x Buffer) error
 }
 
+// SampleConfig configures seeded sampling as docs/sampling.md defines it.
+type SampleConfig struct {
+	Temperature float32 // 0 = greedy, else finite and > 0
+	TopK        int     // 0 = off
+	TopP        float32 // in (0, 1]; 1 = off
+	Seed        uint64  // the Philox key
+	Step        uint64  // the token's position in the generation; row r uses counter (Step, r)
+}
+
+// Sampler draws tokens from logits, bit-exactly as docs/sampling.md specifies, so that the
+// reference, the cpu backend and the GPU agree token for token.
+type Sampler interface {
+	// Sample writes one token per row of the fp32 logits [rows, vocab] into the i32 tokens
+	// [rows]. Bad logits (NaN, +inf, a row all -inf) are errors; a backend that checks them
+	// on the device reports them at the next Download or Synchronize.
+	Sample(tokens, logits Buffer, cfg SampleConfig) error
+	// Philox writes the raw Philox4x32-10 stream into out, i32 [n, 4] holding the uint32
+	// words' bits: row i is the output for key seed and counter (step + i, row).
+	Philox(out Buffer, seed, step uint64, row uint32) error
+}
+
 // Backend is a device plus the ops it runs.
 type Backend interface {
 	Kernels
+	Sampler
 	Info() DeviceInfo
 	// Supports reports whether the backend implements an op (golden op name, such as
 	// "rope"), so a suite reports an unclaimed op as skipped instead of failing it.

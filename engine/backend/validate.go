@@ -251,3 +251,31 @@ func CheckSoftmax(out, x Buffer) error {
 func IndexError(op, arg string, i, value int, reason string) error {
 	return &ArgError{Op: op, Arg: arg + "[" + fmtI(i) + "]", Value: fmtI(value), Reason: reason}
 }
+
+// CheckSample validates a Sample call: logits f32 [rows, vocab], tokens i32 [rows], and the
+// config ranges of docs/sampling.md. The logit values are checked by the backends.
+func CheckSample(tokens, logits Buffer, cfg SampleConfig) error {
+	c := Validate("sample")
+	c.DType("logits", logits, tensor.F32)
+	c.Rank("logits", logits, 2)
+	t, p := float64(cfg.Temperature), float64(cfg.TopP)
+	c.That(t >= 0 && !math.IsInf(t, 0), "temperature", fmtF(cfg.Temperature), "must be 0 (greedy) or positive and finite")
+	c.That(cfg.TopK >= 0 && cfg.TopK <= math.MaxInt32, "top_k", fmtI(cfg.TopK), "must be 0 (off) or a positive int32")
+	c.That(p > 0 && p <= 1, "top_p", fmtF(cfg.TopP), "must be in (0, 1]")
+	if c.Err() == nil {
+		c.DType("tokens", tokens, tensor.I32)
+		c.Shape("tokens", tokens, logits.Shape()[:1], "[rows] of logits")
+	}
+	return c.Err()
+}
+
+// CheckPhilox validates a Philox call: out i32 [n, 4] with n >= 1.
+func CheckPhilox(out Buffer) error {
+	c := Validate("philox")
+	c.DType("out", out, tensor.I32)
+	c.Rank("out", out, 2)
+	if c.Err() == nil {
+		c.That(out.Shape()[1] == 4, "out", describe(out), "must be [n, 4]: one row of four words per counter")
+	}
+	return c.Err()
+}

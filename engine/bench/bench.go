@@ -113,19 +113,18 @@ func (r *Runner) flush() error { return r.p.ResidualAdd(r.flushA, r.flushA, r.fl
 
 // Run times one case.
 func (r *Runner) Run(c Case) (*Result, error) {
-	src := conformance.Memory{Params: json.RawMessage(c.Params), Tensors: conformance.RandomInputs(r.options.Seed, c.Inputs)}
-	prep, err := conformance.Prepare(r.p, c.Op, src)
+	launch, free, err := r.prepare(c)
 	if err != nil {
-		return nil, fmt.Errorf("bench %s: %w", c.Name, err)
+		return nil, err
 	}
-	defer prep.Free()
+	defer free()
 	timer, err := r.p.NewTimer()
 	if err != nil {
 		return nil, err
 	}
 	defer timer.Close()
 	for i := 0; i < r.options.Warmup; i++ {
-		if err := prep.Launch(); err != nil {
+		if err := launch(); err != nil {
 			return nil, fmt.Errorf("bench %s: %w", c.Name, err)
 		}
 	}
@@ -137,7 +136,7 @@ func (r *Runner) Run(c Case) (*Result, error) {
 		if err := timer.Start(); err != nil {
 			return nil, err
 		}
-		if err := prep.Launch(); err != nil {
+		if err := launch(); err != nil {
 			return nil, fmt.Errorf("bench %s: %w", c.Name, err)
 		}
 		d, err := timer.Stop()
@@ -148,6 +147,19 @@ func (r *Runner) Run(c Case) (*Result, error) {
 	}
 	res.summarise(r.copyBW)
 	return res, nil
+}
+
+// prepare uploads a case's inputs and returns its launch and the release of its buffers.
+func (r *Runner) prepare(c Case) (func() error, func(), error) {
+	if c.Op == SampleOp {
+		return prepareSample(r.p, c, r.options.Seed)
+	}
+	src := conformance.Memory{Params: json.RawMessage(c.Params), Tensors: conformance.RandomInputs(r.options.Seed, c.Inputs)}
+	prep, err := conformance.Prepare(r.p, c.Op, src)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench %s: %w", c.Name, err)
+	}
+	return prep.Launch, prep.Free, nil
 }
 
 func (res *Result) summarise(copyBW float64) {

@@ -62,6 +62,10 @@ func Cases() []Case {
 			Bytes: 2*2*elems(rows, 32, 128)*f16 + 2*rows*i32},
 		{Name: "softmax 128x151936 f32", Op: "softmax", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F32, []int{128, 151936}, normal(3, 0))}, Bytes: 2 * elems(128, 151936) * f32},
+		// One token per call at Qwen2.5's vocabulary: greedy, full-vocabulary nucleus, top-k.
+		sampleCase("sample greedy V=151936", 151936, `{"temperature": 0, "top_k": 0, "top_p": 1, "seed": 7}`),
+		sampleCase("sample T=0.8 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 0, "top_p": 0.95, "seed": 7}`),
+		sampleCase("sample T=0.8 top_k=40 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7}`),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
 		prefill("attention_prefill qwen2.5-0.5b S=2048", 1, 2048, 14, 2, 64),

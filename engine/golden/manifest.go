@@ -57,6 +57,7 @@ const (
 	RoleCheckpoint = "checkpoint"
 	KindKernel     = "kernel"
 	KindModel      = "model"
+	KindSampling   = "sampling"
 	TierCommitted  = "committed"
 	TierFull       = "full"
 )

@@ -36,10 +36,14 @@ func Load(dir string) (*Set, error) {
 
 func (s *Set) manifestPath() string { return filepath.Join(s.Dir, ManifestName) }
 
-// ID names the set in reports: "<op>/<case>" for kernels, "<model>/<case>" for models.
+// ID names the set in reports: "<op>/<case>" for kernels, "<model>/<case>" for models,
+// "sampling/<case>" for sampling sets.
 func (s *Set) ID() string {
-	if s.Manifest.Kind == KindModel {
+	switch s.Manifest.Kind {
+	case KindModel:
 		return s.Manifest.Model + "/" + s.Manifest.Case
+	case KindSampling:
+		return "sampling/" + s.Manifest.Case
 	}
 	return s.Manifest.Op + "/" + s.Manifest.Case
 }

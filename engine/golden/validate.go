@@ -39,8 +39,12 @@ func (m *Manifest) validate() []error {
 		if err := checkIdent(m.Model); err != nil {
 			bad("model: %v", err)
 		}
+	case KindSampling:
+		if m.Op != "" || m.Model != "" {
+			bad("op %q / model %q set on a sampling set (sampling sets name their case only)", m.Op, m.Model)
+		}
 	default:
-		bad("kind %q: want %q or %q", m.Kind, KindKernel, KindModel)
+		bad("kind %q: want %q, %q or %q", m.Kind, KindKernel, KindModel, KindSampling)
 	}
 	if err := checkIdent(m.Case); err != nil {
 		bad("case: %v", err)
@@ -119,6 +123,10 @@ func (m *Manifest) validateFiles() []error {
 				errs = append(errs, fmt.Errorf("files: no %q file (a kernel set needs inputs and expected outputs)", r))
 			}
 		}
+	}
+	// A sampling set keeps its expected tokens in params; without logits it has nothing to draw from.
+	if m.Kind == KindSampling && roles[RoleInput] == 0 {
+		errs = append(errs, fmt.Errorf("files: no %q file (a sampling set needs its logits)", RoleInput))
 	}
 	// A model set without a checkpoint has nothing to run, and one without expected taps
 	// would pass any forward pass.

@@ -236,9 +236,35 @@ def softmax(t, p):
         "torch.softmax(x, dim=-1, dtype=torch.float32)"
 
 
+def sample(t, p):
+    """The usual PyTorch sampling step (as in Hugging Face's warpers): argmax when greedy, else
+    top-k, temperature, softmax, sort, cumsum for top-p, multinomial; the token stays on the
+    device, like touchstone's."""
+    logits = t.randn("logits", 3.0)[0]
+    temp, top_k, top_p = float(p["temperature"]), int(p["top_k"]), float(p["top_p"])
+    gen = torch.Generator(device=logits.device).manual_seed(int(p["seed"]))
+    if temp == 0:
+        return (lambda: torch.argmax(logits)), "torch.argmax(logits)"
+
+    def call():
+        x = logits
+        if top_k > 0:
+            v, idx = torch.topk(x, top_k)
+        else:
+            v, idx = torch.sort(x, descending=True)
+        probs = torch.softmax(v / temp, dim=-1)
+        if top_p < 1:
+            cum = torch.cumsum(probs, dim=-1)
+            probs = probs.masked_fill(cum - probs >= top_p, 0)
+        return idx[torch.multinomial(probs, 1, generator=gen)]
+    desc = ("topk" if top_k > 0 else "sort") + ", softmax(v/T), " + \
+        ("cumsum top-p mask, " if top_p < 1 else "") + "multinomial"
+    return call, desc
+
+
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual, rope,
                                attention_prefill, attention_decode, swiglu, swiglu_ffn, gelu,
-                               gelu_tanh, pos_embedding, embedding, gemm, softmax)}
+                               gelu_tanh, pos_embedding, embedding, gemm, softmax, sample)}
 
 
 # ------------------------------------------------------------------------------------------------

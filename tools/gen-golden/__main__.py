@@ -3,7 +3,8 @@
     python3 tools/gen-golden kernels [--tier committed|full] [--out DIR] [--op NAME]... [--check]
     python3 tools/gen-golden models [--tier committed|full] [--out DIR] [--model NAME]... [--check]
     python3 tools/gen-golden models --checkpoint DIR --name NAME [--tier full] [--check]
-    python3 tools/gen-golden selftest [--only kernels|models] [--set DIR]...
+    python3 tools/gen-golden sampling [--out DIR] [--check]
+    python3 tools/gen-golden selftest [--only kernels|sampling|models] [--set DIR]...
 """
 
 import os
@@ -40,6 +41,7 @@ import manifest  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED_BUDGET = 16_000_000  # bytes, `du -sb golden/kernels`
 MODELS_COMMITTED_BUDGET = 4_000_000  # bytes, `du -sb golden/models`
+SAMPLING_BUDGET = 4_000_000  # bytes, `du -sb golden/sampling`
 PINNED_TORCH = "2.11.0"
 PINNED_NUMPY = ("2.4.6", "2.5.2")
 PINNED_TRANSFORMERS = "5.17.0"
@@ -266,6 +268,39 @@ def cmd_models(args):
     return 0
 
 
+def cmd_sampling(args):
+    """Sampling sets: one committed tier, golden/sampling/<set>/."""
+    import sampling_sets
+    out = args.out if args.out is not None else os.path.join(REPO, "golden")
+    setup_torch()
+    t0 = time.time()
+    have_dir = os.path.join(out, "sampling")
+    if args.check:
+        with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
+            sampling_sets.generate(tmp)
+            fresh_dir = os.path.join(tmp, "sampling")
+            # every directory under sampling/ is a set of the table or stale: all of it is ours
+            problems = compare_trees(fresh_dir, have_dir, list_files(fresh_dir),
+                                     list_files(have_dir))
+        for p in problems:
+            print(p)
+        if problems:
+            print("check FAILED: %d file(s) differ from a fresh generation (%.1fs)"
+                  % (len(problems), time.time() - t0))
+            return 1
+        print("check OK: %s is byte-identical to a fresh generation (%.1fs)"
+              % (have_dir, time.time() - t0))
+        return 0
+    n_sets, n_bytes = sampling_sets.generate(out)
+    print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
+    du = manifest.tree_size(have_dir)
+    print("%s: %d bytes (du -sb), budget %d" % (have_dir, du, SAMPLING_BUDGET))
+    if du > SAMPLING_BUDGET:
+        print("error: sampling sets exceed their size budget", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_selftest(args):
     setup_torch()
     import selftest
@@ -274,6 +309,9 @@ def cmd_selftest(args):
         sys.exit("--set DIR goes with --only models")
     if args.only in (None, "kernels"):
         rc = selftest.run()
+    if rc == 0 and args.only in (None, "sampling"):
+        import selftest_sampling
+        rc = selftest_sampling.run()
     if rc == 0 and args.only in (None, "models"):
         setup_models()
         import selftest_models
@@ -317,9 +355,17 @@ def main(argv=None):
                    help="generate into a temporary directory and compare byte for byte with "
                         "DIR; exit 1 listing differing, missing and extra files")
     m.set_defaults(func=cmd_models)
+    sp = sub.add_parser("sampling", help="write the sampling golden sets (docs/sampling.md)")
+    sp.add_argument("--out", metavar="DIR",
+                    help="root directory; sets go to DIR/sampling/<set>/ (default: the "
+                         "repository's golden/)")
+    sp.add_argument("--check", action="store_true",
+                    help="generate into a temporary directory and compare byte for byte with "
+                         "DIR; exit 1 listing differing, missing and extra files")
+    sp.set_defaults(func=cmd_sampling)
     s = sub.add_parser("selftest", help="check the references against independent numpy code")
-    s.add_argument("--only", choices=("kernels", "models"),
-                   help="run only the kernel or only the model checks")
+    s.add_argument("--only", choices=("kernels", "sampling", "models"),
+                   help="run only the kernel, the sampling or the model checks")
     s.add_argument("--set", action="append", metavar="DIR",
                    help="with --only models: check these existing model set directories (e.g. a "
                         "full-size or --layers set) instead of building the committed ones")

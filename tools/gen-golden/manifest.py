@@ -149,18 +149,56 @@ def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, ten
     return len(entries) + 1, total + len(text)
 
 
+def write_sampling_set(set_dir, *, case, tier, seed, params, logits):
+    """Write one sampling set into set_dir (removed first): logits.npy (fp32 [R, V], role input)
+    and manifest.json (docs/golden-format.md, "Sampling sets"). Returns (files, bytes)."""
+    if os.path.lexists(set_dir):
+        shutil.rmtree(set_dir)
+    os.makedirs(set_dir)
+    if logits.dtype != torch.float32:
+        raise TypeError("sampling logits must be f32")
+    entry, size = write_tensor(set_dir, "logits", logits, "input")
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "generator": generator_info(),
+        "kind": "sampling",
+        "case": case,
+        "tier": tier,
+        "seed": seed,
+        "params": params,
+        "files": [entry],
+    }
+    text = manifest_text(manifest).encode("ascii")
+    with open(os.path.join(set_dir, "manifest.json"), "wb") as f:
+        f.write(text)
+    return 2, size + len(text)
+
+
 def manifest_text(manifest):
-    """JSON laid out like the example in docs/golden-format.md: one top-level key per line, each
-    files entry on one line, params and generator inline. Deterministic: keys keep insertion order,
+    """JSON laid out like the examples in docs/golden-format.md: one top-level key per line, each
+    files entry on one line, params and generator inline (a sampling set's params one key per
+    line, each case and stream on one line). Deterministic: keys keep insertion order,
     floats use Python's shortest repr (1e-06, 1000000.0), and the text ends with a newline."""
     def inline(v):
-        return json.dumps(v, separators=(", ", ": "))
+        return json.dumps(v, separators=(", ", ": "), allow_nan=False)
+
+    def rows(items, indent):
+        return ",\n".join(indent + inline(e) for e in items)
 
     lines = []
     for key, value in manifest.items():
         if key == "files":
-            rows = ",\n".join("    " + inline(e) for e in value)
-            lines.append('  "files": [\n%s\n  ]' % rows)
+            lines.append('  "files": [\n%s\n  ]' % rows(value, "    "))
+        elif key == "params" and manifest.get("kind") == "sampling":
+            # Sampling sets hold hundreds of cases: one per line, likewise each RNG stream, so a
+            # regenerated set diffs case by case.
+            inner = []
+            for k, v in value.items():
+                if isinstance(v, list) and v and isinstance(v[0], dict):
+                    inner.append('    %s: [\n%s\n    ]' % (json.dumps(k), rows(v, "      ")))
+                else:
+                    inner.append("    %s: %s" % (json.dumps(k), inline(v)))
+            lines.append('  "params": {\n%s\n  }' % ",\n".join(inner))
         else:
             lines.append("  %s: %s" % (json.dumps(key), inline(value)))
     return "{\n" + ",\n".join(lines) + "\n}\n"

@@ -4,8 +4,9 @@ decoding through the KV cache (docs/golden-format.md, "Model sets").
 One set per model: golden/models/<model>/ (committed tiny variants) or
 golden/.cache/models/<model>/ (full size, or a real checkpoint given with --checkpoint). A set holds
 the checkpoint the Go side loads (config.json + model.safetensors, fp16 for synthetic ones), the
-prompt, the taps of the prefill and of the first `decode_steps` decode steps, and the 32 greedy
-tokens with their top-2 margins and top-5 lists.
+prompt, the taps of the prefill and of the first `decode_steps` decode steps, the 32 greedy
+tokens with their top-2 margins and top-5 lists, and 32 tokens of seeded generation from the same
+prompt (docs/sampling.md, through sampling.py) with their model margins.
 
 The reference is transformers itself (Qwen2ForCausalLM, Phi3ForCausalLM, GPT2LMHeadModel) loaded
 with from_pretrained from the set's own checkpoint files, upcast to fp32, eager attention, on the
@@ -28,12 +29,19 @@ import torch
 
 import kernels
 import manifest
+import sampling
 
 F16, F32, F64, I32 = torch.float16, torch.float32, torch.float64, torch.int32
 
 CASE = "greedy32"
 PROMPT_LEN = 16
 GREEDY_TOKENS = 32
+# Seeded generation (docs/sampling.md) from the same prompt: a typical chat configuration, whose
+# temperature and top_p are the fp32 values a C caller passes (0.8f, 0.95f).
+SAMPLE_TOKENS = 32
+SAMPLE_TEMPERATURE = sampling.f32(0.8)
+SAMPLE_TOP_K = 40
+SAMPLE_TOP_P = sampling.f32(0.95)
 COMMITTED, FULL = "committed", "full"
 SYNTHETIC, CHECKPOINT = "synthetic", "checkpoint"
 
@@ -206,6 +214,13 @@ def with_layers(spec, n_layers):
 def set_seed(model):
     """The set's 32-bit seed: sha256("<master>:models/<model>/<case>")[:4], big-endian."""
     return kernels.case_seed("models/" + model, CASE)
+
+
+def sample_seed(model):
+    """The RNG key of a set's seeded generation: sha256("<master>:models/<model>/sample32")[:8],
+    big-endian, a uint64 (so both Philox key words are exercised)."""
+    text = "%d:models/%s/sample%d" % (kernels.MASTER_SEED, model, SAMPLE_TOKENS)
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
 
 
 def tensor_seed(seed, name):
@@ -729,7 +744,7 @@ def top_k_stable(logits, k):
     return order[:k]
 
 
-def run_reference(set_dir, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKENS):
+def run_reference(model, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKENS):
     """Prefill + greedy decoding through the KV cache with taps. Returns (taps, tokens, margins,
     top5) where taps is {file name stem: f32 tensor} in canonical order."""
     d = dims(family, cfg)
@@ -737,8 +752,6 @@ def run_reference(set_dir, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TO
     if len(prompt) + n_tokens > d.P:
         raise RuntimeError("prompt + generation (%d) exceeds the model's %d positions"
                            % (len(prompt) + n_tokens, d.P))
-    model = load_model(set_dir, family)
-    check_loaded_weights(model, set_dir)
     rec = Recorder(model, family, d)
     rec.install()
     tokens, margins, top5 = [], [], []
@@ -780,6 +793,28 @@ def run_reference(set_dir, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TO
             torch.tensor(top5, dtype=I32))
 
 
+def run_sampled(model, prompt, seed, n_tokens=SAMPLE_TOKENS):
+    """Seeded generation through the KV cache from the same prompt: token j is sampled from the
+    fp32 logits that precede it (prefill row P-1 for j = 0, then the decode step that fed token
+    j-1) with sampling.py at step j, row 0, and fed back. Returns (tokens, model margins), the
+    margin in logit units (sampling.model_margin; +inf when nothing could change the token)."""
+    tokens, margins = [], []
+    with torch.no_grad():
+        out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
+        for j in range(n_tokens):
+            logits = out.logits[0, -1]
+            assert logits.dtype == F32
+            res = sampling.sample_row(logits.numpy(), SAMPLE_TEMPERATURE, SAMPLE_TOP_K,
+                                      SAMPLE_TOP_P, seed, j, row=0)
+            tokens.append(res.token)
+            margins.append(math.inf if res.model_margin is None else res.model_margin)
+            if j == n_tokens - 1:
+                break
+            out = model(input_ids=torch.tensor([[res.token]], dtype=torch.int64),
+                        past_key_values=out.past_key_values, use_cache=True)
+    return torch.tensor(tokens, dtype=I32), torch.tensor(margins, dtype=F64)
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing a set
 
@@ -816,7 +851,12 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         raise SystemExit("%s: model_type %r is not family %s" % (set_dir, mt, family))
     d = dims(family, cfg)
     prompt = prompt_ids(d.V)
-    taps, tokens, margins, top5 = run_reference(set_dir, family, cfg, prompt, decode_steps)
+    model = load_model(set_dir, family)
+    check_loaded_weights(model, set_dir)
+    taps, tokens, margins, top5 = run_reference(model, family, cfg, prompt, decode_steps)
+    s_seed = sample_seed(name)
+    s_tokens, s_margins = run_sampled(model, prompt, s_seed)
+    del model
 
     params = {
         "family": family,
@@ -825,12 +865,16 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         "decode_steps": decode_steps,
         "greedy_tokens": GREEDY_TOKENS,
         "margin_epsilon": margin_epsilon,
+        "sample": {"temperature": SAMPLE_TEMPERATURE, "top_k": SAMPLE_TOP_K,
+                   "top_p": SAMPLE_TOP_P, "seed": s_seed, "tokens": SAMPLE_TOKENS},
     }
     tensors = [("prompt_ids", prompt, "input")]
     tensors += [(k, v, "expected") for k, v in taps.items()]
     tensors += [("greedy_tokens", tokens, "expected"),
                 ("greedy_top2_margin", margins.to(F32), "expected"),
-                ("greedy_top5", top5, "expected")]
+                ("greedy_top5", top5, "expected"),
+                ("sample_tokens", s_tokens, "expected"),
+                ("sample_margin", s_margins.to(F32), "expected")]
     return manifest.write_model_set(set_dir, model=name, case=CASE, tier=tier, seed=seed,
                                     params=params, checkpoint=ckpt, tensors=tensors)
 

@@ -19,7 +19,11 @@ must be byte-identical), then read back from its files only:
   - each decode step's logits equal the last row of a cache-free transformers forward over the
     same sequence; greedy tokens, margins and top-5 lists follow from the logits taps, and
     transformers' own generate() produces the same 32 tokens;
-  - the margin epsilon is at least twice the top-2-margin drift of an fp16 run of the same model.
+  - the margin epsilon is at least twice the top-2-margin drift of an fp16 run of the same model;
+  - seeded generation: token 0 and its margin follow exactly from prefill.logits, every sampled
+    token from a cache-free forward over the sampled sequence (sampling.py), and the fp16 run,
+    teacher-forced on the sampled tokens, samples the reference token at every step whose margin
+    reaches the epsilon (so sample_margin is honest).
 `selftest --set DIR` runs the read-back checks on existing set directories instead (for example a
 full-size set, or a --layers smoke set).
 """
@@ -36,10 +40,13 @@ import numpy as np
 import torch
 
 import models
+import sampling
 
 NPY_MAGIC = b"\x93NUMPY\x01\x00"
 NP_DTYPE = {"f16": "<f2", "f32": "<f4", "i32": "<i4"}
-PARAM_KEYS = ["family", "source", "prompt_ids", "decode_steps", "greedy_tokens", "margin_epsilon"]
+PARAM_KEYS = ["family", "source", "prompt_ids", "decode_steps", "greedy_tokens", "margin_epsilon",
+              "sample"]
+SAMPLE_KEYS = ["temperature", "top_k", "top_p", "seed", "tokens"]
 # fp32 reference vs float64 numpy: relative to the tap's largest magnitude.
 TAP_RTOL = 2e-4
 ROPE_RTOL = 5e-5
@@ -134,6 +141,14 @@ def check_format(s):
     check(p["decode_steps"] >= 8 and p["greedy_tokens"] == 32, "decode_steps/greedy_tokens")
     check(len(p["prompt_ids"]) == models.PROMPT_LEN, "prompt length")
     check(0 < p["margin_epsilon"] < 1, "margin_epsilon")
+    sp = p["sample"]
+    check(list(sp) == SAMPLE_KEYS, "sample keys %s" % list(sp))
+    check(sp["temperature"] == models.SAMPLE_TEMPERATURE and sp["top_k"] == models.SAMPLE_TOP_K
+          and sp["top_p"] == models.SAMPLE_TOP_P and sp["tokens"] == models.SAMPLE_TOKENS,
+          "sample config")
+    check(float(np.float32(sp["temperature"])) == sp["temperature"]
+          and float(np.float32(sp["top_p"])) == sp["top_p"], "sample floats are fp32 values")
+    check(sp["seed"] == models.sample_seed(m["model"]), "sample seed is the seed of the name")
 
     listed = [e["file"] for e in m["files"]]
     check(len(set(listed)) == len(listed), "file listed twice")
@@ -167,7 +182,9 @@ def check_format(s):
                          "expected"))
     want += [("greedy_tokens", "i32", [32], "expected"),
              ("greedy_top2_margin", "f32", [32], "expected"),
-             ("greedy_top5", "i32", [32, 5], "expected")]
+             ("greedy_top5", "i32", [32, 5], "expected"),
+             ("sample_tokens", "i32", [32], "expected"),
+             ("sample_margin", "f32", [32], "expected")]
     got = [(e["name"], e["dtype"], e["shape"], e["role"]) for e in m["files"][len(ckpt):]]
     if got != want:
         first = next((g, w) for g, w in zip(got + [None] * len(want), want + [None] * len(got))
@@ -526,21 +543,69 @@ def check_greedy(s):
     return worst
 
 
-def fp16_drift(s):
-    """Largest change of the reference's top-2 margin when the same model runs in fp16 (weights
-    and activations), teacher-forced on the reference tokens."""
+def sample_config(s):
+    sp = s.p["sample"]
+    return sp["temperature"], sp["top_k"], sp["top_p"], sp["seed"]
+
+
+def check_sampled(s):
+    """Seeded generation: token 0 and its margin follow exactly from the stored prefill logits;
+    every token follows from a cache-free transformers forward over the prompt and the sampled
+    tokens (whose logits differ from the cached run's in the last bits only, so tokens agree
+    wherever the margin is not tiny). Returns the largest margin difference."""
+    T, k, p, seed = sample_config(s)
+    tokens, margins = s.a("sample_tokens"), s.a("sample_margin")
+    check(np.all(margins >= 0), "negative sample margin")
+    check(np.all((tokens >= 0) & (tokens < s.dims.V)), "sample token out of the vocabulary")
+    r0 = sampling.sample_row(s.a("prefill.logits")[-1], T, k, p, seed, 0, row=0)
+    want0 = np.float32(np.inf if r0.model_margin is None else r0.model_margin)
+    check(tokens[0] == r0.token and margins[0] == want0,
+          "sample token 0 / margin do not follow from prefill.logits")
     prompt = np.array(s.p["prompt_ids"])
-    tokens, top5 = s.a("greedy_tokens"), s.a("greedy_top5")
+    seq = np.concatenate([prompt, tokens[:-1]])
+    model = models.load_model(s.dir, s.family)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(seq[None], dtype=torch.int64),
+                       use_cache=False).logits[0, len(prompt) - 1:]
+    del model
+    worst = 0.0
+    for j in range(models.SAMPLE_TOKENS):
+        r = sampling.sample_row(logits[j].numpy(), T, k, p, seed, j, row=0)
+        mm = np.inf if r.model_margin is None else r.model_margin
+        if margins[j] > 1e-3:
+            check(r.token == tokens[j], "sample token %d differs from a cache-free forward (margin "
+                  "%.4g)" % (j, margins[j]))
+            if np.isfinite(mm):
+                worst = max(worst, abs(mm - float(margins[j])))
+    check(worst < 1e-3, "sample margins differ from a cache-free forward by %.3g" % worst)
+    return worst
+
+
+def fp16_logits(s, tokens):
+    """fp16 and fp32 logits of the same model, teacher-forced on `tokens` (the predictions for
+    tokens[0..31]): [32, V] each, as float32 arrays."""
+    prompt = np.array(s.p["prompt_ids"])
     seq = torch.tensor(np.concatenate([prompt, tokens[:-1]])[None], dtype=torch.int64)
     out = {}
     for dt in (torch.float16, torch.float32):
         model = models.load_model(s.dir, s.family, dtype=dt)
         with torch.no_grad():
-            out[dt] = model(input_ids=seq).logits[0, len(prompt) - 1:].double().numpy()
+            out[dt] = model(input_ids=seq).logits[0, len(prompt) - 1:].float().numpy()
         del model
+    return out[torch.float16], out[torch.float32]
+
+
+def fp16_drift(s):
+    """Largest change of the reference's top-2 margin when the same model runs in fp16 (weights
+    and activations), teacher-forced on the reference tokens; and, teacher-forced on the sampled
+    tokens, whether the fp16 model samples the reference token at every step whose sample margin
+    reaches the epsilon (the margin is honest). Returns (drift, comparable steps, fp16 agreeing
+    at all steps)."""
+    tokens, top5 = s.a("greedy_tokens"), s.a("greedy_top5")
+    l16, l32 = (x.astype(np.float64) for x in fp16_logits(s, tokens))
     i = np.arange(32)
-    m16 = out[torch.float16][i, top5[:, 0]] - out[torch.float16][i, top5[:, 1]]
-    m32 = out[torch.float32][i, top5[:, 0]] - out[torch.float32][i, top5[:, 1]]
+    m16 = l16[i, top5[:, 0]] - l16[i, top5[:, 1]]
+    m32 = l32[i, top5[:, 0]] - l32[i, top5[:, 1]]
     drift = float(np.abs(m16 - m32).max())
     msg = "fp16 drift of the top-2 margin %.4f is more than half the margin epsilon %g" % (
         drift, s.p["margin_epsilon"])
@@ -548,7 +613,22 @@ def fp16_drift(s):
         check(drift * 2 <= s.p["margin_epsilon"], msg)
     elif drift * 2 > s.p["margin_epsilon"]:
         print("warning: %s: %s (a real checkpoint: the epsilon is a default)" % (s.dir, msg))
-    return drift
+
+    T, k, p, seed = sample_config(s)
+    tokens, margins = s.a("sample_tokens"), s.a("sample_margin")
+    l16, _ = fp16_logits(s, tokens)
+    eps = s.p["margin_epsilon"]
+    agree = 0
+    for j in range(models.SAMPLE_TOKENS):
+        t16 = sampling.sample_row(l16[j], T, k, p, seed, j, row=0).token
+        agree += int(t16 == tokens[j])
+        if margins[j] >= eps and t16 != tokens[j]:
+            msg = ("sample step %d: the fp16 model samples %d, the reference %d, although the "
+                   "margin %.4f reaches the epsilon %g" % (j, t16, tokens[j], margins[j], eps))
+            if s.p["source"] == "synthetic":
+                raise Fail(msg)
+            print("warning: %s: %s (a real checkpoint: the epsilon is a default)" % (s.dir, msg))
+    return drift, int((margins >= eps).sum()), agree
 
 
 def check_set(d, spec=None):
@@ -563,14 +643,17 @@ def check_set(d, spec=None):
         "rope": check_rope(s),
         "chain": check_chain(s),
         "decode": check_greedy(s),
+        "sampled": check_sampled(s),
         "fp16": fp16_drift(s),
     }
     mg = s.a("greedy_top2_margin")
+    drift, comparable, agree = res["fp16"]
     print("%-14s taps vs numpy fp64 %.1e, rope %.1e, chain %.1e, decode vs no-cache %.1e; "
-          "margins min %.3f median %.3f (%d < eps %g); fp16 margin drift %.4f"
+          "margins min %.3f median %.3f (%d < eps %g); fp16 margin drift %.4f; sampled: "
+          "margins vs no-cache %.1e, %d/32 steps >= eps, fp16 samples the same token at %d/32"
           % (s.m["model"], res["numpy"], res["rope"], res["chain"], res["decode"],
              float(mg.min()), float(np.median(mg)), int((mg < s.p["margin_epsilon"]).sum()),
-             s.p["margin_epsilon"], res["fp16"]), flush=True)
+             s.p["margin_epsilon"], drift, res["sampled"], comparable, agree), flush=True)
 
 
 def digests(root):

@@ -107,6 +107,22 @@ func ModelSets() ([]*golden.Set, error) {
 	return models, err
 }
 
+// SamplingSets discovers every sampling golden set at tree-construction time.
+func SamplingSets() ([]*golden.Set, error) {
+	root, err := GoldenRoot()
+	if err != nil {
+		return nil, err
+	}
+	all, err := golden.Discover(root)
+	var sets []*golden.Set
+	for _, s := range all {
+		if s.Manifest.Kind == golden.KindSampling {
+			sets = append(sets, s)
+		}
+	}
+	return sets, err
+}
+
 // Tolerances loads golden/tolerances.yaml.
 func Tolerances() (*compare.Tolerances, error) {
 	root, err := GoldenRoot()
