@@ -8,7 +8,8 @@
  *    cudaGetLastError; sticky errors (the context is unusable) are latched in runtime.cu;
  *  - ts::Validator, the argument checks every ts_* entry runs before any launch;
  *  - the device fault record that kernels fill when they see an out-of-range index in device
- *    data (positions, ids, cache_lens): runtime.cu owns it, kernels receive a pointer to it;
+ *    data (positions, ids, cache_lens) or a bad logit (sample): runtime.cu owns it, kernels
+ *    receive a pointer to it;
  *  - library state the ops need: the stream, the cuBLAS handles, workspaces, the SM count;
  *  - small device helpers: 16-byte fp16 vector loads/stores, warp and block reductions.
  */
@@ -146,7 +147,17 @@ std::mutex &blas_mutex();
 /* Library-owned device workspaces, grown on demand to the largest request and reused; freed by
  * ts_shutdown. Ops that share a slot must run on one stream (the library is not re-entrant
  * across concurrently running streams for the ops that use a workspace). */
-enum Workspace { WS_FFN = 0, WS_DECODE, WS_DECODE_COUNTERS, WS_GEMM, WS_CUBLASLT, WS_CUBLAS, WS_COUNT };
+enum Workspace {
+    WS_FFN = 0,
+    WS_DECODE,
+    WS_DECODE_COUNTERS,
+    WS_GEMM,
+    WS_CUBLASLT,
+    WS_CUBLAS,
+    WS_SAMPLE,          /* sample: per-row plans (bin offsets and masses), candidates, fault details */
+    WS_SAMPLE_COUNTERS, /* sample: per-row accumulators, bin totals and block counters, zero between calls */
+    WS_COUNT
+};
 int workspace(const char *op, Workspace slot, size_t bytes, void **ptr);
 
 /* Lets kernel take up to the device's opt-in shared memory per block (needed above 48 KiB) in
@@ -203,10 +214,15 @@ enum FaultKind {
     FAULT_ROPE_POSITION = 1,          /* rope: positions[i] < 0 */
     FAULT_POS_EMBEDDING_POSITION = 2, /* pos_embedding: positions[i] outside [0, table_rows) */
     FAULT_EMBEDDING_ID = 3,           /* embedding: ids[i] outside [0, table_rows) */
-    FAULT_DECODE_CACHE_LEN = 4        /* attention_decode: cache_lens[b] outside [1, max_len] */
+    FAULT_DECODE_CACHE_LEN = 4,       /* attention_decode: cache_lens[b] outside [1, max_len] */
+    /* Not indices but bad values: reported as TS_ERR_INVALID_ARGUMENT, as the host checks of the
+     * same op would be. */
+    FAULT_SAMPLE_LOGIT = 5,   /* sample: logits[index][value] is NaN or +inf (bound: its bits) */
+    FAULT_SAMPLE_ALL_NEG_INF = 6 /* sample: every logit of row index is -inf */
 };
 
-/* The first out-of-range index any kernel saw since the last check; claimed by atomicCAS. */
+/* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since
+ * the last check; claimed by atomicCAS. */
 struct FaultRecord {
     int claimed; /* 0 = empty */
     int kind;    /* FaultKind */

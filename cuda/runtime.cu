@@ -359,7 +359,9 @@ int workspace(const char *op, Workspace slot, size_t bytes, void **ptr) {
 
 namespace {
 
-/* Reads and clears the device fault record after the stream's work; TS_ERR_INDEX if set. */
+/* Reads and clears the device fault record after the stream's work: TS_ERR_INDEX for an
+ * out-of-range index, TS_ERR_INVALID_ARGUMENT for sample's bad logits (the spec makes those an
+ * error of the call, like its bad config values; they are only found on the device). */
 int check_faults(const char *op, cudaStream_t st) {
     std::lock_guard<std::mutex> lk(g.mu);
     TS_CHECK(op, cudaMemcpyAsync(g.h_fault, g.d_fault, sizeof(FaultRecord), cudaMemcpyDeviceToHost, st));
@@ -381,6 +383,17 @@ int check_faults(const char *op, cudaStream_t st) {
     case FAULT_DECODE_CACHE_LEN:
         return set_error(TS_ERR_INDEX, "attention_decode: cache_lens[%d] = %d: must be in [1, %d] (the cache capacity)", f.index,
                          f.value, f.bound);
+    /* Worded as the cpu backend words them (engine/sample), "op: arg = value: reason", so both
+     * backends give the same argument error. */
+    case FAULT_SAMPLE_LOGIT: {
+        float v;
+        std::memcpy(&v, &f.bound, sizeof v);
+        return set_error(TS_ERR_INVALID_ARGUMENT, "sample: logits[%d][%d] = %s: must be finite or -inf", f.index,
+                         f.value, std::isnan(v) ? "NaN" : "+Inf");
+    }
+    case FAULT_SAMPLE_ALL_NEG_INF:
+        return set_error(TS_ERR_INVALID_ARGUMENT, "sample: logits[%d] = all -inf: a row needs at least one finite logit",
+                         f.index);
     default:
         return set_error(TS_ERR_INDEX, "a kernel reported an out-of-range index (fault kind %d, index %d, value %d)",
                          f.kind, f.index, f.value);

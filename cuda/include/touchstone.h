@@ -16,7 +16,8 @@
  *    is a later addition); math is fp32; the logits/softmax path is fp32.
  *  - Ops are asynchronous on the stream. Index data that lives on the device (positions, ids,
  *    cache_lens) is range-checked by the kernels: the first out-of-range index is recorded
- *    and reported as TS_ERR_INDEX by the next ts_synchronize or ts_copy_to_host.
+ *    and reported as TS_ERR_INDEX by the next ts_synchronize or ts_copy_to_host. ts_sample
+ *    checks its logits the same way; a bad one is reported as TS_ERR_INVALID_ARGUMENT.
  *  - After a sticky CUDA error (an illegal address corrupts the context) every later call
  *    returns TS_ERR_STICKY with the message of the op that caused it; the process must restart.
  *  - Launch parameters are logged to stderr when TOUCHSTONE_LOG=debug.
@@ -32,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 1
+#define TS_ABI_VERSION 2
 
 typedef enum {
     TS_OK = 0,
@@ -96,11 +97,12 @@ int ts_malloc(void **ptr, size_t bytes);
 int ts_free(void *ptr);
 int ts_memset(void *dst, int byte_value, size_t bytes, void *stream);
 int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream);
-/* Waits for the stream, then copies; reports pending TS_ERR_INDEX faults first. */
+/* Waits for the stream, then copies; reports pending device faults first (TS_ERR_INDEX, or
+ * TS_ERR_INVALID_ARGUMENT for ts_sample's logits). */
 int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream);
 /* Device-to-device copy, asynchronous on the stream (a KV-cache append, say). */
 int ts_copy_device(void *dst, const void *src, size_t bytes, void *stream);
-/* Waits for the stream; reports pending TS_ERR_INDEX faults and sticky errors. */
+/* Waits for the stream; reports pending device faults (as ts_copy_to_host) and sticky errors. */
 int ts_synchronize(void *stream);
 
 /* Timers for benchmarks: CUDA events recorded on a stream. */
@@ -201,6 +203,31 @@ typedef struct {
     int n;
 } ts_softmax_config;
 
+/* sample: one token per row of fp32 logits [rows, vocab] into int32 tokens [rows], exactly as
+ * docs/sampling.md defines it (Philox4x32-10 keyed by seed, counter (step, row); greedy when
+ * temperature is 0; top-k, temperature, top-p, then the draw, in fp64 over the canonical
+ * order). Logits are checked on the device: a row with a NaN or +inf logit, or with every
+ * logit -inf, gets token -1 and the fault is reported by the next ts_synchronize or
+ * ts_copy_to_host. The logits never leave the device; scratch space is a library workspace. */
+typedef struct {
+    int rows;
+    int vocab;
+    float temperature; /* 0 = greedy, else finite and > 0 */
+    int top_k;         /* 0 = off, else >= 1 (values above vocab keep every token) */
+    float top_p;       /* in (0, 1]; 1 = off */
+    uint64_t seed;
+    uint64_t step;
+} ts_sample_config;
+
+/* philox: the raw Philox4x32-10 stream of docs/sampling.md, for checking it bit for bit.
+ * out uint32 [n, 4]: row i is the output for key seed and counter (step + i mod 2^64, row). */
+typedef struct {
+    uint64_t seed;
+    uint64_t step;
+    uint32_t row;
+    int n;
+} ts_philox_config;
+
 /* ---- ops: one per file in cuda/kernels/ -------------------------------------------------- */
 
 /* out = x + residual; out may equal x (in place). */
@@ -230,6 +257,8 @@ int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t 
 int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg, void *stream);
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
+int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);
+int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream);
 
 #ifdef __cplusplus
 }

@@ -127,6 +127,55 @@ int main(void) {
     si.in_dtype = TS_I32;
     expect("softmax in_dtype i32", ts_softmax(P, P, &si, NULL), TS_ERR_UNSUPPORTED, "softmax", "in_dtype", NULL);
 
+    /* sampling */
+    ts_sample_config smp = {4, 151936, 0.7f, 50, 0.9f, 42, 7};
+    int32_t *tok = (int32_t *)P;
+    const float *lg = (const float *)P;
+    expect("sample null tokens", ts_sample(NULL, lg, &smp, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "tokens", "NULL");
+    expect("sample null logits", ts_sample(tok, NULL, &smp, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "logits", "NULL");
+    expect("sample null cfg", ts_sample(tok, lg, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "cfg", "NULL");
+    ts_sample_config s_rows = smp;
+    s_rows.rows = 0;
+    expect("sample rows 0", ts_sample(tok, lg, &s_rows, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "rows", "0");
+    ts_sample_config s_vocab = smp;
+    s_vocab.vocab = -3;
+    expect("sample vocab -3", ts_sample(tok, lg, &s_vocab, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "vocab", "-3");
+    ts_sample_config s_t = smp;
+    s_t.temperature = NAN;
+    expect("sample temperature nan", ts_sample(tok, lg, &s_t, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "temperature",
+           "nan");
+    s_t.temperature = -1.0f;
+    expect("sample temperature -1", ts_sample(tok, lg, &s_t, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "temperature",
+           "-1");
+    s_t.temperature = INFINITY;
+    expect("sample temperature inf", ts_sample(tok, lg, &s_t, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "temperature",
+           "inf");
+    ts_sample_config s_k = smp;
+    s_k.top_k = -1;
+    expect("sample top_k -1", ts_sample(tok, lg, &s_k, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "top_k", "-1");
+    ts_sample_config s_p = smp;
+    s_p.top_p = 0.0f;
+    expect("sample top_p 0", ts_sample(tok, lg, &s_p, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "top_p", "0");
+    s_p.top_p = 1.5f;
+    expect("sample top_p 1.5", ts_sample(tok, lg, &s_p, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "top_p", "1.5");
+    s_p.top_p = NAN;
+    expect("sample top_p nan", ts_sample(tok, lg, &s_p, NULL), TS_ERR_INVALID_ARGUMENT, "sample", "top_p", "nan");
+    /* Valid configs pass validation and stop only at the missing ts_init: nothing launched. */
+    ts_sample_config s_greedy = {1, 7, 0.0f, 0, 1.0f, 0, 0};
+    expect("sample greedy valid", ts_sample(tok, lg, &s_greedy, NULL), TS_ERR_NOT_INITIALIZED, "sample", "ts_init", NULL);
+    ts_sample_config s_big_k = {2, 1001, 1.0f, 5000, 1.0f, 0, 0};
+    expect("sample top_k > vocab valid", ts_sample(tok, lg, &s_big_k, NULL), TS_ERR_NOT_INITIALIZED, "sample", "ts_init",
+           NULL);
+    ts_philox_config ph = {1, 2, 3, 16};
+    uint32_t *words = (uint32_t *)P;
+    expect("philox null out", ts_philox(NULL, &ph, NULL), TS_ERR_INVALID_ARGUMENT, "philox", "out", "NULL");
+    expect("philox null cfg", ts_philox(words, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "philox", "cfg", "NULL");
+    ts_philox_config ph0 = ph;
+    ph0.n = 0;
+    expect("philox n 0", ts_philox(words, &ph0, NULL), TS_ERR_INVALID_ARGUMENT, "philox", "n", "0");
+    ph0.n = -2;
+    expect("philox n -2", ts_philox(words, &ph0, NULL), TS_ERR_INVALID_ARGUMENT, "philox", "n", "-2");
+
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures == 0 ? 0 : 1;
 }

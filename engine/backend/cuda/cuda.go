@@ -8,8 +8,9 @@
 //
 // Each Go method validates with the same backend.CheckXxx as the CPU backend, so both refuse
 // the same calls with the same errors, then makes one C call. Ops run asynchronously on the
-// library's stream; a fault in device-side index data (TS_ERR_INDEX) is reported by the next
-// Download or Synchronize as an error wrapping backend.ErrInvalidArgument.
+// library's stream; a fault in device-side index data (TS_ERR_INDEX) or a bad logit of Sample
+// (TS_ERR_INVALID_ARGUMENT) is reported by the next Download or Synchronize as an error
+// wrapping backend.ErrInvalidArgument.
 //
 // A fault that corrupts the CUDA context (TS_ERR_STICKY) is reported once, by the call that
 // saw it, as "the GPU context is corrupted by <op>: <message>"; from then on every call of

@@ -27,6 +27,10 @@ const (
 
 const libName = "libtouchstone_cuda.so"
 
+// abiVersion is the TS_ABI_VERSION of the touchstone.h this package is built against: the
+// version a loaded library must report.
+const abiVersion = int(C.TS_ABI_VERSION)
+
 // The ts_status codes, as Go constants for the code that does not import C.
 const (
 	statusOK              = int(C.TS_OK)
@@ -188,7 +192,7 @@ func loadLibrary(path string) (*library, error) {
 			ErrABI, path, C.GoString(&detail[0]))
 	case C.TSG_VERSION_MISMATCH:
 		return nil, fmt.Errorf("cuda: %w: %s reports ts_abi_version() = %d, this build needs TS_ABI_VERSION %d; rebuild it from this checkout with `make cuda`",
-			ErrABI, path, int(version), int(C.TS_ABI_VERSION))
+			ErrABI, path, int(version), abiVersion)
 	default:
 		return nil, fmt.Errorf("cuda: %w: loading %s: out of host memory", ErrLibrary, path)
 	}

@@ -80,6 +80,10 @@ int tsg_copy_device(const tsg_api *a, void *dst, const void *src, size_t bytes, 
     return done(a, a->ts_copy_device(dst, src, bytes, NULL), e);
 }
 
+int tsg_copy_to_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e) {
+    return done(a, a->ts_copy_to_device(dst, src, bytes, NULL), e);
+}
+
 int tsg_alloc(const tsg_api *a, void **base, size_t bytes, size_t guard, int pattern, const void *src, tsg_err *e) {
     *base = NULL;
     void *p = NULL;
@@ -191,4 +195,10 @@ int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const vo
 }
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e) {
     return done(a, a->ts_softmax(out, x, cfg, NULL), e);
+}
+int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e) {
+    return done(a, a->ts_sample((int32_t *)tokens, (const float *)logits, cfg, NULL), e);
+}
+int tsg_philox(const tsg_api *a, void *out, const ts_philox_config *cfg, tsg_err *e) {
+    return done(a, a->ts_philox((uint32_t *)out, cfg, NULL), e);
 }

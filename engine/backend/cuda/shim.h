@@ -62,7 +62,9 @@
       (void *, const void *, const void *, const int32_t *, const ts_embedding_config *, void *))        \
     X(ts_embedding, int, (void *, const int32_t *, const void *, const ts_embedding_config *, void *))   \
     X(ts_gemm, int, (void *, const void *, const void *, const void *, const ts_gemm_config *, void *))  \
-    X(ts_softmax, int, (void *, const void *, const ts_softmax_config *, void *))
+    X(ts_softmax, int, (void *, const void *, const ts_softmax_config *, void *))                         \
+    X(ts_sample, int, (int32_t *, const float *, const ts_sample_config *, void *))                      \
+    X(ts_philox, int, (uint32_t *, const ts_philox_config *, void *))
 
 typedef struct tsg_api {
     void *handle;
@@ -98,6 +100,7 @@ int tsg_copy_bandwidth(const tsg_api *a, double *gb_per_s, tsg_err *e);
 int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e);
 int tsg_release_workspaces(const tsg_api *a, tsg_err *e);
 int tsg_copy_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e);
+int tsg_copy_to_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e);
 
 /* Allocates guard + bytes + guard, fills both guards with pattern, then copies src into the
  * data (or zeroes it when src is NULL); frees the allocation again if any step fails. */
@@ -142,5 +145,7 @@ int tsg_embedding(const tsg_api *a, void *out, const int32_t *ids, const void *t
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e);
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e);
+int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e);
+int tsg_philox(const tsg_api *a, void *out, const ts_philox_config *cfg, tsg_err *e);
 
 #endif /* TOUCHSTONE_CUDA_SHIM_H */

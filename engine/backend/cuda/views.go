@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -44,15 +45,51 @@ func (b *Backend) WriteRows(dst backend.Buffer, off int, src backend.Buffer) err
 		return err
 	}
 	to, from := d[0], d[1]
-	n := tensor.NumElements(from.shape)
-	switch {
-	case to.dt != from.dt:
-		return &backend.ArgError{Op: op, Arg: "src", Value: from.String(), Reason: "dtype must equal dst's " + to.dt.String()}
-	case off < 0 || off+n > tensor.NumElements(to.shape):
-		return &backend.ArgError{Op: op, Arg: "off", Value: fmt.Sprint(off),
-			Reason: fmt.Sprintf("%d elements from there do not fit in dst %s", n, to)}
+	if err := backend.CheckWriteRows(to.dt, to.shape, off, from.dt, from.shape); err != nil {
+		return err
 	}
+	n := tensor.NumElements(from.shape)
 	size := to.dt.Size()
 	at := unsafe.Add(to.data, off*size)
 	return b.status(op, C.tsg_copy_device(b.lib.api, at, from.data, C.size_t(n*size), b.e), false)
+}
+
+// Rows returns rows [start, start+n) of buf's first dimension as a view (no copy): the last
+// position's logits of a prefill, or the positions of one pass out of a table of all of them.
+func (b *Backend) Rows(buf backend.Buffer, start, n int) (backend.Buffer, error) {
+	d, err := b.device("rows", arg{"b", buf})
+	if err != nil {
+		return nil, err
+	}
+	src := d[0]
+	if err := backend.CheckRows(src.shape, start, n); err != nil {
+		return nil, err
+	}
+	row := int64(tensor.NumElements(src.shape[1:])) * int64(src.dt.Size())
+	shape := append([]int{n}, src.shape[1:]...)
+	return &buffer{owner: b, data: unsafe.Add(src.data, int64(start)*row), dt: src.dt, shape: shape, bytes: int64(n) * row, view: true}, nil
+}
+
+var _ backend.Memory = (*Backend)(nil)
+
+// Write copies the host tensor t into dst (ts_copy_to_device on the library stream): the
+// token ids of a pass, written into a buffer the model reuses instead of allocating one.
+func (b *Backend) Write(dst backend.Buffer, t *tensor.Tensor) error {
+	const op = "write"
+	d, err := b.device(op, arg{"dst", dst})
+	if err != nil {
+		return err
+	}
+	to := d[0]
+	if err := backend.CheckWrite(to.dt, to.shape, t); err != nil {
+		return err
+	}
+	if to.bytes == 0 {
+		return nil
+	}
+	src := hostData(t)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	pin.Pin(src)
+	return b.status(op, C.tsg_copy_to_device(b.lib.api, to.data, src, C.size_t(to.bytes), b.e), false)
 }

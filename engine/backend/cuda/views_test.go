@@ -63,3 +63,36 @@ func TestWriteRowsCopiesOnTheDevice(t *testing.T) {
 		t.Errorf("a write of another dtype: %v", err)
 	}
 }
+
+func TestRowsAndWrite(t *testing.T) {
+	b := openFake(t)
+	d := upload(t, b, halfs([]int{3, 2}, 1, 2, 3, 4, 5, 6))
+	r, err := b.Rows(d, 1, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Download(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Shape, []int{2, 2}) || !slices.Equal(got.Float32(), []float32{3, 4, 5, 6}) {
+		t.Errorf("rows 1..2 downloaded as %v %v", got.Shape, got.Float32())
+	}
+	var ae *backend.ArgError
+	if _, err := b.Rows(d, 2, 2); !errors.As(err, &ae) {
+		t.Errorf("rows past the end: %v", err)
+	}
+	// Writing through the row view lands in the parent.
+	if err := b.Write(r, halfs([]int{2, 2}, 7, 8, 9, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := b.Download(d); !slices.Equal(got.Float32(), []float32{1, 2, 7, 8, 9, 10}) {
+		t.Errorf("after Write through rows: %v", got.Float32())
+	}
+	if err := b.Write(d, halfs([]int{2}, 1, 2)); !errors.As(err, &ae) || ae.Op != "write" {
+		t.Errorf("a host tensor of the wrong size: %v", err)
+	}
+	if err := b.Write(d, tensor.FromF32([]int{3, 2}, make([]float32, 6))); !errors.As(err, &ae) {
+		t.Errorf("a host tensor of the wrong dtype: %v", err)
+	}
+}

@@ -5,7 +5,8 @@
  *
  * It only has to exercise the Go side: every entry point appends one line to $FAKETS_LOG
  * ("ts_rmsnorm dtype=1 rows=4 ..."), so tests can count calls into the library and check
- * the configs Go built; residual_add really adds (fp16), gelu copies x to out, the other
+ * the configs Go built; residual_add really adds (fp16), gelu copies x to out, sample picks
+ * the argmax when greedy (else writes nothing), philox computes the real stream, the other
  * ops only log. Behaviour is switched at run time by the environment, read on every call
  * (Go's os.Setenv reaches C's environment when cgo is in use):
  *
@@ -543,5 +544,56 @@ int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *str
     if (st) return st;
     NEED("softmax", out);
     NEED("softmax", x);
+    return TS_OK;
+}
+
+int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream) {
+    logf_("ts_sample rows=%d vocab=%d temperature=%g top_k=%d top_p=%g seed=%llu step=%llu stream=%d", cfg->rows,
+          cfg->vocab, cfg->temperature, cfg->top_k, cfg->top_p, (unsigned long long)cfg->seed,
+          (unsigned long long)cfg->step, stream != NULL);
+    int st = enter("ts_sample", 1);
+    if (st) return st;
+    NEED("sample", tokens);
+    NEED("sample", logits);
+    if (cfg->temperature == 0) { /* greedy: enough to see the buffers arrive in the right places */
+        for (int r = 0; r < cfg->rows; r++) {
+            const float *x = logits + (size_t)r * cfg->vocab;
+            int best = 0;
+            for (int i = 1; i < cfg->vocab; i++)
+                if (x[i] > x[best]) best = i;
+            tokens[r] = best;
+        }
+    }
+    oob("ts_sample", tokens, NULL, (size_t)cfg->rows * 4);
+    return TS_OK;
+}
+
+/* Philox4x32-10 as docs/sampling.md defines it, so a test can check the config's 64-bit fields
+ * cross the boundary intact. */
+int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream) {
+    logf_("ts_philox seed=%llu step=%llu row=%u n=%d stream=%d", (unsigned long long)cfg->seed,
+          (unsigned long long)cfg->step, cfg->row, cfg->n, stream != NULL);
+    int st = enter("ts_philox", 1);
+    if (st) return st;
+    NEED("philox", out);
+    for (int i = 0; i < cfg->n; i++) {
+        const uint64_t step = cfg->step + (uint64_t)i;
+        uint32_t c[4] = {(uint32_t)step, (uint32_t)(step >> 32), cfg->row, 0};
+        uint32_t k0 = (uint32_t)cfg->seed, k1 = (uint32_t)(cfg->seed >> 32);
+        for (int round = 0; round < 10; round++) {
+            if (round > 0) {
+                k0 += 0x9E3779B9u;
+                k1 += 0xBB67AE85u;
+            }
+            const uint64_t p0 = (uint64_t)0xD2511F53u * c[0], p1 = (uint64_t)0xCD9E8D57u * c[2];
+            const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c[1] ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c[3] ^ k1;
+            c[1] = (uint32_t)p1;
+            c[3] = (uint32_t)p0;
+            c[0] = n0;
+            c[2] = n2;
+        }
+        memcpy(out + 4 * (size_t)i, c, sizeof c);
+    }
+    oob("ts_philox", out, NULL, (size_t)cfg->n * 16);
     return TS_OK;
 }
