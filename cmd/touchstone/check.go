@@ -17,6 +17,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/sample"
 )
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -122,6 +123,34 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			passed++
 		} else {
 			failed++
+		}
+	}
+	// Seeded sampling (docs/sampling.md): one row per sampling set, whose cases must all
+	// draw the reference's tokens and Philox words.
+	for _, s := range sets {
+		if s.Manifest.Kind != golden.KindSampling || len(ops) > 0 || (*tier != "all" && s.Manifest.Tier != *tier) {
+			continue
+		}
+		rep, err := sample.CheckSet(sel.Backend, s)
+		if err != nil {
+			errored++
+			fmt.Fprintf(tw, "sample\t%s\t\t\t\t\t\tERROR\n", s.Manifest.Case)
+			tw.Flush()
+			fmt.Fprintf(stdout, "    %v\n", err)
+			continue
+		}
+		status := "PASS"
+		if len(rep.Failures) > 0 {
+			status, failed = "FAIL", failed+1
+		} else {
+			passed++
+		}
+		fmt.Fprintf(tw, "sample\t%s\ttokens\tmismatches\t%d of %d cases, %d words\t<= 0\t\t%s\n", s.Manifest.Case, len(rep.Failures), rep.Cases, rep.Words, status)
+		if len(rep.Failures) > 0 {
+			tw.Flush()
+			for _, f := range rep.Failures {
+				fmt.Fprintf(stdout, "    %s\n", f)
+			}
 		}
 	}
 	tw.Flush()
