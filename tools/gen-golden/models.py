@@ -386,22 +386,76 @@ def safetensors_header(entries):
     return struct.pack("<Q", len(text)) + text
 
 
-def write_safetensors(path, specs, make):
-    """Stream a safetensors file: specs [(name, shape)], make(name, shape) -> fp16 tensor.
-    Returns the file's sha256."""
+def write_safetensors(path, specs, chunks):
+    """Stream a safetensors file: specs [(name, shape)] and chunks, the fp16 bytes of each tensor
+    in sorted name order. Returns the file's sha256."""
     h = hashlib.sha256()
     ordered = sorted(specs)
     with open(path, "wb") as f:
         head = safetensors_header([(n, "F16", s) for n, s in ordered])
         f.write(head)
         h.update(head)
-        for name, shape in ordered:
-            t = make(name, shape)
-            assert t.dtype == F16 and tuple(t.shape) == tuple(shape), name
-            data = np.ascontiguousarray(t.numpy(), dtype="<f2").tobytes()
+        written = 0
+        for (name, shape), data in zip(ordered, chunks):
+            if len(data) != 2 * int(np.prod(shape, dtype=np.int64)):
+                raise RuntimeError("%s: %d bytes for shape %s" % (name, len(data), shape))
             f.write(data)
             h.update(data)
+            written += 1
+        if written != len(ordered):
+            raise RuntimeError("%s: %d of %d tensors written" % (path, written, len(ordered)))
     return h.hexdigest()
+
+
+def draw_bytes(job):
+    """draw_tensor as little-endian fp16 bytes: the unit of work of the draw pool."""
+    seed, name, shape, init = job
+    t = draw_tensor(seed, name, shape, init)
+    assert t.dtype == F16 and tuple(t.shape) == tuple(shape), name
+    return np.ascontiguousarray(t.numpy(), dtype="<f2").tobytes()
+
+
+def _draw_worker_init():
+    torch.set_num_threads(1)
+
+
+# Checkpoints above this many parameters are drawn by a pool of processes. Every tensor has its
+# own seed (tensor_seed) and is drawn in float64, a path that is the same on every CPU, so the
+# bytes do not depend on the number of workers or on which worker drew what: the pool only
+# shortens the full-size tier (Phi-3-mini's 3.8B parameters take minutes on one core). Spawned
+# workers re-run __main__.py's environment setup (ATEN_CPU_CAPABILITY, MKL_CBWR) before torch.
+POOL_MIN_PARAMS = 50_000_000
+
+
+def draw_workers():
+    n = os.environ.get("GEN_GOLDEN_WORKERS")
+    return int(n) if n else min(16, os.cpu_count() or 1)
+
+
+def drawn_chunks(jobs):
+    """fp16 bytes of each job, in order: serially for small checkpoints, else from a process
+    pool with a bounded window (at most 2 results per worker wait in memory)."""
+    total = sum(int(np.prod(shape, dtype=np.int64)) for _, _, shape, _ in jobs)
+    workers = draw_workers()
+    if total < POOL_MIN_PARAMS or workers < 2:
+        for job in jobs:
+            yield draw_bytes(job)
+        return
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_draw_worker_init) as pool:
+        window = []
+        it = iter(jobs)
+        for job in it:
+            window.append(pool.submit(draw_bytes, job))
+            if len(window) >= 2 * workers:
+                break
+        while window:
+            data = window.pop(0).result()
+            nxt = next(it, None)
+            if nxt is not None:
+                window.append(pool.submit(draw_bytes, nxt))
+            yield data
 
 
 def config_bytes(cfg):
@@ -423,10 +477,9 @@ def write_synthetic_checkpoint(set_dir, spec, seed):
     with open(os.path.join(set_dir, "config.json"), "wb") as f:
         f.write(cfg_data)
     specs = init_specs(spec.family, spec.config)
-    inits = {n: i for n, _, i in specs}
+    jobs = [(seed, n, s, i) for n, s, i in sorted(specs, key=lambda e: e[0])]
     digest = write_safetensors(
-        os.path.join(set_dir, "model.safetensors"), [(n, s) for n, s, _ in specs],
-        lambda name, shape: draw_tensor(seed, name, shape, inits[name]))
+        os.path.join(set_dir, "model.safetensors"), [(n, s) for n, s, _ in specs], drawn_chunks(jobs))
     return [("config", "config.json", hashlib.sha256(cfg_data).hexdigest()),
             ("model", "model.safetensors", digest)]
 
