@@ -25,17 +25,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	sel, err := backend.FromEnv()
+	prof, closeBackend, err := openProfiler("bench")
 	if err != nil {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
 	}
-	defer sel.Backend.Close()
-	prof, ok := sel.Backend.(bench.Profiler)
-	if !ok {
-		fmt.Fprintf(stderr, "touchstone: bench needs a backend with device timers; %s has none (set TOUCHSTONE_BACKEND=cuda)\n", sel.Backend.Info().Backend)
-		return 2
-	}
+	defer closeBackend()
 	var cases []bench.Case
 	for _, c := range bench.Cases() {
 		if len(ops) == 0 || slices.Contains(ops, c.Op) {
@@ -49,7 +44,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer runner.Close()
-	info := sel.Backend.Info()
+	info := prof.Info()
 	fmt.Fprintf(stdout, "device %s (%d SMs), measured copy bandwidth %.0f GB/s (read + write)\n", info.Name, info.Processors, runner.CopyBandwidthGBps())
 	fmt.Fprintf(stdout, "each time: median of %d launches after %d warm-up, L2 flushed before each, CUDA events\n\n", *repeats, *warmup)
 
@@ -84,6 +79,21 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	printBench(stdout, results, peers, *markdown)
 	return 0
+}
+
+// openProfiler selects the backend from the environment and requires device timers.
+func openProfiler(cmd string) (bench.Profiler, func(), error) {
+	sel, err := backend.FromEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	prof, ok := sel.Backend.(bench.Profiler)
+	if !ok {
+		name := sel.Backend.Info().Backend
+		sel.Backend.Close()
+		return nil, nil, fmt.Errorf("%s needs a backend with device timers; %s has none (set TOUCHSTONE_BACKEND=cuda)", cmd, name)
+	}
+	return prof, func() { sel.Backend.Close() }, nil
 }
 
 func printBench(w io.Writer, results []*bench.Result, peers map[string]bench.PeerResult, markdown bool) {

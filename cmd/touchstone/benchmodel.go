@@ -12,7 +12,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/bench"
 	"github.com/touchstone-llm/touchstone/engine/model"
 )
@@ -57,19 +56,14 @@ func runBenchModel(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
 	}
-	sel, err := backend.FromEnv()
+	prof, closeBackend, err := openProfiler("bench-model")
 	if err != nil {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
 	}
-	defer sel.Backend.Close()
-	prof, ok := sel.Backend.(bench.Profiler)
-	if !ok {
-		fmt.Fprintf(stderr, "touchstone: bench-model needs a backend with device timers; %s has none (set TOUCHSTONE_BACKEND=cuda)\n", sel.Backend.Info().Backend)
-		return 2
-	}
+	defer closeBackend()
 	opts := bench.ModelOptions{PromptLen: *prompt, DecodeSteps: *decode, Warmup: *warmup, Repeats: *repeats, Seed: 1}
-	info := sel.Backend.Info()
+	info := prof.Info()
 	fmt.Fprintf(stdout, "device %s; prefill of %d tokens and %d decode steps after it, %d timed rounds after %d warm-up, CUDA events, medians\n\n",
 		info.Name, *prompt, *decode, *repeats, *warmup)
 	header := []string{"model", "prefill ms", "HF eager ms", "HF / ours", "decode ms/token", "tokens/s", "HF eager tokens/s", "ours / HF"}

@@ -106,7 +106,7 @@ func TestGoldenVerify(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
-	for _, args := range [][]string{{}, {"frobnicate"}, {"golden"}, {"check", "-op", "nosuchop"}, {"check", "-tier", "huge"}} {
+	for _, args := range [][]string{{}, {"frobnicate"}, {"golden"}, {"check", "-op", "nosuchop"}, {"check", "-tier", "huge"}, {"bench-model"}} {
 		if code, _, _ := runCLI(args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
@@ -127,5 +127,17 @@ func TestDiffPrintsTheLayerTable(t *testing.T) {
 	}
 	if code, _, errs := runCLI("diff", "-golden", golden, "no-such-model"); code != 2 || !strings.Contains(errs, "gpt2-tiny") {
 		t.Errorf("unknown model: exit %d, %q (want 2 and the list of model sets)", code, errs)
+	}
+}
+
+// The timing commands refuse a backend without device timers instead of timing the host.
+func TestBenchCommandsNeedDeviceTimers(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", "cpu")
+	t.Setenv("TOUCHSTONE_REQUIRE_GPU", "")
+	for _, args := range [][]string{{"bench"}, {"bench-model", "qwen2-tiny"}} {
+		code, _, errs := runCLI(args...)
+		if code != 2 || !strings.Contains(errs, "device timers") || !strings.Contains(errs, args[0]) {
+			t.Errorf("%v on cpu: exit %d, stderr %q", args, code, errs)
+		}
 	}
 }

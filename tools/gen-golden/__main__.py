@@ -133,16 +133,7 @@ def cmd_kernels(args):
     t0 = time.time()
 
     if args.check:
-        problems = check(out, args.tier, ops)
-        for p in problems:
-            print(p)
-        if problems:
-            print("check FAILED: %d file(s) differ from a fresh generation (%.1fs)"
-                  % (len(problems), time.time() - t0))
-            return 1
-        print("check OK: %s is byte-identical to a fresh generation (%.1fs)"
-              % (os.path.join(out, "kernels"), time.time() - t0))
-        return 0
+        return report_check(check(out, args.tier, ops), os.path.join(out, "kernels"), t0)
 
     n_sets, n_bytes = generate(out, args.tier, ops)
     print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
@@ -245,16 +236,8 @@ def cmd_models(args):
     t0 = time.time()
 
     if args.check:
-        problems = check_models(out, jobs, args.tier, prune)
-        for p in problems:
-            print(p)
-        if problems:
-            print("check FAILED: %d file(s) differ from a fresh generation (%.1fs)"
-                  % (len(problems), time.time() - t0))
-            return 1
-        print("check OK: %s is byte-identical to a fresh generation (%.1fs)"
-              % (", ".join(os.path.join(out, "models", n) for n, _ in jobs), time.time() - t0))
-        return 0
+        return report_check(check_models(out, jobs, args.tier, prune),
+                            ", ".join(os.path.join(out, "models", n) for n, _ in jobs), t0)
 
     n_sets, n_bytes = generate_models(out, jobs, args.tier, prune)
     print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
@@ -265,6 +248,18 @@ def cmd_models(args):
         if du > MODELS_COMMITTED_BUDGET:
             print("error: committed model sets exceed their size budget", file=sys.stderr)
             return 1
+    return 0
+
+
+def report_check(problems, what, t0):
+    """Prints a --check verdict and returns the exit status."""
+    for p in problems:
+        print(p)
+    if problems:
+        print("check FAILED: %d file(s) differ from a fresh generation (%.1fs)"
+              % (len(problems), time.time() - t0))
+        return 1
+    print("check OK: %s is byte-identical to a fresh generation (%.1fs)" % (what, time.time() - t0))
     return 0
 
 
@@ -282,15 +277,7 @@ def cmd_sampling(args):
             # every directory under sampling/ is a set of the table or stale: all of it is ours
             problems = compare_trees(fresh_dir, have_dir, list_files(fresh_dir),
                                      list_files(have_dir))
-        for p in problems:
-            print(p)
-        if problems:
-            print("check FAILED: %d file(s) differ from a fresh generation (%.1fs)"
-                  % (len(problems), time.time() - t0))
-            return 1
-        print("check OK: %s is byte-identical to a fresh generation (%.1fs)"
-              % (have_dir, time.time() - t0))
-        return 0
+        return report_check(problems, have_dir, t0)
     n_sets, n_bytes = sampling_sets.generate(out)
     print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
     du = manifest.tree_size(have_dir)

@@ -75,40 +75,16 @@ func GoldenRoot() (string, error) {
 }
 
 // KernelSets discovers every kernel golden set, both tiers, at tree-construction time. A
-// broken manifest or a missing golden directory is returned, for a spec to fail on.
-func KernelSets() ([]*golden.Set, error) {
-	root, err := GoldenRoot()
-	if err != nil {
-		return nil, err
-	}
-	all, err := golden.Discover(root)
-	var kernels []*golden.Set
-	for _, s := range all {
-		if s.Manifest.Kind == "kernel" {
-			kernels = append(kernels, s)
-		}
-	}
-	return kernels, err
-}
+// discovery error is returned with the sets that were found, for a spec to fail on.
+func KernelSets() ([]*golden.Set, error) { return setsOfKind(golden.KindKernel) }
 
 // ModelSets discovers every model golden set, both tiers, at tree-construction time.
-func ModelSets() ([]*golden.Set, error) {
-	root, err := GoldenRoot()
-	if err != nil {
-		return nil, err
-	}
-	all, err := golden.Discover(root)
-	var models []*golden.Set
-	for _, s := range all {
-		if s.Manifest.Kind == golden.KindModel {
-			models = append(models, s)
-		}
-	}
-	return models, err
-}
+func ModelSets() ([]*golden.Set, error) { return setsOfKind(golden.KindModel) }
 
 // SamplingSets discovers every sampling golden set at tree-construction time.
-func SamplingSets() ([]*golden.Set, error) {
+func SamplingSets() ([]*golden.Set, error) { return setsOfKind(golden.KindSampling) }
+
+func setsOfKind(kind string) ([]*golden.Set, error) {
 	root, err := GoldenRoot()
 	if err != nil {
 		return nil, err
@@ -116,7 +92,7 @@ func SamplingSets() ([]*golden.Set, error) {
 	all, err := golden.Discover(root)
 	var sets []*golden.Set
 	for _, s := range all {
-		if s.Manifest.Kind == golden.KindSampling {
+		if s.Manifest.Kind == kind {
 			sets = append(sets, s)
 		}
 	}
