@@ -250,3 +250,50 @@ func Seeded(m *Model, set *golden.Set, p *SetParams) ([]SampledStep, error) {
 	}
 	return steps, nil
 }
+
+// SeededTeacherForced draws a token at every step of the set's seeded run while feeding the
+// reference's tokens (teacher forcing), so every one of the sample_tokens steps is compared,
+// not only those before a first difference: a step passes when it draws the reference's
+// token, or when the reference's margin there is below margin_epsilon (then Accepted).
+func SeededTeacherForced(m *Model, set *golden.Set, p *SetParams) ([]SampledStep, error) {
+	want, err := set.Tensor("sample_tokens")
+	if err != nil {
+		return nil, err
+	}
+	margin, err := set.Tensor("sample_margin")
+	if err != nil {
+		return nil, err
+	}
+	if len(want.I32) != p.Sample.Tokens || len(margin.F32) != p.Sample.Tokens {
+		return nil, fmt.Errorf("%s: sample_tokens has %d and sample_margin %d entries for %d tokens", set.ID(), len(want.I32), len(margin.F32), p.Sample.Tokens)
+	}
+	if err := m.PrefillOnDevice(p.PromptIDs); err != nil {
+		return nil, err
+	}
+	var steps []SampledStep
+	var failures []string
+	for j := 0; j < p.Sample.Tokens; j++ {
+		got, err := m.Sample(p.Sample.Config(j))
+		if err != nil {
+			return steps, fmt.Errorf("sample at step %d: %w", j, err)
+		}
+		st := SampledStep{Step: j, Got: got, Want: want.I32[j], Margin: float64(margin.F32[j])}
+		if st.Got != st.Want {
+			if st.Margin < p.MarginEpsilon {
+				st.Accepted = true
+			} else {
+				failures = append(failures, fmt.Sprintf("step %d: drew %d, reference %d (margin %.4g logits >= epsilon %g)", j, st.Got, st.Want, st.Margin, p.MarginEpsilon))
+			}
+		}
+		steps = append(steps, st)
+		if j+1 < p.Sample.Tokens {
+			if err := m.DecodeOnDevice(st.Want); err != nil {
+				return steps, fmt.Errorf("decode step %d: %w", j, err)
+			}
+		}
+	}
+	if len(failures) > 0 {
+		return steps, fmt.Errorf("%s: teacher-forced seeded sampling: %s", set.ID(), strings.Join(failures, "; "))
+	}
+	return steps, nil
+}

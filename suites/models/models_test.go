@@ -108,6 +108,21 @@ var _ = Describe("seeded generation", harness.Model, harness.Sampling, func() {
 		}
 	}, modelEntries())
 
+	DescribeTable("teacher-forced on the reference's tokens, draws its token at every step the margin decides", func(s *golden.Set) {
+		m, p := loadModel(s)
+		steps, err := model.SeededTeacherForced(m, s, p)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(steps).To(HaveLen(p.Sample.Tokens))
+		accepted := 0
+		for _, st := range steps {
+			if st.Accepted {
+				accepted++
+			}
+		}
+		AddReportEntry("seeded, teacher-forced", fmt.Sprintf("%d of %d steps drew the reference's token; %d differed at a margin below %g",
+			len(steps)-accepted, len(steps), accepted, p.MarginEpsilon))
+	}, modelEntries())
+
 	DescribeTable("is deterministic: 20 runs give the same tokens and bit-identical logits", func(s *golden.Set) {
 		m, p := loadModel(s)
 		tokens, logits, err := model.GenerateSeeded(m, p)
