@@ -187,10 +187,10 @@ type SampledStep struct {
 	Accepted  bool    // a differing token at a margin below epsilon: comparison stopped
 }
 
-// GenerateSeeded draws p.Sample.Tokens tokens from the prompt with the device sampler, feeding
-// its own tokens, and returns them with the logits of every step (bit patterns, for
-// determinism checks).
-func GenerateSeeded(m *Model, p *SetParams) ([]int32, [][]float32, error) {
+// GenerateSeeded draws p.Sample.Tokens tokens from the prompt with the device sampler and
+// returns them with the logits each was drawn from (for bit-level determinism checks). With
+// feed nil it feeds its own tokens; otherwise it feeds feed[j] after step j (teacher forcing).
+func GenerateSeeded(m *Model, p *SetParams, feed []int32) ([]int32, [][]float32, error) {
 	if err := m.PrefillOnDevice(p.PromptIDs); err != nil {
 		return nil, nil, err
 	}
@@ -207,6 +207,9 @@ func GenerateSeeded(m *Model, p *SetParams) ([]int32, [][]float32, error) {
 			return nil, nil, fmt.Errorf("sample at step %d: %w", j, err)
 		}
 		tokens = append(tokens, tok)
+		if feed != nil {
+			tok = feed[j]
+		}
 		if j+1 < p.Sample.Tokens {
 			if err := m.DecodeOnDevice(tok); err != nil {
 				return nil, nil, fmt.Errorf("decode step %d: %w", j, err)
@@ -216,81 +219,81 @@ func GenerateSeeded(m *Model, p *SetParams) ([]int32, [][]float32, error) {
 	return tokens, logits, nil
 }
 
-// Seeded compares seeded generation with the set's sample_tokens token by token: a
-// differing token passes only when the reference's margin there (sample_margin, logit units)
-// is below margin_epsilon, and comparison stops at the first difference.
-func Seeded(m *Model, set *golden.Set, p *SetParams) ([]SampledStep, error) {
+// seededSteps reads the set's sample_tokens and sample_margin and pairs them with the
+// engine's tokens got: a differing token is Accepted when the reference's margin there (logit
+// units) is below margin_epsilon, else it is listed in the returned failures.
+func seededSteps(set *golden.Set, p *SetParams, got []int32) ([]SampledStep, []string, error) {
 	want, err := set.Tensor("sample_tokens")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	margin, err := set.Tensor("sample_margin")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if len(want.I32) != p.Sample.Tokens || len(margin.F32) != p.Sample.Tokens {
-		return nil, fmt.Errorf("%s: sample_tokens has %d and sample_margin %d entries for %d tokens", set.ID(), len(want.I32), len(margin.F32), p.Sample.Tokens)
-	}
-	got, _, err := GenerateSeeded(m, p)
-	if err != nil {
-		return nil, err
+	if len(want.I32) != p.Sample.Tokens || len(margin.F32) != p.Sample.Tokens || len(got) != p.Sample.Tokens {
+		return nil, nil, fmt.Errorf("%s: sample_tokens has %d and sample_margin %d entries for %d tokens (engine drew %d)",
+			set.ID(), len(want.I32), len(margin.F32), p.Sample.Tokens, len(got))
 	}
 	var steps []SampledStep
+	var failures []string
 	for j := range got {
 		st := SampledStep{Step: j, Got: got[j], Want: want.I32[j], Margin: float64(margin.F32[j])}
 		if st.Got != st.Want {
 			if st.Margin < p.MarginEpsilon {
 				st.Accepted = true
-				return append(steps, st), nil
+			} else {
+				failures = append(failures, fmt.Sprintf("step %d: drew %d, reference %d (margin %.4g logits >= epsilon %g; config %+v)",
+					j, st.Got, st.Want, st.Margin, p.MarginEpsilon, p.Sample.Config(j)))
 			}
-			return append(steps, st), fmt.Errorf("seeded token %d: engine drew %d, reference %d (margin %.4g logits >= epsilon %g; config %+v)",
-				j, st.Got, st.Want, st.Margin, p.MarginEpsilon, p.Sample.Config(j))
 		}
 		steps = append(steps, st)
+	}
+	return steps, failures, nil
+}
+
+// Seeded generates freely and compares with the set's sample_tokens token by token,
+// stopping at the first difference (the sequences diverge after it), which passes only
+// when the reference's margin there is below margin_epsilon. A difference at an early
+// low-margin step ends the comparison there: SeededTeacherForced is the strict check.
+func Seeded(m *Model, set *golden.Set, p *SetParams) ([]SampledStep, error) {
+	got, _, err := GenerateSeeded(m, p, nil)
+	if err != nil {
+		return nil, err
+	}
+	steps, _, err := seededSteps(set, p, got)
+	if err != nil {
+		return nil, err
+	}
+	for j, st := range steps {
+		if st.Got != st.Want {
+			if !st.Accepted {
+				return steps[:j+1], fmt.Errorf("seeded token %d: engine drew %d, reference %d (margin %.4g logits >= epsilon %g)",
+					j, st.Got, st.Want, st.Margin, p.MarginEpsilon)
+			}
+			return steps[:j+1], nil
+		}
 	}
 	return steps, nil
 }
 
-// SeededTeacherForced draws a token at every step of the set's seeded run while feeding the
-// reference's tokens (teacher forcing), so every one of the sample_tokens steps is compared,
-// not only those before a first difference: a step passes when it draws the reference's
-// token, or when the reference's margin there is below margin_epsilon (then Accepted).
+// SeededTeacherForced feeds the reference's tokens (teacher forcing), so every one of the
+// sample_tokens steps is compared, not only those before a first difference.
 func SeededTeacherForced(m *Model, set *golden.Set, p *SetParams) ([]SampledStep, error) {
 	want, err := set.Tensor("sample_tokens")
 	if err != nil {
 		return nil, err
 	}
-	margin, err := set.Tensor("sample_margin")
+	if len(want.I32) != p.Sample.Tokens {
+		return nil, fmt.Errorf("%s: sample_tokens has %d entries for %d tokens", set.ID(), len(want.I32), p.Sample.Tokens)
+	}
+	got, _, err := GenerateSeeded(m, p, want.I32)
 	if err != nil {
 		return nil, err
 	}
-	if len(want.I32) != p.Sample.Tokens || len(margin.F32) != p.Sample.Tokens {
-		return nil, fmt.Errorf("%s: sample_tokens has %d and sample_margin %d entries for %d tokens", set.ID(), len(want.I32), len(margin.F32), p.Sample.Tokens)
-	}
-	if err := m.PrefillOnDevice(p.PromptIDs); err != nil {
+	steps, failures, err := seededSteps(set, p, got)
+	if err != nil {
 		return nil, err
-	}
-	var steps []SampledStep
-	var failures []string
-	for j := 0; j < p.Sample.Tokens; j++ {
-		got, err := m.Sample(p.Sample.Config(j))
-		if err != nil {
-			return steps, fmt.Errorf("sample at step %d: %w", j, err)
-		}
-		st := SampledStep{Step: j, Got: got, Want: want.I32[j], Margin: float64(margin.F32[j])}
-		if st.Got != st.Want {
-			if st.Margin < p.MarginEpsilon {
-				st.Accepted = true
-			} else {
-				failures = append(failures, fmt.Sprintf("step %d: drew %d, reference %d (margin %.4g logits >= epsilon %g)", j, st.Got, st.Want, st.Margin, p.MarginEpsilon))
-			}
-		}
-		steps = append(steps, st)
-		if j+1 < p.Sample.Tokens {
-			if err := m.DecodeOnDevice(st.Want); err != nil {
-				return steps, fmt.Errorf("decode step %d: %w", j, err)
-			}
-		}
 	}
 	if len(failures) > 0 {
 		return steps, fmt.Errorf("%s: teacher-forced seeded sampling: %s", set.ID(), strings.Join(failures, "; "))

@@ -76,3 +76,31 @@ func TestGoldenTapsSmoke(t *testing.T) {
 		})
 	}
 }
+
+// Seeded sampling is compared for real: with a wrong seed the teacher-forced comparison finds
+// steps whose margin is far above epsilon drawing other tokens, and rejects the run. The
+// free-running comparison cannot be that strict: here the wrong seed first differs at step 0,
+// whose reference margin (0.096) is below epsilon (0.1), so it stops there, accepted; it
+// must at least not report all 32 tokens equal.
+func TestSeededRejectsAWrongSeed(t *testing.T) {
+	set, err := golden.Load(filepath.Join("..", "..", "golden", "models", "qwen2-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, p, err := model.LoadSet(cpu.New(), set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := model.SeededTeacherForced(m, set, p); err != nil {
+		t.Fatalf("the right seed: %v", err)
+	}
+	p.Sample.Seed++
+	if _, err := model.SeededTeacherForced(m, set, p); err == nil {
+		t.Error("teacher-forced comparison accepted a wrong seed")
+	}
+	steps, err := model.Seeded(m, set, p)
+	if err == nil && len(steps) == p.Sample.Tokens && !steps[len(steps)-1].Accepted {
+		t.Error("free-running comparison reported a wrong seed's tokens all equal")
+	}
+}

@@ -125,10 +125,10 @@ var _ = Describe("seeded generation", harness.Model, harness.Sampling, func() {
 
 	DescribeTable("is deterministic: 20 runs give the same tokens and bit-identical logits", func(s *golden.Set) {
 		m, p := loadModel(s)
-		tokens, logits, err := model.GenerateSeeded(m, p)
+		tokens, logits, err := model.GenerateSeeded(m, p, nil)
 		Expect(err).NotTo(HaveOccurred())
 		for run := 1; run < 20; run++ {
-			t, l, err := model.GenerateSeeded(m, p)
+			t, l, err := model.GenerateSeeded(m, p, nil)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(t).To(Equal(tokens), "run %d: tokens", run)
 			for j := range l {

@@ -139,10 +139,7 @@ def cmd_kernels(args):
     print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
     kdir = os.path.join(out, "kernels")
     if args.tier == "committed" and os.path.isdir(kdir):
-        du = manifest.tree_size(kdir)
-        print("%s: %d bytes (du -sb), budget %d" % (kdir, du, COMMITTED_BUDGET))
-        if du > COMMITTED_BUDGET:
-            print("error: committed golden sets exceed their size budget", file=sys.stderr)
+        if not within_budget(kdir, COMMITTED_BUDGET, "committed golden sets"):
             return 1
     return 0
 
@@ -243,12 +240,19 @@ def cmd_models(args):
     print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
     mdir = os.path.join(out, "models")
     if args.tier == "committed" and os.path.isdir(mdir):
-        du = manifest.tree_size(mdir)
-        print("%s: %d bytes (du -sb), budget %d" % (mdir, du, MODELS_COMMITTED_BUDGET))
-        if du > MODELS_COMMITTED_BUDGET:
-            print("error: committed model sets exceed their size budget", file=sys.stderr)
+        if not within_budget(mdir, MODELS_COMMITTED_BUDGET, "committed model sets"):
             return 1
     return 0
+
+
+def within_budget(directory, budget, what):
+    """Prints the size of directory (du -sb) against its budget; False when over it."""
+    du = manifest.tree_size(directory)
+    print("%s: %d bytes (du -sb), budget %d" % (directory, du, budget))
+    if du > budget:
+        print("error: %s exceed their size budget" % what, file=sys.stderr)
+        return False
+    return True
 
 
 def report_check(problems, what, t0):
@@ -280,12 +284,7 @@ def cmd_sampling(args):
         return report_check(problems, have_dir, t0)
     n_sets, n_bytes = sampling_sets.generate(out)
     print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
-    du = manifest.tree_size(have_dir)
-    print("%s: %d bytes (du -sb), budget %d" % (have_dir, du, SAMPLING_BUDGET))
-    if du > SAMPLING_BUDGET:
-        print("error: sampling sets exceed their size budget", file=sys.stderr)
-        return 1
-    return 0
+    return 0 if within_budget(have_dir, SAMPLING_BUDGET, "sampling sets") else 1
 
 
 def cmd_selftest(args):

@@ -184,20 +184,7 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"softmax", "ts_softmax in_dtype=2 rows=6 n=50 stream=0", func() error { return b.Softmax(f32(2, 3, 50), f32(2, 3, 50)) }},
 		{"softmax", "ts_softmax in_dtype=1 rows=2 n=50 stream=0", func() error { return b.Softmax(f32(2, 50), f16(2, 50)) }},
 	} {
-		n := len(calls(t))
-		if err := tc.call(); err != nil {
-			t.Errorf("%s: %v", tc.op, err)
-			continue
-		}
-		var made []string
-		for _, c := range callsSince(t, n) {
-			if !strings.HasPrefix(c, "ts_malloc") && !strings.HasPrefix(c, "ts_memset") {
-				made = append(made, c) // what the op made, not the allocations of its arguments
-			}
-		}
-		if len(made) != 1 || made[0] != tc.want {
-			t.Errorf("%s made library calls %q, want [%q]", tc.op, made, tc.want)
-		}
+		expectOneCall(t, tc.op, tc.want, tc.call)
 	}
 	if !slices.Equal(opsCovered(t), backend.Ops) {
 		t.Errorf("ops reaching the library %v, want every op of backend.Ops %v", opsCovered(t), backend.Ops)
@@ -453,5 +440,25 @@ func TestStatusErrorText(t *testing.T) {
 		if got := tc.e.Error(); got != tc.want {
 			t.Errorf("got  %q\nwant %q", got, tc.want)
 		}
+	}
+}
+
+// expectOneCall runs call and checks it made exactly the library call want, besides the
+// allocations of its arguments.
+func expectOneCall(t *testing.T, op, want string, call func() error) {
+	t.Helper()
+	n := len(calls(t))
+	if err := call(); err != nil {
+		t.Errorf("%s: %v", op, err)
+		return
+	}
+	var made []string
+	for _, c := range callsSince(t, n) {
+		if !strings.HasPrefix(c, "ts_malloc") && !strings.HasPrefix(c, "ts_memset") {
+			made = append(made, c) // what the op made, not the allocations of its arguments
+		}
+	}
+	if len(made) != 1 || made[0] != want {
+		t.Errorf("%s made library calls %q, want [%q]", op, made, want)
 	}
 }

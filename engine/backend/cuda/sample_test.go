@@ -4,7 +4,6 @@ import (
 	"errors"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -29,20 +28,7 @@ func TestSamplerPassesConfigsToTheLibrary(t *testing.T) {
 		{"philox", "ts_philox seed=18364758544493064720 step=18446744073709551615 row=7 n=5 stream=0",
 			func() error { return b.Philox(alloc(t, b, tensor.I32, 5, 4), cfg.Seed, math.MaxUint64, 7) }},
 	} {
-		n := len(calls(t))
-		if err := tc.call(); err != nil {
-			t.Errorf("%s: %v", tc.op, err)
-			continue
-		}
-		var made []string
-		for _, c := range callsSince(t, n) {
-			if !strings.HasPrefix(c, "ts_malloc") && !strings.HasPrefix(c, "ts_memset") {
-				made = append(made, c) // what the op made, not the allocation of its output
-			}
-		}
-		if len(made) != 1 || made[0] != tc.want {
-			t.Errorf("%s made library calls %q, want [%q]", tc.op, made, tc.want)
-		}
+		expectOneCall(t, tc.op, tc.want, tc.call)
 	}
 }
 
