@@ -193,7 +193,7 @@ func TestKLAndTopK(t *testing.T) {
 	if got := TopK([]float64{1, 5, 5, 3}, 3); got[0] != 1 || got[1] != 2 || got[2] != 3 {
 		t.Errorf("TopK = %v, want [1 2 3] (ties to the lower index)", got)
 	}
-	if o := TopKOverlap([]float64{4, 3, 2, 1}, []float64{4, 3, 1, 2}, 3); math.Abs(o-2.0/3) > 1e-12 {
+	if o := TopKAgreement([]float64{4, 3, 2, 1}, []float64{4, 3, 1, 2}, 3, 0); math.Abs(o-2.0/3) > 1e-12 {
 		t.Errorf("top-3 overlap = %v, want 2/3", o)
 	}
 	logits := tensor.FromF32([]int{2, 4}, []float32{4, 3, 2, 1, 1, 2, 3, 4})
@@ -202,6 +202,34 @@ func TestKLAndTopK(t *testing.T) {
 	r, _ := Compare(swapped, logits, Tolerance{MaxKL: ptr(1), TopK: top1, Why: "t"})
 	if c := checkOf(t, r, "top1"); c.Value != 0.5 || c.Pass {
 		t.Errorf("top1 agreement = %v pass=%v, want 0.5 failing", c.Value, c.Pass)
+	}
+}
+
+// A tie margin forgives a swap only where the reference itself nearly ties: the swapped
+// row's reference top-2 gap must be under the margin, and a wider gap still fails.
+func TestTopKTieMargin(t *testing.T) {
+	want := []float64{4, 3.99, 2, 1}
+	got := []float64{3.98, 4, 2, 1} // argmax 1: the reference's value there is 0.01 below its max
+	for _, c := range []struct {
+		margin, agree float64
+	}{{0, 0}, {0.005, 0}, {0.02, 1}} {
+		if a := TopKAgreement(got, want, 1, c.margin); a != c.agree {
+			t.Errorf("top-1 agreement with tie margin %v = %v, want %v", c.margin, a, c.agree)
+		}
+	}
+	// top-2 of got is {1, 0}: both in the reference's top 2, whatever the margin.
+	if a := TopKAgreement(got, want, 2, 0); a != 1 {
+		t.Errorf("top-2 agreement = %v, want 1", a)
+	}
+	// An index far below the reference's k-th value never counts.
+	if a := TopKAgreement([]float64{0, 0, 0, 9}, want, 1, 0.5); a != 0 {
+		t.Errorf("top-1 agreement of a wrong argmax = %v, want 0", a)
+	}
+	logits := tensor.FromF32([]int{2, 4}, []float32{4, 3.99, 2, 1, 1, 2, 3, 4})
+	swapped := tensor.FromF32([]int{2, 4}, []float32{3.98, 4, 2, 1, 1, 2, 3, 4})
+	r, _ := Compare(swapped, logits, Tolerance{TopK: []TopKLimit{{K: 1, Min: 1, TieMargin: 0.02}}, Why: "t"})
+	if c := checkOf(t, r, "top1"); c.Value != 1 || !c.Pass {
+		t.Errorf("top1 agreement with a near tie = %v pass=%v, want 1 passing", c.Value, c.Pass)
 	}
 }
 
@@ -237,6 +265,7 @@ taps:
 		"bad dtype":       "version: 1\nkernels:\n  rmsnorm:\n    f64: {max_abs: 1, why: x}\n",
 		"bad cosine":      "version: 1\nkernels:\n  rmsnorm:\n    f16: {min_cosine: 1.5, why: x}\n",
 		"unknown version": "version: 2\nkernels: {}\n",
+		"bad tie margin":  "version: 1\ntaps:\n  logits: {top_k: [{k: 1, min: 1, tie_margin: -0.1}], why: x}\n",
 		"not yaml":        "version: [\n",
 	} {
 		if _, err := ParseTolerances([]byte(bad), "tolerances.yaml"); err == nil {

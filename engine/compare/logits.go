@@ -7,7 +7,8 @@ import (
 )
 
 // logitChecks compares got and want as rows of logits over the last dimension: the mean
-// KL(softmax(want) || softmax(got)) and, per requested k, the mean top-k overlap.
+// KL(softmax(want) || softmax(got)) and, per requested k, the mean top-k overlap (with the
+// limit's tie margin).
 func logitChecks(g, w []float64, shape []int, tol Tolerance) []Check {
 	n := shape[len(shape)-1]
 	rows := len(g) / n
@@ -22,7 +23,7 @@ func logitChecks(g, w []float64, shape []int, tol Tolerance) []Check {
 	for _, lim := range tol.TopK {
 		var overlap float64
 		for r := 0; r < rows; r++ {
-			overlap += TopKOverlap(g[r*n:(r+1)*n], w[r*n:(r+1)*n], lim.K)
+			overlap += TopKAgreement(g[r*n:(r+1)*n], w[r*n:(r+1)*n], lim.K, lim.TieMargin)
 		}
 		checks = append(checks, lower(fmt.Sprintf("top%d", lim.K), overlap/float64(rows), lim.Min))
 	}
@@ -74,18 +75,22 @@ func TopK(x []float64, k int) []int {
 	return idx[:k]
 }
 
-// TopKOverlap is |topk(a) ∩ topk(b)| / k.
-func TopKOverlap(a, b []float64, k int) float64 {
-	ta, tb := TopK(a, k), TopK(b, k)
-	in := make(map[int]bool, len(ta))
-	for _, i := range ta {
+// TopKAgreement is the fraction of topk(got) that the reference ranks in its own top k:
+// an index agrees when it is in topk(want), or when tieMargin > 0 and want there exceeds
+// want's k-th largest value minus tieMargin (a near tie the reference could have ordered
+// either way). With tieMargin 0 it is |topk(got) ∩ topk(want)| / k.
+func TopKAgreement(got, want []float64, k int, tieMargin float64) float64 {
+	tg, tw := TopK(got, k), TopK(want, k)
+	in := make(map[int]bool, len(tw))
+	for _, i := range tw {
 		in[i] = true
 	}
-	common := 0
-	for _, i := range tb {
-		if in[i] {
-			common++
+	kth := want[tw[len(tw)-1]]
+	agree := 0
+	for _, i := range tg {
+		if in[i] || (tieMargin > 0 && want[i] > kth-tieMargin) {
+			agree++
 		}
 	}
-	return float64(common) / float64(len(tb))
+	return float64(agree) / float64(len(tw))
 }

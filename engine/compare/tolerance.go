@@ -37,10 +37,14 @@ type Tolerance struct {
 }
 
 // TopKLimit is one top-k agreement requirement: the mean over rows of
-// |topk(got) ∩ topk(want)| / k must be at least Min.
+// |topk(got) ∩ topk(want)| / k must be at least Min. With TieMargin > 0 an index of
+// topk(got) outside topk(want) still counts when its reference value is within TieMargin of
+// the reference's k-th largest: where the reference itself ranks two entries closer than the
+// accepted numerical error, either order is correct.
 type TopKLimit struct {
-	K   int     `yaml:"k"`
-	Min float64 `yaml:"min"`
+	K         int     `yaml:"k"`
+	Min       float64 `yaml:"min"`
+	TieMargin float64 `yaml:"tie_margin,omitempty"`
 }
 
 func (t Tolerance) validate() error {
@@ -76,6 +80,9 @@ func (t Tolerance) validate() error {
 		set++
 		if k.K < 1 || !(k.Min > 0 && k.Min <= 1) {
 			return fmt.Errorf("top_k {k: %d, min: %v}: want k >= 1 and min in (0, 1]", k.K, k.Min)
+		}
+		if !(k.TieMargin >= 0 && !math.IsInf(k.TieMargin, 1)) {
+			return fmt.Errorf("top_k {k: %d}: tie_margin = %v: must be finite and >= 0", k.K, k.TieMargin)
 		}
 	}
 	if set == 0 {
