@@ -453,6 +453,26 @@ inline void check_norm(Validator &v, const ts_norm_config *cfg) {
     v.elements("x", {cfg->rows, cfg->hidden});
 }
 
+/* The ts_embedding_config checks of embedding and pos_embedding; rows_of names the [tokens,
+ * hidden] operand the op reads or writes ("out" for the gather, "x" for the position add). */
+inline void check_embedding(Validator &v, const ts_embedding_config *cfg, const char *rows_of) {
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->tokens, "cfg->tokens");
+    v.positive(cfg->hidden, "cfg->hidden");
+    v.positive(cfg->table_rows, "cfg->table_rows");
+    v.elements(rows_of, {cfg->tokens, cfg->hidden});
+    v.elements("table", {cfg->table_rows, cfg->hidden});
+}
+
+/* The head layout both attention kernels support: n_kv_heads divides n_heads (GQA) and
+ * head_dim is a multiple of 8 (16-byte vectors) up to 256 (their template instances). */
+inline void check_heads(Validator &v, int n_heads, int n_kv_heads, int head_dim) {
+    if (v.ok() && n_heads % n_kv_heads != 0)
+        v.fail(TS_ERR_SHAPE_MISMATCH, "cfg->n_kv_heads = %d: must divide n_heads (%d)", n_kv_heads, n_heads);
+    if (v.ok() && (head_dim % 8 != 0 || head_dim > 256))
+        v.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build supports multiples of 8 up to 256", head_dim);
+}
+
 } // namespace ts
 
 #endif /* TOUCHSTONE_INTERNAL_H */

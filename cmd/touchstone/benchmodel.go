@@ -32,7 +32,7 @@ type modelPeer struct {
 func runBenchModel(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench-model", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("golden", "", "golden directory (default: $TOUCHSTONE_GOLDEN or golden/ above the working directory)")
+	dir := goldenFlag(fs)
 	prompt := fs.Int("prompt", 128, "prompt tokens of the timed prefill")
 	decode := fs.Int("decode", 64, "decode steps timed after each prefill")
 	warmup := fs.Int("warmup", 2, "untimed prefill + decode rounds")

@@ -23,7 +23,7 @@ import (
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("golden", "", "golden directory (default: $TOUCHSTONE_GOLDEN or golden/ above the working directory)")
+	dir := goldenFlag(fs)
 	backendName := fs.String("backend", "", "cpu | cuda | auto (default: $TOUCHSTONE_BACKEND, else auto)")
 	tier := fs.String("tier", "all", "golden tier to run: committed | full | all")
 	var ops multiFlag

@@ -18,7 +18,7 @@ import (
 func runDiff(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("diff", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("golden", "", "golden directory (default: $TOUCHSTONE_GOLDEN or golden/ above the working directory)")
+	dir := goldenFlag(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: touchstone diff [-golden DIR] <model set: a name such as qwen2-tiny, or a set directory>")
 		fs.PrintDefaults()

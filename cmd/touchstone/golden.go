@@ -11,7 +11,7 @@ import (
 func runGoldenVerify(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("golden verify", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("golden", "", "golden directory (default: $TOUCHSTONE_GOLDEN or golden/ above the working directory)")
+	dir := goldenFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -39,6 +39,12 @@ func runGoldenVerify(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// goldenFlag defines the -golden flag every subcommand that reads golden sets takes; its
+// value goes to goldenRoot.
+func goldenFlag(fs *flag.FlagSet) *string {
+	return fs.String("golden", "", "golden directory (default: $TOUCHSTONE_GOLDEN or golden/ above the working directory)")
 }
 
 func goldenRoot(flagValue string) (string, error) {

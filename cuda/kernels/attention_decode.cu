@@ -73,6 +73,33 @@ __host__ __device__ inline DecodeLayout decode_layout(int D, int maxg) {
     return L;
 }
 
+/* One decode block's work: sequence b, KV head kvh, its chunk hc of at most MAXG query heads
+ * (h0 .. h0 + ng - 1), key split `split`, and the sequence's cache length. */
+struct DecodeWork {
+    int b, kvh, hc, split, h0, ng, len;
+};
+
+/* Decodes blockIdx (x: batch x KV head x head chunk, y: key split) into the block's work.
+ * False when the cache length is outside [1, max_len]: one block reports the fault and every
+ * block of that sequence must return without writing. */
+template <int MAXG>
+__device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, int max_len, int nkv, int group,
+                                            int hchunks, ts::FaultRecord *fault) {
+    int idx = blockIdx.x;
+    w.hc = idx % hchunks;
+    idx /= hchunks;
+    w.kvh = idx % nkv;
+    w.b = idx / nkv;
+    w.split = blockIdx.y;
+    w.h0 = w.kvh * group + w.hc * MAXG;
+    w.ng = min(MAXG, group - w.hc * MAXG);
+    w.len = lens[w.b];
+    if (w.len >= 1 && w.len <= max_len) return true;
+    if (w.split == 0 && w.kvh == 0 && w.hc == 0 && threadIdx.x == 0)
+        ts::report_fault(fault, ts::FAULT_DECODE_CACHE_LEN, w.b, w.len, max_len);
+    return false;
+}
+
 template <int MAXG>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_split_kernel(__half *out, float *part_acc, float2 *part_ml, const __half *q, const __half *kc,
@@ -89,21 +116,9 @@ __global__ void __launch_bounds__(kThreads)
     float *red_s = reinterpret_cast<float *>(smem + L.kv_off);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int idx = blockIdx.x;
-    const int hc = idx % hchunks;
-    idx /= hchunks;
-    const int kvh = idx % nkv;
-    const int b = idx / nkv;
-    const int split = blockIdx.y;
-    const int h0 = kvh * group + hc * MAXG;
-    const int ng = min(MAXG, group - hc * MAXG);
-
-    const int len = lens[b];
-    if (len < 1 || len > max_len) {
-        if (split == 0 && kvh == 0 && hc == 0 && tid == 0)
-            ts::report_fault(fault, ts::FAULT_DECODE_CACHE_LEN, b, len, max_len);
-        return;
-    }
+    DecodeWork w;
+    if (!decode_work<MAXG>(w, lens, max_len, nkv, group, hchunks, fault)) return;
+    const int b = w.b, kvh = w.kvh, split = w.split, h0 = w.h0, ng = w.ng, len = w.len;
     const int start = split * chunk;
     const int end = min(len, start + chunk);
 
@@ -403,21 +418,9 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3; /* lane group (row / key / dim piece) and lane in it */
-    int idx = blockIdx.x;
-    const int hc = idx % hchunks;
-    idx /= hchunks;
-    const int kvh = idx % nkv;
-    const int b = idx / nkv;
-    const int split = blockIdx.y;
-    const int h0 = kvh * group + hc * MAXG;
-    const int ng = min(MAXG, group - hc * MAXG);
-
-    const int len = lens[b];
-    if (len < 1 || len > max_len) {
-        if (split == 0 && kvh == 0 && hc == 0 && tid == 0)
-            ts::report_fault(fault, ts::FAULT_DECODE_CACHE_LEN, b, len, max_len);
-        return;
-    }
+    DecodeWork w;
+    if (!decode_work<MAXG>(w, lens, max_len, nkv, group, hchunks, fault)) return;
+    const int b = w.b, kvh = w.kvh, split = w.split, h0 = w.h0, ng = w.ng, len = w.len;
     const int start = split * chunk;
     if (start >= len) return; /* no keys: writes nothing and is not counted by the merge */
     const int end = min(len, start + chunk);
@@ -735,12 +738,7 @@ extern "C" int ts_attention_decode(void *out, const void *q, const void *k_cache
     val.positive(cfg->n_kv_heads, "cfg->n_kv_heads");
     val.positive(cfg->head_dim, "cfg->head_dim");
     val.scale(cfg->scale, "cfg->scale");
-    if (val.ok() && cfg->n_heads % cfg->n_kv_heads != 0)
-        val.fail(TS_ERR_SHAPE_MISMATCH, "cfg->n_kv_heads = %d: must divide n_heads (%d)", cfg->n_kv_heads,
-                 cfg->n_heads);
-    if (val.ok() && (cfg->head_dim % 8 != 0 || cfg->head_dim > 256))
-        val.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build supports multiples of 8 up to 256",
-                 cfg->head_dim);
+    ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
     val.elements("k_cache", {cfg->batch, cfg->max_len, cfg->n_kv_heads, cfg->head_dim});
     val.elements("q", {cfg->batch, cfg->n_heads, cfg->head_dim});
     if (val.ok() && (int64_t)cfg->batch * cfg->n_heads > 0x7fffffff)

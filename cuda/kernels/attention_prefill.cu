@@ -215,12 +215,7 @@ extern "C" int ts_attention_prefill(void *out, const void *q, const void *k, con
     val.positive(cfg->n_kv_heads, "cfg->n_kv_heads");
     val.positive(cfg->head_dim, "cfg->head_dim");
     val.scale(cfg->scale, "cfg->scale");
-    if (val.ok() && cfg->n_heads % cfg->n_kv_heads != 0)
-        val.fail(TS_ERR_SHAPE_MISMATCH, "cfg->n_kv_heads = %d: must divide n_heads (%d)", cfg->n_kv_heads,
-                 cfg->n_heads);
-    if (val.ok() && (cfg->head_dim % 8 != 0 || cfg->head_dim > 256))
-        val.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build supports multiples of 8 up to 256",
-                 cfg->head_dim);
+    ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
     val.elements("q", {cfg->batch, cfg->seq_len, cfg->n_heads, cfg->head_dim});
     if (val.ok() && ts::ceil_div(cfg->seq_len, kBr) * cfg->n_heads * cfg->batch > 0x7fffffff)
         val.fail(TS_ERR_UNSUPPORTED, "cfg->batch = %d: batch x n_heads x ceil(seq_len / %d) exceeds the grid limit",

@@ -57,12 +57,7 @@ extern "C" int ts_embedding(void *out, const int32_t *ids, const void *table, co
     v.ptr(table, "table");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
-    v.positive(cfg->tokens, "cfg->tokens");
-    v.positive(cfg->hidden, "cfg->hidden");
-    v.positive(cfg->table_rows, "cfg->table_rows");
-    v.elements("out", {cfg->tokens, cfg->hidden});
-    v.elements("table", {cfg->table_rows, cfg->hidden});
+    ts::check_embedding(v, cfg, "out");
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);

@@ -65,12 +65,7 @@ extern "C" int ts_pos_embedding(void *out, const void *x, const void *table, con
     v.ptr(positions, "positions");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
-    v.positive(cfg->tokens, "cfg->tokens");
-    v.positive(cfg->hidden, "cfg->hidden");
-    v.positive(cfg->table_rows, "cfg->table_rows");
-    v.elements("x", {cfg->tokens, cfg->hidden});
-    v.elements("table", {cfg->table_rows, cfg->hidden});
+    ts::check_embedding(v, cfg, "x");
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
