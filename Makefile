@@ -77,14 +77,15 @@ cuda:
 	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH)
 
 # The C ABI's own tests, straight against the library: argument checks (no GPU needed) and
-# the sticky-error contract (on a GPU; exit 2 = no device, reported as not run).
+# the sticky-error and graph-capture contracts (on a GPU; exit 2 = no device, reported as not run).
 cuda-test: cuda
-	@for t in abi_args sticky; do \
+	@for t in abi_args sticky graph; do \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/$$t.c -Lcuda/build -ltouchstone_cuda \
 	    -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/$$t || exit 1; \
 	done
 	cuda/build/abi_args
 	cuda/build/sticky; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
+	cuda/build/graph; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 
 # Everything a GPU host without Go needs: built here (cgo + dlopen, no CUDA at build time),
 # run there with `make cuda && dist/run`.

@@ -8,7 +8,7 @@
  *    cudaGetLastError; sticky errors (the context is unusable) are latched in runtime.cu;
  *  - ts::Validator, the argument checks every ts_* entry runs before any launch;
  *  - the device fault record that kernels fill when they see an out-of-range index in device
- *    data (positions, ids, cache_lens) or a bad logit (sample): runtime.cu owns it, kernels
+ *    data (positions, ids, cache_lens, rows) or a bad logit (sample): runtime.cu owns it, kernels
  *    receive a pointer to it;
  *  - library state the ops need: the stream, the cuBLAS handles, workspaces, the SM count;
  *  - small device helpers: 16-byte fp16 vector loads/stores, warp and block reductions.
@@ -160,6 +160,14 @@ enum Workspace {
 };
 int workspace(const char *op, Workspace slot, size_t bytes, void **ptr);
 
+/* ---- graph capture (graph.cu) ------------------------------------------------------------ */
+
+/* True between a successful ts_graph_begin and its ts_graph_end. */
+bool capturing();
+/* TS_ERR_UNSUPPORTED naming op while a capture is open, else TS_OK: for the calls that wait for
+ * the device, allocate or free, which a capture cannot record (touchstone.h, "graphs"). */
+int refuse_during_capture(const char *op);
+
 /* Lets kernel take up to the device's opt-in shared memory per block (needed above 48 KiB) in
  * dynamic shared memory, less what it declares statically (the two together may not exceed the
  * opt-in limit); done once per kernel and device, tracked in done_for_device (a static of the
@@ -218,7 +226,9 @@ enum FaultKind {
     /* Not indices but bad values: reported as TS_ERR_INVALID_ARGUMENT, as the host checks of the
      * same op would be. */
     FAULT_SAMPLE_LOGIT = 5,   /* sample: logits[index][value] is NaN or +inf (bound: its bits) */
-    FAULT_SAMPLE_ALL_NEG_INF = 6 /* sample: every logit of row index is -inf */
+    FAULT_SAMPLE_ALL_NEG_INF = 6, /* sample: every logit of row index is -inf */
+    /* An index again (TS_ERR_INDEX); numbered after the sample kinds, which came first. */
+    FAULT_SET_ROWS_ROW = 7 /* set_rows: rows[i] outside [0, dst_rows); that row is not written */
 };
 
 /* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since
@@ -228,7 +238,7 @@ struct FaultRecord {
     int kind;    /* FaultKind */
     int index;   /* element of the index tensor */
     int value;   /* the value found there */
-    int bound;   /* table_rows, or max_len */
+    int bound;   /* table_rows, dst_rows, or max_len */
     int pad[3];
 };
 

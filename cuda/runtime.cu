@@ -210,7 +210,8 @@ void log_library_call(const char *op, const char *call, const char *d) {
 
 cudaError_t after_launch(const char *op, cudaStream_t stream) {
     g_last_op.store(op, std::memory_order_relaxed);
-    if (g_sync.load(std::memory_order_relaxed)) return cudaStreamSynchronize(stream);
+    /* A capturing stream cannot be waited for: ts_graph_launch synchronises instead. */
+    if (g_sync.load(std::memory_order_relaxed) && !capturing()) return cudaStreamSynchronize(stream);
     return cudaSuccess;
 }
 
@@ -321,6 +322,11 @@ FaultRecord *fault_record() { return g.d_fault; }
 int workspace(const char *op, Workspace slot, size_t bytes, void **ptr) {
     std::lock_guard<std::mutex> lk(g.mu);
     if (g.ws_bytes[slot] < bytes) {
+        if (capturing())
+            return set_error(TS_ERR_UNSUPPORTED,
+                             "%s: workspace %d must grow to %zu bytes during a graph capture, which cannot allocate: "
+                             "run the same ops once uncaptured before capturing them",
+                             op, (int)slot, bytes);
         if (g.ws[slot] != nullptr) {
             /* Earlier launches on any stream may still read the old buffer. */
             TS_CHECK(op, cudaDeviceSynchronize());
@@ -383,6 +389,9 @@ int check_faults(const char *op, cudaStream_t st) {
     case FAULT_DECODE_CACHE_LEN:
         return set_error(TS_ERR_INDEX, "attention_decode: cache_lens[%d] = %d: must be in [1, %d] (the cache capacity)", f.index,
                          f.value, f.bound);
+    case FAULT_SET_ROWS_ROW:
+        return set_error(TS_ERR_INDEX, "set_rows: rows[%d] = %d: must be in [0, %d) (the rows of dst)", f.index, f.value,
+                         f.bound);
     /* Worded as the cpu backend words them (engine/sample), "op: arg = value: reason", so both
      * backends give the same argument error. */
     case FAULT_SAMPLE_LOGIT: {
@@ -512,6 +521,7 @@ int ts_device_count(int *count) {
 
 int ts_init(int device) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_init", refuse_during_capture("ts_init"));
     std::lock_guard<std::mutex> lk(g.mu);
     if (g.initialized.load()) {
         if (g.device == device) {
@@ -541,6 +551,7 @@ int ts_init(int device) {
 
 int ts_shutdown(void) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_shutdown", refuse_during_capture("ts_shutdown"));
     std::lock_guard<std::mutex> lk(g.mu);
     if (!g.initialized.load()) return TS_OK;
     cudaError_t e = cudaSetDevice(g.device);
@@ -582,6 +593,7 @@ int ts_get_device_info(ts_device_info *info) {
 
 int ts_copy_bandwidth(double *gb_per_s) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_copy_bandwidth", refuse_during_capture("ts_copy_bandwidth"));
     const char *op = "ts_copy_bandwidth";
     if (gb_per_s == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: gb_per_s = NULL: a pointer is required", op);
     cudaStream_t st;
@@ -655,6 +667,7 @@ int ts_memory_in_use(int64_t *bytes) {
 
 int ts_release_workspaces(void) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_release_workspaces", refuse_during_capture("ts_release_workspaces"));
     const char *op = "ts_release_workspaces";
     int s = ready(op, nullptr, nullptr);
     if (s != TS_OK) return s;
@@ -672,6 +685,7 @@ int ts_release_workspaces(void) {
 
 int ts_malloc(void **ptr, size_t bytes) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_malloc", refuse_during_capture("ts_malloc"));
     const char *op = "ts_malloc";
     if (ptr == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: ptr = NULL: a pointer is required", op);
     *ptr = nullptr;
@@ -691,6 +705,7 @@ int ts_malloc(void **ptr, size_t bytes) {
 
 int ts_free(void *ptr) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_free", refuse_during_capture("ts_free"));
     const char *op = "ts_free";
     if (ptr == nullptr) return TS_OK;
     int s = ready(op, nullptr, nullptr);
@@ -726,6 +741,7 @@ int ts_copy_device(void *dst, const void *src, size_t bytes, void *stream) {
 
 int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_copy_to_device", refuse_during_capture("ts_copy_to_device"));
     const char *op = "ts_copy_to_device";
     if (bytes == 0) return TS_OK;
     if (dst == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: dst = NULL: a device pointer is required", op);
@@ -741,6 +757,7 @@ int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream) {
 
 int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_copy_to_host", refuse_during_capture("ts_copy_to_host"));
     const char *op = "ts_copy_to_host";
     if (bytes != 0) {
         if (dst == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: dst = NULL: a host pointer is required", op);
@@ -759,6 +776,7 @@ int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream) {
 
 int ts_synchronize(void *stream) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_synchronize", refuse_during_capture("ts_synchronize"));
     const char *op = "ts_synchronize";
     cudaStream_t st;
     int s = ready(op, stream, &st);
@@ -787,6 +805,7 @@ int ts_timer_create(ts_timer **timer) {
 
 int ts_timer_start(ts_timer *timer, void *stream) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_timer_start", refuse_during_capture("ts_timer_start"));
     const char *op = "ts_timer_start";
     if (timer == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: timer = NULL: a timer is required", op);
     cudaStream_t st;
@@ -798,6 +817,7 @@ int ts_timer_start(ts_timer *timer, void *stream) {
 
 int ts_timer_stop(ts_timer *timer, void *stream, float *ms) {
     TS_STICKY_GUARD();
+    TS_CHECK("ts_timer_stop", refuse_during_capture("ts_timer_stop"));
     const char *op = "ts_timer_stop";
     if (timer == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: timer = NULL: a timer is required", op);
     if (ms == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "%s: ms = NULL: a pointer is required", op);

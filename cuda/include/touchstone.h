@@ -15,9 +15,9 @@
  *  - Activations and weights are stored in the dtype named by the config (TS_F16 today; bf16
  *    is a later addition); math is fp32; the logits/softmax path is fp32.
  *  - Ops are asynchronous on the stream. Index data that lives on the device (positions, ids,
- *    cache_lens) is range-checked by the kernels: the first out-of-range index is recorded
- *    and reported as TS_ERR_INDEX by the next ts_synchronize or ts_copy_to_host. ts_sample
- *    checks its logits the same way; a bad one is reported as TS_ERR_INVALID_ARGUMENT.
+ *    cache_lens, set_rows' rows) is range-checked by the kernels: the first out-of-range index
+ *    is recorded and reported as TS_ERR_INDEX by the next ts_synchronize or ts_copy_to_host.
+ *    ts_sample checks its logits the same way; a bad one is reported as TS_ERR_INVALID_ARGUMENT.
  *  - After a sticky CUDA error (an illegal address corrupts the context) every later call
  *    returns TS_ERR_STICKY with the message of the op that caused it; the process must restart.
  *  - Launch parameters are logged to stderr when TOUCHSTONE_LOG=debug.
@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 2
+#define TS_ABI_VERSION 3
 
 typedef enum {
     TS_OK = 0,
@@ -113,6 +113,37 @@ int ts_timer_start(ts_timer *timer, void *stream);
 int ts_timer_stop(ts_timer *timer, void *stream, float *ms);
 int ts_timer_destroy(ts_timer *timer);
 
+/* ---- graphs (graph.cu) -------------------------------------------------------------------
+ * A decode step is hundreds of small launches, and issuing each from the host costs more than
+ * most of them take on the device. A graph records the ops called on a stream between
+ * ts_graph_begin and ts_graph_end once and replays them all with one ts_graph_launch.
+ *
+ *  - Each op still validates its arguments when it is called during the capture (a refused
+ *    call records nothing); device-side checks (index faults) run at every replay and are
+ *    reported as usual by the next ts_synchronize or ts_copy_to_host.
+ *  - Pointers and config values are fixed at capture. A replay reads whatever the captured
+ *    buffers hold at that time, so what changes from one replay to the next (a token id, a
+ *    position, a cache length, a KV-cache row) must live in device buffers that the caller
+ *    rewrites before ts_graph_launch, never in a config value or a pointer offset.
+ *  - While a capture is open, calls that wait for the device or allocate or free memory are
+ *    refused with TS_ERR_UNSUPPORTED and leave the capture intact: ts_init, ts_shutdown,
+ *    ts_malloc, ts_free, ts_copy_to_device, ts_copy_to_host, ts_synchronize, the timers,
+ *    ts_copy_bandwidth, ts_release_workspaces, a workspace that would have to grow (run the same
+ *    ops once uncaptured first), and ts_graph_launch. One capture at a time.
+ *  - With TOUCHSTONE_SYNC=1 the ops do not synchronise during a capture; ts_graph_launch does.
+ */
+typedef struct ts_graph ts_graph;
+/* Starts capturing the ops called on stream (NULL: the library stream). */
+int ts_graph_begin(void *stream);
+/* Ends the capture on stream and instantiates it into *graph. If an op failed inside CUDA
+ * during the capture the capture is invalid: the error is returned and *graph is NULL. The
+ * capture is over either way, except when an argument of this call is refused. */
+int ts_graph_end(void *stream, ts_graph **graph);
+/* Replays the graph on stream, asynchronously. */
+int ts_graph_launch(ts_graph *graph, void *stream);
+/* Frees the graph; NULL is a no-op. */
+int ts_graph_destroy(ts_graph *graph);
+
 /* ---- configs -------------------------------------------------------------------------- */
 
 /* residual_add, swiglu, gelu, gelu_tanh: n elements, any shape. */
@@ -185,6 +216,19 @@ typedef struct {
     int table_rows;
 } ts_embedding_config;
 
+/* set_rows: dst[rows[i]] = src[i] for i < src_rows, a bit-exact row scatter in place into dst
+ * (the KV-cache append): dst [dst_rows, row_elems], src [src_rows, row_elems], both in dtype
+ * (TS_F16 or TS_F32), rows int32 [src_rows]. Every other row of dst is left as it was. rows
+ * live on the device, so a captured graph can replay an append at a new position: each must lie
+ * in [0, dst_rows) (checked on device: an out-of-range row is reported as TS_ERR_INDEX and not
+ * written) and they must be distinct (which write wins for a repeated row is unspecified). */
+typedef struct {
+    ts_dtype dtype;
+    int dst_rows;
+    int src_rows;
+    int row_elems;
+} ts_set_rows_config;
+
 /* gemm: out [m, n] = x [m, k] . w^T (w is [n, k]) + bias [n] (bias may be NULL). Inputs in
  * in_dtype, fp32 accumulation (cuBLAS), result rounded to out_dtype (TS_F16 or TS_F32). */
 typedef struct {
@@ -255,6 +299,7 @@ int ts_gelu_tanh(void *out, const void *x, const ts_elementwise_config *cfg, voi
 int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t *positions,
                      const ts_embedding_config *cfg, void *stream);
 int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg, void *stream);
+int ts_set_rows(void *dst, const void *src, const int32_t *rows, const ts_set_rows_config *cfg, void *stream);
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);

@@ -114,6 +114,39 @@ int main(void) {
     expect("embedding vocab 0", ts_embedding(P, P, P, &v0, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "table_rows", "0");
     expect("pos_embedding null table", ts_pos_embedding(P, P, NULL, P, &ec, NULL), TS_ERR_INVALID_ARGUMENT,
            "pos_embedding", "table", NULL);
+    ts_set_rows_config sr = {TS_F16, 4096, 1, 128};
+    const int32_t *rows = (const int32_t *)P;
+    expect("set_rows null dst", ts_set_rows(NULL, P, rows, &sr, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "dst", "NULL");
+    expect("set_rows null src", ts_set_rows(P, NULL, rows, &sr, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "src", "NULL");
+    expect("set_rows null rows", ts_set_rows(P, P, NULL, &sr, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "rows", "NULL");
+    expect("set_rows null cfg", ts_set_rows(P, P, rows, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "cfg", "NULL");
+    ts_set_rows_config sr_bad = sr;
+    sr_bad.dst_rows = 0;
+    expect("set_rows dst_rows 0", ts_set_rows(P, P, rows, &sr_bad, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "dst_rows",
+           "0");
+    sr_bad = sr;
+    sr_bad.src_rows = -1;
+    expect("set_rows src_rows -1", ts_set_rows(P, P, rows, &sr_bad, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows",
+           "src_rows", "-1");
+    sr_bad = sr;
+    sr_bad.row_elems = 0;
+    expect("set_rows row_elems 0", ts_set_rows(P, P, rows, &sr_bad, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows",
+           "row_elems", "0");
+    sr_bad = sr;
+    sr_bad.dtype = TS_I32;
+    expect("set_rows dtype i32", ts_set_rows(P, P, rows, &sr_bad, NULL), TS_ERR_UNSUPPORTED, "set_rows", "dtype", NULL);
+    sr_bad.dtype = (ts_dtype)9;
+    expect("set_rows dtype 9", ts_set_rows(P, P, rows, &sr_bad, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "dtype", "9");
+    sr_bad = sr;
+    sr_bad.dst_rows = 2147483647;
+    sr_bad.row_elems = 2147483647;
+    expect("set_rows dst beyond 2^59 elements", ts_set_rows(P, P, rows, &sr_bad, NULL), TS_ERR_INVALID_ARGUMENT,
+           "set_rows", "dst", "2^59");
+    /* Both dtypes pass validation and stop only at the missing ts_init: nothing launched. */
+    expect("set_rows f16 valid", ts_set_rows(P, P, rows, &sr, NULL), TS_ERR_NOT_INITIALIZED, "set_rows", "ts_init", NULL);
+    ts_set_rows_config sr_f32 = {TS_F32, 16, 3, 1001};
+    expect("set_rows f32 valid", ts_set_rows(P, P, rows, &sr_f32, NULL), TS_ERR_NOT_INITIALIZED, "set_rows", "ts_init",
+           NULL);
     ts_gemm_config gk = gc;
     gk.k = 0;
     expect("gemm k 0", ts_gemm(P, P, P, NULL, &gk, NULL), TS_ERR_INVALID_ARGUMENT, "gemm", "k", "0");
@@ -175,6 +208,17 @@ int main(void) {
     expect("philox n 0", ts_philox(words, &ph0, NULL), TS_ERR_INVALID_ARGUMENT, "philox", "n", "0");
     ph0.n = -2;
     expect("philox n -2", ts_philox(words, &ph0, NULL), TS_ERR_INVALID_ARGUMENT, "philox", "n", "-2");
+
+    /* graphs: arguments first, then the missing ts_init */
+    expect("graph_end null graph", ts_graph_end(NULL, NULL), TS_ERR_INVALID_ARGUMENT, "ts_graph_end", "graph", "NULL");
+    expect("graph_launch null graph", ts_graph_launch(NULL, NULL), TS_ERR_INVALID_ARGUMENT, "ts_graph_launch", "graph",
+           "NULL");
+    expect("graph_begin before init", ts_graph_begin(NULL), TS_ERR_NOT_INITIALIZED, "ts_graph_begin", "ts_init", NULL);
+    checks++;
+    if (ts_graph_destroy(NULL) != TS_OK) {
+        failures++;
+        fprintf(stderr, "FAIL graph_destroy(NULL) is not a no-op: %s\n", ts_last_error());
+    }
 
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures == 0 ? 0 : 1;

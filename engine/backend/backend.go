@@ -85,6 +85,13 @@ type Kernels interface {
 	PosEmbedding(out, x, table, positions Buffer) error
 	// Embedding gathers rows of table [V, H] by the i32 ids [T] into out [T, H].
 	Embedding(out, ids, table Buffer) error
+	// SetRows scatters the rows of src [T, ...] into dst [R, ...] in place, dst[rows[i]] =
+	// src[i] for the i32 rows [T], each in [0, R), and leaves every other row of dst as it was:
+	// the KV-cache append. dst and src are both f16 or both f32 with the same number of
+	// elements per row (the product of the dims after the first); the copy is exact. Rows must
+	// be distinct: which write wins for a repeated row is unspecified. The indices are device
+	// data, so a captured decode step can replay its append at a new position.
+	SetRows(dst, src, rows Buffer) error
 	// Gemm computes out = x [M, K] · wᵀ (w is [N, K]) + bias [N] with fp32 accumulation.
 	// bias may be nil. out may be fp16 or fp32; the result is rounded to out's dtype.
 	Gemm(out, x, w, bias Buffer) error
@@ -137,7 +144,7 @@ type Backend interface {
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rope",
 	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gelu", "gelu_tanh",
-	"pos_embedding", "embedding", "gemm", "softmax",
+	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }
 
 // Timer brackets device work with device events, for benchmarks.

@@ -9,7 +9,7 @@ import (
 
 // The shape and parameter checks of every op, shared by all backends so that each refuses
 // exactly the same calls with exactly the same messages. Checks of index values that live
-// in buffers (positions, ids, cache_lens) are the backends' own: only they can read them.
+// in buffers (positions, ids, cache_lens, rows) are the backends' own: only they can read them.
 
 func fmtF(v float32) string { return strconv.FormatFloat(float64(v), 'g', -1, 32) }
 
@@ -174,6 +174,28 @@ func CheckEmbedding(out, ids, table Buffer) error {
 		want := append(append([]int{}, ids.Shape()...), table.Shape()[1])
 		c.DType("out", out, tensor.F16)
 		c.Shape("out", out, want, "the shape of ids plus the hidden size of table")
+	}
+	return c.Err()
+}
+
+// CheckSetRows validates a row scatter into dst: src like dst's rows, one i32 row index per
+// row of src. The index values are the backends' to check.
+func CheckSetRows(dst, src, rows Buffer) error {
+	c := Validate("set_rows")
+	c.DType("dst", dst, tensor.F16, tensor.F32)
+	c.MinRank("dst", dst, 1)
+	if c.Err() == nil {
+		per := tensor.NumElements(dst.Shape()[1:])
+		c.DType("src", src, dst.DType())
+		c.MinRank("src", src, 1)
+		if c.Err() == nil {
+			c.That(tensor.NumElements(src.Shape()[1:]) == per, "src", describe(src),
+				"want %d elements per row (the row size of dst)", per)
+		}
+		c.DType("rows", rows, tensor.I32)
+		if c.Err() == nil {
+			c.Shape("rows", rows, src.Shape()[:1], "one row index per row of src")
+		}
 	}
 	return c.Err()
 }

@@ -20,14 +20,18 @@ type ModelOptions struct {
 
 // ModelResult is one model's timings, medians over the timed runs, device time by events.
 type ModelResult struct {
-	PrefillMs    float64   // one prefill of PromptLen tokens (logits of the last position)
-	DecodeStepMs float64   // one decode step (one token's forward, its logits on the device)
-	TokensPerSec float64   // 1000 / DecodeStepMs
-	PrefillTimes []float64 // every timed prefill, ms
-	DecodeTimes  []float64 // every timed decode step, ms
-	PromptIDs    []int32
-	DecodeIDs    []int32
-	CacheLen     int
+	PrefillMs    float64 // one prefill of PromptLen tokens (logits of the last position)
+	DecodeStepMs float64 // one decode step (one token's forward, its logits on the device)
+	// DecodeOpByOpMs is DecodeStepMs with every op issued from the host one by one, where
+	// the model replays decode steps from a graph by default (0 without graphs).
+	DecodeOpByOpMs float64
+	ReplayedSteps  int       // decode steps replayed from a graph during the timed rounds
+	TokensPerSec   float64   // 1000 / DecodeStepMs
+	PrefillTimes   []float64 // every timed prefill, ms
+	DecodeTimes    []float64 // every timed decode step, ms
+	PromptIDs      []int32
+	DecodeIDs      []int32
+	CacheLen       int
 }
 
 // BenchTokens is a deterministic token sequence in [0, vocab) for timing runs: a 64-bit
@@ -73,24 +77,42 @@ func TimeModel(p Profiler, m *model.Model, o ModelOptions) (*ModelResult, error)
 		d, err := timer.Stop()
 		return float64(d) / float64(time.Millisecond), err
 	}
-	for rep := 0; rep < o.Warmup+o.Repeats; rep++ {
-		ms, err := timed(func() error { return m.PrefillOnDevice(r.PromptIDs) })
-		if err != nil {
-			return nil, fmt.Errorf("prefill: %w", err)
-		}
-		if rep >= o.Warmup {
-			r.PrefillTimes = append(r.PrefillTimes, ms)
-		}
-		for _, id := range r.DecodeIDs {
-			ms, err := timed(func() error { return m.DecodeOnDevice(id) })
+	// rounds runs warm-up and timed rounds of one prefill and the decode steps, appending
+	// the timed ones' times.
+	rounds := func(prefill, decode *[]float64) error {
+		for rep := 0; rep < o.Warmup+o.Repeats; rep++ {
+			ms, err := timed(func() error { return m.PrefillOnDevice(r.PromptIDs) })
 			if err != nil {
-				return nil, fmt.Errorf("decode at position %d: %w", m.Pos(), err)
+				return fmt.Errorf("prefill: %w", err)
 			}
-			if rep >= o.Warmup {
-				r.DecodeTimes = append(r.DecodeTimes, ms)
+			if rep >= o.Warmup && prefill != nil {
+				*prefill = append(*prefill, ms)
+			}
+			for _, id := range r.DecodeIDs {
+				ms, err := timed(func() error { return m.DecodeOnDevice(id) })
+				if err != nil {
+					return fmt.Errorf("decode at position %d: %w", m.Pos(), err)
+				}
+				if rep >= o.Warmup {
+					*decode = append(*decode, ms)
+				}
 			}
 		}
+		return nil
 	}
+	if m.UseGraphs(false) {
+		var opByOp []float64
+		if err := rounds(nil, &opByOp); err != nil {
+			return nil, fmt.Errorf("op by op: %w", err)
+		}
+		r.DecodeOpByOpMs = medianOf(opByOp)
+		m.UseGraphs(true)
+	}
+	replays := m.GraphReplays()
+	if err := rounds(&r.PrefillTimes, &r.DecodeTimes); err != nil {
+		return nil, err
+	}
+	r.ReplayedSteps = m.GraphReplays() - replays
 	r.PrefillMs, r.DecodeStepMs = medianOf(r.PrefillTimes), medianOf(r.DecodeTimes)
 	r.TokensPerSec = 1000 / r.DecodeStepMs
 	return r, nil

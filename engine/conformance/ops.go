@@ -158,6 +158,15 @@ func init() {
 		c.do(func() error { return c.b.Embedding(out, ids, table) })
 		c.output("out", out)
 	})
+	register("set_rows", func(c *call) {
+		c.params(&noParams{})
+		// The op writes in place: the uploaded dst is a fresh copy of the set's tensor, so it
+		// is the output itself. Relaunching rewrites the same rows, so a benchmark's repeated
+		// launches leave the same result.
+		dst, src, rows := c.input("dst"), c.input("src"), c.input("rows")
+		c.do(func() error { return c.b.SetRows(dst, src, rows) })
+		c.output("out", dst)
+	})
 	register("gemm", func(c *call) {
 		var p gemmParams
 		c.params(&p)

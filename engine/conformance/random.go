@@ -36,6 +36,16 @@ func IntsIn(lo, hi int) func(*rand.Rand, int) float64 {
 	return func(r *rand.Rand, _ int) float64 { return float64(lo + r.IntN(hi-lo)) }
 }
 
+// OnePerBucket draws element i uniformly from [i·n/count, (i+1)·n/count): count distinct
+// integers below n, increasing, for indices that must not repeat (set_rows' rows). It needs
+// count <= n.
+func OnePerBucket(n, count int) func(*rand.Rand, int) float64 {
+	return func(r *rand.Rand, i int) float64 {
+		lo, hi := i*n/count, (i+1)*n/count
+		return float64(lo + r.IntN(hi-lo))
+	}
+}
+
 // Const always returns v (cache lengths at capacity, say).
 func Const(v float64) func(*rand.Rand, int) float64 {
 	return func(*rand.Rand, int) float64 { return v }

@@ -28,9 +28,15 @@ type Model struct {
 	pool      map[string][]backend.Buffer // activations by dtype and shape, reused across passes
 	inUse     []backend.Buffer            // this pass's activations, back to the pool at its end
 	views     []backend.Buffer            // this pass's views, dropped at its end
-	positions backend.Buffer              // i32 [MaxLen+1]: 0..MaxLen; a pass's positions and cache_lens are views of it
-	logits    backend.Buffer              // f32 [1, V]: the last position's logits of the last pass
-	token     backend.Buffer              // i32 [1]: Sample's output
+	positions backend.Buffer              // i32 [MaxLen]: 0..MaxLen-1; a prefill's positions are a view of it
+	// stepIn holds what changes from one decode step to the next, i32 [3]: the token, its
+	// position (also its KV-cache row) and the cache length after it. One host write per step,
+	// and the step's ops read it on the device: what lets a captured step be replayed.
+	stepIn backend.Buffer
+	logits backend.Buffer // f32 [1, V]: the last position's logits of the last pass
+	token  backend.Buffer // i32 [1]: Sample's output
+
+	graphs *graphState // nil: every decode step runs op by op (graph.go)
 }
 
 // Load reads dir/config.json and the safetensors checkpoint in dir and uploads the weights.
@@ -78,6 +84,10 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 		m.Close()
 		return nil, err
 	}
+	if err := m.initGraphs(); err != nil {
+		m.Close()
+		return nil, err
+	}
 	return m, nil
 }
 
@@ -86,18 +96,21 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 func (m *Model) allocState() error {
 	c := &m.Cfg
 	for _, l := range m.Layers {
-		cache, err := newCache(m.be, m.MaxLen, c.KVHeads, c.HeadDim)
+		cache, err := newCache(m.be, m.mem, m.MaxLen, c.KVHeads, c.HeadDim)
 		if err != nil {
 			return err
 		}
 		l.Attn.cache = cache
 	}
-	pos := make([]int32, m.MaxLen+1)
+	pos := make([]int32, m.MaxLen)
 	for i := range pos {
 		pos[i] = int32(i)
 	}
 	var err error
 	if m.positions, err = m.be.Upload(tensor.FromI32([]int{len(pos)}, pos)); err != nil {
+		return err
+	}
+	if m.stepIn, err = m.be.Alloc(tensor.I32, 3); err != nil {
 		return err
 	}
 	if m.logits, err = m.be.Alloc(tensor.F32, 1, c.Vocab); err != nil {
@@ -109,6 +122,7 @@ func (m *Model) allocState() error {
 
 // Close frees the weights and the cache.
 func (m *Model) Close() {
+	m.dropGraph()
 	freed := map[backend.Buffer]bool{}
 	for _, b := range m.w {
 		if b != nil && !freed[b] {
@@ -119,7 +133,7 @@ func (m *Model) Close() {
 	for _, l := range m.Layers {
 		l.Attn.cache.free()
 	}
-	for _, b := range []backend.Buffer{m.positions, m.logits, m.token} {
+	for _, b := range []backend.Buffer{m.positions, m.stepIn, m.logits, m.token} {
 		if b != nil {
 			b.Free()
 		}
@@ -169,20 +183,56 @@ func (m *Model) Decode(token int32) (*tensor.Tensor, error) {
 }
 
 // PrefillOnDevice is Prefill leaving the logits on the device, for Sample or Logits.
-func (m *Model) PrefillOnDevice(ids []int32) error {
+func (m *Model) PrefillOnDevice(ids []int32) (err error) {
 	m.Reset()
-	return m.forward(ids, "prefill.")
+	if err := m.admit(ids); err != nil {
+		return err
+	}
+	defer m.endPass()
+	defer recoverPass(&err)
+	T := len(ids)
+	p := &pass{m: m, be: m.be, mem: m.mem, prefix: "prefill.", T: T}
+	p.ids = p.allocT(tensor.I32, T)
+	p.do(m.mem.Write(p.ids, tensor.FromI32([]int{T}, ids)))
+	p.posBuf = p.rows(m.positions, 0, T)
+	p.run()
+	m.pos = T
+	return nil
 }
 
-// DecodeOnDevice is Decode leaving the logits on the device, for Sample or Logits.
+// DecodeOnDevice is Decode leaving the logits on the device, for Sample or Logits. With a
+// backend that has graphs (backend.Graphs), a step after the first is replayed from a graph
+// captured once (graph.go), unless taps are requested: same ops, same results, a fraction
+// of the host's work.
 func (m *Model) DecodeOnDevice(token int32) error {
 	if m.pos == 0 {
 		return fmt.Errorf("model: decode before prefill")
 	}
-	if err := m.forward([]int32{token}, fmt.Sprintf("decode.%d.", m.step)); err != nil {
+	if err := m.admit([]int32{token}); err != nil {
 		return err
 	}
+	in := tensor.FromI32([]int{3}, []int32{token, int32(m.pos), int32(m.pos + 1)})
+	if err := m.mem.Write(m.stepIn, in); err != nil {
+		return err
+	}
+	if err := m.decodeStep(fmt.Sprintf("decode.%d.", m.step)); err != nil {
+		return err
+	}
+	m.pos++
 	m.step++
+	return nil
+}
+
+// decodePass runs one decode step's ops on be, reading the token, position and cache length
+// from stepIn. It leaves the pass's buffers in use: the caller ends the pass, or keeps them
+// for a captured graph.
+func (m *Model) decodePass(be backend.Backend, mem backend.Memory, prefix string) (err error) {
+	defer recoverPass(&err)
+	p := &pass{m: m, be: be, mem: mem, prefix: prefix, T: 1, decode: true}
+	p.ids = p.rows(m.stepIn, 0, 1)
+	p.posBuf = p.rows(m.stepIn, 1, 1)
+	p.lens = p.rows(m.stepIn, 2, 1)
+	p.run()
 	return nil
 }
 
@@ -206,16 +256,22 @@ func (m *Model) Sample(cfg backend.SampleConfig) (int32, error) {
 	return t.I32[0], nil
 }
 
-// pass is the state of one forward: its tokens, positions and tap prefix.
+// pass is the state of one forward: the backend its ops are issued on (the model's, or a
+// graph capture's), its tokens, positions and tap prefix.
 type pass struct {
 	m      *Model
+	be     backend.Backend
+	mem    backend.Memory
 	prefix string
 	T      int
-	pos0   int
-	posBuf backend.Buffer
+	decode bool           // one token after a non-empty cache
+	ids    backend.Buffer // i32 [T]
+	posBuf backend.Buffer // i32 [T]: the positions, which are also the KV-cache rows written
+	lens   backend.Buffer // i32 [1]: the cache length after this token (decode only)
 }
 
-func (m *Model) forward(ids []int32, prefix string) (err error) {
+// admit checks that ids can run as the next pass.
+func (m *Model) admit(ids []int32) error {
 	c := &m.Cfg
 	T := len(ids)
 	if T == 0 {
@@ -232,17 +288,18 @@ func (m *Model) forward(ids []int32, prefix string) (err error) {
 			return fmt.Errorf("model: token id %d outside the vocabulary 0..%d", id, c.Vocab-1)
 		}
 	}
-	defer m.endPass()
-	defer recoverPass(&err)
-	p := &pass{m: m, prefix: prefix, T: T, pos0: m.pos}
-	p.posBuf = p.rows(m.positions, m.pos, T)
-	idBuf := p.allocT(tensor.I32, T)
-	p.do(m.mem.Write(idBuf, tensor.FromI32([]int{T}, ids)))
+	return nil
+}
+
+// run issues the forward of the pass's tokens, leaving the last position's logits in
+// m.logits; errors panic as passError.
+func (p *pass) run() {
+	m, c, T := p.m, &p.m.Cfg, p.T
 	x := p.alloc(T, c.Hidden)
-	p.do(m.be.Embedding(x, idBuf, m.w["embed"]))
+	p.do(p.be.Embedding(x, p.ids, m.w["embed"]))
 	if pe := m.w["pos_embed"]; pe != nil {
 		x2 := p.alloc(T, c.Hidden)
-		p.do(m.be.PosEmbedding(x2, x, pe, p.posBuf))
+		p.do(p.be.PosEmbedding(x2, x, pe, p.posBuf))
 		x = x2
 	}
 	p.tap("embed", x)
@@ -254,15 +311,13 @@ func (m *Model) forward(ids []int32, prefix string) (err error) {
 	p.tap("final_norm", fn)
 	if m.want["logits"] {
 		all := p.allocT(tensor.F32, T, c.Vocab)
-		p.do(m.be.Gemm(all, fn, m.w["head"], nil))
+		p.do(p.be.Gemm(all, fn, m.w["head"], nil))
 		p.tap("logits", all)
-		p.do(m.mem.WriteRows(m.logits, 0, p.rows(all, T-1, 1)))
+		p.do(p.mem.WriteRows(m.logits, 0, p.rows(all, T-1, 1)))
 	} else {
 		// Only the last position's logits feed the next token: one GEMV instead of T.
-		p.do(m.be.Gemm(m.logits, p.rows(fn, T-1, 1), m.w["head"], nil))
+		p.do(p.be.Gemm(m.logits, p.rows(fn, T-1, 1), m.w["head"], nil))
 	}
-	m.pos += T
-	return nil
 }
 
 // Layer is one transformer block: pre-norm attention and pre-norm MLP with residuals.
@@ -275,7 +330,7 @@ type Layer struct {
 
 // Forward returns the residual stream after the layer.
 func (l *Layer) Forward(p *pass, x backend.Buffer) backend.Buffer {
-	c, be, name := &p.m.Cfg, p.m.be, func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
+	c, be, name := &p.m.Cfg, p.be, func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
 	hn := p.alloc(p.T, c.Hidden)
 	l.AttnNorm.Forward(p, hn, x)
 	p.tap(name("attn_norm"), hn)
@@ -299,9 +354,9 @@ type Norm struct{ W, B backend.Buffer }
 // Forward normalises x into out.
 func (n Norm) Forward(p *pass, out, x backend.Buffer) {
 	if n.B != nil {
-		p.do(p.m.be.LayerNorm(out, x, n.W, n.B, p.m.Cfg.NormEps))
+		p.do(p.be.LayerNorm(out, x, n.W, n.B, p.m.Cfg.NormEps))
 	} else {
-		p.do(p.m.be.RMSNorm(out, x, n.W, p.m.Cfg.NormEps))
+		p.do(p.be.RMSNorm(out, x, n.W, p.m.Cfg.NormEps))
 	}
 }
 
@@ -314,7 +369,7 @@ type Attention struct {
 // Forward returns attn_out [T, H] for the normalised input hn [T, H], appending this pass's
 // keys and values to the cache.
 func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string) backend.Buffer {
-	c, be, T := &p.m.Cfg, p.m.be, p.T
+	c, be, T := &p.m.Cfg, p.be, p.T
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
 	qb, kb, vb := p.alloc(T, nH*D), p.alloc(T, nKV*D), p.alloc(T, nKV*D)
 	p.do(be.Gemm(qb, hn, a.Wq, a.Bq))
@@ -333,21 +388,17 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 		p.tap(name("q_rope"), q)
 		p.tap(name("k_rope"), k)
 	}
-	p.do(a.cache.write(p.m.mem, p.pos0, k, v))
+	// The KV-cache rows are the positions, read on the device (set_rows): no host offset.
+	p.do(be.SetRows(a.cache.kRows, k, p.posBuf))
+	p.do(be.SetRows(a.cache.vRows, v, p.posBuf))
 	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
 	var out backend.Buffer
-	if p.pos0 == 0 {
+	if p.decode {
+		out = p.alloc(1, nH, D)
+		p.do(be.AttentionDecode(out, p.view(q, 1, nH, D), a.cache.k, a.cache.v, p.lens, ac))
+	} else {
 		out = p.alloc(1, T, nH, D)
 		p.do(be.AttentionPrefill(out, p.view(q, 1, T, nH, D), p.view(k, 1, T, nKV, D), p.view(v, 1, T, nKV, D), ac))
-	} else {
-		if T != 1 {
-			p.do(fmt.Errorf("model: %d tokens after a non-empty cache: chunked prefill is not implemented", T))
-			return hn
-		}
-		// cache_lens [1] = pos0+1, which the positions table holds at index pos0+1.
-		lens := p.rows(p.m.positions, p.pos0+1, 1)
-		out = p.alloc(1, nH, D)
-		p.do(be.AttentionDecode(out, p.view(q, 1, nH, D), a.cache.k, a.cache.v, lens, ac))
 	}
 	attn := p.view(out, T, nH*D)
 	p.tap(name("attn"), attn)
@@ -362,7 +413,7 @@ type MLP struct{ Gate, Up, UpB, Down, DownB backend.Buffer }
 
 // Forward returns ffn_out [T, H].
 func (f *MLP) Forward(p *pass, x backend.Buffer, name func(string) string) backend.Buffer {
-	c, be, T := &p.m.Cfg, p.m.be, p.T
+	c, be, T := &p.m.Cfg, p.be, p.T
 	up, act := p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
 	if f.Gate != nil {
 		g := p.alloc(T, c.Intermediate)

@@ -43,7 +43,7 @@ func (p *pass) allocT(dt tensor.DType, shape ...int) backend.Buffer {
 		b, m.pool[key] = free[len(free)-1], free[:len(free)-1]
 	} else {
 		var err error
-		b, err = m.be.Alloc(dt, shape...)
+		b, err = p.be.Alloc(dt, shape...)
 		p.do(err)
 	}
 	m.inUse = append(m.inUse, b)
@@ -83,7 +83,7 @@ func (p *pass) view(b backend.Buffer, shape ...int) backend.Buffer {
 	if tensor.SameShape(b.Shape(), shape) {
 		return b
 	}
-	v, err := p.m.mem.View(b, shape...)
+	v, err := p.mem.View(b, shape...)
 	p.do(err)
 	p.m.views = append(p.m.views, v)
 	return v
@@ -91,7 +91,7 @@ func (p *pass) view(b backend.Buffer, shape ...int) backend.Buffer {
 
 // rows returns rows [start, start+n) of b as a view.
 func (p *pass) rows(b backend.Buffer, start, n int) backend.Buffer {
-	v, err := p.m.mem.Rows(b, start, n)
+	v, err := p.mem.Rows(b, start, n)
 	p.do(err)
 	p.m.views = append(p.m.views, v)
 	return v
@@ -103,7 +103,7 @@ func (p *pass) tap(name string, b backend.Buffer) {
 	if !p.m.want[name] {
 		return
 	}
-	t, err := p.m.be.Download(b)
+	t, err := p.be.Download(b)
 	p.do(err)
 	p.m.store(p.prefix+name, t)
 }
@@ -117,33 +117,36 @@ func (m *Model) store(name string, t *tensor.Tensor) {
 
 // kvCache holds one layer's keys and values, [1, maxLen, nKV, D] each, allocated once at
 // Load; a new prefill overwrites it from position 0 (attention reads only cache_lens rows).
-type kvCache struct{ k, v backend.Buffer }
+// kRows and vRows view them as [maxLen, nKV, D], the rows set_rows writes.
+type kvCache struct{ k, v, kRows, vRows backend.Buffer }
 
-func newCache(be backend.Backend, maxLen, nKV, D int) (*kvCache, error) {
-	k, err := be.Alloc(tensor.F16, 1, maxLen, nKV, D)
-	if err != nil {
+func newCache(be backend.Backend, mem backend.Memory, maxLen, nKV, D int) (*kvCache, error) {
+	c := &kvCache{}
+	var err error
+	if c.k, err = be.Alloc(tensor.F16, 1, maxLen, nKV, D); err != nil {
 		return nil, err
 	}
-	v, err := be.Alloc(tensor.F16, 1, maxLen, nKV, D)
-	if err != nil {
-		k.Free()
+	if c.v, err = be.Alloc(tensor.F16, 1, maxLen, nKV, D); err != nil {
+		c.free()
 		return nil, err
 	}
-	return &kvCache{k, v}, nil
+	if c.kRows, err = mem.View(c.k, maxLen, nKV, D); err == nil {
+		c.vRows, err = mem.View(c.v, maxLen, nKV, D)
+	}
+	if err != nil {
+		c.free()
+		return nil, err
+	}
+	return c, nil
 }
 
 func (c *kvCache) free() {
-	if c != nil {
-		c.k.Free()
-		c.v.Free()
+	if c == nil {
+		return
 	}
-}
-
-// write stores k, v [T, nKV, D] at positions pos..pos+T-1, on the device.
-func (c *kvCache) write(mem backend.Memory, pos int, k, v backend.Buffer) error {
-	row := k.Shape()[1] * k.Shape()[2]
-	if err := mem.WriteRows(c.k, pos*row, k); err != nil {
-		return err
+	for _, b := range []backend.Buffer{c.kRows, c.vRows, c.k, c.v} {
+		if b != nil {
+			b.Free()
+		}
 	}
-	return mem.WriteRows(c.v, pos*row, v)
 }

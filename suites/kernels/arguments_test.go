@@ -54,6 +54,9 @@ var badCalls = []badCall{
 	{"embedding", "table", "f16[0,8]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
 		return b.Embedding(out, i32(0), f16(0, 8))
 	}, []int{1, 8}},
+	{"set_rows", "src", "f16[1,2,63]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		return b.SetRows(out, f16(1, 2, 63), i32(0))
+	}, []int{16, 2, 64}},
 	{"gemm", "w", "f16[16,31]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
 		return b.Gemm(out, f16(2, 32), f16(16, 31), nil)
 	}, []int{2, 16}},
@@ -108,5 +111,27 @@ var _ = Describe("bad arguments", harness.Kernel, func() {
 		Expect(err).To(MatchError(ContainSubstring("ids[1]")))
 		Expect(err).To(MatchError(ContainSubstring("10")))
 		Expect(errors.Is(err, backend.ErrInvalidArgument)).To(BeTrue(), "%v", err)
+	})
+
+	It("reports an out-of-range row of set_rows in device data, naming it, and writes no other row", harness.Op("set_rows"), func() {
+		before := tensor.New(tensor.F16, 16, 2, 8)
+		for i := range before.F16 {
+			before.F16[i] = float16.Fromfloat32(sentinel)
+		}
+		dst := track(dev.Upload(before))
+		err := dev.SetRows(dst, f16(2, 2, 8), i32(3, 16))
+		if err == nil { // a GPU reads rows on the device: the fault surfaces at the next download
+			_, err = dev.Download(dst)
+		}
+		Expect(err).To(MatchError(ContainSubstring("rows[1]")))
+		Expect(err).To(MatchError(ContainSubstring("16")))
+		Expect(errors.Is(err, backend.ErrInvalidArgument)).To(BeTrue(), "%v", err)
+		// The CPU refuses the whole call; a GPU writes the valid row 3 and skips the bad one.
+		// Either way no other row of dst changed.
+		after, err := dev.Download(dst)
+		Expect(err).NotTo(HaveOccurred())
+		row := 2 * 8
+		Expect(after.F16[:3*row]).To(Equal(before.F16[:3*row]), "rows 0..2 changed")
+		Expect(after.F16[4*row:]).To(Equal(before.F16[4*row:]), "rows 4..15 changed")
 	})
 })

@@ -53,6 +53,8 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("gelu_tanh: erf where the tanh approximation is expected", "gelu_tanh", geluErfForTanh{cpu.New()}, "gpt2"),
 		Entry("pos_embedding: position off by one", "pos_embedding", posEmbedOffByOne{cpu.New()}, "gpt2"),
 		Entry("embedding: row off by one", "embedding", embeddingOffByOne{cpu.New()}, "qwen"),
+		Entry("set_rows: writes src row i to rows[i]+1", "set_rows", setRowsOffByOne{cpu.New()}, "decode"),
+		Entry("set_rows: zeroes the rows it does not write (treats dst as a fresh output)", "set_rows", setRowsClobbers{cpu.New()}, "decode"),
 		Entry("gemm: bias dropped", "gemm", gemmNoBias{cpu.New()}, "qwen"),
 		Entry("gemm: vectorised K loop drops the tail (K not a multiple of 8)", "gemm", gemmKTailDropped{cpu.New()}, "odd"),
 		Entry("softmax: -inf logits read as 0", "softmax", softmaxInfAsZero{cpu.New()}, "f16"),
@@ -305,6 +307,43 @@ func (k embeddingOffByOne) Embedding(out, ids, table backend.Buffer) error {
 	}
 	defer p.Free()
 	return k.Backend.Embedding(out, p, table)
+}
+
+type setRowsOffByOne struct{ *cpu.Backend }
+
+func (k setRowsOffByOne) SetRows(dst, src, rows backend.Buffer) error {
+	p, err := nextRow(k, rows, dst.Shape()[0])
+	if err != nil {
+		return err
+	}
+	defer p.Free()
+	return k.Backend.SetRows(dst, src, p)
+}
+
+// setRowsClobbers clears all of dst (by scattering zero rows over every row) before the real
+// scatter: the kernel of someone who took dst for an output it may overwrite.
+type setRowsClobbers struct{ *cpu.Backend }
+
+func (k setRowsClobbers) SetRows(dst, src, rows backend.Buffer) error {
+	zero, err := k.Alloc(dst.DType(), dst.Shape()...)
+	if err != nil {
+		return err
+	}
+	defer zero.Free()
+	n := dst.Shape()[0]
+	all := make([]int32, n)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	every, err := k.Upload(tensor.FromI32([]int{n}, all))
+	if err != nil {
+		return err
+	}
+	defer every.Free()
+	if err := k.Backend.SetRows(dst, zero, every); err != nil {
+		return err
+	}
+	return k.Backend.SetRows(dst, src, rows)
 }
 
 type gemmNoBias struct{ *cpu.Backend }

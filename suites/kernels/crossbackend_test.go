@@ -48,6 +48,7 @@ var crossCases = []crossCase{
 	{"gelu_tanh", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
 	{"pos_embedding", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{700, 1024}, nil), in("table", tensor.F16, []int{2048, 1024}, nil), in("positions", tensor.I32, []int{700}, intsUpTo(2048))}},
 	{"embedding", `{}`, []conformance.InputSpec{in("ids", tensor.I32, []int{333}, intsUpTo(32000)), in("table", tensor.F16, []int{32000, 512}, nil)}},
+	{"set_rows", `{}`, []conformance.InputSpec{in("dst", tensor.F16, []int{4096, 8, 128}, nil), in("src", tensor.F16, []int{333, 8, 128}, nil), in("rows", tensor.I32, []int{333}, conformance.OnePerBucket(4096, 333))}},
 	{"gemm", `{"has_bias": true, "out_dtype": "f16"}`, []conformance.InputSpec{in("x", tensor.F16, []int{77, 2048}, nil), in("w", tensor.F16, []int{1536, 2048}, normalGen(1/math.Sqrt(2048), 0)), in("bias", tensor.F16, []int{1536}, nil)}},
 	{"softmax", `{}`, []conformance.InputSpec{in("x", tensor.F32, []int{8, 100003}, normalGen(4, 0))}},
 }

@@ -198,6 +198,14 @@ def embedding(t, p):
     return (lambda: F.embedding(ids, table)), "F.embedding(ids, table)"
 
 
+def set_rows(t, p):
+    # The KV-cache append as transformers' StaticCache writes it: index_copy_ along the position
+    # dim, in place. Rows are distinct, as the contract requires.
+    dst, src = t.randn("dst"), t.randn("src")
+    rows = torch.randperm(dst.shape[0], device=dst.device)[:src.shape[0]]
+    return (lambda: dst.index_copy_(0, rows, src)), "dst.index_copy_(0, rows, src)"
+
+
 def gemm(t, p):
     x, w = t.randn("x"), t.weight("w")
     bias = t.randn("bias") if p.get("has_bias") else None
@@ -264,7 +272,8 @@ def sample(t, p):
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual, rope,
                                attention_prefill, attention_decode, swiglu, swiglu_ffn, gelu,
-                               gelu_tanh, pos_embedding, embedding, gemm, softmax, sample)}
+                               gelu_tanh, pos_embedding, embedding, set_rows, gemm, softmax,
+                               sample)}
 
 
 # ------------------------------------------------------------------------------------------------

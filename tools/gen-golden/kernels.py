@@ -277,6 +277,18 @@ def embedding(r, *, V, H, T):
     return {}, {"ids": ids, "table": table}, {"out": d(table)[ids.long()]}
 
 
+def set_rows(r, *, R, row, rows, dtype="f16"):
+    """The KV-cache append: dst [R, *row] with src [T, *row] written at the distinct rows."""
+    T = len(rows)
+    assert len(set(rows)) == T and 0 <= min(rows) and max(rows) < R, rows
+    cast = to_f16 if dtype == "f16" else (lambda t: t.to(F32))
+    dst, src = cast(r.randn((R,) + tuple(row))), cast(r.randn((T,) + tuple(row)))
+    idx = torch.tensor(rows, dtype=I32)
+    out = d(dst).clone()
+    out.index_copy_(0, idx.long(), d(src))
+    return {}, {"dst": dst, "src": src, "rows": idx}, {"out": out}
+
+
 def gemm(r, *, M, N, K, has_bias, out_dtype, dist=normal()):
     x, w = to_f16(dist(r, (M, K))), linear_weight(r, N, K)
     out = d(x) @ d(w).T
@@ -313,8 +325,8 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rope, attention_prefill,
-    attention_decode, swiglu, swiglu_ffn, gelu, gelu_tanh, pos_embedding, embedding, gemm,
-    softmax)}
+    attention_decode, swiglu, swiglu_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
+    gemm, softmax)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -451,6 +463,21 @@ CASES += _cases(COMMITTED, "embedding", [
     ("qwen2.5-0.5b-v32_t1", dict(V=32, H=896, T=1)),
 ])
 
+# KV-cache rows: [n_kv_heads, head_dim] of each family.
+QWEN_KV, PHI3_KV, GPT2_KV = (2, 64), (32, 96), (12, 64)
+
+CASES += _cases(COMMITTED, "set_rows", [
+    ("qwen2.5-0.5b_l64_prefill-t16", dict(R=64, row=QWEN_KV, rows=list(range(16)))),
+    ("qwen2.5-0.5b_l64_decode-row37", dict(R=64, row=QWEN_KV, rows=[37])),
+    ("qwen2.5-0.5b_l48_scattered-t5", dict(R=48, row=QWEN_KV, rows=[40, 3, 17, 47, 0])),
+    ("phi3-mini_l16_decode-last-row15", dict(R=16, row=PHI3_KV, rows=[15])),
+    ("gpt2_l16_prefill-t8", dict(R=16, row=GPT2_KV, rows=list(range(8)))),
+    ("qwen2.5-0.5b_l32_scattered-t3_f32", dict(R=32, row=QWEN_KV, rows=[31, 0, 9], dtype="f32")),
+    # Row lengths that rule out 16-byte copies: 2002 bytes (2-byte units), 300 bytes (4-byte).
+    ("odd-h1001_l8_t2", dict(R=8, row=(1001,), rows=[6, 1])),
+    ("odd-3x50_l16_t3", dict(R=16, row=(3, 50), rows=[15, 4, 9])),
+])
+
 CASES += _cases(COMMITTED, "gemm", [
     ("qwen2.5-0.5b-q_proj_m7", dict(M=7, N=896, K=896, has_bias=True, out_dtype="f16")),
     ("qwen2.5-0.5b-k_proj_m16", dict(M=16, N=128, K=896, has_bias=True, out_dtype="f16")),
@@ -531,6 +558,9 @@ CASES += _cases(FULL, "embedding", [
     ("qwen2.5-0.5b-v1024_t8", dict(V=1024, H=896, T=8)),
     ("gpt2-v2000_t8", dict(V=2000, H=768, T=8)),
     ("phi3-mini-v256_t4", dict(V=256, H=3072, T=4)),
+])
+CASES += _cases(FULL, "set_rows", [
+    ("phi3-mini_l4096_decode-row3001", dict(R=4096, row=PHI3_KV, rows=[3001])),
 ])
 CASES += _cases(FULL, "pos_embedding", [
     ("gpt2_decode-pos1023_t1", dict(H=768, P=1024, positions=[1023])),

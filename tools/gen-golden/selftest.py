@@ -108,6 +108,11 @@ def reference(op, p, i):
         return {"out": i["x"] + i["table"][i["positions"]]}
     if op == "embedding":
         return {"out": i["table"][i["ids"]]}
+    if op == "set_rows":
+        out = i["dst"].copy()
+        for k, row in enumerate(i["rows"]):
+            out[row] = i["src"][k]
+        return {"out": out}
     if op == "gemm":
         out = i["x"] @ i["w"].T
         return {"out": out + i["bias"] if p["has_bias"] else out}
@@ -153,6 +158,12 @@ def properties(case, p, i):
             assert np.nanmax(mx) > 89 and np.nanmin(np.nanmax(mx, -1)) < -104
     if op == "embedding" and len(i["ids"]) > 1:
         assert 0 in i["ids"] and i["table"].shape[0] - 1 in i["ids"]
+    if op == "set_rows":
+        rows = [int(v) for v in i["rows"]]
+        assert len(set(rows)) == len(rows), "%s: rows must be distinct" % name
+        assert all(0 <= v < i["dst"].shape[0] for v in rows)
+        # Every written row must differ from what dst held there, or a skipped write would pass.
+        assert all(np.any(i["dst"][v] != i["src"][k]) for k, v in enumerate(rows))
 
 
 def check_case(case):
@@ -166,8 +177,8 @@ def check_case(case):
     for n, want in ref.items():
         got = expected[n].float().numpy().astype(np.float64)
         assert got.shape == want.shape, (case.op, case.name, n, got.shape, want.shape)
-        if case.op == "embedding":
-            assert np.array_equal(got, want), "%s/%s: embedding not exact" % (case.op, case.name)
+        if case.op in ("embedding", "set_rows"):
+            assert np.array_equal(got, want), "%s/%s: %s not exact" % (case.op, case.name, case.op)
             continue
         # got is the fp64 torch result rounded to fp32: within half an fp32 ulp (plus fp64 noise
         # far below that) of an independent fp64 computation.

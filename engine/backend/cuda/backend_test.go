@@ -179,6 +179,12 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"embedding", "ts_embedding dtype=1 tokens=6 hidden=896 table_rows=151936 stream=0", func() error {
 			return b.Embedding(f16(2, 3, 896), i32(2, 3), f16(151936, 896))
 		}},
+		{"set_rows", "ts_set_rows dtype=1 dst_rows=4096 src_rows=1 row_elems=128 stream=0", func() error {
+			return b.SetRows(f16(4096, 2, 64), f16(1, 2, 64), i32(1))
+		}},
+		{"set_rows", "ts_set_rows dtype=2 dst_rows=64 src_rows=5 row_elems=3072 stream=0", func() error {
+			return b.SetRows(f32(64, 32, 96), f32(5, 3072), i32(5))
+		}},
 		{"gemm", "ts_gemm in_dtype=1 out_dtype=2 m=4 n=128 k=896 bias=1 stream=0", func() error { return b.Gemm(f32(4, 128), x, f16(128, 896), f16(128)) }},
 		{"gemm", "ts_gemm in_dtype=1 out_dtype=1 m=4 n=128 k=896 bias=0 stream=0", func() error { return b.Gemm(f16(4, 128), x, f16(128, 896), nil) }},
 		{"softmax", "ts_softmax in_dtype=2 rows=6 n=50 stream=0", func() error { return b.Softmax(f32(2, 3, 50), f32(2, 3, 50)) }},

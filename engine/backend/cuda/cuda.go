@@ -66,6 +66,8 @@ type Backend struct {
 	// lastOp is the last op launched since the stream was last drained, so a fault that
 	// surfaces at a later synchronisation can say what probably caused it.
 	lastOp string
+	// capture is the open graph capture (graph.go), nil outside one.
+	capture *capture
 
 	liveBytes atomic.Int64
 	liveBufs  atomic.Int64
@@ -228,6 +230,17 @@ func (d *buffer) Free() {
 	if !d.freed.CompareAndSwap(false, true) || d.view {
 		return
 	}
+	b := d.owner
+	if b.capture != nil {
+		// The library refuses a free during a capture: release it when the capture ends.
+		b.capture.frees = append(b.capture.frees, d)
+		return
+	}
+	d.release()
+}
+
+// release gives a freed buffer's device memory back.
+func (d *buffer) release() {
 	b := d.owner
 	b.liveBytes.Add(-d.bytes)
 	b.liveBufs.Add(-1)
@@ -456,7 +469,13 @@ func (b *Backend) launched(op string, st C.int, outputs ...arg) error {
 		return err
 	}
 	b.lastOp = op
-	if b.guards {
+	switch {
+	case b.capture != nil:
+		// Recorded, not run: its guards are checked after each replay (graph.Launch).
+		if b.guards {
+			b.capture.ops = append(b.capture.ops, capturedOp{op, outputs})
+		}
+	case b.guards:
 		return b.checkGuards(op, outputs)
 	}
 	return nil

@@ -140,6 +140,11 @@ int tsg_timer_stop(const tsg_api *a, ts_timer *t, float *ms, tsg_err *e) {
 }
 int tsg_timer_destroy(const tsg_api *a, ts_timer *t, tsg_err *e) { return done(a, a->ts_timer_destroy(t), e); }
 
+int tsg_graph_begin(const tsg_api *a, tsg_err *e) { return done(a, a->ts_graph_begin(NULL), e); }
+int tsg_graph_end(const tsg_api *a, ts_graph **g, tsg_err *e) { return done(a, a->ts_graph_end(NULL, g), e); }
+int tsg_graph_launch(const tsg_api *a, ts_graph *g, tsg_err *e) { return done(a, a->ts_graph_launch(g, NULL), e); }
+int tsg_graph_destroy(const tsg_api *a, ts_graph *g, tsg_err *e) { return done(a, a->ts_graph_destroy(g), e); }
+
 int tsg_residual_add(const tsg_api *a, void *out, const void *x, const void *residual, const ts_elementwise_config *cfg,
                      tsg_err *e) {
     return done(a, a->ts_residual_add(out, x, residual, cfg, NULL), e);
@@ -188,6 +193,10 @@ int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *ta
 int tsg_embedding(const tsg_api *a, void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg,
                   tsg_err *e) {
     return done(a, a->ts_embedding(out, ids, table, cfg, NULL), e);
+}
+int tsg_set_rows(const tsg_api *a, void *dst, const void *src, const int32_t *rows, const ts_set_rows_config *cfg,
+                 tsg_err *e) {
+    return done(a, a->ts_set_rows(dst, src, rows, cfg, NULL), e);
 }
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e) {

@@ -43,6 +43,10 @@
     X(ts_timer_start, int, (ts_timer *, void *))                                                          \
     X(ts_timer_stop, int, (ts_timer *, void *, float *))                                                  \
     X(ts_timer_destroy, int, (ts_timer *))                                                                \
+    X(ts_graph_begin, int, (void *))                                                                      \
+    X(ts_graph_end, int, (void *, ts_graph **))                                                           \
+    X(ts_graph_launch, int, (ts_graph *, void *))                                                         \
+    X(ts_graph_destroy, int, (ts_graph *))                                                                \
     X(ts_residual_add, int, (void *, const void *, const void *, const ts_elementwise_config *, void *)) \
     X(ts_rmsnorm, int, (void *, const void *, const void *, const ts_norm_config *, void *))             \
     X(ts_layernorm, int, (void *, const void *, const void *, const void *, const ts_norm_config *, void *)) \
@@ -61,6 +65,7 @@
     X(ts_pos_embedding, int,                                                                              \
       (void *, const void *, const void *, const int32_t *, const ts_embedding_config *, void *))        \
     X(ts_embedding, int, (void *, const int32_t *, const void *, const ts_embedding_config *, void *))   \
+    X(ts_set_rows, int, (void *, const void *, const int32_t *, const ts_set_rows_config *, void *))     \
     X(ts_gemm, int, (void *, const void *, const void *, const void *, const ts_gemm_config *, void *))  \
     X(ts_softmax, int, (void *, const void *, const ts_softmax_config *, void *))                         \
     X(ts_sample, int, (int32_t *, const float *, const ts_sample_config *, void *))                      \
@@ -118,6 +123,12 @@ int tsg_timer_start(const tsg_api *a, ts_timer *t, tsg_err *e);
 int tsg_timer_stop(const tsg_api *a, ts_timer *t, float *ms, tsg_err *e);
 int tsg_timer_destroy(const tsg_api *a, ts_timer *t, tsg_err *e);
 
+/* Graphs of the ops issued on the library stream (touchstone.h, "graphs"). */
+int tsg_graph_begin(const tsg_api *a, tsg_err *e);
+int tsg_graph_end(const tsg_api *a, ts_graph **g, tsg_err *e);
+int tsg_graph_launch(const tsg_api *a, ts_graph *g, tsg_err *e);
+int tsg_graph_destroy(const tsg_api *a, ts_graph *g, tsg_err *e);
+
 /* The ops, on the library stream (NULL). */
 int tsg_residual_add(const tsg_api *a, void *out, const void *x, const void *residual, const ts_elementwise_config *cfg,
                      tsg_err *e);
@@ -142,6 +153,8 @@ int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *ta
                       const ts_embedding_config *cfg, tsg_err *e);
 int tsg_embedding(const tsg_api *a, void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg,
                   tsg_err *e);
+int tsg_set_rows(const tsg_api *a, void *dst, const void *src, const int32_t *rows, const ts_set_rows_config *cfg,
+                 tsg_err *e);
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e);
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e);

@@ -355,6 +355,50 @@ int ts_timer_destroy(ts_timer *timer) {
     return TS_OK;
 }
 
+/* ---- graphs: the fake runs every op at once, so a capture only tracks its state and a
+ * replay runs nothing; enough for the Go side's bookkeeping (open/close, errors, guards). */
+
+struct ts_graph {
+    int launches;
+};
+static int capture_open;
+
+int ts_graph_begin(void *stream) {
+    logf_("ts_graph_begin stream=%d", stream != NULL);
+    int st = enter("ts_graph_begin", 1);
+    if (st) return st;
+    if (capture_open) return fail(TS_ERR_INVALID_ARGUMENT, "ts_graph_begin: a capture is already open");
+    capture_open = 1;
+    return TS_OK;
+}
+
+int ts_graph_end(void *stream, ts_graph **graph) {
+    logf_("ts_graph_end stream=%d", stream != NULL);
+    int st = enter("ts_graph_end", 1);
+    if (st) return st;
+    if (!capture_open) return fail(TS_ERR_INVALID_ARGUMENT, "ts_graph_end: no capture is open");
+    capture_open = 0;
+    *graph = calloc(1, sizeof **graph);
+    return *graph != NULL ? TS_OK : fail(TS_ERR_OUT_OF_MEMORY, "ts_graph_end: out of memory");
+}
+
+int ts_graph_launch(ts_graph *graph, void *stream) {
+    logf_("ts_graph_launch stream=%d", stream != NULL);
+    int st = enter("ts_graph_launch", 1);
+    if (st) return st;
+    NEED("ts_graph_launch", graph);
+    graph->launches++;
+    return TS_OK;
+}
+
+int ts_graph_destroy(ts_graph *graph) {
+    logf_("ts_graph_destroy");
+    int st = enter("ts_graph_destroy", 0);
+    if (st) return st;
+    free(graph);
+    return TS_OK;
+}
+
 /* ---- ops ---- */
 
 int ts_residual_add(void *out, const void *x, const void *residual, const ts_elementwise_config *cfg, void *stream) {
@@ -524,6 +568,17 @@ int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embe
     NEED("embedding", out);
     NEED("embedding", ids);
     NEED("embedding", table);
+    return TS_OK;
+}
+
+int ts_set_rows(void *dst, const void *src, const int32_t *rows, const ts_set_rows_config *cfg, void *stream) {
+    logf_("ts_set_rows dtype=%d dst_rows=%d src_rows=%d row_elems=%d stream=%d", cfg->dtype, cfg->dst_rows,
+          cfg->src_rows, cfg->row_elems, stream != NULL);
+    int st = enter("ts_set_rows", 1);
+    if (st) return st;
+    NEED("set_rows", dst);
+    NEED("set_rows", src);
+    NEED("set_rows", rows);
     return TS_OK;
 }
 
