@@ -46,11 +46,12 @@ var _ = Describe("kernel benchmarks", Serial, harness.Benchmark, func() {
 				exp.RecordDuration("launch", time.Duration(ms*float64(time.Millisecond)), gmeasure.Precision(time.Microsecond))
 			}
 			if res.GBps > 0 {
-				exp.RecordValue("GB/s", res.GBps, gmeasure.Precision(1))
-				exp.RecordValue("% of copy bandwidth", res.CopyPct, gmeasure.Precision(0.1))
+				// Precision of a value is its number of decimal places (an int).
+				exp.RecordValue("GB/s", res.GBps, gmeasure.Precision(0))
+				exp.RecordValue("% of copy bandwidth", res.CopyPct, gmeasure.Precision(1))
 			}
 			if res.TFLOPs > 0 {
-				exp.RecordValue("TFLOP/s", res.TFLOPs, gmeasure.Precision(0.1))
+				exp.RecordValue("TFLOP/s", res.TFLOPs, gmeasure.Precision(1))
 			}
 			AddReportEntry(exp.Name, exp)
 		})
