@@ -70,14 +70,27 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 		return nil, fmt.Errorf("model: checkpoint has no tensor lm_head.weight and tie_word_embeddings is false")
 	}
 	for l := 0; l < cfg.Layers; l++ {
-		g := func(s string) backend.Buffer { return m.w[fmt.Sprintf("layers.%d.%s", l, s)] }
+		name := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
+		g := func(s string) backend.Buffer { return m.w[name(s)] }
+		// Decode steps compute q, k and v, and gate and up, with one GEMM each (fuse.go).
+		var fw [3]*fused
+		for k, set := range [][]string{{"wqkv", "wq", "wk", "wv"}, {"bqkv", "bq", "bk", "bv"}, {"wgate_up", "wgate", "wup"}} {
+			names := make([]string, len(set))
+			for j, s := range set {
+				names[j] = name(s)
+			}
+			if fw[k], err = fuse(be, mem, m.w, names[0], names[1:]...); err != nil {
+				m.Close()
+				return nil, err
+			}
+		}
 		m.Layers = append(m.Layers, &Layer{
 			Index:    l,
 			AttnNorm: Norm{W: g("attn_norm"), B: g("attn_norm_b")},
 			FFNNorm:  Norm{W: g("ffn_norm"), B: g("ffn_norm_b")},
 			Attn: &Attention{Wq: g("wq"), Bq: g("bq"), Wk: g("wk"), Bk: g("bk"), Wv: g("wv"), Bv: g("bv"),
-				Wo: g("wo"), Bo: g("bo")},
-			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown")},
+				Wo: g("wo"), Bo: g("bo"), qkvW: fw[0], qkvB: fw[1]},
+			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2]},
 		})
 	}
 	if err := m.allocState(); err != nil {
@@ -364,6 +377,7 @@ func (n Norm) Forward(p *pass, out, x backend.Buffer) {
 type Attention struct {
 	Wq, Bq, Wk, Bk, Wv, Bv, Wo, Bo backend.Buffer
 	cache                          *kvCache
+	qkvW, qkvB                     *fused // Wq, Wk, Wv (Bq, Bk, Bv) as one buffer; nil biases: none
 }
 
 // Forward returns attn_out [T, H] for the normalised input hn [T, H], appending this pass's
@@ -371,10 +385,23 @@ type Attention struct {
 func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string) backend.Buffer {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
-	qb, kb, vb := p.alloc(T, nH*D), p.alloc(T, nKV*D), p.alloc(T, nKV*D)
-	p.do(be.Gemm(qb, hn, a.Wq, a.Bq))
-	p.do(be.Gemm(kb, hn, a.Wk, a.Bk))
-	p.do(be.Gemm(vb, hn, a.Wv, a.Bv))
+	var qb, kb, vb backend.Buffer
+	if p.decode && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
+		// One token: q, k and v are consecutive columns of one GEMM's output row.
+		qkv := p.alloc(T, (nH+2*nKV)*D)
+		var bias backend.Buffer
+		if a.qkvB != nil {
+			bias = a.qkvB.all
+		}
+		p.do(be.Gemm(qkv, hn, a.qkvW.all, bias))
+		parts := a.qkvW.outputs(p, qkv)
+		qb, kb, vb = parts[0], parts[1], parts[2]
+	} else {
+		qb, kb, vb = p.alloc(T, nH*D), p.alloc(T, nKV*D), p.alloc(T, nKV*D)
+		p.do(be.Gemm(qb, hn, a.Wq, a.Bq))
+		p.do(be.Gemm(kb, hn, a.Wk, a.Bk))
+		p.do(be.Gemm(vb, hn, a.Wv, a.Bv))
+	}
 	q, k, v := p.view(qb, T, nH, D), p.view(kb, T, nKV, D), p.view(vb, T, nKV, D)
 	p.tap(name("q"), q)
 	p.tap(name("k"), k)
@@ -409,20 +436,33 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 }
 
 // MLP is the feed-forward block: SwiGLU when Gate is set, else GELU (tanh) on Up.
-type MLP struct{ Gate, Up, UpB, Down, DownB backend.Buffer }
+type MLP struct {
+	Gate, Up, UpB, Down, DownB backend.Buffer
+	gateUp                     *fused // Gate and Up as one buffer (SwiGLU families)
+}
 
 // Forward returns ffn_out [T, H].
 func (f *MLP) Forward(p *pass, x backend.Buffer, name func(string) string) backend.Buffer {
 	c, be, T := &p.m.Cfg, p.be, p.T
-	up, act := p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
+	act := p.alloc(T, c.Intermediate)
 	if f.Gate != nil {
-		g := p.alloc(T, c.Intermediate)
-		p.do(be.Gemm(g, x, f.Gate, nil))
+		var g, up backend.Buffer
+		if p.decode && f.UpB == nil && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
+			// One token: gate and up are consecutive columns of one GEMM's output row.
+			gu := p.alloc(T, 2*c.Intermediate)
+			p.do(be.Gemm(gu, x, f.gateUp.all, nil))
+			parts := f.gateUp.outputs(p, gu)
+			g, up = parts[0], parts[1]
+		} else {
+			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
+			p.do(be.Gemm(g, x, f.Gate, nil))
+			p.do(be.Gemm(up, x, f.Up, f.UpB))
+		}
 		p.tap(name("ffn_gate"), g)
-		p.do(be.Gemm(up, x, f.Up, f.UpB))
 		p.tap(name("ffn_up"), up)
 		p.do(be.SwiGLU(act, g, up))
 	} else {
+		up := p.alloc(T, c.Intermediate)
 		p.do(be.Gemm(up, x, f.Up, f.UpB))
 		p.tap(name("ffn_up"), up)
 		p.do(be.GELUTanh(act, up))

@@ -1,0 +1,65 @@
+package model_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
+	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/model"
+)
+
+// gemmCounter is the CPU backend counting its GEMMs.
+type gemmCounter struct {
+	*cpu.Backend
+	gemms int
+}
+
+func (g *gemmCounter) Gemm(out, x, w, bias backend.Buffer) error {
+	g.gemms++
+	return g.Backend.Gemm(out, x, w, bias)
+}
+
+// A decode step computes q, k and v with one GEMM and gate and up with another; when a test
+// swaps one of those weights after Load, the step falls back to a GEMM per weight, so the
+// swapped weight is used.
+func TestDecodeFusesProjectionsUnlessAWeightChanged(t *testing.T) {
+	set, err := golden.Load(filepath.Join("..", "..", "golden", "models", "qwen2-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &gemmCounter{Backend: cpu.New()}
+	m, err := model.Load(be, set.Dir, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.UseGraphs(false)
+	L := m.Cfg.Layers
+	step := func() int {
+		if err := m.PrefillOnDevice([]int32{1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+		before := be.gemms
+		if err := m.DecodeOnDevice(4); err != nil {
+			t.Fatal(err)
+		}
+		return be.gemms - before
+	}
+	// Per layer: qkv, o, gate+up, down; then the head.
+	if got, want := step(), 4*L+1; got != want {
+		t.Errorf("fused decode step: %d GEMMs, want %d", got, want)
+	}
+	a := m.Layers[0].Attn
+	a.Bk, a.Bv = a.Bv, a.Bk
+	// Layer 0 now runs q, k and v separately (3 instead of 1).
+	if got, want := step(), 4*L+1+2; got != want {
+		t.Errorf("after swapping layer 0's k and v biases: %d GEMMs, want %d", got, want)
+	}
+	f := m.Layers[1].MLP
+	f.Gate, f.Up = f.Up, f.Gate
+	if got, want := step(), 4*L+1+2+1; got != want {
+		t.Errorf("after also swapping layer 1's gate and up: %d GEMMs, want %d", got, want)
+	}
+}
