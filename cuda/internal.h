@@ -361,7 +361,8 @@ inline unsigned grid_for(int64_t work, int threads) {
     return (unsigned)(g < 1 ? 1 : g);
 }
 
-/* Launch plan of the row kernels (rmsnorm, layernorm, layernorm_residual): one block per row.
+/* Launch plan of the row kernels (rmsnorm, layernorm, layernorm_residual, rmsnorm_residual): one
+ * block per row.
  * vpt > 0: the row is held in registers, vpt 16-byte vectors (8 halves) per thread, at most
  * kRowThreads threads; needs hidden % 8 == 0, 16-byte aligned pointers and hidden <= 16384.
  * vpt == 0: the generic kernel (scalar loads, re-reads the row from global memory / L1 / L2 for
@@ -452,6 +453,35 @@ __device__ __forceinline__ void layernorm_row_generic(const __half *src_row, flo
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
         out_row[i] = __float2half_rn(((__half2float(src_row[i]) - mean) * inv) * __half2float(gamma[i]) +
                                      __half2float(beta[i]));
+}
+
+/* The end of an RMSNorm over a row held in registers, shared by rmsnorm and rmsnorm_residual:
+ * the row's sum of squares from each thread's share ss (fp32), then
+ * out_row = fp16((v * inv) * weight), the reference's rounding order. */
+template <int VPT>
+__device__ __forceinline__ void rmsnorm_row_regs(float (&v)[VPT][8], float ss, int nvec, int hidden, float eps,
+                                                  const __half *weight, __half *out_row, float *scratch) {
+    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+            float w[8];
+            load8(weight + c * 8, w);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[k][j] = (v[k][j] * inv) * w[j];
+            store8(out_row + c * 8, v[k]);
+        }
+    }
+}
+
+/* The same for the generic kernels, re-reading the row (src_row) from global memory: each
+ * thread reads only elements it squared (or stored) itself. */
+__device__ __forceinline__ void rmsnorm_row_generic(const __half *src_row, float ss, int hidden, float eps,
+                                                     const __half *weight, __half *out_row, float *scratch) {
+    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+        out_row[i] = __float2half_rn((__half2float(src_row[i]) * inv) * __half2float(weight[i]));
 }
 
 /* The ts_norm_config checks every norm entry runs after its pointer checks. */

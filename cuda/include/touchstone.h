@@ -152,7 +152,7 @@ typedef struct {
     int64_t n;
 } ts_elementwise_config;
 
-/* rmsnorm, layernorm, layernorm_residual: rows x hidden. */
+/* rmsnorm, layernorm, layernorm_residual, rmsnorm_residual: rows x hidden. */
 typedef struct {
     ts_dtype dtype;
     int rows;
@@ -281,6 +281,11 @@ int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, 
 /* Unfused equivalent: ts_residual_add(sum, x, residual) then ts_layernorm(out, sum, ...). */
 int ts_layernorm_residual(void *sum, void *out, const void *x, const void *residual, const void *gamma,
                           const void *beta, const ts_norm_config *cfg, void *stream);
+/* Unfused equivalent: ts_residual_add(sum, x, residual) then ts_rmsnorm(out, sum, weight, ...): out
+ * normalises the fp16-rounded sum. sum may equal x or residual (in place); out must not overlap sum,
+ * x or residual. */
+int ts_rmsnorm_residual(void *sum, void *out, const void *x, const void *residual, const void *weight,
+                        const ts_norm_config *cfg, void *stream);
 /* out may equal x. */
 int ts_rope(void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg, void *stream);
 int ts_attention_prefill(void *out, const void *q, const void *k, const void *v, const ts_attention_config *cfg,

@@ -27,19 +27,7 @@ __global__ void __launch_bounds__(ts::kRowThreads)
             for (int j = 0; j < 8; ++j) ss += v[k][j] * v[k][j];
         }
     }
-    ss = ts::block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(ss / (float)hidden + eps);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-        const int c = threadIdx.x + k * blockDim.x;
-        if (c < nvec) {
-            float w[8];
-            ts::load8(weight + c * 8, w);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[k][j] = (v[k][j] * inv) * w[j];
-            ts::store8(out + ro + c * 8, v[k]);
-        }
-    }
+    ts::rmsnorm_row_regs<VPT>(v, ss, nvec, hidden, eps, weight, out + ro, scratch);
 }
 
 __global__ void __launch_bounds__(1024)
@@ -51,10 +39,7 @@ __global__ void __launch_bounds__(1024)
         const float a = __half2float(x[ro + i]);
         ss += a * a;
     }
-    ss = ts::block_sum(ss, scratch);
-    const float inv = 1.0f / sqrtf(ss / (float)hidden + eps);
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-        out[ro + i] = __float2half_rn((__half2float(x[ro + i]) * inv) * __half2float(weight[i]));
+    ts::rmsnorm_row_generic(x + ro, ss, hidden, eps, weight, out + ro, scratch);
 }
 
 int launch_rmsnorm(__half *out, const __half *x, const __half *weight, int rows, int hidden, float eps,

@@ -71,6 +71,15 @@ int main(void) {
     ncrows.rows = -1;
     expect("layernorm_residual rows", ts_layernorm_residual(P, P, P, P, P, P, &ncrows, NULL), TS_ERR_INVALID_ARGUMENT,
            "layernorm_residual", "rows", "-1");
+    expect("rmsnorm_residual rows", ts_rmsnorm_residual(P, P, P, P, P, &ncrows, NULL), TS_ERR_INVALID_ARGUMENT,
+           "rmsnorm_residual", "rows", "-1");
+    expect("rmsnorm_residual null sum", ts_rmsnorm_residual(NULL, P, P, P, P, &nc, NULL), TS_ERR_INVALID_ARGUMENT,
+           "rmsnorm_residual", "sum", NULL);
+    expect("rmsnorm_residual null weight", ts_rmsnorm_residual(P, P, P, P, NULL, &nc, NULL), TS_ERR_INVALID_ARGUMENT,
+           "rmsnorm_residual", "weight", NULL);
+    nceps.eps = -1e-6f;
+    expect("rmsnorm_residual eps < 0", ts_rmsnorm_residual(P, P, P, P, P, &nceps, NULL), TS_ERR_INVALID_ARGUMENT,
+           "rmsnorm_residual", "eps", NULL);
 
     /* rope */
     ts_rope_config rodd = rc;

@@ -64,6 +64,11 @@ type Kernels interface {
 	// LayerNormResidual is the fused pre-norm step of GPT-2. Unfused equivalent:
 	// ResidualAdd(sum, x, residual) followed by LayerNorm(out, sum, gamma, beta, eps).
 	LayerNormResidual(sum, out, x, residual, gamma, beta Buffer, eps float32) error
+	// RMSNormResidual is the fused pre-norm step of Qwen2, Phi-3 and Llama. Unfused
+	// equivalent: ResidualAdd(sum, x, residual) followed by RMSNorm(out, sum, weight, eps), so
+	// out normalises the fp16-rounded sum. sum may be x or residual (in place: the residual
+	// stream updated where it lies); out must not overlap sum, x or residual.
+	RMSNormResidual(sum, out, x, residual, weight Buffer, eps float32) error
 	// RoPE rotates x [T, heads, HeadDim] by the positions [T] (i32). out may be x.
 	RoPE(out, x, positions Buffer, cfg RoPEConfig) error
 	// AttentionPrefill computes softmax(q·kᵀ·scale + mask)·v for q [B, S, nH, D] and
@@ -142,7 +147,7 @@ type Backend interface {
 
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
-	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rope",
+	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
 	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gelu", "gelu_tanh",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }

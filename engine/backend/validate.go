@@ -89,6 +89,19 @@ func CheckLayerNormResidual(sum, out, x, residual, gamma, beta Buffer, eps float
 	return c.Err()
 }
 
+// CheckRMSNormResidual validates the fused residual add + RMSNorm.
+func CheckRMSNormResidual(sum, out, x, residual, weight Buffer, eps float32) error {
+	c := Validate("rmsnorm_residual")
+	checkNorm(c, out, x, eps, map[string]Buffer{"weight": weight})
+	if c.Err() == nil {
+		c.DType("residual", residual, tensor.F16)
+		c.Shape("residual", residual, x.Shape(), "the shape of x")
+		c.DType("sum", sum, tensor.F16)
+		c.Shape("sum", sum, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
 // CheckRoPE validates RoPE on x [T, heads, HeadDim].
 func CheckRoPE(out, x, positions Buffer, cfg RoPEConfig) error {
 	c := Validate("rope")

@@ -46,6 +46,13 @@ type residualParams struct {
 	InPlace bool `json:"inplace"`
 }
 
+// rmsnormResidualParams: with inplace the kernel writes sum over residual, as a decode step
+// updates its residual stream.
+type rmsnormResidualParams struct {
+	Eps     float32 `json:"eps"`
+	InPlace bool    `json:"inplace"`
+}
+
 func init() {
 	register("residual_add", func(c *call) {
 		var p residualParams
@@ -80,6 +87,18 @@ func init() {
 		x, r, g, b := c.input("x"), c.input("residual"), c.input("gamma"), c.input("beta")
 		sum, out := c.like(x), c.like(x)
 		c.do(func() error { return c.b.LayerNormResidual(sum, out, x, r, g, b, p.Eps) })
+		c.output("sum", sum)
+		c.output("out", out)
+	})
+	register("rmsnorm_residual", func(c *call) {
+		var p rmsnormResidualParams
+		c.params(&p)
+		x, r, w := c.input("x"), c.input("residual"), c.input("weight")
+		sum, out := r, c.like(x)
+		if !p.InPlace {
+			sum = c.like(x)
+		}
+		c.do(func() error { return c.b.RMSNormResidual(sum, out, x, r, w, p.Eps) })
 		c.output("sum", sum)
 		c.output("out", out)
 	})

@@ -316,12 +316,19 @@ func (p *pass) run() {
 		x = x2
 	}
 	p.tap("embed", x)
-	for _, l := range m.Layers {
-		x = l.Forward(p, x)
+	// Every residual add is fused with the norm that follows it (the next layer's attention
+	// norm, or the final norm), so only the first norm runs alone.
+	hn := p.alloc(T, c.Hidden)
+	m.Layers[0].AttnNorm.Forward(p, hn, x)
+	p.tap("layers.0.attn_norm", hn)
+	for i, l := range m.Layers {
+		next, nextTap := Norm{W: m.w["final_norm"], B: m.w["final_norm_b"]}, "final_norm"
+		if i+1 < len(m.Layers) {
+			next, nextTap = m.Layers[i+1].AttnNorm, fmt.Sprintf("layers.%d.attn_norm", i+1)
+		}
+		x, hn = l.Forward(p, x, hn, next, nextTap)
 	}
-	fn := p.alloc(T, c.Hidden)
-	Norm{W: m.w["final_norm"], B: m.w["final_norm_b"]}.Forward(p, fn, x)
-	p.tap("final_norm", fn)
+	fn := hn
 	if m.want["logits"] {
 		all := p.allocT(tensor.F32, T, c.Vocab)
 		p.do(p.be.Gemm(all, fn, m.w["head"], nil))
@@ -341,24 +348,30 @@ type Layer struct {
 	MLP               *MLP
 }
 
-// Forward returns the residual stream after the layer.
-func (l *Layer) Forward(p *pass, x backend.Buffer) backend.Buffer {
-	c, be, name := &p.m.Cfg, p.be, func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
-	hn := p.alloc(p.T, c.Hidden)
-	l.AttnNorm.Forward(p, hn, x)
-	p.tap(name("attn_norm"), hn)
+// Forward runs the layer on the residual stream x, whose attention norm hn the caller has
+// computed, and returns the stream after the layer and next applied to it (the next layer's
+// attention norm, or the final norm), tapped as nextTap.
+func (l *Layer) Forward(p *pass, x, hn backend.Buffer, next Norm, nextTap string) (out, nextHn backend.Buffer) {
+	name := func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
 	a := l.Attn.Forward(p, hn, name)
-	r := p.alloc(p.T, c.Hidden)
-	p.do(be.ResidualAdd(r, x, a))
-	p.tap(name("resid_attn"), r)
-	fn := p.alloc(p.T, c.Hidden)
-	l.FFNNorm.Forward(p, fn, r)
-	p.tap(name("ffn_norm"), fn)
+	r, fn := p.addNorm(x, a, l.FFNNorm, name("resid_attn"), name("ffn_norm"))
 	f := l.MLP.Forward(p, fn, name)
-	out := p.alloc(p.T, c.Hidden)
-	p.do(be.ResidualAdd(out, r, f))
-	p.tap(name("resid_ffn"), out)
-	return out
+	return p.addNorm(r, f, next, name("resid_ffn"), nextTap)
+}
+
+// addNorm returns sum = x + y and n(sum), tapped as sumTap and normTap, with one fused op:
+// both fused ops normalise the fp16 sum they store, as the unfused pair would.
+func (p *pass) addNorm(x, y backend.Buffer, n Norm, sumTap, normTap string) (sum, normed backend.Buffer) {
+	c := &p.m.Cfg
+	sum, normed = p.alloc(p.T, c.Hidden), p.alloc(p.T, c.Hidden)
+	if n.B != nil {
+		p.do(p.be.LayerNormResidual(sum, normed, x, y, n.W, n.B, c.NormEps))
+	} else {
+		p.do(p.be.RMSNormResidual(sum, normed, x, y, n.W, c.NormEps))
+	}
+	p.tap(sumTap, sum)
+	p.tap(normTap, normed)
+	return sum, normed
 }
 
 // Norm is RMSNorm (no bias) or LayerNorm (with bias).

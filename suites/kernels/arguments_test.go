@@ -34,6 +34,9 @@ var badCalls = []badCall{
 	{"layernorm", "gamma", "f16[895]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
 		return b.LayerNorm(out, f16(2, 896), f16(895), f16(896), 1e-5)
 	}, []int{2, 896}},
+	{"rmsnorm_residual", "residual", "f16[2,895]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.RMSNormResidual(f16(2, 896), out, f16(2, 896), f16(2, 895), f16(896), 1e-6)
+	}, []int{2, 896}},
 	{"rope", "head_dim", "63", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
 		return b.RoPE(out, f16(1, 2, 63), i32(0), backend.RoPEConfig{HeadDim: 63, RopeDim: 62, FreqBase: 1e4})
 	}, []int{1, 2, 63}},

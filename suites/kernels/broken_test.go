@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"math"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -41,6 +42,8 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("rmsnorm: eps 1e-5 where 1e-6 is asked and vice versa", "rmsnorm", rmsnormWrongEps{cpu.New()}, "small-rms"),
 		Entry("layernorm: beta ignored", "layernorm", layernormNoBeta{cpu.New()}, "gpt2"),
 		Entry("layernorm_residual: normalises x instead of x + residual", "layernorm_residual", layernormResidualUnsummed{cpu.New()}, "gpt2"),
+		Entry("rmsnorm_residual: normalises x instead of x + residual", "rmsnorm_residual", rmsnormResidualUnsummed{cpu.New()}, "qwen"),
+		Entry("rmsnorm_residual: eps ignored", "rmsnorm_residual", rmsnormResidualNoEps{cpu.New()}, "small-rms"),
 		Entry("rope: position off by one", "rope", ropeOffByOne{cpu.New()}, "qwen"),
 		Entry("rope: interleaved (GPT-J) pairs instead of rotate_half", "rope", ropeInterleaved{cpu.New()}, "phi3"),
 		Entry("rope: rotates all of head_dim when rope_dim is partial", "rope", ropeFullRotary{cpu.New()}, "partial"),
@@ -138,6 +141,25 @@ func (k layernormResidualUnsummed) LayerNormResidual(sum, out, x, residual, gamm
 		return err
 	}
 	return k.LayerNorm(out, x, gamma, beta, eps)
+}
+
+type rmsnormResidualUnsummed struct{ *cpu.Backend }
+
+// RMSNormResidual stores the sum correctly but normalises x: it reads x before sum is written,
+// so it stays right when sum is written over residual (or x) in place.
+func (k rmsnormResidualUnsummed) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, eps float32) error {
+	if err := k.RMSNorm(out, x, weight, eps); err != nil {
+		return err
+	}
+	return k.ResidualAdd(sum, x, residual)
+}
+
+type rmsnormResidualNoEps struct{ *cpu.Backend }
+
+// RMSNormResidual with eps dropped from the root mean square (the smallest positive float32
+// stands in for 0, which the argument check refuses).
+func (k rmsnormResidualNoEps) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, eps float32) error {
+	return k.Backend.RMSNormResidual(sum, out, x, residual, weight, math.SmallestNonzeroFloat32)
 }
 
 type ropeOffByOne struct{ *cpu.Backend }

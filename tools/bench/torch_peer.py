@@ -104,6 +104,23 @@ def layernorm_residual(t, p):
     return call, "s = x + residual; F.layer_norm(s, (%d,), gamma, beta, %r)" % (H, eps)
 
 
+def rmsnorm_residual(t, p):
+    # Unfused, as a PyTorch model does it; the kernel also writes the sum, so this returns it too.
+    x, r, w = t.randn("x"), t.randn("residual"), 1 + 0.1 * t.randn("weight")
+    H, eps = x.shape[-1], p["eps"]
+    if p.get("inplace"):
+        # residual grows by x on every call, as residual_add's in-place case: the cost is the same.
+        def call_inplace():
+            r.add_(x)
+            return r, F.rms_norm(r, (H,), w, eps)
+        return call_inplace, "residual.add_(x); F.rms_norm(residual, (%d,), weight, %r)" % (H, eps)
+
+    def call():
+        s = x + r
+        return s, F.rms_norm(s, (H,), w, eps)
+    return call, "s = x + residual; F.rms_norm(s, (%d,), weight, %r)" % (H, eps)
+
+
 def rope(t, p):
     q, k = t.randn("q"), t.randn("k")
     pos = t.randint("positions", ROPE_MAX_POS).long()  # a torch user holds int64 position ids
@@ -270,10 +287,10 @@ def sample(t, p):
     return call, desc
 
 
-OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual, rope,
-                               attention_prefill, attention_decode, swiglu, swiglu_ffn, gelu,
-                               gelu_tanh, pos_embedding, embedding, set_rows, gemm, softmax,
-                               sample)}
+OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
+                               rmsnorm_residual, rope, attention_prefill, attention_decode, swiglu,
+                               swiglu_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
+                               gemm, softmax, sample)}
 
 
 # ------------------------------------------------------------------------------------------------

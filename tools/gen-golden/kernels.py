@@ -158,6 +158,18 @@ def layernorm_residual(r, *, T, H, eps, dist=normal()):
     return {"eps": eps}, inputs, {"sum": s, "out": out}
 
 
+def rmsnorm_residual(r, *, T, H, eps, inplace, dist=normal()):
+    x, residual = to_f16(dist(r, (T, H))), to_f16(dist(r, (T, H)))
+    weight = norm_weight(r, H)
+    s = d(x) + d(residual)
+    # As layernorm_residual: the kernel stores the sum in fp16 (one rounding of the fp32 add, which
+    # to_f16 reproduces: the fp64 sum of two fp16 values is exact) and normalises that stored
+    # value, exactly like the unfused residual_add -> rmsnorm pair.
+    out = F.rms_norm(d(to_f16(s)), (H,), d(weight), eps)
+    inputs = {"x": x, "residual": residual, "weight": weight}
+    return {"eps": eps, "inplace": inplace}, inputs, {"sum": s, "out": out}
+
+
 def rope_inv_freq(base, rope_dim):
     """base^(-2i/rope_dim) for i < rope_dim/2, in fp64."""
     return float(base) ** (-torch.arange(0, rope_dim, 2, dtype=F64) / rope_dim)
@@ -324,9 +336,9 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 
 OPS = {f.__name__: f for f in (
-    residual_add, rmsnorm, layernorm, layernorm_residual, rope, attention_prefill,
-    attention_decode, swiglu, swiglu_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
-    gemm, softmax)}
+    residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
+    attention_prefill, attention_decode, swiglu, swiglu_ffn, gelu, gelu_tanh, pos_embedding,
+    embedding, set_rows, gemm, softmax)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -392,6 +404,24 @@ CASES += _cases(COMMITTED, "layernorm_residual", [
     ("gpt2_t16", dict(T=16, H=768, eps=1e-5)),
     ("odd-h1001_t3", dict(T=3, H=1001, eps=1e-5)),
     ("long-h8192_t2", dict(T=2, H=8192, eps=1e-5)),
+])
+
+# The pre-norm step of the RMSNorm families: decode (one row) and prefill rows at their hidden
+# sizes, in place (sum written over residual, as a decode step updates its residual stream) and
+# not. Hidden 896, 3072 and 8192 take the CUDA row kernel with 1, 2 and 4 vectors per thread.
+CASES += _cases(COMMITTED, "rmsnorm_residual", [
+    ("qwen2.5-0.5b_t1_inplace", dict(T=1, H=896, eps=1e-6, inplace=True)),
+    ("qwen2.5-0.5b_t4", dict(T=4, H=896, eps=1e-6, inplace=False)),
+    ("phi3-mini_t1", dict(T=1, H=3072, eps=1e-5, inplace=False)),
+    ("phi3-mini_t2_inplace", dict(T=2, H=3072, eps=1e-5, inplace=True)),
+    # Odd hidden: the scalar path, which re-reads the stored sum (here written over residual).
+    ("odd-h1001_t3_inplace", dict(T=3, H=1001, eps=1e-6, inplace=True)),
+    ("long-h8192_t1", dict(T=1, H=8192, eps=1e-5, inplace=False)),
+    # mean(sum^2) ~ 2e-6: eps is as large as the signal, so a wrong or ignored eps is wrong.
+    ("small-rms_eps1e-6", dict(T=4, H=896, eps=1e-6, inplace=False, dist=normal(1e-3))),
+    ("small-rms_eps1e-5", dict(T=1, H=3072, eps=1e-5, inplace=False, dist=normal(1e-3))),
+    # |sum| mostly >= 256: sum^2 overflows fp16, so fp16 accumulation gives inf/0.
+    ("large-mag", dict(T=2, H=896, eps=1e-6, inplace=False, dist=log_magnitude(1e3, 1e4))),
 ])
 
 CASES += _cases(COMMITTED, "rope", [
@@ -512,6 +542,9 @@ CASES += _cases(FULL, "rmsnorm", [("big-2048x8192", dict(T=BIG[0], H=BIG[1], eps
 CASES += _cases(FULL, "layernorm", [("big-2048x8192", dict(T=BIG[0], H=BIG[1], eps=1e-5))])
 CASES += _cases(FULL, "layernorm_residual", [
     ("big-2048x8192", dict(T=BIG[0], H=BIG[1], eps=1e-5)),
+])
+CASES += _cases(FULL, "rmsnorm_residual", [
+    ("big-4096x4096", dict(T=4096, H=4096, eps=1e-5, inplace=False)),
 ])
 CASES += _cases(FULL, "rope", [
     ("qwen2.5-0.5b_t2048", dict(QWEN, base=1e6, positions=list(range(2048)))),

@@ -80,6 +80,12 @@ def reference(op, p, i):
         s = i["x"] + i["residual"]
         s16 = s.astype(np.float16).astype(np.float64)
         return {"sum": s, "out": np_layernorm(s16, i["gamma"], i["beta"], p["eps"])}
+    if op == "rmsnorm_residual":
+        # The kernel's arithmetic: an fp32 add of the two fp16 inputs, rounded to fp16.
+        s16 = (i["x"].astype(np.float32) + i["residual"].astype(np.float32)).astype(np.float16)
+        s16 = s16.astype(np.float64)
+        out = s16 / np.sqrt((s16 * s16).mean(-1, keepdims=True) + p["eps"]) * i["weight"]
+        return {"sum": i["x"] + i["residual"], "out": out}
     if op == "rope":
         args = (i["positions"], p["freq_base"], p["rope_dim"])
         return {"q_out": np_rope(i["q"], *args), "k_out": np_rope(i["k"], *args)}
@@ -130,6 +136,18 @@ def properties(case, p, i):
         other = 1e-5 if p["eps"] == 1e-6 else 1e-6
         ratio = np.sqrt((ms + p["eps"]) / (ms + other))
         assert np.all(np.abs(ratio - 1) > 0.3), "%s: a wrong eps would pass" % name
+    if op == "rmsnorm_residual" and name.startswith("small-rms"):
+        s = i["x"] + i["residual"]
+        ms = (s * s).mean(-1)
+        other = 1e-5 if p["eps"] == 1e-6 else 1e-6
+        for alt in (other, 0.0):  # a wrong eps, an ignored eps
+            ratio = np.sqrt((ms + p["eps"]) / (ms + alt))
+            assert np.all(np.abs(ratio - 1) > 0.1), "%s: eps %g would pass" % (name, alt)
+    if op == "rmsnorm_residual" and name == "large-mag":
+        s = i["x"] + i["residual"]
+        assert np.mean(np.abs(s) >= 256) > 0.9 and np.abs(s).max() < 65504, name
+    if op == "rmsnorm_residual" and name.endswith("_inplace"):
+        assert p["inplace"], name
     if op == "rmsnorm" and name == "large-mag":
         assert np.all(np.abs(i["x"]) >= 256), "%s: x^2 must overflow fp16" % name
     if op == "layernorm" and name.startswith("mean-offset"):

@@ -116,6 +116,10 @@ func (r *recorder) LayerNormResidual(sum, out, x, residual, gamma, beta backend.
 	return r.add(backend.CheckLayerNormResidual(sum, out, x, residual, gamma, beta, eps),
 		func() error { return r.be.LayerNormResidual(sum, out, x, residual, gamma, beta, eps) })
 }
+func (r *recorder) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, eps float32) error {
+	return r.add(backend.CheckRMSNormResidual(sum, out, x, residual, weight, eps),
+		func() error { return r.be.RMSNormResidual(sum, out, x, residual, weight, eps) })
+}
 func (r *recorder) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
 	return r.add(backend.CheckRoPE(out, x, positions, cfg), func() error { return r.be.RoPE(out, x, positions, cfg) })
 }

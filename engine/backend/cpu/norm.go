@@ -16,9 +16,14 @@ func (*Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
 	if err != nil {
 		return err
 	}
-	xv, w := ts[1].Float32(), ts[2].Float32()
-	rows, h := lastDim(ts[1].Shape)
-	for r := 0; r < rows; r++ {
+	xv := ts[1].Float32()
+	rmsNormRows(xv, ts[1].Shape[1], ts[2].Float32(), eps)
+	store(ts[0], xv)
+	return nil
+}
+
+func rmsNormRows(xv []float32, h int, w []float32, eps float32) {
+	for r := 0; r < len(xv)/h; r++ {
 		row := xv[r*h : (r+1)*h]
 		var ss float64
 		for _, v := range row {
@@ -29,8 +34,6 @@ func (*Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
 			row[i] = float32(float64(v)*inv) * w[i]
 		}
 	}
-	store(ts[0], xv)
-	return nil
 }
 
 // LayerNorm computes (x - mean) / sqrt(var + eps) · gamma + beta per row, two-pass in fp64
@@ -85,6 +88,27 @@ func (*Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buf
 	}
 	store(ts[0], xv)
 	layerNormRows(xv, ts[2].Shape[1], ts[4].Float32(), ts[5].Float32(), eps)
+	store(ts[1], xv)
+	return nil
+}
+
+// RMSNormResidual stores sum = x + residual in fp16 and normalises that stored sum, exactly
+// as ResidualAdd followed by RMSNorm would. Every input is read before any output is written,
+// so sum may be x or residual.
+func (*Backend) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, eps float32) error {
+	if err := backend.CheckRMSNormResidual(sum, out, x, residual, weight, eps); err != nil {
+		return err
+	}
+	ts, err := tensors("rmsnorm_residual", sum, out, x, residual, weight)
+	if err != nil {
+		return err
+	}
+	xv, rv, w := ts[2].Float32(), ts[3].Float32(), ts[4].Float32()
+	for i := range xv {
+		xv[i] = tensor.RoundF16(xv[i] + rv[i])
+	}
+	store(ts[0], xv)
+	rmsNormRows(xv, ts[2].Shape[1], w, eps)
 	store(ts[1], xv)
 	return nil
 }

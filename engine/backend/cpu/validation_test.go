@@ -44,6 +44,9 @@ func TestBadArgumentsAreNamedErrors(t *testing.T) {
 		{"f32 input", "gelu", "x", "f32[3]", func() error { return b.GELU(f16(3), buf(t, tensor.F32, 3)) }},
 		{"rmsnorm weight", "rmsnorm", "weight", "f16[895]", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(895), 1e-6) }},
 		{"rmsnorm eps", "rmsnorm", "eps", "0", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(896), 0) }},
+		{"rmsnorm_residual sum", "rmsnorm_residual", "sum", "f16[2,895]", func() error {
+			return b.RMSNormResidual(f16(2, 895), f16(2, 896), f16(2, 896), f16(2, 896), f16(896), 1e-6)
+		}},
 		{"layernorm out", "layernorm", "out", "f16[2,897]", func() error { return b.LayerNorm(f16(2, 897), f16(2, 896), f16(896), f16(896), 1e-5) }},
 		{"rope odd head_dim", "rope", "head_dim", "63", func() error {
 			return b.RoPE(f16(1, 2, 63), f16(1, 2, 63), ints(t, 0), backend.RoPEConfig{HeadDim: 63, RopeDim: 62, FreqBase: 1e4})

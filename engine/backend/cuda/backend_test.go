@@ -158,6 +158,9 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"layernorm_residual", "ts_layernorm_residual dtype=1 rows=4 hidden=896 eps=1e-05 stream=0", func() error {
 			return b.LayerNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), f16(896), f16(896), 1e-5)
 		}},
+		{"rmsnorm_residual", "ts_rmsnorm_residual dtype=1 rows=4 hidden=896 eps=1e-06 stream=0", func() error {
+			return b.RMSNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), f16(896), 1e-6)
+		}},
 		{"rope", "ts_rope dtype=1 tokens=3 heads=14 head_dim=64 rope_dim=32 freq_base=1e+06 stream=0", func() error {
 			return b.RoPE(f16(3, 14, 64), f16(3, 14, 64), i32(3), backend.RoPEConfig{HeadDim: 64, RopeDim: 32, FreqBase: 1e6})
 		}},

@@ -43,6 +43,10 @@ func TestGuardsCatchOutOfBoundsWrites(t *testing.T) {
 			func() error { return b.LayerNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), w, w, 1e-5) }},
 		{"ts_layernorm_residual:before:7", "layernorm_residual wrote out of bounds of out f16[4,896]: guard byte 7 before the start is 0x00, want 0xA5",
 			func() error { return b.LayerNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), w, w, 1e-5) }},
+		{"ts_rmsnorm_residual:after:0:sum", "rmsnorm_residual wrote out of bounds of sum f16[4,896]: guard byte 0 after the end is 0x00, want 0xA5",
+			func() error { return b.RMSNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), w, 1e-6) }},
+		{"ts_rmsnorm_residual:after:1", "rmsnorm_residual wrote out of bounds of out f16[4,896]: guard byte 1 after the end is 0x00, want 0xA5",
+			func() error { return b.RMSNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), w, 1e-6) }},
 	} {
 		t.Setenv("FAKETS_OOB", tc.oob)
 		err := tc.call()

@@ -69,3 +69,22 @@ func (b *Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.B
 	st := C.tsg_layernorm_residual(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), &cfg, b.e)
 	return b.launched(op, st, arg{"sum", sum}, arg{"out", out})
 }
+
+// RMSNormResidual is the fused pre-norm step of Qwen2, Phi-3 and Llama. Unfused equivalent:
+// ResidualAdd(sum, x, residual) then RMSNorm(out, sum, weight, eps). sum may be x or residual.
+func (b *Backend) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, eps float32) error {
+	const op = "rmsnorm_residual"
+	if err := backend.CheckRMSNormResidual(sum, out, x, residual, weight, eps); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"sum", sum}, arg{"out", out}, arg{"x", x}, arg{"residual", residual}, arg{"weight", weight})
+	if err != nil {
+		return err
+	}
+	cfg, err := normConfig(op, d[2], eps)
+	if err != nil {
+		return err
+	}
+	st := C.tsg_rmsnorm_residual(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), &cfg, b.e)
+	return b.launched(op, st, arg{"sum", sum}, arg{"out", out})
+}

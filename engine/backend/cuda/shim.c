@@ -160,6 +160,10 @@ int tsg_layernorm_residual(const tsg_api *a, void *sum, void *out, const void *x
                            const void *gamma, const void *beta, const ts_norm_config *cfg, tsg_err *e) {
     return done(a, a->ts_layernorm_residual(sum, out, x, residual, gamma, beta, cfg, NULL), e);
 }
+int tsg_rmsnorm_residual(const tsg_api *a, void *sum, void *out, const void *x, const void *residual,
+                         const void *weight, const ts_norm_config *cfg, tsg_err *e) {
+    return done(a, a->ts_rmsnorm_residual(sum, out, x, residual, weight, cfg, NULL), e);
+}
 int tsg_rope(const tsg_api *a, void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg,
              tsg_err *e) {
     return done(a, a->ts_rope(out, x, positions, cfg, NULL), e);

@@ -52,6 +52,8 @@
     X(ts_layernorm, int, (void *, const void *, const void *, const void *, const ts_norm_config *, void *)) \
     X(ts_layernorm_residual, int,                                                                         \
       (void *, void *, const void *, const void *, const void *, const void *, const ts_norm_config *, void *)) \
+    X(ts_rmsnorm_residual, int,                                                                           \
+      (void *, void *, const void *, const void *, const void *, const ts_norm_config *, void *))        \
     X(ts_rope, int, (void *, const void *, const int32_t *, const ts_rope_config *, void *))             \
     X(ts_attention_prefill, int,                                                                          \
       (void *, const void *, const void *, const void *, const ts_attention_config *, void *))           \
@@ -137,6 +139,8 @@ int tsg_layernorm(const tsg_api *a, void *out, const void *x, const void *gamma,
                   const ts_norm_config *cfg, tsg_err *e);
 int tsg_layernorm_residual(const tsg_api *a, void *sum, void *out, const void *x, const void *residual,
                            const void *gamma, const void *beta, const ts_norm_config *cfg, tsg_err *e);
+int tsg_rmsnorm_residual(const tsg_api *a, void *sum, void *out, const void *x, const void *residual,
+                         const void *weight, const ts_norm_config *cfg, tsg_err *e);
 int tsg_rope(const tsg_api *a, void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg,
              tsg_err *e);
 int tsg_attention_prefill(const tsg_api *a, void *out, const void *q, const void *k, const void *v,

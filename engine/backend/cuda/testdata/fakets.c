@@ -16,7 +16,8 @@
  *                                             later call returns TS_ERR_STICKY
  *   FAKETS_OOB=<ts_name>:after|before:<i>[:sum]  after succeeding, the op writes 0x00 into
  *                                             byte i past the end (or before the start)
- *                                             of out (of sum, for layernorm_residual)
+ *                                             of out (of sum, for layernorm_residual and
+ *                                             rmsnorm_residual)
  *   FAKETS_DEVICES=<n>                        device count (default 1)
  *
  * Compile with -DFAKE_ABI_VERSION=<n> to report another ABI version, -DFAKE_OMIT_RMSNORM to
@@ -459,6 +460,21 @@ int ts_layernorm_residual(void *sum, void *out, const void *x, const void *resid
     NEED("layernorm_residual", gamma);
     NEED("layernorm_residual", beta);
     oob("ts_layernorm_residual", out, sum, (size_t)cfg->rows * cfg->hidden * 2);
+    return TS_OK;
+}
+
+int ts_rmsnorm_residual(void *sum, void *out, const void *x, const void *residual, const void *weight,
+                        const ts_norm_config *cfg, void *stream) {
+    logf_("ts_rmsnorm_residual dtype=%d rows=%d hidden=%d eps=%g stream=%d", cfg->dtype, cfg->rows, cfg->hidden,
+          cfg->eps, stream != NULL);
+    int st = enter("ts_rmsnorm_residual", 1);
+    if (st) return st;
+    NEED("rmsnorm_residual", sum);
+    NEED("rmsnorm_residual", out);
+    NEED("rmsnorm_residual", x);
+    NEED("rmsnorm_residual", residual);
+    NEED("rmsnorm_residual", weight);
+    oob("ts_rmsnorm_residual", out, sum, (size_t)cfg->rows * cfg->hidden * 2);
     return TS_OK;
 }
 
