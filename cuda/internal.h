@@ -402,6 +402,27 @@ int launch_row(const char *op, const RowPlan &plan, int rows, cudaStream_t strea
     return TS_OK;
 }
 
+/* The start of a fused residual norm (layernorm_residual, rmsnorm_residual): the row
+ * fp16(x + residual) into registers v (VPT vectors of 8 per thread) and into sum_out, each row
+ * pointer already offset to the row. The sum is rounded to fp16 before it is kept, so the norm
+ * that follows sees exactly what the unfused residual_add would have stored. */
+template <int VPT>
+__device__ __forceinline__ void residual_row_regs(float (&v)[VPT][8], const __half *x, const __half *residual,
+                                                  __half *sum_out, int nvec) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+        const int c = threadIdx.x + k * blockDim.x;
+        if (c < nvec) {
+            float r[8];
+            load8(x + c * 8, v[k]);
+            load8(residual + c * 8, r);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[k][j] = __half2float(__float2half_rn(v[k][j] + r[j]));
+            store8(sum_out + c * 8, v[k]); /* exact: the values are fp16 already */
+        }
+    }
+}
+
 /* The end of a two-pass LayerNorm over a row held in registers, shared by layernorm and
  * layernorm_residual: the mean from each thread's share of the row sum, then the sum of
  * squared deviations from it (never E[x^2] - E[x]^2, which cancels when |mean| >> std), then

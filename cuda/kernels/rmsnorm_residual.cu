@@ -20,20 +20,14 @@ __global__ void __launch_bounds__(ts::kRowThreads)
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     const int nvec = hidden >> 3;
     float v[VPT][8];
+    ts::residual_row_regs<VPT>(v, x + ro, residual + ro, sum_out + ro, nvec);
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
         const int c = threadIdx.x + k * blockDim.x;
         if (c < nvec) {
-            float r[8];
-            ts::load8(x + ro + c * 8, v[k]);
-            ts::load8(residual + ro + c * 8, r);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                v[k][j] = __half2float(__float2half_rn(v[k][j] + r[j]));
-                ss += v[k][j] * v[k][j];
-            }
-            ts::store8(sum_out + ro + c * 8, v[k]); /* exact: the values are fp16 already */
+            for (int j = 0; j < 8; ++j) ss += v[k][j] * v[k][j];
         }
     }
     ts::rmsnorm_row_regs<VPT>(v, ss, nvec, hidden, eps, weight, out + ro, scratch);

@@ -78,21 +78,19 @@ func CheckLayerNorm(out, x, gamma, beta Buffer, eps float32) error {
 
 // CheckLayerNormResidual validates the fused residual add + LayerNorm.
 func CheckLayerNormResidual(sum, out, x, residual, gamma, beta Buffer, eps float32) error {
-	c := Validate("layernorm_residual")
-	checkNorm(c, out, x, eps, map[string]Buffer{"gamma": gamma, "beta": beta})
-	if c.Err() == nil {
-		c.DType("residual", residual, tensor.F16)
-		c.Shape("residual", residual, x.Shape(), "the shape of x")
-		c.DType("sum", sum, tensor.F16)
-		c.Shape("sum", sum, x.Shape(), "the shape of x")
-	}
-	return c.Err()
+	return checkNormResidual("layernorm_residual", sum, out, x, residual, eps, map[string]Buffer{"gamma": gamma, "beta": beta})
 }
 
 // CheckRMSNormResidual validates the fused residual add + RMSNorm.
 func CheckRMSNormResidual(sum, out, x, residual, weight Buffer, eps float32) error {
-	c := Validate("rmsnorm_residual")
-	checkNorm(c, out, x, eps, map[string]Buffer{"weight": weight})
+	return checkNormResidual("rmsnorm_residual", sum, out, x, residual, eps, map[string]Buffer{"weight": weight})
+}
+
+// checkNormResidual validates a fused residual add + norm: the norm's checks, then residual
+// and sum like x.
+func checkNormResidual(op string, sum, out, x, residual Buffer, eps float32, params map[string]Buffer) error {
+	c := Validate(op)
+	checkNorm(c, out, x, eps, params)
 	if c.Err() == nil {
 		c.DType("residual", residual, tensor.F16)
 		c.Shape("residual", residual, x.Shape(), "the shape of x")
