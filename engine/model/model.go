@@ -399,6 +399,7 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 	c, be, T := &p.m.Cfg, p.be, p.T
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
 	var qb, kb, vb backend.Buffer
+	var qk backend.Buffer // fused decode: q's and k's heads as one [1, nH+nKV, D] view
 	if p.decode && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
 		// One token: q, k and v are consecutive columns of one GEMM's output row.
 		qkv := p.alloc(T, (nH+2*nKV)*D)
@@ -409,6 +410,7 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 		p.do(be.Gemm(qkv, hn, a.qkvW.all, bias))
 		parts := a.qkvW.outputs(p, qkv)
 		qb, kb, vb = parts[0], parts[1], parts[2]
+		qk = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), 0, (nH+nKV)*D), T, nH+nKV, D)
 	} else {
 		qb, kb, vb = p.alloc(T, nH*D), p.alloc(T, nKV*D), p.alloc(T, nKV*D)
 		p.do(be.Gemm(qb, hn, a.Wq, a.Bq))
@@ -421,10 +423,16 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 	p.tap(name("v"), v)
 	if c.RopeTheta != 0 {
 		rc := backend.RoPEConfig{HeadDim: D, RopeDim: D, FreqBase: c.RopeTheta}
-		qr, kr := p.alloc(T, nH, D), p.alloc(T, nKV, D)
-		p.do(be.RoPE(qr, q, p.posBuf, rc))
-		p.do(be.RoPE(kr, k, p.posBuf, rc))
-		q, k = qr, kr
+		if qk != nil {
+			// Adjacent heads of one row, one position: rotate q and k in place in one launch
+			// (their taps above were copied before).
+			p.do(be.RoPE(qk, qk, p.posBuf, rc))
+		} else {
+			qr, kr := p.alloc(T, nH, D), p.alloc(T, nKV, D)
+			p.do(be.RoPE(qr, q, p.posBuf, rc))
+			p.do(be.RoPE(kr, k, p.posBuf, rc))
+			q, k = qr, kr
+		}
 		p.tap(name("q_rope"), q)
 		p.tap(name("k_rope"), k)
 	}
