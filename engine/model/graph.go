@@ -27,6 +27,7 @@ type graphState struct {
 	g       backend.Graph
 	cfg     Config           // the configuration the graph was captured with
 	weights []backend.Buffer // every weight reference of the layers, in order, at capture
+	scratch []backend.Buffer // the same, now: reused from step to step
 	held    []backend.Buffer // the captured pass's activations, out of the pool while g lives
 	views   []backend.Buffer // and its views
 
@@ -83,17 +84,19 @@ func (m *Model) decodeStep(prefix string) error {
 	if gs == nil || !gs.enabled || len(m.want) > 0 {
 		return m.eagerDecode(prefix)
 	}
-	if gs.g != nil && (gs.cfg != m.Cfg || !slices.Equal(gs.weights, m.weightRefs())) {
+	// What the graph (or the warm-up step before it) was made with, against now: compared
+	// every step, into a reused slice, since a test may change either after Load.
+	gs.scratch = m.appendWeightRefs(gs.scratch[:0])
+	if !gs.warm || gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) {
 		m.dropGraph()
+		if err := m.eagerDecode(prefix); err != nil {
+			return err
+		}
+		gs.warm, gs.cfg = true, m.Cfg
+		gs.weights, gs.scratch = gs.scratch, gs.weights
+		return nil
 	}
 	if gs.g == nil {
-		if !gs.warm || gs.cfg != m.Cfg || !slices.Equal(gs.weights, m.weightRefs()) {
-			if err := m.eagerDecode(prefix); err != nil {
-				return err
-			}
-			gs.warm, gs.cfg, gs.weights = true, m.Cfg, m.weightRefs()
-			return nil
-		}
 		if err := m.captureDecode(prefix); err != nil {
 			return err
 		}
@@ -145,9 +148,8 @@ func (m *Model) dropGraph() {
 	m.endPass()
 }
 
-// weightRefs lists every weight buffer a pass reads, in a fixed order.
-func (m *Model) weightRefs() []backend.Buffer {
-	refs := make([]backend.Buffer, 0, 5+len(m.Layers)*17)
+// appendWeightRefs appends every weight buffer a pass reads to refs, in a fixed order.
+func (m *Model) appendWeightRefs(refs []backend.Buffer) []backend.Buffer {
 	for _, k := range []string{"embed", "pos_embed", "final_norm", "final_norm_b", "head"} {
 		refs = append(refs, m.w[k])
 	}
