@@ -568,18 +568,24 @@ enum Mode { BY_COUNT, AT_LEAST, ABOVE };
 
 __device__ __forceinline__ bool passes(Mode mode, double c, double x) { return mode == AT_LEAST ? c >= x : c > x; }
 
-/* Exclusive scan of one Mass per thread over the block (integers: exact in any order). */
-__device__ Mass block_excl_scan(const Mass &v, DecideSmem &sm) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    Mass incl = v;
+/* Inclusive scan of one Mass per lane over the warp; every lane of the warp must call it. */
+__device__ __forceinline__ Mass warp_incl_scan(Mass v) {
+    const int lane = threadIdx.x & 31;
 #pragma unroll
     for (int q = 0; q < kLimbs; ++q) {
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            const unsigned long long u = __shfl_up_sync(0xffffffffu, incl.v[q], o);
-            if (lane >= o) incl.v[q] += u;
+            const unsigned long long u = __shfl_up_sync(0xffffffffu, v.v[q], o);
+            if (lane >= o) v.v[q] += u;
         }
     }
+    return v;
+}
+
+/* Exclusive scan of one Mass per thread over the block (integers: exact in any order). */
+__device__ Mass block_excl_scan(const Mass &v, DecideSmem &sm) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const Mass incl = warp_incl_scan(v);
     __syncthreads(); /* a previous call may still be reading part */
     if (lane == 31) {
 #pragma unroll
@@ -690,16 +696,7 @@ __device__ void resolve(DecideSmem &sm, const Args &a, const RowPlan *p, int r, 
                 }
             }
             const bool valid = lane < n && c <= limit; /* sorted: the valid ones come first */
-            const Mass w = valid ? cand_mass(c, m, t) : Mass{};
-            Mass cum = w;
-#pragma unroll
-            for (int q = 0; q < kLimbs; ++q) {
-#pragma unroll
-                for (int o = 1; o < 32; o <<= 1) {
-                    const unsigned long long u = __shfl_up_sync(0xffffffffu, cum.v[q], o);
-                    if (lane >= o) cum.v[q] += u;
-                }
-            }
+            Mass cum = warp_incl_scan(valid ? cand_mass(c, m, t) : Mass{});
             add(cum, base);
             const bool ok = valid && (mode == BY_COUNT ? lane + 1 == need : passes(mode, value(cum), x));
             const unsigned hit = __ballot_sync(0xffffffffu, ok);
