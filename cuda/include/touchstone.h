@@ -161,7 +161,8 @@ typedef struct {
 } ts_norm_config;
 
 /* rope on x [tokens, heads, head_dim]; NeoX/rotate_half pairs (i, i + rope_dim/2) for
- * i < rope_dim/2, angle positions[t] * freq_base^(-2i/rope_dim); dims >= rope_dim pass. */
+ * i < rope_dim/2, angle positions[t] * freq_base^(-2i/rope_dim); dims >= rope_dim pass. The angle is
+ * exact to ~1e-6 rad at every int32 position (double angle, reduced to [-pi, pi] before sincos). */
 typedef struct {
     ts_dtype dtype;
     int tokens;

@@ -5,17 +5,25 @@
  * pass through (copied only when out != x).
  *
  * One block per token. The token's cos/sin for each pair i are computed once into shared memory
- * (fp32: inv_freq = powf(freq_base, -2i/rope_dim), angle = (float)pos * inv_freq, sincosf, not
- * the __sinf intrinsics: angles reach thousands of radians) and applied to every head. The
- * previous kernel (a thread per pair: powf + sincosf for every (head, pair), 64-bit index
- * divisions, 2-byte accesses) reached 18% of copy bandwidth on the H200 at 4096 tokens x 32 heads
- * x 128; this one 73-74%. Vector path (rope_dim/2 and head_dim multiples of 8, 16-byte aligned
- * pointers, rope_dim <= 2 kTablePairs): a work item is 8 consecutive pairs of one head, two
- * 16-byte loads and stores; the first item's loads are issued before the table is computed.
- * Otherwise one pair per item, scalar; there, pairs beyond kTablePairs (rope dims over 8192)
- * compute their angle inline. out may equal x: an item reads both halves of its pairs before
- * writing them. A negative position is recorded in the fault record (TS_ERR_INDEX at the next
- * ts_synchronize / ts_copy_to_host) and its token skipped.
+ * and applied to every head. The angle is exact to ~1e-7 rad at every position an int32 can
+ * hold: pos * inv_freq reaches 1.3e5 rad at position 131072, where an fp32 product is already
+ * 2^-24 * 1.3e5 = 8e-3 rad off (and sincosf of such an argument takes its slow path), enough to
+ * fail the golden cases past position ~2^14. So inv_freq_i = r^i with r = freq_base^(-2/rope_dim)
+ * computed once on the host in double and passed by value (r^i by binary powering: at most 13
+ * double multiplies, no transcendental on the device; relative error ~(i + 13) double ulps: 6e-8
+ * rad at i = 4096 and position 2^17), the angle is
+ * (double)pos * inv_freq_i, reduced to [-pi, pi] by one double fma with 2*pi (k <= 2e4 for
+ * positions <= 2^17: the reduction is off by < 1e-11 rad), and only then sincosf in fp32 on the
+ * reduced angle (a few fp32 ulps, ~2e-7 rad). The previous kernel (a thread per pair: powf +
+ * sincosf for every (head, pair), 64-bit index divisions, 2-byte accesses) reached 18% of copy
+ * bandwidth on the H200 at 4096 tokens x 32 heads x 128; the table kernel 73-74%. Vector path
+ * (rope_dim/2 and head_dim multiples of 8, 16-byte aligned pointers, rope_dim <= 2 kTablePairs):
+ * a work item is 8 consecutive pairs of one head, two 16-byte loads and stores; the first item's
+ * loads are issued before the table is computed. Otherwise one pair per item, scalar; there,
+ * pairs beyond kTablePairs (rope dims over 8192) compute their angle inline. out may equal x: an
+ * item reads both halves of its pairs before writing them. A negative position is recorded in
+ * the fault record (TS_ERR_INDEX at the next ts_synchronize / ts_copy_to_host) and its token
+ * skipped.
  */
 #include <algorithm>
 #include <cmath>
@@ -27,9 +35,17 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTablePairs = 4096; /* 32 KB of cos/sin in shared memory */
 
-__device__ __forceinline__ void rope_angle(int pos, int i, int rope_dim, float freq_base, float *s, float *c) {
-    const float inv_freq = powf(freq_base, -(float)(2 * i) / (float)rope_dim);
-    sincosf((float)pos * inv_freq, s, c);
+/* cos/sin of pos * ratio^i, ratio = freq_base^(-2/rope_dim) (see the header comment). */
+__device__ __forceinline__ void rope_angle(int pos, int i, double ratio, float *s, float *c) {
+    double inv_freq = 1.0, p = ratio;
+    for (int e = i; e != 0; e >>= 1) {
+        if (e & 1) inv_freq *= p;
+        p *= p;
+    }
+    const double angle = (double)pos * inv_freq;
+    constexpr double kTwoPi = 6.283185307179586476925286766559;
+    const double reduced = fma(-rint(angle * (1.0 / kTwoPi)), kTwoPi, angle);
+    sincosf((float)reduced, s, c);
 }
 
 /* At least 6 blocks of 256 per SM (<= 42 registers): the powf / sincosf code would otherwise take
@@ -38,7 +54,7 @@ __device__ __forceinline__ void rope_angle(int pos, int i, int rope_dim, float f
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads, 6)
     rope_kernel(__half *out, const __half *x, const int32_t *positions, int heads, int head_dim, int rope_half,
-                float freq_base, ts::FaultRecord *fault) {
+                double ratio, ts::FaultRecord *fault) {
     extern __shared__ float table_s[]; /* cos, then sin, of min(rope_half, kTablePairs) pairs */
     const int t = blockIdx.x;
     const int pos = positions[t];
@@ -74,7 +90,7 @@ __global__ void __launch_bounds__(kThreads, 6)
         if (it < items) load(it); /* in flight while the position arrives and the table is computed */
         if (bad_position()) return;
         for (int i = threadIdx.x; i < table; i += blockDim.x)
-            rope_angle(pos, i, rope_dim, freq_base, &sin_s[i], &cos_s[i]);
+            rope_angle(pos, i, ratio, &sin_s[i], &cos_s[i]);
         __syncthreads();
         while (it < items) {
             const int h = it / per_head, j = it - h * per_head;
@@ -101,7 +117,7 @@ __global__ void __launch_bounds__(kThreads, 6)
     } else {
         if (bad_position()) return;
         for (int i = threadIdx.x; i < table; i += blockDim.x)
-            rope_angle(pos, i, rope_dim, freq_base, &sin_s[i], &cos_s[i]);
+            rope_angle(pos, i, ratio, &sin_s[i], &cos_s[i]);
         __syncthreads();
         const int half_dim = head_dim / 2; /* items per head: rope_half pairs, then pass-through dim pairs */
         const int items = heads * half_dim;
@@ -114,7 +130,7 @@ __global__ void __launch_bounds__(kThreads, 6)
                     sn = sin_s[j];
                     cs = cos_s[j];
                 } else {
-                    rope_angle(pos, j, rope_dim, freq_base, &sn, &cs);
+                    rope_angle(pos, j, ratio, &sn, &cs);
                 }
                 const float a = __half2float(xt[base + j]);
                 const float b = __half2float(xt[base + j + rope_half]);
@@ -138,16 +154,18 @@ int launch_rope(__half *out, const __half *x, const int32_t *positions, int toke
     const int64_t items = vec ? (int64_t)heads * (head_dim - rope_half) / 8 : (int64_t)heads * (head_dim / 2);
     const int threads = items >= kThreads ? kThreads : ts::round_up((int)items, 32);
     const size_t smem = 2 * sizeof(float) * (size_t)std::min(rope_half, kTablePairs);
+    /* inv_freq_i = ratio^i: the one transcendental of the op, in double, once per launch. */
+    const double ratio = std::pow((double)freq_base, -2.0 / (double)rope_dim);
     const char *d = ts::dims("tokens=%d heads=%d head_dim=%d rope_dim=%d freq_base=%g inplace=%d vec=%d", tokens, heads,
                              head_dim, rope_dim, freq_base, (int)(out == x), (int)vec);
     if (vec) {
         auto kernel = rope_kernel<true>;
         TS_LAUNCH(op, kernel, tokens, threads, smem, stream, d, out, x, positions, heads, head_dim, rope_half,
-                  freq_base, ts::fault_record());
+                  ratio, ts::fault_record());
     } else {
         auto kernel = rope_kernel<false>;
         TS_LAUNCH(op, kernel, tokens, threads, smem, stream, d, out, x, positions, heads, head_dim, rope_half,
-                  freq_base, ts::fault_record());
+                  ratio, ts::fault_record());
     }
     return TS_OK;
 }

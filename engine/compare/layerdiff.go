@@ -35,6 +35,10 @@ func (t *Tolerances) Tap(name string) (Tolerance, error) {
 	if f := t.DepthFactor(name); f > 1 && tol.Atol != nil {
 		atol, rtol := *tol.Atol*f, *tol.Rtol*f
 		tol.Atol, tol.Rtol = &atol, &rtol
+		if tol.AtolRMS != nil {
+			atolRMS := *tol.AtolRMS * f
+			tol.AtolRMS = &atolRMS
+		}
 		tol.Why += fmt.Sprintf(" (atol, rtol x%.2f for depth: tap_depth)", f)
 	}
 	return tol, nil

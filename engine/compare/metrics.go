@@ -13,8 +13,9 @@ import (
 type Check struct {
 	Metric string // "max_abs", "allclose", "nmse", "cosine", "kl", "top5", "nan", "inf"
 	// Value is the measured value. For allclose it is the worst element's
-	// |got-want| / (atol + rtol·|want|) against a limit of 1 when no mismatch is allowed,
-	// else the fraction of elements outside that allowance against max_mismatch.
+	// |got-want| / (atol + atol_rms·rms(row) + rtol·|want|) against a limit of 1 when no
+	// mismatch is allowed, else the fraction of elements outside that allowance against
+	// max_mismatch.
 	Value float64
 	Limit float64 // the tolerance's limit
 	// Upper is true when Value must not exceed Limit, false when it must reach it.
@@ -35,8 +36,9 @@ type Element struct {
 	Got    float64
 	Want   float64
 	AbsErr float64
-	// Excess is AbsErr over the element's allclose allowance (atol + rtol·|want|); above 1
-	// means the element fails allclose. Without allclose it is AbsErr.
+	// Excess is AbsErr over the element's allclose allowance
+	// (atol + atol_rms·rms(row) + rtol·|want|); above 1 means the element fails allclose.
+	// Without allclose it is AbsErr.
 	Excess float64
 
 	flat int
@@ -110,6 +112,11 @@ func Compare(got, want *tensor.Tensor, tol Tolerance) (*Result, error) {
 	var maxAbs, errSq, refSq, dot, gSq, wSq float64
 	var mismatches int
 	allclose := tol.Atol != nil
+	var rowRMS []float64 // rms of each reference row, when the allowance scales with it
+	rowLen := 1
+	if tol.AtolRMS != nil {
+		rowLen, rowRMS = RowRMS(w, got.Shape)
+	}
 	r.allowance = allclose
 	worst := worstList{keep: WorstCount}
 	for i := range g {
@@ -139,6 +146,9 @@ func Compare(got, want *tensor.Tensor, tol Tolerance) (*Result, error) {
 		wSq += b * b
 		if allclose {
 			allow := *tol.Atol + *tol.Rtol*math.Abs(b)
+			if rowRMS != nil {
+				allow += *tol.AtolRMS * rowRMS[i/rowLen]
+			}
 			switch {
 			case allow > 0:
 				e.Excess = d / allow
@@ -195,6 +205,34 @@ func Compare(got, want *tensor.Tensor, tol Tolerance) (*Result, error) {
 		r.Worst = append(r.Worst, e)
 	}
 	return r, nil
+}
+
+// RowRMS returns the length of the rows of a tensor of shape (its last dimension; the whole
+// tensor for a scalar) and the root mean square of each row of v over its finite entries (0 for
+// a row without any).
+func RowRMS(v []float64, shape []int) (rowLen int, rms []float64) {
+	rowLen = 1
+	if len(shape) > 0 {
+		rowLen = shape[len(shape)-1]
+	}
+	if rowLen == 0 {
+		return 1, nil
+	}
+	rms = make([]float64, len(v)/rowLen)
+	for r := range rms {
+		var sq float64
+		n := 0
+		for _, x := range v[r*rowLen : (r+1)*rowLen] {
+			if !math.IsInf(x, 0) && !math.IsNaN(x) {
+				sq += x * x
+				n++
+			}
+		}
+		if n > 0 {
+			rms[r] = math.Sqrt(sq / float64(n))
+		}
+	}
+	return rowLen, rms
 }
 
 // worstList keeps the elements with the largest Excess seen so far, largest first, in
@@ -273,7 +311,7 @@ func (r *Result) Table() string {
 		fmt.Fprintf(&b, "  %-9s %14.6g %s%12.6g %7.1f%%  %s\n", c.Metric, c.Value, op, c.Limit, 100*c.Budget, verdict)
 	}
 	if r.Mismatches > 0 {
-		fmt.Fprintf(&b, "  %d of %d elements outside atol + rtol·|want|\n", r.Mismatches, r.N)
+		fmt.Fprintf(&b, "  %d of %d elements outside atol + atol_rms·rms(row) + rtol·|want|\n", r.Mismatches, r.N)
 	}
 	if len(r.Worst) > 0 {
 		fmt.Fprintf(&b, "  worst elements of %s (%d compared):\n", tensor.ShapeString(r.Shape), r.N)

@@ -19,9 +19,18 @@ import (
 type Tolerance struct {
 	// MaxAbs bounds max |got - want|.
 	MaxAbs *float64 `yaml:"max_abs,omitempty"`
-	// Atol and Rtol define allclose: |got - want| <= Atol + Rtol·|want| per element.
+	// Atol and Rtol define allclose: |got - want| <= Atol + AtolRMS·rms(row) + Rtol·|want|
+	// per element.
 	Atol *float64 `yaml:"atol,omitempty"`
 	Rtol *float64 `yaml:"rtol,omitempty"`
+	// AtolRMS is the part of allclose's absolute allowance that follows the scale of the
+	// reference: a multiple of the root mean square of the reference's row (its last
+	// dimension: a token's hidden vector, a head's output) that holds the element. An op
+	// whose error comes from accumulating many terms (a GEMM, attention, an FFN) makes an
+	// absolute error proportional to the magnitude of what it sums, which the row's rms
+	// measures; a fixed atol would be too loose for small rows and fail correct kernels on
+	// rows with outlier channels. Needs atol and rtol.
+	AtolRMS *float64 `yaml:"atol_rms,omitempty"`
 	// MaxMismatch is the fraction of elements allowed to fail allclose (0: none).
 	MaxMismatch float64 `yaml:"max_mismatch,omitempty"`
 	// NMSE bounds sum((got-want)²) / sum(want²).
@@ -52,7 +61,7 @@ func (t Tolerance) validate() error {
 		return fmt.Errorf("no rationale (why)")
 	}
 	set := 0
-	for name, p := range map[string]*float64{"max_abs": t.MaxAbs, "atol": t.Atol, "rtol": t.Rtol, "nmse": t.NMSE, "max_kl": t.MaxKL} {
+	for name, p := range map[string]*float64{"max_abs": t.MaxAbs, "atol": t.Atol, "rtol": t.Rtol, "atol_rms": t.AtolRMS, "nmse": t.NMSE, "max_kl": t.MaxKL} {
 		if p == nil {
 			continue
 		}
@@ -63,6 +72,9 @@ func (t Tolerance) validate() error {
 	}
 	if (t.Atol == nil) != (t.Rtol == nil) {
 		return fmt.Errorf("atol and rtol must be set together")
+	}
+	if t.AtolRMS != nil && t.Atol == nil {
+		return fmt.Errorf("atol_rms needs atol and rtol")
 	}
 	if !(t.MaxMismatch >= 0 && t.MaxMismatch < 1) {
 		return fmt.Errorf("max_mismatch = %v: must be in [0, 1)", t.MaxMismatch)

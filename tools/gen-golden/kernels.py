@@ -111,6 +111,42 @@ def row_offsets(offsets, std):
     return draw
 
 
+def outlier_channels(channels, magnitude, std=1.0):
+    """N(0, std^2) with a few fixed channels (the same columns in every row, as in real LLM
+    activations) of magnitude ~`magnitude` and random sign: they dominate each row's rms."""
+    def draw(r, shape):
+        x = std * r.randn(shape)
+        sign = torch.where(r.rand(shape[:-1] + (len(channels),)) < 0.5, -1.0, 1.0).to(F64)
+        x[..., list(channels)] = sign * magnitude * (1.0 + 0.1 * r.randn(shape[:-1] + (len(channels),)))
+        return x
+    return draw
+
+
+def row_scales(lo, hi, dist=None):
+    """dist (default N(0, 1)) with each row (last dim) multiplied by a log-uniform scale in
+    [lo, hi]: rows of very different rms in one tensor."""
+    base = dist or normal()
+
+    def draw(r, shape):
+        x = base(r, shape)
+        scale = torch.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * r.rand(shape[:-1] + (1,)))
+        return x * scale
+    return draw
+
+
+def constant_rows(rows, dist=None):
+    """dist (default N(0, 1)) with the listed rows (first dim) set to one repeated value: a
+    zero-variance row, where LayerNorm returns beta and RMSNorm sign(x) * weight."""
+    base = dist or normal()
+
+    def draw(r, shape):
+        x = base(r, shape)
+        for i, value in rows.items():
+            x[i] = value
+        return x
+    return draw
+
+
 def norm_weight(r, n):
     """RMSNorm weight / LayerNorm gamma: near one, like trained models."""
     return to_f16(1.0 + 0.1 * r.randn((n,)))
@@ -196,10 +232,10 @@ def rope_hf(x, positions, base, rope_dim):
     return torch.cat((xr * cos + rotate_half * sin, x[..., rope_dim:]), dim=-1)
 
 
-def rope(r, *, nH, nKV, D, base, positions, rope_dim=None):
+def rope(r, *, nH, nKV, D, base, positions, rope_dim=None, dist=normal()):
     rope_dim = D if rope_dim is None else rope_dim
     T = len(positions)
-    q, k = to_f16(r.randn((T, nH, D))), to_f16(r.randn((T, nKV, D)))
+    q, k = to_f16(dist(r, (T, nH, D))), to_f16(dist(r, (T, nKV, D)))
     pos = torch.tensor(positions, dtype=I32)
     q_out, k_out = rope_ref(d(q), pos, base, rope_dim), rope_ref(d(k), pos, base, rope_dim)
     for x, out in ((q, q_out), (k, k_out)):
@@ -217,21 +253,22 @@ def sdpa(q, k, v, *, causal, scale):
                                               enable_gqa=True)
 
 
-def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal()):
-    scale = 1.0 / math.sqrt(D)
+def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal()):
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
     q, k = to_f16(qk(r, (B, S, nH, D))), to_f16(qk(r, (B, S, nKV, D)))
-    v = to_f16(r.randn((B, S, nKV, D)))
+    v = to_f16(vdist(r, (B, S, nKV, D)))
     # Files use [B, S, heads, D]; SDPA wants [B, heads, S, D].
     out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
-               causal=True, scale=scale).transpose(1, 2)
-    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": True, "scale": scale}
+               causal=causal, scale=scale).transpose(1, 2)
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": causal, "scale": scale}
     return params, {"q": q, "k": k, "v": v}, {"out": out}
 
 
-def attention_decode(r, *, nH, nKV, D, L, cache_lens):
-    B, scale = len(cache_lens), 1.0 / math.sqrt(D)
+def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()):
+    B = len(cache_lens)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
     q = to_f16(r.randn((B, nH, D)))
-    k_cache, v_cache = to_f16(r.randn((B, L, nKV, D))), to_f16(r.randn((B, L, nKV, D)))
+    k_cache, v_cache = to_f16(r.randn((B, L, nKV, D))), to_f16(vdist(r, (B, L, nKV, D)))
     for b, n in enumerate(cache_lens):
         assert 1 <= n <= L
         k_cache[b, n:] = POISON  # a kernel that reads past cache_lens[b] gets visibly wrong
@@ -253,8 +290,8 @@ def swiglu(r, *, T, ffn, gate=normal()):
     return {}, {"gate": g, "up": up}, {"out": F.silu(d(g)) * d(up)}
 
 
-def swiglu_ffn(r, *, T, H, ffn):
-    x = to_f16(r.randn((T, H)))
+def swiglu_ffn(r, *, T, H, ffn, dist=normal()):
+    x = to_f16(dist(r, (T, H)))
     w_gate, w_up = linear_weight(r, ffn, H), linear_weight(r, ffn, H)
     w_down = linear_weight(r, H, ffn)
     act = F.silu(d(x) @ d(w_gate).T) * (d(x) @ d(w_up).T)
@@ -321,6 +358,19 @@ def causal_mask(start):
 
 def random_mask(frac):
     return lambda r, shape: r.rand(shape) < frac
+
+
+def all_but_one(rows):
+    """The listed rows keep one finite entry at a random column, every other entry -inf (a
+    causal row 0 in a long sequence, or a top-1 filter): softmax must give exactly 1 there."""
+    def mask(r, shape):
+        m = torch.zeros(shape, dtype=torch.bool)
+        keep = r.randint(0, shape[1], (shape[0],))
+        for i in rows:
+            m[i] = True
+            m[i, int(keep[i])] = False
+        return m
+    return mask
 
 
 def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
@@ -435,6 +485,35 @@ CASES += _cases(COMMITTED, "rope", [
     ("long-pos30000_t4", dict(QWEN, base=1e6, positions=[30000, 30001, 30002, 30003])),
 ])
 
+# The whole context a served model reaches: an fp32 angle pos * inv_freq is off by up to
+# pos * 2^-24 rad (8e-3 at 2^17), which these cases see at every freq_base a model family uses.
+# Qwen2.5-7B (28 / 4 heads of 128, base 1e6, 32768 positions), Llama-3.1-8B (32 / 8 of 128, base
+# 5e5, 131072 positions), Phi-3 (base 1e4), partial rotary (64 of 128) and a ragged batch whose
+# tokens sit at positions from 0 to 2^17 - 1.
+QWEN7B = dict(nH=28, nKV=4, D=128)
+LLAMA3 = dict(nH=32, nKV=8, D=128)
+NEAR_2_15 = [32760, 32761, 32762, 32763, 32764, 32765, 32766, 32767]
+NEAR_2_17 = [131064, 131065, 131066, 131067, 131068, 131069, 131070, 131071]
+CASES += _cases(COMMITTED, "rope", [
+    ("qwen2.5-7b_base1e6_pos32760-32767", dict(QWEN7B, base=1e6, positions=NEAR_2_15)),
+    ("llama3.1-8b_base5e5_pos131064-131071", dict(LLAMA3, base=5e5, positions=NEAR_2_17)),
+    ("phi3-mini_base1e4_pos131068-131071", dict(PHI3, base=1e4, positions=NEAR_2_17[4:])),
+    ("partial-r64-d128_base1e4_pos131068-131071", dict(nH=16, nKV=4, D=128, rope_dim=64, base=1e4,
+                                                   positions=NEAR_2_17[4:])),
+    ("ragged-pos0-to-131071_base5e5_t8", dict(nH=8, nKV=2, D=128, base=5e5,
+                                            positions=[0, 131071, 17, 32768, 4097, 65535, 1,
+                                                       100000])),
+    # rope_dim/2 = 12 is no multiple of 8: the scalar path (one pair per item), head_dim 80.
+    ("scalar-r24-d80_base1e4_pos131069-131071", dict(nH=4, nKV=2, D=80, rope_dim=24, base=1e4,
+                                                 positions=NEAR_2_17[5:])),
+    # q/k with outlier channels (|x| ~ 20 in 2 dims of each head): errors scale with the pair.
+    ("outliers-d128_base1e6_pos32764-32767", dict(nH=8, nKV=2, D=128, base=1e6,
+                                                positions=NEAR_2_15[4:],
+                                                dist=outlier_channels((5, 70), 20.0))),
+    # head_dim 256 (Gemma): 128 pairs per head.
+    ("d256_base1e4_pos32766-32767", dict(nH=8, nKV=1, D=256, base=1e4, positions=NEAR_2_15[6:])),
+])
+
 CASES += _cases(COMMITTED, "attention_prefill", [
     ("qwen2.5-0.5b_s16", dict(QWEN, B=1, S=16)),
     ("qwen2.5-0.5b_s48", dict(QWEN, B=1, S=48)),
@@ -446,7 +525,6 @@ CASES += _cases(COMMITTED, "attention_prefill", [
 ])
 
 CASES += _cases(COMMITTED, "attention_decode", [
-    ("qwen2.5-0.5b_len4096", dict(QWEN, L=4096, cache_lens=[4096])),
     ("qwen2.5-0.5b_b3_lens1-77-300", dict(QWEN, L=320, cache_lens=[1, 77, 300])),
     ("gpt2_len72_l80", dict(GPT2, L=80, cache_lens=[72])),
     ("phi3-mini_len20_l24", dict(PHI3, L=24, cache_lens=[20])),
@@ -534,6 +612,102 @@ CASES += _cases(COMMITTED, "softmax", [
     ("qwen2.5-vocab-f32_t1", dict(T=1, N=151936, dtype="f32", dist=normal(3.0))),
 ])
 
+# Operating range: head layouts of other served models (head_dim 80, 128, 256; GQA 4:1 and 6:1;
+# MQA), non-causal prefill, scales other than 1/sqrt(head_dim), ragged cache lengths 1 and just
+# past a power of two, odd prime sizes, outlier channels and large-rms rows (where an error that
+# grows with the data must not be judged by a fixed absolute limit), constant rows for every
+# norm, softmax rows that are -inf but for one entry.
+GQA4_D128 = dict(nH=8, nKV=2, D=128)     # Llama-3-8B's 4:1 grouping and head_dim, 8 of its 32 heads
+QWEN_1_5B = dict(nH=12, nKV=2, D=128)    # GQA 6:1
+FALCON_MQA = dict(nH=71, nKV=1, D=64)    # MQA: 71 query heads on one KV head
+GEMMA_MQA = dict(nH=8, nKV=1, D=256)     # Gemma-2B: head_dim 256, MQA
+PHI2 = dict(nH=8, nKV=8, D=80)           # Phi-2's head_dim 80 (MHA), 8 of its 32 heads
+OUTLIERS = outlier_channels((3, 100, 517), 20.0)  # three channels of |x| ~ 20, as in real LLMs
+
+CASES += _cases(COMMITTED, "attention_prefill", [
+    ("llama3-8b-gqa4_d128_s24", dict(GQA4_D128, B=1, S=24)),
+    ("qwen2.5-1.5b-gqa6_d128_s20", dict(QWEN_1_5B, B=1, S=20)),
+    ("falcon-mqa71_d64_s9", dict(FALCON_MQA, B=1, S=9)),
+    ("gemma-mqa_d256_s17", dict(GEMMA_MQA, B=1, S=17)),
+    ("phi2_d80_b2_s12", dict(PHI2, B=2, S=12)),
+    ("noncausal_qwen2.5-0.5b_s24", dict(QWEN, B=1, S=24, causal=False)),
+    ("noncausal_d128-gqa4_b2_s9", dict(nH=8, nKV=2, D=128, B=2, S=9, causal=False)),
+    # Gemma-2 scales by query_pre_attn_scalar^-0.5 = 1/sqrt(224) with head_dim 256; 1.0 (no
+    # scaling) with small q, k; 0.05 with head_dim 64.
+    ("scale-1over-sqrt224_d256_s8", dict(GEMMA_MQA, B=1, S=8, scale=224 ** -0.5)),
+    ("scale1.0_d64_s12", dict(QWEN, B=1, S=12, scale=1.0, qk=normal(0.2))),
+    ("scale0.05_d64_noncausal_s10", dict(QWEN, B=1, S=10, scale=0.05, causal=False)),
+    # v rows with a few outlier channels (|v| ~ 20): the output's scale follows them.
+    ("outlier-v_d128_s16", dict(nH=8, nKV=2, D=128, B=1, S=16, vdist=outlier_channels((7, 90), 20.0))),
+])
+
+CASES += _cases(COMMITTED, "attention_decode", [
+    ("llama3-8b-gqa4_d128_lens1-130-257", dict(GQA4_D128, L=260, cache_lens=[1, 130, 257])),
+    ("qwen2.5-1.5b-gqa6_d128_lens64-129", dict(QWEN_1_5B, L=136, cache_lens=[64, 129])),
+    # Lengths 1 and 4097 (one past 2^12) in one ragged batch, MQA.
+    ("falcon-mqa71_d64_lens1-4097", dict(FALCON_MQA, L=4104, cache_lens=[1, 4097])),
+    ("gemma-mqa_d256_lens33", dict(GEMMA_MQA, L=40, cache_lens=[33])),
+    ("phi2_d80_lens1-50", dict(PHI2, L=56, cache_lens=[1, 50])),
+    ("scale-1over-sqrt224_d256_len20", dict(GEMMA_MQA, L=24, cache_lens=[20], scale=224 ** -0.5)),
+    ("scale0.05_d64_lens7-40", dict(QWEN, L=40, cache_lens=[7, 40], scale=0.05)),
+    ("outlier-v_d128_len96", dict(nH=8, nKV=2, D=128, L=96, cache_lens=[96],
+                                  vdist=outlier_channels((7, 90), 20.0))),
+])
+
+CASES += _cases(COMMITTED, "gemm", [
+    # x rows with three outlier channels of |x| ~ 20: the outputs' rms doubles.
+    ("outliers-x20_m8-n128-k896", dict(M=8, N=128, K=896, has_bias=True, out_dtype="f16",
+                                       dist=OUTLIERS)),
+    # rows of rms from 0.01 to 30 in one matrix: each row is judged at its own scale.
+    ("row-scales-0.01-30_m12-n128-k768", dict(M=12, N=128, K=768, has_bias=False, out_dtype="f16",
+                                             dist=row_scales(0.01, 30.0))),
+    ("prime-m5-n127-k997", dict(M=5, N=127, K=997, has_bias=True, out_dtype="f16")),
+    ("outliers-x20_m4-n128-k896_f32", dict(M=4, N=128, K=896, has_bias=False, out_dtype="f32",
+                                           dist=OUTLIERS)),
+])
+
+CASES += _cases(COMMITTED, "swiglu_ffn", [
+    ("outliers-x20_h896-f48_t4", dict(T=4, H=896, ffn=48, dist=OUTLIERS)),
+    ("row-scales-0.05-20_h896-f32_t6", dict(T=6, H=896, ffn=32, dist=row_scales(0.05, 20.0))),
+    ("prime-h521-f61_t3", dict(T=3, H=521, ffn=61)),
+])
+
+_NORM_ROWS = constant_rows({1: 0.75, 3: -2.0})
+CASES += _cases(COMMITTED, "rmsnorm", [
+    ("outliers-x20_h896_t4", dict(T=4, H=896, eps=1e-6, dist=OUTLIERS)),
+    ("constant-rows_h896_t4", dict(T=4, H=896, eps=1e-6, dist=_NORM_ROWS)),
+    ("prime-h1009_t3", dict(T=3, H=1009, eps=1e-5)),
+])
+CASES += _cases(COMMITTED, "layernorm", [
+    ("outliers-x20_h768_t4", dict(T=4, H=768, eps=1e-5, dist=outlier_channels((3, 100, 517), 20.0))),
+    ("constant-rows_h768_t4", dict(T=4, H=768, eps=1e-5, dist=_NORM_ROWS)),
+    ("prime-h1009_t3", dict(T=3, H=1009, eps=1e-5)),
+])
+CASES += _cases(COMMITTED, "rmsnorm_residual", [
+    ("outliers-x20_h896_t4", dict(T=4, H=896, eps=1e-6, inplace=False, dist=OUTLIERS)),
+    ("constant-rows_h896_t4", dict(T=4, H=896, eps=1e-6, inplace=True,
+                                   dist=constant_rows({1: 0.375, 3: -1.0}))),
+    ("prime-h1009_t3", dict(T=3, H=1009, eps=1e-5, inplace=False)),
+])
+CASES += _cases(COMMITTED, "layernorm_residual", [
+    ("outliers-x20_h768_t4", dict(T=4, H=768, eps=1e-5, dist=outlier_channels((3, 100, 517), 20.0))),
+    ("constant-rows_h768_t4", dict(T=4, H=768, eps=1e-5, dist=constant_rows({1: 0.375, 3: -1.0}))),
+    ("prime-h1009_t3", dict(T=3, H=1009, eps=1e-5)),
+])
+CASES += _cases(COMMITTED, "softmax", [
+    ("all-inf-but-one-f32_t4", dict(T=4, N=1000, dtype="f32", mask=all_but_one([0, 2, 3]))),
+    ("all-inf-but-one-f16_t3", dict(T=3, N=4099, dtype="f16", mask=all_but_one([0, 1, 2]))),
+    ("prime-f32_t3", dict(T=3, N=1009, dtype="f32", mask=random_mask(0.05))),
+])
+CASES += _cases(COMMITTED, "residual_add", [
+    ("prime-h1009_t3", dict(shape=(3, 1009), inplace=False)),
+])
+CASES += _cases(COMMITTED, "swiglu", [
+    ("prime-ffn1009_t3", dict(T=3, ffn=1009)),
+])
+for _op in ("gelu", "gelu_tanh"):
+    CASES += _cases(COMMITTED, _op, [("prime-h1009_t3", dict(T=3, H=1009))])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -549,6 +723,19 @@ CASES += _cases(FULL, "rmsnorm_residual", [
 CASES += _cases(FULL, "rope", [
     ("qwen2.5-0.5b_t2048", dict(QWEN, base=1e6, positions=list(range(2048)))),
     ("phi3-mini_t512", dict(PHI3, base=1e4, positions=list(range(512)))),
+    # Prefill chunks at the end of the context window of each base.
+    ("qwen2.5-7b_base1e6_pos30720-32767_t2048",
+     dict(QWEN7B, base=1e6, positions=list(range(30720, 32768)))),
+    ("llama3.1-8b_base5e5_pos129024-131071_t2048",
+     dict(LLAMA3, base=5e5, positions=list(range(129024, 131072)))),
+    ("phi3-mini_base1e4_pos130560-131071_t512",
+     dict(PHI3, base=1e4, positions=list(range(130560, 131072)))),
+    ("partial-r64-d128_base1e4_pos130048-131071_t1024",
+     dict(nH=32, nKV=8, D=128, rope_dim=64, base=1e4, positions=list(range(130048, 131072)))),
+    # 16 sequences of 64 tokens each starting at a different depth: a ragged batched prefill.
+    ("ragged-16seq-to-131071_base5e5_t1024",
+     dict(LLAMA3, base=5e5, positions=[start + t for start in range(8128, 131072, 8192)
+                                       for t in range(64)])),
 ])
 CASES += _cases(FULL, "gelu", [("big-2048x8192", dict(T=BIG[0], H=BIG[1]))])
 CASES += _cases(FULL, "gelu_tanh", [("big-2048x8192", dict(T=BIG[0], H=BIG[1]))])
@@ -576,6 +763,7 @@ CASES += _cases(FULL, "gemm", [
 ])
 CASES += _cases(FULL, "attention_decode", [
     ("gpt2_len4096", dict(GPT2, L=4096, cache_lens=[4096])),
+    ("qwen2.5-0.5b_len4096", dict(QWEN, L=4096, cache_lens=[4096])),
     ("phi3-mini_len4096", dict(PHI3, L=4096, cache_lens=[4096])),
     ("qwen2.5-0.5b_b4_len4096", dict(QWEN, L=4096, cache_lens=[4096, 4096, 4096, 4096])),
     ("gpt2_len512_l600", dict(GPT2, L=600, cache_lens=[512])),
