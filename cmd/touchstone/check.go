@@ -29,7 +29,13 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	var ops multiFlag
 	fs.Var(&ops, "op", "run only this op (repeatable)")
 	verbose := fs.Bool("v", false, "print every metric of every output, not just the one closest to its limit")
+	unsupportedFlag := fs.String("unsupported", "", "skip | fail: what a case the backend does not implement counts as; fail applies to ops the backend claims (default: $"+conformance.EnvUnsupported+", else skip)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	policy, err := unsupportedPolicy(*unsupportedFlag)
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
 	}
 	if *backendName != "" {
@@ -57,7 +63,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	sets, discoverErr := golden.Discover(root)
-	sel, err := backend.FromEnv()
+	sel, err := selectBackend()
 	if err != nil {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
@@ -72,7 +78,24 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OP\tCASE\tOUTPUT\tMETRIC\tVALUE\tLIMIT\tHEADROOM\tSTATUS")
-	var passed, failed, errored, skipped int
+	var passed, failed, errored, unsupported int
+	// notRun prints the row of a case that did not run, with the reason under it:
+	// UNSUPPORTED (neither passed nor failed), FAIL when the policy makes an unsupported
+	// call a failure, else ERROR.
+	notRun := func(op, name string, err error) {
+		status := "ERROR"
+		switch {
+		case policy.Skips(err):
+			status, unsupported = "UNSUPPORTED", unsupported+1
+		case errors.Is(err, backend.ErrUnsupported):
+			status, failed = "FAIL (unsupported)", failed+1
+		default:
+			errored++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t%s\n", op, name, status)
+		tw.Flush()
+		fmt.Fprintf(stdout, "    %v\n", err)
+	}
 	for _, s := range sets {
 		m := s.Manifest
 		if m.Kind != "kernel" || (*tier != "all" && m.Tier != *tier) || (len(ops) > 0 && !slices.Contains(ops, m.Op)) {
@@ -83,16 +106,8 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			name += " [" + m.Tier + "]"
 		}
 		verdicts, err := conformance.Check(sel.Backend, s, tols)
-		switch {
-		case err != nil && isUnsupported(err):
-			skipped++
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tSKIP (not supported)\n", m.Op, name)
-			continue
-		case err != nil:
-			errored++
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tERROR\n", m.Op, name)
-			tw.Flush()
-			fmt.Fprintf(stdout, "    %v\n", err)
+		if err != nil {
+			notRun(m.Op, name, err)
 			continue
 		}
 		casePass := true
@@ -133,10 +148,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		rep, err := sample.CheckSet(sel.Backend, s)
 		if err != nil {
-			errored++
-			fmt.Fprintf(tw, "sample\t%s\t\t\t\t\t\tERROR\n", s.Manifest.Case)
-			tw.Flush()
-			fmt.Fprintf(stdout, "    %v\n", err)
+			notRun("sample", s.Manifest.Case, err)
 			continue
 		}
 		status := "PASS"
@@ -154,12 +166,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\n%d passed, %d failed", passed, failed)
+	// Unsupported is always counted, even at 0, so a run that skipped cases says so.
+	fmt.Fprintf(stdout, "\n%d passed, %d failed, %d unsupported", passed, failed, unsupported)
 	if errored > 0 {
 		fmt.Fprintf(stdout, ", %d errors", errored)
-	}
-	if skipped > 0 {
-		fmt.Fprintf(stdout, ", %d skipped", skipped)
 	}
 	fmt.Fprintln(stdout)
 	if discoverErr != nil {
@@ -203,7 +213,25 @@ func headroom(c compare.Check) string {
 	return fmt.Sprintf("%.0f%%", 100*c.Headroom())
 }
 
-func isUnsupported(err error) bool { return errors.Is(err, conformance.ErrUnsupported) }
+// selectBackend opens the backend the environment asks for; tests swap in a wrapped one.
+var selectBackend = backend.FromEnv
+
+// unsupportedPolicy reads -unsupported, or $TOUCHSTONE_UNSUPPORTED when the flag is not
+// given, so dist/run's fail holds for "dist/run check" too.
+func unsupportedPolicy(flagValue string) (conformance.UnsupportedPolicy, error) {
+	if flagValue != "" {
+		p, err := conformance.ParseUnsupportedPolicy(flagValue)
+		if err != nil {
+			return p, fmt.Errorf("-unsupported %w", err)
+		}
+		return p, nil
+	}
+	p, err := conformance.ParseUnsupportedPolicy(os.Getenv(conformance.EnvUnsupported))
+	if err != nil {
+		return p, fmt.Errorf("%s=%w", conformance.EnvUnsupported, err)
+	}
+	return p, nil
+}
 
 type multiFlag []string
 

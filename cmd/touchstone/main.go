@@ -27,6 +27,8 @@ environment:
   TOUCHSTONE_REQUIRE_GPU 1: fail instead of falling back to the CPU
   TOUCHSTONE_DEVICE      GPU ordinal
   TOUCHSTONE_GOLDEN      golden directory (default: golden/ above the working directory)
+  TOUCHSTONE_UNSUPPORTED skip | fail: what a case the backend does not implement counts as
+                         in check and bench (default skip; dist/run sets fail)
 
 Run 'touchstone <command> -h' for the flags of a command.
 `

@@ -11,6 +11,32 @@ import (
 // call (nothing was launched, outputs untouched) from a device failure.
 var ErrInvalidArgument = errors.New("invalid argument")
 
+// ErrUnsupported is wrapped by every error for a valid request that a backend does not
+// implement: the CUDA library's TS_ERR_UNSUPPORTED (a head_dim or dtype it has no kernel
+// for), an op whose Supports is false, or an UnsupportedError of any backend. It is its own
+// verdict, as in ggml's test-backend-ops: an unsupported case is neither passed nor failed
+// but counted and listed apart (touchstone check's UNSUPPORTED rows, a Ginkgo Skip whose
+// message starts "unsupported:"), unless touchstone check -unsupported=fail or
+// TOUCHSTONE_UNSUPPORTED=fail (GPU CI's default in dist/run) makes it a failure for the ops
+// a backend claims, so a GPU runner cannot pass by skipping.
+var ErrUnsupported = errors.New("not supported by this backend")
+
+// UnsupportedError names the op, the argument and the value of a valid request that a
+// backend written in Go does not implement, as the CUDA library's TS_ERR_UNSUPPORTED
+// messages do ("attention_prefill: cfg->head_dim = 100: ..."), so both read alike.
+type UnsupportedError struct {
+	Op     string // e.g. "attention_prefill"
+	Arg    string // e.g. "cfg->head_dim"
+	Value  string // e.g. "100"
+	Reason string // what is implemented, e.g. "this build supports multiples of 8 up to 256"
+}
+
+func (e *UnsupportedError) Error() string {
+	return fmt.Sprintf("%s: unsupported %s = %s: %s", e.Op, e.Arg, e.Value, e.Reason)
+}
+
+func (e *UnsupportedError) Unwrap() error { return ErrUnsupported }
+
 // ArgError names the op, the argument and the value that made an op refuse to run.
 type ArgError struct {
 	Op     string // e.g. "rmsnorm"

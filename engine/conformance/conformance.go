@@ -6,7 +6,6 @@ package conformance
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -15,8 +14,11 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// ErrUnsupported is returned for an op the backend does not claim to implement.
-var ErrUnsupported = errors.New("op not supported by this backend")
+// ErrUnsupported is returned for an op the backend does not claim to implement (its
+// Supports is false). It wraps backend.ErrUnsupported, so the case gets the unsupported
+// verdict as a call the backend refuses with it does; unlike such a call it stays
+// unsupported under FailUnsupported, since the backend declared it up front.
+var ErrUnsupported = fmt.Errorf("op %w", backend.ErrUnsupported)
 
 // Output is one result of a kernel next to its reference.
 type Output struct {

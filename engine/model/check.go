@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -19,6 +20,10 @@ type SetParams struct {
 	GreedyTokens  int       `json:"greedy_tokens"`
 	MarginEpsilon float64   `json:"margin_epsilon"`
 	Sample        SampleRun `json:"sample"`
+	// HParams are the reference's hyper-parameters by name, as transformers parsed them
+	// (compared with the loader's by CheckHParams). Required: DecodeParams refuses a set
+	// without them, which LoadSet reports as one to regenerate.
+	HParams map[string]json.RawMessage `json:"hparams"`
 }
 
 // SampleRun is the seeded-sampling run of a model set: Tokens tokens drawn from the reference
@@ -39,6 +44,10 @@ func (s SampleRun) Config(j int) backend.SampleConfig {
 // LoadSet loads a model set's checkpoint (checksums verified) with a cache long enough for
 // its prompt and greedy tokens, and returns it with the set's params.
 func LoadSet(be backend.Backend, set *golden.Set) (*Model, *SetParams, error) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(set.Manifest.Params, &probe) == nil && probe != nil && probe["hparams"] == nil {
+		return nil, nil, errNoHParams(set)
+	}
 	var p SetParams
 	if err := set.DecodeParams(&p); err != nil {
 		return nil, nil, err

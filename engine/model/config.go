@@ -24,6 +24,8 @@ type Config struct {
 	Vocab        int
 	NormEps      float32 // rms_norm_eps (qwen2, phi3) or layer_norm_epsilon (gpt2)
 	RopeTheta    float32 // 0 for gpt2 (learned absolute positions)
+	RopeDim      int     // leading dims of each head that RoPE rotates (HeadDim: full rotary); 0 for gpt2
+	Activation   string  // the MLP's: "silu" (gated, SwiGLU) or "gelu_new" (GELU, tanh form)
 	TiedHead     bool    // logits use the token embedding matrix
 	MaxPositions int
 	AttnBias     bool // q/k/v projections carry biases
@@ -150,6 +152,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		if r.HiddenAct != nil && *r.HiddenAct != "silu" {
 			return nil, fmt.Errorf("config: hidden_act = %q is not implemented (silu only)", *r.HiddenAct)
 		}
+		c.Activation = "silu" // transformers' default for both families
 		if r.HeadDimKey != nil && *r.HeadDimKey*c.Heads != c.Hidden {
 			return nil, fmt.Errorf("config: head_dim = %d differs from hidden_size/num_attention_heads = %d: not implemented", *r.HeadDimKey, c.Hidden/c.Heads)
 		}
@@ -185,6 +188,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		if r.ActivationFunction != nil && *r.ActivationFunction != "gelu_new" {
 			return nil, fmt.Errorf("config: activation_function = %q is not implemented (gelu_new only)", *r.ActivationFunction)
 		}
+		c.Activation = "gelu_new"
 		for key, p := range map[string]*bool{"scale_attn_weights": r.ScaleAttnWeights} {
 			if p != nil && !*p {
 				return nil, fmt.Errorf("config: %s = false is not implemented", key)
@@ -209,8 +213,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config: num_key_value_heads = %d does not divide num_attention_heads = %d", c.KVHeads, c.Heads)
 	}
 	c.HeadDim = c.Hidden / c.Heads
-	if c.RopeTheta != 0 && c.HeadDim%2 != 0 {
-		return nil, fmt.Errorf("config: head dim %d is odd: RoPE needs pairs", c.HeadDim)
+	if c.RopeTheta != 0 {
+		if c.HeadDim%2 != 0 {
+			return nil, fmt.Errorf("config: head dim %d is odd: RoPE needs pairs", c.HeadDim)
+		}
+		c.RopeDim = c.HeadDim // partial rotary was refused above
 	}
 	return &c, nil
 }

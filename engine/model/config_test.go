@@ -20,7 +20,7 @@ func TestParseConfigFamilies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c.HeadDim*c.Heads != c.Hidden || c.Layers != 2 {
+		if c.HeadDim*c.Heads != c.Hidden || c.Layers != 2 || c.Activation == "" || (c.RopeTheta != 0) != (c.RopeDim == c.HeadDim) {
 			t.Errorf("%s: %+v", dir, c)
 		}
 	}
@@ -77,8 +77,11 @@ func FuzzParseConfig(f *testing.F) {
 			c.Layers <= 0 || c.Vocab <= 0 || c.Intermediate <= 0 || !(c.NormEps > 0) || c.MaxPositions <= 0 {
 			t.Fatalf("accepted an unusable config %+v from %q", c, data)
 		}
-		if c.Family != "gpt2" && (!(c.RopeTheta > 1) || c.HeadDim%2 != 0) {
+		if c.Family != "gpt2" && (!(c.RopeTheta > 1) || c.HeadDim%2 != 0 || c.RopeDim != c.HeadDim) {
 			t.Fatalf("bad rope %+v", c)
+		}
+		if want := map[bool]string{true: "gelu_new", false: "silu"}[c.Family == "gpt2"]; c.Activation != want {
+			t.Fatalf("activation %q for %s, want %q", c.Activation, c.Family, want)
 		}
 	})
 }

@@ -64,6 +64,8 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 	}
 	m := &Model{Cfg: *cfg, be: be, w: w, MaxLen: maxLen, mem: mem, pool: map[string][]backend.Buffer{}}
 	if cfg.TiedHead {
+		// loadWeights never uploads a stored lm_head.weight when tied (TiedTo), so nothing
+		// is overwritten here and left unfreed; Close frees the shared buffer once.
 		m.w["head"] = m.w["embed"]
 	} else if m.w["head"] == nil {
 		m.Close()
@@ -422,7 +424,7 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 	p.tap(name("k"), k)
 	p.tap(name("v"), v)
 	if c.RopeTheta != 0 {
-		rc := backend.RoPEConfig{HeadDim: D, RopeDim: D, FreqBase: c.RopeTheta}
+		rc := backend.RoPEConfig{HeadDim: D, RopeDim: c.RopeDim, FreqBase: c.RopeTheta}
 		if qk != nil {
 			// Adjacent heads of one row, one position: rotate q and k in place in one launch
 			// (their taps above were copied before).
@@ -456,7 +458,8 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 	return o
 }
 
-// MLP is the feed-forward block: SwiGLU when Gate is set, else GELU (tanh) on Up.
+// MLP is the feed-forward block: SwiGLU (activation silu, Gate set) or GELU in its tanh form
+// (activation gelu_new, no Gate) on Up.
 type MLP struct {
 	Gate, Up, UpB, Down, DownB backend.Buffer
 	gateUp                     *fused // Gate and Up as one buffer (SwiGLU families)
@@ -466,7 +469,10 @@ type MLP struct {
 func (f *MLP) Forward(p *pass, x backend.Buffer, name func(string) string) backend.Buffer {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	act := p.alloc(T, c.Intermediate)
-	if f.Gate != nil {
+	// The kernel follows the configured activation (the hyper-parameter checked against the
+	// reference's, hparams.go); the weights only have to fit it.
+	switch {
+	case c.Activation == "silu" && f.Gate != nil:
 		var g, up backend.Buffer
 		if p.decode && f.UpB == nil && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
 			// One token: gate and up are consecutive columns of one GEMM's output row.
@@ -482,11 +488,13 @@ func (f *MLP) Forward(p *pass, x backend.Buffer, name func(string) string) backe
 		p.tap(name("ffn_gate"), g)
 		p.tap(name("ffn_up"), up)
 		p.do(be.SwiGLU(act, g, up))
-	} else {
+	case c.Activation == "gelu_new" && f.Gate == nil:
 		up := p.alloc(T, c.Intermediate)
 		p.do(be.Gemm(up, x, f.Up, f.UpB))
 		p.tap(name("ffn_up"), up)
 		p.do(be.GELUTanh(act, up))
+	default:
+		p.do(fmt.Errorf("model: activation %q with gate projection %v is not implemented (silu with one, gelu_new without)", c.Activation, f.Gate != nil))
 	}
 	p.tap(name("ffn_act"), act)
 	out := p.alloc(T, c.Hidden)

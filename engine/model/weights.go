@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/x448/float16"
@@ -44,7 +46,12 @@ type weight struct {
 	Transpose bool
 	Split     []string
 	SplitRows func(c *Config) []int
-	Optional  bool // only present when untied (lm_head)
+	Optional  bool // may be absent (lm_head, absent from tied checkpoints)
+	// TiedTo is the tensor this one is when the config ties the LM head (the embedding). Some
+	// tied exports still store lm_head.weight: it is never uploaded (a buffer nothing would
+	// use or free), only checked to be the embedding's copy, since transformers unties a
+	// checkpoint whose two tensors differ and would compute with lm_head.weight.
+	TiedTo string
 }
 
 var weightTables = map[string][]weight{
@@ -63,7 +70,7 @@ var weightTables = map[string][]weight{
 		{HF: "model.layers.{i}.mlp.up_proj.weight", Shape: ih, Into: "layers.{i}.wup"},
 		{HF: "model.layers.{i}.mlp.down_proj.weight", Shape: hi, Into: "layers.{i}.wdown"},
 		{HF: "model.norm.weight", Shape: h, Into: "final_norm"},
-		{HF: "lm_head.weight", Shape: vh, Into: "head", Optional: true},
+		{HF: "lm_head.weight", Shape: vh, Into: "head", Optional: true, TiedTo: "model.embed_tokens.weight"},
 	},
 	"phi3": {
 		{HF: "model.embed_tokens.weight", Shape: vh, Into: "embed"},
@@ -76,7 +83,7 @@ var weightTables = map[string][]weight{
 			SplitRows: func(c *Config) []int { return []int{c.Intermediate, c.Intermediate} }},
 		{HF: "model.layers.{i}.mlp.down_proj.weight", Shape: hi, Into: "layers.{i}.wdown"},
 		{HF: "model.norm.weight", Shape: h, Into: "final_norm"},
-		{HF: "lm_head.weight", Shape: vh, Into: "head", Optional: true},
+		{HF: "lm_head.weight", Shape: vh, Into: "head", Optional: true, TiedTo: "model.embed_tokens.weight"},
 	},
 	"gpt2": {
 		{HF: "transformer.wte.weight", Shape: vh, Into: "embed"},
@@ -116,6 +123,12 @@ func loadWeights(be backend.Backend, c *Config, ck *safetensors.Checkpoint) (map
 		return nil, err
 	}
 	for _, w := range table {
+		if c.TiedHead && w.TiedTo != "" {
+			if err := checkTiedCopy(ck, w.HF, w.TiedTo); err != nil {
+				return fail(err)
+			}
+			continue
+		}
 		n := 1
 		if strings.Contains(w.HF, "{i}") {
 			n = c.Layers
@@ -166,6 +179,34 @@ func loadWeights(be backend.Backend, c *Config, ck *safetensors.Checkpoint) (map
 		}
 	}
 	return out, nil
+}
+
+// checkTiedCopy checks, in a tied checkpoint that stores name anyway, that name holds exactly
+// the values of tiedTo: transformers ties the two only then. Both are read on the host and
+// dropped; nothing is uploaded.
+func checkTiedCopy(ck *safetensors.Checkpoint, name, tiedTo string) error {
+	if _, ok := ck.Info(name); !ok {
+		return nil
+	}
+	a, err := ck.Tensor(name)
+	if err != nil {
+		return err
+	}
+	b, err := ck.Tensor(tiedTo)
+	if err != nil {
+		return err
+	}
+	if !sameValues(a, b) {
+		return fmt.Errorf("model: tie_word_embeddings is true, but the checkpoint's %s is not a copy of %s: transformers unties such a checkpoint and computes the logits with %s; set tie_word_embeddings to false", name, tiedTo, name)
+	}
+	return nil
+}
+
+// sameValues reports whether a and b have the same dtype, shape and element bits.
+func sameValues(a, b *tensor.Tensor) bool {
+	bits := func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }
+	return a.DType == b.DType && tensor.SameShape(a.Shape, b.Shape) &&
+		slices.Equal(a.F16, b.F16) && slices.EqualFunc(a.F32, b.F32, bits) && slices.Equal(a.I32, b.I32)
 }
 
 // toF16 converts a checkpoint tensor to the fp16 the kernels take. BF16 and F32 values are

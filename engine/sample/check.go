@@ -20,7 +20,9 @@ type SetReport struct {
 // CheckSet draws every case of a sampling set on be, the whole [rows, vocab] batch per case
 // with its config, and compares row Row's token with the reference (exactly where the
 // margin exceeds the set's epsilon, else one of the two alternatives), each drawing case's
-// Philox words, and the set's raw streams bit for bit.
+// Philox words, and the set's raw streams bit for bit. A backend error, an unsupported one
+// (backend.ErrUnsupported) included, is returned wrapped with the set and case, for the
+// caller to give the unsupported verdict or fail.
 func CheckSet(be backend.Backend, set *golden.Set) (*SetReport, error) {
 	logits, err := set.Tensor("logits")
 	if err != nil {
@@ -73,7 +75,7 @@ func CheckSet(be backend.Backend, set *golden.Set) (*SetReport, error) {
 		if c.Temperature > 0 { // greedy draws nothing: the reference records no words
 			w, err := philox(be, c.Seed, c.Step, uint32(c.Row), 1)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%s %s: %w", set.ID(), c.Name, err)
 			}
 			r.Words++
 			if w[0] != [4]uint32(c.Philox) {
@@ -84,7 +86,7 @@ func CheckSet(be backend.Backend, set *golden.Set) (*SetReport, error) {
 	for _, st := range p.Streams {
 		w, err := philox(be, st.Seed, st.Step, st.Row, st.N)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s stream seed %d: %w", set.ID(), st.Seed, err)
 		}
 		for i := range w {
 			r.Words++

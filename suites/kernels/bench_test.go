@@ -40,6 +40,7 @@ var _ = Describe("kernel benchmarks", Serial, harness.Benchmark, func() {
 		}
 		It(c.Name, label, func() {
 			res, err := runner.Run(c)
+			harness.SkipUnsupported(err)
 			Expect(err).NotTo(HaveOccurred())
 			exp := gmeasure.NewExperiment(c.Name)
 			for _, ms := range res.Times {

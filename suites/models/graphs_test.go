@@ -22,6 +22,7 @@ type seededRun struct {
 func generate(m *model.Model, p *model.SetParams) seededRun {
 	before := m.GraphReplays()
 	t, l, err := model.GenerateSeeded(m, p, nil)
+	harness.SkipUnsupported(err)
 	Expect(err).NotTo(HaveOccurred())
 	return seededRun{t, l, m.GraphReplays() - before}
 }

@@ -33,8 +33,12 @@ var _ = Describe("model golden sets", harness.Model, func() {
 })
 
 // loadModel loads a set's checkpoint onto the suite's backend, freed when the spec ends.
+// Every model spec passes the error of each run through harness.SkipUnsupported first: a
+// model one of whose op calls the backend does not implement gets the unsupported verdict,
+// as a kernel case does.
 func loadModel(s *golden.Set) (*model.Model, *model.SetParams) {
 	m, p, err := model.LoadSet(dev, s)
+	harness.SkipUnsupported(err)
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(m.Close)
 	return m, p
@@ -57,9 +61,13 @@ func modelEntries() []TableEntry {
 }
 
 var _ = Describe("model conformance", harness.Model, func() {
+	// First in this container, so it runs before any tap is compared (hparams_test.go).
+	DescribeTable("the loader derives the reference's hyper-parameters", checkHParams, modelEntries())
+
 	DescribeTable("every tap of prefill and the stored decode steps", func(s *golden.Set) {
 		m, p := loadModel(s)
 		rows, err := model.CompareTaps(m, s, p, tols)
+		harness.SkipUnsupported(err)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(rows).NotTo(BeEmpty())
 		worst, worstName := 0.0, ""
@@ -77,6 +85,7 @@ var _ = Describe("model conformance", harness.Model, func() {
 	DescribeTable("greedy generation of the reference's tokens", func(s *golden.Set) {
 		m, p := loadModel(s)
 		steps, err := model.Greedy(m, s, p)
+		harness.SkipUnsupported(err)
 		if err != nil {
 			// On a token failure, the taps say where the pass went wrong.
 			if rows, terr := model.CompareTaps(m, s, p, tols); terr == nil {
@@ -98,6 +107,7 @@ var _ = Describe("seeded generation", harness.Model, harness.Sampling, func() {
 	DescribeTable("draws the reference's tokens (docs/sampling.md)", func(s *golden.Set) {
 		m, p := loadModel(s)
 		steps, err := model.Seeded(m, s, p)
+		harness.SkipUnsupported(err)
 		Expect(err).NotTo(HaveOccurred())
 		last := steps[len(steps)-1]
 		if last.Accepted {
@@ -111,6 +121,7 @@ var _ = Describe("seeded generation", harness.Model, harness.Sampling, func() {
 	DescribeTable("teacher-forced on the reference's tokens, draws its token at every step the margin decides", func(s *golden.Set) {
 		m, p := loadModel(s)
 		steps, err := model.SeededTeacherForced(m, s, p)
+		harness.SkipUnsupported(err)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(steps).To(HaveLen(p.Sample.Tokens))
 		accepted := 0
@@ -126,6 +137,7 @@ var _ = Describe("seeded generation", harness.Model, harness.Sampling, func() {
 	DescribeTable("is deterministic: 20 runs give the same tokens and bit-identical logits", func(s *golden.Set) {
 		m, p := loadModel(s)
 		tokens, logits, err := model.GenerateSeeded(m, p, nil)
+		harness.SkipUnsupported(err)
 		Expect(err).NotTo(HaveOccurred())
 		for run := 1; run < 20; run++ {
 			t, l, err := model.GenerateSeeded(m, p, nil)
@@ -190,6 +202,7 @@ var _ = Describe("model tolerances are tight", harness.Model, harness.Tightness,
 		m, p := loadModel(set)
 		b.breakIt(m)
 		rows, err := model.CompareTaps(m, set, p, tols)
+		harness.SkipUnsupported(err)
 		Expect(err).NotTo(HaveOccurred())
 		first := compare.FirstFailure(rows)
 		table := compare.LayerDiffTable(rows)

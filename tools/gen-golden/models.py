@@ -790,6 +790,63 @@ def check_loaded_weights(model, set_dir):
     return names
 
 
+# The reference's hyper-parameters (params.hparams), in this order: one set of names for every
+# family, null where a family has no such parameter (GPT-2 has no RoPE).
+HPARAM_KEYS = ["hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+               "intermediate_size", "vocab_size", "max_positions", "norm_eps", "rope_theta",
+               "rope_type", "rotary_dim", "partial_rotary_factor", "tied_head", "activation",
+               "sliding_window"]
+
+
+def reference_hparams(model, family):
+    """The hyper-parameters as transformers itself parsed them: from the loaded model's config
+    object (its defaults and key mapping applied: rope_theta -> rope_parameters, n_inner None ->
+    4H) and, where the config leaves a value to the modeling code, from the modules that use it
+    (head_dim, the rotary dim of inv_freq, GPT-2's inner size). Never from config.json's dict:
+    an engine that reads config.json differently from transformers must show up by name."""
+    c = model.config
+    if family == "gpt2":
+        block = model.transformer.h[0]
+        hp = {
+            "hidden_size": c.n_embd, "num_layers": c.n_layer, "num_heads": c.n_head,
+            "num_kv_heads": block.attn.num_heads, "head_dim": block.attn.head_dim,
+            "intermediate_size": block.mlp.c_fc.nf, "vocab_size": c.vocab_size,
+            "max_positions": c.n_positions, "norm_eps": float(c.layer_norm_epsilon),
+            "rope_theta": None, "rope_type": None, "rotary_dim": None,
+            "partial_rotary_factor": None, "tied_head": bool(c.tie_word_embeddings),
+            "activation": c.activation_function, "sliding_window": None,
+        }
+        norms = [m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    else:
+        rp = c.rope_parameters
+        hp = {
+            "hidden_size": c.hidden_size, "num_layers": c.num_hidden_layers,
+            "num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
+            "head_dim": model.model.layers[0].self_attn.head_dim,
+            "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size,
+            "max_positions": c.max_position_embeddings, "norm_eps": float(c.rms_norm_eps),
+            "rope_theta": float(rp["rope_theta"]), "rope_type": rp["rope_type"],
+            "rotary_dim": 2 * int(model.model.rotary_emb.inv_freq.shape[0]),
+            "partial_rotary_factor": float(rp.get("partial_rotary_factor", 1.0)),
+            "tied_head": bool(c.tie_word_embeddings), "activation": c.hidden_act,
+            "sliding_window": None if c.sliding_window is None else int(c.sliding_window),
+        }
+        norms = [m.variance_epsilon for m in model.modules() if hasattr(m, "variance_epsilon")]
+    for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+              "intermediate_size", "vocab_size", "max_positions"):
+        hp[k] = int(hp[k])
+    assert list(hp) == HPARAM_KEYS, list(hp)
+    # What the config says is what the modules use: every norm's eps, the tied head's storage.
+    if not norms or any(e != hp["norm_eps"] for e in norms):
+        raise RuntimeError("norm eps in the modules %s, config %r" % (sorted(set(norms)),
+                                                                      hp["norm_eps"]))
+    head, emb = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    if (head.data_ptr() == emb.data_ptr()) != hp["tied_head"]:
+        raise RuntimeError("tie_word_embeddings %s, but the LM head %s the embedding"
+                           % (hp["tied_head"], "is not" if hp["tied_head"] else "is"))
+    return hp
+
+
 def top_k_stable(logits, k):
     """Indices of the k largest logits, ties to the lower index (numpy, exact)."""
     x = logits.numpy()
@@ -906,6 +963,7 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     prompt = prompt_ids(d.V)
     model = load_model(set_dir, family)
     check_loaded_weights(model, set_dir)
+    hparams = reference_hparams(model, family)
     taps, tokens, margins, top5 = run_reference(model, family, cfg, prompt, decode_steps)
     s_seed = sample_seed(name)
     s_tokens, s_margins = run_sampled(model, prompt, s_seed)
@@ -920,6 +978,7 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         "margin_epsilon": margin_epsilon,
         "sample": {"temperature": SAMPLE_TEMPERATURE, "top_k": SAMPLE_TOP_K,
                    "top_p": SAMPLE_TOP_P, "seed": s_seed, "tokens": SAMPLE_TOKENS},
+        "hparams": hparams,
     }
     tensors = [("prompt_ids", prompt, "input")]
     tensors += [(k, v, "expected") for k, v in taps.items()]

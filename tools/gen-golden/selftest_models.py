@@ -5,6 +5,8 @@ For each committed tiny model a set is built into a temporary directory (twice: 
 must be byte-identical), then read back from its files only:
   - format: manifest keys and params, checkpoint entries (role "checkpoint", no dtype/shape),
     sha256 of every file, .npy headers, dtypes and shapes, no unlisted file;
+  - hparams (transformers' parsed hyper-parameters) agree with config.json read by the contract's
+    keys and defaults;
   - checkpoint: the safetensors header is the fixed layout the writer promises (metadata
     {"format": "pt"} only, sorted names, contiguous offsets, F16), the safetensors library reads
     back exactly the drawn weights, and transformers' config class sees the distinguishing
@@ -45,7 +47,7 @@ import sampling
 NPY_MAGIC = b"\x93NUMPY\x01\x00"
 NP_DTYPE = {"f16": "<f2", "f32": "<f4", "i32": "<i4"}
 PARAM_KEYS = ["family", "source", "prompt_ids", "decode_steps", "greedy_tokens", "margin_epsilon",
-              "sample"]
+              "sample", "hparams"]
 SAMPLE_KEYS = ["temperature", "top_k", "top_p", "seed", "tokens"]
 # fp32 reference vs float64 numpy: relative to the tap's largest magnitude.
 TAP_RTOL = 2e-4
@@ -192,6 +194,33 @@ def check_format(s):
         raise Fail("tensor list differs from the contract: got %s, want %s" % first)
     check(s.a("prompt_ids").tolist() == p["prompt_ids"], "prompt_ids.npy vs params")
     check(p["prompt_ids"] == models.prompt_ids(d.V).tolist(), "prompt is the fixed draw")
+
+
+def check_hparams(s):
+    """params.hparams (what transformers parsed) against config.json read by the contract's own
+    table of keys and defaults (docs/golden-format.md, "The checkpoint"): two routes to the same
+    numbers, so a generator recording something other than the config's meaning fails here."""
+    cfg, d, hp = s.cfg, s.dims, s.p["hparams"]
+    check(list(hp) == models.HPARAM_KEYS, "hparams keys %s" % list(hp))
+    want = {"hidden_size": d.H, "num_layers": d.L, "num_heads": d.nH, "num_kv_heads": d.nKV,
+            "head_dim": d.D, "intermediate_size": d.I, "vocab_size": d.V, "max_positions": d.P,
+            "norm_eps": d.eps, "tied_head": d.tied}
+    if s.family == "gpt2":
+        want.update(rope_theta=None, rope_type=None, rotary_dim=None, partial_rotary_factor=None,
+                    activation=cfg.get("activation_function", "gelu_new"), sliding_window=None)
+    else:
+        scaling = cfg.get("rope_scaling") or {}
+        partial = cfg.get("partial_rotary_factor", 1.0)
+        window = cfg.get("sliding_window")
+        if s.family == "qwen2" and not cfg.get("use_sliding_window", False):
+            window = None  # Qwen2 applies its window only with use_sliding_window
+        want.update(rope_theta=models.rope_theta(cfg),
+                    rope_type=scaling.get("rope_type", scaling.get("type", "default")),
+                    rotary_dim=int(d.D * partial), partial_rotary_factor=float(partial),
+                    activation=cfg.get("hidden_act", "silu"), sliding_window=window)
+    for k in models.HPARAM_KEYS:
+        check(hp[k] == want[k] and type(hp[k]) is type(want[k]),
+              "hparams.%s = %r, config.json says %r" % (k, hp[k], want[k]))
 
 
 def check_safetensors(s, spec=None):
@@ -634,6 +663,7 @@ def fp16_drift(s):
 def check_set(d, spec=None):
     s = Set(d)
     check_format(s)
+    check_hparams(s)
     if s.p["source"] == "synthetic":
         check_safetensors(s, spec)
     if spec is not None:

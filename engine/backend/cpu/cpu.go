@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/x448/float16"
 
@@ -22,7 +23,12 @@ func init() {
 }
 
 // Backend runs every op on the host.
-type Backend struct{}
+type Backend struct {
+	// Buffers from Alloc and Upload not freed yet, as the CUDA backend counts them: host
+	// memory needs no release, but a model that forgets a buffer would leak device memory on
+	// the GPU, and CI (CPU only) must see that too.
+	liveBufs, liveBytes atomic.Int64
+}
 
 var _ backend.Backend = (*Backend)(nil)
 
@@ -33,11 +39,35 @@ func New() *Backend { return &Backend{} }
 type buffer struct {
 	t     *tensor.Tensor
 	freed bool
+	owner *Backend // the backend counting it; nil for a view, which owns nothing
 }
 
 func (b *buffer) DType() tensor.DType { return b.t.DType }
 func (b *buffer) Shape() []int        { return b.t.Shape }
-func (b *buffer) Free()               { b.freed = true; b.t = &tensor.Tensor{DType: b.t.DType, Shape: b.t.Shape} }
+
+// Free drops the storage; a second Free is a no-op.
+func (b *buffer) Free() {
+	if !b.freed && b.owner != nil {
+		b.owner.liveBufs.Add(-1)
+		b.owner.liveBytes.Add(-b.t.Bytes())
+	}
+	b.freed = true
+	b.t = &tensor.Tensor{DType: b.t.DType, Shape: b.t.Shape}
+}
+
+// own counts a new buffer as live until it is freed.
+func (b *Backend) own(t *tensor.Tensor) *buffer {
+	b.liveBufs.Add(1)
+	b.liveBytes.Add(t.Bytes())
+	return &buffer{t: t, owner: b}
+}
+
+// LiveBuffers is the number of buffers from Alloc and Upload not freed yet (views are not
+// counted: they own nothing); tests use it to prove nothing leaks.
+func (b *Backend) LiveBuffers() int64 { return b.liveBufs.Load() }
+
+// LiveBytes is the number of data bytes in those buffers.
+func (b *Backend) LiveBytes() int64 { return b.liveBytes.Load() }
 
 // Info describes the host.
 func (*Backend) Info() backend.DeviceInfo {
@@ -55,7 +85,7 @@ func (*Backend) Supports(op string) bool {
 }
 
 // Alloc returns a zeroed host buffer.
-func (*Backend) Alloc(dt tensor.DType, shape ...int) (backend.Buffer, error) {
+func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Buffer, error) {
 	for _, d := range shape {
 		if d < 0 {
 			return nil, fmt.Errorf("cpu: alloc %s%s: negative dimension", dt, tensor.ShapeString(shape))
@@ -64,15 +94,15 @@ func (*Backend) Alloc(dt tensor.DType, shape ...int) (backend.Buffer, error) {
 	if dt != tensor.F16 && dt != tensor.F32 && dt != tensor.I32 {
 		return nil, fmt.Errorf("cpu: alloc: unsupported dtype %s", dt)
 	}
-	return &buffer{t: tensor.New(dt, shape...)}, nil
+	return b.own(tensor.New(dt, shape...)), nil
 }
 
 // Upload copies t.
-func (*Backend) Upload(t *tensor.Tensor) (backend.Buffer, error) {
+func (b *Backend) Upload(t *tensor.Tensor) (backend.Buffer, error) {
 	if t == nil {
 		return nil, fmt.Errorf("cpu: upload of a nil tensor")
 	}
-	return &buffer{t: t.Clone()}, nil
+	return b.own(t.Clone()), nil
 }
 
 // Download copies b.

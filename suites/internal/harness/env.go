@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"  // the always-available backend
 	_ "github.com/touchstone-llm/touchstone/engine/backend/cuda" // dlopens libtouchstone_cuda.so when asked for
 	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 )
 
@@ -24,7 +26,7 @@ func OpenBackend() backend.Backend {
 		Fail("backend selection: " + err.Error())
 	}
 	info := sel.Backend.Info()
-	AddReportEntry("backend", fmt.Sprintf("%s: %s (requested %s)", info.Backend, info.Name, sel.Requested), ReportEntryVisibilityAlways)
+	AddReportEntry("backend", fmt.Sprintf("%s: %s (requested %s, unsupported cases: %s)", info.Backend, info.Name, sel.Requested, UnsupportedPolicy()), ReportEntryVisibilityAlways)
 	if sel.Fallback != "" {
 		fmt.Fprintf(GinkgoWriter, "TOUCHSTONE_BACKEND=auto fell back to cpu: %s\n", sel.Fallback)
 	}
@@ -33,6 +35,35 @@ func OpenBackend() backend.Backend {
 	DeferCleanup(sel.Backend.Close)
 	trackDeviceMemory(sel.Backend)
 	return sel.Backend
+}
+
+// UnsupportedPolicy reads TOUCHSTONE_UNSUPPORTED: skip (the default) or fail. A value that
+// is neither fails the spec rather than quietly skipping: dist/run sets fail on GPU CI.
+func UnsupportedPolicy() conformance.UnsupportedPolicy {
+	p, err := conformance.ParseUnsupportedPolicy(os.Getenv(conformance.EnvUnsupported))
+	if err != nil {
+		Fail(conformance.EnvUnsupported + "=" + err.Error())
+	}
+	return p
+}
+
+// Unsupported reports whether err is the unsupported verdict under TOUCHSTONE_UNSUPPORTED:
+// the backend does not implement the request (backend.ErrUnsupported) and the policy does
+// not make that a failure.
+func Unsupported(err error) bool { return UnsupportedPolicy().Skips(err) }
+
+// SkipUnsupported applies the one unsupported rule to the error of running a case: the
+// spec is skipped with "unsupported: <reason>", neither passed nor failed, or, under
+// TOUCHSTONE_UNSUPPORTED=fail, fails saying so. Any other error (or nil) is left to the
+// caller's Expect.
+func SkipUnsupported(err error) {
+	if !errors.Is(err, backend.ErrUnsupported) {
+		return
+	}
+	if Unsupported(err) {
+		Skip("unsupported: "+err.Error(), 1)
+	}
+	Fail(fmt.Sprintf("unsupported, and %s=fail: %v", conformance.EnvUnsupported, err), 1)
 }
 
 // trackDeviceMemory records device memory in use when the suite starts and, when it ends,

@@ -1,0 +1,140 @@
+package model
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/touchstone-llm/touchstone/engine/golden"
+)
+
+// HParam is one hyper-parameter as the loader derived it from config.json, under the name the
+// model sets record it by (params.hparams, docs/golden-format.md). Value is an int, a float32
+// (what the kernels take), a string, a bool, or nil where the family has no such parameter.
+type HParam struct {
+	Name  string
+	Value any
+}
+
+// HParams lists every hyper-parameter the forward depends on, as c holds it. Taps alone do not
+// pin them: at activations of rms ~1 an RMSNorm eps of 1e-6 instead of 1e-5 moves no tap out
+// of tolerance, so each is compared by name with the reference's own (CheckHParams).
+func (c *Config) HParams() []HParam {
+	rope := c.RopeTheta != 0
+	ifRope := func(v any) any {
+		if rope {
+			return v
+		}
+		return nil
+	}
+	var partial any
+	if rope && c.HeadDim > 0 {
+		partial = float32(c.RopeDim) / float32(c.HeadDim)
+	}
+	var window any
+	if c.SlidingWindow > 0 {
+		window = c.SlidingWindow
+	}
+	return []HParam{
+		{"hidden_size", c.Hidden},
+		{"num_layers", c.Layers},
+		{"num_heads", c.Heads},
+		{"num_kv_heads", c.KVHeads},
+		{"head_dim", c.HeadDim},
+		{"intermediate_size", c.Intermediate},
+		{"vocab_size", c.Vocab},
+		{"max_positions", c.MaxPositions},
+		{"norm_eps", c.NormEps},
+		{"rope_theta", ifRope(c.RopeTheta)},
+		// The only RoPE the engine implements: ParseConfig refuses any other rope_type, but the
+		// reference may have found scaling in a key the loader does not read.
+		{"rope_type", ifRope("default")},
+		{"rotary_dim", ifRope(c.RopeDim)},
+		{"partial_rotary_factor", partial},
+		{"tied_head", c.TiedHead},
+		{"activation", c.Activation},
+		{"sliding_window", window},
+	}
+}
+
+// CheckHParams compares the reference's hyper-parameters recorded in the set (p.HParams) with
+// those of m.Cfg, one by one by name. Every mismatch is named with both values; a name on one
+// side only is an error too (a set from another generator version, or an engine that checks
+// less than the reference records).
+func CheckHParams(m *Model, set *golden.Set, p *SetParams) error {
+	if p.HParams == nil {
+		return errNoHParams(set)
+	}
+	var errs []string
+	known := map[string]bool{}
+	for _, h := range m.Cfg.HParams() {
+		known[h.Name] = true
+		raw, ok := p.HParams[h.Name]
+		if !ok {
+			errs = append(errs, fmt.Sprintf("hyper-parameter %s: not recorded by the reference (regenerate the set)", h.Name))
+			continue
+		}
+		if !sameHParam(raw, h.Value) {
+			errs = append(errs, fmt.Sprintf("hyper-parameter %s: the reference (transformers) has %s, the loader derived %s",
+				h.Name, bytes.TrimSpace(raw), formatHParam(h.Value)))
+		}
+	}
+	var unknown []string
+	for name := range p.HParams {
+		if !known[name] {
+			unknown = append(unknown, fmt.Sprintf("hyper-parameter %s: recorded by the reference, unknown to the loader (update engine/model/hparams.go)", name))
+		}
+	}
+	slices.Sort(unknown)
+	if errs = append(errs, unknown...); len(errs) > 0 {
+		return fmt.Errorf("%s: %s", set.ID(), strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// sameHParam reports whether the recorded JSON value equals the loader's got, of the same
+// kind: a number for an int or a float32, null for nil.
+func sameHParam(raw json.RawMessage, got any) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var want any
+	if err := dec.Decode(&want); err != nil {
+		return false
+	}
+	n, isNum := want.(json.Number)
+	switch g := got.(type) {
+	case nil:
+		return want == nil
+	case int:
+		v, err := n.Int64()
+		return isNum && err == nil && v == int64(g)
+	case float32:
+		// The kernels take the value as float32: compare there, so 1e-05 (a float64 in JSON)
+		// equals the loader's float32(1e-05), and 1e-06 does not.
+		v, err := n.Float64()
+		return isNum && err == nil && float32(v) == g
+	case string, bool:
+		return want == got
+	}
+	return false
+}
+
+func formatHParam(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case float32:
+		return strconv.FormatFloat(float64(x), 'g', -1, 32)
+	case string:
+		return strconv.Quote(x)
+	}
+	return fmt.Sprint(v)
+}
+
+// errNoHParams is the error for a set generated before params.hparams existed.
+func errNoHParams(set *golden.Set) error {
+	return fmt.Errorf("%s: params has no hparams (the reference's hyper-parameters): the set predates them; regenerate it (make golden for the committed sets, make golden-full or gen-golden models --checkpoint for the others)", set.ID())
+}

@@ -1,0 +1,86 @@
+package models_test
+
+import (
+	"fmt"
+	"strings"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/model"
+	"github.com/touchstone-llm/touchstone/suites/internal/harness"
+)
+
+// checkHParams is the spec "the loader derives the reference's hyper-parameters" (registered
+// first in "model conformance", so it runs before the taps are compared): taps alone do not
+// pin a hyper-parameter whose effect is below their tolerance (Phi-3's RMSNorm eps read as
+// 1e-6 instead of 1e-5 passes every tap of phi3-tiny), so each one the loader derived is
+// compared by name with the value transformers parsed (params.hparams).
+func checkHParams(s *golden.Set) {
+	m, p := loadModel(s)
+	Expect(model.CheckHParams(m, s, p)).To(Succeed())
+	var list []string
+	for _, h := range m.Cfg.HParams() {
+		list = append(list, fmt.Sprintf("%s=%v", h.Name, h.Value))
+	}
+	AddReportEntry("hyper-parameters", strings.Join(list, " "))
+}
+
+// hparamBug is a loader bug, and the hyper-parameters the check must report: those and no
+// other.
+type hparamBug struct {
+	model, what string
+	hparams     []string
+	breakIt     func(m *model.Model)
+}
+
+var _ = Describe("hyper-parameters are checked by name", harness.Model, harness.Tightness, func() {
+	DescribeTable("a loader bug in a hyper-parameter is caught by the check, naming it", func(b hparamBug) {
+		set := findSet(b.model)
+		if set == nil && fullSize[b.model] {
+			Skip(b.model + ": full-size set not generated (make golden-full)")
+		}
+		Expect(set).NotTo(BeNil(), "committed set %s", b.model)
+		m, p := loadModel(set)
+		Expect(model.CheckHParams(m, set, p)).To(Succeed(), "before the bug")
+		b.breakIt(m)
+		err := model.CheckHParams(m, set, p)
+		Expect(err).To(HaveOccurred(), "%s passed the hyper-parameter check", b.what)
+		for _, h := range b.hparams {
+			Expect(err.Error()).To(ContainSubstring("hyper-parameter %s: the reference (transformers) has ", h))
+		}
+		Expect(strings.Count(err.Error(), "hyper-parameter ")).To(Equal(len(b.hparams)), "only %v are reported: %v", b.hparams, err)
+	},
+		func(b hparamBug) string { return b.model + ": " + b.what },
+		// The bug this check exists for: every tap of phi3-tiny passes with it.
+		hparamEntry(hparamBug{"phi3-tiny", "RMSNorm eps 1e-6 (a default) instead of config.json's 1e-5", []string{"norm_eps"},
+			func(m *model.Model) { m.Cfg.NormEps = 1e-6 }}),
+		hparamEntry(hparamBug{"phi3-tiny", "RoPE theta 1e6 instead of 1e4", []string{"rope_theta"},
+			func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }}),
+		hparamEntry(hparamBug{"phi3-tiny", "sliding_window ignored", []string{"sliding_window"},
+			func(m *model.Model) { m.Cfg.SlidingWindow = 0 }}),
+		hparamEntry(hparamBug{"qwen2-tiny", "RMSNorm eps 1e-5 instead of 1e-6", []string{"norm_eps"},
+			func(m *model.Model) { m.Cfg.NormEps = 1e-5 }}),
+		hparamEntry(hparamBug{"qwen2-tiny", "half the head rotated (partial rotary)", []string{"rotary_dim", "partial_rotary_factor"},
+			func(m *model.Model) { m.Cfg.RopeDim = m.Cfg.HeadDim / 2 }}),
+		hparamEntry(hparamBug{"gpt2-tiny", "LayerNorm eps 1e-6 instead of 1e-5", []string{"norm_eps"},
+			func(m *model.Model) { m.Cfg.NormEps = 1e-6 }}),
+		hparamEntry(hparamBug{"gpt2-tiny", "activation read as gelu (erf) instead of gelu_new", []string{"activation"},
+			func(m *model.Model) { m.Cfg.Activation = "gelu" }}),
+		hparamEntry(hparamBug{"qwen2.5-0.5b", "RMSNorm eps 1e-5 instead of 1e-6", []string{"norm_eps"},
+			func(m *model.Model) { m.Cfg.NormEps = 1e-5 }}),
+		hparamEntry(hparamBug{"phi3-mini-4k", "RMSNorm eps 1e-6 instead of 1e-5", []string{"norm_eps"},
+			func(m *model.Model) { m.Cfg.NormEps = 1e-6 }}),
+	)
+})
+
+// hparamEntry labels a bug by its model, and as slow when the model is full size.
+func hparamEntry(b hparamBug) TableEntry {
+	labels := Labels{}
+	labels = append(labels, harness.ModelName(b.model)...)
+	if fullSize[b.model] {
+		labels = append(labels, harness.Slow...)
+	}
+	return Entry(nil, b, labels)
+}
