@@ -14,7 +14,8 @@ import (
 )
 
 // runDiff prints the layer-diff table of one model set on the selected backend: every tap of
-// prefill and the stored decode steps in forward order, the first one over tolerance marked.
+// prefill and the stored decode steps in forward order, the first one over tolerance marked,
+// each with the limits that the set's calibration raised above the static floor.
 func runDiff(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("diff", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,7 +64,19 @@ func runDiff(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	info := sel.Backend.Info()
-	fmt.Fprintf(stdout, "%s on %s (%s): %d taps\n\n%s", set.ID(), info.Backend, info.Name, len(rows), compare.LayerDiffTable(rows))
+	raised := 0
+	for _, r := range rows {
+		if r.RaisedLimits() != "" {
+			raised++
+		}
+	}
+	factor := 0.0
+	if tols.TapCalibration != nil { // CompareTaps refuses to run without it
+		factor = tols.TapCalibration.Factor
+	}
+	fmt.Fprintf(stdout, "%s on %s (%s): %d taps\nlimits: the taps: floors of %s, raised where %g x the error recorded in the set's %s is larger (tap_calibration): %d of %d taps\n\n%s",
+		set.ID(), info.Backend, info.Name, len(rows), filepath.Join(root, "tolerances.yaml"), factor,
+		golden.CalibrationFile, raised, len(rows), compare.LayerDiffTable(rows))
 	if first := compare.FirstFailure(rows); first >= 0 {
 		fmt.Fprintf(stdout, "\nfirst tap out of tolerance: %s\n", rows[first].Name)
 		return 1

@@ -120,13 +120,56 @@ func TestDiffPrintsTheLayerTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
-	for _, want := range []string{"gpt2-tiny", "prefill.embed", "prefill.layers.1.resid_ffn", "decode.0.logits"} {
+	for _, want := range []string{"gpt2-tiny", "prefill.embed", "prefill.layers.1.resid_ffn", "decode.0.logits",
+		"raised where 4 x the error recorded in the set's calibration.json is larger", "calibrated limits (above the floor)", "top5_tie="} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q", want)
 		}
 	}
 	if code, _, errs := runCLI("diff", "-golden", golden, "no-such-model"); code != 2 || !strings.Contains(errs, "gpt2-tiny") {
 		t.Errorf("unknown model: exit %d, %q (want 2 and the list of model sets)", code, errs)
+	}
+}
+
+// A model set generated before calibration existed is refused with a request to regenerate it,
+// by diff and by golden verify, never judged by the floors alone.
+func TestDiffRefusesASetWithoutCalibration(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", "cpu")
+	src := filepath.Join("..", "..", "golden")
+	root := t.TempDir()
+	copyFile(t, filepath.Join(src, "tolerances.yaml"), filepath.Join(root, "tolerances.yaml"))
+	dir := filepath.Join(root, "models", "gpt2-tiny")
+	entries, err := os.ReadDir(filepath.Join(src, "models", "gpt2-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != "calibration.json" {
+			copyFile(t, filepath.Join(src, "models", "gpt2-tiny", e.Name()), filepath.Join(dir, e.Name()))
+		}
+	}
+	manifest, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for _, line := range strings.Split(string(manifest), "\n") {
+		if strings.Contains(line, `"role": "calibration"`) {
+			continue
+		}
+		kept = append(kept, line)
+	}
+	// the entry before the dropped last one loses its comma
+	text := strings.Replace(strings.Join(kept, "\n"), "},\n  ]", "}\n  ]", 1)
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI("diff", "-golden", root, "gpt2-tiny")
+	if code != 1 || !strings.Contains(errs, "predates calibration; regenerate it (make golden") {
+		t.Errorf("diff of a set without calibration: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, _ := runCLI("golden", "verify", "-golden", root); code != 1 || !strings.Contains(out, "predates calibration") {
+		t.Errorf("golden verify of a set without calibration: exit %d\n%s", code, out)
 	}
 }
 

@@ -276,46 +276,6 @@ taps:
 	}
 }
 
-func TestTapDepthScaling(t *testing.T) {
-	src := `version: 1
-taps:
-  resid_attn: {atol: 0.1, rtol: 0.02, nmse: 2.0e-5, why: "stream"}
-  logits: {max_kl: 1.0e-4, why: "logits"}
-tap_depth: {reference_layers: 2, why: "random walk"}
-`
-	tols, err := ParseTolerances([]byte(src), "tolerances.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]float64{
-		"prefill.layers.0.resid_attn":  1,               // inside the reference depth: unchanged
-		"prefill.layers.1.resid_attn":  1,               // (l+1)/2 = 1
-		"decode.3.layers.7.resid_attn": 2,               // sqrt(8/2)
-		"prefill.layers.23.resid_attn": math.Sqrt(12.0), // qwen2.5-0.5b's last layer
-	} {
-		tol, err := tols.Tap(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if math.Abs(*tol.Atol-0.1*want) > 1e-12 || math.Abs(*tol.Rtol-0.02*want) > 1e-12 || *tol.NMSE != 2e-5 {
-			t.Errorf("%s: atol %v rtol %v nmse %v, want x%v on atol and rtol only", name, *tol.Atol, *tol.Rtol, *tol.NMSE, want)
-		}
-	}
-	// The base entry is not modified by a scaled lookup.
-	if tol, _ := tols.Tap("prefill.layers.0.resid_attn"); *tol.Atol != 0.1 {
-		t.Errorf("scaling leaked into the shared entry: atol %v", *tol.Atol)
-	}
-	if tol, err := tols.Tap("decode.0.logits"); err != nil || tol.Atol != nil {
-		t.Errorf("logits: %+v %v", tol, err)
-	}
-	if _, err := ParseTolerances([]byte("version: 1\ntap_depth: {reference_layers: 0, why: x}\n"), "t.yaml"); err == nil {
-		t.Error("tap_depth with reference_layers 0 parsed")
-	}
-	if _, err := ParseTolerances([]byte("version: 1\ntap_depth: {reference_layers: 2}\n"), "t.yaml"); err == nil {
-		t.Error("tap_depth without a rationale parsed")
-	}
-}
-
 func FuzzParseTolerances(f *testing.F) {
 	f.Add([]byte("version: 1\nkernels:\n  gemm:\n    f16: {atol: 1.0e-4, rtol: 1.0e-3, why: x}\n"))
 	f.Add([]byte("version: 1\ntaps:\n  logits: {max_kl: 1, top_k: [{k: 5, min: 0.5}], why: x}\n"))

@@ -4,58 +4,33 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"strconv"
 	"strings"
 )
 
 // TapResult is one tap of a model pass compared with its reference.
 type TapResult struct {
-	Name   string // canonical golden name: prefill.layers.0.q_rope, decode.3.logits
-	Tol    Tolerance
-	Result *Result
+	Name string // canonical golden name: prefill.layers.0.q_rope, decode.3.logits
+	// Tol is the tolerance the tap was judged by (CalibratedTap), Floor the static taps:
+	// entry it derives from.
+	Tol, Floor Tolerance
+	Result     *Result
 }
 
-var (
-	tapPrefix = regexp.MustCompile(`^(prefill\.|decode\.\d+\.)?(layers\.\d+\.)?`)
-	tapLayer  = regexp.MustCompile(`(?:^|\.)layers\.(\d+)\.`)
-)
+var tapPrefix = regexp.MustCompile(`^(prefill\.|decode\.\d+\.)?(layers\.\d+\.)?`)
 
 // TapKind is the tolerances.yaml key of a tap name: "prefill.layers.3.q_rope" -> "q_rope",
 // "decode.0.logits" -> "logits".
 func TapKind(name string) string { return tapPrefix.ReplaceAllString(name, "") }
 
-// Tap returns the tolerance of a tap by its kind, with tap_depth's scaling applied to taps
-// inside a layer.
+// Tap returns the static tolerance of a tap by its kind: the floor of the limits
+// CalibratedTap derives.
 func (t *Tolerances) Tap(name string) (Tolerance, error) {
 	kind := TapKind(name)
 	tol, ok := t.Taps[kind]
 	if !ok {
 		return Tolerance{}, fmt.Errorf("%s: no tolerance for tap %q: add taps.%s with a rationale", t.path, name, kind)
 	}
-	if f := t.DepthFactor(name); f > 1 && tol.Atol != nil {
-		atol, rtol := *tol.Atol*f, *tol.Rtol*f
-		tol.Atol, tol.Rtol = &atol, &rtol
-		if tol.AtolRMS != nil {
-			atolRMS := *tol.AtolRMS * f
-			tol.AtolRMS = &atolRMS
-		}
-		tol.Why += fmt.Sprintf(" (atol, rtol x%.2f for depth: tap_depth)", f)
-	}
 	return tol, nil
-}
-
-// DepthFactor is the allclose scale tap_depth gives a tap: 1 outside layers or without
-// tap_depth.
-func (t *Tolerances) DepthFactor(name string) float64 {
-	m := tapLayer.FindStringSubmatch(name)
-	if t.TapDepth == nil || m == nil {
-		return 1
-	}
-	l, err := strconv.Atoi(m[1])
-	if err != nil {
-		return 1
-	}
-	return math.Max(1, math.Sqrt(float64(l+1)/float64(t.TapDepth.ReferenceLayers)))
 }
 
 // FirstFailure returns the index of the first tap (in forward order) out of tolerance, or -1.
@@ -70,13 +45,14 @@ func FirstFailure(rows []TapResult) int {
 
 // LayerDiffTable formats rows, which must be in forward order, as the layer-diff report: one
 // line per tap with its headline metrics (allclose is the worst element's error over its
-// atol + rtol·|want| allowance) and the share of its budget used; the first tap
-// out of tolerance is marked ">>", the taps after it "!" where they fail too (they inherit
-// the error, so the first one is where to look).
+// atol + atol_rms·rms(row) + rtol·|want| allowance), the share of its budget used, and the
+// limits that the set's calibration raised above the static floor; the first tap out of
+// tolerance is marked ">>", the taps after it "!" where they fail too (they inherit the error,
+// so the first one is where to look).
 func LayerDiffTable(rows []TapResult) string {
 	var b strings.Builder
 	first := FirstFailure(rows)
-	fmt.Fprintf(&b, "   %-34s %10s %10s %10s %10s %8s  %s\n", "tap", "allclose", "nmse", "1-cosine", "kl", "budget", "worst check")
+	fmt.Fprintf(&b, "   %-34s %10s %10s %10s %10s %8s  %-11s %s\n", "tap", "allclose", "nmse", "1-cosine", "kl", "budget", "worst check", "calibrated limits (above the floor)")
 	for i, r := range rows {
 		mark := "  "
 		switch {
@@ -101,9 +77,10 @@ func LayerDiffTable(rows []TapResult) string {
 			return fmt.Sprintf("%.3g", f(v))
 		}
 		id := func(v float64) float64 { return v }
-		fmt.Fprintf(&b, "%s %-34s %10s %10s %10s %10s %7.1f%%  %s\n", mark, r.Name,
+		line := fmt.Sprintf("%s %-34s %10s %10s %10s %10s %7.1f%%  %-11s %s", mark, r.Name,
 			col("allclose", id), col("nmse", id), col("cosine", func(v float64) float64 { return 1 - v }), col("kl", id),
-			100*math.Min(wb, 1e6), worst)
+			100*math.Min(wb, 1e6), worst, r.RaisedLimits())
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
 	}
 	if first >= 0 {
 		fmt.Fprintf(&b, "first tap out of tolerance: %s (%s)\n%s", rows[first].Name, rows[first].Tol.Why, rows[first].Result.Table())

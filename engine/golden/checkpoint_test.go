@@ -23,7 +23,7 @@ func modelSet(t *testing.T) (dir string, cfg []byte) {
 }
 
 func TestCheckpointFiles(t *testing.T) {
-	dir, _ := modelSet(t)
+	dir := calibratedSet(t, docCalibration)
 	s, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)

@@ -82,7 +82,15 @@ func (m *Manifest) validateFiles() []error {
 		}
 		names[f.Name] = true
 		checkpoint := f.Role == RoleCheckpoint
-		if err := checkFileName(f.File, checkpoint); err != nil {
+		calibration := f.Role == RoleCalibration
+		if calibration {
+			// One fixed name and file: a reader finds it without searching, and a second
+			// calibration (two sets of limits) cannot be listed.
+			if f.Name != CalibrationName || f.File != CalibrationFile {
+				bad("a calibration entry is named %q with file %q", CalibrationName, CalibrationFile)
+			}
+		}
+		if err := checkFileName(f.File, checkpoint || calibration); err != nil {
 			bad("file %q: %v", f.File, err)
 		} else if files[f.File] {
 			bad("file %q listed twice", f.File)
@@ -91,17 +99,18 @@ func (m *Manifest) validateFiles() []error {
 		switch {
 		case f.Role == RoleInput || f.Role == RoleExpected:
 			roles[f.Role]++
-		case checkpoint && m.Kind == KindModel:
+		case (checkpoint || calibration) && m.Kind == KindModel:
 			roles[f.Role]++
-		case checkpoint:
-			bad("role %q: only model sets hold checkpoint files", f.Role)
+		case checkpoint || calibration:
+			bad("role %q: only model sets hold %s files", f.Role, f.Role)
 		default:
-			bad("role %q: want %q, %q or (model sets) %q", f.Role, RoleInput, RoleExpected, RoleCheckpoint)
+			bad("role %q: want %q, %q or (model sets) %q or %q", f.Role, RoleInput, RoleExpected, RoleCheckpoint, RoleCalibration)
 		}
-		if checkpoint {
-			// A checkpoint file is not a tensor: a dtype or shape would be a claim nobody checks.
+		if checkpoint || calibration {
+			// A checkpoint or calibration file is not a tensor: a dtype or shape would be a
+			// claim nobody checks.
 			if f.DType != "" || f.Shape != nil {
-				bad("a checkpoint file has no dtype or shape")
+				bad("a %s file has no dtype or shape", f.Role)
 			}
 		} else {
 			if _, err := tensor.ParseDType(f.DType); err != nil {
@@ -156,7 +165,8 @@ func checkIdent(s string) error {
 
 // checkFileName keeps every file directly inside its set directory: the manifest is data,
 // and a path in it must not be able to point anywhere else. Tensors are .npy files;
-// checkpoint files are .json or .safetensors.
+// checkpoint files (and calibration.json, which the caller checks by name) are .json or
+// .safetensors.
 func checkFileName(s string, checkpoint bool) error {
 	switch {
 	case s == "":

@@ -25,6 +25,9 @@ func (s *Set) Tensor(name string) (*tensor.Tensor, error) {
 	if f.Role == RoleCheckpoint {
 		return nil, fmt.Errorf("%s: %q is a checkpoint file, not a tensor (use CheckpointPath)", s.manifestPath(), name)
 	}
+	if f.Role == RoleCalibration {
+		return nil, fmt.Errorf("%s: %q is the calibration file, not a tensor (use Calibration)", s.manifestPath(), name)
+	}
 	path := filepath.Join(s.Dir, f.File)
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -51,7 +54,8 @@ func (s *Set) Tensor(name string) (*tensor.Tensor, error) {
 	return t, nil
 }
 
-// Verify checks every listed tensor as Tensor does, and that the directory holds nothing the
+// Verify checks every listed tensor as Tensor does (checkpoint and calibration files by their
+// own readers), that a model set has a calibration, and that the directory holds nothing the
 // manifest does not list: a stray file is usually a leftover from an older generation that a
 // reader could pick up by mistake. All problems are returned together.
 func (s *Set) Verify() error {
@@ -60,14 +64,23 @@ func (s *Set) Verify() error {
 	for _, f := range s.Manifest.Files {
 		listed[f.File] = true
 		var err error
-		if f.Role == RoleCheckpoint {
+		switch f.Role {
+		case RoleCheckpoint:
 			_, err = s.CheckpointPath(f.Name)
-		} else {
+		case RoleCalibration:
+			_, err = s.Calibration()
+		default:
 			_, err = s.Tensor(f.Name)
 		}
 		if err != nil {
 			errs = append(errs, err)
 		}
+	}
+	// A model set's tap limits derive from its calibration: one without (made before it
+	// existed) cannot be judged and is reported with the command that regenerates it.
+	if _, listed := s.File(CalibrationName); s.Manifest.Kind == KindModel && !listed {
+		_, err := s.Calibration()
+		errs = append(errs, err)
 	}
 	entries, err := os.ReadDir(s.Dir)
 	if err != nil {

@@ -70,9 +70,15 @@ func LoadSet(be backend.Backend, set *golden.Set) (*Model, *SetParams, error) {
 
 // CompareTaps runs the set's prefill and its stored decode steps (teacher-forced on the
 // reference's greedy tokens) with every stored tap requested, and compares each tap with its
-// reference under tols. The rows come back in forward (manifest) order, ready for
-// compare.LayerDiffTable.
+// reference under the tolerance tols derives from the set's calibration
+// (compare.Tolerances.CalibratedTap): a set without calibration.json is an error asking to
+// regenerate it, never judged by the floors alone. The rows come back in forward (manifest)
+// order, ready for compare.LayerDiffTable.
 func CompareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Tolerances) ([]compare.TapResult, error) {
+	cal, err := set.Calibration()
+	if err != nil {
+		return nil, err
+	}
 	var bare []string
 	var expected []golden.File
 	for _, f := range set.Files(golden.RoleExpected) {
@@ -111,15 +117,23 @@ func CompareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Toleranc
 		if err != nil {
 			return nil, err
 		}
-		tol, err := tols.Tap(f.Name)
+		floor, err := tols.Tap(f.Name)
 		if err != nil {
 			return nil, err
+		}
+		ce, ok := cal.Taps[f.Name]
+		if !ok { // Set.Calibration checked it lists every tap
+			return nil, fmt.Errorf("%s: no calibration for tap %s", set.ID(), f.Name)
+		}
+		tol, err := tols.CalibratedTap(f.Name, &ce)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", set.ID(), err)
 		}
 		r, err := compare.Compare(g, want, tol)
 		if err != nil {
 			return nil, fmt.Errorf("tap %s: %w", f.Name, err)
 		}
-		rows = append(rows, compare.TapResult{Name: f.Name, Tol: tol, Result: r})
+		rows = append(rows, compare.TapResult{Name: f.Name, Tol: tol, Floor: floor, Result: r})
 	}
 	return rows, nil
 }

@@ -5,6 +5,7 @@
     python3 tools/gen-golden models --checkpoint DIR --name NAME [--tier full] [--check]
     python3 tools/gen-golden sampling [--out DIR] [--check]
     python3 tools/gen-golden selftest [--only kernels|sampling|models] [--set DIR]...
+    python3 tools/gen-golden randinit --preset qwen2.5-1.5b --out DIR [--seed N] [--layers N] [--vocab N]
 """
 
 import os
@@ -305,6 +306,20 @@ def cmd_selftest(args):
     return rc
 
 
+def cmd_randinit(args):
+    """A checkpoint of a real model's shape with transformers' own random initialisation
+    (randinit.py), for models --checkpoint."""
+    import randinit
+    setup_torch()
+    setup_models()
+    t0 = time.time()
+    cfg = randinit.build(args.preset, args.out, seed=args.seed, layers=args.layers,
+                         vocab=args.vocab)
+    print("%s: %s, %d layers, vocab %d, seed %d (%.1fs)" % (args.out, args.preset,
+          cfg["num_hidden_layers"], cfg["vocab_size"], args.seed, time.time() - t0))
+    return 0
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="gen-golden", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -356,6 +371,15 @@ def main(argv=None):
                    help="with --only models: check these existing model set directories (e.g. a "
                         "full-size or --layers set) instead of building the committed ones")
     s.set_defaults(func=cmd_selftest)
+    r = sub.add_parser("randinit", help="write a checkpoint of a real model's shape with "
+                                         "transformers' own random initialisation (for models "
+                                         "--checkpoint)")
+    r.add_argument("--preset", required=True, choices=("qwen2.5-1.5b",))
+    r.add_argument("--out", required=True, metavar="DIR", help="checkpoint directory to create")
+    r.add_argument("--seed", type=int, default=20261121, help="torch.manual_seed (default 20261121)")
+    r.add_argument("--layers", type=int, metavar="N", help="fewer layers than the preset")
+    r.add_argument("--vocab", type=int, metavar="N", help="a smaller vocabulary than the preset")
+    r.set_defaults(func=cmd_randinit)
     args = p.parse_args(argv)
     return args.func(args)
 

@@ -112,12 +112,13 @@ def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     return len(entries) + 1, total + len(text)
 
 
-def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, tensors):
-    """Finish a model set whose checkpoint files already lie in set_dir: write every tensor as .npy
-    and manifest.json (docs/golden-format.md, "Model sets").
+def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, tensors, calibration):
+    """Finish a model set whose checkpoint files and calibration file already lie in set_dir:
+    write every tensor as .npy and manifest.json (docs/golden-format.md, "Model sets").
 
     checkpoint: [(name, file, sha256)] listed first with role "checkpoint" and no dtype/shape;
-    tensors: ordered [(name, tensor in f32/i32, role)], written as <name>.npy.
+    tensors: ordered [(name, tensor in f32/i32, role)], written as <name>.npy;
+    calibration: (name, file, sha256) of calibration.json, listed last with role "calibration".
     Returns (number of files, total bytes) including the checkpoint files and manifest.json.
     """
     entries = []
@@ -129,6 +130,9 @@ def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, ten
         entry, size = write_tensor(set_dir, name, t, role)
         entries.append(entry)
         total += size
+    name, fname, digest = calibration
+    entries.append({"name": name, "file": fname, "role": "calibration", "sha256": digest})
+    total += os.path.getsize(os.path.join(set_dir, fname))
     names = [e["name"] for e in entries]
     files = [e["file"] for e in entries]
     assert len(set(names)) == len(names) and len(set(files)) == len(files), "duplicate entry"

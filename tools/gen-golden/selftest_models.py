@@ -25,7 +25,11 @@ must be byte-identical), then read back from its files only:
   - seeded generation: token 0 and its margin follow exactly from prefill.logits, every sampled
     token from a cache-free forward over the sampled sequence (sampling.py), and the fp16 run,
     teacher-forced on the sampled tokens, samples the reference token at every step whose margin
-    reaches the epsilon (so sample_margin is honest).
+    reaches the epsilon (so sample_margin is honest);
+  - calibration.json is what the rounded fp16 forward makes of the set's own stored taps (rebuilt
+    from the checkpoint and compared byte for byte), its hooks change nothing but the rounding (an
+    identity rounding reproduces the reference taps), its taps are fp16 values and its residual
+    adds the rounded sums of the rounded taps before them.
 `selftest --set DIR` runs the read-back checks on existing set directories instead (for example a
 full-size set, or a --layers smoke set).
 """
@@ -34,6 +38,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import struct
 import tempfile
 import time
@@ -159,13 +164,16 @@ def check_format(s):
     check([e["file"] for e in m["files"][:len(ckpt)]] == [e["file"] for e in ckpt],
           "checkpoint files come first")
     check({"config.json"} <= {e["file"] for e in ckpt}, "config.json is a checkpoint file")
+    check(m["files"][-1] == {"name": "calibration", "file": models.CALIBRATION_FILE,
+                             "role": "calibration", "sha256": m["files"][-1].get("sha256")},
+          "calibration.json is listed last, role calibration, no dtype/shape")
     for e in m["files"]:
         with open(os.path.join(s.dir, e["file"]), "rb") as f:
             data = f.read()
         check(hashlib.sha256(data).hexdigest() == e["sha256"], "%s: sha256" % e["file"])
-        if e["role"] == "checkpoint":
+        if e["role"] in ("checkpoint", "calibration"):
             check(set(e) == {"name", "file", "role", "sha256"},
-                  "%s: checkpoint entry keys" % e["file"])
+                  "%s: %s entry keys" % (e["file"], e["role"]))
             continue
         check(e["role"] in ("input", "expected") and e["file"] == e["name"] + ".npy",
               "%s: role/name" % e["file"])
@@ -187,7 +195,7 @@ def check_format(s):
              ("greedy_top5", "i32", [32, 5], "expected"),
              ("sample_tokens", "i32", [32], "expected"),
              ("sample_margin", "f32", [32], "expected")]
-    got = [(e["name"], e["dtype"], e["shape"], e["role"]) for e in m["files"][len(ckpt):]]
+    got = [(e["name"], e["dtype"], e["shape"], e["role"]) for e in m["files"][len(ckpt):-1]]
     if got != want:
         first = next((g, w) for g, w in zip(got + [None] * len(want), want + [None] * len(got))
                      if g != w)
@@ -660,6 +668,71 @@ def fp16_drift(s):
     return drift, int((margins >= eps).sum()), agree
 
 
+CAL_NUMBER = re.compile(r"^(0|[1-9]\.\d\de[+-]\d\d)$")
+
+
+def check_calibration(s):
+    """calibration.json: its layout (one tap a line, in tap order, numbers at 3 significant
+    digits), and that it is what the rounded forward makes of this set's own stored files: a
+    fresh model from the set's checkpoint, teacher-forced on its greedy tokens, against its
+    stored taps. The hooks are shown to change nothing but the rounding (an identity rounding
+    reproduces the stored reference taps), every rounded tap but the logits to be fp16 values,
+    and both residual adds to be the rounded sums of the rounded taps before them. Returns the
+    largest calibrated nmse and its tap."""
+    with open(os.path.join(s.dir, models.CALIBRATION_FILE), "rb") as f:
+        raw = f.read()
+    cal = json.loads(raw)
+    check(list(cal) == ["version", "implementation", "taps"] and cal["version"] == 1
+          and cal["implementation"] == models.CALIBRATION_IMPLEMENTATION, "calibration header")
+    taps = [e["name"] for e in s.m["files"] if e["name"].startswith(("prefill.", "decode."))]
+    check([t["tap"] for t in cal["taps"]] == taps, "calibration lists the set's taps in order")
+    lines = raw.decode("ascii").splitlines()[4:-2]
+    check(len(lines) == len(taps), "one calibration entry a line")
+    for line, t in zip(lines, cal["taps"]):
+        keys = models.CALIBRATION_KEYS + (models.CALIBRATION_LOGIT_KEYS
+                                          if t["tap"].endswith(".logits") else [])
+        check(list(t) == ["tap"] + keys, "%s: calibration keys %s" % (t["tap"], list(t)))
+        for k in keys:
+            text = re.search(r'"%s": ([^,}]*)' % k, line).group(1)
+            check(CAL_NUMBER.match(text) is not None, "%s.%s = %s: not 3 significant digits"
+                  % (t["tap"], k, text))
+
+    prompt = torch.tensor(s.p["prompt_ids"], dtype=torch.int32)
+    tokens = torch.tensor(s.a("greedy_tokens"))
+    N = s.p["decode_steps"]
+    ref = {n: torch.from_numpy(s.a(n)) for n in taps}
+
+    model = models.load_model(s.dir, s.family)
+    same = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N, rounding=lambda t: t)
+    for n in taps:
+        rel = close(same[n].numpy(), ref[n].numpy().astype(np.float64), TAP_RTOL)
+        check(rel <= 1e-5, "%s: the calibration forward without rounding is not the reference "
+              "(relative %.3g): a hook changes more than the rounding" % (n, rel))
+    del model, same
+
+    model = models.load_model(s.dir, s.family)
+    rounded = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N)
+    del model
+    check(models.calibration_bytes(ref, rounded) == raw,
+          "calibration.json is not what the rounded forward makes of the stored taps")
+    f16 = models.round_f16
+    for n, t in rounded.items():
+        if not n.endswith(".logits"):
+            check(torch.equal(f16(t), t), "%s: the calibration tap is not fp16-valued" % n)
+    for prefix in ["prefill"] + ["decode.%d" % i for i in range(N)]:
+        t = lambda n: rounded[prefix + "." + n]  # noqa: E731
+        prev = t("embed")
+        for i in range(s.dims.L):
+            p = "layers.%d." % i
+            check(torch.equal(t(p + "resid_attn"), f16(prev + t(p + "attn_out"))),
+                  "%s.%sresid_attn is not fp16(x + attn_out)" % (prefix, p))
+            check(torch.equal(t(p + "resid_ffn"), f16(t(p + "resid_attn") + t(p + "ffn_out"))),
+                  "%s.%sresid_ffn is not fp16(resid_attn + ffn_out)" % (prefix, p))
+            prev = t(p + "resid_ffn")
+    worst = max(cal["taps"], key=lambda e: e["nmse"])
+    return worst["nmse"], worst["tap"]
+
+
 def check_set(d, spec=None):
     s = Set(d)
     check_format(s)
@@ -675,15 +748,18 @@ def check_set(d, spec=None):
         "decode": check_greedy(s),
         "sampled": check_sampled(s),
         "fp16": fp16_drift(s),
+        "calibration": check_calibration(s),
     }
     mg = s.a("greedy_top2_margin")
     drift, comparable, agree = res["fp16"]
     print("%-14s taps vs numpy fp64 %.1e, rope %.1e, chain %.1e, decode vs no-cache %.1e; "
           "margins min %.3f median %.3f (%d < eps %g); fp16 margin drift %.4f; sampled: "
-          "margins vs no-cache %.1e, %d/32 steps >= eps, fp16 samples the same token at %d/32"
+          "margins vs no-cache %.1e, %d/32 steps >= eps, fp16 samples the same token at %d/32; "
+          "calibration: worst nmse %.3g at %s"
           % (s.m["model"], res["numpy"], res["rope"], res["chain"], res["decode"],
              float(mg.min()), float(np.median(mg)), int((mg < s.p["margin_epsilon"]).sum()),
-             s.p["margin_epsilon"], drift, res["sampled"], comparable, agree), flush=True)
+             s.p["margin_epsilon"], drift, res["sampled"], comparable, agree,
+             res["calibration"][0], res["calibration"][1]), flush=True)
 
 
 def digests(root):

@@ -1,0 +1,208 @@
+package golden
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// A model set's calibration.json (docs/golden-format.md, "Calibration") records, for every tap
+// of the set, the error that an independent fp16 implementation of the same forward makes
+// against the fp32 reference. Tap limits are derived from it (compare.Tolerances.CalibratedTap),
+// so that they follow each model's own depth and conditioning instead of limits tuned on one
+// model.
+const (
+	// RoleCalibration marks calibration.json: checked by sha256 and parsed, never a tensor.
+	RoleCalibration = "calibration"
+	// CalibrationName and CalibrationFile are the only name and file a calibration entry may have.
+	CalibrationName = "calibration"
+	CalibrationFile = "calibration.json"
+	// CalibrationVersion is the layout of calibration.json this reader understands.
+	CalibrationVersion = 1
+	// CalibrationMaxNMSE bounds every recorded nmse. It is the error of a correct
+	// implementation: one this large means the calibration forward computes something else
+	// than the reference, and limits derived from it would let real bugs pass (a wrong RoPE
+	// theta moves nmse to 1e-2 and beyond). The generator refuses to write one too.
+	CalibrationMaxNMSE = 1e-2
+)
+
+// TapError is the calibration record of one tap: compare's metrics of the fp16
+// implementation's tap against the reference (the same definitions as compare.Compare).
+type TapError struct {
+	NMSE        float64 // sum((got-want)²) / sum(want²)
+	OneMinusCos float64 // 1 - cosine(got, want), flattened
+	MaxErrRMS   float64 // max over elements of |got-want| / rms(the reference's row), row = last dim
+	// Logits only (nil elsewhere): the worst |got-want| in logit units, and the mean over rows
+	// of KL(softmax(want) || softmax(got)).
+	MaxAbs, KL *float64
+}
+
+// Calibration is a parsed calibration.json.
+type Calibration struct {
+	Version        int
+	Implementation string
+	// Order lists the taps in file order; Taps holds their records.
+	Order []string
+	Taps  map[string]TapError
+}
+
+// calibrationFile is the JSON layout; pointers tell a missing key from a zero.
+type calibrationFile struct {
+	Version        *int             `json:"version"`
+	Implementation string           `json:"implementation"`
+	Taps           []calibrationTap `json:"taps"`
+}
+
+type calibrationTap struct {
+	Tap         string   `json:"tap"`
+	NMSE        *float64 `json:"nmse"`
+	OneMinusCos *float64 `json:"one_minus_cos"`
+	MaxErrRMS   *float64 `json:"max_err_rms"`
+	MaxAbs      *float64 `json:"max_abs"`
+	KL          *float64 `json:"kl"`
+}
+
+// isLogitsTap reports whether a tap name is a pass's logits ("prefill.logits", "decode.3.logits").
+func isLogitsTap(name string) bool { return name == "logits" || strings.HasSuffix(name, ".logits") }
+
+// ParseCalibration decodes and validates calibration.json; path is only used in errors. It is
+// strict like ParseManifest: unknown or duplicated keys, a missing value, a value that is not a
+// finite number >= 0 (or an nmse above CalibrationMaxNMSE, a 1 - cosine above 2) and a tap
+// listed twice are errors; logits taps must carry max_abs and kl, other taps must not.
+func ParseCalibration(data []byte, path string) (*Calibration, error) {
+	if err := checkDuplicateKeys(data); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var f calibrationFile
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%s: data after the calibration object", path)
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: "+format, append([]any{path}, args...)...))
+	}
+	switch {
+	case f.Version == nil:
+		bad("version missing (want %d)", CalibrationVersion)
+	case *f.Version != CalibrationVersion:
+		bad("version %d: this reader wants %d (regenerate the set, or update the engine)", *f.Version, CalibrationVersion)
+	}
+	if f.Implementation == "" {
+		bad("implementation missing")
+	}
+	if len(f.Taps) == 0 {
+		bad("taps: empty")
+	}
+	c := &Calibration{Implementation: f.Implementation, Taps: map[string]TapError{}}
+	if f.Version != nil {
+		c.Version = *f.Version
+	}
+	for i, t := range f.Taps {
+		label := fmt.Sprintf("taps[%d]", i)
+		if err := checkIdent(t.Tap); err != nil {
+			bad("%s: tap: %v", label, err)
+			continue
+		}
+		label = fmt.Sprintf("taps[%d] (%s)", i, t.Tap)
+		if _, dup := c.Taps[t.Tap]; dup {
+			bad("%s: listed twice", label)
+			continue
+		}
+		value := func(key string, p *float64, max float64) float64 {
+			switch {
+			case p == nil:
+				bad("%s: %s missing", label, key)
+				return 0
+			case !(*p >= 0 && *p <= max):
+				bad("%s: %s = %v: want a number in [0, %g]", label, key, *p, max)
+				return 0
+			}
+			return *p
+		}
+		e := TapError{
+			NMSE:        value("nmse", t.NMSE, CalibrationMaxNMSE),
+			OneMinusCos: value("one_minus_cos", t.OneMinusCos, 2),
+			MaxErrRMS:   value("max_err_rms", t.MaxErrRMS, math.MaxFloat64),
+		}
+		if isLogitsTap(t.Tap) {
+			a, k := value("max_abs", t.MaxAbs, math.MaxFloat64), value("kl", t.KL, math.MaxFloat64)
+			e.MaxAbs, e.KL = &a, &k
+		} else if t.MaxAbs != nil || t.KL != nil {
+			bad("%s: max_abs and kl belong to logits taps only", label)
+		}
+		c.Order = append(c.Order, t.Tap)
+		c.Taps[t.Tap] = e
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// tapFiles lists the set's tap tensors (expected files of the prefill and decode passes) in
+// manifest order: exactly what a calibration must cover.
+func (s *Set) tapFiles() []string {
+	var names []string
+	for _, f := range s.Files(RoleExpected) {
+		if strings.HasPrefix(f.Name, "prefill.") || strings.HasPrefix(f.Name, "decode.") {
+			names = append(names, f.Name)
+		}
+	}
+	return names
+}
+
+// Calibration reads the set's calibration.json after checking its sha256, parses it and
+// checks that it records exactly the set's taps, in manifest order. A model set without one
+// predates calibration: its tap limits cannot be derived, and the error says to regenerate it.
+func (s *Set) Calibration() (*Calibration, error) {
+	f, ok := s.File(CalibrationName)
+	if !ok || f.Role != RoleCalibration {
+		return nil, fmt.Errorf("%s: no %s (the per-tap error of an fp16 implementation, from which tap limits are derived): the set predates calibration; regenerate it (%s; gen-golden models --checkpoint DIR --name %s for a checkpoint set)",
+			s.ID(), CalibrationFile, s.regenerateHint(), s.Manifest.Model)
+	}
+	path := filepath.Join(s.Dir, f.File)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: missing (listed in %s as %q); regenerate with %s", path, ManifestName, f.Name, s.regenerateHint())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if sum := sha256.Sum256(data); hex.EncodeToString(sum[:]) != f.SHA256 {
+		return nil, fmt.Errorf("%s: sha256 mismatch: manifest says %s, file has %s; the set is corrupt or stale: regenerate with %s",
+			path, f.SHA256, hex.EncodeToString(sum[:]), s.regenerateHint())
+	}
+	c, err := ParseCalibration(data, path)
+	if err != nil {
+		return nil, err
+	}
+	taps := s.tapFiles()
+	for i, name := range taps {
+		if i >= len(c.Order) || c.Order[i] != name {
+			got := "nothing"
+			if i < len(c.Order) {
+				got = c.Order[i]
+			}
+			return nil, fmt.Errorf("%s: entry %d is %s, the set's tap %d is %s (a calibration lists every tap of its set, in manifest order): regenerate with %s",
+				path, i, got, i, name, s.regenerateHint())
+		}
+	}
+	if len(c.Order) != len(taps) {
+		return nil, fmt.Errorf("%s: %d taps for the set's %d (extra: %s): regenerate with %s", path, len(c.Order), len(taps), c.Order[len(taps)], s.regenerateHint())
+	}
+	return c, nil
+}
