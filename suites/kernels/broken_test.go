@@ -247,21 +247,7 @@ func (k prefillNoMask) AttentionPrefill(out, q, kk, v backend.Buffer, cfg backen
 type prefillWrongGQA struct{ *cpu.Backend }
 
 func (k prefillWrongGQA) AttentionPrefill(out, q, kk, v backend.Buffer, cfg backend.AttentionConfig) error {
-	expand := func(buf backend.Buffer) (backend.Buffer, error) {
-		t, err := k.Download(buf)
-		if err != nil {
-			return nil, err
-		}
-		b, s, d := t.Shape[0], t.Shape[1], cfg.HeadDim
-		wide := tensor.New(tensor.F16, b, s, cfg.NumHeads, d)
-		for pos := 0; pos < b*s; pos++ {
-			for h := 0; h < cfg.NumHeads; h++ {
-				src := (pos*cfg.NumKVHeads + h%cfg.NumKVHeads) * d
-				copy(wide.F16[(pos*cfg.NumHeads+h)*d:][:d], t.F16[src:src+d])
-			}
-		}
-		return k.Upload(wide)
-	}
+	expand := func(buf backend.Buffer) (backend.Buffer, error) { return expandKVModulo(k, buf, cfg) }
 	if cfg.NumKVHeads == cfg.NumHeads {
 		return k.Backend.AttentionPrefill(out, q, kk, v, cfg)
 	}
@@ -486,21 +472,7 @@ func (k decodeWrongGQA) AttentionDecode(out, q, kc, vc, lens backend.Buffer, cfg
 	if cfg.NumKVHeads == cfg.NumHeads {
 		return k.Backend.AttentionDecode(out, q, kc, vc, lens, cfg)
 	}
-	expand := func(buf backend.Buffer) (backend.Buffer, error) {
-		t, err := k.Download(buf)
-		if err != nil {
-			return nil, err
-		}
-		rows, d := t.Shape[0]*t.Shape[1], cfg.HeadDim
-		wide := tensor.New(tensor.F16, t.Shape[0], t.Shape[1], cfg.NumHeads, d)
-		for r := 0; r < rows; r++ {
-			for h := 0; h < cfg.NumHeads; h++ {
-				src := (r*cfg.NumKVHeads + h%cfg.NumKVHeads) * d
-				copy(wide.F16[(r*cfg.NumHeads+h)*d:][:d], t.F16[src:src+d])
-			}
-		}
-		return k.Upload(wide)
-	}
+	expand := func(buf backend.Buffer) (backend.Buffer, error) { return expandKVModulo(k, buf, cfg) }
 	wk, err := expand(kc)
 	if err != nil {
 		return err
@@ -555,4 +527,24 @@ func (k gemmF16Accumulation) Gemm(out, x, w, bias backend.Buffer) error {
 		}
 	}
 	return copyInto(k, out, res)
+}
+
+// expandKVModulo widens a K or V tensor [..., n_kv, D] (prefill's [B, S, ...] or a decode
+// cache [B, L, ...]) to one head per query head, query head h taking kv head h % n_kv instead
+// of h / (n_heads/n_kv): the wrong GQA mapping of the broken variants.
+func expandKVModulo(b backend.Backend, buf backend.Buffer, cfg backend.AttentionConfig) (backend.Buffer, error) {
+	t, err := b.Download(buf)
+	if err != nil {
+		return nil, err
+	}
+	d := cfg.HeadDim
+	rows := t.Len() / (cfg.NumKVHeads * d)
+	wide := tensor.New(tensor.F16, append(append([]int{}, t.Shape[:len(t.Shape)-2]...), cfg.NumHeads, d)...)
+	for r := 0; r < rows; r++ {
+		for h := 0; h < cfg.NumHeads; h++ {
+			src := (r*cfg.NumKVHeads + h%cfg.NumKVHeads) * d
+			copy(wide.F16[(r*cfg.NumHeads+h)*d:][:d], t.F16[src:src+d])
+		}
+	}
+	return b.Upload(wide)
 }
