@@ -9,6 +9,10 @@
 #   make bundle       precompiled suites + ginkgo + touchstone + runner in dist/ (for GPU hosts)
 #   make bundle-archive   the same as build/dist.tar.xz
 #   make sanitize     compute-sanitizer over the kernel suite (GPU host, after cuda and bundle)
+#   make mutate       plant the catalogue of Go-side bugs one at a time and report which the
+#                     committed tier catches (tools/mutate; same as mutate-go, run by CI)
+#   make mutate-cuda  the CUDA-side bugs on a GPU host (after bundle): dist/bin/mutate -side cuda
+#   make mutate-cuda-check   apply and compile every CUDA-side bug with nvcc, run none (no GPU)
 
 SHELL        := bash
 GO           ?= go
@@ -20,7 +24,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
 FUZZTIME     ?= 20s
 
 .PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify \
-        cuda cuda-test bundle bundle-archive sanitize clean
+        cuda cuda-test bundle bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
 SUITES       := $(patsubst %/,%,$(dir $(wildcard suites/*/*_suite_test.go)))
@@ -37,7 +41,7 @@ fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 unit:
-	$(GO) test ./engine/... ./cmd/...
+	$(GO) test ./engine/... ./cmd/... ./tools/...
 
 suites:
 	@mkdir -p $(REPORTS)
@@ -47,6 +51,7 @@ suites:
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeNPY -fuzztime=$(FUZZTIME) ./engine/tensor/
 	$(GO) test -run='^$$' -fuzz=FuzzParseManifest -fuzztime=$(FUZZTIME) ./engine/golden/
+	$(GO) test -run='^$$' -fuzz=FuzzParseCalibration -fuzztime=$(FUZZTIME) ./engine/golden/
 	$(GO) test -run='^$$' -fuzz=FuzzParseTolerances -fuzztime=$(FUZZTIME) ./engine/compare/
 	$(GO) test -run='^$$' -fuzz=FuzzParseHeader -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
@@ -97,6 +102,7 @@ bundle:
 	done
 	$(GO) build -ldflags="-s -w" -o dist/bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	$(GO) build -ldflags="-s -w" -o dist/bin/touchstone ./cmd/touchstone
+	$(GO) build -ldflags="-s -w" -o dist/bin/mutate ./tools/mutate
 	cp tools/bundle/run dist/run
 
 # dist/ as one compressed artifact (about a third of its size) for GPU runners that receive
@@ -108,6 +114,32 @@ bundle-archive: bundle
 
 sanitize:
 	dist/run sanitize
+
+# Mutation testing (tools/mutate): each mutant of the catalogue is a realistic bug planted in a
+# copy of the sources; the run rebuilds, runs the committed tier of the suites meant to catch
+# it and fails when a non-equivalent mutant survives. Reports: build/reports/mutate-*.{md,json}.
+# MUTATE_FLAGS passes more flags, e.g. MUTATE_FLAGS='-only go-rope-.*'.
+MUTATE_JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
+MUTATE_FLAGS ?=
+NVCC_CHECK   ?= build/cuda-toolchain/nvidia/cu13/bin/nvcc
+
+mutate: mutate-go
+
+# Go side, on the CPU backend: a few minutes on 2 cores (CI runs it after make test).
+mutate-go:
+	$(GO) run ./tools/mutate -side go -j $(MUTATE_JOBS) \
+	  -markdown $(REPORTS)/mutate-go.md -json $(REPORTS)/mutate-go.json $(MUTATE_FLAGS)
+
+# CUDA side, on a GPU host without Go: the bundled binary builds each mutant's library with
+# make -C cuda and runs dist/bin/*.test against it (docs/gpu-notes.md, "Mutation testing").
+mutate-cuda:
+	dist/bin/mutate -side cuda \
+	  -markdown $(REPORTS)/mutate-cuda.md -json $(REPORTS)/mutate-cuda.json $(MUTATE_FLAGS)
+
+# Without a GPU: every CUDA mutant applies and compiles (the nvcc of .ci/nvcc-check).
+mutate-cuda-check:
+	@[ -x $(NVCC_CHECK) ] || bash .ci/nvcc-check
+	$(GO) run ./tools/mutate -side cuda -compile-only -nvcc $(abspath $(NVCC_CHECK)) -j $(MUTATE_JOBS) $(MUTATE_FLAGS)
 
 clean:
 	rm -rf build dist

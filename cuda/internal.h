@@ -62,6 +62,8 @@ inline int check(const char *, int status, const char *, const char *, int) { re
  * the record of the most recent op (named in sticky-error messages) plus, with
  * TOUCHSTONE_SYNC=1, a stream synchronisation so a fault is pinned on the op that caused it. */
 bool debug_enabled();
+/* Whether launches are looked at: the debug log or path recording (ts_record_paths) is on. */
+bool launch_noted();
 /* printf-style description of an op's dims for the debug log; "" when debug is off. */
 const char *dims(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_t smem, const char *dims);
@@ -74,7 +76,7 @@ void log_library_call(const char *op, const char *call, const char *dims);
 #define TS_LAUNCH(op, kernel, grid, block, smem, stream, dimstr, ...)                         \
     do {                                                                                     \
         const dim3 ts_grid_(grid), ts_block_(block);                                         \
-        if (::ts::debug_enabled())                                                           \
+        if (::ts::launch_noted())                                                            \
             ::ts::log_launch((op), reinterpret_cast<const void *>(kernel), ts_grid_, ts_block_, \
                              (size_t)(smem), (dimstr));                                      \
         kernel<<<ts_grid_, ts_block_, (smem), (stream)>>>(__VA_ARGS__);                      \

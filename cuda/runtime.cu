@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cxxabi.h>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -45,6 +46,11 @@ std::mutex g_blas_mu;
 
 std::atomic<bool> g_debug{false};
 std::atomic<bool> g_sync{false};
+
+/* Path recording (ts_record_paths): "<op>\t<what>" -> count. */
+std::atomic<bool> g_record{false};
+std::mutex g_record_mu;
+std::map<std::string, long long> g_records;
 std::atomic<const char *> g_last_op{"(none)"};
 
 std::mutex g_sticky_mu;
@@ -188,6 +194,14 @@ const char *dims(const char *fmt, ...) {
     return tl_dims;
 }
 
+void record_path(const char *op, const std::string &what) {
+    if (!g_record.load(std::memory_order_relaxed)) return;
+    std::lock_guard<std::mutex> lk(g_record_mu);
+    ++g_records[std::string(op) + "\t" + what];
+}
+
+bool launch_noted() { return g_debug.load(std::memory_order_relaxed) || g_record.load(std::memory_order_relaxed); }
+
 void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_t smem, const char *d) {
     /* The kernel's name, demangled and without its parameter list, e.g. rmsnorm_vec_kernel<4>. */
     std::string name = "?";
@@ -200,11 +214,14 @@ void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_
     } else {
         (void)cudaGetLastError();
     }
-    std::fprintf(stderr, "touchstone: debug: %s: launch %s grid=(%u,%u,%u) block=(%u,%u,%u) smem=%zu %s\n", op,
-                 name.c_str(), grid.x, grid.y, grid.z, block.x, block.y, block.z, smem, d);
+    record_path(op, name);
+    if (debug_enabled())
+        std::fprintf(stderr, "touchstone: debug: %s: launch %s grid=(%u,%u,%u) block=(%u,%u,%u) smem=%zu %s\n", op,
+                     name.c_str(), grid.x, grid.y, grid.z, block.x, block.y, block.z, smem, d);
 }
 
 void log_library_call(const char *op, const char *call, const char *d) {
+    record_path(op, call);
     if (debug_enabled()) std::fprintf(stderr, "touchstone: debug: %s: %s %s\n", op, call, d);
 }
 
@@ -365,6 +382,20 @@ int workspace(const char *op, Workspace slot, size_t bytes, void **ptr) {
 
 namespace {
 
+/* A fault read back counts as a path of the op whose kernel reported it. */
+void record_fault(int kind) {
+    switch (kind) {
+    case FAULT_ROPE_POSITION: record_path("rope", "fault:position"); break;
+    case FAULT_POS_EMBEDDING_POSITION: record_path("pos_embedding", "fault:position"); break;
+    case FAULT_EMBEDDING_ID: record_path("embedding", "fault:id"); break;
+    case FAULT_DECODE_CACHE_LEN: record_path("attention_decode", "fault:cache_len"); break;
+    case FAULT_SET_ROWS_ROW: record_path("set_rows", "fault:row"); break;
+    case FAULT_SAMPLE_LOGIT: record_path("sample", "fault:logit"); break;
+    case FAULT_SAMPLE_ALL_NEG_INF: record_path("sample", "fault:all_neg_inf"); break;
+    default: record_path("?", "fault:" + std::to_string(kind)); break;
+    }
+}
+
 /* Reads and clears the device fault record after the stream's work: TS_ERR_INDEX for an
  * out-of-range index, TS_ERR_INVALID_ARGUMENT for sample's bad logits (the spec makes those an
  * error of the call, like its bad config values; they are only found on the device). */
@@ -377,6 +408,7 @@ int check_faults(const char *op, cudaStream_t st) {
     TS_CHECK(op, cudaMemsetAsync(g.d_fault, 0, sizeof(FaultRecord), st));
     TS_CHECK(op, cudaStreamSynchronize(st));
     std::memset(g.h_fault, 0, sizeof(FaultRecord));
+    record_fault(f.kind);
     switch (f.kind) {
     case FAULT_ROPE_POSITION:
         return set_error(TS_ERR_INDEX, "rope: positions[%d] = %d: must be >= 0", f.index, f.value);
@@ -836,6 +868,28 @@ int ts_timer_destroy(ts_timer *timer) {
     cudaEventDestroy(timer->start);
     cudaEventDestroy(timer->stop);
     delete timer;
+    return TS_OK;
+}
+
+int ts_record_paths(int on) {
+    std::lock_guard<std::mutex> lk(ts::g_record_mu);
+    if (on) ts::g_records.clear();
+    ts::g_record.store(on != 0);
+    return TS_OK;
+}
+
+int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed) {
+    std::string text;
+    {
+        std::lock_guard<std::mutex> lk(ts::g_record_mu);
+        for (const auto &r : ts::g_records) text += r.first + "\t" + std::to_string(r.second) + "\n";
+    }
+    if (needed != nullptr) *needed = text.size() + 1;
+    if (buf != nullptr && buf_size > 0) {
+        const size_t n = std::min(text.size(), buf_size - 1);
+        std::memcpy(buf, text.data(), n);
+        buf[n] = '\0';
+    }
     return TS_OK;
 }
 

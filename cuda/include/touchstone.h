@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 3
+#define TS_ABI_VERSION 4
 
 typedef enum {
     TS_OK = 0,
@@ -92,6 +92,15 @@ int ts_memory_in_use(int64_t *bytes);
  * partials, cuBLAS and cublasLt workspaces); they grow again on the next op that needs them.
  * Lets a caller check that device memory returns to where it was. */
 int ts_release_workspaces(void);
+/* Path recording, for coverage tests: while on, each kernel launch, library call and device
+ * fault read back is counted under "<op>\t<what>", where what is the kernel's demangled name
+ * without its parameter list (e.g. rmsnorm_vec_kernel<4>), the library call (cublasGemmEx) or
+ * "fault:<kind>" (rope's fault:position). on = 1 clears the counts and starts; 0 stops. Needs no
+ * ts_init. */
+int ts_record_paths(int on);
+/* The counts, one "<op>\t<what>\t<count>\n" line each in byte order, NUL-terminated and
+ * truncated to buf_size; *needed (when not NULL) gets the full size including the NUL. */
+int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed);
 
 int ts_malloc(void **ptr, size_t bytes);
 int ts_free(void *ptr);

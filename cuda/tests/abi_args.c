@@ -229,6 +229,17 @@ int main(void) {
         fprintf(stderr, "FAIL graph_destroy(NULL) is not a no-op: %s\n", ts_last_error());
     }
 
+    /* path recording needs no ts_init; refused calls (all of the above) launch nothing */
+    checks++;
+    size_t needed = 99;
+    char text[8] = "x";
+    if (ts_record_paths(1) != TS_OK || ts_philox(NULL, &ph, NULL) == TS_OK ||
+        ts_recorded_paths(text, sizeof text, &needed) != TS_OK || needed != 1 || text[0] != '\0' ||
+        ts_recorded_paths(NULL, 0, NULL) != TS_OK || ts_record_paths(0) != TS_OK) {
+        failures++;
+        fprintf(stderr, "FAIL path recording without a launch: needed %zu, text \"%s\"\n", needed, text);
+    }
+
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures == 0 ? 0 : 1;
 }

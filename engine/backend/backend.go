@@ -171,3 +171,18 @@ type DeviceMemory interface {
 	// ReleaseWorkspaces frees memory the backend keeps between ops; it regrows on demand.
 	ReleaseWorkspaces() error
 }
+
+// PathRecorder is implemented by backends whose ops dispatch to several kernels by size,
+// alignment and layout (the cuda backend): while recording is on, every kernel launch, library
+// call and device fault is counted under its op, so a test can demand that each dispatch path
+// of a kernel table was taken.
+type PathRecorder interface {
+	// RecordPaths(true) clears the counts and starts recording; false stops.
+	RecordPaths(on bool) error
+	// RecordedPaths returns the counts since recording started.
+	RecordedPaths() (map[PathKey]int64, error)
+}
+
+// PathKey names one recorded path: the op and what ran for it (a kernel's name with its
+// template arguments, a library call, or "fault:<kind>").
+type PathKey struct{ Op, What string }

@@ -75,8 +75,33 @@ type Prepared struct {
 	c *call
 }
 
+// Placement says where Prepare puts an op's inputs and outputs in memory.
+type Placement int
+
+const (
+	// Aligned gives each tensor an allocation of its own (the allocator's alignment: 256
+	// bytes on a GPU), where every vectorised path of a kernel may run.
+	Aligned Placement = iota
+	// Misaligned puts each tensor one element past the start of a larger allocation, as a
+	// view into a model's activations or KV cache can be: off every 16-byte boundary, where
+	// kernels must take their scalar paths (or refuse the call as unsupported).
+	Misaligned
+)
+
+func (p Placement) String() string {
+	if p == Misaligned {
+		return "misaligned"
+	}
+	return "aligned"
+}
+
 // Prepare uploads the inputs of src and allocates the outputs of op on b.
 func Prepare(b backend.Backend, op string, src Source) (*Prepared, error) {
+	return PrepareAt(b, op, src, Aligned)
+}
+
+// PrepareAt is Prepare with the tensors placed as place says.
+func PrepareAt(b backend.Backend, op string, src Source, place Placement) (*Prepared, error) {
 	r, ok := runners[op]
 	if !ok {
 		return nil, fmt.Errorf("no runner for op %q (known ops: %v)", op, backend.Ops)
@@ -84,7 +109,7 @@ func Prepare(b backend.Backend, op string, src Source) (*Prepared, error) {
 	if !b.Supports(op) {
 		return nil, fmt.Errorf("%s on %s: %w", op, b.Info().Backend, ErrUnsupported)
 	}
-	c := &call{b: b, src: src}
+	c := &call{b: b, src: src, place: place}
 	r(c)
 	if c.err != nil {
 		c.free()
@@ -122,7 +147,12 @@ func (p *Prepared) Free() { p.c.free() }
 // Execute runs op on b once with the inputs of src and returns the outputs by name.
 // Buffers are freed before it returns, on success and on error.
 func Execute(b backend.Backend, op string, src Source) (map[string]*tensor.Tensor, error) {
-	p, err := Prepare(b, op, src)
+	return ExecuteAt(b, op, src, Aligned)
+}
+
+// ExecuteAt is Execute with the tensors placed as place says.
+func ExecuteAt(b backend.Backend, op string, src Source, place Placement) (map[string]*tensor.Tensor, error) {
+	p, err := PrepareAt(b, op, src, place)
 	if err != nil {
 		return nil, err
 	}
@@ -135,11 +165,16 @@ func Execute(b backend.Backend, op string, src Source) (map[string]*tensor.Tenso
 
 // Run executes set's op on b and pairs every output with its reference.
 func Run(b backend.Backend, set *golden.Set) ([]Output, error) {
+	return RunAt(b, set, Aligned)
+}
+
+// RunAt is Run with the tensors placed as place says.
+func RunAt(b backend.Backend, set *golden.Set, place Placement) ([]Output, error) {
 	m := set.Manifest
 	if m.Kind != "kernel" {
 		return nil, fmt.Errorf("%s: kind %q is not a kernel set", set.ID(), m.Kind)
 	}
-	got, err := Execute(b, m.Op, set)
+	got, err := ExecuteAt(b, m.Op, set, place)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.ID(), err)
 	}
@@ -191,7 +226,12 @@ func Judge(op string, outs []Output, tols *compare.Tolerances) ([]Verdict, error
 
 // Check runs and judges one set.
 func Check(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verdict, error) {
-	outs, err := Run(b, set)
+	return CheckAt(b, set, tols, Aligned)
+}
+
+// CheckAt is Check with the tensors placed as place says.
+func CheckAt(b backend.Backend, set *golden.Set, tols *compare.Tolerances, place Placement) ([]Verdict, error) {
+	outs, err := RunAt(b, set, place)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +243,7 @@ func Check(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verd
 type call struct {
 	b        backend.Backend
 	src      Source
+	place    Placement
 	bufs     []backend.Buffer
 	launches []func() error
 	outputs  []namedBuffer
@@ -243,6 +284,15 @@ func (c *call) input(name string) backend.Buffer {
 	if c.err != nil {
 		return nil
 	}
+	if c.place == Misaligned {
+		buf := c.offset(t.DType, t.Shape)
+		if c.err == nil {
+			if err := c.b.(backend.Memory).Write(buf, t); err != nil {
+				c.fail(fmt.Errorf("write %s: %w", name, err))
+			}
+		}
+		return buf
+	}
 	buf, err := c.b.Upload(t)
 	if err != nil {
 		c.fail(fmt.Errorf("upload %s: %w", name, err))
@@ -252,10 +302,46 @@ func (c *call) input(name string) backend.Buffer {
 	return buf
 }
 
+// offset returns a view of shape that starts one element into an allocation of one element
+// more (Misaligned). Only that allocation is kept for free: a view owns nothing.
+func (c *call) offset(dt tensor.DType, shape []int) backend.Buffer {
+	if c.err != nil {
+		return nil
+	}
+	mem, ok := c.b.(backend.Memory)
+	if !ok {
+		c.fail(fmt.Errorf("%s backend has no views: cannot place tensors %s", c.b.Info().Backend, c.place))
+		return nil
+	}
+	n := tensor.NumElements(shape)
+	base, err := c.b.Alloc(dt, n+1)
+	if err != nil {
+		c.fail(fmt.Errorf("alloc %s[%d]: %w", dt, n+1, err))
+		return nil
+	}
+	c.bufs = append(c.bufs, base)
+	if n == 0 {
+		c.fail(fmt.Errorf("a tensor of shape %s has no elements to place %s", tensor.ShapeString(shape), c.place))
+		return nil
+	}
+	rows, err := mem.Rows(base, 1, n)
+	if err == nil {
+		var v backend.Buffer
+		if v, err = mem.View(rows, shape...); err == nil {
+			return v
+		}
+	}
+	c.fail(fmt.Errorf("view %s%s one element into its allocation: %w", dt, tensor.ShapeString(shape), err))
+	return nil
+}
+
 // alloc allocates an output buffer.
 func (c *call) alloc(dt tensor.DType, shape []int) backend.Buffer {
 	if c.err != nil {
 		return nil
+	}
+	if c.place == Misaligned {
+		return c.offset(dt, shape)
 	}
 	buf, err := c.b.Alloc(dt, shape...)
 	if err != nil {

@@ -105,16 +105,14 @@ var _ = Describe("bad arguments", harness.Kernel, func() {
 		})
 	}
 
-	It("reports an out-of-range id in device data, naming it, without a crash", harness.Op("embedding"), func() {
-		out := f16(2, 8)
-		err := dev.Embedding(out, i32(0, 10), f16(10, 8))
-		if err == nil { // a GPU reads ids on the device: the fault surfaces at the next download
-			_, err = dev.Download(out)
-		}
-		Expect(err).To(MatchError(ContainSubstring("ids[1]")))
-		Expect(err).To(MatchError(ContainSubstring("10")))
-		Expect(errors.Is(err, backend.ErrInvalidArgument)).To(BeTrue(), "%v", err)
-	})
+	for _, ic := range indexCalls {
+		It("reports "+ic.what+" in device data, naming it, without a crash", harness.Op(ic.op), func() {
+			err := runIndexCall(dev, ic, f16, i32)
+			Expect(err).To(MatchError(ContainSubstring(ic.elem)))
+			Expect(err).To(MatchError(ContainSubstring(ic.value)))
+			Expect(errors.Is(err, backend.ErrInvalidArgument)).To(BeTrue(), "%v", err)
+		})
+	}
 
 	It("reports an out-of-range row of set_rows in device data, naming it, and writes no other row", harness.Op("set_rows"), func() {
 		before := tensor.New(tensor.F16, 16, 2, 8)
@@ -138,3 +136,54 @@ var _ = Describe("bad arguments", harness.Kernel, func() {
 		Expect(after.F16[4*row:]).To(Equal(before.F16[4*row:]), "rows 4..15 changed")
 	})
 })
+
+// indexCall is a call of an indexed op whose index tensor holds one bad value. A GPU reads
+// indices on the device, so each kernel that reads them must check and report the bad one
+// (through the device fault record) instead of reading out of bounds; the CPU checks them
+// before computing. Every indexed op, and each kernel of an op that has several, is here.
+type indexCall struct {
+	op, what    string
+	elem, value string // the bad element and its value, as the error must name them
+	call        func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) (out backend.Buffer, err error)
+}
+
+var indexCalls = []indexCall{
+	{"embedding", "an out-of-range id", "ids[1]", "10", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 8)
+		return out, b.Embedding(out, i32(0, 10), f16(10, 8))
+	}},
+	{"pos_embedding", "an out-of-range position", "positions[2]", "16", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(3, 8)
+		return out, b.PosEmbedding(out, f16(3, 8), f16(16, 8), i32(0, 15, 16))
+	}},
+	{"set_rows", "an out-of-range row", "rows[1]", "16", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) (backend.Buffer, error) {
+		dst := f16(16, 2, 8)
+		return dst, b.SetRows(dst, f16(2, 2, 8), i32(3, 16))
+	}},
+	{"rope", "a negative position", "positions[1]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 2, 64)
+		return out, b.RoPE(out, f16(2, 2, 64), i32(5, -1), backend.RoPEConfig{HeadDim: 64, RopeDim: 64, FreqBase: 1e4})
+	}},
+	// The decode kernels: tensor cores for head_dim 64 (as 32, 96, 128), the second kernel for
+	// any other head_dim (80 here); both read cache_lens on the device.
+	{"attention_decode", "a cache length past the capacity (head_dim 64)", "cache_lens[1]", "17", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 4, 64)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+		return out, b.AttentionDecode(out, f16(2, 4, 64), f16(2, 16, 2, 64), f16(2, 16, 2, 64), i32(16, 17), cfg)
+	}},
+	{"attention_decode", "a zero cache length (head_dim 80)", "cache_lens[0]", "0", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 4, 80)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 1, HeadDim: 80, Scale: 0.125}
+		return out, b.AttentionDecode(out, f16(2, 4, 80), f16(2, 16, 1, 80), f16(2, 16, 1, 80), i32(0, 16), cfg)
+	}},
+}
+
+// runIndexCall makes the call and returns its error, or, where the op only queued work (a GPU
+// reads the indices on the device), the error the next download reports.
+func runIndexCall(b backend.Backend, ic indexCall, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+	out, err := ic.call(b, f16, i32)
+	if err == nil {
+		_, err = b.Download(out)
+	}
+	return err
+}

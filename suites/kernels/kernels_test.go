@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -54,6 +55,28 @@ var _ = Describe("kernel conformance", harness.Kernel, func() {
 			// refuses, such as a head_dim the CUDA kernels have no variant for) is skipped
 			// with its reason, or fails under TOUCHSTONE_UNSUPPORTED=fail.
 			harness.SkipUnsupported(err)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(verdicts).To(harness.BeWithinTolerance())
+		}, entries)
+	}
+})
+
+// The same committed cases with every input and output one element past the start of its
+// allocation (a view into a larger buffer, as a model's activations are): off every 16-byte
+// boundary, so each kernel takes its scalar path. A kernel may refuse such buffers as
+// unsupported (the attention kernels do); that skips the case, whatever TOUCHSTONE_UNSUPPORTED
+// says, since misaligned buffers are not part of an op's claim.
+var _ = Describe("kernel conformance off a 16-byte boundary", harness.Kernel, Label("misaligned"), func() {
+	for _, op := range backend.Ops {
+		var entries []TableEntry
+		for _, s := range setsOf(op, "committed") {
+			entries = append(entries, Entry(entryName(s), s))
+		}
+		DescribeTable(op, harness.Op(op), func(s *golden.Set) {
+			verdicts, err := conformance.CheckAt(dev, s, tols, conformance.Misaligned)
+			if errors.Is(err, backend.ErrUnsupported) {
+				Skip("unsupported off a 16-byte boundary: " + err.Error())
+			}
 			Expect(err).NotTo(HaveOccurred())
 			Expect(verdicts).To(harness.BeWithinTolerance())
 		}, entries)

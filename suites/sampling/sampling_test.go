@@ -113,7 +113,7 @@ var _ = Describe("sampling is deterministic", harness.Sampling, func() {
 })
 
 var _ = Describe("invalid sampling requests", harness.Sampling, func() {
-	ninf, nan := float32(math.Inf(-1)), float32(math.NaN())
+	nan := float32(math.NaN())
 	ok := backend.SampleConfig{Temperature: 1, TopP: 1}
 
 	DescribeTable("a bad config is refused before anything runs, naming op, argument and value",
@@ -153,31 +153,65 @@ var _ = Describe("invalid sampling requests", harness.Sampling, func() {
 	})
 
 	DescribeTable("bad logits are an error naming the row and index (on the GPU, at the next download)",
-		func(values []float32, cfg backend.SampleConfig, where string) {
-			logits, err := dev.Upload(tensor.FromF32([]int{2, 4}, append([]float32{0, 1, 2, 3}, values...)))
-			Expect(err).NotTo(HaveOccurred())
-			defer logits.Free()
-			tokens, err := dev.Alloc(tensor.I32, 2)
-			Expect(err).NotTo(HaveOccurred())
-			defer tokens.Free()
-			err = dev.Sample(tokens, logits, cfg)
-			if err == nil {
-				_, err = dev.Download(tokens) // asynchronous device check
-			}
+		func(bl badLogits) {
+			err := bl.sample()
 			Expect(err).To(HaveOccurred())
-			Expect(err.Error()).To(And(ContainSubstring("sample"), ContainSubstring(where)))
+			Expect(err.Error()).To(And(ContainSubstring("sample"), ContainSubstring(bl.where)))
 			// The backend stays usable: the fault was reported once, not latched.
 			good, err := dev.Upload(tensor.FromF32([]int{2, 4}, []float32{0, 1, 2, 3, 3, 2, 1, 0}))
 			Expect(err).NotTo(HaveOccurred())
 			defer good.Free()
+			tokens, err := dev.Alloc(tensor.I32, 2)
+			Expect(err).NotTo(HaveOccurred())
+			defer tokens.Free()
 			Expect(dev.Sample(tokens, good, backend.SampleConfig{TopP: 1})).To(Succeed())
 			t, err := dev.Download(tokens)
 			Expect(err).NotTo(HaveOccurred())
 			Expect(t.I32).To(Equal([]int32{3, 0}))
 		},
-		Entry("NaN", []float32{0, nan, 1, 2}, ok, "logits[1][1]"),
-		Entry("+inf", []float32{float32(math.Inf(1)), 0, 1, 2}, ok, "logits[1][0]"),
-		Entry("a row all -inf", []float32{ninf, ninf, ninf, ninf}, ok, "logits[1]"),
-		Entry("NaN when greedy", []float32{0, 1, nan, 2}, backend.SampleConfig{TopP: 1}, "logits[1][2]"),
+		badLogitEntries(),
 	)
 })
+
+// badLogits is a second row of logits (after 0, 1, 2, 3) that sample must refuse; a GPU finds
+// it on the device and reports it at the next download.
+type badLogits struct {
+	name   string
+	values []float32
+	cfg    backend.SampleConfig
+	where  string
+}
+
+var badLogitCases = func() []badLogits {
+	ninf, nan := float32(math.Inf(-1)), float32(math.NaN())
+	ok := backend.SampleConfig{Temperature: 1, TopP: 1}
+	return []badLogits{
+		{"NaN", []float32{0, nan, 1, 2}, ok, "logits[1][1]"},
+		{"+inf", []float32{float32(math.Inf(1)), 0, 1, 2}, ok, "logits[1][0]"},
+		{"a row all -inf", []float32{ninf, ninf, ninf, ninf}, ok, "logits[1]"},
+		{"NaN when greedy", []float32{0, 1, nan, 2}, backend.SampleConfig{TopP: 1}, "logits[1][2]"},
+	}
+}()
+
+func badLogitEntries() []TableEntry {
+	var entries []TableEntry
+	for _, bl := range badLogitCases {
+		entries = append(entries, Entry(bl.name, bl))
+	}
+	return entries
+}
+
+// sample draws from the bad logits and returns the error of the call or of the download after it.
+func (bl badLogits) sample() error {
+	logits, err := dev.Upload(tensor.FromF32([]int{2, 4}, append([]float32{0, 1, 2, 3}, bl.values...)))
+	Expect(err).NotTo(HaveOccurred())
+	defer logits.Free()
+	tokens, err := dev.Alloc(tensor.I32, 2)
+	Expect(err).NotTo(HaveOccurred())
+	defer tokens.Free()
+	err = dev.Sample(tokens, logits, bl.cfg)
+	if err == nil {
+		_, err = dev.Download(tokens) // asynchronous device check
+	}
+	return err
+}

@@ -264,11 +264,11 @@ def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=No
     return params, {"q": q, "k": k, "v": v}, {"out": out}
 
 
-def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()):
+def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal(), qk=normal()):
     B = len(cache_lens)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    q = to_f16(r.randn((B, nH, D)))
-    k_cache, v_cache = to_f16(r.randn((B, L, nKV, D))), to_f16(vdist(r, (B, L, nKV, D)))
+    q = to_f16(qk(r, (B, nH, D)))
+    k_cache, v_cache = to_f16(qk(r, (B, L, nKV, D))), to_f16(vdist(r, (B, L, nKV, D)))
     for b, n in enumerate(cache_lens):
         assert 1 <= n <= L
         k_cache[b, n:] = POISON  # a kernel that reads past cache_lens[b] gets visibly wrong
@@ -623,6 +623,12 @@ FALCON_MQA = dict(nH=71, nKV=1, D=64)    # MQA: 71 query heads on one KV head
 GEMMA_MQA = dict(nH=8, nKV=1, D=256)     # Gemma-2B: head_dim 256, MQA
 PHI2 = dict(nH=8, nKV=8, D=80)           # Phi-2's head_dim 80 (MHA), 8 of its 32 heads
 OUTLIERS = outlier_channels((3, 100, 517), 20.0)  # three channels of |x| ~ 20, as in real LLMs
+# Attention logit growth (models without QK-norm; ViT-22B reports logits in the tens of
+# thousands): q and k share three outlier channels of |x| ~ 60, so scaled scores reach +-950,
+# past where exp overflows or underflows even in fp64 (|s| > 709) unless the row max is
+# subtracted. The outlier products spread the scores by tens, so each row's softmax is peaked
+# and the output does not hinge on the last bits of a score.
+LOGIT_GROWTH = outlier_channels((5, 40, 77), 60.0)
 
 CASES += _cases(COMMITTED, "attention_prefill", [
     ("llama3-8b-gqa4_d128_s24", dict(GQA4_D128, B=1, S=24)),
@@ -639,6 +645,7 @@ CASES += _cases(COMMITTED, "attention_prefill", [
     ("scale0.05_d64_noncausal_s10", dict(QWEN, B=1, S=10, scale=0.05, causal=False)),
     # v rows with a few outlier channels (|v| ~ 20): the output's scale follows them.
     ("outlier-v_d128_s16", dict(nH=8, nKV=2, D=128, B=1, S=16, vdist=outlier_channels((7, 90), 20.0))),
+    ("logit-growth-scores950_d128_s16", dict(nH=8, nKV=2, D=128, B=1, S=16, qk=LOGIT_GROWTH)),
 ])
 
 CASES += _cases(COMMITTED, "attention_decode", [
@@ -652,6 +659,12 @@ CASES += _cases(COMMITTED, "attention_decode", [
     ("scale0.05_d64_lens7-40", dict(QWEN, L=40, cache_lens=[7, 40], scale=0.05)),
     ("outlier-v_d128_len96", dict(nH=8, nKV=2, D=128, L=96, cache_lens=[96],
                                   vdist=outlier_channels((7, 90), 20.0))),
+    ("logit-growth-scores950_d128_lens1-70", dict(nH=8, nKV=2, D=128, L=72, cache_lens=[1, 70],
+                                                  qk=LOGIT_GROWTH)),
+    # The decode kernels' second path (head_dim not a multiple of 32: Phi-2's 80) at its longest
+    # context (2047 keys before the new token): each thread sums ~170 keys, where an accumulator
+    # of reduced precision shows.
+    ("phi2-d80-mqa4_len2047", dict(nH=4, nKV=1, D=80, L=2048, cache_lens=[2047])),
 ])
 
 CASES += _cases(COMMITTED, "gemm", [
@@ -707,6 +720,40 @@ CASES += _cases(COMMITTED, "swiglu", [
 ])
 for _op in ("gelu", "gelu_tanh"):
     CASES += _cases(COMMITTED, _op, [("prime-h1009_t3", dict(T=3, H=1009))])
+
+# Dispatch paths (engine/backend/cuda: KernelPaths): every kernel instance the CUDA library can
+# choose gets a committed case. Norm rows held in registers, 2 and 8 vectors per thread: hidden
+# 2560 (Phi-2's LayerNorm width) and 16384 (Llama-3.1-405B's).
+CASES += _cases(COMMITTED, "rmsnorm", [("llama3.1-405b-h16384_t1", dict(T=1, H=16384, eps=1e-5))])
+CASES += _cases(COMMITTED, "rmsnorm_residual", [
+    ("llama3.1-405b-h16384_t1", dict(T=1, H=16384, eps=1e-5, inplace=False)),
+])
+CASES += _cases(COMMITTED, "layernorm", [
+    ("phi2-h2560_t2", dict(T=2, H=2560, eps=1e-5)),
+    ("h16384_t1", dict(T=1, H=16384, eps=1e-5)),
+])
+CASES += _cases(COMMITTED, "layernorm_residual", [
+    ("phi2-h2560_t2", dict(T=2, H=2560, eps=1e-5)),
+    ("h16384_t1", dict(T=1, H=16384, eps=1e-5)),
+])
+# An even width that is not a multiple of 8: rows copied in 4-byte units.
+CASES += _cases(COMMITTED, "embedding", [("even-h1002-v50_t3", dict(V=50, H=1002, T=3))])
+# Prefill head_dim 32, 160 and 192 (the kernel's other padded widths).
+CASES += _cases(COMMITTED, "attention_prefill", [
+    ("d32-gqa2_s7", dict(nH=4, nKV=2, D=32, B=1, S=7)),
+    ("d160_s5", dict(nH=2, nKV=2, D=160, B=1, S=5)),
+    ("d192-gqa2_s6", dict(nH=4, nKV=2, D=192, B=1, S=6)),
+])
+# Decode: the tensor-core kernel's 16-wide head groups (Llama-3.1-405B's 128 query heads on 8
+# KV heads is 16:1) at head_dim 32, 96 and 128, and head_dim 32 with 8; the second kernel with
+# 2 heads per KV head and a cache long enough to split (its combine kernel).
+CASES += _cases(COMMITTED, "attention_decode", [
+    ("d32-gqa8_lens3-9", dict(nH=8, nKV=1, D=32, L=12, cache_lens=[3, 9])),
+    ("d32-gqa16_len20", dict(nH=16, nKV=1, D=32, L=20, cache_lens=[20])),
+    ("d96-gqa16_len17", dict(nH=16, nKV=1, D=96, L=24, cache_lens=[17])),
+    ("llama3.1-405b-gqa16_d128_len33", dict(nH=16, nKV=1, D=128, L=40, cache_lens=[33])),
+    ("d80-gqa2_lens1-130", dict(nH=4, nKV=2, D=80, L=136, cache_lens=[1, 130])),
+])
 
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
@@ -768,6 +815,12 @@ CASES += _cases(FULL, "attention_decode", [
     ("qwen2.5-0.5b_b4_len4096", dict(QWEN, L=4096, cache_lens=[4096, 4096, 4096, 4096])),
     ("gpt2_len512_l600", dict(GPT2, L=600, cache_lens=[512])),
     ("phi3-mini_len256", dict(PHI3, L=256, cache_lens=[256])),
+    # A decode batch of 17 Phi-2 sequences (MHA, head_dim 80) at up to its 2048-token context:
+    # 17 x 32 (sequence, KV head) pairs is past 4x the SMs of an H100 or H200, so the second
+    # decode kernel runs each cache unsplit and a thread sums ~170 keys, where an accumulator
+    # of reduced precision shows (the committed cases split every cache into 64-key chunks).
+    ("phi2-b17-mha_d80_lens495-2047",
+     dict(PHI2, nH=32, nKV=32, L=2048, cache_lens=[2047 - 97 * i for i in range(17)])),
 ])
 CASES += _cases(FULL, "attention_prefill", [
     ("phi3-mini_s512", dict(PHI3, B=1, S=512)),

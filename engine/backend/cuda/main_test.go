@@ -86,7 +86,7 @@ func fakeEnv(t *testing.T) {
 	t.Setenv(EnvLib, fakes.lib)
 	t.Setenv(EnvGuards, "")
 	t.Setenv("FAKETS_LOG", filepath.Join(t.TempDir(), "calls.log"))
-	for _, k := range []string{"FAKETS_FAIL", "FAKETS_LATCH", "FAKETS_OOB", "FAKETS_DEVICES"} {
+	for _, k := range []string{"FAKETS_FAIL", "FAKETS_LATCH", "FAKETS_OOB", "FAKETS_DEVICES", "FAKETS_PATHS"} {
 		t.Setenv(k, "")
 	}
 }

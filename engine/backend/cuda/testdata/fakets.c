@@ -19,6 +19,8 @@
  *                                             of out (of sum, for layernorm_residual and
  *                                             rmsnorm_residual)
  *   FAKETS_DEVICES=<n>                        device count (default 1)
+ *   FAKETS_PATHS=<text>                       what ts_recorded_paths returns (the fake
+ *                                             launches no kernels to record)
  *
  * Compile with -DFAKE_ABI_VERSION=<n> to report another ABI version, -DFAKE_OMIT_RMSNORM to
  * leave ts_rmsnorm out.
@@ -245,6 +247,22 @@ int ts_memory_in_use(int64_t *bytes) {
 int ts_release_workspaces(void) {
     logf_("ts_release_workspaces");
     return enter("ts_release_workspaces", 1);
+}
+
+int ts_record_paths(int on) {
+    logf_("ts_record_paths on=%d", on);
+    return enter("ts_record_paths", 0);
+}
+
+int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed) {
+    logf_("ts_recorded_paths");
+    int st = enter("ts_recorded_paths", 0);
+    if (st) return st;
+    const char *text = getenv("FAKETS_PATHS");
+    if (text == NULL) text = "";
+    if (needed != NULL) *needed = strlen(text) + 1;
+    if (buf != NULL && buf_size > 0) snprintf(buf, buf_size, "%s", text);
+    return TS_OK;
 }
 
 int ts_malloc(void **ptr, size_t bytes) {

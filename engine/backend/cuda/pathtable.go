@@ -1,0 +1,138 @@
+package cuda
+
+import (
+	"sort"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+)
+
+// KernelPaths lists every path of every op of libtouchstone_cuda, named as ts_recorded_paths
+// names them (the demangled kernel with its template arguments, the library call, or the
+// device-side index check that reports fault:<kind>). The kernels suite's "kernel paths" spec
+// and the sampling suite's "sampling paths" spec fail when a listed path is never taken by the
+// committed tier or when a path runs that is not listed: a new dispatch branch, template
+// instance or kernel needs its row here and a committed case that takes it.
+var KernelPaths = []KernelPath{
+	{Op: "rmsnorm", What: "rmsnorm_vec_kernel<1>", When: "row in registers, 1 vector of 8 halves per thread: hidden % 8 == 0, hidden <= 2048, every pointer 16-byte aligned"},
+	{Op: "rmsnorm", What: "rmsnorm_vec_kernel<2>", When: "as vec<1> with 2048 < hidden <= 4096"},
+	{Op: "rmsnorm", What: "rmsnorm_vec_kernel<4>", When: "as vec<1> with 4096 < hidden <= 8192"},
+	{Op: "rmsnorm", What: "rmsnorm_vec_kernel<8>", When: "as vec<1> with 8192 < hidden <= 16384"},
+	{Op: "rmsnorm", What: "rmsnorm_generic_kernel", When: "hidden % 8 != 0, hidden > 16384, or a pointer off a 16-byte boundary"},
+	{Op: "rmsnorm_residual", What: "rmsnorm_residual_vec_kernel<1>", When: "row in registers, 1 vector of 8 halves per thread: hidden % 8 == 0, hidden <= 2048, every pointer 16-byte aligned"},
+	{Op: "rmsnorm_residual", What: "rmsnorm_residual_vec_kernel<2>", When: "as vec<1> with 2048 < hidden <= 4096"},
+	{Op: "rmsnorm_residual", What: "rmsnorm_residual_vec_kernel<4>", When: "as vec<1> with 4096 < hidden <= 8192"},
+	{Op: "rmsnorm_residual", What: "rmsnorm_residual_vec_kernel<8>", When: "as vec<1> with 8192 < hidden <= 16384"},
+	{Op: "rmsnorm_residual", What: "rmsnorm_residual_generic_kernel", When: "hidden % 8 != 0, hidden > 16384, or a pointer off a 16-byte boundary"},
+	{Op: "layernorm", What: "layernorm_vec_kernel<1>", When: "row in registers, 1 vector of 8 halves per thread: hidden % 8 == 0, hidden <= 2048, every pointer 16-byte aligned"},
+	{Op: "layernorm", What: "layernorm_vec_kernel<2>", When: "as vec<1> with 2048 < hidden <= 4096"},
+	{Op: "layernorm", What: "layernorm_vec_kernel<4>", When: "as vec<1> with 4096 < hidden <= 8192"},
+	{Op: "layernorm", What: "layernorm_vec_kernel<8>", When: "as vec<1> with 8192 < hidden <= 16384"},
+	{Op: "layernorm", What: "layernorm_generic_kernel", When: "hidden % 8 != 0, hidden > 16384, or a pointer off a 16-byte boundary"},
+	{Op: "layernorm_residual", What: "layernorm_residual_vec_kernel<1>", When: "row in registers, 1 vector of 8 halves per thread: hidden % 8 == 0, hidden <= 2048, every pointer 16-byte aligned"},
+	{Op: "layernorm_residual", What: "layernorm_residual_vec_kernel<2>", When: "as vec<1> with 2048 < hidden <= 4096"},
+	{Op: "layernorm_residual", What: "layernorm_residual_vec_kernel<4>", When: "as vec<1> with 4096 < hidden <= 8192"},
+	{Op: "layernorm_residual", What: "layernorm_residual_vec_kernel<8>", When: "as vec<1> with 8192 < hidden <= 16384"},
+	{Op: "layernorm_residual", What: "layernorm_residual_generic_kernel", When: "hidden % 8 != 0, hidden > 16384, or a pointer off a 16-byte boundary"},
+	{Op: "residual_add", What: "binary_kernel<true, (anonymous namespace)::AddOp>", When: "every pointer 16-byte aligned (8 halves per load; a scalar loop takes the n % 8 tail)"},
+	{Op: "residual_add", What: "binary_kernel<false, (anonymous namespace)::AddOp>", When: "a pointer off a 16-byte boundary (element by element)"},
+	{Op: "gelu", What: "unary_kernel<true, (anonymous namespace)::GeluOp>", When: "every pointer 16-byte aligned (8 halves per load; a scalar loop takes the n % 8 tail)"},
+	{Op: "gelu", What: "unary_kernel<false, (anonymous namespace)::GeluOp>", When: "a pointer off a 16-byte boundary (element by element)"},
+	{Op: "gelu_tanh", What: "unary_kernel<true, (anonymous namespace)::GeluTanhOp>", When: "every pointer 16-byte aligned (8 halves per load; a scalar loop takes the n % 8 tail)"},
+	{Op: "gelu_tanh", What: "unary_kernel<false, (anonymous namespace)::GeluTanhOp>", When: "a pointer off a 16-byte boundary (element by element)"},
+	{Op: "swiglu", What: "binary_kernel<true, (anonymous namespace)::SwiGLUOp>", When: "every pointer 16-byte aligned (8 halves per load; a scalar loop takes the n % 8 tail)"},
+	{Op: "swiglu", What: "binary_kernel<false, (anonymous namespace)::SwiGLUOp>", When: "a pointer off a 16-byte boundary (element by element)"},
+	{Op: "swiglu_ffn", What: "cublasGemmEx", When: "the gate, up and down projections (no bias), fp32 accumulation"},
+	{Op: "swiglu_ffn", What: "binary_kernel<true, (anonymous namespace)::SwiGLUOp>", When: "the activation between them, on the library's aligned workspace"},
+	{Op: "gemm", What: "cublasGemmEx", When: "no bias; or fp32 out with a bias (then bias_add_kernel<float>); or the fp16 fallback below"},
+	{Op: "gemm", What: "bias_add_kernel<float>", When: "fp32 out with a bias, added after the GEMM"},
+	{Op: "gemm", What: "cublasLtMatmul(epilogue=BIAS)", When: "fp16 out with a bias, when cublasLt has an algorithm for the shape and alignments"},
+	{Op: "gemm", What: "bias_add_kernel<__half>", When: "fp16 out with a bias when cublasLt has none: GEMM into fp32, then bias and one rounding"},
+	{Op: "softmax", What: "softmax_cluster_kernel", When: "fp32 in, n >= 8192, n % 4 == 0, 16-byte aligned, the row fits a cluster's shared memory"},
+	{Op: "softmax", What: "softmax_kernel<float, true>", When: "fp32 in, not the cluster path, n % 4 == 0, 16-byte aligned"},
+	{Op: "softmax", What: "softmax_kernel<float, false>", When: "fp32 in, n % 4 != 0 or off a 16-byte boundary"},
+	{Op: "softmax", What: "softmax_kernel<__half, true>", When: "fp16 in, n % 4 == 0, aligned"},
+	{Op: "softmax", What: "softmax_kernel<__half, false>", When: "fp16 in, n % 4 != 0 or off a boundary"},
+	{Op: "rope", What: "rope_kernel<true>", When: "rope_dim % 16 == 0, head_dim % 8 == 0, rope_dim <= 8192, 16-byte aligned: 8 pairs per vector"},
+	{Op: "rope", What: "rope_kernel<false>", When: "rope_dim % 16 != 0 (24 of 80, say), head_dim % 8 != 0, rope_dim > 8192 or a pointer off a boundary: pair by pair"},
+	{Op: "rope", What: "fault:position", When: "a negative position in device data, reported by either kernel"},
+	{Op: "embedding", What: "embedding_kernel<uint4>", When: "hidden % 8 == 0, out and table 16-byte aligned"},
+	{Op: "embedding", What: "embedding_kernel<unsigned int>", When: "hidden even, 4-byte aligned, not the uint4 case"},
+	{Op: "embedding", What: "embedding_kernel<unsigned short>", When: "hidden odd, or a pointer 2-byte aligned only"},
+	{Op: "embedding", What: "fault:id", When: "an id outside the table in device data"},
+	{Op: "pos_embedding", What: "pos_embedding_kernel<true>", When: "hidden % 8 == 0, every pointer 16-byte aligned"},
+	{Op: "pos_embedding", What: "pos_embedding_kernel<false>", When: "otherwise"},
+	{Op: "pos_embedding", What: "fault:position", When: "a position outside the table in device data"},
+	{Op: "set_rows", What: "set_rows_kernel<uint4>", When: "row bytes % 16 == 0, dst and src 16-byte aligned"},
+	{Op: "set_rows", What: "set_rows_kernel<unsigned int>", When: "row bytes % 4 == 0 and 4-byte aligned, not the uint4 case"},
+	{Op: "set_rows", What: "set_rows_kernel<unsigned short>", When: "otherwise"},
+	{Op: "set_rows", What: "fault:row", When: "a row outside dst in device data"},
+	{Op: "attention_prefill", What: "attention_prefill_kernel<32>", When: "head_dim in 8..32 (multiple of 8), padded to 32"},
+	{Op: "attention_prefill", What: "attention_prefill_kernel<64>", When: "head_dim in 40..64 (multiple of 8), padded to 64"},
+	{Op: "attention_prefill", What: "attention_prefill_kernel<96>", When: "head_dim in 72..96 (multiple of 8), padded to 96"},
+	{Op: "attention_prefill", What: "attention_prefill_kernel<128>", When: "head_dim in 104..128 (multiple of 8), padded to 128"},
+	{Op: "attention_prefill", What: "attention_prefill_kernel<160>", When: "head_dim in 136..160 (multiple of 8), padded to 160"},
+	{Op: "attention_prefill", What: "attention_prefill_kernel<192>", When: "head_dim in 168..192 (multiple of 8), padded to 192"},
+	{Op: "attention_prefill", What: "attention_prefill_kernel<256>", When: "head_dim in 200..256 (multiple of 8), padded to 256"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<32, 8, 2>", When: "tensor cores, head_dim 32, up to 8 query heads per KV head"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<32, 16, 2>", When: "tensor cores, head_dim 32, more than 8 query heads per KV head (groups of 16)"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<64, 8, 2>", When: "tensor cores, head_dim 64, up to 8 query heads per KV head"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<64, 16, 2>", When: "tensor cores, head_dim 64, more than 8 query heads per KV head (groups of 16)"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<96, 8, 1>", When: "tensor cores, head_dim 96, up to 8 query heads per KV head"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<96, 16, 1>", When: "tensor cores, head_dim 96, more than 8 query heads per KV head (groups of 16)"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<128, 8, 1>", When: "tensor cores, head_dim 128, up to 8 query heads per KV head"},
+	{Op: "attention_decode", What: "attention_decode_mma_kernel<128, 16, 1>", When: "tensor cores, head_dim 128, more than 8 query heads per KV head (groups of 16)"},
+	{Op: "attention_decode", What: "attention_decode_split_kernel<1>", When: "head_dim not 32/64/96/128 (80, 256, ...), 1 query head per KV head (MHA)"},
+	{Op: "attention_decode", What: "attention_decode_split_kernel<2>", When: "head_dim not 32/64/96/128 (80, 256, ...), 2 per KV head"},
+	{Op: "attention_decode", What: "attention_decode_split_kernel<4>", When: "head_dim not 32/64/96/128 (80, 256, ...), 3 or 4 per KV head"},
+	{Op: "attention_decode", What: "attention_decode_split_kernel<8>", When: "head_dim not 32/64/96/128 (80, 256, ...), more than 4 per KV head"},
+	{Op: "attention_decode", What: "attention_decode_combine_kernel", When: "the split kernel's partial results merged when the cache is split (max_len > 64, few KV heads)"},
+	{Op: "attention_decode", What: "fault:cache_len", When: "a cache length outside [1, max_len] in device data, reported by either kernel"},
+	{Op: "sample", What: "sample_stats_kernel<true, true>", When: "vocab % 4 == 0 and aligned, greedy (temperature 0): the argmax"},
+	{Op: "sample", What: "sample_stats_kernel<true, false>", When: "vocab % 4 == 0 and aligned, sampled: row max and sums"},
+	{Op: "sample", What: "sample_stats_kernel<false, true>", When: "vocab % 4 != 0 or unaligned, greedy (temperature 0): the argmax"},
+	{Op: "sample", What: "sample_stats_kernel<false, false>", When: "vocab % 4 != 0 or unaligned, sampled: row max and sums"},
+	{Op: "sample", What: "sample_hist_kernel", When: "sampled: the histogram of the row's probabilities"},
+	{Op: "sample", What: "sample_scatter_kernel", When: "sampled: candidates of the chosen bin, then the draw"},
+	{Op: "sample", What: "fault:logit", When: "a NaN or +inf logit in device data"},
+	{Op: "sample", What: "fault:all_neg_inf", When: "a row whose logits are all -inf"},
+	{Op: "philox", What: "philox_kernel", When: "every philox call"},
+}
+
+// KernelPath is one way an op of the CUDA library can run: a kernel with its template
+// arguments, a library call, or a device-side check that reports a bad index (fault:<kind>),
+// exactly as ts_recorded_paths names it, and the condition under which the dispatch takes it.
+type KernelPath struct {
+	Op, What, When string
+}
+
+// Key is the path's name in recorded counts.
+func (p KernelPath) Key() backend.PathKey { return backend.PathKey{Op: p.Op, What: p.What} }
+
+// PathCoverage compares recorded counts with the table, for the given ops only (the ops a
+// test exercised): the listed paths never taken, and the taken ones the table does not list
+// (a new kernel or template instance whose row is missing). Both sorted.
+func PathCoverage(table []KernelPath, recorded map[backend.PathKey]int64, ops []string) (missing []KernelPath, unlisted []backend.PathKey) {
+	inScope := map[string]bool{}
+	for _, op := range ops {
+		inScope[op] = true
+	}
+	listed := map[backend.PathKey]bool{}
+	for _, p := range table {
+		listed[p.Key()] = true
+		if inScope[p.Op] && recorded[p.Key()] == 0 {
+			missing = append(missing, p)
+		}
+	}
+	for k := range recorded {
+		if inScope[k.Op] && !listed[k] {
+			unlisted = append(unlisted, k)
+		}
+	}
+	sort.Slice(missing, func(i, j int) bool {
+		return missing[i].Op < missing[j].Op || missing[i].Op == missing[j].Op && missing[i].What < missing[j].What
+	})
+	sort.Slice(unlisted, func(i, j int) bool {
+		return unlisted[i].Op < unlisted[j].Op || unlisted[i].Op == unlisted[j].Op && unlisted[i].What < unlisted[j].What
+	})
+	return missing, unlisted
+}
