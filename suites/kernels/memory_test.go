@@ -14,7 +14,7 @@ import (
 // A full pass over every committed case must leave device memory exactly where it was: the
 // first pass loads kernels and grows workspaces, so it is the baseline; the second must not
 // add a byte once the library's workspaces are released.
-var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, allOps(), func() {
+var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, harness.DeviceMemory, allOps(), func() {
 	It("is the same before and after a pass over every committed case", func() {
 		if dev.Info().Backend == "cpu" {
 			Skip("the CPU backend has no device memory")

@@ -55,7 +55,7 @@ func loadRunClose(s *golden.Set) {
 }
 
 // Serial: memory in use is the whole device's, which another process's specs would move.
-var _ = Describe("device memory", Serial, harness.Model, func() {
+var _ = Describe("device memory", Serial, harness.Model, harness.DeviceMemory, func() {
 	DescribeTable("is where it was after loading, running and closing the model", func(s *golden.Set) {
 		lc, ok := dev.(liveCounter)
 		Expect(ok).To(BeTrue(), "the %s backend does not count its buffers", dev.Info().Backend)

@@ -23,6 +23,10 @@ var (
 	Benchmark = Label("benchmark")
 	// Tightness marks specs that prove a tolerance rejects a deliberately broken kernel.
 	Tightness = Label("tightness")
+	// DeviceMemory marks specs that compare the device memory in use (all processes) before
+	// and after: under compute-sanitizer, whose own tracking allocations grow it, they are
+	// left out (memcheck's leak check covers the library there).
+	DeviceMemory = Label("device-memory")
 )
 
 // Op is the label op:<name> of a known op; an unknown name is a bug in the suite and panics.
