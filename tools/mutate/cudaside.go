@@ -259,18 +259,10 @@ func (c *cudaRunner) runBaseline(ctx context.Context, ms []Mutant, todo []int, l
 			name += " (" + strings.TrimSpace(b.sanitizer+" "+b.filter) + ")"
 		}
 		names = append(names, name)
-		switch {
-		case err != nil:
+		if err != nil {
 			return fmt.Errorf("baseline: %w", err)
-		case r.Crash != "":
-			bad = append(bad, r.Crash)
-		case r.Hazards != "":
-			bad = append(bad, r.Hazards)
-		case len(r.Failed) > 0:
-			bad = append(bad, shorten(r.Failed, 5)...)
-		case r.Ran == 0:
-			bad = append(bad, name+": no spec ran")
 		}
+		bad = append(bad, r.baselineProblems(name)...)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("baseline: the unmutated library already fails, so no mutant result would mean anything:\n  %s", strings.Join(bad, "\n  "))

@@ -131,16 +131,10 @@ func (g *goRunner) runBaseline(ctx context.Context, ms []Mutant, todo []int) err
 	wg.Wait()
 	var bad []string
 	for k, s := range suites {
-		switch r := results[k]; {
-		case errs[k] != nil:
+		if errs[k] != nil {
 			return fmt.Errorf("baseline: %w", errs[k])
-		case r.Crash != "":
-			bad = append(bad, r.Crash)
-		case len(r.Failed) > 0:
-			bad = append(bad, shorten(r.Failed, 5)...)
-		case r.Ran == 0:
-			bad = append(bad, s+": no spec ran")
 		}
+		bad = append(bad, results[k].baselineProblems(s)...)
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("baseline: the unmutated tree already fails, so no mutant result would mean anything:\n  %s", strings.Join(bad, "\n  "))

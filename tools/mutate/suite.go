@@ -61,6 +61,22 @@ type suiteResult struct {
 	Hazards string
 }
 
+// baselineProblems says what makes a run of the unmutated code unusable as a baseline: a
+// crash, a sanitizer hazard, failed specs, or no spec at all (name names the run).
+func (r suiteResult) baselineProblems(name string) []string {
+	switch {
+	case r.Crash != "":
+		return []string{r.Crash}
+	case r.Hazards != "":
+		return []string{r.Hazards}
+	case len(r.Failed) > 0:
+		return shorten(r.Failed, 5)
+	case r.Ran == 0:
+		return []string{name + ": no spec ran"}
+	}
+	return nil
+}
+
 // sanitizerExit is the exit status compute-sanitizer is asked to return on an error.
 const sanitizerExit = 86
 
