@@ -27,6 +27,9 @@ FUZZTIME     ?= 20s
         cuda cuda-test bundle bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
+# Where `make cuda` builds libtouchstone_cuda.so (relative to cuda/, or absolute): a second
+# directory keeps a baseline build beside the working one for `touchstone compare`.
+CUDA_BUILD   ?= build
 SUITES       := $(patsubst %/,%,$(dir $(wildcard suites/*/*_suite_test.go)))
 
 check:
@@ -79,7 +82,7 @@ golden-verify:
 	$(GO) run ./cmd/touchstone golden verify
 
 cuda:
-	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH)
+	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH) BUILD=$(CUDA_BUILD)
 
 # The C ABI's own tests, straight against the library: argument checks (no GPU needed) and
 # the sticky-error and graph-capture contracts (on a GPU; exit 2 = no device, reported as not run).

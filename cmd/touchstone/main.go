@@ -5,6 +5,7 @@
 //	touchstone bench [flags]          kernel timings beside PyTorch on the same GPU
 //	touchstone bench-model <set>...   whole-model prefill and decode timings beside transformers
 //	touchstone diff <model set>       layer-diff table of a model set on a backend
+//	touchstone compare [flags]        a candidate build of the kernels against a baseline
 package main
 
 import (
@@ -21,6 +22,7 @@ commands:
   bench            time every kernel on the GPU beside PyTorch's equivalent op
   bench-model <m>  time whole-model prefill and decode on the GPU beside transformers fp16 eager
   diff <model>     layer-diff table of a model set: every tap in forward order, first failure marked
+  compare          a candidate build of the kernels against a baseline: accuracy and speed per case
 
 environment:
   TOUCHSTONE_BACKEND     cpu | cuda | auto (default auto: cuda when it loads, else cpu)
@@ -53,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runBenchModel(args[1:], stdout, stderr)
 	case "diff":
 		return runDiff(args[1:], stdout, stderr)
+	case "compare":
+		return runCompare(args[1:], stdout, stderr)
 	case "golden":
 		if len(args) < 2 || args[1] != "verify" {
 			fmt.Fprint(stderr, "usage: touchstone golden verify [flags]\n")

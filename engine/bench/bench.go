@@ -111,6 +111,28 @@ func (r *Runner) Close() {
 
 func (r *Runner) flush() error { return r.p.ResidualAdd(r.flushA, r.flushA, r.flushB) }
 
+// TimeOnce flushes L2, then times one launch with timer (from this runner's profiler): one
+// repeat, for callers that interleave several runners (touchstone compare).
+func (r *Runner) TimeOnce(launch func() error, timer backend.Timer) (ms float64, err error) {
+	if err := r.flush(); err != nil {
+		return 0, err
+	}
+	if err := timer.Start(); err != nil {
+		return 0, err
+	}
+	if err := launch(); err != nil {
+		return 0, err
+	}
+	d, err := timer.Stop()
+	if err != nil {
+		return 0, err
+	}
+	return float64(d) / float64(time.Millisecond), nil
+}
+
+// Profiler is the backend the runner times on.
+func (r *Runner) Profiler() Profiler { return r.p }
+
 // Run times one case.
 func (r *Runner) Run(c Case) (*Result, error) {
 	launch, free, err := r.prepare(c)
@@ -130,20 +152,11 @@ func (r *Runner) Run(c Case) (*Result, error) {
 	}
 	res := &Result{Case: c}
 	for i := 0; i < r.options.Repeats; i++ {
-		if err := r.flush(); err != nil {
-			return nil, err
-		}
-		if err := timer.Start(); err != nil {
-			return nil, err
-		}
-		if err := launch(); err != nil {
+		ms, err := r.TimeOnce(launch, timer)
+		if err != nil {
 			return nil, fmt.Errorf("bench %s: %w", c.Name, err)
 		}
-		d, err := timer.Stop()
-		if err != nil {
-			return nil, err
-		}
-		res.Times = append(res.Times, float64(d)/float64(time.Millisecond))
+		res.Times = append(res.Times, ms)
 	}
 	res.summarise(r.copyBW)
 	return res, nil

@@ -89,11 +89,30 @@ func New(opts backend.Options) (*Backend, error) {
 // NewWithGuards is New with guard regions on whatever the environment says (guards.go).
 func NewWithGuards(opts backend.Options) (*Backend, error) { return open(opts, true) }
 
+// OpenLibrary opens a backend on the library at path rather than the default one: a second
+// build of the kernels in the same process, as touchstone compare's candidate. Guards follow
+// TOUCHSTONE_GUARDS as in New.
+func OpenLibrary(path string, opts backend.Options) (*Backend, error) {
+	guards, err := guardsFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	lib, err := libraryAt(path)
+	if err != nil {
+		return nil, err
+	}
+	return openOn(lib, opts, guards)
+}
+
 func open(opts backend.Options, guards bool) (*Backend, error) {
 	lib, err := processLibrary()
 	if err != nil {
 		return nil, err
 	}
+	return openOn(lib, opts, guards)
+}
+
+func openOn(lib *library, opts backend.Options, guards bool) (*Backend, error) {
 	b := &Backend{lib: lib, guards: guards, e: new(C.tsg_err)}
 	if err := b.enter("open"); err != nil {
 		return nil, err

@@ -63,13 +63,14 @@ type library struct {
 
 var (
 	libMu  sync.Mutex
-	theLib *library // the process's library, once a load has succeeded
+	theLib *library                // the process's default library, once a load has succeeded
+	loaded = map[string]*library{} // every library loaded in this process, by key
 )
 
-// processLibrary returns the process's library, loading it on first success. Only success
-// is remembered: a failed attempt is cheap to repeat, and repeating it means its error
-// always describes the environment of the call that got it (a library built since, or
-// TOUCHSTONE_CUDA_LIB changed).
+// processLibrary returns the process's default library (TOUCHSTONE_CUDA_LIB, else the first
+// found), loading it on first success. Only success is remembered: a failed attempt is cheap
+// to repeat, and repeating it means its error always describes the environment of the call
+// that got it (a library built since, or TOUCHSTONE_CUDA_LIB changed).
 func processLibrary() (*library, error) {
 	exeDir := ""
 	if exe, err := os.Executable(); err == nil {
@@ -89,18 +90,43 @@ func processLibrary() (*library, error) {
 	defer libMu.Unlock()
 	if theLib != nil {
 		if theLib.key != key {
-			// Two libraries would be two builds of the kernels sharing one CUDA context;
-			// refuse rather than silently keep testing the first.
-			return nil, fmt.Errorf("cuda: %w: %s is already loaded in this process, cannot also load %s", ErrLibrary, theLib.path, path)
+			// The default library changing under a running process would leave the backends
+			// opened before on the first one: refuse rather than silently keep testing it.
+			return nil, fmt.Errorf("cuda: %w: %s is already loaded in this process as the default library, cannot also load %s (open a second library by path with OpenLibrary)", ErrLibrary, theLib.path, path)
 		}
 		return theLib, nil
 	}
-	lib, err := loadLibrary(path)
+	lib, err := libraryLocked(path, key)
 	if err != nil {
 		return nil, err
 	}
 	theLib = lib
 	return lib, nil
+}
+
+// libraryAt returns the library at path, loading it on first use. Several libraries may live
+// in one process (touchstone compare runs a baseline and a candidate build): each is dlopen'ed
+// RTLD_LOCAL, with its own stream, cuBLAS handles and fault record, on the device's shared
+// primary context, so a sticky fault in one corrupts the context of all.
+func libraryAt(path string) (*library, error) {
+	libMu.Lock()
+	defer libMu.Unlock()
+	return libraryLocked(path, canonical(path))
+}
+
+func libraryLocked(path, key string) (*library, error) {
+	if l := loaded[key]; l != nil {
+		return l, nil
+	}
+	if !isFile(path) {
+		return nil, fmt.Errorf("cuda: %w: %s does not exist or is not a file", ErrLibrary, path)
+	}
+	l, err := loadLibrary(path)
+	if err != nil {
+		return nil, err
+	}
+	loaded[key] = l
+	return l, nil
 }
 
 // findLibrary resolves the library path: $TOUCHSTONE_CUDA_LIB if set, else the first of

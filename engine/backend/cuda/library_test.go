@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 func TestRegistered(t *testing.T) {
@@ -185,5 +186,51 @@ func TestNoDevice(t *testing.T) {
 	_, err = backend.Open("cuda", backend.Options{Device: 1})
 	if !errors.Is(err, ErrNoDevice) || !strings.Contains(err.Error(), "device 1 requested") {
 		t.Fatalf("device 1 of 1: %v, want ErrNoDevice", err)
+	}
+}
+
+// A second build opened by path lives beside the default one (touchstone compare's
+// candidate): its own library, each one's calls its own.
+func TestOpenLibraryBesideTheDefault(t *testing.T) {
+	def := openFake(t)
+	data, err := os.ReadFile(fakes.lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), "candidate", libName)
+	if err := os.MkdirAll(filepath.Dir(other), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cand, err := OpenLibrary(other, backend.Options{Device: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cand.Close()
+	if cand.lib == def.lib || cand.lib.api == def.lib.api {
+		t.Fatal("the candidate shares the default library")
+	}
+	same, err := OpenLibrary(fakes.lib, backend.Options{Device: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer same.Close()
+	if same.lib != def.lib {
+		t.Error("opening the default library by path loaded it a second time")
+	}
+	for _, b := range []*Backend{def, cand} {
+		x, err := b.Upload(tensor.FromF32([]int{2}, []float32{1, 2}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Download(x); err != nil {
+			t.Fatal(err)
+		}
+		x.Free()
+	}
+	if _, err := OpenLibrary(filepath.Join(t.TempDir(), "missing.so"), backend.Options{Device: -1}); !errors.Is(err, ErrLibrary) || !strings.Contains(err.Error(), "missing.so") {
+		t.Errorf("missing library: %v", err)
 	}
 }

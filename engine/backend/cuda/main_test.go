@@ -13,6 +13,7 @@ import (
 	"github.com/x448/float16"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/backend/cuda/cudatest"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
@@ -46,22 +47,15 @@ func TestMain(m *testing.M) {
 }
 
 func buildFakes(dir string) {
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		fakes.skip = "gcc not found: the fake libtouchstone_cuda.so cannot be built (" + err.Error() + ")"
-		return
-	}
-	include, _ := filepath.Abs(filepath.Join("..", "..", "..", "cuda", "include"))
 	build := func(name string, defines ...string) string {
-		out := filepath.Join(dir, name, libName)
-		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-			panic(err)
+		out, err := cudatest.BuildFake(filepath.Join(dir, name), defines...)
+		if errors.Is(err, cudatest.ErrNoCompiler) {
+			fakes.skip = err.Error()
+			return ""
 		}
-		args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I" + include}, defines...)
-		args = append(args, "-o", out, filepath.Join("testdata", "fakets.c"), "-lm")
-		if msg, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
+		if err != nil {
 			// A fake that does not build is a broken test, not a reason to skip.
-			fmt.Fprintf(os.Stderr, "building the fake library: gcc %s: %v\n%s", strings.Join(args, " "), err, msg)
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
 		return out

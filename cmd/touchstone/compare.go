@@ -1,0 +1,222 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/touchstone-llm/touchstone/engine/abtest"
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
+	"github.com/touchstone-llm/touchstone/engine/backend/cuda"
+	"github.com/touchstone-llm/touchstone/engine/bench"
+	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/golden"
+)
+
+const compareUsage = `usage: touchstone compare -baseline SIDE -candidate SIDE [flags]
+
+Validates a candidate build of the kernels against a baseline on the same golden cases, in one
+process on one GPU: each side's error against the golden and the budget it uses, each side's
+time (L2 flushed, the two sides interleaved), and the verdicts: an accuracy regression (a case
+that passed and no longer does, or whose budget grew by more than -budget-margin), a speed change
+beyond the noise and -min-effect, a slowdown beyond -max-slowdown.
+
+A SIDE is cpu, cuda (the default library: $TOUCHSTONE_CUDA_LIB or cuda/build) or
+cuda:PATH (a libtouchstone_cuda.so built elsewhere, e.g. main's build beside a branch's).
+
+Exit status: 0 accepted, 1 accuracy regression, 3 slowdown beyond -max-slowdown, 2 the
+comparison could not run.
+
+flags:
+`
+
+func runCompare(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, compareUsage); fs.PrintDefaults() }
+	dir := goldenFlag(fs)
+	baseSpec := fs.String("baseline", "", "the baseline side: cpu | cuda | cuda:PATH")
+	candSpec := fs.String("candidate", "", "the candidate side: cpu | cuda | cuda:PATH")
+	tier := fs.String("tier", "committed", "golden tier: committed | full | all")
+	var ops multiFlag
+	fs.Var(&ops, "op", "compare only this op (repeatable)")
+	margin := fs.Float64("budget-margin", 0.10, "a passing case whose budget grows by more than this fraction of its limit is an accuracy regression")
+	maxSlow := fs.Float64("max-slowdown", 0, "fail when a case's candidate takes more than this ratio of the baseline's time beyond the noise (e.g. 1.10); 0: no limit")
+	minEffect := fs.Float64("min-effect", 0.05, "the smallest relative time change called faster or slower (two instances of one build differ by up to ~4% on microsecond kernels)")
+	warmup := fs.Int("warmup", 5, "untimed launches of each side before timing")
+	repeats := fs.Int("repeats", 30, "timed launches of each side per case (interleaved)")
+	timing := fs.Bool("time", true, "time the cases where both sides are GPU builds with guards off")
+	mdPath := fs.String("markdown", "", "also write the Markdown report to this file")
+	jsonPath := fs.String("json", "", "write the JSON report to this file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "touchstone compare: "+format+"\n", a...)
+		return 2
+	}
+	if *baseSpec == "" || *candSpec == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	for _, op := range ops {
+		if !slices.Contains(backend.Ops, op) {
+			return fail("-op %q: unknown op (ops: %v)", op, backend.Ops)
+		}
+	}
+	if *tier != "all" && *tier != "committed" && *tier != "full" {
+		return fail("-tier %q: want committed, full or all", *tier)
+	}
+	opts := abtest.Options{BudgetMargin: *margin, MaxSlowdown: *maxSlow, MinEffect: *minEffect}
+	if _, err := abtest.Judge("", "", nil, opts); err != nil {
+		return fail("%v", err)
+	}
+
+	root, err := goldenRoot(*dir)
+	if err != nil {
+		return fail("%v", err)
+	}
+	tols, err := compare.LoadTolerances(filepath.Join(root, "tolerances.yaml"))
+	if err != nil {
+		return fail("%v", err)
+	}
+	all, err := golden.Discover(root)
+	if err != nil {
+		return fail("%v", err)
+	}
+	var sets []*golden.Set
+	for _, s := range all {
+		m := s.Manifest
+		if m.Kind == golden.KindKernel && (*tier == "all" || m.Tier == *tier) && (len(ops) == 0 || slices.Contains(ops, m.Op)) {
+			sets = append(sets, s)
+		}
+	}
+	if len(sets) == 0 {
+		return fail("no %s kernel golden set matches (golden %s, ops %v)", *tier, root, []string(ops))
+	}
+
+	base, err := openSide(*baseSpec)
+	if err != nil {
+		return fail("-baseline %s: %v", *baseSpec, err)
+	}
+	defer base.Backend.Close()
+	cand, err := openSide(*candSpec)
+	if err != nil {
+		return fail("-candidate %s: %v", *candSpec, err)
+	}
+	defer cand.Backend.Close()
+	if *timing {
+		note := attachTimers(&base, &cand, bench.Options{Warmup: *warmup, Repeats: *repeats})
+		if note != "" {
+			fmt.Fprintln(stderr, "touchstone compare: untimed:", note)
+		}
+		defer closeTimers(base, cand)
+	}
+
+	cases, err := abtest.RunKernelSets(base, cand, sets, tols, abtest.RunOptions{Warmup: *warmup, Repeats: *repeats})
+	if err != nil {
+		return fail("%v", err)
+	}
+	report, err := abtest.Judge(base.Name, cand.Name, cases, opts)
+	if err != nil {
+		return fail("%v", err)
+	}
+	md := report.Markdown()
+	fmt.Fprint(stdout, md)
+	if *mdPath != "" {
+		if err := os.WriteFile(*mdPath, []byte(md), 0o644); err != nil {
+			return fail("%v", err)
+		}
+	}
+	if *jsonPath != "" {
+		data, err := report.JSON()
+		if err == nil {
+			err = os.WriteFile(*jsonPath, data, 0o644)
+		}
+		if err != nil {
+			return fail("%v", err)
+		}
+	}
+	return report.ExitCode()
+}
+
+// openSide opens a side from its spec.
+func openSide(spec string) (abtest.Side, error) {
+	opts, err := deviceOptions()
+	if err != nil {
+		return abtest.Side{}, err
+	}
+	var b backend.Backend
+	switch {
+	case spec == "cpu":
+		b = cpu.New()
+	case spec == "cuda":
+		b, err = backend.Open("cuda", opts)
+	case strings.HasPrefix(spec, "cuda:") && len(spec) > len("cuda:"):
+		var cb *cuda.Backend
+		if cb, err = cuda.OpenLibrary(strings.TrimPrefix(spec, "cuda:"), opts); err == nil {
+			b = cb
+		}
+	default:
+		return abtest.Side{}, errors.New("want cpu, cuda or cuda:PATH")
+	}
+	if err != nil {
+		return abtest.Side{}, err
+	}
+	info := b.Info()
+	return abtest.Side{Name: fmt.Sprintf("%s (%s)", spec, info.Name), Backend: b}, nil
+}
+
+// deviceOptions reads TOUCHSTONE_DEVICE as backend.FromEnv does.
+func deviceOptions() (backend.Options, error) {
+	opts := backend.Options{Device: -1}
+	if s := os.Getenv(backend.EnvDevice); s != "" {
+		d, err := strconv.Atoi(s)
+		if err != nil || d < 0 {
+			return opts, fmt.Errorf("%s=%q: want a device ordinal >= 0", backend.EnvDevice, s)
+		}
+		opts.Device = d
+	}
+	return opts, nil
+}
+
+// attachTimers gives both sides a bench runner, or neither; the note says why not.
+func attachTimers(base, cand *abtest.Side, o bench.Options) string {
+	var runners []*bench.Runner
+	for _, s := range []*abtest.Side{base, cand} {
+		p, ok := s.Backend.(bench.Profiler)
+		if !ok {
+			closeRunners(runners)
+			return s.Name + " cannot time its work on a device"
+		}
+		r, err := bench.NewRunner(p, o)
+		if err != nil {
+			closeRunners(runners)
+			return s.Name + ": " + err.Error()
+		}
+		runners = append(runners, r)
+	}
+	base.Timer, cand.Timer = runners[0], runners[1]
+	return ""
+}
+
+func closeTimers(sides ...abtest.Side) {
+	for _, s := range sides {
+		if s.Timer != nil {
+			s.Timer.Close()
+		}
+	}
+}
+
+func closeRunners(rs []*bench.Runner) {
+	for _, r := range rs {
+		r.Close()
+	}
+}
