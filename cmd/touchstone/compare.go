@@ -45,8 +45,10 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	baseSpec := fs.String("baseline", "", "the baseline side: cpu | cuda | cuda:PATH")
 	candSpec := fs.String("candidate", "", "the candidate side: cpu | cuda | cuda:PATH")
 	tier := fs.String("tier", "committed", "golden tier: committed | full | all")
-	var ops multiFlag
-	fs.Var(&ops, "op", "compare only this op (repeatable)")
+	kind := fs.String("kind", "kernels", "what to compare: kernels | models | all (model sets: every tap and the greedy tokens, untimed)")
+	var ops, models multiFlag
+	fs.Var(&ops, "op", "compare only this op's kernel sets (repeatable)")
+	fs.Var(&models, "model", "compare only this model set (repeatable)")
 	margin := fs.Float64("budget-margin", 0.10, "a passing case whose budget grows by more than this fraction of its limit is an accuracy regression")
 	maxSlow := fs.Float64("max-slowdown", 0, "fail when a case's candidate takes more than this ratio of the baseline's time beyond the noise (e.g. 1.10); 0: no limit")
 	minEffect := fs.Float64("min-effect", 0.05, "the smallest relative time change called faster or slower (two instances of one build differ by up to ~4% on microsecond kernels)")
@@ -74,6 +76,9 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	if *tier != "all" && *tier != "committed" && *tier != "full" {
 		return fail("-tier %q: want committed, full or all", *tier)
 	}
+	if *kind != "kernels" && *kind != "models" && *kind != "all" {
+		return fail("-kind %q: want kernels, models or all", *kind)
+	}
 	opts := abtest.Options{BudgetMargin: *margin, MaxSlowdown: *maxSlow, MinEffect: *minEffect}
 	if _, err := abtest.Judge("", "", nil, opts); err != nil {
 		return fail("%v", err)
@@ -91,15 +96,21 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	var sets []*golden.Set
+	var kernelSets, modelSets []*golden.Set
 	for _, s := range all {
 		m := s.Manifest
-		if m.Kind == golden.KindKernel && (*tier == "all" || m.Tier == *tier) && (len(ops) == 0 || slices.Contains(ops, m.Op)) {
-			sets = append(sets, s)
+		if *tier != "all" && m.Tier != *tier {
+			continue
+		}
+		switch {
+		case m.Kind == golden.KindKernel && *kind != "models" && (len(ops) == 0 || slices.Contains(ops, m.Op)):
+			kernelSets = append(kernelSets, s)
+		case m.Kind == golden.KindModel && *kind != "kernels" && (len(models) == 0 || slices.Contains(models, filepath.Base(s.Dir))):
+			modelSets = append(modelSets, s)
 		}
 	}
-	if len(sets) == 0 {
-		return fail("no %s kernel golden set matches (golden %s, ops %v)", *tier, root, []string(ops))
+	if len(kernelSets)+len(modelSets) == 0 {
+		return fail("no %s golden set of kind %s matches (golden %s, ops %v, models %v)", *tier, *kind, root, []string(ops), []string(models))
 	}
 
 	base, err := openSide(*baseSpec)
@@ -120,10 +131,11 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 		defer closeTimers(base, cand)
 	}
 
-	cases, err := abtest.RunKernelSets(base, cand, sets, tols, abtest.RunOptions{Warmup: *warmup, Repeats: *repeats})
+	cases, err := abtest.RunKernelSets(base, cand, kernelSets, tols, abtest.RunOptions{Warmup: *warmup, Repeats: *repeats})
 	if err != nil {
 		return fail("%v", err)
 	}
+	cases = append(cases, abtest.RunModelSets(base, cand, modelSets, tols)...)
 	report, err := abtest.Judge(base.Name, cand.Name, cases, opts)
 	if err != nil {
 		return fail("%v", err)

@@ -91,6 +91,8 @@ func TestCompareBadUsage(t *testing.T) {
 		{[]string{"-baseline", "cpu", "-candidate", "cpu", "-max-slowdown", "0.5"}, "max slowdown = 0.5"},
 		{[]string{"-baseline", "cpu", "-candidate", "cpu", "-op", "conv2d"}, `-op "conv2d": unknown op`},
 		{[]string{"-baseline", "cpu", "-candidate", "cpu", "-tier", "huge"}, `-tier "huge"`},
+		{[]string{"-baseline", "cpu", "-candidate", "cpu", "-kind", "layers"}, `-kind "layers"`},
+		{[]string{"-baseline", "cpu", "-candidate", "cpu", "-kind", "models", "-model", "llama-tiny"}, "no committed golden set of kind models matches"},
 	} {
 		code, _, errOut := compareRun(t, tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {

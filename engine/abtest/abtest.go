@@ -203,6 +203,9 @@ func accuracy(b, c Measurement, margin float64) (Accuracy, string) {
 func describe(m Measurement) string {
 	switch m.Status {
 	case Fail:
+		if m.Budget <= 1 { // every limit met, and yet failing: greedy tokens
+			return "fails (" + m.Worst + ")"
+		}
 		return fmt.Sprintf("fails (%s at %.0f%% of its limit)", m.Worst, 100*m.Budget)
 	case Unsupported:
 		return "unsupported (" + m.Error + ")"

@@ -9,6 +9,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/model"
 )
 
 // Side is one build under comparison.
@@ -121,4 +122,50 @@ func timePair(rb, rc *bench.Runner, s *golden.Set, o RunOptions) (tb, tc []float
 		}
 	}
 	return sides[0].times, sides[1].times, nil
+}
+
+// RunModelSets runs every model set on both sides: each tap of prefill and the stored decode
+// steps against its limit (the worst budget names the tap), then greedy generation against the
+// reference's tokens. Model sets are not timed here (touchstone bench-model times models).
+func RunModelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances) []Case {
+	var cases []Case
+	for _, s := range sets {
+		cases = append(cases, Case{ID: s.ID(), Baseline: measureModel(base.Backend, s, tols), Candidate: measureModel(cand.Backend, s, tols)})
+	}
+	return cases
+}
+
+func measureModel(b backend.Backend, s *golden.Set, tols *compare.Tolerances) Measurement {
+	failed := func(err error) Measurement {
+		if errors.Is(err, backend.ErrUnsupported) {
+			return Measurement{Status: Unsupported, Error: err.Error()}
+		}
+		return Measurement{Status: Errored, Error: err.Error()}
+	}
+	m, p, err := model.LoadSet(b, s)
+	if err != nil {
+		return failed(err)
+	}
+	defer m.Close()
+	rows, err := model.CompareTaps(m, s, p, tols)
+	if err != nil {
+		return failed(err)
+	}
+	out := Measurement{Status: Pass}
+	for _, r := range rows {
+		for _, c := range r.Result.Checks {
+			if c.Budget > out.Budget || out.Worst == "" {
+				out.Budget, out.Worst = c.Budget, r.Name+" "+c.Metric
+			}
+		}
+	}
+	if first := compare.FirstFailure(rows); first >= 0 {
+		out.Status = Fail
+		out.Worst += "; first failing tap " + rows[first].Name
+		return out
+	}
+	if _, err := model.Greedy(m, s, p); err != nil {
+		out.Status, out.Worst = Fail, err.Error()
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package abtest
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -71,5 +72,35 @@ func TestRunKernelSetsRejectsAWrongCandidate(t *testing.T) {
 	}
 	if r.ExitCode() != ExitRegression || r.Summary.Regressions == 0 {
 		t.Fatalf("the tanh GELU passed as the erf GELU:\n%s", r.Markdown())
+	}
+}
+
+// wrongTheta is the cpu backend with RoPE at 100x the model's base: a loader that misreads
+// rope_theta.
+type wrongTheta struct{ *cpu.Backend }
+
+func (w wrongTheta) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	cfg.FreqBase *= 100
+	return w.Backend.RoPE(out, x, positions, cfg)
+}
+
+func TestRunModelSets(t *testing.T) {
+	root := filepath.Join("..", "..", "golden")
+	set, err := golden.Load(filepath.Join(root, "models", "qwen2-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tols, err := compare.LoadTolerances(filepath.Join(root, "tolerances.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := RunModelSets(Side{Name: "cpu", Backend: cpu.New()}, Side{Name: "theta", Backend: wrongTheta{cpu.New()}}, []*golden.Set{set}, tols)
+	r, err := Judge("cpu", "theta", cases, Options{BudgetMargin: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.Outcomes[0]
+	if o.Baseline.Status != Pass || o.Accuracy != AccuracyRegressed || !strings.Contains(o.Why, "first failing tap prefill.layers.0.") {
+		t.Fatalf("%+v\n%s", o, r.Markdown())
 	}
 }
