@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 4
+#define TS_ABI_VERSION 5
 
 typedef enum {
     TS_OK = 0,
@@ -307,6 +307,10 @@ int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_
 /* Unfused equivalent: gemm(g, x, w_gate), gemm(u, x, w_up), swiglu(a, g, u), gemm(out, a, w_down). */
 int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up, const void *w_down,
                   const ts_ffn_config *cfg, void *stream);
+/* out [rows, ffn] = silu(x . w_gate^T) * (x . w_up^T), w_gate_up = [w_gate; w_up] stacked
+ * [2 ffn, hidden]; cfg as swiglu_ffn's. gate and up stay fp32 until the one rounding of out.
+ * Unfused equivalent: gemm(g, x, w_gate_up[:ffn]), gemm(u, x, w_gate_up[ffn:]), swiglu(out, g, u). */
+int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg, void *stream);
 /* exact erf GELU */
 int ts_gelu(void *out, const void *x, const ts_elementwise_config *cfg, void *stream);
 /* tanh approximation (GPT-2 gelu_new) */

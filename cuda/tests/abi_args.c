@@ -118,6 +118,10 @@ int main(void) {
     ts_ffn_config f0 = fc;
     f0.ffn = 0;
     expect("ffn ffn 0", ts_swiglu_ffn(P, P, P, P, P, &f0, NULL), TS_ERR_INVALID_ARGUMENT, "swiglu_ffn", "ffn", "0");
+    expect("gemm_swiglu ffn 0", ts_gemm_swiglu(P, P, P, &f0, NULL), TS_ERR_INVALID_ARGUMENT, "gemm_swiglu", "ffn", "0");
+    expect("gemm_swiglu null w_gate_up", ts_gemm_swiglu(P, P, NULL, &fc, NULL), TS_ERR_INVALID_ARGUMENT, "gemm_swiglu",
+           "w_gate_up", "NULL");
+    expect("gemm_swiglu valid", ts_gemm_swiglu(P, P, P, &fc, NULL), TS_ERR_NOT_INITIALIZED, "gemm_swiglu", "ts_init", NULL);
     ts_embedding_config v0 = ec;
     v0.table_rows = 0;
     expect("embedding vocab 0", ts_embedding(P, P, P, &v0, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "table_rows", "0");

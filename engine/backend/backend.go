@@ -82,6 +82,10 @@ type Kernels interface {
 	// SwiGLUFFN is the whole gated FFN. Unfused equivalent, each step rounding to fp16:
 	// Gemm(g, x, wGate), Gemm(u, x, wUp), SwiGLU(a, g, u), Gemm(out, a, wDown).
 	SwiGLUFFN(out, x, wGate, wUp, wDown Buffer) error
+	// GemmSwiGLU is out [T, F] = silu(x Wg^T) * (x Wu^T) over the stacked weight wGateUp =
+	// [Wg; Wu] [2F, H] (Phi-3's gate_up_proj), gate and up kept in fp32 until the one rounding.
+	// Unfused equivalent: Gemm(g, x, wGateUp[:F]), Gemm(u, x, wGateUp[F:]), SwiGLU(out, g, u).
+	GemmSwiGLU(out, x, wGateUp Buffer) error
 	// GELU is the exact, erf-based GELU.
 	GELU(out, x Buffer) error
 	// GELUTanh is the tanh approximation (GPT-2's gelu_new).
@@ -148,7 +152,7 @@ type Backend interface {
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
-	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gelu", "gelu_tanh",
+	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gemm_swiglu", "gelu", "gelu_tanh",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }
 

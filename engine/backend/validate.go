@@ -248,6 +248,23 @@ func CheckGemm(out, x, w, bias Buffer) error {
 	return c.Err()
 }
 
+// CheckGemmSwiGLU validates the fused gate/up projection and activation.
+func CheckGemmSwiGLU(out, x, wGateUp Buffer) error {
+	c := Validate("gemm_swiglu")
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.DType("w_gate_up", wGateUp, tensor.F16)
+	c.Rank("w_gate_up", wGateUp, 2)
+	if c.Err() == nil {
+		t, h, f2 := x.Shape()[0], x.Shape()[1], wGateUp.Shape()[0]
+		c.That(f2%2 == 0, "w_gate_up", tensor.ShapeString(wGateUp.Shape()), "its rows must be even: the ffn gate rows, then the ffn up rows")
+		c.Shape("w_gate_up", wGateUp, []int{f2, h}, "[2 ffn, hidden of x]")
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, []int{t, f2 / 2}, "[rows of x, ffn]")
+	}
+	return c.Err()
+}
+
 // CheckSwiGLUFFN validates the gated FFN.
 func CheckSwiGLUFFN(out, x, wGate, wUp, wDown Buffer) error {
 	c := Validate("swiglu_ffn")

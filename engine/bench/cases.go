@@ -78,12 +78,23 @@ func Cases() []Case {
 		prefill("attention_prefill qwen2.5-0.5b S=2048", 1, 2048, 14, 2, 64),
 		gemm("gemm phi3-mini qkv_proj M=128", 128, 9216, 3072),
 		gemm("gemm qwen2.5-0.5b lm_head M=16 f32", 16, 151936, 896),
+		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b decode T=1", 1, 896, 4864),
+		gemmSwiGLU("gemm_swiglu phi3-mini decode T=1", 1, 3072, 8192),
+		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b prefill T=128", 128, 896, 4864),
 		{Name: "swiglu_ffn qwen2.5-0.5b T=128", Op: "swiglu_ffn", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{128, 896}, nil),
 				in("w_gate", tensor.F16, []int{4864, 896}, normal(1/math.Sqrt(896), 0)), in("w_up", tensor.F16, []int{4864, 896}, normal(1/math.Sqrt(896), 0)),
 				in("w_down", tensor.F16, []int{896, 4864}, normal(1/math.Sqrt(4864), 0))},
 			Flops: 2 * 128 * 3 * 896 * 4864, Bytes: 3*elems(4864, 896)*f16 + 2*elems(128, 896)*f16},
 	}
+}
+
+// gemmSwiGLU reads the stacked gate/up weight and x once and writes the activation.
+func gemmSwiGLU(name string, t, h, f int) Case {
+	return Case{Name: name, Op: "gemm_swiglu", Params: `{}`,
+		Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{t, h}, nil),
+			in("w_gate_up", tensor.F16, []int{2 * f, h}, normal(1/math.Sqrt(float64(h)), 0))},
+		Flops: int64(2 * t * 2 * f * h), Bytes: elems(2*f, h)*f16 + elems(t, h)*f16 + elems(t, f)*f16}
 }
 
 // decode reads each sequence's whole K and V cache once.

@@ -145,6 +145,16 @@ func init() {
 		c.do(func() error { return c.b.SwiGLUFFN(out, x, wg, wu, wd) })
 		c.output("out", out)
 	})
+	register("gemm_swiglu", func(c *call) {
+		c.params(&noParams{})
+		x, w := c.input("x"), c.input("w_gate_up")
+		if c.err != nil {
+			return
+		}
+		out := c.alloc(tensor.F16, []int{c.dim("x", x, 0), c.dim("w_gate_up", w, 0) / 2})
+		c.do(func() error { return c.b.GemmSwiGLU(out, x, w) })
+		c.output("out", out)
+	})
 	register("gelu", func(c *call) {
 		c.params(&noParams{})
 		x := c.input("x")

@@ -65,6 +65,8 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("attention_decode: scale taken as 1/sqrt(head_dim), ignoring cfg.scale", "attention_decode", decodeDefaultScale{cpu.New()}, "scale"),
 		Entry("swiglu: silu applied to up instead of gate", "swiglu", swigluSwapped{cpu.New()}, "qwen"),
 		Entry("swiglu_ffn: gate and up projections swapped", "swiglu_ffn", ffnSwapped{cpu.New()}, "896"),
+		Entry("gemm_swiglu: silu applied to the up half (the halves of the stacked weight swapped)", "gemm_swiglu", gemmSwiGLUHalvesSwapped{cpu.New()}, "qwen2.5"),
+		Entry("gemm_swiglu: the stacked weight read as interleaved gate/up rows", "gemm_swiglu", gemmSwiGLUInterleaved{cpu.New()}, "phi3"),
 		Entry("gelu: tanh approximation where erf is expected", "gelu", geluTanhForErf{cpu.New()}, "gpt2"),
 		Entry("gelu_tanh: erf where the tanh approximation is expected", "gelu_tanh", geluErfForTanh{cpu.New()}, "gpt2"),
 		Entry("pos_embedding: position off by one", "pos_embedding", posEmbedOffByOne{cpu.New()}, "gpt2"),
@@ -547,4 +549,41 @@ func expandKVModulo(b backend.Backend, buf backend.Buffer, cfg backend.Attention
 		}
 	}
 	return b.Upload(wide)
+}
+
+// gemmSwiGLUHalvesSwapped takes the up rows of the stacked weight for the gate and the gate
+// rows for up, as a kernel with the two offsets exchanged would.
+type gemmSwiGLUHalvesSwapped struct{ *cpu.Backend }
+
+func (k gemmSwiGLUHalvesSwapped) GemmSwiGLU(out, x, w backend.Buffer) error {
+	return k.withRows(out, x, w, func(f, i int) int { return (i + f) % (2 * f) })
+}
+
+// gemmSwiGLUInterleaved reads gate row i at 2i and up row i at 2i+1, the layout some exports
+// use, where this op's contract stacks all gate rows first.
+type gemmSwiGLUInterleaved struct{ *cpu.Backend }
+
+func (k gemmSwiGLUInterleaved) GemmSwiGLU(out, x, w backend.Buffer) error {
+	return gemmSwiGLUHalvesSwapped(k).withRows(out, x, w, func(f, i int) int {
+		if i < f {
+			return 2 * i
+		}
+		return 2*(i-f) + 1
+	})
+}
+
+// withRows runs the correct op on a weight whose row i is row src(ffn, i) of w.
+func (k gemmSwiGLUHalvesSwapped) withRows(out, x, w backend.Buffer, src func(ffn, i int) int) error {
+	wrong, err := mutated(k, w, func(t *tensor.Tensor) {
+		rows, h := t.Shape[0], t.Shape[1]
+		orig := append([]float16.Float16(nil), t.F16...)
+		for i := 0; i < rows; i++ {
+			copy(t.F16[i*h:(i+1)*h], orig[src(rows/2, i)*h:(src(rows/2, i)+1)*h])
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer wrong.Free()
+	return k.Backend.GemmSwiGLU(out, x, wrong)
 }

@@ -45,6 +45,7 @@ var crossCases = []crossCase{
 	{"attention_decode", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v}`, 1/math.Sqrt(128)), []conformance.InputSpec{in("q", tensor.F16, []int{3, 32, 128}, nil), in("k_cache", tensor.F16, []int{3, 2500, 8, 128}, nil), in("v_cache", tensor.F16, []int{3, 2500, 8, 128}, nil), in("cache_lens", tensor.I32, []int{3}, conformance.IntsIn(1, 2501))}},
 	{"swiglu", `{}`, []conformance.InputSpec{in("gate", tensor.F16, []int{64, 11008}, normalGen(3, 0)), in("up", tensor.F16, []int{64, 11008}, nil)}},
 	{"swiglu_ffn", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{24, 1024}, nil), in("w_gate", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)), in("w_up", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)), in("w_down", tensor.F16, []int{1024, 2816}, normalGen(1/math.Sqrt(2816), 0))}},
+	{"gemm_swiglu", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{24, 1024}, nil), in("w_gate_up", tensor.F16, []int{2 * 2816, 1024}, normalGen(1/32.0, 0))}},
 	{"gelu", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
 	{"gelu_tanh", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
 	{"pos_embedding", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{700, 1024}, nil), in("table", tensor.F16, []int{2048, 1024}, nil), in("positions", tensor.I32, []int{700}, intsUpTo(2048))}},

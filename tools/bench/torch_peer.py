@@ -193,6 +193,17 @@ def swiglu_ffn(t, p):
             "F.linear(F.silu(F.linear(x, w_gate)) * F.linear(x, w_up), w_down)")
 
 
+def gemm_swiglu(t, p):
+    # The strongest eager form: one linear over the stacked weight (Phi-3's gate_up_proj), then
+    # chunk and the activation, as transformers' Phi-3 MLP runs it.
+    x, w = t.randn("x"), t.weight("w_gate_up")
+
+    def call():
+        g, u = F.linear(x, w).chunk(2, dim=-1)
+        return F.silu(g) * u
+    return call, "g, u = F.linear(x, w_gate_up).chunk(2, -1); F.silu(g) * u"
+
+
 def gelu(t, p):
     x = t.randn("x", 1.5)
     return (lambda: F.gelu(x)), "F.gelu(x)"
@@ -289,7 +300,7 @@ def sample(t, p):
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, swiglu,
-                               swiglu_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
+                               swiglu_ffn, gemm_swiglu, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
                                gemm, softmax, sample)}
 
 

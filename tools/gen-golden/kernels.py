@@ -290,6 +290,14 @@ def swiglu(r, *, T, ffn, gate=normal()):
     return {}, {"gate": g, "up": up}, {"out": F.silu(d(g)) * d(up)}
 
 
+def gemm_swiglu(r, *, T, H, ffn, dist=normal()):
+    """silu(x Wg^T) * (x Wu^T) over the stacked weight [Wg; Wu] (Phi-3's gate_up_proj)."""
+    x = to_f16(dist(r, (T, H)))
+    w = torch.cat([linear_weight(r, ffn, H), linear_weight(r, ffn, H)])
+    acc = d(x) @ d(w).T
+    return {}, {"x": x, "w_gate_up": w}, {"out": F.silu(acc[:, :ffn]) * acc[:, ffn:]}
+
+
 def swiglu_ffn(r, *, T, H, ffn, dist=normal()):
     x = to_f16(dist(r, (T, H)))
     w_gate, w_up = linear_weight(r, ffn, H), linear_weight(r, ffn, H)
@@ -387,7 +395,7 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
-    attention_prefill, attention_decode, swiglu, swiglu_ffn, gelu, gelu_tanh, pos_embedding,
+    attention_prefill, attention_decode, swiglu, swiglu_ffn, gemm_swiglu, gelu, gelu_tanh, pos_embedding,
     embedding, set_rows, gemm, softmax)}
 
 
@@ -755,6 +763,18 @@ CASES += _cases(COMMITTED, "attention_decode", [
     ("d80-gqa2_lens1-130", dict(nH=4, nKV=2, D=80, L=136, cache_lens=[1, 130])),
 ])
 
+# gemm_swiglu (fused gate/up projection and activation): decode and prefill rows at the real
+# hidden sizes with the ffn width cut down (the full tier has the real ones), outlier channels,
+# rows of very different rms, odd primes.
+CASES += _cases(COMMITTED, "gemm_swiglu", [
+    ("qwen2.5-0.5b-h896-f64_decode-t1", dict(T=1, H=896, ffn=64)),
+    ("qwen2.5-0.5b-h896-f48_prefill-t16", dict(T=16, H=896, ffn=48)),
+    ("phi3-mini-h3072-f16_t2", dict(T=2, H=3072, ffn=16)),
+    ("outliers-x20_h896-f32_t4", dict(T=4, H=896, ffn=32, dist=OUTLIERS)),
+    ("row-scales-0.05-20_h896-f32_t6", dict(T=6, H=896, ffn=32, dist=row_scales(0.05, 20.0))),
+    ("prime-h521-f61_t3", dict(T=3, H=521, ffn=61)),
+])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -790,6 +810,12 @@ CASES += _cases(FULL, "swiglu", [("big-2048x8192", dict(T=BIG[0], ffn=BIG[1]))])
 CASES += _cases(FULL, "softmax", [
     ("qwen2.5-vocab-f32_t32", dict(T=32, N=151936, dtype="f32", dist=normal(3.0),
                                    mask=random_mask(0.01))),
+])
+CASES += _cases(FULL, "gemm_swiglu", [
+    ("qwen2.5-0.5b_decode-t1", dict(T=1, H=896, ffn=4864)),
+    ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),
+    ("phi3-mini_decode-t1", dict(T=1, H=3072, ffn=8192)),
+    ("phi3-mini_t4", dict(T=4, H=3072, ffn=8192)),
 ])
 CASES += _cases(FULL, "swiglu_ffn", [
     ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),

@@ -41,6 +41,28 @@ func addBias(res, bias []float32) {
 	}
 }
 
+// GemmSwiGLU projects x onto the stacked gate and up weights and applies SwiGLU to the fp32
+// accumulators, rounding once.
+func (*Backend) GemmSwiGLU(out, x, wGateUp backend.Buffer) error {
+	if err := backend.CheckGemmSwiGLU(out, x, wGateUp); err != nil {
+		return err
+	}
+	ts, err := tensors("gemm_swiglu", out, x, wGateUp)
+	if err != nil {
+		return err
+	}
+	t, h, f := ts[1].Shape[0], ts[1].Shape[1], ts[2].Shape[0]/2
+	acc := matmulT(ts[1].Float32(), ts[2].Float32(), t, h, 2*f)
+	act := make([]float32, t*f)
+	for r := 0; r < t; r++ {
+		for j := 0; j < f; j++ {
+			act[r*f+j] = swiglu(acc[r*2*f+j], acc[r*2*f+f+j])
+		}
+	}
+	store(ts[0], act)
+	return nil
+}
+
 // SwiGLUFFN runs gate and up projections, the SwiGLU activation and the down projection,
 // rounding each intermediate to fp16 as the unfused sequence of kernels would.
 func (*Backend) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {

@@ -138,6 +138,9 @@ func (r *recorder) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
 	return r.add(backend.CheckSwiGLUFFN(out, x, wGate, wUp, wDown),
 		func() error { return r.be.SwiGLUFFN(out, x, wGate, wUp, wDown) })
 }
+func (r *recorder) GemmSwiGLU(out, x, wGateUp backend.Buffer) error {
+	return r.add(backend.CheckGemmSwiGLU(out, x, wGateUp), func() error { return r.be.GemmSwiGLU(out, x, wGateUp) })
+}
 func (r *recorder) GELU(out, x backend.Buffer) error {
 	return r.add(backend.CheckUnary("gelu", out, x), func() error { return r.be.GELU(out, x) })
 }

@@ -171,6 +171,9 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			return b.AttentionDecode(f16(2, 14, 64), f16(2, 14, 64), f16(2, 16, 2, 64), f16(2, 16, 2, 64), i32(2), attn)
 		}},
 		{"swiglu", "ts_swiglu dtype=1 n=3584 stream=0", func() error { return b.SwiGLU(f16(4, 896), x, f16(4, 896)) }},
+		{"gemm_swiglu", "ts_gemm_swiglu dtype=1 rows=4 hidden=896 ffn=4864 stream=0", func() error {
+			return b.GemmSwiGLU(f16(4, 4864), x, f16(2*4864, 896))
+		}},
 		{"swiglu_ffn", "ts_swiglu_ffn dtype=1 rows=4 hidden=896 ffn=4864 stream=0", func() error {
 			return b.SwiGLUFFN(f16(4, 896), x, f16(4864, 896), f16(4864, 896), f16(896, 4864))
 		}},

@@ -35,6 +35,32 @@ func (b *Backend) Gemm(out, x, w, bias backend.Buffer) error {
 	return b.launched(op, st, arg{"out", out})
 }
 
+// GemmSwiGLU is the gate/up projection and the SwiGLU activation over stacked weights, the
+// accumulators never rounded before the activation. Unfused equivalent: Gemm(g, x, wGateUp[:ffn]),
+// Gemm(u, x, wGateUp[ffn:]), SwiGLU(out, g, u).
+func (b *Backend) GemmSwiGLU(out, x, wGateUp backend.Buffer) error {
+	const op = "gemm_swiglu"
+	if err := backend.CheckGemmSwiGLU(out, x, wGateUp); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"w_gate_up", wGateUp})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	cfg := C.ts_ffn_config{
+		dtype:  C.TS_F16,
+		rows:   c.int("rows", d[1].shape[0]),
+		hidden: c.int("hidden", d[1].shape[1]),
+		ffn:    c.int("ffn", d[2].shape[0]/2),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_gemm_swiglu(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &cfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}
+
 // SwiGLUFFN is the whole gated FFN. Unfused equivalent, each step rounding to fp16:
 // Gemm(g, x, wGate), Gemm(u, x, wUp), SwiGLU(a, g, u), Gemm(out, a, wDown). The
 // intermediates live in a library workspace, so only out is guarded.

@@ -43,6 +43,8 @@ var KernelPaths = []KernelPath{
 	{Op: "swiglu", What: "binary_kernel<false, (anonymous namespace)::SwiGLUOp>", When: "a pointer off a 16-byte boundary (element by element)"},
 	{Op: "swiglu_ffn", What: "cublasGemmEx", When: "the gate, up and down projections (no bias), fp32 accumulation"},
 	{Op: "swiglu_ffn", What: "binary_kernel<true, (anonymous namespace)::SwiGLUOp>", When: "the activation between them, on the library's aligned workspace"},
+	{Op: "gemm_swiglu", What: "cublasGemmEx", When: "one GEMM over the stacked gate and up weights into an fp32 workspace"},
+	{Op: "gemm_swiglu", What: "gemm_swiglu_epilogue_kernel", When: "the activation of the fp32 accumulators, one rounding"},
 	{Op: "gemm", What: "cublasGemmEx", When: "no bias; or fp32 out with a bias (then bias_add_kernel<float>); or the fp16 fallback below"},
 	{Op: "gemm", What: "bias_add_kernel<float>", When: "fp32 out with a bias, added after the GEMM"},
 	{Op: "gemm", What: "cublasLtMatmul(epilogue=BIAS)", When: "fp16 out with a bias, when cublasLt has an algorithm for the shape and alignments"},

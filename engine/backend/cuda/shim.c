@@ -188,6 +188,10 @@ int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gat
                    const void *w_down, const ts_ffn_config *cfg, tsg_err *e) {
     return done(a, a->ts_swiglu_ffn(out, x, w_gate, w_up, w_down, cfg, NULL), e);
 }
+int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg,
+                    tsg_err *e) {
+    return done(a, a->ts_gemm_swiglu(out, x, w_gate_up, cfg, NULL), e);
+}
 int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e) {
     return done(a, a->ts_gelu(out, x, cfg, NULL), e);
 }

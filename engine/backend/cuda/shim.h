@@ -64,6 +64,7 @@
     X(ts_swiglu, int, (void *, const void *, const void *, const ts_elementwise_config *, void *))       \
     X(ts_swiglu_ffn, int,                                                                                 \
       (void *, const void *, const void *, const void *, const void *, const ts_ffn_config *, void *))   \
+    X(ts_gemm_swiglu, int, (void *, const void *, const void *, const ts_ffn_config *, void *))          \
     X(ts_gelu, int, (void *, const void *, const ts_elementwise_config *, void *))                       \
     X(ts_gelu_tanh, int, (void *, const void *, const ts_elementwise_config *, void *))                  \
     X(ts_pos_embedding, int,                                                                              \
@@ -155,6 +156,8 @@ int tsg_swiglu(const tsg_api *a, void *out, const void *gate, const void *up, co
                tsg_err *e);
 int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gate, const void *w_up,
                    const void *w_down, const ts_ffn_config *cfg, tsg_err *e);
+int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg,
+                    tsg_err *e);
 int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e);
 int tsg_gelu_tanh(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e);
 int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *table, const int32_t *positions,

@@ -562,6 +562,17 @@ int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up
     return TS_OK;
 }
 
+int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg, void *stream) {
+    logf_("ts_gemm_swiglu dtype=%d rows=%d hidden=%d ffn=%d stream=%d", cfg->dtype, cfg->rows, cfg->hidden, cfg->ffn,
+          stream != NULL);
+    int st = enter("ts_gemm_swiglu", 1);
+    if (st) return st;
+    NEED("gemm_swiglu", out);
+    NEED("gemm_swiglu", x);
+    NEED("gemm_swiglu", w_gate_up);
+    return TS_OK;
+}
+
 static int copy_op(const char *name, void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
     logf_("%s dtype=%d n=%lld stream=%d", name, cfg->dtype, (long long)cfg->n, stream != NULL);
     int st = enter(name, 1);
