@@ -17,6 +17,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/backend/cuda"
 	"github.com/touchstone-llm/touchstone/engine/bench"
 	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 )
 
@@ -29,7 +30,9 @@ that passed and no longer does, or whose budget grew by more than -budget-margin
 beyond the noise and -min-effect, a slowdown beyond -max-slowdown.
 
 A SIDE is cpu, cuda (the default library: $TOUCHSTONE_CUDA_LIB or cuda/build) or
-cuda:PATH (a libtouchstone_cuda.so built elsewhere, e.g. main's build beside a branch's).
+cuda:PATH (a libtouchstone_cuda.so built elsewhere, e.g. main's build beside a branch's), with
++unfused to run each fused op's unfused composition instead (-baseline cuda+unfused -candidate
+cuda: a fused kernel against the ops it replaces; only ops that have one are compared).
 
 Exit status: 0 accepted, 1 accuracy regression, 3 slowdown beyond -max-slowdown, 2 the
 comparison could not run.
@@ -113,6 +116,15 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 		return fail("no %s golden set of kind %s matches (golden %s, ops %v, models %v)", *tier, *kind, root, []string(ops), []string(models))
 	}
 
+	if strings.HasSuffix(*baseSpec, unfusedSuffix) || strings.HasSuffix(*candSpec, unfusedSuffix) {
+		if len(modelSets) > 0 && *kind != "kernels" {
+			return fail("+unfused compares kernel sets only: use -kind kernels")
+		}
+		kernelSets = slices.DeleteFunc(kernelSets, func(s *golden.Set) bool { return !conformance.HasUnfused(s.Manifest.Op) })
+		if len(kernelSets) == 0 {
+			return fail("+unfused: no selected op has an unfused composition (fused ops: %v)", fusedOps())
+		}
+	}
 	base, err := openSide(*baseSpec)
 	if err != nil {
 		return fail("-baseline %s: %v", *baseSpec, err)
@@ -159,8 +171,30 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	return report.ExitCode()
 }
 
+const unfusedSuffix = "+unfused"
+
+func fusedOps() []string {
+	var ops []string
+	for _, op := range backend.Ops {
+		if conformance.HasUnfused(op) {
+			ops = append(ops, op)
+		}
+	}
+	return ops
+}
+
 // openSide opens a side from its spec.
 func openSide(spec string) (abtest.Side, error) {
+	spec, unfused := strings.CutSuffix(spec, unfusedSuffix)
+	side, err := openBackendSide(spec)
+	if err == nil && unfused {
+		side.Unfused = true
+		side.Name += " unfused"
+	}
+	return side, err
+}
+
+func openBackendSide(spec string) (abtest.Side, error) {
 	opts, err := deviceOptions()
 	if err != nil {
 		return abtest.Side{}, err
@@ -177,7 +211,7 @@ func openSide(spec string) (abtest.Side, error) {
 			b = cb
 		}
 	default:
-		return abtest.Side{}, errors.New("want cpu, cuda or cuda:PATH")
+		return abtest.Side{}, errors.New("want cpu, cuda or cuda:PATH, optionally +unfused")
 	}
 	if err != nil {
 		return abtest.Side{}, err

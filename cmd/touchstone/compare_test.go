@@ -79,6 +79,19 @@ func TestCompareAgainstAFakeLibrary(t *testing.T) {
 	}
 }
 
+// A fused op against its unfused composition on one backend: the fused gemm_swiglu keeps gate
+// and up in fp32, so it passes where the composition exceeds the fused op's tighter limits.
+func TestCompareFusedAgainstUnfused(t *testing.T) {
+	code, out, errOut := compareRun(t, "-baseline", "cpu+unfused", "-candidate", "cpu", "-op", "gemm_swiglu", "-op", "gelu")
+	if code != abtest.ExitAccepted || !strings.Contains(out, "unfused`") || strings.Contains(out, "| gelu/") || !strings.Contains(out, "| gemm_swiglu/") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, _, errOut = compareRun(t, "-baseline", "cpu+unfused", "-candidate", "cpu", "-op", "gelu")
+	if code != 2 || !strings.Contains(errOut, "no selected op has an unfused composition (fused ops: [gemm_swiglu])") {
+		t.Fatalf("exit %d, %s", code, errOut)
+	}
+}
+
 func TestCompareBadUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

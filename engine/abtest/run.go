@@ -19,6 +19,9 @@ type Side struct {
 	// Timer, when set, times this side (a bench.Runner on a GPU backend with guards off);
 	// a case is timed only when both sides have one.
 	Timer *bench.Runner
+	// Unfused runs each fused op's unfused composition instead of the op (a fused kernel
+	// against the ops it replaces, on one backend).
+	Unfused bool
 }
 
 // RunOptions steer the runs.
@@ -36,9 +39,9 @@ func RunKernelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances
 	}
 	var cases []Case
 	for _, s := range sets {
-		c := Case{ID: s.ID(), Baseline: measure(base.Backend, s, tols), Candidate: measure(cand.Backend, s, tols)}
+		c := Case{ID: s.ID(), Baseline: measure(base, s, tols), Candidate: measure(cand, s, tols)}
 		if timed && ran(c.Baseline) && ran(c.Candidate) {
-			tb, tc, err := timePair(base.Timer, cand.Timer, s, o)
+			tb, tc, err := timePair(base, cand, s, o)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.ID(), err)
 			}
@@ -51,9 +54,13 @@ func RunKernelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances
 
 func ran(m Measurement) bool { return m.Status == Pass || m.Status == Fail }
 
-// measure checks one set on b and condenses the verdicts.
-func measure(b backend.Backend, s *golden.Set, tols *compare.Tolerances) Measurement {
-	verdicts, err := conformance.Check(b, s, tols)
+// measure checks one set on a side and condenses the verdicts.
+func measure(side Side, s *golden.Set, tols *compare.Tolerances) Measurement {
+	check := conformance.Check
+	if side.Unfused {
+		check = conformance.CheckUnfused
+	}
+	verdicts, err := check(side.Backend, s, tols)
 	switch {
 	case errors.Is(err, backend.ErrUnsupported):
 		return Measurement{Status: Unsupported, Error: err.Error()}
@@ -75,7 +82,7 @@ func measure(b backend.Backend, s *golden.Set, tols *compare.Tolerances) Measure
 }
 
 // timePair prepares the set on both sides and times them alternately.
-func timePair(rb, rc *bench.Runner, s *golden.Set, o RunOptions) (tb, tc []float64, err error) {
+func timePair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, err error) {
 	type prepared struct {
 		r     *bench.Runner
 		p     *conformance.Prepared
@@ -91,8 +98,13 @@ func timePair(rb, rc *bench.Runner, s *golden.Set, o RunOptions) (tb, tc []float
 			}
 		}
 	}()
-	for i, r := range []*bench.Runner{rb, rc} {
-		p, err := conformance.Prepare(r.Profiler(), s.Manifest.Op, s)
+	for i, side := range []Side{base, cand} {
+		r := side.Timer
+		prep := conformance.Prepare
+		if side.Unfused {
+			prep = conformance.PrepareUnfused
+		}
+		p, err := prep(r.Profiler(), s.Manifest.Op, s)
 		if err != nil {
 			return nil, nil, err
 		}

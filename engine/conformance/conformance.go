@@ -33,6 +33,13 @@ type runner func(c *call)
 // runners maps each golden op name to the code that runs it.
 var runners = map[string]runner{}
 
+// unfused maps each fused op to a runner of its unfused composition (the equivalent its ABI
+// comment states), with the same inputs and outputs.
+var unfused = map[string]runner{}
+
+// HasUnfused reports whether op has an unfused composition to run against it.
+func HasUnfused(op string) bool { _, ok := unfused[op]; return ok }
+
 func register(op string, r runner) {
 	if _, dup := runners[op]; dup {
 		panic("conformance: runner registered twice for " + op)
@@ -100,12 +107,48 @@ func Prepare(b backend.Backend, op string, src Source) (*Prepared, error) {
 	return PrepareAt(b, op, src, Aligned)
 }
 
+// PrepareUnfused is Prepare for the unfused composition of the fused op: the ops its ABI
+// comment names, one after another, each rounding its output as it does alone.
+func PrepareUnfused(b backend.Backend, op string, src Source) (*Prepared, error) {
+	r, ok := unfused[op]
+	if !ok {
+		return nil, fmt.Errorf("op %q has no unfused composition", op)
+	}
+	return prepare(b, op, src, Aligned, r)
+}
+
+// CheckUnfused runs and judges the unfused composition of set's fused op, by the fused op's
+// tolerance.
+func CheckUnfused(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verdict, error) {
+	p, err := PrepareUnfused(b, set.Manifest.Op, set)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", set.ID(), err)
+	}
+	defer p.Free()
+	if err := p.Launch(); err != nil {
+		return nil, fmt.Errorf("%s: %w", set.ID(), err)
+	}
+	got, err := p.Outputs()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", set.ID(), err)
+	}
+	outs, err := pair(set, got)
+	if err != nil {
+		return nil, err
+	}
+	return Judge(set.Manifest.Op, outs, tols)
+}
+
 // PrepareAt is Prepare with the tensors placed as place says.
 func PrepareAt(b backend.Backend, op string, src Source, place Placement) (*Prepared, error) {
 	r, ok := runners[op]
 	if !ok {
 		return nil, fmt.Errorf("no runner for op %q (known ops: %v)", op, backend.Ops)
 	}
+	return prepare(b, op, src, place, r)
+}
+
+func prepare(b backend.Backend, op string, src Source, place Placement, r runner) (*Prepared, error) {
 	if !b.Supports(op) {
 		return nil, fmt.Errorf("%s on %s: %w", op, b.Info().Backend, ErrUnsupported)
 	}
@@ -178,6 +221,12 @@ func RunAt(b backend.Backend, set *golden.Set, place Placement) ([]Output, error
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.ID(), err)
 	}
+	return pair(set, got)
+}
+
+// pair matches the outputs a runner produced with the set's expected files, one for one.
+func pair(set *golden.Set, got map[string]*tensor.Tensor) ([]Output, error) {
+	m := set.Manifest
 	var outs []Output
 	for _, f := range set.Files("expected") {
 		g, ok := got[f.Name]

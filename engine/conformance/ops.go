@@ -155,6 +155,39 @@ func init() {
 		c.do(func() error { return c.b.GemmSwiGLU(out, x, w) })
 		c.output("out", out)
 	})
+	// Unfused: gemm(g, x, w[:ffn]), gemm(u, x, w[ffn:]), swiglu(out, g, u), the halves as views.
+	unfused["gemm_swiglu"] = func(c *call) {
+		c.params(&noParams{})
+		x, w := c.input("x"), c.input("w_gate_up")
+		if c.err != nil {
+			return
+		}
+		mem, ok := c.b.(backend.Memory)
+		if !ok {
+			c.fail(fmt.Errorf("%s backend has no views to split w_gate_up", c.b.Info().Backend))
+			return
+		}
+		t, f := c.dim("x", x, 0), c.dim("w_gate_up", w, 0)/2
+		wg, err := mem.Rows(w, 0, f)
+		if err == nil {
+			var wu backend.Buffer
+			if wu, err = mem.Rows(w, f, f); err == nil {
+				g, u, out := c.alloc(tensor.F16, []int{t, f}), c.alloc(tensor.F16, []int{t, f}), c.alloc(tensor.F16, []int{t, f})
+				c.do(func() error {
+					if err := c.b.Gemm(g, x, wg, nil); err != nil {
+						return err
+					}
+					if err := c.b.Gemm(u, x, wu, nil); err != nil {
+						return err
+					}
+					return c.b.SwiGLU(out, g, u)
+				})
+				c.output("out", out)
+				return
+			}
+		}
+		c.fail(err)
+	}
 	register("gelu", func(c *call) {
 		c.params(&noParams{})
 		x := c.input("x")

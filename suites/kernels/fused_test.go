@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 	"github.com/touchstone-llm/touchstone/suites/internal/harness"
@@ -25,63 +26,20 @@ var _ = Describe("fused ops against their unfused composition", harness.Kernel, 
 		entries = append(entries, Entry(entryName(s), s, harness.Tier(s.Manifest.Tier)))
 	}
 	DescribeTable("gemm_swiglu = gemm(gate) + gemm(up) + swiglu", harness.Op("gemm_swiglu"), func(s *golden.Set) {
-		mem, ok := dev.(backend.Memory)
-		if !ok {
-			Skip("the backend has no views to split the stacked weight")
-		}
-		var bufs []backend.Buffer
-		DeferCleanup(func() {
-			for _, b := range bufs {
-				b.Free()
-			}
-		})
-		upload := func(name string) backend.Buffer {
-			t, err := s.Tensor(name)
-			Expect(err).NotTo(HaveOccurred())
-			b, err := dev.Upload(t)
-			Expect(err).NotTo(HaveOccurred())
-			bufs = append(bufs, b)
-			return b
-		}
-		alloc := func(shape ...int) backend.Buffer {
-			b, err := dev.Alloc(tensor.F16, shape...)
-			Expect(err).NotTo(HaveOccurred())
-			bufs = append(bufs, b)
-			return b
-		}
-		x, w := upload("x"), upload("w_gate_up")
-		t, f := x.Shape()[0], w.Shape()[0]/2
-
-		fused := alloc(t, f)
-		err := dev.GemmSwiGLU(fused, x, w)
-		if errors.Is(err, backend.ErrUnsupported) {
-			Skip(err.Error())
-		}
-		Expect(err).NotTo(HaveOccurred())
-		wg, err := mem.Rows(w, 0, f)
-		Expect(err).NotTo(HaveOccurred())
-		wu, err := mem.Rows(w, f, f)
-		Expect(err).NotTo(HaveOccurred())
-		g, u, unfused := alloc(t, f), alloc(t, f), alloc(t, f)
-		Expect(dev.Gemm(g, x, wg, nil)).To(Succeed())
-		Expect(dev.Gemm(u, x, wu, nil)).To(Succeed())
-		Expect(dev.SwiGLU(unfused, g, u)).To(Succeed())
-
-		a, err := dev.Download(fused)
-		Expect(err).NotTo(HaveOccurred())
-		b, err := dev.Download(unfused)
-		Expect(err).NotTo(HaveOccurred())
+		a := runForm(s, conformance.Prepare)
+		b := runForm(s, conformance.PrepareUnfused)
+		rows, n := a.Shape[0], a.Shape[1]
 		worst := 0.0
-		for r := 0; r < t; r++ {
+		for r := 0; r < rows; r++ {
 			sq := 0.0
-			for j := 0; j < f; j++ {
-				v := float64(b.F16[r*f+j].Float32())
+			for j := 0; j < n; j++ {
+				v := float64(b.F16[r*n+j].Float32())
 				sq += v * v
 			}
-			rms := math.Sqrt(sq / float64(f))
-			for j := 0; j < f; j++ {
-				ref := float64(b.F16[r*f+j].Float32())
-				d := math.Abs(float64(a.F16[r*f+j].Float32()) - ref)
+			rms := math.Sqrt(sq / float64(n))
+			for j := 0; j < n; j++ {
+				ref := float64(b.F16[r*n+j].Float32())
+				d := math.Abs(float64(a.F16[r*n+j].Float32()) - ref)
 				if d > 0 {
 					worst = math.Max(worst, d/(math.Abs(ref)+1e-3*rms))
 				}
@@ -91,3 +49,18 @@ var _ = Describe("fused ops against their unfused composition", harness.Kernel, 
 		Expect(worst).To(BeNumerically("<", 1e-2), "the fused op is not its unfused composition")
 	}, entries)
 })
+
+// runForm runs set's op in one form (the fused op, or its unfused composition) and returns the
+// output.
+func runForm(s *golden.Set, prepare func(backend.Backend, string, conformance.Source) (*conformance.Prepared, error)) *tensor.Tensor {
+	p, err := prepare(dev, s.Manifest.Op, s)
+	if errors.Is(err, backend.ErrUnsupported) {
+		Skip(err.Error())
+	}
+	Expect(err).NotTo(HaveOccurred())
+	defer p.Free()
+	Expect(p.Launch()).To(Succeed())
+	outs, err := p.Outputs()
+	Expect(err).NotTo(HaveOccurred())
+	return outs["out"]
+}
