@@ -21,11 +21,32 @@ import (
 // dividing by nothing). The fused op may differ only by the intermediate roundings it skips; the
 // roadmap's bound is 1e-2, and the spec reports the real difference.
 var _ = Describe("fused ops against their unfused composition", harness.Kernel, func() {
-	var entries []TableEntry
-	for _, s := range setsOf("gemm_swiglu", "") {
-		entries = append(entries, Entry(entryName(s), s, harness.Tier(s.Manifest.Tier)))
+	It("are registered for the fused ops, each with committed cases", func() {
+		fused := 0
+		for _, op := range backend.Ops {
+			if conformance.HasUnfused(op) {
+				fused++
+				Expect(len(setsOf(op, "committed"))).To(BeNumerically(">=", minCommittedCases), op)
+			}
+		}
+		Expect(conformance.HasUnfused("gemm_swiglu")).To(BeTrue(), "gemm_swiglu's composition")
+		Expect(fused).To(BeNumerically(">=", 1))
+	})
+	for _, op := range backend.Ops {
+		if !conformance.HasUnfused(op) {
+			continue
+		}
+		var entries []TableEntry
+		for _, s := range setsOf(op, "") {
+			entries = append(entries, Entry(entryName(s), s, harness.Tier(s.Manifest.Tier)))
+		}
+		fusedTable(op, entries)
 	}
-	DescribeTable("gemm_swiglu = gemm(gate) + gemm(up) + swiglu", harness.Op("gemm_swiglu"), func(s *golden.Set) {
+})
+
+// fusedTable checks each set of op against its unfused composition.
+func fusedTable(op string, entries []TableEntry) {
+	DescribeTable(op+" against its unfused composition", harness.Op(op), func(s *golden.Set) {
 		a := runForm(s, conformance.Prepare)
 		b := runForm(s, conformance.PrepareUnfused)
 		rows, n := a.Shape[0], a.Shape[1]
@@ -48,7 +69,7 @@ var _ = Describe("fused ops against their unfused composition", harness.Kernel, 
 		AddReportEntry("fused - unfused", fmt.Sprintf("max relative difference %.3g (bound 1e-2)", worst))
 		Expect(worst).To(BeNumerically("<", 1e-2), "the fused op is not its unfused composition")
 	}, entries)
-})
+}
 
 // runForm runs set's op in one form (the fused op, or its unfused composition) and returns the
 // output.
