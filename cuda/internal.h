@@ -311,6 +311,12 @@ __device__ __forceinline__ float rcp_approx(float x) {
     return y;
 }
 
+/* silu(g) * u = g / (1 + exp(-g)) * u in fp32, the activation of swiglu and gemm_swiglu:
+ * exp(-g) = 2^(-g log2(e)); 1 / inf = 0 for g < -88, where the value is < 1e-36. */
+__device__ __forceinline__ float silu_mul(float g, float u) {
+    return g * rcp_approx(1.0f + ex2_approx(g * -1.44269504088896341f)) * u;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -19,8 +19,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t i = blockIdx.x * (int64_t)kThreads + threadIdx.x; i < n; i += (int64_t)gridDim.x * kThreads) {
         const int64_t r = i / ffn, j = i - r * ffn;
         const float g = acc[r * 2 * ffn + j], u = acc[r * 2 * ffn + ffn + j];
-        /* silu(g) = g / (1 + exp(-g)), as the swiglu kernel computes it */
-        out[i] = __float2half_rn(g * ts::rcp_approx(1.0f + ts::ex2_approx(g * -1.44269504088896341f)) * u);
+        out[i] = __float2half_rn(ts::silu_mul(g, u));
     }
 }
 

@@ -72,13 +72,18 @@ func measure(side Side, s *golden.Set, tols *compare.Tolerances) Measurement {
 		if !v.Pass() {
 			m.Status = Fail
 		}
-		for _, c := range v.Result.Checks {
-			if c.Budget > m.Budget || m.Worst == "" {
-				m.Budget, m.Worst = c.Budget, v.Output+" "+c.Metric
-			}
-		}
+		m.noteWorst(v.Output, v.Result.Checks)
 	}
 	return m
+}
+
+// noteWorst keeps the check using the largest share of its limit, named "<what> <metric>".
+func (m *Measurement) noteWorst(what string, checks []compare.Check) {
+	for _, c := range checks {
+		if c.Budget > m.Budget || m.Worst == "" {
+			m.Budget, m.Worst = c.Budget, what+" "+c.Metric
+		}
+	}
 }
 
 // timePair prepares the set on both sides and times them alternately.
@@ -165,11 +170,7 @@ func measureModel(b backend.Backend, s *golden.Set, tols *compare.Tolerances) Me
 	}
 	out := Measurement{Status: Pass}
 	for _, r := range rows {
-		for _, c := range r.Result.Checks {
-			if c.Budget > out.Budget || out.Worst == "" {
-				out.Budget, out.Worst = c.Budget, r.Name+" "+c.Metric
-			}
-		}
+		out.noteWorst(r.Name, r.Result.Checks)
 	}
 	if first := compare.FirstFailure(rows); first >= 0 {
 		out.Status = Fail

@@ -556,8 +556,11 @@ def tap_shape(name, d, T):
     return (T, d.H)
 
 
-class Recorder:
-    """Module hooks that copy taps into `self.taps` while a pass is active (see begin/end)."""
+class TapCapture:
+    """What the reference's Recorder and the calibration's Rounder share: taps copied into
+    `self.taps` while a pass is active (begin/end), each once, checked against the tap table."""
+
+    label = ""  # prefixed to error messages
 
     def __init__(self, model, family, d):
         self.model, self.family, self.d = model, family, d
@@ -567,7 +570,6 @@ class Recorder:
         self.rope_calls = 0
         self.handles = []
 
-    # -- recording
     def begin(self, prefix):
         self.prefix = prefix
         self.rope_calls = 0
@@ -577,17 +579,17 @@ class Recorder:
         want = tap_names(self.family, self.d.L)
         got = [k[len(self.prefix) + 1:] for k in self.taps if k.startswith(self.prefix + ".")]
         if sorted(got) != sorted(want):
-            raise RuntimeError("%s: taps missing %s, unexpected %s" % (
-                self.prefix, sorted(set(want) - set(got)), sorted(set(got) - set(want))))
+            raise RuntimeError("%s%s: taps missing %s, unexpected %s" % (
+                self.label, self.prefix, sorted(set(want) - set(got)), sorted(set(got) - set(want))))
         for name in want:
             t = self.taps[self.prefix + "." + name]
             if tuple(t.shape) != tap_shape(name, self.d, T) or t.dtype != F32:
-                raise RuntimeError("%s.%s: shape %s dtype %s, want %s f32" % (
-                    self.prefix, name, tuple(t.shape), t.dtype, tap_shape(name, self.d, T)))
+                raise RuntimeError("%s%s.%s: shape %s dtype %s, want %s f32" % (
+                    self.label, self.prefix, name, tuple(t.shape), t.dtype, tap_shape(name, self.d, T)))
         if self.family != "gpt2" and self.rope_calls != self.d.L:
-            raise RuntimeError("%s: apply_rotary_pos_emb ran %d times for %d layers: the RoPE "
+            raise RuntimeError("%s%s: apply_rotary_pos_emb ran %d times for %d layers: the RoPE "
                                "capture is not seeing what attention uses"
-                               % (self.prefix, self.rope_calls, self.d.L))
+                               % (self.label, self.prefix, self.rope_calls, self.d.L))
         self.prefix = None
 
     def put(self, name, t):
@@ -595,9 +597,13 @@ class Recorder:
             return
         key = self.prefix + "." + name
         if key in self.taps:
-            raise RuntimeError("tap %s captured twice" % key)
+            raise RuntimeError("%stap %s captured twice" % (self.label, key))
         assert t.shape[0] == 1, (key, t.shape)  # batch 1
         self.taps[key] = t[0].detach().to(F32).contiguous().clone()
+
+
+class Recorder(TapCapture):
+    """Module hooks that copy the reference's taps (see TapCapture)."""
 
     # -- hook helpers
     def _out(self, module, name, fn=None):
@@ -973,48 +979,17 @@ def round_f16(t):
     return t.to(F16).to(t.dtype)
 
 
-class Rounder:
+class Rounder(TapCapture):
     """Forward hooks that make the reference model the calibration's fp16 implementation (see the
     section comment) and record the rounded taps under the reference's names and shapes."""
 
+    label = "calibration "
+
     def __init__(self, model, family, d, rounding=None):
-        self.model, self.family, self.d = model, family, d
+        super().__init__(model, family, d)
         # The selftest passes an identity to prove the hooks change nothing but the rounding.
         self.round = round_f16 if rounding is None else rounding
-        self.prefix = None
-        self.taps = {}
-        self.layer = None
-        self.rope_calls = 0
-        self.handles = []
         self.x = self.s = self.m = None  # layer input, resid_attn and ffn_out of the running layer
-
-    def begin(self, prefix):
-        self.prefix = prefix
-        self.rope_calls = 0
-
-    def end(self, T):
-        want = tap_names(self.family, self.d.L)
-        got = [k[len(self.prefix) + 1:] for k in self.taps if k.startswith(self.prefix + ".")]
-        if sorted(got) != sorted(want):
-            raise RuntimeError("calibration %s: taps missing %s, unexpected %s" % (
-                self.prefix, sorted(set(want) - set(got)), sorted(set(got) - set(want))))
-        for name in want:
-            t = self.taps[self.prefix + "." + name]
-            if tuple(t.shape) != tap_shape(name, self.d, T):
-                raise RuntimeError("calibration %s.%s: shape %s" % (self.prefix, name, tuple(t.shape)))
-        if self.family != "gpt2" and self.rope_calls != self.d.L:
-            raise RuntimeError("calibration %s: RoPE rounded %d times for %d layers"
-                               % (self.prefix, self.rope_calls, self.d.L))
-        self.prefix = None
-
-    def put(self, name, t):
-        if self.prefix is None:
-            return
-        key = self.prefix + "." + name
-        if key in self.taps:
-            raise RuntimeError("calibration tap %s captured twice" % key)
-        assert t.shape[0] == 1, (key, t.shape)
-        self.taps[key] = t[0].detach().to(F32).contiguous().clone()
 
     def _heads(self, name, heads, x):
         self.put(name, x.reshape(x.shape[0], x.shape[1], heads, self.d.D))

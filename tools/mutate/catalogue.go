@@ -540,11 +540,11 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gelu",
 	},
 	{
-		ID: "cuda-swiglu-sigmoid-sign", Side: SideCUDA, File: "cuda/kernels/swiglu.cu",
+		ID: "cuda-swiglu-sigmoid-sign", Side: SideCUDA, File: "cuda/internal.h",
 		Bug:         "SwiGLU's sigmoid with the exponent's sign flipped",
-		Original:    `ts::ex2_approx(g * -1.44269504088896341f)`,
-		Replacement: `ts::ex2_approx(g * 1.44269504088896341f)`,
-		Suites:      kernels, Labels: "op:swiglu || op:swiglu_ffn",
+		Original:    `ex2_approx(g * -1.44269504088896341f)`,
+		Replacement: `ex2_approx(g * 1.44269504088896341f)`,
+		Suites:      kernels, Labels: "op:swiglu || op:swiglu_ffn || op:gemm_swiglu",
 	},
 	{
 		ID: "cuda-sample-step-off-by-one", Side: SideCUDA, File: "cuda/kernels/sample.cu",

@@ -57,17 +57,7 @@ func (c *cudaRunner) run(ctx context.Context, ms []Mutant) ([]Outcome, error) {
 	if err := copyTree(filepath.Join(c.repo, "cuda"), filepath.Join(base, "cuda"), []string{"build"}); err != nil {
 		return nil, fmt.Errorf("copying cuda/: %w", err)
 	}
-	outs := make([]Outcome, len(ms))
-	var todo []int
-	for i, err := range applyAll(base, ms) {
-		outs[i] = outcomeOf(ms[i])
-		if err != nil {
-			outs[i].Status, outs[i].Detail = NotApplicable, err.Error()
-			c.progress("%s: NOT-APPLICABLE: %v", ms[i].ID, err)
-			continue
-		}
-		todo = append(todo, i)
-	}
+	outs, todo := c.triage(base, ms)
 	if len(todo) == 0 {
 		return outs, nil
 	}

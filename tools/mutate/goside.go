@@ -41,17 +41,7 @@ func (g *goRunner) run(ctx context.Context, ms []Mutant) ([]Outcome, error) {
 	if err := copyTree(g.repo, base, skipInCopy); err != nil {
 		return nil, fmt.Errorf("copying the repository: %w", err)
 	}
-	outs := make([]Outcome, len(ms))
-	var todo []int
-	for i, err := range applyAll(base, ms) {
-		outs[i] = outcomeOf(ms[i])
-		if err != nil {
-			outs[i].Status, outs[i].Detail = NotApplicable, err.Error()
-			g.progress("%s: NOT-APPLICABLE: %v", ms[i].ID, err)
-			continue
-		}
-		todo = append(todo, i)
-	}
+	outs, todo := g.triage(base, ms)
 	workers := min(g.jobs, max(1, len(todo)))
 	g.trees = []string{base}
 	for k := 1; k < workers; k++ {

@@ -123,6 +123,22 @@ func applyAll(root string, ms []Mutant) []error {
 	return errs
 }
 
+// triage gives every mutant its outcome record and returns the indices of those that apply to
+// the tree at base; the others are NOT-APPLICABLE already.
+func (o opts) triage(base string, ms []Mutant) (outs []Outcome, todo []int) {
+	outs = make([]Outcome, len(ms))
+	for i, err := range applyAll(base, ms) {
+		outs[i] = outcomeOf(ms[i])
+		if err != nil {
+			outs[i].Status, outs[i].Detail = NotApplicable, err.Error()
+			o.progress("%s: NOT-APPLICABLE: %v", ms[i].ID, err)
+			continue
+		}
+		todo = append(todo, i)
+	}
+	return outs, todo
+}
+
 // plant writes m's edit into the tree at root and returns a function that restores the file.
 func plant(root string, m Mutant) (restore func() error, err error) {
 	p := filepath.Join(root, filepath.FromSlash(m.File))
