@@ -212,6 +212,11 @@ void gemm_release();
 
 /* Internal launchers shared between ops (each defined in its op's file). */
 int launch_swiglu(const char *op, __half *out, const __half *gate, const __half *up, int64_t n, cudaStream_t stream);
+/* rmsnorm and rmsnorm_residual on rows x hidden (their files), launch records under op. */
+int launch_rmsnorm(const char *op, __half *out, const __half *x, const __half *weight, int rows, int hidden, float eps,
+                   cudaStream_t stream);
+int launch_rmsnorm_residual(const char *op, __half *sum_out, __half *out, const __half *x, const __half *residual,
+                            const __half *weight, int rows, int hidden, float eps, cudaStream_t stream);
 /* Row-major out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]), fp32 accumulation, one rounding to
  * out_type (CUDA_R_16F or CUDA_R_32F). */
 int gemm_nt(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w, const __half *bias,

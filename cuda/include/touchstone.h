@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 5
+#define TS_ABI_VERSION 6
 
 typedef enum {
     TS_OK = 0,
@@ -217,6 +217,31 @@ typedef struct {
     int ffn;
 } ts_ffn_config;
 
+/* rmsnorm_gemm: x [rows, hidden], norm_weight [hidden], w [n, hidden], bias [n] or NULL, out
+ * [rows, n]; sum [rows, hidden] with a residual. */
+typedef struct {
+    ts_dtype dtype;
+    int rows;
+    int hidden;
+    int n;
+    float eps;
+} ts_norm_gemm_config;
+
+typedef enum {
+    TS_GELU_ERF = 0, /* exact: x Phi(x), as ts_gelu */
+    TS_GELU_TANH = 1 /* tanh approximation, as ts_gelu_tanh */
+} ts_gelu_kind;
+
+/* gpt_ffn: x [rows, hidden], w1 [ffn, hidden], b1 [ffn] or NULL, w2 [hidden, ffn], b2 [hidden]
+ * or NULL, out [rows, hidden]. The activation [rows, ffn] lives in a library workspace. */
+typedef struct {
+    ts_dtype dtype;
+    int rows;
+    int hidden;
+    int ffn;
+    int gelu; /* ts_gelu_kind */
+} ts_gpt_ffn_config;
+
 /* embedding: out[t] = table[ids[t]], table [table_rows, hidden] (table_rows = vocab).
  * pos_embedding: out[t] = x[t] + table[positions[t]], table [table_rows, hidden]. */
 typedef struct {
@@ -311,6 +336,19 @@ int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up
  * [2 ffn, hidden]; cfg as swiglu_ffn's. gate and up stay fp32 until the one rounding of out.
  * Unfused equivalent: gemm(g, x, w_gate_up[:ffn]), gemm(u, x, w_gate_up[ffn:]), swiglu(out, g, u). */
 int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg, void *stream);
+/* out [rows, n] = rmsnorm(s, norm_weight) . w^T (+ bias): the pre-norm and the projection after it.
+ * Without a residual (sum and residual NULL) s = x; with one, s = fp16(x + residual), stored in
+ * sum (which must not overlap x or residual). The normalised row is rounded to fp16 as rmsnorm
+ * stores it, the product accumulates in fp32 and rounds once (the bias added before).
+ * Unfused equivalent: rmsnorm_residual(sum, h, x, residual, norm_weight) (or rmsnorm(h, x,
+ * norm_weight)), then gemm(out, h, w, bias). */
+int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight,
+                    const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream);
+/* out = gelu(x . w1^T + b1) . w2^T + b2 (GPT-2's MLP), the first product kept in fp32 through
+ * the bias and the GELU of cfg->gelu until the one rounding of the activation.
+ * Unfused equivalent: gemm(h, x, w1, b1), gelu or gelu_tanh(a, h), gemm(out, a, w2, b2). */
+int ts_gpt_ffn(void *out, const void *x, const void *w1, const void *b1, const void *w2, const void *b2,
+               const ts_gpt_ffn_config *cfg, void *stream);
 /* exact erf GELU */
 int ts_gelu(void *out, const void *x, const ts_elementwise_config *cfg, void *stream);
 /* tanh approximation (GPT-2 gelu_new) */

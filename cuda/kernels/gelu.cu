@@ -15,30 +15,12 @@
  * equal x.
  */
 #include "elementwise.cuh"
+#include "gelu.cuh"
 
 namespace {
 
 struct GeluOp {
-    __device__ __forceinline__ float operator()(float x) const {
-        /* e = Phi(-|x|) = 0.5 erfc(a) = 0.5 t exp(P(t) - a^2), a = |x| / sqrt(2), t = 1 / (1 + a / 2),
-         * evaluated in base 2: e = t 2^(P'(t) - a'^2) with P' = log2(e) P - 1 (the 0.5) and
-         * a' = a sqrt(log2(e)), so the exponential is one ex2 instruction. */
-        const float ax = fabsf(x);
-        const float a2 = ax * 0.849321800f;                       /* sqrt(log2(e) / 2) |x| */
-        const float t = ts::rcp_approx(fmaf(ax, 0.353553391f, 1.0f)); /* 1 / (1 + |x| / sqrt(8)) */
-        float p = 2.465172979e-01f;
-        p = fmaf(p, t, -1.186114945e+00f);
-        p = fmaf(p, t, 2.147474464e+00f);
-        p = fmaf(p, t, -1.637753152e+00f);
-        p = fmaf(p, t, 4.023215817e-01f);
-        p = fmaf(p, t, -2.687568603e-01f);
-        p = fmaf(p, t, 1.396300565e-01f);
-        p = fmaf(p, t, 5.397006155e-01f);
-        p = fmaf(p, t, 1.442729204e+00f);
-        p = fmaf(p, t, -2.825748218e+00f);
-        const float e = t * ts::ex2_approx(fmaf(-a2, a2, p)); /* 0 once it is below 2^-126 */
-        return x * (x < 0.0f ? e : 1.0f - e);
-    }
+    __device__ __forceinline__ float operator()(float x) const { return ts::gelu_erf(x); }
 };
 
 } // namespace

@@ -10,17 +10,12 @@
  * Grid-stride, 16-byte vectors when aligned (see elementwise.cuh); out may equal x.
  */
 #include "elementwise.cuh"
+#include "gelu.cuh"
 
 namespace {
 
 struct GeluTanhOp {
-    __device__ __forceinline__ float operator()(float x) const {
-        // 0.5 (1 + tanh(u)) == 1 / (1 + exp(-2u)): the same function without the cancellation of
-        // 1 + tanhf(u) for negative u, which loses most bits of the tiny outputs of the tail.
-        // exp(-2u) = 2^(x (c1 + c2 x^2)), c1 = -2 sqrt(2/pi) log2(e), c2 = 0.044715 c1.
-        const float e = ts::ex2_approx(x * fmaf(x * x, -0.102943240f, -2.302208198f));
-        return x * ts::rcp_approx(1.0f + e); /* 1 / inf = 0: x < -10, where the value is < 1e-37 */
-    }
+    __device__ __forceinline__ float operator()(float x) const { return ts::gelu_tanh(x); }
 };
 
 } // namespace

@@ -42,16 +42,15 @@ __global__ void __launch_bounds__(1024)
     ts::rmsnorm_row_generic(x + ro, ss, hidden, eps, weight, out + ro, scratch);
 }
 
-int launch_rmsnorm(__half *out, const __half *x, const __half *weight, int rows, int hidden, float eps,
-                   cudaStream_t stream) {
-    const char *op = "rmsnorm";
+} // namespace
+
+int ts::launch_rmsnorm(const char *op, __half *out, const __half *x, const __half *weight, int rows, int hidden,
+                       float eps, cudaStream_t stream) {
     const ts::RowPlan plan = ts::plan_row(hidden, ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(weight));
     const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
     return ts::launch_row(op, plan, rows, stream, d, rmsnorm_vec_kernel<1>, rmsnorm_vec_kernel<2>, rmsnorm_vec_kernel<4>,
                           rmsnorm_vec_kernel<8>, rmsnorm_generic_kernel, out, x, weight, hidden, eps);
 }
-
-} // namespace
 
 extern "C" int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream) {
     TS_STICKY_GUARD();
@@ -66,6 +65,6 @@ extern "C" int ts_rmsnorm(void *out, const void *x, const void *weight, const ts
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_rmsnorm(static_cast<__half *>(out), static_cast<const __half *>(x),
-                          static_cast<const __half *>(weight), cfg->rows, cfg->hidden, cfg->eps, st);
+    return ts::launch_rmsnorm(v.op(), static_cast<__half *>(out), static_cast<const __half *>(x),
+                              static_cast<const __half *>(weight), cfg->rows, cfg->hidden, cfg->eps, st);
 }

@@ -48,9 +48,10 @@ __global__ void __launch_bounds__(1024)
     ts::rmsnorm_row_generic(sum_out + ro, ss, hidden, eps, weight, out + ro, scratch);
 }
 
-int launch_rmsnorm_residual(__half *sum_out, __half *out, const __half *x, const __half *residual,
-                            const __half *weight, int rows, int hidden, float eps, cudaStream_t stream) {
-    const char *op = "rmsnorm_residual";
+} // namespace
+
+int ts::launch_rmsnorm_residual(const char *op, __half *sum_out, __half *out, const __half *x, const __half *residual,
+                                const __half *weight, int rows, int hidden, float eps, cudaStream_t stream) {
     const bool aligned = ts::aligned16(sum_out) && ts::aligned16(out) && ts::aligned16(x) &&
                          ts::aligned16(residual) && ts::aligned16(weight);
     const ts::RowPlan plan = ts::plan_row(hidden, aligned);
@@ -59,8 +60,6 @@ int launch_rmsnorm_residual(__half *sum_out, __half *out, const __half *x, const
                           rmsnorm_residual_vec_kernel<4>, rmsnorm_residual_vec_kernel<8>,
                           rmsnorm_residual_generic_kernel, sum_out, out, x, residual, weight, hidden, eps);
 }
-
-} // namespace
 
 extern "C" int ts_rmsnorm_residual(void *sum, void *out, const void *x, const void *residual, const void *weight,
                                    const ts_norm_config *cfg, void *stream) {
@@ -78,7 +77,7 @@ extern "C" int ts_rmsnorm_residual(void *sum, void *out, const void *x, const vo
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_rmsnorm_residual(static_cast<__half *>(sum), static_cast<__half *>(out),
+    return ts::launch_rmsnorm_residual(v.op(), static_cast<__half *>(sum), static_cast<__half *>(out),
                                    static_cast<const __half *>(x), static_cast<const __half *>(residual),
                                    static_cast<const __half *>(weight), cfg->rows, cfg->hidden, cfg->eps, st);
 }

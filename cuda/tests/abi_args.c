@@ -16,6 +16,7 @@ static int failures, checks;
 
 /* A pointer that is never dereferenced: validation must fail before any launch. */
 #define P ((void *)0x1000)
+#define P2 ((void *)0x2000)
 
 static void expect(const char *what, int status, int want, const char *op, const char *arg, const char *value) {
     const char *msg = ts_last_error();
@@ -122,6 +123,36 @@ int main(void) {
     expect("gemm_swiglu null w_gate_up", ts_gemm_swiglu(P, P, NULL, &fc, NULL), TS_ERR_INVALID_ARGUMENT, "gemm_swiglu",
            "w_gate_up", "NULL");
     expect("gemm_swiglu valid", ts_gemm_swiglu(P, P, P, &fc, NULL), TS_ERR_NOT_INITIALIZED, "gemm_swiglu", "ts_init", NULL);
+    ts_norm_gemm_config ng = {TS_F16, 1, 896, 1152, 1e-6f};
+    expect("rmsnorm_gemm valid", ts_rmsnorm_gemm(P, NULL, P, NULL, P, P, NULL, &ng, NULL), TS_ERR_NOT_INITIALIZED,
+           "rmsnorm_gemm", "ts_init", NULL);
+    expect("rmsnorm_gemm residual without sum", ts_rmsnorm_gemm(P, NULL, P, P, P, P, NULL, &ng, NULL),
+           TS_ERR_INVALID_ARGUMENT, "rmsnorm_gemm", "sum", NULL);
+    expect("rmsnorm_gemm sum is x", ts_rmsnorm_gemm(P, P, P, P2, P, P, NULL, &ng, NULL), TS_ERR_INVALID_ARGUMENT,
+           "rmsnorm_gemm", "overlap", NULL);
+    ts_norm_gemm_config ng0 = ng;
+    ng0.n = 0;
+    expect("rmsnorm_gemm n 0", ts_rmsnorm_gemm(P, NULL, P, NULL, P, P, NULL, &ng0, NULL), TS_ERR_INVALID_ARGUMENT,
+           "rmsnorm_gemm", "n", "0");
+    ng0 = ng;
+    ng0.eps = -1.0f;
+    expect("rmsnorm_gemm eps", ts_rmsnorm_gemm(P, NULL, P, NULL, P, P, NULL, &ng0, NULL), TS_ERR_INVALID_ARGUMENT,
+           "rmsnorm_gemm", "eps", NULL);
+    expect("rmsnorm_gemm null norm_weight", ts_rmsnorm_gemm(P, NULL, P, NULL, NULL, P, NULL, &ng, NULL),
+           TS_ERR_INVALID_ARGUMENT, "rmsnorm_gemm", "norm_weight", "NULL");
+    ts_gpt_ffn_config gf = {TS_F16, 1, 768, 3072, TS_GELU_TANH};
+    expect("gpt_ffn valid", ts_gpt_ffn(P, P, P, NULL, P, NULL, &gf, NULL), TS_ERR_NOT_INITIALIZED, "gpt_ffn", "ts_init",
+           NULL);
+    ts_gpt_ffn_config gf0 = gf;
+    gf0.gelu = 7;
+    expect("gpt_ffn gelu kind", ts_gpt_ffn(P, P, P, NULL, P, NULL, &gf0, NULL), TS_ERR_INVALID_ARGUMENT, "gpt_ffn",
+           "gelu", "7");
+    gf0 = gf;
+    gf0.ffn = 0;
+    expect("gpt_ffn ffn 0", ts_gpt_ffn(P, P, P, NULL, P, NULL, &gf0, NULL), TS_ERR_INVALID_ARGUMENT, "gpt_ffn", "ffn",
+           "0");
+    expect("gpt_ffn null w2", ts_gpt_ffn(P, P, P, NULL, NULL, NULL, &gf, NULL), TS_ERR_INVALID_ARGUMENT, "gpt_ffn", "w2",
+           "NULL");
     ts_embedding_config v0 = ec;
     v0.table_rows = 0;
     expect("embedding vocab 0", ts_embedding(P, P, P, &v0, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "table_rows", "0");

@@ -86,6 +86,18 @@ type Kernels interface {
 	// [Wg; Wu] [2F, H] (Phi-3's gate_up_proj), gate and up kept in fp32 until the one rounding.
 	// Unfused equivalent: Gemm(g, x, wGateUp[:F]), Gemm(u, x, wGateUp[F:]), SwiGLU(out, g, u).
 	GemmSwiGLU(out, x, wGateUp Buffer) error
+	// RMSNormGemm is the pre-norm and the projection after it: out [T, N] = RMSNorm(s, normW)
+	// w^T (+ bias [N]) for w [N, H], the normalised row rounded to fp16 as RMSNorm stores it
+	// and the product to out once. s = x, or with a residual (sum and residual both non-nil)
+	// s = fp16(x + residual), stored in sum, which must not overlap x or residual. Unfused
+	// equivalent: RMSNormResidual(sum, h, x, residual, normW, eps) (or RMSNorm(h, x, normW,
+	// eps)), then Gemm(out, h, w, bias).
+	RMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32) error
+	// GPTFFN is GPT-2's MLP: out [T, H] = GELU(x W1^T + b1) W2^T + b2 for w1 [F, H], w2 [H, F]
+	// (biases may be nil), the exact GELU or (tanh) the tanh form, the first product kept in
+	// fp32 through the bias and the GELU until one rounding. Unfused equivalent: Gemm(h, x, w1,
+	// b1), GELU or GELUTanh(a, h), Gemm(out, a, w2, b2).
+	GPTFFN(out, x, w1, b1, w2, b2 Buffer, tanh bool) error
 	// GELU is the exact, erf-based GELU.
 	GELU(out, x Buffer) error
 	// GELUTanh is the tanh approximation (GPT-2's gelu_new).
@@ -152,7 +164,8 @@ type Backend interface {
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
-	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gemm_swiglu", "gelu", "gelu_tanh",
+	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "gpt_ffn",
+	"gelu", "gelu_tanh",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }
 

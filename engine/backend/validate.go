@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"fmt"
 	"math"
 	"strconv"
 
@@ -262,6 +263,65 @@ func CheckGemmSwiGLU(out, x, wGateUp Buffer) error {
 		c.DType("out", out, tensor.F16)
 		c.Shape("out", out, []int{t, f2 / 2}, "[rows of x, ffn]")
 	}
+	return c.Err()
+}
+
+// CheckRMSNormGemm validates the fused pre-norm and projection.
+func CheckRMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32) error {
+	c := Validate("rmsnorm_gemm")
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
+	c.That((sum == nil) == (residual == nil), "sum", fmt.Sprintf("given %v, residual given %v", sum != nil, residual != nil),
+		"give both (a residual add) or neither")
+	c.DType("w", w, tensor.F16)
+	c.Rank("w", w, 2)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	t, h, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
+	c.DType("norm_weight", normW, tensor.F16)
+	c.Shape("norm_weight", normW, []int{h}, "the hidden size of x")
+	c.Shape("w", w, []int{n, h}, "[N, hidden of x]")
+	if bias != nil {
+		c.DType("bias", bias, tensor.F16)
+		c.Shape("bias", bias, []int{n}, "one bias per output feature (rows of w)")
+	}
+	if residual != nil {
+		c.DType("residual", residual, tensor.F16)
+		c.Shape("residual", residual, x.Shape(), "the shape of x")
+		c.DType("sum", sum, tensor.F16)
+		c.Shape("sum", sum, x.Shape(), "the shape of x")
+	}
+	c.DType("out", out, tensor.F16)
+	c.Shape("out", out, []int{t, n}, "[rows of x, rows of w]")
+	return c.Err()
+}
+
+// CheckGPTFFN validates GPT-2's fused MLP.
+func CheckGPTFFN(out, x, w1, b1, w2, b2 Buffer) error {
+	c := Validate("gpt_ffn")
+	c.DType("x", x, tensor.F16)
+	c.Rank("x", x, 2)
+	c.DType("w1", w1, tensor.F16)
+	c.Rank("w1", w1, 2)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	t, h, f := x.Shape()[0], x.Shape()[1], w1.Shape()[0]
+	c.Shape("w1", w1, []int{f, h}, "[ffn, hidden of x]")
+	c.DType("w2", w2, tensor.F16)
+	c.Shape("w2", w2, []int{h, f}, "[hidden, ffn] of w1")
+	if b1 != nil {
+		c.DType("b1", b1, tensor.F16)
+		c.Shape("b1", b1, []int{f}, "one bias per row of w1")
+	}
+	if b2 != nil {
+		c.DType("b2", b2, tensor.F16)
+		c.Shape("b2", b2, []int{h}, "one bias per row of w2")
+	}
+	c.DType("out", out, tensor.F16)
+	c.Shape("out", out, []int{t, h}, "the shape of x")
 	return c.Err()
 }
 

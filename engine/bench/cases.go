@@ -81,12 +81,41 @@ func Cases() []Case {
 		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b decode T=1", 1, 896, 4864),
 		gemmSwiGLU("gemm_swiglu phi3-mini decode T=1", 1, 3072, 8192),
 		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b prefill T=128", 128, 896, 4864),
+		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b qkv decode T=1", 1, 896, 1152, true),
+		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b gate_up decode T=1", 1, 896, 9728, false),
+		rmsnormGemm("rmsnorm_gemm phi3-mini qkv decode T=1", 1, 3072, 9216, false),
+		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b qkv prefill T=512", 512, 896, 1152, true),
+		gptFFN("gpt_ffn gpt2 decode T=1", 1, 768, 3072),
+		gptFFN("gpt_ffn gpt2 prefill T=128", 128, 768, 3072),
 		{Name: "swiglu_ffn qwen2.5-0.5b T=128", Op: "swiglu_ffn", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{128, 896}, nil),
 				in("w_gate", tensor.F16, []int{4864, 896}, normal(1/math.Sqrt(896), 0)), in("w_up", tensor.F16, []int{4864, 896}, normal(1/math.Sqrt(896), 0)),
 				in("w_down", tensor.F16, []int{896, 4864}, normal(1/math.Sqrt(4864), 0))},
 			Flops: 2 * 128 * 3 * 896 * 4864, Bytes: 3*elems(4864, 896)*f16 + 2*elems(128, 896)*f16},
 	}
+}
+
+// rmsnormGemm reads x and the residual, writes the sum, and reads the projection once.
+func rmsnormGemm(name string, t, h, n int, bias bool) Case {
+	scale := normal(1/math.Sqrt(float64(h)), 0)
+	inputs := []conformance.InputSpec{in("x", tensor.F16, []int{t, h}, nil), in("residual", tensor.F16, []int{t, h}, nil),
+		in("weight", tensor.F16, []int{h}, ones), in("w", tensor.F16, []int{n, h}, scale)}
+	bytes := elems(n, h)*f16 + 3*elems(t, h)*f16 + elems(t, n)*f16
+	if bias {
+		inputs = append(inputs, in("bias", tensor.F16, []int{n}, nil))
+		bytes += int64(n) * f16
+	}
+	return Case{Name: name, Op: "rmsnorm_gemm", Params: fmt.Sprintf(`{"eps": 1e-6, "has_bias": %v, "has_residual": true}`, bias),
+		Inputs: inputs, Flops: int64(2 * t * n * h), Bytes: bytes}
+}
+
+// gptFFN reads both projections once, x, and writes out (the activation stays in L2 at decode).
+func gptFFN(name string, t, h, f int) Case {
+	return Case{Name: name, Op: "gpt_ffn", Params: `{"gelu": "tanh", "has_bias": true}`,
+		Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{t, h}, nil),
+			in("w1", tensor.F16, []int{f, h}, normal(1/math.Sqrt(float64(h)), 0)), in("b1", tensor.F16, []int{f}, nil),
+			in("w2", tensor.F16, []int{h, f}, normal(1/math.Sqrt(float64(f)), 0)), in("b2", tensor.F16, []int{h}, nil)},
+		Flops: int64(4 * t * f * h), Bytes: 2*elems(f, h)*f16 + 2*elems(t, h)*f16 + int64(f+h)*f16}
 }
 
 // gemmSwiGLU reads the stacked gate/up weight and x once and writes the activation.

@@ -53,6 +53,89 @@ type rmsnormResidualParams struct {
 	InPlace bool    `json:"inplace"`
 }
 
+type rmsnormGemmParams struct {
+	Eps         float32 `json:"eps"`
+	HasBias     bool    `json:"has_bias"`
+	HasResidual bool    `json:"has_residual"`
+}
+
+type gptFFNParams struct {
+	GELU    string `json:"gelu"` // "erf" or "tanh"
+	HasBias bool   `json:"has_bias"`
+}
+
+// tanh reports the GELU form, refusing anything but the two names.
+func (p gptFFNParams) tanh() (bool, error) {
+	switch p.GELU {
+	case "erf":
+		return false, nil
+	case "tanh":
+		return true, nil
+	}
+	return false, fmt.Errorf("param gelu = %q: want \"erf\" or \"tanh\"", p.GELU)
+}
+
+// rmsnormGemmCall loads rmsnorm_gemm's inputs and allocates its outputs, for the op and its
+// composition alike.
+type rmsnormGemmCall struct {
+	p                           rmsnormGemmParams
+	x, residual, normW, w, bias backend.Buffer
+	out, sum                    backend.Buffer
+}
+
+func loadRMSNormGemm(c *call) *rmsnormGemmCall {
+	r := &rmsnormGemmCall{}
+	c.params(&r.p)
+	r.x, r.normW, r.w = c.input("x"), c.input("weight"), c.input("w")
+	if r.p.HasBias {
+		r.bias = c.input("bias")
+	}
+	if r.p.HasResidual {
+		r.residual = c.input("residual")
+	}
+	t, n := c.dim("x", r.x, 0), c.dim("w", r.w, 0)
+	if c.err != nil {
+		return r
+	}
+	r.out = c.alloc(tensor.F16, []int{t, n})
+	if r.p.HasResidual {
+		r.sum = c.like(r.x)
+	}
+	return r
+}
+
+func (r *rmsnormGemmCall) outputs(c *call) {
+	c.output("out", r.out)
+	if r.sum != nil {
+		c.output("sum", r.sum)
+	}
+}
+
+// gptFFNCall is the same for gpt_ffn.
+type gptFFNCall struct {
+	tanh                   bool
+	x, w1, b1, w2, b2, out backend.Buffer
+}
+
+func loadGPTFFN(c *call) *gptFFNCall {
+	var p gptFFNParams
+	c.params(&p)
+	g := &gptFFNCall{}
+	if c.err == nil {
+		var err error
+		g.tanh, err = p.tanh()
+		c.fail(err)
+	}
+	g.x, g.w1, g.w2 = c.input("x"), c.input("w1"), c.input("w2")
+	if p.HasBias {
+		g.b1, g.b2 = c.input("b1"), c.input("b2")
+	}
+	if c.err == nil {
+		g.out = c.like(g.x)
+	}
+	return g
+}
+
 func init() {
 	register("residual_add", func(c *call) {
 		var p residualParams
@@ -187,6 +270,54 @@ func init() {
 			}
 		}
 		c.fail(err)
+	}
+	register("rmsnorm_gemm", func(c *call) {
+		r := loadRMSNormGemm(c)
+		c.do(func() error { return c.b.RMSNormGemm(r.out, r.sum, r.x, r.residual, r.normW, r.w, r.bias, r.p.Eps) })
+		r.outputs(c)
+	})
+	// Unfused: rmsnorm_residual (or rmsnorm) into h, then gemm.
+	unfused["rmsnorm_gemm"] = func(c *call) {
+		r := loadRMSNormGemm(c)
+		h := c.like(r.x)
+		c.do(func() error {
+			if r.residual != nil {
+				if err := c.b.RMSNormResidual(r.sum, h, r.x, r.residual, r.normW, r.p.Eps); err != nil {
+					return err
+				}
+			} else if err := c.b.RMSNorm(h, r.x, r.normW, r.p.Eps); err != nil {
+				return err
+			}
+			return c.b.Gemm(r.out, h, r.w, r.bias)
+		})
+		r.outputs(c)
+	}
+	register("gpt_ffn", func(c *call) {
+		g := loadGPTFFN(c)
+		c.do(func() error { return c.b.GPTFFN(g.out, g.x, g.w1, g.b1, g.w2, g.b2, g.tanh) })
+		c.output("out", g.out)
+	})
+	// Unfused: gemm(h, x, w1, b1), gelu or gelu_tanh(a, h), gemm(out, a, w2, b2).
+	unfused["gpt_ffn"] = func(c *call) {
+		g := loadGPTFFN(c)
+		var h, a backend.Buffer
+		if f := c.dim("w1", g.w1, 0); c.err == nil {
+			h, a = c.alloc(tensor.F16, []int{g.x.Shape()[0], f}), c.alloc(tensor.F16, []int{g.x.Shape()[0], f})
+		}
+		c.do(func() error {
+			if err := c.b.Gemm(h, g.x, g.w1, g.b1); err != nil {
+				return err
+			}
+			gelu := c.b.GELU
+			if g.tanh {
+				gelu = c.b.GELUTanh
+			}
+			if err := gelu(a, h); err != nil {
+				return err
+			}
+			return c.b.Gemm(g.out, a, g.w2, g.b2)
+		})
+		c.output("out", g.out)
 	}
 	register("gelu", func(c *call) {
 		c.params(&noParams{})

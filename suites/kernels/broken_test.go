@@ -67,6 +67,12 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("swiglu_ffn: gate and up projections swapped", "swiglu_ffn", ffnSwapped{cpu.New()}, "896"),
 		Entry("gemm_swiglu: silu applied to the up half (the halves of the stacked weight swapped)", "gemm_swiglu", gemmSwiGLUHalvesSwapped{cpu.New()}, "qwen2.5"),
 		Entry("gemm_swiglu: the stacked weight read as interleaved gate/up rows", "gemm_swiglu", gemmSwiGLUInterleaved{cpu.New()}, "phi3"),
+		Entry("rmsnorm_gemm: norm weight ignored", "rmsnorm_gemm", rmsnormGemmNoNormWeight{cpu.New()}, "qwen2.5"),
+		Entry("rmsnorm_gemm: normalises x instead of x + residual (sum still stored)", "rmsnorm_gemm", rmsnormGemmUnsummed{cpu.New()}, "decode"),
+		Entry("rmsnorm_gemm: vectorised K loop drops the hidden % 8 tail", "rmsnorm_gemm", rmsnormGemmKTail{cpu.New()}, "prime"),
+		Entry("gpt_ffn: erf GELU where tanh is asked", "gpt_ffn", gptFFNFlippedGELU{cpu.New()}, "gelu-tail_h768-f64_t2_tanh"),
+		Entry("gpt_ffn: tanh GELU where erf is asked", "gpt_ffn", gptFFNFlippedGELU{cpu.New()}, "gelu-tail_h768-f64_t3_erf"),
+		Entry("gpt_ffn: the down projection's bias dropped", "gpt_ffn", gptFFNNoB2{cpu.New()}, "gpt2"),
 		Entry("gelu: tanh approximation where erf is expected", "gelu", geluTanhForErf{cpu.New()}, "gpt2"),
 		Entry("gelu_tanh: erf where the tanh approximation is expected", "gelu_tanh", geluErfForTanh{cpu.New()}, "gpt2"),
 		Entry("pos_embedding: position off by one", "pos_embedding", posEmbedOffByOne{cpu.New()}, "gpt2"),
@@ -586,4 +592,67 @@ func (k gemmSwiGLUHalvesSwapped) withRows(out, x, w backend.Buffer, src func(ffn
 	}
 	defer wrong.Free()
 	return k.Backend.GemmSwiGLU(out, x, wrong)
+}
+
+// rmsnormGemmNoNormWeight normalises without the norm's weight (all ones).
+type rmsnormGemmNoNormWeight struct{ *cpu.Backend }
+
+func (k rmsnormGemmNoNormWeight) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
+	ones, err := mutated(k, normW, func(t *tensor.Tensor) {
+		for i := range t.F16 {
+			t.F16[i] = float16.Fromfloat32(1)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer ones.Free()
+	return k.Backend.RMSNormGemm(out, sum, x, residual, ones, w, bias, eps)
+}
+
+// rmsnormGemmUnsummed stores the sum but normalises and projects x alone.
+type rmsnormGemmUnsummed struct{ *cpu.Backend }
+
+func (k rmsnormGemmUnsummed) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
+	if residual == nil {
+		return k.Backend.RMSNormGemm(out, sum, x, residual, normW, w, bias, eps)
+	}
+	if err := k.ResidualAdd(sum, x, residual); err != nil {
+		return err
+	}
+	return k.Backend.RMSNormGemm(out, nil, x, nil, normW, w, bias, eps)
+}
+
+// rmsnormGemmKTail leaves the last hidden % 8 columns out of the product, as a loop over
+// 8-element vectors without a scalar tail would.
+type rmsnormGemmKTail struct{ *cpu.Backend }
+
+func (k rmsnormGemmKTail) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
+	cut, err := mutated(k, w, func(t *tensor.Tensor) {
+		rows, h := lastDim(t)
+		for r := 0; r < rows; r++ {
+			for i := h - h%8; i < h; i++ {
+				t.F16[r*h+i] = 0
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer cut.Free()
+	return k.Backend.RMSNormGemm(out, sum, x, residual, normW, cut, bias, eps)
+}
+
+// gptFFNFlippedGELU applies the other GELU form than the one asked.
+type gptFFNFlippedGELU struct{ *cpu.Backend }
+
+func (k gptFFNFlippedGELU) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {
+	return k.Backend.GPTFFN(out, x, w1, b1, w2, b2, !tanh)
+}
+
+// gptFFNNoB2 drops the down projection's bias (an epilogue that adds only the first).
+type gptFFNNoB2 struct{ *cpu.Backend }
+
+func (k gptFFNNoB2) GPTFFN(out, x, w1, b1, w2, _ backend.Buffer, tanh bool) error {
+	return k.Backend.GPTFFN(out, x, w1, b1, w2, nil, tanh)
 }

@@ -46,6 +46,8 @@ var crossCases = []crossCase{
 	{"swiglu", `{}`, []conformance.InputSpec{in("gate", tensor.F16, []int{64, 11008}, normalGen(3, 0)), in("up", tensor.F16, []int{64, 11008}, nil)}},
 	{"swiglu_ffn", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{24, 1024}, nil), in("w_gate", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)), in("w_up", tensor.F16, []int{2816, 1024}, normalGen(1/32.0, 0)), in("w_down", tensor.F16, []int{1024, 2816}, normalGen(1/math.Sqrt(2816), 0))}},
 	{"gemm_swiglu", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{24, 1024}, nil), in("w_gate_up", tensor.F16, []int{2 * 2816, 1024}, normalGen(1/32.0, 0))}},
+	{"rmsnorm_gemm", `{"eps": 1e-6, "has_bias": true, "has_residual": true}`, []conformance.InputSpec{in("x", tensor.F16, []int{5, 1536}, nil), in("residual", tensor.F16, []int{5, 1536}, nil), in("weight", tensor.F16, []int{1536}, nearOne), in("w", tensor.F16, []int{2048, 1536}, normalGen(1/math.Sqrt(1536), 0)), in("bias", tensor.F16, []int{2048}, nil)}},
+	{"gpt_ffn", `{"gelu": "tanh", "has_bias": true}`, []conformance.InputSpec{in("x", tensor.F16, []int{3, 1024}, nil), in("w1", tensor.F16, []int{4096, 1024}, normalGen(1/32.0, 0)), in("b1", tensor.F16, []int{4096}, nil), in("w2", tensor.F16, []int{1024, 4096}, normalGen(1/64.0, 0)), in("b2", tensor.F16, []int{1024}, nil)}},
 	{"gelu", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
 	{"gelu_tanh", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
 	{"pos_embedding", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{700, 1024}, nil), in("table", tensor.F16, []int{2048, 1024}, nil), in("positions", tensor.I32, []int{700}, intsUpTo(2048))}},

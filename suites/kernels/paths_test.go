@@ -68,15 +68,17 @@ var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
 			}
 			cases++
 		}
-		// The fp16 GEMM with a bias falls back to GEMM-then-bias-kernel where cublasLt has no
+		// The fp16 GEMMs with a bias fall back to GEMM-then-bias-kernel where cublasLt has no
 		// algorithm, which no shape forces on every GPU: TOUCHSTONE_GEMM_LT=0 selects it. It
 		// runs nowhere else, so here it is judged too.
 		Expect(os.Setenv("TOUCHSTONE_GEMM_LT", "0")).To(Succeed())
 		DeferCleanup(os.Unsetenv, "TOUCHSTONE_GEMM_LT")
-		for _, s := range setsOf("gemm", "committed") {
-			verdicts, err := conformance.Check(dev, s, tols)
-			Expect(err).NotTo(HaveOccurred(), "%s without cublasLt", s.ID())
-			Expect(verdicts).To(harness.BeWithinTolerance(), "%s without cublasLt", s.ID())
+		for _, op := range []string{"gemm", "rmsnorm_gemm", "gpt_ffn"} { // the ops whose projections take a bias
+			for _, s := range setsOf(op, "committed") {
+				verdicts, err := conformance.Check(dev, s, tols)
+				Expect(err).NotTo(HaveOccurred(), "%s without cublasLt", s.ID())
+				Expect(verdicts).To(harness.BeWithinTolerance(), "%s without cublasLt", s.ID())
+			}
 		}
 		Expect(os.Unsetenv("TOUCHSTONE_GEMM_LT")).To(Succeed())
 

@@ -204,6 +204,26 @@ def gemm_swiglu(t, p):
     return call, "g, u = F.linear(x, w_gate_up).chunk(2, -1); F.silu(g) * u"
 
 
+def rmsnorm_gemm(t, p):
+    # transformers' decoder layer: the residual add, RMSNorm, then the projection (nn.Linear).
+    x, r, g, w = t.randn("x"), t.randn("residual"), 1 + 0.1 * t.randn("weight"), t.weight("w")
+    b = t.randn("bias") if p.get("has_bias") else None
+    H, eps = x.shape[-1], p["eps"]
+
+    def call():
+        s = x + r
+        return F.linear(F.rms_norm(s, (H,), g, eps), w, b)
+    return call, "s = x + residual; F.linear(F.rms_norm(s, (%d,), weight, %r), w, bias)" % (H, eps)
+
+
+def gpt_ffn(t, p):
+    # GPT-2's MLP as transformers runs it (Conv1D is addmm; F.linear is the same GEMM).
+    x, w1, b1, w2, b2 = t.randn("x"), t.weight("w1"), t.randn("b1"), t.weight("w2"), t.randn("b2")
+    approx = "tanh" if p["gelu"] == "tanh" else "none"
+    return ((lambda: F.linear(F.gelu(F.linear(x, w1, b1), approximate=approx), w2, b2)),
+            "F.linear(F.gelu(F.linear(x, w1, b1), approximate=%r), w2, b2)" % approx)
+
+
 def gelu(t, p):
     x = t.randn("x", 1.5)
     return (lambda: F.gelu(x)), "F.gelu(x)"
@@ -300,7 +320,7 @@ def sample(t, p):
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, swiglu,
-                               swiglu_ffn, gemm_swiglu, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
+                               swiglu_ffn, gemm_swiglu, rmsnorm_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
                                gemm, softmax, sample)}
 
 

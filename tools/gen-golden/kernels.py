@@ -298,6 +298,47 @@ def gemm_swiglu(r, *, T, H, ffn, dist=normal()):
     return {}, {"x": x, "w_gate_up": w}, {"out": F.silu(acc[:, :ffn]) * acc[:, ffn:]}
 
 
+def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal()):
+    """rmsnorm of x (or of the fp16 sum x + residual, itself an output), rounded to fp16 as
+    rmsnorm stores it, then x' W^T (+ bias) in fp64: the pre-norm and the projection after it."""
+    x = to_f16(dist(r, (T, H)))
+    inputs, outs = {"x": x}, {}
+    s = d(x)
+    if residual:
+        res = to_f16(dist(r, (T, H)))
+        inputs["residual"] = res
+        s = d(to_f16(d(x) + d(res)))
+        outs["sum"] = d(x) + d(res)
+    weight, w = norm_weight(r, H), linear_weight(r, N, H)
+    inputs.update(weight=weight, w=w)
+    h = d(to_f16(F.rms_norm(s, (H,), d(weight), eps)))
+    out = h @ d(w).T
+    if bias:
+        inputs["bias"] = to_f16(r.randn((N,)))
+        out = out + d(inputs["bias"])
+    outs["out"] = out
+    return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
+
+
+def gpt_ffn(r, *, T, H, ffn, gelu, bias=True, dist=normal(), b1=(0.0, 1.0), b2_std=1.0):
+    """GPT-2's MLP: gelu(x W1^T + b1) rounded to fp16 once, then a W2^T + b2, in fp64. b1 is
+    drawn as (mean, std); a mean of -3 with small x puts every pre-activation in the negative
+    tail, where erf and tanh GELU differ by ~10% (4e-4 absolute)."""
+    x = to_f16(dist(r, (T, H)))
+    w1, w2 = linear_weight(r, ffn, H), linear_weight(r, H, ffn)
+    inputs = {"x": x, "w1": w1, "w2": w2}
+    pre = d(x) @ d(w1).T
+    if bias:
+        inputs["b1"] = to_f16(b1[0] + b1[1] * r.randn((ffn,)))
+        inputs["b2"] = to_f16(b2_std * r.randn((H,)))
+        pre = pre + d(inputs["b1"])
+    act = d(to_f16(F.gelu(pre, approximate="tanh" if gelu == "tanh" else "none")))
+    out = act @ d(w2).T
+    if bias:
+        out = out + d(inputs["b2"])
+    return {"gelu": gelu, "has_bias": bias}, inputs, {"out": out}
+
+
 def swiglu_ffn(r, *, T, H, ffn, dist=normal()):
     x = to_f16(dist(r, (T, H)))
     w_gate, w_up = linear_weight(r, ffn, H), linear_weight(r, ffn, H)
@@ -395,7 +436,7 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
-    attention_prefill, attention_decode, swiglu, swiglu_ffn, gemm_swiglu, gelu, gelu_tanh, pos_embedding,
+    attention_prefill, attention_decode, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding,
     embedding, set_rows, gemm, softmax)}
 
 
@@ -775,6 +816,38 @@ CASES += _cases(COMMITTED, "gemm_swiglu", [
     ("prime-h521-f61_t3", dict(T=3, H=521, ffn=61)),
 ])
 
+# rmsnorm_gemm (pre-norm + projection): every decode tile (rows 1, 2, 3-4, 5-8, 9-16) and the
+# prefill path above 16 rows, with and without residual and bias, at the real hidden sizes with
+# N cut down (the full tier has the real projections); outlier channels, row scales, odd widths.
+CASES += _cases(COMMITTED, "rmsnorm_gemm", [
+    ("qwen2.5-0.5b-h896-n96_decode-t1", dict(T=1, H=896, N=96, bias=True, residual=True)),
+    ("qwen2.5-0.5b-h896-n64_t2", dict(T=2, H=896, N=64, bias=False, residual=True)),
+    ("phi3-mini-h3072-n24_t3", dict(T=3, H=3072, N=24, bias=False, residual=False, eps=1e-5)),
+    ("outliers-x20_h896-n32_t8", dict(T=8, H=896, N=32, bias=True, residual=True, dist=OUTLIERS)),
+    ("row-scales-0.05-20_h896-n32_t16", dict(T=16, H=896, N=32, bias=False, residual=True,
+                                             dist=row_scales(0.05, 20.0))),
+    ("qwen2.5-0.5b-h896-n32_prefill-t24", dict(T=24, H=896, N=32, bias=True, residual=True)),
+    ("prefill-no-residual_t20", dict(T=20, H=896, N=24, bias=False, residual=False)),
+    ("prime-h521-n61_t3", dict(T=3, H=521, N=61, bias=True, residual=True)),
+])
+
+# gpt_ffn (GPT-2's MLP, fused): both GELUs, decode tiles and the prefill path, GPT-2's and
+# Phi-2's hidden sizes with the ffn width cut down, no biases, outliers, odd widths.
+CASES += _cases(COMMITTED, "gpt_ffn", [
+    ("gpt2-h768-f32_decode-t1", dict(T=1, H=768, ffn=32, gelu="tanh")),
+    ("gpt2-h768-f48_t5_erf", dict(T=5, H=768, ffn=48, gelu="erf")),
+    ("gpt2-h768-f32_prefill-t20", dict(T=20, H=768, ffn=32, gelu="tanh")),
+    ("phi2-h2560-f16_t2", dict(T=2, H=2560, ffn=16, gelu="tanh")),
+    ("no-bias_h256-f40_t2_erf", dict(T=2, H=256, ffn=40, gelu="erf", bias=False)),
+    ("outliers-x20_h768-f32_t12", dict(T=12, H=768, ffn=32, gelu="tanh", dist=OUTLIERS)),
+    ("prime-h521-f61_t3_erf", dict(T=3, H=521, ffn=61, gelu="erf")),
+    # every pre-activation near -3 and no output bias: the GELU's negative tail is the output
+    ("gelu-tail_h768-f64_t3_erf", dict(T=3, H=768, ffn=64, gelu="erf", dist=normal(0.1),
+                                       b1=(-3.0, 0.3), b2_std=0.0)),
+    ("gelu-tail_h768-f64_t2_tanh", dict(T=2, H=768, ffn=64, gelu="tanh", dist=normal(0.1),
+                                        b1=(-3.0, 0.3), b2_std=0.0)),
+])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -816,6 +889,20 @@ CASES += _cases(FULL, "gemm_swiglu", [
     ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),
     ("phi3-mini_decode-t1", dict(T=1, H=3072, ffn=8192)),
     ("phi3-mini_t4", dict(T=4, H=3072, ffn=8192)),
+])
+CASES += _cases(FULL, "rmsnorm_gemm", [
+    ("qwen2.5-0.5b-qkv_decode-t1", dict(T=1, H=896, N=1152, bias=True, residual=True)),
+    ("qwen2.5-0.5b-gate-up_decode-t1", dict(T=1, H=896, N=9728, bias=False, residual=True)),
+    ("phi3-mini-qkv_decode-t1", dict(T=1, H=3072, N=9216, bias=False, residual=True, eps=1e-5)),
+    ("phi3-mini-gate-up_decode-t16", dict(T=16, H=3072, N=16384, bias=False, residual=True, eps=1e-5)),
+    ("qwen2.5-0.5b-qkv_prefill-t2048", dict(T=2048, H=896, N=1152, bias=True, residual=True)),
+    ("phi3-mini-qkv_prefill-t512", dict(T=512, H=3072, N=9216, bias=False, residual=False, eps=1e-5)),
+])
+CASES += _cases(FULL, "gpt_ffn", [
+    ("gpt2_decode-t1", dict(T=1, H=768, ffn=3072, gelu="tanh")),
+    ("gpt2_decode-t8_erf", dict(T=8, H=768, ffn=3072, gelu="erf")),
+    ("gpt2_prefill-t1024", dict(T=1024, H=768, ffn=3072, gelu="tanh")),
+    ("phi2_decode-t1", dict(T=1, H=2560, ffn=10240, gelu="tanh")),
 ])
 CASES += _cases(FULL, "swiglu_ffn", [
     ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),

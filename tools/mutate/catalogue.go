@@ -533,7 +533,7 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:embedding",
 	},
 	{
-		ID: "cuda-gelu-negative-branch", Side: SideCUDA, File: "cuda/kernels/gelu.cu",
+		ID: "cuda-gelu-negative-branch", Side: SideCUDA, File: "cuda/gelu.cuh",
 		Bug:         "GELU uses Phi(x) = 1 - Phi(-|x|) for negative x too",
 		Original:    `return x * (x < 0.0f ? e : 1.0f - e);`,
 		Replacement: `return x * (1.0f - e);`,

@@ -141,6 +141,14 @@ func (r *recorder) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
 func (r *recorder) GemmSwiGLU(out, x, wGateUp backend.Buffer) error {
 	return r.add(backend.CheckGemmSwiGLU(out, x, wGateUp), func() error { return r.be.GemmSwiGLU(out, x, wGateUp) })
 }
+func (r *recorder) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
+	return r.add(backend.CheckRMSNormGemm(out, sum, x, residual, normW, w, bias, eps),
+		func() error { return r.be.RMSNormGemm(out, sum, x, residual, normW, w, bias, eps) })
+}
+func (r *recorder) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {
+	return r.add(backend.CheckGPTFFN(out, x, w1, b1, w2, b2),
+		func() error { return r.be.GPTFFN(out, x, w1, b1, w2, b2, tanh) })
+}
 func (r *recorder) GELU(out, x backend.Buffer) error {
 	return r.add(backend.CheckUnary("gelu", out, x), func() error { return r.be.GELU(out, x) })
 }

@@ -174,6 +174,18 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"gemm_swiglu", "ts_gemm_swiglu dtype=1 rows=4 hidden=896 ffn=4864 stream=0", func() error {
 			return b.GemmSwiGLU(f16(4, 4864), x, f16(2*4864, 896))
 		}},
+		{"rmsnorm_gemm", "ts_rmsnorm_gemm dtype=1 rows=4 hidden=896 n=1152 eps=1e-06 residual=1 bias=1 stream=0", func() error {
+			return b.RMSNormGemm(f16(4, 1152), f16(4, 896), x, f16(4, 896), f16(896), f16(1152, 896), f16(1152), 1e-6)
+		}},
+		{"rmsnorm_gemm", "ts_rmsnorm_gemm dtype=1 rows=4 hidden=896 n=64 eps=1e-05 residual=0 bias=0 stream=0", func() error {
+			return b.RMSNormGemm(f16(4, 64), nil, x, nil, f16(896), f16(64, 896), nil, 1e-5)
+		}},
+		{"gpt_ffn", "ts_gpt_ffn dtype=1 rows=4 hidden=896 ffn=3584 gelu=1 b1=1 b2=1 stream=0", func() error {
+			return b.GPTFFN(f16(4, 896), x, f16(3584, 896), f16(3584), f16(896, 3584), f16(896), true)
+		}},
+		{"gpt_ffn", "ts_gpt_ffn dtype=1 rows=4 hidden=896 ffn=3584 gelu=0 b1=0 b2=0 stream=0", func() error {
+			return b.GPTFFN(f16(4, 896), x, f16(3584, 896), nil, f16(896, 3584), nil, false)
+		}},
 		{"swiglu_ffn", "ts_swiglu_ffn dtype=1 rows=4 hidden=896 ffn=4864 stream=0", func() error {
 			return b.SwiGLUFFN(f16(4, 896), x, f16(4864, 896), f16(4864, 896), f16(896, 4864))
 		}},

@@ -192,6 +192,15 @@ int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_ga
                     tsg_err *e) {
     return done(a, a->ts_gemm_swiglu(out, x, w_gate_up, cfg, NULL), e);
 }
+int tsg_rmsnorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual,
+                     const void *norm_weight, const void *w, const void *bias, const ts_norm_gemm_config *cfg,
+                     tsg_err *e) {
+    return done(a, a->ts_rmsnorm_gemm(out, sum, x, residual, norm_weight, w, bias, cfg, NULL), e);
+}
+int tsg_gpt_ffn(const tsg_api *a, void *out, const void *x, const void *w1, const void *b1, const void *w2,
+                const void *b2, const ts_gpt_ffn_config *cfg, tsg_err *e) {
+    return done(a, a->ts_gpt_ffn(out, x, w1, b1, w2, b2, cfg, NULL), e);
+}
 int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e) {
     return done(a, a->ts_gelu(out, x, cfg, NULL), e);
 }

@@ -65,6 +65,12 @@
     X(ts_swiglu_ffn, int,                                                                                 \
       (void *, const void *, const void *, const void *, const void *, const ts_ffn_config *, void *))   \
     X(ts_gemm_swiglu, int, (void *, const void *, const void *, const ts_ffn_config *, void *))          \
+    X(ts_rmsnorm_gemm, int,                                                                               \
+      (void *, void *, const void *, const void *, const void *, const void *, const void *,             \
+       const ts_norm_gemm_config *, void *))                                                             \
+    X(ts_gpt_ffn, int,                                                                                    \
+      (void *, const void *, const void *, const void *, const void *, const void *,                     \
+       const ts_gpt_ffn_config *, void *))                                                               \
     X(ts_gelu, int, (void *, const void *, const ts_elementwise_config *, void *))                       \
     X(ts_gelu_tanh, int, (void *, const void *, const ts_elementwise_config *, void *))                  \
     X(ts_pos_embedding, int,                                                                              \
@@ -158,6 +164,11 @@ int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gat
                    const void *w_down, const ts_ffn_config *cfg, tsg_err *e);
 int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg,
                     tsg_err *e);
+int tsg_rmsnorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual,
+                     const void *norm_weight, const void *w, const void *bias, const ts_norm_gemm_config *cfg,
+                     tsg_err *e);
+int tsg_gpt_ffn(const tsg_api *a, void *out, const void *x, const void *w1, const void *b1, const void *w2,
+                const void *b2, const ts_gpt_ffn_config *cfg, tsg_err *e);
 int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e);
 int tsg_gelu_tanh(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e);
 int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *table, const int32_t *positions,

@@ -573,6 +573,33 @@ int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn
     return TS_OK;
 }
 
+int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight, const void *w,
+                    const void *bias, const ts_norm_gemm_config *cfg, void *stream) {
+    logf_("ts_rmsnorm_gemm dtype=%d rows=%d hidden=%d n=%d eps=%g residual=%d bias=%d stream=%d", cfg->dtype, cfg->rows,
+          cfg->hidden, cfg->n, cfg->eps, residual != NULL, bias != NULL, stream != NULL);
+    int st = enter("ts_rmsnorm_gemm", 1);
+    if (st) return st;
+    NEED("rmsnorm_gemm", out);
+    NEED("rmsnorm_gemm", x);
+    NEED("rmsnorm_gemm", norm_weight);
+    NEED("rmsnorm_gemm", w);
+    (void)sum;
+    return TS_OK;
+}
+
+int ts_gpt_ffn(void *out, const void *x, const void *w1, const void *b1, const void *w2, const void *b2,
+               const ts_gpt_ffn_config *cfg, void *stream) {
+    logf_("ts_gpt_ffn dtype=%d rows=%d hidden=%d ffn=%d gelu=%d b1=%d b2=%d stream=%d", cfg->dtype, cfg->rows,
+          cfg->hidden, cfg->ffn, cfg->gelu, b1 != NULL, b2 != NULL, stream != NULL);
+    int st = enter("ts_gpt_ffn", 1);
+    if (st) return st;
+    NEED("gpt_ffn", out);
+    NEED("gpt_ffn", x);
+    NEED("gpt_ffn", w1);
+    NEED("gpt_ffn", w2);
+    return TS_OK;
+}
+
 static int copy_op(const char *name, void *out, const void *x, const ts_elementwise_config *cfg, void *stream) {
     logf_("%s dtype=%d n=%lld stream=%d", name, cfg->dtype, (long long)cfg->n, stream != NULL);
     int st = enter(name, 1);

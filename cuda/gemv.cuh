@@ -1,0 +1,83 @@
+/*
+ * gemv.cuh: the small-M matrix product of the fused decode ops (rmsnorm_gemm, gpt_ffn): out
+ * [rows, n] = epi(a . w^T) for rows <= 16 with a [rows, k] already in shared memory as fp16 (the
+ * op's prologue put it there: a normalised row, a copy of x). At decode the product reads each
+ * weight row once and does 2 rows flops per weight element, so it is bound by the weight read:
+ * each warp owns an output column at a time and its lanes stream that weight row in 16-byte
+ * vectors (four in flight per lane), fp32 accumulation per row, a shuffle reduction, and lane 0
+ * hands each row's sum to the op's epilogue. Needs k % 8 == 0 and w 16-byte aligned.
+ */
+#ifndef TOUCHSTONE_GEMV_CUH
+#define TOUCHSTONE_GEMV_CUH
+
+#include "internal.h"
+
+namespace ts {
+
+constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / 32;
+constexpr int kGemvMaxRows = 16;
+
+/* The rows template argument a launch uses: the next power of two >= rows (1..16). */
+inline int gemv_tile(int rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
+
+template <int MR>
+__device__ __forceinline__ void gemv_fma(float (&acc)[MR], const uint4 &wv, const __half *a, int rows, int k, int c) {
+    float wf[8];
+    unpack8(wv, wf);
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+        if (m < rows) {
+            float af[8];
+            unpack8(reinterpret_cast<const uint4 *>(a + (int64_t)m * k)[c], af);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) acc[m] = fmaf(wf[t], af[t], acc[m]);
+        }
+    }
+}
+
+/* Every column j of this block's share (j = blockIdx.x * warps + warp, stepping by the grid):
+ * epi(m, j, sum_k a[m][k] w[j][k]) for m < rows. Call after a __syncthreads that publishes a. */
+template <int MR, typename Epi>
+__device__ __forceinline__ void gemv_smem(const __half *a, const __half *__restrict__ w, int rows, int k, int n,
+                                          const Epi &epi) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nvec = k >> 3;
+    for (int j = blockIdx.x * kGemvWarps + warp; j < n; j += gridDim.x * kGemvWarps) {
+        float acc[MR];
+#pragma unroll
+        for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
+        const uint4 *wr = reinterpret_cast<const uint4 *>(w + (int64_t)j * k);
+        int c = lane;
+        for (; c + 96 < nvec; c += 128) {
+            const uint4 w0 = __ldg(wr + c), w1 = __ldg(wr + c + 32), w2 = __ldg(wr + c + 64), w3 = __ldg(wr + c + 96);
+            gemv_fma<MR>(acc, w0, a, rows, k, c);
+            gemv_fma<MR>(acc, w1, a, rows, k, c + 32);
+            gemv_fma<MR>(acc, w2, a, rows, k, c + 64);
+            gemv_fma<MR>(acc, w3, a, rows, k, c + 96);
+        }
+        for (; c < nvec; c += 32) gemv_fma<MR>(acc, __ldg(wr + c), a, rows, k, c);
+#pragma unroll
+        for (int m = 0; m < MR; ++m) acc[m] = warp_sum(acc[m]);
+        if (lane == 0) {
+#pragma unroll
+            for (int m = 0; m < MR; ++m)
+                if (m < rows) epi(m, j, acc[m]);
+        }
+    }
+}
+
+/* Blocks of a gemv launch: enough for every column a warp, at most what is resident at once
+ * (each block redoes the prologue, so more blocks than fit only repeat it). */
+inline unsigned gemv_grid(int n, int blocks_per_sm) {
+    const int64_t want = ceil_div(n, kGemvWarps);
+    const int64_t cap = (int64_t)blocks_per_sm * sm_count();
+    return (unsigned)(want < cap ? want : cap);
+}
+
+/* Whether the activation rows [rows, k] fit the shared memory a gemv block may take. */
+inline bool gemv_fits(int rows, int k) { return (int64_t)rows * k * 2 <= (int64_t)max_shared_optin() - 1024; }
+
+} // namespace ts
+
+#endif /* TOUCHSTONE_GEMV_CUH */

@@ -1,0 +1,143 @@
+/*
+ * rmsnorm_gemm: out [rows, n] = rmsnorm(s) . w^T (+ bias), s = x, or s = fp16(x + residual)
+ * stored in sum: the pre-norm and the projection after it (Q/K/V, gate/up) in one op. The
+ * normalised row is rounded to fp16 as rmsnorm stores it (fp16((s * inv) * weight)), the product
+ * accumulates in fp32 and rounds once, the bias added before that rounding.
+ *
+ * Decode (rows <= 16, hidden % 8 == 0, every pointer 16-byte aligned, the rows fit in shared
+ * memory): one kernel. Each block normalises all rows into shared memory (a warp per row; the
+ * rows are a few KiB, read from L2 by every block) and then streams its share of the weight
+ * rows (gemv.cuh): against rmsnorm_residual then gemm, one launch fewer and no round trip of the
+ * normalised rows through memory. Block 0 alone stores sum. Otherwise (prefill, odd widths,
+ * misaligned pointers): rmsnorm or rmsnorm_residual into a library workspace, then gemm's cuBLAS
+ * path, exactly the unfused composition.
+ */
+#include "gemv.cuh"
+
+namespace {
+
+struct BiasStore {
+    __half *out;
+    const __half *bias;
+    int n;
+    __device__ __forceinline__ void operator()(int m, int j, float acc) const {
+        out[(int64_t)m * n + j] = __float2half_rn(bias ? acc + __half2float(bias[j]) : acc);
+    }
+};
+
+template <int MR>
+__global__ void __launch_bounds__(ts::kGemvThreads)
+    rmsnorm_gemv_kernel(__half *out, __half *sum_out, const __half *x, const __half *residual, const __half *weight,
+                        const __half *w, const __half *bias, int rows, int hidden, int n, float eps) {
+    extern __shared__ uint4 smem_rows[];
+    __half *a = reinterpret_cast<__half *>(smem_rows);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nvec = hidden >> 3;
+    for (int r = warp; r < rows; r += ts::kGemvWarps) {
+        const int64_t ro = (int64_t)r * hidden;
+        float ss = 0.0f;
+        for (int c = lane; c < nvec; c += 32) {
+            float v[8];
+            ts::load8(x + ro + c * 8, v);
+            if (residual != nullptr) {
+                float rr[8];
+                ts::load8(residual + ro + c * 8, rr);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) v[t] = __half2float(__float2half_rn(v[t] + rr[t]));
+                if (blockIdx.x == 0) ts::store8(sum_out + ro + c * 8, v); /* exact: already fp16 */
+            }
+#pragma unroll
+            for (int t = 0; t < 8; ++t) ss += v[t] * v[t];
+            ts::store8(a + ro + c * 8, v);
+        }
+        const float inv = 1.0f / sqrtf(ts::warp_sum(ss) / (float)hidden + eps);
+        /* Each lane rewrites only the vectors it stored above. */
+        for (int c = lane; c < nvec; c += 32) {
+            float v[8], g[8];
+            ts::unpack8(reinterpret_cast<const uint4 *>(a + ro)[c], v);
+            ts::load8(weight + c * 8, g);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) v[t] = (v[t] * inv) * g[t];
+            ts::store8(a + ro + c * 8, v);
+        }
+    }
+    __syncthreads();
+    ts::gemv_smem<MR>(a, w, rows, hidden, n, BiasStore{out, bias, n});
+}
+
+template <int MR>
+int launch_gemv(const char *op, __half *out, __half *sum, const __half *x, const __half *residual,
+                const __half *weight, const __half *w, const __half *bias, int rows, int hidden, int n, float eps,
+                cudaStream_t stream) {
+    static std::atomic<int> shared_done{-1};
+    static std::atomic<uint64_t> occupancy{0};
+    auto kernel = rmsnorm_gemv_kernel<MR>;
+    const size_t smem = (size_t)rows * hidden * sizeof(__half);
+    TS_CHECK(op, ts::allow_max_shared(op, kernel, shared_done));
+    int per_sm = 1;
+    TS_CHECK(op, ts::blocks_per_sm(op, kernel, ts::kGemvThreads, smem, occupancy, &per_sm));
+    const char *d = ts::dims("rows=%d hidden=%d n=%d tile=%d", rows, hidden, n, MR);
+    TS_LAUNCH(op, kernel, ts::gemv_grid(n, per_sm), ts::kGemvThreads, smem, stream, d, out, sum, x, residual, weight,
+              w, bias, rows, hidden, n, eps);
+    return TS_OK;
+}
+
+int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half *residual, const __half *weight,
+                        const __half *w, const __half *bias, int rows, int hidden, int n, float eps,
+                        cudaStream_t stream) {
+    const char *op = "rmsnorm_gemm";
+    const bool aligned = ts::aligned16(x) && ts::aligned16(weight) && ts::aligned16(w) &&
+                         (residual == nullptr || (ts::aligned16(residual) && ts::aligned16(sum)));
+    if (rows <= ts::kGemvMaxRows && hidden % 8 == 0 && aligned && ts::gemv_fits(rows, hidden)) {
+        switch (ts::gemv_tile(rows)) {
+        case 1: return launch_gemv<1>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
+        case 2: return launch_gemv<2>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
+        case 4: return launch_gemv<4>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
+        case 8: return launch_gemv<8>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
+        default: return launch_gemv<16>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
+        }
+    }
+    void *ws = nullptr;
+    TS_CHECK(op, ts::workspace(op, ts::WS_FFN, (size_t)rows * hidden * sizeof(__half), &ws));
+    __half *h = static_cast<__half *>(ws);
+    if (residual != nullptr)
+        TS_CHECK(op, ts::launch_rmsnorm_residual(op, sum, h, x, residual, weight, rows, hidden, eps, stream));
+    else
+        TS_CHECK(op, ts::launch_rmsnorm(op, h, x, weight, rows, hidden, eps, stream));
+    return ts::gemm_nt(op, out, CUDA_R_16F, h, w, bias, rows, n, hidden, stream);
+}
+
+} // namespace
+
+extern "C" int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight,
+                               const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("rmsnorm_gemm");
+    v.ptr(out, "out");
+    v.ptr(x, "x");
+    v.ptr(norm_weight, "norm_weight");
+    v.ptr(w, "w");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    if ((sum == nullptr) != (residual == nullptr))
+        v.fail(TS_ERR_INVALID_ARGUMENT, "sum = %p, residual = %p: give both (a residual add) or neither", sum,
+               residual);
+    else if (sum != nullptr && (sum == x || sum == residual))
+        v.fail(TS_ERR_INVALID_ARGUMENT, "sum = %p: must not overlap x or residual (every block reads them)", sum);
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->rows, "cfg->rows");
+    v.positive(cfg->hidden, "cfg->hidden");
+    v.positive(cfg->n, "cfg->n");
+    v.eps(cfg->eps, "cfg->eps");
+    v.elements("x", {cfg->rows, cfg->hidden});
+    v.elements("w", {cfg->n, cfg->hidden});
+    v.elements("out", {cfg->rows, cfg->n});
+    if (!v.ok()) return v.status();
+    cudaStream_t st;
+    const int s = ts::ready(v.op(), stream, &st);
+    if (s != TS_OK) return s;
+    return launch_rmsnorm_gemm(static_cast<__half *>(out), static_cast<__half *>(sum), static_cast<const __half *>(x),
+                               static_cast<const __half *>(residual), static_cast<const __half *>(norm_weight),
+                               static_cast<const __half *>(w), static_cast<const __half *>(bias), cfg->rows,
+                               cfg->hidden, cfg->n, cfg->eps, st);
+}

@@ -1,0 +1,71 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"github.com/touchstone-llm/touchstone/engine/backend"
+)
+
+// RMSNormGemm is the pre-norm and the projection after it in one op (at decode one kernel).
+// Unfused equivalent: RMSNormResidual(sum, h, x, residual, normW) (or RMSNorm(h, x, normW)),
+// then Gemm(out, h, w, bias).
+func (b *Backend) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
+	const op = "rmsnorm_gemm"
+	if err := backend.CheckRMSNormGemm(out, sum, x, residual, normW, w, bias, eps); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"sum", sum}, arg{"x", x}, arg{"residual", residual},
+		arg{"norm_weight", normW}, arg{"w", w}, arg{"bias", bias})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	cfg := C.ts_norm_gemm_config{
+		dtype:  C.TS_F16,
+		rows:   c.int("rows", d[2].shape[0]),
+		hidden: c.int("hidden", d[2].shape[1]),
+		n:      c.int("n", d[5].shape[0]),
+		eps:    C.float(eps),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_rmsnorm_gemm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), ptr(d[6]), &cfg, b.e)
+	if sum != nil {
+		return b.launched(op, st, arg{"out", out}, arg{"sum", sum})
+	}
+	return b.launched(op, st, arg{"out", out})
+}
+
+// GPTFFN is GPT-2's MLP with the GELU in the up projection's epilogue. Unfused equivalent:
+// Gemm(h, x, w1, b1), GELU or GELUTanh(a, h), Gemm(out, a, w2, b2). The activation lives in a
+// library workspace, so only out is guarded.
+func (b *Backend) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {
+	const op = "gpt_ffn"
+	if err := backend.CheckGPTFFN(out, x, w1, b1, w2, b2); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"w1", w1}, arg{"b1", b1}, arg{"w2", w2}, arg{"b2", b2})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	cfg := C.ts_gpt_ffn_config{
+		dtype:  C.TS_F16,
+		rows:   c.int("rows", d[1].shape[0]),
+		hidden: c.int("hidden", d[1].shape[1]),
+		ffn:    c.int("ffn", d[2].shape[0]),
+		gelu:   C.TS_GELU_ERF,
+	}
+	if tanh {
+		cfg.gelu = C.TS_GELU_TANH
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_gpt_ffn(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), &cfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}
