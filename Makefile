@@ -24,7 +24,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
 FUZZTIME     ?= 20s
 
 .PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify \
-        cuda cuda-test bundle bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
+        cuda cuda-test fused-bytes bundle bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
 # Where `make cuda` builds libtouchstone_cuda.so (relative to cuda/, or absolute): a second
@@ -94,6 +94,14 @@ cuda-test: cuda
 	cuda/build/abi_args
 	cuda/build/sticky; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/graph; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
+
+# The DRAM bytes each fused op and its unfused composition move at decode shapes, counted by
+# Nsight Compute (docs/PERF.md, "Fused ops: bytes moved"); a GPU host with ncu.
+fused-bytes: cuda
+	$(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/fused_bytes.c -Lcuda/build -ltouchstone_cuda \
+	  -Wl,-rpath,$(CURDIR)/cuda/build -o cuda/build/fused_bytes
+	ncu --csv --page raw --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+	  cuda/build/fused_bytes
 
 # Everything a GPU host without Go needs: built here (cgo + dlopen, no CUDA at build time),
 # run there with `make cuda && dist/run`.

@@ -4,7 +4,7 @@
  * op's prologue put it there: a normalised row, a copy of x). At decode the product reads each
  * weight row once and does 2 rows flops per weight element, so it is bound by the weight read:
  * each warp owns an output column at a time and its lanes stream that weight row in 16-byte
- * vectors (four in flight per lane), fp32 accumulation per row, a shuffle reduction, and lane 0
+ * vectors (up to four in flight per lane), fp32 accumulation per row, a shuffle reduction, and lane 0
  * hands each row's sum to the op's epilogue. Needs k % 8 == 0 and w 16-byte aligned.
  */
 #ifndef TOUCHSTONE_GEMV_CUH
@@ -48,15 +48,22 @@ __device__ __forceinline__ void gemv_smem(const __half *a, const __half *__restr
 #pragma unroll
         for (int m = 0; m < MR; ++m) acc[m] = 0.0f;
         const uint4 *wr = reinterpret_cast<const uint4 *>(w + (int64_t)j * k);
-        int c = lane;
-        for (; c + 96 < nvec; c += 128) {
-            const uint4 w0 = __ldg(wr + c), w1 = __ldg(wr + c + 32), w2 = __ldg(wr + c + 64), w3 = __ldg(wr + c + 96);
-            gemv_fma<MR>(acc, w0, a, rows, k, c);
-            gemv_fma<MR>(acc, w1, a, rows, k, c + 32);
-            gemv_fma<MR>(acc, w2, a, rows, k, c + 64);
-            gemv_fma<MR>(acc, w3, a, rows, k, c + 96);
+        /* Each lane issues up to four 16-byte loads before it uses any: a weight row of 896
+         * halves is 3.5 vectors a lane, and one load at a time would pay the memory latency
+         * three or four times per column. */
+        for (int base = 0; base < nvec; base += 128) {
+            uint4 wv[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int c = base + lane + 32 * u;
+                if (c < nvec) wv[u] = __ldg(wr + c);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int c = base + lane + 32 * u;
+                if (c < nvec) gemv_fma<MR>(acc, wv[u], a, rows, k, c);
+            }
         }
-        for (; c < nvec; c += 32) gemv_fma<MR>(acc, __ldg(wr + c), a, rows, k, c);
 #pragma unroll
         for (int m = 0; m < MR; ++m) acc[m] = warp_sum(acc[m]);
         if (lane == 0) {

@@ -5,8 +5,8 @@
  * accumulates in fp32 and rounds once, the bias added before that rounding.
  *
  * Decode (rows <= 16, hidden % 8 == 0, every pointer 16-byte aligned, the rows fit in shared
- * memory): one kernel. Each block normalises all rows into shared memory (a warp per row; the
- * rows are a few KiB, read from L2 by every block) and then streams its share of the weight
+ * memory): one kernel. Each block normalises all rows into shared memory (the whole block on
+ * every row; the rows are a few KiB, read from L2 by every block) and then streams its share of the weight
  * rows (gemv.cuh): against rmsnorm_residual then gemm, one launch fewer and no round trip of the
  * normalised rows through memory. Block 0 alone stores sum. Otherwise (prefill, odd widths,
  * misaligned pointers): rmsnorm or rmsnorm_residual into a library workspace, then gemm's cuBLAS
@@ -30,34 +30,62 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
     rmsnorm_gemv_kernel(__half *out, __half *sum_out, const __half *x, const __half *residual, const __half *weight,
                         const __half *w, const __half *bias, int rows, int hidden, int n, float eps) {
     extern __shared__ uint4 smem_rows[];
+    __shared__ float partial[MR][ts::kGemvWarps];
     __half *a = reinterpret_cast<__half *>(smem_rows);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nvec = hidden >> 3;
-    for (int r = warp; r < rows; r += ts::kGemvWarps) {
-        const int64_t ro = (int64_t)r * hidden;
-        float ss = 0.0f;
-        for (int c = lane; c < nvec; c += 32) {
-            float v[8];
-            ts::load8(x + ro + c * 8, v);
-            if (residual != nullptr) {
-                float rr[8];
-                ts::load8(residual + ro + c * 8, rr);
+    /* The prologue runs before any weight is read, so its latency is the kernel's: the whole
+     * block shares every row (all loads of a thread in flight at once), the sums of squares go
+     * through one barrier, and the second pass works from shared memory. */
+    float ss[MR];
 #pragma unroll
-                for (int t = 0; t < 8; ++t) v[t] = __half2float(__float2half_rn(v[t] + rr[t]));
-                if (blockIdx.x == 0) ts::store8(sum_out + ro + c * 8, v); /* exact: already fp16 */
+    for (int m = 0; m < MR; ++m) ss[m] = 0.0f;
+    for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+            if (m < rows) {
+                const int64_t o = (int64_t)m * hidden + c * 8;
+                float v[8];
+                ts::load8(x + o, v);
+                if (residual != nullptr) {
+                    float rr[8];
+                    ts::load8(residual + o, rr);
+#pragma unroll
+                    for (int t = 0; t < 8; ++t) v[t] = __half2float(__float2half_rn(v[t] + rr[t]));
+                    if (blockIdx.x == 0) ts::store8(sum_out + o, v); /* exact: already fp16 */
+                }
+#pragma unroll
+                for (int t = 0; t < 8; ++t) ss[m] += v[t] * v[t];
+                ts::store8(a + o, v);
             }
-#pragma unroll
-            for (int t = 0; t < 8; ++t) ss += v[t] * v[t];
-            ts::store8(a + ro + c * 8, v);
         }
-        const float inv = 1.0f / sqrtf(ts::warp_sum(ss) / (float)hidden + eps);
-        /* Each lane rewrites only the vectors it stored above. */
-        for (int c = lane; c < nvec; c += 32) {
-            float v[8], g[8];
-            ts::unpack8(reinterpret_cast<const uint4 *>(a + ro)[c], v);
-            ts::load8(weight + c * 8, g);
+    }
 #pragma unroll
-            for (int t = 0; t < 8; ++t) v[t] = (v[t] * inv) * g[t];
-            ts::store8(a + ro + c * 8, v);
+    for (int m = 0; m < MR; ++m) {
+        const float s = ts::warp_sum(ss[m]);
+        if (lane == 0) partial[m][warp] = s;
+    }
+    __syncthreads();
+    float inv[MR];
+#pragma unroll
+    for (int m = 0; m < MR; ++m) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w8 = 0; w8 < ts::kGemvWarps; ++w8) t += partial[m][w8];
+        inv[m] = 1.0f / sqrtf(t / (float)hidden + eps);
+    }
+    /* Each thread rewrites only the vectors it stored above. */
+    for (int c = threadIdx.x; c < nvec; c += blockDim.x) {
+        float g[8];
+        ts::load8(weight + c * 8, g);
+#pragma unroll
+        for (int m = 0; m < MR; ++m) {
+            if (m < rows) {
+                float v[8];
+                ts::unpack8(reinterpret_cast<const uint4 *>(a + (int64_t)m * hidden)[c], v);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) v[t] = (v[t] * inv[m]) * g[t];
+                ts::store8(a + (int64_t)m * hidden + c * 8, v);
+            }
         }
     }
     __syncthreads();

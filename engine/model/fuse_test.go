@@ -10,15 +10,22 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/model"
 )
 
-// gemmCounter is the CPU backend counting its GEMMs.
+// gemmCounter is the CPU backend counting its projections: GEMMs, and RMSNormGemms (each a
+// norm and one GEMM) apart.
 type gemmCounter struct {
 	*cpu.Backend
-	gemms int
+	gemms, normGemms int
 }
 
 func (g *gemmCounter) Gemm(out, x, w, bias backend.Buffer) error {
 	g.gemms++
 	return g.Backend.Gemm(out, x, w, bias)
+}
+
+func (g *gemmCounter) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
+	g.gemms++
+	g.normGemms++
+	return g.Backend.RMSNormGemm(out, sum, x, residual, normW, w, bias, eps)
 }
 
 // A decode step computes q, k and v with one GEMM and gate and up with another; when a test
@@ -47,10 +54,24 @@ func TestDecodeFusesProjectionsUnlessAWeightChanged(t *testing.T) {
 		}
 		return be.gemms - before
 	}
-	// Per layer: qkv, o, gate+up, down; then the head.
+	// Per layer: qkv, o, gate+up, down; then the head. qkv and gate+up each with its norm.
+	fusedBefore := be.normGemms
 	if got, want := step(), 4*L+1; got != want {
 		t.Errorf("fused decode step: %d GEMMs, want %d", got, want)
 	}
+	if got, want := be.normGemms-fusedBefore, 2*L; got != want {
+		t.Errorf("fused decode step: %d RMSNormGemms, want %d (the attention and MLP norms of every layer)", got, want)
+	}
+	// Fused off: the same stacked GEMMs, each after a norm of its own.
+	m.Fused = false
+	fusedBefore = be.normGemms
+	if got, want := step(), 4*L+1; got != want {
+		t.Errorf("decode step with Fused off: %d GEMMs, want %d", got, want)
+	}
+	if be.normGemms != fusedBefore {
+		t.Errorf("decode step with Fused off ran %d RMSNormGemms", be.normGemms-fusedBefore)
+	}
+	m.Fused = true
 	a := m.Layers[0].Attn
 	a.Bk, a.Bv = a.Bv, a.Bk
 	// Layer 0 now runs q, k and v separately (3 instead of 1).

@@ -37,6 +37,12 @@ type Model struct {
 	token  backend.Buffer // i32 [1]: Sample's output
 
 	graphs *graphState // nil: every decode step runs op by op (graph.go)
+
+	// Fused selects the fused ops at decode (prenorm.go): each pre-norm with the projection
+	// after it (RMSNormGemm) and GPT-2's MLP (GPTFFN). On by default; TOUCHSTONE_FUSED=0 or
+	// false here runs every decode step op by op as a prefill does, the composition the fused
+	// ops must match. Read at every pass.
+	Fused bool
 }
 
 // Load reads dir/config.json and the safetensors checkpoint in dir and uploads the weights.
@@ -62,7 +68,7 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 	}
-	m := &Model{Cfg: *cfg, be: be, w: w, MaxLen: maxLen, mem: mem, pool: map[string][]backend.Buffer{}}
+	m := &Model{Cfg: *cfg, be: be, w: w, MaxLen: maxLen, mem: mem, pool: map[string][]backend.Buffer{}, Fused: fusedDefault()}
 	if cfg.TiedHead {
 		// loadWeights never uploads a stored lm_head.weight when tied (TiedTo), so nothing
 		// is overwritten here and left unfreed; Close frees the shared buffer once.
@@ -319,18 +325,17 @@ func (p *pass) run() {
 	}
 	p.tap("embed", x)
 	// Every residual add is fused with the norm that follows it (the next layer's attention
-	// norm, or the final norm), so only the first norm runs alone.
-	hn := p.alloc(T, c.Hidden)
-	m.Layers[0].AttnNorm.Forward(p, hn, x)
-	p.tap("layers.0.attn_norm", hn)
+	// norm, or the final norm), and in a fused decode also with the projection after that norm;
+	// the first norm has no add before it.
+	in := pending{x: x, n: m.Layers[0].AttnNorm, normTap: "layers.0.attn_norm"}
 	for i, l := range m.Layers {
 		next, nextTap := Norm{W: m.w["final_norm"], B: m.w["final_norm_b"]}, "final_norm"
 		if i+1 < len(m.Layers) {
 			next, nextTap = m.Layers[i+1].AttnNorm, fmt.Sprintf("layers.%d.attn_norm", i+1)
 		}
-		x, hn = l.Forward(p, x, hn, next, nextTap)
+		in = l.Forward(p, in, next, nextTap)
 	}
-	fn := hn
+	_, fn := p.settle(in)
 	if m.want["logits"] {
 		all := p.allocT(tensor.F32, T, c.Vocab)
 		p.do(p.be.Gemm(all, fn, m.w["head"], nil))
@@ -350,15 +355,14 @@ type Layer struct {
 	MLP               *MLP
 }
 
-// Forward runs the layer on the residual stream x, whose attention norm hn the caller has
-// computed, and returns the stream after the layer and next applied to it (the next layer's
-// attention norm, or the final norm), tapped as nextTap.
-func (l *Layer) Forward(p *pass, x, hn backend.Buffer, next Norm, nextTap string) (out, nextHn backend.Buffer) {
+// Forward runs the layer on its input in (the residual stream, not yet added and normalised:
+// pending) and returns the stream after the layer, pending the add and the norm next (the next
+// layer's attention norm, or the final norm), tapped as nextTap.
+func (l *Layer) Forward(p *pass, in pending, next Norm, nextTap string) pending {
 	name := func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
-	a := l.Attn.Forward(p, hn, name)
-	r, fn := p.addNorm(x, a, l.FFNNorm, name("resid_attn"), name("ffn_norm"))
-	f := l.MLP.Forward(p, fn, name)
-	return p.addNorm(r, f, next, name("resid_ffn"), nextTap)
+	a, x := l.Attn.Forward(p, in, name)
+	f, r := l.MLP.Forward(p, pending{x: x, y: a, n: l.FFNNorm, sumTap: name("resid_attn"), normTap: name("ffn_norm")}, name)
+	return pending{x: r, y: f, n: next, sumTap: name("resid_ffn"), normTap: nextTap}
 }
 
 // addNorm returns sum = x + y and n(sum), tapped as sumTap and normTap, with one fused op:
@@ -395,9 +399,9 @@ type Attention struct {
 	qkvW, qkvB                     *fused // Wq, Wk, Wv (Bq, Bk, Bv) as one buffer; nil biases: none
 }
 
-// Forward returns attn_out [T, H] for the normalised input hn [T, H], appending this pass's
-// keys and values to the cache.
-func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string) backend.Buffer {
+// Forward returns attn_out [T, H] for the input in (its residual add and norm run here, x the
+// residual stream after the add), appending this pass's keys and values to the cache.
+func (a *Attention) Forward(p *pass, in pending, name func(string) string) (out, x backend.Buffer) {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
 	var qb, kb, vb backend.Buffer
@@ -409,11 +413,13 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 		if a.qkvB != nil {
 			bias = a.qkvB.all
 		}
-		p.do(be.Gemm(qkv, hn, a.qkvW.all, bias))
+		x = p.normGemm(in, qkv, a.qkvW.all, bias)
 		parts := a.qkvW.outputs(p, qkv)
 		qb, kb, vb = parts[0], parts[1], parts[2]
 		qk = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), 0, (nH+nKV)*D), T, nH+nKV, D)
 	} else {
+		var hn backend.Buffer
+		x, hn = p.settle(in)
 		qb, kb, vb = p.alloc(T, nH*D), p.alloc(T, nKV*D), p.alloc(T, nKV*D)
 		p.do(be.Gemm(qb, hn, a.Wq, a.Bq))
 		p.do(be.Gemm(kb, hn, a.Wk, a.Bk))
@@ -442,20 +448,20 @@ func (a *Attention) Forward(p *pass, hn backend.Buffer, name func(string) string
 	p.do(be.SetRows(a.cache.kRows, k, p.posBuf))
 	p.do(be.SetRows(a.cache.vRows, v, p.posBuf))
 	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
-	var out backend.Buffer
+	var heads backend.Buffer
 	if p.decode {
-		out = p.alloc(1, nH, D)
-		p.do(be.AttentionDecode(out, p.view(q, 1, nH, D), a.cache.k, a.cache.v, p.lens, ac))
+		heads = p.alloc(1, nH, D)
+		p.do(be.AttentionDecode(heads, p.view(q, 1, nH, D), a.cache.k, a.cache.v, p.lens, ac))
 	} else {
-		out = p.alloc(1, T, nH, D)
-		p.do(be.AttentionPrefill(out, p.view(q, 1, T, nH, D), p.view(k, 1, T, nKV, D), p.view(v, 1, T, nKV, D), ac))
+		heads = p.alloc(1, T, nH, D)
+		p.do(be.AttentionPrefill(heads, p.view(q, 1, T, nH, D), p.view(k, 1, T, nKV, D), p.view(v, 1, T, nKV, D), ac))
 	}
-	attn := p.view(out, T, nH*D)
+	attn := p.view(heads, T, nH*D)
 	p.tap(name("attn"), attn)
-	o := p.alloc(T, c.Hidden)
-	p.do(be.Gemm(o, attn, a.Wo, a.Bo))
-	p.tap(name("attn_out"), o)
-	return o
+	out = p.alloc(T, c.Hidden)
+	p.do(be.Gemm(out, attn, a.Wo, a.Bo))
+	p.tap(name("attn_out"), out)
+	return out, x
 }
 
 // MLP is the feed-forward block: SwiGLU (activation silu, Gate set) or GELU in its tanh form
@@ -465,8 +471,9 @@ type MLP struct {
 	gateUp                     *fused // Gate and Up as one buffer (SwiGLU families)
 }
 
-// Forward returns ffn_out [T, H].
-func (f *MLP) Forward(p *pass, x backend.Buffer, name func(string) string) backend.Buffer {
+// Forward returns ffn_out [T, H] for the input in (its residual add and norm run here, x the
+// residual stream after the add).
+func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x backend.Buffer) {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	act := p.alloc(T, c.Intermediate)
 	// The kernel follows the configured activation (the hyper-parameter checked against the
@@ -477,28 +484,39 @@ func (f *MLP) Forward(p *pass, x backend.Buffer, name func(string) string) backe
 		if p.decode && f.UpB == nil && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
 			// One token: gate and up are consecutive columns of one GEMM's output row.
 			gu := p.alloc(T, 2*c.Intermediate)
-			p.do(be.Gemm(gu, x, f.gateUp.all, nil))
+			x = p.normGemm(in, gu, f.gateUp.all, nil)
 			parts := f.gateUp.outputs(p, gu)
 			g, up = parts[0], parts[1]
 		} else {
+			var hn backend.Buffer
+			x, hn = p.settle(in)
 			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
-			p.do(be.Gemm(g, x, f.Gate, nil))
-			p.do(be.Gemm(up, x, f.Up, f.UpB))
+			p.do(be.Gemm(g, hn, f.Gate, nil))
+			p.do(be.Gemm(up, hn, f.Up, f.UpB))
 		}
 		p.tap(name("ffn_gate"), g)
 		p.tap(name("ffn_up"), up)
 		p.do(be.SwiGLU(act, g, up))
 	case c.Activation == "gelu_new" && f.Gate == nil:
+		var hn backend.Buffer
+		x, hn = p.settle(in)
+		if p.fused() {
+			out = p.alloc(T, c.Hidden)
+			p.do(be.GPTFFN(out, hn, f.Up, f.UpB, f.Down, f.DownB, true))
+			f.tapGELU(p, hn, act, name)
+			p.tap(name("ffn_out"), out)
+			return out, x
+		}
 		up := p.alloc(T, c.Intermediate)
-		p.do(be.Gemm(up, x, f.Up, f.UpB))
+		p.do(be.Gemm(up, hn, f.Up, f.UpB))
 		p.tap(name("ffn_up"), up)
 		p.do(be.GELUTanh(act, up))
 	default:
 		p.do(fmt.Errorf("model: activation %q with gate projection %v is not implemented (silu with one, gelu_new without)", c.Activation, f.Gate != nil))
 	}
 	p.tap(name("ffn_act"), act)
-	out := p.alloc(T, c.Hidden)
+	out = p.alloc(T, c.Hidden)
 	p.do(be.Gemm(out, act, f.Down, f.DownB))
 	p.tap(name("ffn_out"), out)
-	return out
+	return out, x
 }

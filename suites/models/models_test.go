@@ -51,6 +51,26 @@ func attachLayerDiff(s *golden.Set, rows []compare.TapResult) string {
 	return table
 }
 
+// checkTaps compares every tap of s, the decode steps run with the fused ops or without.
+func checkTaps(s *golden.Set, fused bool) {
+	m, p := loadModel(s)
+	m.Fused = fused
+	rows, err := model.CompareTaps(m, s, p, tols)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(rows).NotTo(BeEmpty())
+	worst, worstName := 0.0, ""
+	for _, r := range rows {
+		if b := r.Result.MaxBudget(); b > worst {
+			worst, worstName = b, r.Name
+		}
+	}
+	AddReportEntry("worst tap budget", fmt.Sprintf("%s: %.1f%% of its budget (%d taps, fused decode %v)", worstName, 100*worst, len(rows), fused))
+	if first := compare.FirstFailure(rows); first >= 0 {
+		Fail(fmt.Sprintf("%s: tap %s is out of tolerance (fused decode %v); layer diff:\n%s", s.ID(), rows[first].Name, fused, attachLayerDiff(s, rows)))
+	}
+}
+
 func modelEntries() []TableEntry {
 	var entries []TableEntry
 	for _, s := range modelSets {
@@ -64,23 +84,10 @@ var _ = Describe("model conformance", harness.Model, func() {
 	// First in this container, so it runs before any tap is compared (hparams_test.go).
 	DescribeTable("the loader derives the reference's hyper-parameters", checkHParams, modelEntries())
 
-	DescribeTable("every tap of prefill and the stored decode steps", func(s *golden.Set) {
-		m, p := loadModel(s)
-		rows, err := model.CompareTaps(m, s, p, tols)
-		harness.SkipUnsupported(err)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(rows).NotTo(BeEmpty())
-		worst, worstName := 0.0, ""
-		for _, r := range rows {
-			if b := r.Result.MaxBudget(); b > worst {
-				worst, worstName = b, r.Name
-			}
-		}
-		AddReportEntry("worst tap budget", fmt.Sprintf("%s: %.1f%% of its budget (%d taps)", worstName, 100*worst, len(rows)))
-		if first := compare.FirstFailure(rows); first >= 0 {
-			Fail(fmt.Sprintf("%s: tap %s is out of tolerance; layer diff:\n%s", s.ID(), rows[first].Name, attachLayerDiff(s, rows)))
-		}
-	}, modelEntries())
+	DescribeTable("every tap of prefill and the stored decode steps", func(s *golden.Set) { checkTaps(s, true) }, modelEntries())
+	// The decode steps op by op, as a prefill runs them: the composition the fused ops
+	// (model.Model.Fused) must equal, kept passing beside them.
+	DescribeTable("every tap with the fused decode ops off", Label("unfused"), func(s *golden.Set) { checkTaps(s, false) }, modelEntries())
 
 	DescribeTable("greedy generation of the reference's tokens", func(s *golden.Set) {
 		m, p := loadModel(s)
