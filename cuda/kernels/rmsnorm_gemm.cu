@@ -4,17 +4,19 @@
  * normalised row is rounded to fp16 as rmsnorm stores it (fp16((s * inv) * weight)), the product
  * accumulates in fp32 and rounds once, the bias added before that rounding.
  *
- * Decode (rows <= 16, hidden % 8 == 0, every pointer 16-byte aligned, the rows fit in shared
+ * Decode (rows <= 4, hidden % 8 == 0, every pointer 16-byte aligned, the rows fit in shared
  * memory): one kernel. Each block normalises all rows into shared memory (the whole block on
- * every row; the rows are a few KiB, read from L2 by every block) and then streams its share of the weight
- * rows (gemv.cuh): against rmsnorm_residual then gemm, one launch fewer and no round trip of the
- * normalised rows through memory. Block 0 alone stores sum. Otherwise (prefill, odd widths,
+ * every row; the rows are a few KiB, read from L2 by every block) and then streams its share of
+ * the weight rows (gemv.cuh): against rmsnorm_residual then gemm, one launch fewer and no round
+ * trip of the normalised rows through memory. Block 0 alone stores sum. Otherwise (prefill, odd widths,
  * misaligned pointers): rmsnorm or rmsnorm_residual into a library workspace, then gemm's cuBLAS
  * path, exactly the unfused composition.
  */
 #include "gemv.cuh"
 
 namespace {
+
+constexpr int kGemvRows = 4; /* the most rows the one-kernel path takes */
 
 struct BiasStore {
     __half *out;
@@ -115,13 +117,14 @@ int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half 
     const char *op = "rmsnorm_gemm";
     const bool aligned = ts::aligned16(x) && ts::aligned16(weight) && ts::aligned16(w) &&
                          (residual == nullptr || (ts::aligned16(residual) && ts::aligned16(sum)));
-    if (rows <= ts::kGemvMaxRows && hidden % 8 == 0 && aligned && ts::gemv_fits(rows, hidden)) {
+    /* Measured on an H100 (docs/PERF.md): the gemv beats the norm then cuBLAS up to 4 rows; at 8
+     * and 16 rows its shared-memory reads of the rows (one per row per weight vector) cost more
+     * than cuBLAS's tensor cores, 1.4x and 2.3-4x slower, so those take the two-step path. */
+    if (rows <= kGemvRows && hidden % 8 == 0 && aligned && ts::gemv_fits(rows, hidden)) {
         switch (ts::gemv_tile(rows)) {
         case 1: return launch_gemv<1>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
         case 2: return launch_gemv<2>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
-        case 4: return launch_gemv<4>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
-        case 8: return launch_gemv<8>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
-        default: return launch_gemv<16>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
+        default: return launch_gemv<4>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
         }
     }
     void *ws = nullptr;
