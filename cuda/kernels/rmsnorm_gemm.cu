@@ -4,8 +4,8 @@
  * normalised row is rounded to fp16 as rmsnorm stores it (fp16((s * inv) * weight)), the product
  * accumulates in fp32 and rounds once, the bias added before that rounding.
  *
- * Decode (rows <= 4, hidden % 8 == 0, every pointer 16-byte aligned, the rows fit in shared
- * memory): one kernel. Each block normalises all rows into shared memory (the whole block on
+ * Decode (rows <= 4, a weight of at most 32 MiB, hidden % 8 == 0, every pointer 16-byte aligned,
+ * the rows fit in shared memory): one kernel. Each block normalises all rows into shared memory (the whole block on
  * every row; the rows are a few KiB, read from L2 by every block) and then streams its share of
  * the weight rows (gemv.cuh): against rmsnorm_residual then gemm, one launch fewer and no round
  * trip of the normalised rows through memory. Block 0 alone stores sum. Otherwise (prefill, odd widths,
@@ -16,7 +16,8 @@
 
 namespace {
 
-constexpr int kGemvRows = 4; /* the most rows the one-kernel path takes */
+constexpr int kGemvRows = 4;                        /* the most rows the one-kernel path takes */
+constexpr int64_t kGemvMaxWeightBytes = 32ll << 20; /* and the largest weight */
 
 struct BiasStore {
     __half *out;
@@ -119,8 +120,11 @@ int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half 
                          (residual == nullptr || (ts::aligned16(residual) && ts::aligned16(sum)));
     /* Measured on an H100 (docs/PERF.md): the gemv beats the norm then cuBLAS up to 4 rows; at 8
      * and 16 rows its shared-memory reads of the rows (one per row per weight vector) cost more
-     * than cuBLAS's tensor cores, 1.4x and 2.3-4x slower, so those take the two-step path. */
-    if (rows <= kGemvRows && hidden % 8 == 0 && aligned && ts::gemv_fits(rows, hidden)) {
+     * than cuBLAS's tensor cores, 1.4x and 2.3-4x slower. And it wins on weights up to Qwen2.5's
+     * gate/up (17 MB: 12.4 against 15.2 us) but not on Phi-3's q/k/v (57 MB: 30.2 against 28.3
+     * us), where cuBLAS streams the weight faster. Those take the two-step path. */
+    const bool small_weight = (int64_t)n * hidden * (int64_t)sizeof(__half) <= kGemvMaxWeightBytes;
+    if (rows <= kGemvRows && small_weight && hidden % 8 == 0 && aligned && ts::gemv_fits(rows, hidden)) {
         switch (ts::gemv_tile(rows)) {
         case 1: return launch_gemv<1>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
         case 2: return launch_gemv<2>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);

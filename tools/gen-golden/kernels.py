@@ -827,6 +827,7 @@ CASES += _cases(COMMITTED, "rmsnorm_gemm", [
     ("row-scales-0.05-20_h896-n32_t16", dict(T=16, H=896, N=32, bias=False, residual=True,
                                              dist=row_scales(0.05, 20.0))),
     ("qwen2.5-0.5b-h896-n32_prefill-t24", dict(T=24, H=896, N=32, bias=True, residual=True)),
+    ("phi3-mini-h3072-n16_t6", dict(T=6, H=3072, N=16, bias=False, residual=True, eps=1e-5)),
     ("prefill-no-residual_t20", dict(T=20, H=896, N=24, bias=False, residual=False)),
     ("prime-h521-n61_t3", dict(T=3, H=521, N=61, bias=True, residual=True)),
 ])
