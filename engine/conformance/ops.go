@@ -53,6 +53,11 @@ type rmsnormResidualParams struct {
 	InPlace bool    `json:"inplace"`
 }
 
+// unaryParams are an elementwise op's: inplace writes out over x.
+type unaryParams struct {
+	InPlace bool `json:"inplace"`
+}
+
 type rmsnormGemmParams struct {
 	Eps         float32 `json:"eps"`
 	HasBias     bool    `json:"has_bias"`
@@ -320,16 +325,24 @@ func init() {
 		c.output("out", g.out)
 	}
 	register("gelu", func(c *call) {
-		c.params(&noParams{})
+		var p unaryParams
+		c.params(&p)
 		x := c.input("x")
-		out := c.like(x)
+		out := x
+		if !p.InPlace {
+			out = c.like(x)
+		}
 		c.do(func() error { return c.b.GELU(out, x) })
 		c.output("out", out)
 	})
 	register("gelu_tanh", func(c *call) {
-		c.params(&noParams{})
+		var p unaryParams
+		c.params(&p)
 		x := c.input("x")
-		out := c.like(x)
+		out := x
+		if !p.InPlace {
+			out = c.like(x)
+		}
 		c.do(func() error { return c.b.GELUTanh(out, x) })
 		c.output("out", out)
 	})

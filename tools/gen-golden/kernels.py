@@ -348,14 +348,15 @@ def swiglu_ffn(r, *, T, H, ffn, dist=normal()):
     return {}, inputs, {"out": act @ d(w_down).T}
 
 
-def gelu(r, *, T, H, dist=gelu_inputs()):
+def gelu(r, *, T, H, dist=gelu_inputs(), inplace=False):
+    """inplace: the kernel writes out over x (the activation of an FFN in its own buffer)."""
     x = to_f16(dist(r, (T, H)))
-    return {}, {"x": x}, {"out": F.gelu(d(x))}
+    return {"inplace": inplace}, {"x": x}, {"out": F.gelu(d(x))}
 
 
-def gelu_tanh(r, *, T, H, dist=gelu_inputs()):
+def gelu_tanh(r, *, T, H, dist=gelu_inputs(), inplace=False):
     x = to_f16(dist(r, (T, H)))
-    return {}, {"x": x}, {"out": F.gelu(d(x), approximate="tanh")}
+    return {"inplace": inplace}, {"x": x}, {"out": F.gelu(d(x), approximate="tanh")}
 
 
 def pos_embedding(r, *, H, P, positions):
@@ -768,7 +769,12 @@ CASES += _cases(COMMITTED, "swiglu", [
     ("prime-ffn1009_t3", dict(T=3, ffn=1009)),
 ])
 for _op in ("gelu", "gelu_tanh"):
-    CASES += _cases(COMMITTED, _op, [("prime-h1009_t3", dict(T=3, H=1009))])
+    CASES += _cases(COMMITTED, _op, [
+        ("prime-h1009_t3", dict(T=3, H=1009)),
+        # in place (out == x): GPT-2's activation at decode and an odd tail
+        ("gpt2-ffn_t1_inplace", dict(T=1, H=3072, inplace=True)),
+        ("odd-h1001_t2_inplace", dict(T=2, H=1001, inplace=True)),
+    ])
 
 # Dispatch paths (engine/backend/cuda: KernelPaths): every kernel instance the CUDA library can
 # choose gets a committed case. Norm rows held in registers, 2 and 8 vectors per thread: hidden

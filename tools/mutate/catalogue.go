@@ -272,8 +272,8 @@ var catalogue = []Mutant{
 	{
 		ID: "go-model-o-proj-bias-dropped", Side: SideGo, File: "engine/model/model.go",
 		Bug:         "attention output projection drops its bias (GPT-2 c_proj.bias)",
-		Original:    `p.do(be.Gemm(o, attn, a.Wo, a.Bo))`,
-		Replacement: `p.do(be.Gemm(o, attn, a.Wo, nil))`,
+		Original:    `p.do(be.Gemm(out, attn, a.Wo, a.Bo))`,
+		Replacement: `p.do(be.Gemm(out, attn, a.Wo, nil))`,
 		Suites:      models,
 	},
 	{
@@ -306,16 +306,23 @@ var catalogue = []Mutant{
 	},
 	{
 		ID: "go-model-residual-after-norm", Side: SideGo, File: "engine/model/model.go",
-		Bug:         "attention residual added to the normalised input instead of the residual stream",
-		Original:    `r, fn := p.addNorm(x, a, l.FFNNorm,`,
-		Replacement: `r, fn := p.addNorm(hn, a, l.FFNNorm,`,
+		Bug:         "the RMSNorm families' residual add takes the block output twice, dropping the residual stream",
+		Original:    `p.do(p.be.RMSNormResidual(sum, normed, x, y, n.W, c.NormEps))`,
+		Replacement: `p.do(p.be.RMSNormResidual(sum, normed, y, y, n.W, c.NormEps))`,
 		Suites:      models,
 	},
 	{
 		ID: "go-model-logits-skip-final-norm", Side: SideGo, File: "engine/model/model.go",
 		Bug:         "LM head applied to the residual stream, skipping the final norm",
-		Original:    `fn := hn`,
-		Replacement: `fn := x`,
+		Original:    `_, fn := p.settle(in)`,
+		Replacement: `fn, _ := p.settle(in)`,
+		Suites:      models,
+	},
+	{
+		ID: "go-model-fused-decode-eps", Side: SideGo, File: "engine/model/prenorm.go",
+		Bug:         "the fused decode's pre-norm (RMSNormGemm) uses eps 1e-2, not the config's: only decode steps run it",
+		Original:    `in.n.W, w, bias, p.m.Cfg.NormEps))`,
+		Replacement: `in.n.W, w, bias, 1e-2))`,
 		Suites:      models,
 	},
 	{
@@ -538,6 +545,20 @@ var catalogue = []Mutant{
 		Original:    `return x * (x < 0.0f ? e : 1.0f - e);`,
 		Replacement: `return x * (1.0f - e);`,
 		Suites:      kernels, Labels: "op:gelu",
+	},
+	{
+		ID: "cuda-gemv-k-tail-dropped", Side: SideCUDA, File: "cuda/gemv.cuh",
+		Bug:         "the gemv's K loop stops at the last whole batch of 128 vectors, dropping the tail (all of a 896-wide row)",
+		Original:    `for (int base = 0; base < nvec; base += 128) {`,
+		Replacement: `for (int base = 0; base + 128 <= nvec; base += 128) {`,
+		Suites:      kernels, Labels: "op:rmsnorm_gemm || op:gpt_ffn",
+	},
+	{
+		ID: "cuda-rmsnorm-gemm-bias-dropped", Side: SideCUDA, File: "cuda/kernels/rmsnorm_gemm.cu",
+		Bug:         "the one-kernel rmsnorm_gemm stores the product without its bias",
+		Original:    `out[(int64_t)m * n + j] = __float2half_rn(bias ? acc + __half2float(bias[j]) : acc);`,
+		Replacement: `out[(int64_t)m * n + j] = __float2half_rn(acc);`,
+		Suites:      kernels, Labels: "op:rmsnorm_gemm",
 	},
 	{
 		ID: "cuda-swiglu-sigmoid-sign", Side: SideCUDA, File: "cuda/internal.h",
