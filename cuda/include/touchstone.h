@@ -194,6 +194,21 @@ typedef struct {
     float scale;
 } ts_attention_config;
 
+/* attention_scores_softmax: q [batch, seq_q, n_heads, head_dim], k [batch, seq_k, n_kv_heads,
+ * head_dim] with seq_q <= seq_k (the queries are the last seq_q positions), probs fp32 [batch,
+ * n_heads, seq_q, seq_k]; head_dim up to 256. */
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int seq_q;
+    int seq_k;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int causal; /* nonzero: query i sees keys 0 .. seq_k - seq_q + i */
+    float scale;
+} ts_scores_config;
+
 /* attention_decode: q [batch, n_heads, head_dim], caches [batch, max_len, n_kv_heads,
  * head_dim], cache_lens int32 [batch] with 1 <= cache_lens[b] <= max_len (checked on device),
  * out like q. */
@@ -327,6 +342,10 @@ int ts_attention_prefill(void *out, const void *q, const void *k, const void *v,
                          void *stream);
 int ts_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const int32_t *cache_lens,
                         const ts_decode_config *cfg, void *stream);
+/* probs = softmax(scale q k^T + causal mask) per head, in fp32 (masked keys get 0): the attention
+ * probabilities. Unfused equivalent, per batch and head: gemm(s, q_h, k_kvh) into fp32, s * scale,
+ * masked to -inf above the causal diagonal, softmax(probs, s). */
+int ts_attention_scores_softmax(void *probs, const void *q, const void *k, const ts_scores_config *cfg, void *stream);
 /* out = silu(gate) * up */
 int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_config *cfg, void *stream);
 /* Unfused equivalent: gemm(g, x, w_gate), gemm(u, x, w_up), swiglu(a, g, u), gemm(out, a, w_down). */

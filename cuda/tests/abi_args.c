@@ -140,6 +140,25 @@ int main(void) {
            "rmsnorm_gemm", "eps", NULL);
     expect("rmsnorm_gemm null norm_weight", ts_rmsnorm_gemm(P, NULL, P, NULL, NULL, P, NULL, &ng, NULL),
            TS_ERR_INVALID_ARGUMENT, "rmsnorm_gemm", "norm_weight", "NULL");
+    ts_scores_config asc = {TS_F16, 1, 16, 16, 14, 2, 64, 1, 0.125f};
+    expect("scores valid", ts_attention_scores_softmax(P, P, P, &asc, NULL), TS_ERR_NOT_INITIALIZED,
+           "attention_scores_softmax", "ts_init", NULL);
+    ts_scores_config as0 = asc;
+    as0.seq_q = 17;
+    expect("scores seq_q > seq_k", ts_attention_scores_softmax(P, P, P, &as0, NULL), TS_ERR_SHAPE_MISMATCH,
+           "attention_scores_softmax", "seq_q", "17");
+    as0 = asc;
+    as0.n_kv_heads = 3;
+    expect("scores heads", ts_attention_scores_softmax(P, P, P, &as0, NULL), TS_ERR_SHAPE_MISMATCH,
+           "attention_scores_softmax", "n_kv_heads", "3");
+    as0 = asc;
+    as0.head_dim = 288;
+    expect("scores head_dim", ts_attention_scores_softmax(P, P, P, &as0, NULL), TS_ERR_UNSUPPORTED,
+           "attention_scores_softmax", "head_dim", "288");
+    as0 = asc;
+    as0.scale = 0.0f;
+    expect("scores scale", ts_attention_scores_softmax(P, P, P, &as0, NULL), TS_ERR_INVALID_ARGUMENT,
+           "attention_scores_softmax", "scale", NULL);
     ts_gpt_ffn_config gf = {TS_F16, 1, 768, 3072, TS_GELU_TANH};
     expect("gpt_ffn valid", ts_gpt_ffn(P, P, P, NULL, P, NULL, &gf, NULL), TS_ERR_NOT_INITIALIZED, "gpt_ffn", "ts_init",
            NULL);

@@ -74,6 +74,12 @@ type Kernels interface {
 	// AttentionPrefill computes softmax(q·kᵀ·scale + mask)·v for q [B, S, nH, D] and
 	// k, v [B, S, nKV, D] into out [B, S, nH, D].
 	AttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error
+	// AttentionScoresSoftmax writes the attention probabilities probs [B, nH, Sq, Sk] (f32) =
+	// softmax(q·kᵀ·scale + causal mask) per head for q [B, Sq, nH, D] and k [B, Sk, nKV, D],
+	// Sq <= Sk: the queries are the last Sq positions, causal query i sees keys 0..Sk-Sq+i and
+	// the rest get 0. Unfused equivalent, per batch and head: Gemm into fp32, the scale, the
+	// mask as -inf, Softmax.
+	AttentionScoresSoftmax(probs, q, k Buffer, cfg AttentionConfig) error
 	// AttentionDecode attends one query per sequence, q [B, nH, D], to the first
 	// cacheLens[b] (i32 [B]) positions of kCache, vCache [B, L, nKV, D]; out is [B, nH, D].
 	AttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg AttentionConfig) error
@@ -164,7 +170,7 @@ type Backend interface {
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
-	"attention_prefill", "attention_decode", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "gpt_ffn",
+	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }

@@ -152,6 +152,25 @@ func CheckAttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error {
 	return c.Err()
 }
 
+// CheckAttentionScoresSoftmax validates the attention probabilities.
+func CheckAttentionScoresSoftmax(probs, q, k Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_scores_softmax")
+	checkHeads(c, cfg)
+	c.DType("q", q, tensor.F16)
+	c.Rank("q", q, 4)
+	c.DType("k", k, tensor.F16)
+	c.Rank("k", k, 4)
+	if c.Err() == nil {
+		b, sq, sk := q.Shape()[0], q.Shape()[1], k.Shape()[1]
+		c.Shape("q", q, []int{b, sq, cfg.NumHeads, cfg.HeadDim}, "[batch, seq_q, n_heads, head_dim]")
+		c.Shape("k", k, []int{b, sk, cfg.NumKVHeads, cfg.HeadDim}, "[batch of q, seq_k, n_kv_heads, head_dim]")
+		c.That(sq <= sk, "q", describe(q), "seq_q must not exceed seq_k (%d): the queries are the last keys' positions", sk)
+		c.DType("probs", probs, tensor.F32)
+		c.Shape("probs", probs, []int{b, cfg.NumHeads, sq, sk}, "[batch, n_heads, seq_q, seq_k]")
+	}
+	return c.Err()
+}
+
 // CheckAttentionDecode validates decode attention against a KV cache.
 func CheckAttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg AttentionConfig) error {
 	c := Validate("attention_decode")

@@ -81,6 +81,8 @@ func Cases() []Case {
 		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b decode T=1", 1, 896, 4864),
 		gemmSwiGLU("gemm_swiglu phi3-mini decode T=1", 1, 3072, 8192),
 		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b prefill T=128", 128, 896, 4864),
+		scores("attention_scores_softmax qwen2.5-0.5b S=512", 1, 512, 512, 14, 2, 64),
+		scores("attention_scores_softmax gpt2 chunk 64 of 1024", 1, 64, 1024, 12, 12, 64),
 		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b qkv decode T=1", 1, 896, 1152, true),
 		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b gate_up decode T=1", 1, 896, 9728, false),
 		rmsnormGemm("rmsnorm_gemm phi3-mini qkv decode T=1", 1, 3072, 9216, false),
@@ -145,6 +147,16 @@ func prefill(name string, b, s, nH, nKV, d int) Case {
 			in("k", tensor.F16, []int{b, s, nKV, d}, nil), in("v", tensor.F16, []int{b, s, nKV, d}, nil)},
 		Flops: 2 * elems(b, nH, s, s, d),
 		Bytes: 2*elems(b, s, nH, d)*f16 + 2*elems(b, s, nKV, d)*f16,
+	}
+}
+
+// scores writes the fp32 probabilities of every head and reads q and k once.
+func scores(name string, b, sq, sk, nH, nKV, d int) Case {
+	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "causal": true, "scale": %v}`, nH, nKV, d, 1/math.Sqrt(float64(d)))
+	return Case{Name: name, Op: "attention_scores_softmax", Params: params,
+		Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{b, sq, nH, d}, nil), in("k", tensor.F16, []int{b, sk, nKV, d}, nil)},
+		Flops:  2 * elems(b, nH, sq, sk, d),
+		Bytes:  elems(b, sq, nH, d)*f16 + elems(b, sk, nKV, d)*f16 + elems(b, nH, sq, sk)*f32,
 	}
 }
 

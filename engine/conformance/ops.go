@@ -210,6 +210,18 @@ func init() {
 		c.do(func() error { return c.b.AttentionPrefill(out, q, k, v, cfg) })
 		c.output("out", out)
 	})
+	register("attention_scores_softmax", func(c *call) {
+		var p attentionParams
+		c.params(&p)
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale}
+		q, k := c.input("q"), c.input("k")
+		var probs backend.Buffer
+		if b, sq, sk := c.dim("q", q, 0), c.dim("q", q, 1), c.dim("k", k, 1); c.err == nil {
+			probs = c.alloc(tensor.F32, []int{b, p.NumHeads, sq, sk})
+		}
+		c.do(func() error { return c.b.AttentionScoresSoftmax(probs, q, k, cfg) })
+		c.output("probs", probs)
+	})
 	register("attention_decode", func(c *call) {
 		var p decodeParams
 		c.params(&p)

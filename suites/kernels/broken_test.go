@@ -67,6 +67,10 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("swiglu_ffn: gate and up projections swapped", "swiglu_ffn", ffnSwapped{cpu.New()}, "896"),
 		Entry("gemm_swiglu: silu applied to the up half (the halves of the stacked weight swapped)", "gemm_swiglu", gemmSwiGLUHalvesSwapped{cpu.New()}, "qwen2.5"),
 		Entry("gemm_swiglu: the stacked weight read as interleaved gate/up rows", "gemm_swiglu", gemmSwiGLUInterleaved{cpu.New()}, "phi3"),
+		Entry("attention_scores_softmax: causal mask missing", "attention_scores_softmax", scoresNoMask{cpu.New()}, "qwen2.5-0.5b-gqa7"),
+		Entry("attention_scores_softmax: the mask aligned to the first keys in a chunk (query i sees keys 0..i)", "attention_scores_softmax", scoresMaskFromZero{cpu.New()}, "chunk"),
+		Entry("attention_scores_softmax: query head h reads kv head h mod n_kv", "attention_scores_softmax", scoresWrongGQA{cpu.New()}, "qwen2.5-0.5b-gqa7"),
+		Entry("attention_scores_softmax: scores rounded to fp16 before the softmax", "attention_scores_softmax", scoresF16{cpu.New()}, "logit-growth"),
 		Entry("rmsnorm_gemm: norm weight ignored", "rmsnorm_gemm", rmsnormGemmNoNormWeight{cpu.New()}, "qwen2.5"),
 		Entry("rmsnorm_gemm: normalises x instead of x + residual (sum still stored)", "rmsnorm_gemm", rmsnormGemmUnsummed{cpu.New()}, "decode"),
 		Entry("rmsnorm_gemm: vectorised K loop drops the hidden % 8 tail", "rmsnorm_gemm", rmsnormGemmKTail{cpu.New()}, "prime"),
@@ -655,4 +659,121 @@ type gptFFNNoB2 struct{ *cpu.Backend }
 
 func (k gptFFNNoB2) GPTFFN(out, x, w1, b1, w2, _ backend.Buffer, tanh bool) error {
 	return k.Backend.GPTFFN(out, x, w1, b1, w2, nil, tanh)
+}
+
+// scoresNoMask lets every query see every key.
+type scoresNoMask struct{ *cpu.Backend }
+
+func (k scoresNoMask) AttentionScoresSoftmax(probs, q, kk backend.Buffer, cfg backend.AttentionConfig) error {
+	cfg.Causal = false
+	return k.Backend.AttentionScoresSoftmax(probs, q, kk, cfg)
+}
+
+// scoresMaskFromZero masks as if the queries were the first positions: in a chunk of Sq < Sk
+// queries, query i sees keys 0..i instead of 0..Sk-Sq+i. It runs the op on the first Sq keys'
+// worth of mask by computing it on each query row alone.
+type scoresMaskFromZero struct{ *cpu.Backend }
+
+func (k scoresMaskFromZero) AttentionScoresSoftmax(probs, q, kk backend.Buffer, cfg backend.AttentionConfig) error {
+	if err := k.Backend.AttentionScoresSoftmax(probs, q, kk, cfg); err != nil || !cfg.Causal {
+		return err
+	}
+	t, err := k.Download(probs)
+	if err != nil {
+		return err
+	}
+	sq, sk := t.Shape[2], t.Shape[3]
+	for r := 0; r < len(t.F32)/sk; r++ {
+		i := r % sq
+		row := t.F32[r*sk : (r+1)*sk]
+		sum := float32(0)
+		for j := range row {
+			if j > i {
+				row[j] = 0
+			}
+			sum += row[j]
+		}
+		for j := range row {
+			row[j] /= sum
+		}
+	}
+	return copyIntoF32(k, probs, t)
+}
+
+// scoresWrongGQA maps query head h to kv head h mod n_kv instead of h / (n_heads / n_kv).
+type scoresWrongGQA struct{ *cpu.Backend }
+
+func (k scoresWrongGQA) AttentionScoresSoftmax(probs, q, kk backend.Buffer, cfg backend.AttentionConfig) error {
+	wide, err := expandKVModulo(k, kk, cfg)
+	if err != nil {
+		return err
+	}
+	defer wide.Free()
+	cfg.NumKVHeads = cfg.NumHeads
+	return k.Backend.AttentionScoresSoftmax(probs, q, wide, cfg)
+}
+
+// scoresF16 rounds each score to fp16 before the softmax: computed by scaling q by 1 + the
+// rounding's relative error is not possible through the interface, so the rows are recomputed
+// from the exact probabilities (p_j ∝ exp(s_j)): s_j - s_max = log(p_j / p_max), rounded.
+type scoresF16 struct{ *cpu.Backend }
+
+func (k scoresF16) AttentionScoresSoftmax(probs, q, kk backend.Buffer, cfg backend.AttentionConfig) error {
+	if err := k.Backend.AttentionScoresSoftmax(probs, q, kk, cfg); err != nil {
+		return err
+	}
+	t, err := k.Download(probs)
+	if err != nil {
+		return err
+	}
+	qt, err := k.Download(q)
+	if err != nil {
+		return err
+	}
+	kt, err := k.Download(kk)
+	if err != nil {
+		return err
+	}
+	b, sq, sk := qt.Shape[0], qt.Shape[1], kt.Shape[1]
+	nH, nKV, D := cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim
+	qv, kv := qt.Float32(), kt.Float32()
+	for bi := 0; bi < b; bi++ {
+		for h := 0; h < nH; h++ {
+			for i := 0; i < sq; i++ {
+				row := t.F32[((bi*nH+h)*sq+i)*sk:][:sk]
+				visible := sk
+				if cfg.Causal {
+					visible = sk - sq + i + 1
+				}
+				s := make([]float64, visible)
+				mx := math.Inf(-1)
+				for j := range s {
+					var dot float64
+					for d := 0; d < D; d++ {
+						dot += float64(qv[((bi*sq+i)*nH+h)*D+d]) * float64(kv[((bi*sk+j)*nKV+h/(nH/nKV))*D+d])
+					}
+					s[j] = float64(tensor.RoundF16(float32(dot * float64(cfg.Scale))))
+					mx = math.Max(mx, s[j])
+				}
+				var sum float64
+				for j := range s {
+					s[j] = math.Exp(s[j] - mx)
+					sum += s[j]
+				}
+				for j := range s {
+					row[j] = float32(s[j] / sum)
+				}
+			}
+		}
+	}
+	return copyIntoF32(k, probs, t)
+}
+
+// copyIntoF32 overwrites the fp32 buffer dst with t (a broken variant's post-processed output).
+func copyIntoF32(b backend.Backend, dst backend.Buffer, t *tensor.Tensor) error {
+	mem, ok := b.(backend.Memory)
+	if !ok {
+		return fmt.Errorf("backend has no Memory to write %s", tensor.ShapeString(t.Shape))
+	}
+	return mem.Write(dst, t)
 }

@@ -171,6 +171,22 @@ def attention_prefill(t, p):
     return call, desc + " on [B, H, S, D] views"
 
 
+def attention_scores_softmax(t, p):
+    # The probabilities as a model that needs them computes them (transformers' eager attention):
+    # q k^T per head in fp16, fp32 scaled scores, the causal mask, softmax in fp32.
+    q, k = t.randn("q").transpose(1, 2), t.randn("k").transpose(1, 2)   # [B, H, S, D] views
+    rep = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(rep, dim=1) if rep > 1 else k
+    sq, sk = q.shape[2], k.shape[2]
+    hidden = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(sk - sq + 1)
+    scale = p["scale"]
+
+    def call():
+        s = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+        return s.masked_fill_(hidden, float("-inf")).softmax(-1)
+    return call, "(q @ k^T).float() * scale, masked_fill_(causal, -inf).softmax(-1) on [B, H, S, D] views"
+
+
 def attention_decode(t, p):
     q = t.randn("q").unsqueeze(2)  # [B, nH, 1, D]: one new token per sequence
     # A torch KV cache (transformers' DynamicCache) stores [B, nKV, L, D] contiguous.
@@ -319,7 +335,7 @@ def sample(t, p):
 
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
-                               rmsnorm_residual, rope, attention_prefill, attention_decode, swiglu,
+                               rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
                                gemm, softmax, sample)}
 

@@ -264,6 +264,20 @@ def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=No
     return params, {"q": q, "k": k, "v": v}, {"out": out}
 
 
+def attention_scores_softmax(r, *, B, Sq, Sk, nH, nKV, D, causal=True, scale=None, qk=normal()):
+    """softmax(scale q k^T + causal mask) per head in fp64, the queries the last Sq positions."""
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q, k = to_f16(qk(r, (B, Sq, nH, D))), to_f16(qk(r, (B, Sk, nKV, D)))
+    qh = d(q).transpose(1, 2)                                          # [B, nH, Sq, D]
+    kh = d(k).transpose(1, 2).repeat_interleave(nH // nKV, dim=1)      # [B, nH, Sk, D]
+    s = (qh @ kh.transpose(-1, -2)) * scale
+    if causal:
+        hidden = torch.arange(Sk)[None, :] > (Sk - Sq + torch.arange(Sq)[:, None])
+        s = s.masked_fill(hidden, float("-inf"))
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": causal, "scale": scale}
+    return params, {"q": q, "k": k}, {"probs": torch.softmax(s, dim=-1)}
+
+
 def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal(), qk=normal()):
     B = len(cache_lens)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
@@ -437,7 +451,7 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
-    attention_prefill, attention_decode, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding,
+    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding,
     embedding, set_rows, gemm, softmax)}
 
 
@@ -855,6 +869,19 @@ CASES += _cases(COMMITTED, "gpt_ffn", [
                                         b1=(-3.0, 0.3), b2_std=0.0)),
 ])
 
+# attention_scores_softmax (the probabilities): GQA, MHA and MQA layouts at the real head
+# sizes, a decode chunk (the queries the last positions of a longer key set), no mask, the
+# logit-growth scores of ~1000 and head_dim 256.
+CASES += _cases(COMMITTED, "attention_scores_softmax", [
+    ("qwen2.5-0.5b-gqa7_s16", dict(QWEN, B=1, Sq=16, Sk=16)),
+    ("qwen2.5-0.5b-chunk_q3-k40", dict(QWEN, B=1, Sq=3, Sk=40)),
+    ("phi3-mini-mha_s6", dict(PHI3, B=1, Sq=6, Sk=6)),
+    ("gpt2-noncausal_s12", dict(GPT2, B=1, Sq=12, Sk=12, causal=False)),
+    ("falcon-mqa71_d64_q2-k9", dict(FALCON_MQA, B=1, Sq=2, Sk=9)),
+    ("logit-growth-scores950_d128_s16", dict(nH=8, nKV=2, D=128, B=1, Sq=16, Sk=16, qk=LOGIT_GROWTH)),
+    ("gemma-mqa_d256_s5", dict(GEMMA_MQA, B=1, Sq=5, Sk=5)),
+])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -896,6 +923,11 @@ CASES += _cases(FULL, "gemm_swiglu", [
     ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),
     ("phi3-mini_decode-t1", dict(T=1, H=3072, ffn=8192)),
     ("phi3-mini_t4", dict(T=4, H=3072, ffn=8192)),
+])
+CASES += _cases(FULL, "attention_scores_softmax", [
+    ("qwen2.5-0.5b_s512", dict(QWEN, B=1, Sq=512, Sk=512)),
+    ("phi3-mini_s256", dict(PHI3, B=1, Sq=256, Sk=256)),
+    ("gpt2_chunk_q64-k1024", dict(GPT2, B=1, Sq=64, Sk=1024)),
 ])
 CASES += _cases(FULL, "rmsnorm_gemm", [
     ("qwen2.5-0.5b-qkv_decode-t1", dict(T=1, H=896, N=1152, bias=True, residual=True)),

@@ -149,6 +149,10 @@ func (r *recorder) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) erro
 	return r.add(backend.CheckGPTFFN(out, x, w1, b1, w2, b2),
 		func() error { return r.be.GPTFFN(out, x, w1, b1, w2, b2, tanh) })
 }
+func (r *recorder) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend.AttentionConfig) error {
+	return r.add(backend.CheckAttentionScoresSoftmax(probs, q, k, cfg),
+		func() error { return r.be.AttentionScoresSoftmax(probs, q, k, cfg) })
+}
 func (r *recorder) GELU(out, x backend.Buffer) error {
 	return r.add(backend.CheckUnary("gelu", out, x), func() error { return r.be.GELU(out, x) })
 }

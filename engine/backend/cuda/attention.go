@@ -70,3 +70,36 @@ func (b *Backend) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buff
 	st := C.tsg_attention_decode(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), (*C.int32_t)(ptr(d[4])), &ccfg, b.e)
 	return b.launched(op, st, arg{"out", out})
 }
+
+// AttentionScoresSoftmax writes the attention probabilities, fp32, one block per query row.
+func (b *Backend) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_scores_softmax"
+	if err := backend.CheckAttentionScoresSoftmax(probs, q, k, cfg); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"probs", probs}, arg{"q", q}, arg{"k", k})
+	if err != nil {
+		return err
+	}
+	causal := 0
+	if cfg.Causal {
+		causal = 1
+	}
+	c := dims{op: op}
+	ccfg := C.ts_scores_config{
+		dtype:      C.TS_F16,
+		batch:      c.int("batch", d[1].shape[0]),
+		seq_q:      c.int("seq_q", d[1].shape[1]),
+		seq_k:      c.int("seq_k", d[2].shape[1]),
+		n_heads:    c.int("n_heads", cfg.NumHeads),
+		n_kv_heads: c.int("n_kv_heads", cfg.NumKVHeads),
+		head_dim:   c.int("head_dim", cfg.HeadDim),
+		causal:     C.int(causal),
+		scale:      C.float(cfg.Scale),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_attention_scores_softmax(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &ccfg, b.e)
+	return b.launched(op, st, arg{"probs", probs})
+}

@@ -174,6 +174,9 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"gemm_swiglu", "ts_gemm_swiglu dtype=1 rows=4 hidden=896 ffn=4864 stream=0", func() error {
 			return b.GemmSwiGLU(f16(4, 4864), x, f16(2*4864, 896))
 		}},
+		{"attention_scores_softmax", "ts_attention_scores_softmax dtype=1 batch=2 seq_q=3 seq_k=5 n_heads=14 n_kv_heads=2 head_dim=64 causal=1 scale=0.125 stream=0", func() error {
+			return b.AttentionScoresSoftmax(f32(2, 14, 3, 5), f16(2, 3, 14, 64), f16(2, 5, 2, 64), attn)
+		}},
 		{"rmsnorm_gemm", "ts_rmsnorm_gemm dtype=1 rows=4 hidden=896 n=1152 eps=1e-06 residual=1 bias=1 stream=0", func() error {
 			return b.RMSNormGemm(f16(4, 1152), f16(4, 896), x, f16(4, 896), f16(896), f16(1152, 896), f16(1152), 1e-6)
 		}},

@@ -192,6 +192,10 @@ int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_ga
                     tsg_err *e) {
     return done(a, a->ts_gemm_swiglu(out, x, w_gate_up, cfg, NULL), e);
 }
+int tsg_attention_scores_softmax(const tsg_api *a, void *probs, const void *q, const void *k,
+                                 const ts_scores_config *cfg, tsg_err *e) {
+    return done(a, a->ts_attention_scores_softmax(probs, q, k, cfg, NULL), e);
+}
 int tsg_rmsnorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual,
                      const void *norm_weight, const void *w, const void *bias, const ts_norm_gemm_config *cfg,
                      tsg_err *e) {

@@ -65,6 +65,7 @@
     X(ts_swiglu_ffn, int,                                                                                 \
       (void *, const void *, const void *, const void *, const void *, const ts_ffn_config *, void *))   \
     X(ts_gemm_swiglu, int, (void *, const void *, const void *, const ts_ffn_config *, void *))          \
+    X(ts_attention_scores_softmax, int, (void *, const void *, const void *, const ts_scores_config *, void *)) \
     X(ts_rmsnorm_gemm, int,                                                                               \
       (void *, void *, const void *, const void *, const void *, const void *, const void *,             \
        const ts_norm_gemm_config *, void *))                                                             \
@@ -164,6 +165,8 @@ int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gat
                    const void *w_down, const ts_ffn_config *cfg, tsg_err *e);
 int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg,
                     tsg_err *e);
+int tsg_attention_scores_softmax(const tsg_api *a, void *probs, const void *q, const void *k,
+                                 const ts_scores_config *cfg, tsg_err *e);
 int tsg_rmsnorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual,
                      const void *norm_weight, const void *w, const void *bias, const ts_norm_gemm_config *cfg,
                      tsg_err *e);

@@ -573,6 +573,19 @@ int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn
     return TS_OK;
 }
 
+int ts_attention_scores_softmax(void *probs, const void *q, const void *k, const ts_scores_config *cfg, void *stream) {
+    logf_("ts_attention_scores_softmax dtype=%d batch=%d seq_q=%d seq_k=%d n_heads=%d n_kv_heads=%d head_dim=%d causal=%d "
+          "scale=%g stream=%d",
+          cfg->dtype, cfg->batch, cfg->seq_q, cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal,
+          cfg->scale, stream != NULL);
+    int st = enter("ts_attention_scores_softmax", 1);
+    if (st) return st;
+    NEED("attention_scores_softmax", probs);
+    NEED("attention_scores_softmax", q);
+    NEED("attention_scores_softmax", k);
+    return TS_OK;
+}
+
 int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight, const void *w,
                     const void *bias, const ts_norm_gemm_config *cfg, void *stream) {
     logf_("ts_rmsnorm_gemm dtype=%d rows=%d hidden=%d n=%d eps=%g residual=%d bias=%d stream=%d", cfg->dtype, cfg->rows,

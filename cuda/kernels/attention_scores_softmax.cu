@@ -1,0 +1,99 @@
+/*
+ * attention_scores_softmax: probs [batch, n_heads, seq_q, seq_k] (fp32) = softmax(scale q k^T +
+ * causal mask) per head, for q [batch, seq_q, n_heads, head_dim] and k [batch, seq_k, n_kv_heads,
+ * head_dim], query head h reading kv head h / (n_heads / n_kv_heads). The queries are the last
+ * seq_q positions of the keys: causal query i sees keys 0 .. seq_k - seq_q + i, every later key
+ * gets probability 0. The probabilities themselves, for a model that needs them (attention
+ * outputs, a custom mask, analysis), where attention_prefill never stores them.
+ *
+ * One block per (query row, head, batch). The scores are fp32 dot products (a warp per key,
+ * lanes over head_dim, a shuffle reduction) written straight into the row of probs, which then
+ * serves as the scratch of the softmax: the row max, exp(s - max) and its sum, one scaling. The
+ * scores never leave the row the block owns (L1/L2-resident at any model's seq_k), where the
+ * unfused form writes a [seq_q, seq_k] fp32 score matrix per head and reads it back.
+ */
+#include "internal.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxHeadDim = 256;
+
+__global__ void __launch_bounds__(kThreads)
+    scores_softmax_kernel(float *probs, const __half *q, const __half *k, int seq_q, int seq_k, int n_heads,
+                          int n_kv_heads, int head_dim, int causal, float scale) {
+    __shared__ float qs[kMaxHeadDim];
+    __shared__ float scratch[32];
+    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (n_heads / n_kv_heads);
+    const __half *qrow = q + (((int64_t)b * seq_q + i) * n_heads + h) * head_dim;
+    for (int t = threadIdx.x; t < head_dim; t += blockDim.x) qs[t] = __half2float(qrow[t]);
+    __syncthreads();
+    const int visible = causal ? seq_k - seq_q + i + 1 : seq_k; /* >= 1: seq_q <= seq_k */
+    float *row = probs + (((int64_t)b * n_heads + h) * seq_q + i) * seq_k;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    float mx = -INFINITY;
+    for (int j = warp; j < visible; j += warps) {
+        const __half *krow = k + (((int64_t)b * seq_k + j) * n_kv_heads + kvh) * head_dim;
+        float acc = 0.0f;
+        for (int t = lane; t < head_dim; t += 32) acc = fmaf(qs[t], __half2float(krow[t]), acc);
+        const float s = ts::warp_sum(acc) * scale;
+        if (lane == 0) row[j] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = ts::block_max(mx, scratch); /* its barriers also publish every lane 0's score */
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
+        const float e = expf(row[j] - mx);
+        row[j] = e;
+        sum += e;
+    }
+    const float inv = 1.0f / ts::block_sum(sum, scratch);
+    /* Each thread scales the entries it exponentiated above. */
+    for (int j = threadIdx.x; j < seq_k; j += blockDim.x) row[j] = j < visible ? row[j] * inv : 0.0f;
+}
+
+} // namespace
+
+extern "C" int ts_attention_scores_softmax(void *probs, const void *q, const void *k, const ts_scores_config *cfg,
+                                           void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("attention_scores_softmax");
+    v.ptr(probs, "probs");
+    v.ptr(q, "q");
+    v.ptr(k, "k");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.positive(cfg->batch, "cfg->batch");
+    v.positive(cfg->seq_q, "cfg->seq_q");
+    v.positive(cfg->seq_k, "cfg->seq_k");
+    v.positive(cfg->n_heads, "cfg->n_heads");
+    v.positive(cfg->n_kv_heads, "cfg->n_kv_heads");
+    v.positive(cfg->head_dim, "cfg->head_dim");
+    v.scale(cfg->scale, "cfg->scale");
+    if (v.ok() && cfg->n_heads % cfg->n_kv_heads != 0)
+        v.fail(TS_ERR_SHAPE_MISMATCH, "cfg->n_kv_heads = %d: must divide n_heads (%d)", cfg->n_kv_heads, cfg->n_heads);
+    if (v.ok() && cfg->seq_q > cfg->seq_k)
+        v.fail(TS_ERR_SHAPE_MISMATCH, "cfg->seq_q = %d: must not exceed seq_k (%d): the queries are the last keys' positions",
+               cfg->seq_q, cfg->seq_k);
+    if (v.ok() && cfg->head_dim > kMaxHeadDim)
+        v.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build supports up to %d", cfg->head_dim, kMaxHeadDim);
+    if (v.ok() && cfg->seq_q > 65535)
+        v.fail(TS_ERR_UNSUPPORTED, "cfg->seq_q = %d: this build supports up to 65535 query rows", cfg->seq_q);
+    v.elements("q", {cfg->batch, cfg->seq_q, cfg->n_heads, cfg->head_dim});
+    v.elements("k", {cfg->batch, cfg->seq_k, cfg->n_kv_heads, cfg->head_dim});
+    v.elements("probs", {cfg->batch, cfg->n_heads, cfg->seq_q, cfg->seq_k});
+    if (!v.ok()) return v.status();
+    cudaStream_t st;
+    const int s = ts::ready(v.op(), stream, &st);
+    if (s != TS_OK) return s;
+    const char *op = v.op();
+    const char *d = ts::dims("batch=%d seq_q=%d seq_k=%d heads=%d/%d head_dim=%d causal=%d", cfg->batch, cfg->seq_q,
+                             cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal);
+    const dim3 grid(cfg->seq_q, cfg->n_heads, cfg->batch);
+    TS_LAUNCH(op, scores_softmax_kernel, grid, kThreads, 0, st, d, static_cast<float *>(probs),
+              static_cast<const __half *>(q), static_cast<const __half *>(k), cfg->seq_q, cfg->seq_k, cfg->n_heads,
+              cfg->n_kv_heads, cfg->head_dim, cfg->causal, cfg->scale);
+    return TS_OK;
+}
