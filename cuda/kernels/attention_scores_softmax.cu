@@ -6,9 +6,10 @@
  * gets probability 0. The probabilities themselves, for a model that needs them (attention
  * outputs, a custom mask, analysis), where attention_prefill never stores them.
  *
- * One block per (query row, head, batch). The scores are fp32 dot products (a warp per key,
- * lanes over head_dim, a shuffle reduction) written straight into the row of probs, which then
- * serves as the scratch of the softmax: the row max, exp(s - max) and its sum, one scaling. The
+ * One block per 8 query rows of one head and batch: each key row is read once for the 8 (a warp
+ * per key, lanes over head_dim), and the scores, fp32 dot products reduced by shuffles, go straight
+ * into their rows of probs, which then serve as the scratch of the softmax: per row the max,
+ * exp(s - max) and its sum, one scaling. The
  * scores never leave the row the block owns (L1/L2-resident at any model's seq_k), where the
  * unfused form writes a [seq_q, seq_k] fp32 score matrix per head and reads it back.
  */
@@ -18,39 +19,62 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxHeadDim = 256;
+constexpr int kRows = 8; /* query rows per block: each key row read once for all of them */
 
 __global__ void __launch_bounds__(kThreads)
     scores_softmax_kernel(float *probs, const __half *q, const __half *k, int seq_q, int seq_k, int n_heads,
                           int n_kv_heads, int head_dim, int causal, float scale) {
-    __shared__ float qs[kMaxHeadDim];
+    __shared__ float qs[kRows][kMaxHeadDim];
     __shared__ float scratch[32];
-    const int i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int i0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z;
+    const int rows = min(kRows, seq_q - i0);
     const int kvh = h / (n_heads / n_kv_heads);
-    const __half *qrow = q + (((int64_t)b * seq_q + i) * n_heads + h) * head_dim;
-    for (int t = threadIdx.x; t < head_dim; t += blockDim.x) qs[t] = __half2float(qrow[t]);
+    for (int e = threadIdx.x; e < kRows * head_dim; e += blockDim.x) { /* rows past the last: zeros */
+        const int r = e / head_dim, t = e - r * head_dim;
+        qs[r][t] = r < rows ? __half2float(q[(((int64_t)b * seq_q + i0 + r) * n_heads + h) * head_dim + t]) : 0.0f;
+    }
     __syncthreads();
-    const int visible = causal ? seq_k - seq_q + i + 1 : seq_k; /* >= 1: seq_q <= seq_k */
-    float *row = probs + (((int64_t)b * n_heads + h) * seq_q + i) * seq_k;
+    /* Query i0 + r sees keys [0, visible(r)): >= 1, since seq_q <= seq_k. */
+    auto visible = [&](int r) { return causal ? seq_k - seq_q + i0 + r + 1 : seq_k; };
+    float *rows_out = probs + (((int64_t)b * n_heads + h) * seq_q + i0) * seq_k;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    float mx = -INFINITY;
-    for (int j = warp; j < visible; j += warps) {
+    float mx[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) mx[r] = -INFINITY;
+    const int last = visible(rows - 1);
+    for (int j = warp; j < last; j += warps) {
         const __half *krow = k + (((int64_t)b * seq_k + j) * n_kv_heads + kvh) * head_dim;
-        float acc = 0.0f;
-        for (int t = lane; t < head_dim; t += 32) acc = fmaf(qs[t], __half2float(krow[t]), acc);
-        const float s = ts::warp_sum(acc) * scale;
-        if (lane == 0) row[j] = s;
-        mx = fmaxf(mx, s);
+        float acc[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+        for (int t = lane; t < head_dim; t += 32) {
+            const float kv = __half2float(krow[t]);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) acc[r] = fmaf(qs[r][t], kv, acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const float s = ts::warp_sum(acc[r]) * scale;
+            if (r < rows && j < visible(r)) {
+                if (lane == 0) rows_out[(int64_t)r * seq_k + j] = s;
+                mx[r] = fmaxf(mx[r], s);
+            }
+        }
     }
-    mx = ts::block_max(mx, scratch); /* its barriers also publish every lane 0's score */
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < visible; j += blockDim.x) {
-        const float e = expf(row[j] - mx);
-        row[j] = e;
-        sum += e;
+    for (int r = 0; r < rows; ++r) {
+        float *row = rows_out + (int64_t)r * seq_k;
+        const int vis = visible(r);
+        const float m = ts::block_max(mx[r], scratch); /* its barriers also publish the scores */
+        float sum = 0.0f;
+        for (int j = threadIdx.x; j < vis; j += blockDim.x) {
+            const float e = expf(row[j] - m);
+            row[j] = e;
+            sum += e;
+        }
+        const float inv = 1.0f / ts::block_sum(sum, scratch);
+        /* Each thread scales the entries it exponentiated above. */
+        for (int j = threadIdx.x; j < seq_k; j += blockDim.x) row[j] = j < vis ? row[j] * inv : 0.0f;
     }
-    const float inv = 1.0f / ts::block_sum(sum, scratch);
-    /* Each thread scales the entries it exponentiated above. */
-    for (int j = threadIdx.x; j < seq_k; j += blockDim.x) row[j] = j < visible ? row[j] * inv : 0.0f;
 }
 
 } // namespace
@@ -79,8 +103,9 @@ extern "C" int ts_attention_scores_softmax(void *probs, const void *q, const voi
                cfg->seq_q, cfg->seq_k);
     if (v.ok() && cfg->head_dim > kMaxHeadDim)
         v.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build supports up to %d", cfg->head_dim, kMaxHeadDim);
-    if (v.ok() && cfg->seq_q > 65535)
-        v.fail(TS_ERR_UNSUPPORTED, "cfg->seq_q = %d: this build supports up to 65535 query rows", cfg->seq_q);
+    if (v.ok() && (cfg->n_heads > 65535 || cfg->batch > 65535))
+        v.fail(TS_ERR_UNSUPPORTED, "cfg->n_heads = %d, cfg->batch = %d: this build supports up to 65535 of each",
+               cfg->n_heads, cfg->batch);
     v.elements("q", {cfg->batch, cfg->seq_q, cfg->n_heads, cfg->head_dim});
     v.elements("k", {cfg->batch, cfg->seq_k, cfg->n_kv_heads, cfg->head_dim});
     v.elements("probs", {cfg->batch, cfg->n_heads, cfg->seq_q, cfg->seq_k});
@@ -91,7 +116,7 @@ extern "C" int ts_attention_scores_softmax(void *probs, const void *q, const voi
     const char *op = v.op();
     const char *d = ts::dims("batch=%d seq_q=%d seq_k=%d heads=%d/%d head_dim=%d causal=%d", cfg->batch, cfg->seq_q,
                              cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal);
-    const dim3 grid(cfg->seq_q, cfg->n_heads, cfg->batch);
+    const dim3 grid((unsigned)ts::ceil_div(cfg->seq_q, kRows), cfg->n_heads, cfg->batch);
     TS_LAUNCH(op, scores_softmax_kernel, grid, kThreads, 0, st, d, static_cast<float *>(probs),
               static_cast<const __half *>(q), static_cast<const __half *>(k), cfg->seq_q, cfg->seq_k, cfg->n_heads,
               cfg->n_kv_heads, cfg->head_dim, cfg->causal, cfg->scale);
