@@ -6,7 +6,7 @@
  * gets probability 0. The probabilities themselves, for a model that needs them (attention
  * outputs, a custom mask, analysis), where attention_prefill never stores them.
  *
- * One block per 8 query rows of one head and batch: each key row is read once for the 8 (a warp
+ * One block per 2 query rows of one head and batch: each key row is read once for both (a warp
  * per key, lanes over head_dim), and the scores, fp32 dot products reduced by shuffles, go straight
  * into their rows of probs, which then serve as the scratch of the softmax: per row the max,
  * exp(s - max) and its sum, one scaling. The
@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxHeadDim = 256;
-constexpr int kRows = 8; /* query rows per block: each key row read once for all of them */
+constexpr int kRows = 2; /* query rows per block, each key row read once for both: measured on an H100 against 1 and 8 (docs/PERF.md) */
 
 __global__ void __launch_bounds__(kThreads)
     scores_softmax_kernel(float *probs, const __half *q, const __half *k, int seq_q, int seq_k, int n_heads,

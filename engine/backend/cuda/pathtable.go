@@ -45,7 +45,7 @@ var KernelPaths = []KernelPath{
 	{Op: "swiglu_ffn", What: "binary_kernel<true, (anonymous namespace)::SwiGLUOp>", When: "the activation between them, on the library's aligned workspace"},
 	{Op: "gemm_swiglu", What: "cublasGemmEx", When: "one GEMM over the stacked gate and up weights into an fp32 workspace"},
 	{Op: "gemm_swiglu", What: "gemm_swiglu_epilogue_kernel", When: "the activation of the fp32 accumulators, one rounding"},
-	{Op: "attention_scores_softmax", What: "scores_softmax_kernel", When: "always: one block per 8 query rows, the scores kept in the rows of probs"},
+	{Op: "attention_scores_softmax", What: "scores_softmax_kernel", When: "always: one block per 2 query rows, the scores kept in the rows of probs"},
 	{Op: "rmsnorm_gemm", What: "rmsnorm_gemv_kernel<1>", When: "decode, one kernel: rows == 1, a weight of at most 32 MiB, hidden % 8 == 0, every pointer 16-byte aligned, the rows fit in shared memory"},
 	{Op: "rmsnorm_gemm", What: "rmsnorm_gemv_kernel<2>", When: "as gemv<1> with rows == 2"},
 	{Op: "rmsnorm_gemm", What: "rmsnorm_gemv_kernel<4>", When: "as gemv<1> with 3 <= rows <= 4"},
