@@ -1,5 +1,5 @@
 /*
- * gemv.cuh: the small-M matrix product of the fused decode ops (rmsnorm_gemm, gpt_ffn): out
+ * gemv.cuh: the small-M matrix product of decode (gemm's, rmsnorm_gemm's, gpt_ffn's): out
  * [rows, n] = epi(a . w^T) for rows <= 16 with a [rows, k] already in shared memory as fp16 (the
  * op's prologue put it there: a normalised row, a copy of x). At decode the product reads each
  * weight row once and does 2 rows flops per weight element, so it is bound by the weight read:
@@ -72,6 +72,24 @@ __device__ __forceinline__ void gemv_smem(const __half *a, const __half *__restr
                 if (m < rows) epi(m, j, acc[m]);
         }
     }
+}
+
+/* The epilogue of a plain projection: out [rows, n] = fp16(acc + bias[j]) (bias may be null). */
+struct GemvBiasStore {
+    __half *out;
+    const __half *bias;
+    int n;
+    __device__ __forceinline__ void operator()(int m, int j, float acc) const {
+        out[(int64_t)m * n + j] = __float2half_rn(bias ? acc + __half2float(bias[j]) : acc);
+    }
+};
+
+/* The prologue of a gemv over x itself: x [rows, k] (16-byte aligned) copied into shared memory
+ * by the whole block, then a barrier. */
+__device__ __forceinline__ void gemv_load_rows(uint4 *smem, const __half *x, int rows, int k) {
+    const uint4 *src = reinterpret_cast<const uint4 *>(x);
+    for (int c = threadIdx.x; c < rows * (k >> 3); c += blockDim.x) smem[c] = src[c];
+    __syncthreads();
 }
 
 /* Blocks of a gemv launch: enough for every column a warp, at most what is resident at once

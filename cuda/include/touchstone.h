@@ -280,7 +280,8 @@ typedef struct {
 } ts_set_rows_config;
 
 /* gemm: out [m, n] = x [m, k] . w^T (w is [n, k]) + bias [n] (bias may be NULL). Inputs in
- * in_dtype, fp32 accumulation (cuBLAS), result rounded to out_dtype (TS_F16 or TS_F32). */
+ * in_dtype, fp32 accumulation (cuBLAS; at decode shapes a gemv kernel), result rounded to
+ * out_dtype (TS_F16 or TS_F32). */
 typedef struct {
     ts_dtype in_dtype;
     ts_dtype out_dtype;

@@ -5,8 +5,9 @@
  * round twice), the activation lives in a library workspace, the second product is gemm's.
  *
  * Decode (rows <= 16, hidden and ffn % 8 == 0, 16-byte aligned): one kernel copies x into shared
- * memory and streams w1 with the bias and the GELU in its epilogue (gemv.cuh), then gemm's cuBLAS
- * call does the down projection: two launches where the unfused composition takes three.
+ * memory and streams w1 with the bias and the GELU in its epilogue (gemv.cuh), then gemm's path
+ * (its gemv at these shapes) does the down projection: two launches where the unfused composition
+ * takes three.
  * Otherwise: cuBLAS into an fp32 workspace, an epilogue kernel (bias, GELU, one rounding), and the
  * down projection.
  */
@@ -35,9 +36,7 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
     gelu_gemv_kernel(__half *act, const __half *x, const __half *w1, const __half *b1, int rows, int hidden,
                      int ffn) {
     extern __shared__ uint4 smem_rows[];
-    const uint4 *src = reinterpret_cast<const uint4 *>(x);
-    for (int c = threadIdx.x; c < rows * (hidden >> 3); c += blockDim.x) smem_rows[c] = src[c];
-    __syncthreads();
+    ts::gemv_load_rows(smem_rows, x, rows, hidden);
     ts::gemv_smem<MR>(reinterpret_cast<const __half *>(smem_rows), w1, rows, hidden, ffn,
                       BiasGeluStore<TANH>{act, b1, ffn});
 }

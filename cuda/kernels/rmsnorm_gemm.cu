@@ -19,15 +19,6 @@ namespace {
 constexpr int kGemvRows = 4;                        /* the most rows the one-kernel path takes */
 constexpr int64_t kGemvMaxWeightBytes = 32ll << 20; /* and the largest weight */
 
-struct BiasStore {
-    __half *out;
-    const __half *bias;
-    int n;
-    __device__ __forceinline__ void operator()(int m, int j, float acc) const {
-        out[(int64_t)m * n + j] = __float2half_rn(bias ? acc + __half2float(bias[j]) : acc);
-    }
-};
-
 template <int MR>
 __global__ void __launch_bounds__(ts::kGemvThreads)
     rmsnorm_gemv_kernel(__half *out, __half *sum_out, const __half *x, const __half *residual, const __half *weight,
@@ -92,7 +83,7 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
         }
     }
     __syncthreads();
-    ts::gemv_smem<MR>(a, w, rows, hidden, n, BiasStore{out, bias, n});
+    ts::gemv_smem<MR>(a, w, rows, hidden, n, ts::GemvBiasStore{out, bias, n});
 }
 
 template <int MR>

@@ -656,6 +656,8 @@ CASES += _cases(COMMITTED, "gemm", [
     ("gpt2-k768-n128_m5", dict(M=5, N=128, K=768, has_bias=False, out_dtype="f16")),
     ("odd-m3-n257-k1001", dict(M=3, N=257, K=1001, has_bias=True, out_dtype="f16")),
     ("decode-m1-n128-k896", dict(M=1, N=128, K=896, has_bias=False, out_dtype="f16")),
+    ("decode-m2-n96-k896_bias", dict(M=2, N=96, K=896, has_bias=True, out_dtype="f16")),
+    ("decode-m3-n64-k768", dict(M=3, N=64, K=768, has_bias=False, out_dtype="f16")),
     ("logits-m2-n4096-k48_f32", dict(M=2, N=4096, K=48, has_bias=False, out_dtype="f32")),
     ("large-mag-x100", dict(M=4, N=128, K=256, has_bias=True, out_dtype="f32",
                             dist=uniform(-100.0, 100.0))),
