@@ -100,6 +100,20 @@ inline unsigned gemv_grid(int n, int blocks_per_sm) {
     return (unsigned)(want < cap ? want : cap);
 }
 
+/* Launches a gemv kernel (kernel(args...), one of the decode ops') over n output columns with the
+ * rows [rows, k] in dynamic shared memory. shared_done and occupancy are statics of the caller's
+ * instance (allow_max_shared, blocks_per_sm: one per kernel). */
+template <typename Kernel, typename... Args>
+int launch_gemv_kernel(const char *op, Kernel kernel, std::atomic<int> &shared_done, std::atomic<uint64_t> &occupancy,
+                       int rows, int k, int n, cudaStream_t stream, const char *dimstr, Args... args) {
+    const size_t smem = (size_t)rows * k * sizeof(__half);
+    TS_CHECK(op, allow_max_shared(op, kernel, shared_done));
+    int per_sm = 1;
+    TS_CHECK(op, blocks_per_sm(op, kernel, kGemvThreads, smem, occupancy, &per_sm));
+    TS_LAUNCH(op, kernel, gemv_grid(n, per_sm), kGemvThreads, smem, stream, dimstr, args...);
+    return TS_OK;
+}
+
 /* Whether the activation rows [rows, k] fit the shared memory a gemv block may take. */
 inline bool gemv_fits(int rows, int k) { return (int64_t)rows * k * 2 <= (int64_t)max_shared_optin() - 1024; }
 

@@ -45,14 +45,8 @@ int launch_gemv(const char *op, __half *out, const __half *x, const __half *w, c
                 cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    auto kernel = gemv_kernel<MR>;
-    const size_t smem = (size_t)m * k * sizeof(__half);
-    TS_CHECK(op, ts::allow_max_shared(op, kernel, shared_done));
-    int per_sm = 1;
-    TS_CHECK(op, ts::blocks_per_sm(op, kernel, ts::kGemvThreads, smem, occupancy, &per_sm));
-    const char *d = ts::dims("m=%d n=%d k=%d tile=%d", m, n, k, MR);
-    TS_LAUNCH(op, kernel, ts::gemv_grid(n, per_sm), ts::kGemvThreads, smem, stream, d, out, x, w, bias, m, k, n);
-    return TS_OK;
+    return ts::launch_gemv_kernel(op, gemv_kernel<MR>, shared_done, occupancy, m, k, n, stream,
+                                  ts::dims("m=%d n=%d k=%d tile=%d", m, n, k, MR), out, x, w, bias, m, k, n);
 }
 
 bool gemv_applies(cudaDataType_t out_type, const __half *x, const __half *w, int m, int n, int k) {

@@ -54,15 +54,9 @@ int launch_gemv(const char *op, __half *act, const __half *x, const __half *w1, 
                 int hidden, int ffn, cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    auto kernel = gelu_gemv_kernel<MR, TANH>;
-    const size_t smem = (size_t)rows * hidden * sizeof(__half);
-    TS_CHECK(op, ts::allow_max_shared(op, kernel, shared_done));
-    int per_sm = 1;
-    TS_CHECK(op, ts::blocks_per_sm(op, kernel, ts::kGemvThreads, smem, occupancy, &per_sm));
-    const char *d = ts::dims("rows=%d hidden=%d ffn=%d tile=%d tanh=%d", rows, hidden, ffn, MR, (int)TANH);
-    TS_LAUNCH(op, kernel, ts::gemv_grid(ffn, per_sm), ts::kGemvThreads, smem, stream, d, act, x, w1, b1, rows, hidden,
-              ffn);
-    return TS_OK;
+    return ts::launch_gemv_kernel(op, gelu_gemv_kernel<MR, TANH>, shared_done, occupancy, rows, hidden, ffn, stream,
+                                  ts::dims("rows=%d hidden=%d ffn=%d tile=%d tanh=%d", rows, hidden, ffn, MR, (int)TANH),
+                                  act, x, w1, b1, rows, hidden, ffn);
 }
 
 template <bool TANH>

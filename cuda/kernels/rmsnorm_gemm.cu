@@ -92,15 +92,9 @@ int launch_gemv(const char *op, __half *out, __half *sum, const __half *x, const
                 cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    auto kernel = rmsnorm_gemv_kernel<MR>;
-    const size_t smem = (size_t)rows * hidden * sizeof(__half);
-    TS_CHECK(op, ts::allow_max_shared(op, kernel, shared_done));
-    int per_sm = 1;
-    TS_CHECK(op, ts::blocks_per_sm(op, kernel, ts::kGemvThreads, smem, occupancy, &per_sm));
-    const char *d = ts::dims("rows=%d hidden=%d n=%d tile=%d", rows, hidden, n, MR);
-    TS_LAUNCH(op, kernel, ts::gemv_grid(n, per_sm), ts::kGemvThreads, smem, stream, d, out, sum, x, residual, weight,
-              w, bias, rows, hidden, n, eps);
-    return TS_OK;
+    return ts::launch_gemv_kernel(op, rmsnorm_gemv_kernel<MR>, shared_done, occupancy, rows, hidden, n, stream,
+                                  ts::dims("rows=%d hidden=%d n=%d tile=%d", rows, hidden, n, MR), out, sum, x,
+                                  residual, weight, w, bias, rows, hidden, n, eps);
 }
 
 int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half *residual, const __half *weight,
