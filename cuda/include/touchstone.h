@@ -364,6 +364,12 @@ int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn
  * norm_weight)), then gemm(out, h, w, bias). */
 int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight,
                     const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream);
+/* out [m, n] = (silu(gate) * up) . w^T (+ bias [n]) for gate, up [m, k] and w [n, k] (cfg: gemm's,
+ * both dtypes TS_F16): a SwiGLU FFN's activation and its down projection. The activation is
+ * rounded to fp16 as swiglu stores it; the product accumulates in fp32 and rounds once.
+ * Unfused equivalent: swiglu(a, gate, up), then gemm(out, a, w, bias). */
+int ts_swiglu_gemm(void *out, const void *gate, const void *up, const void *w, const void *bias,
+                   const ts_gemm_config *cfg, void *stream);
 /* out = gelu(x . w1^T + b1) . w2^T + b2 (GPT-2's MLP), the first product kept in fp32 through
  * the bias and the GELU of cfg->gelu until the one rounding of the activation.
  * Unfused equivalent: gemm(h, x, w1, b1), gelu or gelu_tanh(a, h), gemm(out, a, w2, b2). */

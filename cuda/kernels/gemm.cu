@@ -25,13 +25,6 @@
 
 namespace {
 
-/* The gemv path (gemv.cuh) for decode: up to 4 rows, fp16 out, a weight of at most 32 MiB. On an
- * H100 the one-kernel rmsnorm_gemm, whose gemv this is, ran the Qwen2.5 q/k/v and gate/up
- * projections in 6.6 and 12.4 us where the norm and cuBLAS's GEMV took 10.9 and 15.2, and lost
- * on Phi-3's 57 MB q/k/v (30.2 against 28.3 us): the same limits as there. */
-constexpr int kGemvRows = 4;
-constexpr int64_t kGemvMaxWeightBytes = 32ll << 20;
-
 template <int MR>
 __global__ void __launch_bounds__(ts::kGemvThreads)
     gemv_kernel(__half *out, const __half *x, const __half *w, const __half *bias, int rows, int k, int n) {
@@ -50,8 +43,7 @@ int launch_gemv(const char *op, __half *out, const __half *x, const __half *w, c
 }
 
 bool gemv_applies(cudaDataType_t out_type, const __half *x, const __half *w, int m, int n, int k) {
-    return out_type == CUDA_R_16F && m <= kGemvRows && k % 8 == 0 && ts::aligned16(x) && ts::aligned16(w) &&
-           (int64_t)n * k * (int64_t)sizeof(__half) <= kGemvMaxWeightBytes && ts::gemv_fits(m, k);
+    return out_type == CUDA_R_16F && ts::gemv_decode_applies(m, k, n, ts::aligned16(x) && ts::aligned16(w));
 }
 
 constexpr size_t kLtWorkspaceBytes = (size_t)32 << 20;

@@ -16,9 +16,6 @@
 
 namespace {
 
-constexpr int kGemvRows = 4;                        /* the most rows the one-kernel path takes */
-constexpr int64_t kGemvMaxWeightBytes = 32ll << 20; /* and the largest weight */
-
 template <int MR>
 __global__ void __launch_bounds__(ts::kGemvThreads)
     rmsnorm_gemv_kernel(__half *out, __half *sum_out, const __half *x, const __half *residual, const __half *weight,
@@ -103,13 +100,8 @@ int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half 
     const char *op = "rmsnorm_gemm";
     const bool aligned = ts::aligned16(x) && ts::aligned16(weight) && ts::aligned16(w) &&
                          (residual == nullptr || (ts::aligned16(residual) && ts::aligned16(sum)));
-    /* Measured on an H100 (docs/PERF.md): the gemv beats the norm then cuBLAS up to 4 rows; at 8
-     * and 16 rows its shared-memory reads of the rows (one per row per weight vector) cost more
-     * than cuBLAS's tensor cores, 1.4x and 2.3-4x slower. And it wins on weights up to Qwen2.5's
-     * gate/up (17 MB: 12.4 against 15.2 us) but not on Phi-3's q/k/v (57 MB: 30.2 against 28.3
-     * us), where cuBLAS streams the weight faster. Those take the two-step path. */
-    const bool small_weight = (int64_t)n * hidden * (int64_t)sizeof(__half) <= kGemvMaxWeightBytes;
-    if (rows <= kGemvRows && small_weight && hidden % 8 == 0 && aligned && ts::gemv_fits(rows, hidden)) {
+    /* gemv.cuh's limits (gemv_decode_applies), measured on this op's own shapes. */
+    if (ts::gemv_decode_applies(rows, hidden, n, aligned)) {
         switch (ts::gemv_tile(rows)) {
         case 1: return launch_gemv<1>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);
         case 2: return launch_gemv<2>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);

@@ -159,6 +159,15 @@ int main(void) {
     as0.scale = 0.0f;
     expect("scores scale", ts_attention_scores_softmax(P, P, P, &as0, NULL), TS_ERR_INVALID_ARGUMENT,
            "attention_scores_softmax", "scale", NULL);
+    ts_gemm_config sg = {TS_F16, TS_F16, 1, 896, 4864};
+    expect("swiglu_gemm valid", ts_swiglu_gemm(P, P, P, P, NULL, &sg, NULL), TS_ERR_NOT_INITIALIZED, "swiglu_gemm",
+           "ts_init", NULL);
+    expect("swiglu_gemm null up", ts_swiglu_gemm(P, P, NULL, P, NULL, &sg, NULL), TS_ERR_INVALID_ARGUMENT,
+           "swiglu_gemm", "up", "NULL");
+    ts_gemm_config sg0 = sg;
+    sg0.out_dtype = TS_F32;
+    expect("swiglu_gemm f32 out", ts_swiglu_gemm(P, P, P, P, NULL, &sg0, NULL), TS_ERR_UNSUPPORTED, "swiglu_gemm",
+           "out_dtype", NULL);
     ts_gpt_ffn_config gf = {TS_F16, 1, 768, 3072, TS_GELU_TANH};
     expect("gpt_ffn valid", ts_gpt_ffn(P, P, P, NULL, P, NULL, &gf, NULL), TS_ERR_NOT_INITIALIZED, "gpt_ffn", "ts_init",
            NULL);

@@ -99,6 +99,11 @@ type Kernels interface {
 	// equivalent: RMSNormResidual(sum, h, x, residual, normW, eps) (or RMSNorm(h, x, normW,
 	// eps)), then Gemm(out, h, w, bias).
 	RMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32) error
+	// SwiGLUGemm is a SwiGLU FFN's activation and down projection: out [T, N] = (silu(gate) *
+	// up) w^T (+ bias [N]) for gate, up [T, K] and w [N, K], the activation rounded to fp16 as
+	// SwiGLU stores it, the product once. Unfused equivalent: SwiGLU(a, gate, up), then
+	// Gemm(out, a, w, bias).
+	SwiGLUGemm(out, gate, up, w, bias Buffer) error
 	// GPTFFN is GPT-2's MLP: out [T, H] = GELU(x W1^T + b1) W2^T + b2 for w1 [F, H], w2 [H, F]
 	// (biases may be nil), the exact GELU or (tanh) the tanh form, the first product kept in
 	// fp32 through the bias and the GELU until one rounding. Unfused equivalent: Gemm(h, x, w1,
@@ -170,7 +175,7 @@ type Backend interface {
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
-	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "gpt_ffn",
+	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }

@@ -317,6 +317,29 @@ func CheckRMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32)
 	return c.Err()
 }
 
+// CheckSwiGLUGemm validates the fused activation and down projection.
+func CheckSwiGLUGemm(out, gate, up, w, bias Buffer) error {
+	c := Validate("swiglu_gemm")
+	c.DType("gate", gate, tensor.F16)
+	c.Rank("gate", gate, 2)
+	c.DType("w", w, tensor.F16)
+	c.Rank("w", w, 2)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	t, k, n := gate.Shape()[0], gate.Shape()[1], w.Shape()[0]
+	c.DType("up", up, tensor.F16)
+	c.Shape("up", up, gate.Shape(), "the shape of gate")
+	c.Shape("w", w, []int{n, k}, "[N, the width of gate]")
+	if bias != nil {
+		c.DType("bias", bias, tensor.F16)
+		c.Shape("bias", bias, []int{n}, "one bias per output feature (rows of w)")
+	}
+	c.DType("out", out, tensor.F16)
+	c.Shape("out", out, []int{t, n}, "[rows of gate, rows of w]")
+	return c.Err()
+}
+
 // CheckGPTFFN validates GPT-2's fused MLP.
 func CheckGPTFFN(out, x, w1, b1, w2, b2 Buffer) error {
 	c := Validate("gpt_ffn")

@@ -87,6 +87,8 @@ func Cases() []Case {
 		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b gate_up decode T=1", 1, 896, 9728, false),
 		rmsnormGemm("rmsnorm_gemm phi3-mini qkv decode T=1", 1, 3072, 9216, false),
 		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b qkv prefill T=512", 512, 896, 1152, true),
+		swigluGemm("swiglu_gemm qwen2.5-0.5b down decode T=1", 1, 4864, 896),
+		swigluGemm("swiglu_gemm phi3-mini down decode T=1", 1, 8192, 3072),
 		gptFFN("gpt_ffn gpt2 decode T=1", 1, 768, 3072),
 		gptFFN("gpt_ffn gpt2 prefill T=128", 128, 768, 3072),
 		{Name: "swiglu_ffn qwen2.5-0.5b T=128", Op: "swiglu_ffn", Params: `{}`,
@@ -109,6 +111,14 @@ func rmsnormGemm(name string, t, h, n int, bias bool) Case {
 	}
 	return Case{Name: name, Op: "rmsnorm_gemm", Params: fmt.Sprintf(`{"eps": 1e-6, "has_bias": %v, "has_residual": true}`, bias),
 		Inputs: inputs, Flops: int64(2 * t * n * h), Bytes: bytes}
+}
+
+// swigluGemm reads gate, up and the down projection once and writes out.
+func swigluGemm(name string, t, f, n int) Case {
+	return Case{Name: name, Op: "swiglu_gemm", Params: `{"has_bias": false}`,
+		Inputs: []conformance.InputSpec{in("gate", tensor.F16, []int{t, f}, normal(2, 0)), in("up", tensor.F16, []int{t, f}, nil),
+			in("w", tensor.F16, []int{n, f}, normal(1/math.Sqrt(float64(f)), 0))},
+		Flops: int64(2 * t * f * n), Bytes: elems(n, f)*f16 + 2*elems(t, f)*f16 + elems(t, n)*f16}
 }
 
 // gptFFN reads both projections once, x, and writes out (the activation stays in L2 at decode).

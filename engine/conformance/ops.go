@@ -116,6 +116,27 @@ func (r *rmsnormGemmCall) outputs(c *call) {
 	}
 }
 
+// swigluGemmCall is the same for swiglu_gemm.
+type swigluGemmCall struct {
+	gate, up, w, bias, out backend.Buffer
+}
+
+func loadSwiGLUGemm(c *call) *swigluGemmCall {
+	var p struct {
+		HasBias bool `json:"has_bias"`
+	}
+	c.params(&p)
+	g := &swigluGemmCall{}
+	g.gate, g.up, g.w = c.input("gate"), c.input("up"), c.input("w")
+	if p.HasBias {
+		g.bias = c.input("bias")
+	}
+	if t, n := c.dim("gate", g.gate, 0), c.dim("w", g.w, 0); c.err == nil {
+		g.out = c.alloc(tensor.F16, []int{t, n})
+	}
+	return g
+}
+
 // gptFFNCall is the same for gpt_ffn.
 type gptFFNCall struct {
 	tanh                   bool
@@ -308,6 +329,23 @@ func init() {
 			return c.b.Gemm(r.out, h, r.w, r.bias)
 		})
 		r.outputs(c)
+	}
+	register("swiglu_gemm", func(c *call) {
+		g := loadSwiGLUGemm(c)
+		c.do(func() error { return c.b.SwiGLUGemm(g.out, g.gate, g.up, g.w, g.bias) })
+		c.output("out", g.out)
+	})
+	// Unfused: swiglu(a, gate, up), then gemm(out, a, w, bias).
+	unfused["swiglu_gemm"] = func(c *call) {
+		g := loadSwiGLUGemm(c)
+		a := c.like(g.gate)
+		c.do(func() error {
+			if err := c.b.SwiGLU(a, g.gate, g.up); err != nil {
+				return err
+			}
+			return c.b.Gemm(g.out, a, g.w, g.bias)
+		})
+		c.output("out", g.out)
 	}
 	register("gpt_ffn", func(c *call) {
 		g := loadGPTFFN(c)

@@ -22,6 +22,11 @@ func (g *gemmCounter) Gemm(out, x, w, bias backend.Buffer) error {
 	return g.Backend.Gemm(out, x, w, bias)
 }
 
+func (g *gemmCounter) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
+	g.gemms++
+	return g.Backend.SwiGLUGemm(out, gate, up, w, bias)
+}
+
 func (g *gemmCounter) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
 	g.gemms++
 	g.normGemms++

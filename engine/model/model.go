@@ -39,7 +39,8 @@ type Model struct {
 	graphs *graphState // nil: every decode step runs op by op (graph.go)
 
 	// Fused selects the fused ops at decode (prenorm.go): each pre-norm with the projection
-	// after it (RMSNormGemm) and GPT-2's MLP (GPTFFN). On by default; TOUCHSTONE_FUSED=0 or
+	// after it (RMSNormGemm), SwiGLU with the down projection (SwiGLUGemm) and GPT-2's MLP
+	// (GPTFFN). On by default; TOUCHSTONE_FUSED=0 or
 	// false here runs every decode step op by op as a prefill does, the composition the fused
 	// ops must match. Read at every pass.
 	Fused bool
@@ -496,6 +497,18 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 		}
 		p.tap(name("ffn_gate"), g)
 		p.tap(name("ffn_up"), up)
+		if p.fused() {
+			// The activation and the down projection in one op; the activation tap, when
+			// requested, by the SwiGLU it equals.
+			out = p.alloc(T, c.Hidden)
+			p.do(be.SwiGLUGemm(out, g, up, f.Down, f.DownB))
+			if p.m.want[name("ffn_act")] {
+				p.do(be.SwiGLU(act, g, up))
+				p.tap(name("ffn_act"), act)
+			}
+			p.tap(name("ffn_out"), out)
+			return out, x
+		}
 		p.do(be.SwiGLU(act, g, up))
 	case c.Activation == "gelu_new" && f.Gate == nil:
 		var hn backend.Buffer

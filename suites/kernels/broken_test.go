@@ -74,6 +74,8 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("rmsnorm_gemm: norm weight ignored", "rmsnorm_gemm", rmsnormGemmNoNormWeight{cpu.New()}, "qwen2.5"),
 		Entry("rmsnorm_gemm: normalises x instead of x + residual (sum still stored)", "rmsnorm_gemm", rmsnormGemmUnsummed{cpu.New()}, "decode"),
 		Entry("rmsnorm_gemm: vectorised K loop drops the hidden % 8 tail", "rmsnorm_gemm", rmsnormGemmKTail{cpu.New()}, "prime"),
+		Entry("swiglu_gemm: silu applied to up instead of gate", "swiglu_gemm", swigluGemmSwapped{cpu.New()}, "qwen2.5"),
+		Entry("swiglu_gemm: bias dropped", "swiglu_gemm", swigluGemmNoBias{cpu.New()}, "bias"),
 		Entry("gpt_ffn: erf GELU where tanh is asked", "gpt_ffn", gptFFNFlippedGELU{cpu.New()}, "gelu-tail_h768-f64_t2_tanh"),
 		Entry("gpt_ffn: tanh GELU where erf is asked", "gpt_ffn", gptFFNFlippedGELU{cpu.New()}, "gelu-tail_h768-f64_t3_erf"),
 		Entry("gpt_ffn: the down projection's bias dropped", "gpt_ffn", gptFFNNoB2{cpu.New()}, "gpt2"),
@@ -776,4 +778,18 @@ func copyIntoF32(b backend.Backend, dst backend.Buffer, t *tensor.Tensor) error 
 		return fmt.Errorf("backend has no Memory to write %s", tensor.ShapeString(t.Shape))
 	}
 	return mem.Write(dst, t)
+}
+
+// swigluGemmSwapped takes silu of up and multiplies by gate.
+type swigluGemmSwapped struct{ *cpu.Backend }
+
+func (k swigluGemmSwapped) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
+	return k.Backend.SwiGLUGemm(out, up, gate, w, bias)
+}
+
+// swigluGemmNoBias drops the projection's bias (an epilogue without it).
+type swigluGemmNoBias struct{ *cpu.Backend }
+
+func (k swigluGemmNoBias) SwiGLUGemm(out, gate, up, w, _ backend.Buffer) error {
+	return k.Backend.SwiGLUGemm(out, gate, up, w, nil)
 }

@@ -232,6 +232,13 @@ def rmsnorm_gemm(t, p):
     return call, "s = x + residual; F.linear(F.rms_norm(s, (%d,), weight, %r), w, bias)" % (H, eps)
 
 
+def swiglu_gemm(t, p):
+    # The tail of transformers' Qwen2 MLP: down_proj(act_fn(gate) * up).
+    g, u, w = t.randn("gate", 2.0), t.randn("up"), t.weight("w")
+    b = t.randn("bias") if p.get("has_bias") else None
+    return (lambda: F.linear(F.silu(g) * u, w, b)), "F.linear(F.silu(gate) * up, w, bias)"
+
+
 def gpt_ffn(t, p):
     # GPT-2's MLP as transformers runs it (Conv1D is addmm; F.linear is the same GEMM).
     x, w1, b1, w2, b2 = t.randn("x"), t.weight("w1"), t.randn("b1"), t.weight("w2"), t.randn("b2")
@@ -336,7 +343,7 @@ def sample(t, p):
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
-                               swiglu_ffn, gemm_swiglu, rmsnorm_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
+                               swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
                                gemm, softmax, sample)}
 
 

@@ -334,6 +334,19 @@ def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal()):
     return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
 
 
+def swiglu_gemm(r, *, T, ffn, N, bias=False, gate=normal(2.0)):
+    """(silu(gate) * up) rounded to fp16 as swiglu stores it, then a W^T (+ bias) in fp64: a SwiGLU
+    FFN's activation and its down projection."""
+    g, up = to_f16(gate(r, (T, ffn))), to_f16(normal()(r, (T, ffn)))
+    w = linear_weight(r, N, ffn)
+    inputs = {"gate": g, "up": up, "w": w}
+    out = d(to_f16(F.silu(d(g)) * d(up))) @ d(w).T
+    if bias:
+        inputs["bias"] = to_f16(r.randn((N,)))
+        out = out + d(inputs["bias"])
+    return {"has_bias": bias}, inputs, {"out": out}
+
+
 def gpt_ffn(r, *, T, H, ffn, gelu, bias=True, dist=normal(), b1=(0.0, 1.0), b2_std=1.0):
     """GPT-2's MLP: gelu(x W1^T + b1) rounded to fp16 once, then a W2^T + b2, in fp64. b1 is
     drawn as (mean, std); a mean of -3 with small x puts every pre-activation in the negative
@@ -451,7 +464,7 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
-    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding,
+    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding,
     embedding, set_rows, gemm, softmax)}
 
 
@@ -854,6 +867,18 @@ CASES += _cases(COMMITTED, "rmsnorm_gemm", [
     ("prime-h521-n61_t3", dict(T=3, H=521, N=61, bias=True, residual=True)),
 ])
 
+# swiglu_gemm (a SwiGLU FFN's activation and down projection): every decode tile and the
+# two-step path, Qwen2.5's and Phi-3's hidden sizes as N with the ffn width cut down (the full
+# tier has the real ones), a bias, a large-gate tail, odd widths.
+CASES += _cases(COMMITTED, "swiglu_gemm", [
+    ("qwen2.5-0.5b-f32-n896_decode-t1", dict(T=1, ffn=32, N=896)),
+    ("qwen2.5-0.5b-f48-n896_t2", dict(T=2, ffn=48, N=896)),
+    ("phi3-mini-f16-n3072_t3_bias", dict(T=3, ffn=16, N=3072, bias=True)),
+    ("gate-std8-f64-n256_t4", dict(T=4, ffn=64, N=256, gate=normal(8.0))),
+    ("prefill-f16-n896_t12_bias", dict(T=12, ffn=16, N=896, bias=True)),
+    ("prime-f61-n127_t3", dict(T=3, ffn=61, N=127)),
+])
+
 # gpt_ffn (GPT-2's MLP, fused): both GELUs, decode tiles and the prefill path, GPT-2's and
 # Phi-2's hidden sizes with the ffn width cut down, no biases, outliers, odd widths.
 CASES += _cases(COMMITTED, "gpt_ffn", [
@@ -938,6 +963,11 @@ CASES += _cases(FULL, "rmsnorm_gemm", [
     ("phi3-mini-gate-up_decode-t16", dict(T=16, H=3072, N=16384, bias=False, residual=True, eps=1e-5)),
     ("qwen2.5-0.5b-qkv_prefill-t2048", dict(T=2048, H=896, N=1152, bias=True, residual=True)),
     ("phi3-mini-qkv_prefill-t512", dict(T=512, H=3072, N=9216, bias=False, residual=False, eps=1e-5)),
+])
+CASES += _cases(FULL, "swiglu_gemm", [
+    ("qwen2.5-0.5b_decode-t1", dict(T=1, ffn=4864, N=896)),
+    ("phi3-mini_decode-t1", dict(T=1, ffn=8192, N=3072)),
+    ("qwen2.5-0.5b_t16", dict(T=16, ffn=4864, N=896)),
 ])
 CASES += _cases(FULL, "gpt_ffn", [
     ("gpt2_decode-t1", dict(T=1, H=768, ffn=3072, gelu="tanh")),

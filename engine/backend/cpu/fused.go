@@ -66,3 +66,27 @@ func (*Backend) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {
 	store(ts[0], res)
 	return nil
 }
+
+// SwiGLUGemm rounds the activation to fp16 as SwiGLU stores it and projects it with fp32
+// accumulation and the bias before the one rounding of out.
+func (*Backend) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
+	if err := backend.CheckSwiGLUGemm(out, gate, up, w, bias); err != nil {
+		return err
+	}
+	ts, err := tensors("swiglu_gemm", out, gate, up, w, bias)
+	if err != nil {
+		return err
+	}
+	t, k, n := ts[1].Shape[0], ts[1].Shape[1], ts[3].Shape[0]
+	g, u := ts[1].Float32(), ts[2].Float32()
+	act := make([]float32, len(g))
+	for i := range g {
+		act[i] = tensor.RoundF16(swiglu(g[i], u[i]))
+	}
+	res := matmulT(act, ts[3].Float32(), t, k, n)
+	if ts[4] != nil {
+		addBias(res, ts[4].Float32())
+	}
+	store(ts[0], res)
+	return nil
+}

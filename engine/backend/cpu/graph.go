@@ -145,6 +145,9 @@ func (r *recorder) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buf
 	return r.add(backend.CheckRMSNormGemm(out, sum, x, residual, normW, w, bias, eps),
 		func() error { return r.be.RMSNormGemm(out, sum, x, residual, normW, w, bias, eps) })
 }
+func (r *recorder) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
+	return r.add(backend.CheckSwiGLUGemm(out, gate, up, w, bias), func() error { return r.be.SwiGLUGemm(out, gate, up, w, bias) })
+}
 func (r *recorder) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {
 	return r.add(backend.CheckGPTFFN(out, x, w1, b1, w2, b2),
 		func() error { return r.be.GPTFFN(out, x, w1, b1, w2, b2, tanh) })

@@ -69,3 +69,29 @@ func (b *Backend) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error
 	st := C.tsg_gpt_ffn(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), &cfg, b.e)
 	return b.launched(op, st, arg{"out", out})
 }
+
+// SwiGLUGemm is a SwiGLU FFN's activation and down projection (at decode one kernel). Unfused
+// equivalent: SwiGLU(a, gate, up), then Gemm(out, a, w, bias).
+func (b *Backend) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
+	const op = "swiglu_gemm"
+	if err := backend.CheckSwiGLUGemm(out, gate, up, w, bias); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"gate", gate}, arg{"up", up}, arg{"w", w}, arg{"bias", bias})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	cfg := C.ts_gemm_config{
+		in_dtype:  C.TS_F16,
+		out_dtype: C.TS_F16,
+		m:         c.int("m", d[1].shape[0]),
+		n:         c.int("n", d[3].shape[0]),
+		k:         c.int("k", d[1].shape[1]),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_swiglu_gemm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), &cfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}

@@ -600,6 +600,19 @@ int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, c
     return TS_OK;
 }
 
+int ts_swiglu_gemm(void *out, const void *gate, const void *up, const void *w, const void *bias,
+                   const ts_gemm_config *cfg, void *stream) {
+    logf_("ts_swiglu_gemm in=%d out=%d m=%d n=%d k=%d bias=%d stream=%d", cfg->in_dtype, cfg->out_dtype, cfg->m, cfg->n,
+          cfg->k, bias != NULL, stream != NULL);
+    int st = enter("ts_swiglu_gemm", 1);
+    if (st) return st;
+    NEED("swiglu_gemm", out);
+    NEED("swiglu_gemm", gate);
+    NEED("swiglu_gemm", up);
+    NEED("swiglu_gemm", w);
+    return TS_OK;
+}
+
 int ts_gpt_ffn(void *out, const void *x, const void *w1, const void *b1, const void *w2, const void *b2,
                const ts_gpt_ffn_config *cfg, void *stream) {
     logf_("ts_gpt_ffn dtype=%d rows=%d hidden=%d ffn=%d gelu=%d b1=%d b2=%d stream=%d", cfg->dtype, cfg->rows,
