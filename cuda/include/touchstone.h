@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 6
+#define TS_ABI_VERSION 7
 
 typedef enum {
     TS_OK = 0,
