@@ -554,11 +554,11 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:rmsnorm_gemm || op:gpt_ffn",
 	},
 	{
-		ID: "cuda-rmsnorm-gemm-bias-dropped", Side: SideCUDA, File: "cuda/kernels/rmsnorm_gemm.cu",
-		Bug:         "the one-kernel rmsnorm_gemm stores the product without its bias",
+		ID: "cuda-gemv-bias-dropped", Side: SideCUDA, File: "cuda/gemv.cuh",
+		Bug:         "the decode gemv (gemm, rmsnorm_gemm, swiglu_gemm) stores the product without its bias",
 		Original:    `out[(int64_t)m * n + j] = __float2half_rn(bias ? acc + __half2float(bias[j]) : acc);`,
 		Replacement: `out[(int64_t)m * n + j] = __float2half_rn(acc);`,
-		Suites:      kernels, Labels: "op:rmsnorm_gemm",
+		Suites:      kernels, Labels: "op:gemm || op:rmsnorm_gemm || op:swiglu_gemm",
 	},
 	{
 		ID: "cuda-swiglu-sigmoid-sign", Side: SideCUDA, File: "cuda/internal.h",
