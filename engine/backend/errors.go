@@ -143,6 +143,16 @@ func (c *Check) Shape(arg string, b Buffer, want []int, why string) {
 	}
 }
 
+// OptionalF16 checks an operand that may be absent (a bias): nil passes, else it must be fp16
+// of shape want.
+func (c *Check) OptionalF16(arg string, b Buffer, want []int, why string) {
+	if b == nil {
+		return
+	}
+	c.DType(arg, b, tensor.F16)
+	c.Shape(arg, b, want, why)
+}
+
 // That fails with reason unless ok; value names the offending value.
 func (c *Check) That(ok bool, arg, value, reason string, args ...any) {
 	if !ok {

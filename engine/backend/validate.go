@@ -258,10 +258,7 @@ func CheckGemm(out, x, w, bias Buffer) error {
 	if c.Err() == nil {
 		m, k, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
 		c.That(w.Shape()[1] == k, "w", describe(w), "want [N, %d]: its last dim must equal x's K", k)
-		if bias != nil {
-			c.DType("bias", bias, tensor.F16)
-			c.Shape("bias", bias, []int{n}, "one bias per output feature (rows of w)")
-		}
+		c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")
 		c.DType("out", out, tensor.F16, tensor.F32)
 		c.Shape("out", out, []int{m, n}, "[rows of x, rows of w]")
 	}
@@ -302,10 +299,7 @@ func CheckRMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32)
 	c.DType("norm_weight", normW, tensor.F16)
 	c.Shape("norm_weight", normW, []int{h}, "the hidden size of x")
 	c.Shape("w", w, []int{n, h}, "[N, hidden of x]")
-	if bias != nil {
-		c.DType("bias", bias, tensor.F16)
-		c.Shape("bias", bias, []int{n}, "one bias per output feature (rows of w)")
-	}
+	c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")
 	if residual != nil {
 		c.DType("residual", residual, tensor.F16)
 		c.Shape("residual", residual, x.Shape(), "the shape of x")
@@ -331,10 +325,7 @@ func CheckSwiGLUGemm(out, gate, up, w, bias Buffer) error {
 	c.DType("up", up, tensor.F16)
 	c.Shape("up", up, gate.Shape(), "the shape of gate")
 	c.Shape("w", w, []int{n, k}, "[N, the width of gate]")
-	if bias != nil {
-		c.DType("bias", bias, tensor.F16)
-		c.Shape("bias", bias, []int{n}, "one bias per output feature (rows of w)")
-	}
+	c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")
 	c.DType("out", out, tensor.F16)
 	c.Shape("out", out, []int{t, n}, "[rows of gate, rows of w]")
 	return c.Err()
@@ -354,14 +345,8 @@ func CheckGPTFFN(out, x, w1, b1, w2, b2 Buffer) error {
 	c.Shape("w1", w1, []int{f, h}, "[ffn, hidden of x]")
 	c.DType("w2", w2, tensor.F16)
 	c.Shape("w2", w2, []int{h, f}, "[hidden, ffn] of w1")
-	if b1 != nil {
-		c.DType("b1", b1, tensor.F16)
-		c.Shape("b1", b1, []int{f}, "one bias per row of w1")
-	}
-	if b2 != nil {
-		c.DType("b2", b2, tensor.F16)
-		c.Shape("b2", b2, []int{h}, "one bias per row of w2")
-	}
+	c.OptionalF16("b1", b1, []int{f}, "one bias per row of w1")
+	c.OptionalF16("b2", b2, []int{h}, "one bias per row of w2")
 	c.DType("out", out, tensor.F16)
 	c.Shape("out", out, []int{t, h}, "the shape of x")
 	return c.Err()
