@@ -24,7 +24,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
 FUZZTIME     ?= 20s
 
 .PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify \
-        cuda cuda-test fused-bytes bundle bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
+        cuda cuda-test fused-bytes bundle bundle-check bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
 # Where `make cuda` builds libtouchstone_cuda.so (relative to cuda/, or absolute): a second
@@ -108,13 +108,23 @@ fused-bytes: cuda
 bundle:
 	@rm -rf dist && mkdir -p dist/bin
 	@for s in $(SUITES); do \
-	  echo "go test -c ./$$s"; \
-	  $(GO) test -c -ldflags="-s -w" -o dist/bin/$$(basename $$s).test ./$$s || exit 1; \
+	  n=$$(basename $$s); echo "go test -c ./$$s"; \
+	  $(GO) test -c -ldflags="-s -w" -o dist/bin/$$n.test ./$$s || exit 1; \
+	  mkdir -p dist/suites/$$n && ln -s ../../bin/$$n.test dist/suites/$$n/$$n.test; \
 	done
 	$(GO) build -ldflags="-s -w" -o dist/bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	$(GO) build -ldflags="-s -w" -o dist/bin/touchstone ./cmd/touchstone
 	$(GO) build -ldflags="-s -w" -o dist/bin/mutate ./tools/mutate
 	cp tools/bundle/run dist/run
+
+# The bundle run on the CPU backend, its merged reports checked: every suite in report.json and
+# junit.xml by its name, with the specs it ran (a few specs of each suite).
+bundle-check: bundle
+	@rm -rf build/bundle-check
+	TOUCHSTONE_BACKEND=cpu TOUCHSTONE_REPORTS=$(CURDIR)/build/bundle-check dist/run --no-color --succinct \
+	  --label-filter='op:residual_add || (model:qwen2-tiny && !tightness) || (sampling && !model)'
+	$(GO) run ./tools/bundle/reportcheck -reports build/bundle-check \
+	  -suite "Kernel conformance" -suite "Model conformance" -suite "Seeded sampling"
 
 # dist/ as one compressed artifact (about a third of its size) for GPU runners that receive
 # an upload: unpack with `tar -xJf build/dist.tar.xz` in the repository root.
