@@ -9,11 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"
-	_ "github.com/touchstone-llm/touchstone/engine/backend/cuda"
+	"github.com/touchstone-llm/touchstone/engine/backend/cuda"
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
@@ -73,6 +74,10 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "backend %s: %s\n", info.Backend, info.Name)
 	if sel.Fallback != "" {
 		fmt.Fprintf(stdout, "(auto fell back to cpu: %s)\n", sel.Fallback)
+		var nf *cuda.NotFoundError
+		if *verbose && errors.As(sel.FallbackErr, &nf) {
+			fmt.Fprintf(stdout, "(searched: %s)\n", strings.Join(nf.Tried, ", "))
+		}
 	}
 	fmt.Fprintf(stdout, "golden  %s\n\n", root)
 

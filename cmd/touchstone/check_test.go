@@ -157,3 +157,31 @@ func TestCheckRejectsAnUnknownUnsupportedPolicy(t *testing.T) {
 		t.Errorf("TOUCHSTONE_UNSUPPORTED=fial: exit %d, stderr %q", code, errs)
 	}
 }
+
+// Without a library, auto falls back to the CPU with one line saying why and how to fix it; the
+// paths searched only with -v.
+func TestCheckFallbackIsOneLineAndListsPathsWithV(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", "auto")
+	t.Setenv("TOUCHSTONE_CUDA_LIB", "")
+	t.Setenv("TOUCHSTONE_REQUIRE_GPU", "")
+	root, _ := committedSet(t, "rmsnorm", firstCase(t, "rmsnorm"))
+	// A working directory without cuda/build above it, so the search finds nothing.
+	t.Chdir(t.TempDir())
+	code, out, errs := runCLI("check", "-golden", root)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	var fallback []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "fell back") || strings.Contains(l, "searched:") {
+			fallback = append(fallback, l)
+		}
+	}
+	if len(fallback) != 1 || !strings.Contains(fallback[0], "make cuda") || strings.Contains(fallback[0], "libtouchstone_cuda.so,") {
+		t.Fatalf("want one fallback line with the fix and no path list:\n%s", out)
+	}
+	_, out, _ = runCLI("check", "-v", "-golden", root)
+	if !strings.Contains(out, "(searched: ") || !strings.Contains(out, "cuda/build/libtouchstone_cuda.so") {
+		t.Fatalf("-v does not list the paths searched:\n%s", out)
+	}
+}

@@ -68,8 +68,10 @@ type Selection struct {
 	Backend Backend
 	// Requested is the value of TOUCHSTONE_BACKEND ("auto" when unset).
 	Requested string
-	// Fallback explains why auto did not pick the GPU, empty otherwise.
-	Fallback string
+	// Fallback explains why auto did not pick the GPU, empty otherwise; FallbackErr is that
+	// error, for a caller that shows more of it (the library paths searched, with -v).
+	Fallback    string
+	FallbackErr error
 }
 
 // Environment variables that steer backend selection.
@@ -139,7 +141,7 @@ func Select(getenv func(string) string) (*Selection, error) {
 		if cerr != nil {
 			return nil, cerr
 		}
-		return &Selection{Backend: cpu, Requested: requested, Fallback: err.Error()}, nil
+		return &Selection{Backend: cpu, Requested: requested, Fallback: err.Error(), FallbackErr: err}, nil
 	default:
 		return nil, fmt.Errorf("%s=%q: want cpu, cuda or auto", EnvBackend, requested)
 	}

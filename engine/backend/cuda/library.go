@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -148,9 +147,20 @@ func findLibrary(getenv func(string) string, exeDir, wd string) (string, error) 
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("cuda: %w: not found (tried %s); run `make cuda` to build it, or set %s to its path",
-		ErrLibrary, strings.Join(tried, ", "), EnvLib)
+	return "", &NotFoundError{Tried: tried}
 }
+
+// NotFoundError is a library search that found nothing. Its message is one line, the reason and
+// the fix; Tried lists every path searched, for a caller's verbose output.
+type NotFoundError struct{ Tried []string }
+
+func (e *NotFoundError) Error() string {
+	return fmt.Sprintf("cuda: %v: not found in cuda/build/ of the checkout or beside the binaries (%d paths searched); "+
+		"run `make cuda` to build it, or set %s to its path", ErrLibrary, len(e.Tried), EnvLib)
+}
+
+// Unwrap makes a NotFoundError an ErrLibrary.
+func (e *NotFoundError) Unwrap() error { return ErrLibrary }
 
 // searchPaths lists where the library may be, in order of preference:
 //   - <exe dir>/lib and <exe dir>/../lib: a library installed next to the binaries;

@@ -62,10 +62,23 @@ func TestSearch(t *testing.T) {
 		filepath.Join(root, "elsewhere", "cuda", "build", libName),
 		filepath.Join("/", "cuda", "build", libName),
 	}
-	for _, p := range append(want, "make cuda", EnvLib) {
-		if !strings.Contains(err.Error(), p) {
-			t.Errorf("error does not list %s:\n%v", p, err)
+	var nf *NotFoundError
+	if !errors.As(err, &nf) {
+		t.Fatalf("err = %v, want a *NotFoundError", err)
+	}
+	for _, p := range want {
+		if !slices.Contains(nf.Tried, p) {
+			t.Errorf("the search did not try %s: %v", p, nf.Tried)
 		}
+	}
+	// One line with the reason and the fix; the paths only on request (touchstone check -v).
+	for _, s := range []string{"make cuda", EnvLib, fmt.Sprintf("%d paths searched", len(nf.Tried))} {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error does not say %q: %v", s, err)
+		}
+	}
+	if strings.Contains(err.Error(), root) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("the error lists paths or spans lines: %v", err)
 	}
 	paths := searchPaths(exeDir, wd)
 	for i := 1; i < len(want)-1; i++ { // "/" comes after every other ancestor of both
