@@ -40,9 +40,9 @@ type Model struct {
 
 	// Fused selects the fused ops at decode (prenorm.go): each pre-norm with the projection
 	// after it (RMSNormGemm), SwiGLU with the down projection (SwiGLUGemm) and GPT-2's MLP
-	// (GPTFFN). On by default; TOUCHSTONE_FUSED=0 or
-	// false here runs every decode step op by op as a prefill does, the composition the fused
-	// ops must match. Read at every pass.
+	// (GPTFFN). On by default (TOUCHSTONE_FUSED=0 at Load turns it off); false runs every decode
+	// step op by op as a prefill does, the composition the fused ops must match. Read at every
+	// pass.
 	Fused bool
 }
 

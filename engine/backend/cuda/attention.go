@@ -19,10 +19,6 @@ func (b *Backend) AttentionPrefill(out, q, k, v backend.Buffer, cfg backend.Atte
 	if err != nil {
 		return err
 	}
-	causal := 0
-	if cfg.Causal {
-		causal = 1
-	}
 	c := dims{op: op}
 	ccfg := C.ts_attention_config{
 		dtype:      C.TS_F16,
@@ -31,7 +27,7 @@ func (b *Backend) AttentionPrefill(out, q, k, v backend.Buffer, cfg backend.Atte
 		n_heads:    c.int("n_heads", cfg.NumHeads),
 		n_kv_heads: c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:   c.int("head_dim", cfg.HeadDim),
-		causal:     C.int(causal),
+		causal:     cBool(cfg.Causal),
 		scale:      C.float(cfg.Scale),
 	}
 	if c.err != nil {
@@ -81,10 +77,6 @@ func (b *Backend) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend
 	if err != nil {
 		return err
 	}
-	causal := 0
-	if cfg.Causal {
-		causal = 1
-	}
 	c := dims{op: op}
 	ccfg := C.ts_scores_config{
 		dtype:      C.TS_F16,
@@ -94,7 +86,7 @@ func (b *Backend) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend
 		n_heads:    c.int("n_heads", cfg.NumHeads),
 		n_kv_heads: c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:   c.int("head_dim", cfg.HeadDim),
-		causal:     C.int(causal),
+		causal:     cBool(cfg.Causal),
 		scale:      C.float(cfg.Scale),
 	}
 	if c.err != nil {
@@ -102,4 +94,12 @@ func (b *Backend) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend
 	}
 	st := C.tsg_attention_scores_softmax(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &ccfg, b.e)
 	return b.launched(op, st, arg{"probs", probs})
+}
+
+// cBool is a C int flag: 1 for true, 0 for false.
+func cBool(v bool) C.int {
+	if v {
+		return 1
+	}
+	return 0
 }
