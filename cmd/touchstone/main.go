@@ -20,7 +20,7 @@ commands:
   check            run every kernel golden case on a backend and print the conformance table
   golden verify    verify every golden set: manifest, checksums, .npy headers, unlisted files
   bench            time every kernel on the GPU beside PyTorch's equivalent op
-  bench-model <m>  time whole-model prefill and decode on the GPU beside transformers fp16 eager
+  bench-model <m>  time whole-model prefill and decode on the GPU beside transformers (eager; static cache + torch.compile)
   diff <model>     layer-diff table of a model set: every tap in forward order, first failure marked
   compare          a candidate build of the kernels against a baseline: accuracy and speed per case
 

@@ -1,85 +1,317 @@
-"""Hugging Face transformers peer for `touchstone bench-model`.
+"""Hugging Face transformers peers for `touchstone bench-model`.
 
-Loads a model set's checkpoint with transformers in fp16 with eager attention on the GPU and
-times exactly what the Go side times, with CUDA events, in the same run on the same GPU:
+Loads a model set's checkpoint with transformers in fp16 on the GPU and times exactly what the
+Go side times, with CUDA events, in the same run on the same GPU. Two peers, each loaded on its
+own (the first is freed before the second loads):
 
-- prefill: one forward of the prompt from an empty cache, logits of the last position only
+- "eager": eager attention, DynamicCache, every forward issued from the host under
+  torch.inference_mode (what `model.generate` does without a cache implementation or compile);
+- "compile": SDPA attention, StaticCache, the decode step through
+  torch.compile(mode="reduce-overhead", fullgraph=True), i.e. Inductor kernels replayed from CUDA
+  graphs (the transformers "static cache + torch.compile" recipe, as gpt-fast does it); prefill
+  is the uncompiled forward into the same cache, as `generate` does it.
+
+Each peer reports:
+
+- prefill_ms: one forward of the prompt from an empty cache, logits of the last position only
   (`logits_to_keep=1`, what generation computes), median over the repeats;
-- decode: one forward of one token through the KV cache (DynamicCache), logits of that token,
-  median over every step of every repeat.
+- decode_step_ms: one forward of one token through the KV cache, logits of that token, each step
+  between its own CUDA events and synchronised, median over every step of every repeat;
+- decode_loop_ms_per_token: all the decode steps of one round issued back to back with no
+  synchronisation between them, events around the whole loop, divided by the number of steps,
+  median over the repeats (host launch overhead can hide behind the GPU's work here);
+- compile_s: wall seconds of the compile peer's warm-up rounds, which trigger compilation and
+  CUDA-graph capture; they are excluded from every timing (0 for eager, which compiles nothing);
+- call: one line saying exactly what ran.
 
-The token ids come from the Go side (stdin), so both run the same sequence.
+The token ids come from the Go side (stdin), so every side runs the same sequence.
 
     python3 tools/bench/model_peer.py < request.json
 
-Request: {"model_dir", "prompt_ids", "decode_ids", "warmup", "repeats", "device"}.
-stdout carries exactly one JSON object; progress goes to stderr.
+Request: {"model_dir", "prompt_ids", "decode_ids", "warmup", "repeats", "device", "peers"};
+"peers" lists "eager" and/or "compile" and defaults to ["eager"]. stdout carries exactly one JSON
+object: versions and the device, "peers" keyed by peer name, and, when eager ran, its fields at the
+top level too (the format before "peers" existed). Progress goes to stderr; a peer that fails
+exits non-zero with the reason on stderr.
 """
 
 import json
 import statistics
 import sys
+import time
+import traceback
 
 import torch
+
+PEERS = ("eager", "compile")
+
+# CUDA-graph trees run a compiled function once to warm up, record it on the next call and replay
+# it after that; three rounds of every step cover that with room to spare, whatever -warmup says.
+COMPILE_WARMUP_ROUNDS = 3
+
+# The compiled decode step must give the uncompiled forward's logits up to fp16 rounding of
+# differently fused kernels; a cache written at the wrong position gives logits off by their scale.
+COMPILE_LOGITS_RTOL = 5e-2
 
 
 def log(*args):
     print("model_peer:", *args, file=sys.stderr, flush=True)
 
 
-def main():
-    req = json.load(sys.stdin)
-    import transformers
-    from transformers import AutoModelForCausalLM, DynamicCache
+def fail(msg):
+    print("model_peer:", msg, file=sys.stderr, flush=True)
+    sys.exit(1)
 
-    device = torch.device(req["device"])
-    torch.cuda.set_device(device)
+
+def check_finite(logits, what):
+    if not bool(torch.isfinite(logits).all()):
+        fail(f"non-finite {what} logits")
+
+
+class Timer:
+    """CUDA events around fn on the current stream, synchronised on the stop event."""
+
+    def __init__(self):
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.stop = torch.cuda.Event(enable_timing=True)
+
+    def __call__(self, fn):
+        self.start.record()
+        out = fn()
+        self.stop.record()
+        self.stop.synchronize()
+        return self.start.elapsed_time(self.stop), out
+
+
+def load(req, device, attn):
+    from transformers import AutoModelForCausalLM
+
     model = AutoModelForCausalLM.from_pretrained(
-        req["model_dir"], dtype=torch.float16, attn_implementation="eager", local_files_only=True)
-    model.to(device).eval()
-    log("loaded", req["model_dir"], "on", torch.cuda.get_device_name(device))
+        req["model_dir"], dtype=torch.float16, attn_implementation=attn, local_files_only=True)
+    return model.to(device).eval()
 
+
+def run_eager(req, device, timed):
+    from transformers import DynamicCache
+
+    model = load(req, device, "eager")
+    log("eager: loaded", req["model_dir"])
     prompt = torch.tensor([req["prompt_ids"]], dtype=torch.long, device=device)
     steps = [torch.tensor([[t]], dtype=torch.long, device=device) for t in req["decode_ids"]]
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
-    def timed(fn):
-        start.record()
-        out = fn()
-        stop.record()
-        stop.synchronize()
-        return start.elapsed_time(stop), out
+    def prefill(cache):
+        return model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
 
-    prefill_times, decode_times = [], []
+    def step(cache, tok):
+        return model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+
+    def loop(cache):
+        for tok in steps:
+            logits = step(cache, tok)
+        return logits
+
+    prefill_times, decode_times, loop_times = [], [], []
     with torch.inference_mode():
         for rep in range(req["warmup"] + req["repeats"]):
+            timed_round = rep >= req["warmup"]
             cache = DynamicCache(config=model.config)
-            ms, out = timed(lambda: model(input_ids=prompt, past_key_values=cache, use_cache=True,
-                                          logits_to_keep=1))
-            if not torch.isfinite(out.logits).all():
-                raise SystemExit("model_peer: non-finite prefill logits")
-            if rep >= req["warmup"]:
+            ms, logits = timed(lambda: prefill(cache))
+            check_finite(logits, "eager prefill")
+            if timed_round:
                 prefill_times.append(ms)
-            cache = out.past_key_values
             for tok in steps:
-                ms, out = timed(lambda: model(input_ids=tok, past_key_values=cache, use_cache=True,
-                                              logits_to_keep=1))
-                cache = out.past_key_values
-                if rep >= req["warmup"]:
+                ms, logits = timed(lambda: step(cache, tok))
+                check_finite(logits, "eager decode")
+                if timed_round:
                     decode_times.append(ms)
-
-    json.dump({
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(device),
+            cache = DynamicCache(config=model.config)
+            prefill(cache)
+            ms, logits = timed(lambda: loop(cache))
+            check_finite(logits, "eager decode loop")
+            if timed_round:
+                loop_times.append(ms / len(steps))
+    del model
+    return {
         "call": "AutoModelForCausalLM(dtype=float16, attn_implementation='eager'), "
                 "forward(logits_to_keep=1) with DynamicCache, torch.inference_mode",
         "prefill_ms": statistics.median(prefill_times),
         "decode_step_ms": statistics.median(decode_times),
+        "decode_loop_ms_per_token": statistics.median(loop_times),
+        "compile_s": 0.0,
         "prefill_times": prefill_times,
         "decode_times": decode_times,
-    }, sys.stdout)
+        "decode_loop_times": loop_times,
+    }
+
+
+def full_attention_within_window(model, cache_len):
+    """Turns a uniform sliding window the cache never reaches into full attention.
+
+    transformers 5.17 gives every layer of such a model (Phi-3: window 2047) a
+    StaticSlidingWindowLayer, which counts its length in a Python int and builds the mask from it;
+    dynamo guards on that int, so the compiled step recompiles at the next position and then runs
+    with the length as a symbolic int (CPU check: 2 graphs; a `cache` held in a global recompiles at
+    every position until the recompile limit). While the cache is no longer than the window, the
+    sliding mask masks nothing a causal mask does not, so full-attention StaticLayers, which keep
+    the length on the device, compute the same logits with one static graph, like the other models.
+    Returns the note for "call", empty when nothing changed."""
+    cfg = model.config.get_text_config(decoder=True)
+    window = getattr(cfg, "sliding_window", None)
+    if window is None or getattr(cfg, "layer_types", None) is not None or cache_len > window:
+        return ""
+    cfg.sliding_window = None
+    return (f", config.sliding_window {window} set to None (the {cache_len}-token cache never reaches "
+            "it: same attention, one static graph)")
+
+
+def run_compile(req, device, timed):
+    from torch._dynamo.utils import counters
+    from transformers import StaticCache
+
+    model = load(req, device, "sdpa")
+    log("compile: loaded", req["model_dir"])
+    n_prompt, n_decode = len(req["prompt_ids"]), len(req["decode_ids"])
+    cache_len = n_prompt + n_decode
+    note = full_attention_within_window(model, cache_len)
+    # Device, dtype and head shapes come from the first update (the prefill, uncompiled), which
+    # allocates the buffers and marks them static addresses for the CUDA graphs.
+    cache = StaticCache(config=model.config, max_cache_len=cache_len)
+
+    # Every input is a device tensor made before any timing. transformers 5.17 has no
+    # cache_position argument: the cache writes at its own device-side length and position_ids
+    # place the rotary embedding and the mask, as `generate` passes them.
+    prompt = torch.tensor([req["prompt_ids"]], dtype=torch.long, device=device)
+    prompt_pos = torch.arange(n_prompt, dtype=torch.long, device=device).unsqueeze(0)
+    step_ids = [torch.tensor([[t]], dtype=torch.long, device=device) for t in req["decode_ids"]]
+    step_pos = [torch.tensor([[n_prompt + i]], dtype=torch.long, device=device) for i in range(n_decode)]
+
+    def prefill():
+        return model(input_ids=prompt, position_ids=prompt_pos, past_key_values=cache, use_cache=True,
+                     logits_to_keep=1).logits
+
+    def step(input_ids, position_ids):
+        return model(input_ids=input_ids, position_ids=position_ids, past_key_values=cache, use_cache=True,
+                     logits_to_keep=1).logits
+
+    compiled = torch.compile(step, mode="reduce-overhead", fullgraph=True)
+
+    def decode(i):
+        # Each call is a new CUDA-graph-trees generation: the previous step's logits, which live in
+        # the graph's output pool, may be overwritten (nothing keeps them past the next call).
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(step_ids[i], step_pos[i])
+
+    def loop():
+        for i in range(n_decode):
+            logits = decode(i)
+        return logits
+
+    def one_round():
+        cache.reset()
+        prefill_ms, logits = timed(prefill)
+        check_finite(logits, "compile prefill")
+        step_ms = []
+        for i in range(n_decode):
+            ms, logits = timed(lambda: decode(i))
+            check_finite(logits, "compile decode")
+            step_ms.append(ms)
+        cache.reset()
+        prefill()
+        ms, logits = timed(loop)
+        check_finite(logits, "compile decode loop")
+        return prefill_ms, step_ms, ms / n_decode
+
+    prefill_times, decode_times, loop_times = [], [], []
+    with torch.no_grad():  # as `generate` runs it
+        counters.clear()
+        # A recompile per step would otherwise fall back to eager silently at the limit.
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
+            t0 = time.perf_counter()
+            for _ in range(max(COMPILE_WARMUP_ROUNDS, req["warmup"])):
+                one_round()
+            torch.cuda.synchronize(device)
+            compile_s = time.perf_counter() - t0
+        graphs = counters["stats"]["unique_graphs"]
+        skips = counters["inductor"]["cudagraph_skips"]
+        if skips:
+            fail(f"compile: CUDA graphs skipped {skips} time(s) (TORCH_LOGS=perf_hints says why)")
+        log(f"compile: {graphs} graph(s), compile + capture {compile_s:.1f} s")
+
+        # The compiled step against the same step uncompiled, same cache, same inputs.
+        cache.reset()
+        prefill()
+        want = [step(step_ids[i], step_pos[i]).float() for i in range(n_decode)]
+        cache.reset()
+        prefill()
+        got = [decode(i).float() for i in range(n_decode)]
+        diff = max((g - w).abs().max().item() for g, w in zip(got, want))
+        scale = max(w.abs().max().item() for w in want)
+        log(f"compile: max |compiled - uncompiled| decode logit {diff:.3g} (max |logit| {scale:.3g})")
+        if not diff <= COMPILE_LOGITS_RTOL * scale:
+            fail(f"compile: the compiled decode step's logits are off the uncompiled step's by {diff:.3g} "
+                 f"(max |logit| {scale:.3g})")
+
+        # Nothing may compile or capture while timing.
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for _ in range(req["repeats"]):
+                prefill_ms, step_ms, loop_ms = one_round()
+                prefill_times.append(prefill_ms)
+                decode_times.extend(step_ms)
+                loop_times.append(loop_ms)
+    del model, cache, compiled
+    return {
+        "call": "AutoModelForCausalLM(dtype=float16, attn_implementation='sdpa'), "
+                f"StaticCache(max_cache_len={cache_len}) reset before each round{note}; prefill: forward("
+                "position_ids, logits_to_keep=1) uncompiled; decode: torch.compile(forward(input_ids, "
+                "position_ids, logits_to_keep=1), mode='reduce-overhead', fullgraph=True), Inductor "
+                f"defaults, CUDA-graph trees, {graphs} graph(s); torch.no_grad",
+        "prefill_ms": statistics.median(prefill_times),
+        "decode_step_ms": statistics.median(decode_times),
+        "decode_loop_ms_per_token": statistics.median(loop_times),
+        "compile_s": compile_s,
+        "graphs": graphs,
+        "max_abs_logit_diff_vs_uncompiled": diff,
+        "prefill_times": prefill_times,
+        "decode_times": decode_times,
+        "decode_loop_times": loop_times,
+    }
+
+
+def main():
+    req = json.load(sys.stdin)
+    peers = req.get("peers", ["eager"])
+    if not isinstance(peers, list) or not peers or any(p not in PEERS for p in peers) or len(set(peers)) != len(peers):
+        fail(f"peers must be a non-empty list of distinct names from {list(PEERS)}, got {peers!r}")
+    if not req["decode_ids"]:
+        fail("decode_ids is empty: nothing to time")
+    import transformers
+
+    device = torch.device(req["device"])
+    torch.cuda.set_device(device)
+    log("device", torch.cuda.get_device_name(device))
+    timed = Timer()
+    result = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(device),
+        "peers": {},
+    }
+    for name in peers:
+        try:
+            res = run_eager(req, device, timed) if name == "eager" else run_compile(req, device, timed)
+        except Exception as e:  # noqa: BLE001 - any failure of a peer is reported and fatal
+            traceback.print_exc()
+            fail(f"{name}: {type(e).__name__}: {e}")
+        torch.cuda.empty_cache()
+        result["peers"][name] = res
+        log(f"{name}: prefill {res['prefill_ms']:.3f} ms, decode {res['decode_step_ms']:.3f} ms/step, "
+            f"loop {res['decode_loop_ms_per_token']:.3f} ms/token")
+    if "eager" in result["peers"]:
+        eager = result["peers"]["eager"]
+        for key in ("call", "prefill_ms", "decode_step_ms", "prefill_times", "decode_times"):
+            result[key] = eager[key]
+    json.dump(result, sys.stdout)
 
 
 if __name__ == "__main__":
