@@ -48,7 +48,7 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	baseSpec := fs.String("baseline", "", "the baseline side: cpu | cuda | cuda:PATH")
 	candSpec := fs.String("candidate", "", "the candidate side: cpu | cuda | cuda:PATH")
 	tier := fs.String("tier", "committed", "golden tier: committed | full | all")
-	kind := fs.String("kind", "kernels", "what to compare: kernels | models | all (model sets: every tap and the greedy tokens, untimed)")
+	kind := fs.String("kind", "kernels", "what to compare: kernels | models | all (model sets: every tap and the greedy tokens; timed, the whole greedy pass)")
 	var ops, models multiFlag
 	fs.Var(&ops, "op", "compare only this op's kernel sets (repeatable)")
 	fs.Var(&models, "model", "compare only this model set (repeatable)")
@@ -147,7 +147,11 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("%v", err)
 	}
-	cases = append(cases, abtest.RunModelSets(base, cand, modelSets, tols)...)
+	modelCases, err := abtest.RunModelSets(base, cand, modelSets, tols, abtest.RunOptions{Warmup: *warmup, Repeats: *repeats})
+	if err != nil {
+		return fail("%v", err)
+	}
+	cases = append(cases, modelCases...)
 	report, err := abtest.Judge(base.Name, cand.Name, cases, opts)
 	if err != nil {
 		return fail("%v", err)

@@ -87,7 +87,7 @@ func TestCompareFusedAgainstUnfused(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
 	code, _, errOut = compareRun(t, "-baseline", "cpu+unfused", "-candidate", "cpu", "-op", "gelu")
-	if code != 2 || !strings.Contains(errOut, "no selected op has an unfused composition (fused ops: [gemm_swiglu rmsnorm_gemm swiglu_gemm gpt_ffn])") {
+	if code != 2 || !strings.Contains(errOut, "no selected op has an unfused composition (fused ops: [") || !strings.Contains(errOut, " gemm_swiglu ") {
 		t.Fatalf("exit %d, %s", code, errOut)
 	}
 }

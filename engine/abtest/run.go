@@ -88,68 +88,123 @@ func (m *Measurement) noteWorst(what string, checks []compare.Check) {
 
 // timePair prepares the set on both sides and times them alternately.
 func timePair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, err error) {
-	type prepared struct {
-		r     *bench.Runner
-		p     *conformance.Prepared
-		timer backend.Timer
-		times []float64
-	}
-	var sides [2]*prepared
-	defer func() {
-		for _, p := range sides {
-			if p != nil {
-				p.p.Free()
-				p.timer.Close()
-			}
-		}
-	}()
+	var launches [2]func() error
 	for i, side := range []Side{base, cand} {
-		r := side.Timer
 		prep := conformance.Prepare
 		if side.Unfused {
 			prep = conformance.PrepareUnfused
 		}
-		p, err := prep(r.Profiler(), s.Manifest.Op, s)
+		p, err := prep(side.Timer.Profiler(), s.Manifest.Op, s)
 		if err != nil {
 			return nil, nil, err
 		}
-		timer, err := r.Profiler().NewTimer()
+		defer p.Free()
+		launches[i] = p.Launch
+	}
+	return interleave(base, cand, launches, o)
+}
+
+// interleave warms each side's launch up, then times Repeats launches of each, alternating
+// which side goes first so that drift and order effects hit both alike.
+func interleave(base, cand Side, launches [2]func() error, o RunOptions) (tb, tc []float64, err error) {
+	runners := [2]*bench.Runner{base.Timer, cand.Timer}
+	var timers [2]backend.Timer
+	for i, r := range runners {
+		t, err := r.Profiler().NewTimer()
 		if err != nil {
-			p.Free()
 			return nil, nil, err
 		}
-		sides[i] = &prepared{r: r, p: p, timer: timer}
+		defer t.Close()
+		timers[i] = t
 		for w := 0; w < o.Warmup; w++ {
-			if err := p.Launch(); err != nil {
+			if err := launches[i](); err != nil {
 				return nil, nil, err
 			}
 		}
 	}
-	for i := 0; i < o.Repeats; i++ {
-		order := []*prepared{sides[0], sides[1]}
-		if i%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, p := range order {
-			ms, err := p.r.TimeOnce(p.p.Launch, p.timer)
+	var times [2][]float64
+	for rep := 0; rep < o.Repeats; rep++ {
+		for k := 0; k < 2; k++ {
+			i := k ^ rep%2
+			ms, err := runners[i].TimeOnce(launches[i], timers[i])
 			if err != nil {
 				return nil, nil, err
 			}
-			p.times = append(p.times, ms)
+			times[i] = append(times[i], ms)
 		}
 	}
-	return sides[0].times, sides[1].times, nil
+	return times[0], times[1], nil
 }
 
 // RunModelSets runs every model set on both sides: each tap of prefill and the stored decode
 // steps against its limit (the worst budget names the tap), then greedy generation against the
-// reference's tokens. Model sets are not timed here (touchstone bench-model times models).
-func RunModelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances) []Case {
+// reference's tokens. Where both sides can be timed and both ran, each side's whole greedy
+// pass is timed (modelPass), the two alternating as kernel sets do.
+func RunModelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances, o RunOptions) ([]Case, error) {
+	timed := base.Timer != nil && cand.Timer != nil
+	if timed && (o.Warmup < 1 || o.Repeats < 1) {
+		return nil, fmt.Errorf("abtest: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
+	}
 	var cases []Case
 	for _, s := range sets {
-		cases = append(cases, Case{ID: s.ID(), Baseline: measureModel(base.Backend, s, tols), Candidate: measureModel(cand.Backend, s, tols)})
+		c := Case{ID: s.ID(), Baseline: measureModel(base.Backend, s, tols), Candidate: measureModel(cand.Backend, s, tols)}
+		if timed && ran(c.Baseline) && ran(c.Candidate) {
+			tb, tc, err := timeModelPair(base, cand, s, o)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", s.ID(), err)
+			}
+			c.Baseline.TimesMS, c.Candidate.TimesMS = tb, tc
+		}
+		cases = append(cases, c)
 	}
-	return cases
+	return cases, nil
+}
+
+// timeModelPair loads the set's model on both sides' timing backends and times modelPass on
+// each alternately.
+func timeModelPair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, err error) {
+	var launches [2]func() error
+	for i, side := range []Side{base, cand} {
+		m, p, err := model.LoadSet(side.Timer.Profiler(), s)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer m.Close()
+		launch, err := modelPass(m, s, p)
+		if err != nil {
+			return nil, nil, err
+		}
+		launches[i] = launch
+	}
+	return interleave(base, cand, launches, o)
+}
+
+// modelPass is the set's greedy generation as the device sees it: the prefill (which empties
+// the cache first) of the prompt, then one decode step for each reference token but the last (the
+// steps Greedy runs), every logit left on the device. Feeding the reference's tokens keeps the
+// work identical on both sides whatever either would pick. One timed run is the whole pass,
+// host gaps between ops included, as a caller of the model would see it.
+func modelPass(m *model.Model, s *golden.Set, p *model.SetParams) (func() error, error) {
+	toks, err := s.Tensor("greedy_tokens")
+	if err != nil {
+		return nil, err
+	}
+	steps := p.GreedyTokens - 1
+	if steps < 0 || len(toks.I32) < steps {
+		return nil, fmt.Errorf("%s: %d greedy tokens stored, params.greedy_tokens %d", s.ID(), len(toks.I32), p.GreedyTokens)
+	}
+	decode := toks.I32[:steps]
+	return func() error {
+		if err := m.PrefillOnDevice(p.PromptIDs); err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		for _, id := range decode {
+			if err := m.DecodeOnDevice(id); err != nil {
+				return fmt.Errorf("decode at position %d: %w", m.Pos(), err)
+			}
+		}
+		return nil
+	}, nil
 }
 
 func measureModel(b backend.Backend, s *golden.Set, tols *compare.Tolerances) Measurement {

@@ -1,6 +1,10 @@
 package abtest
 
 import (
+	"slices"
+	"time"
+
+	"github.com/touchstone-llm/touchstone/engine/bench"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -94,7 +98,10 @@ func TestRunModelSets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cases := RunModelSets(Side{Name: "cpu", Backend: cpu.New()}, Side{Name: "theta", Backend: wrongTheta{cpu.New()}}, []*golden.Set{set}, tols)
+	cases, err := RunModelSets(Side{Name: "cpu", Backend: cpu.New()}, Side{Name: "theta", Backend: wrongTheta{cpu.New()}}, []*golden.Set{set}, tols, RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r, err := Judge("cpu", "theta", cases, Options{BudgetMargin: 0.1})
 	if err != nil {
 		t.Fatal(err)
@@ -102,5 +109,71 @@ func TestRunModelSets(t *testing.T) {
 	o := r.Outcomes[0]
 	if o.Baseline.Status != Pass || o.Accuracy != AccuracyRegressed || !strings.Contains(o.Why, "first failing tap prefill.layers.0.") {
 		t.Fatalf("%+v\n%s", o, r.Markdown())
+	}
+}
+
+// wallClock is the cpu backend as a bench.Profiler: wall-clock timers (the cpu backend's work
+// is synchronous), so the timed paths of RunKernelSets and RunModelSets run in CI.
+type wallClock struct{ *cpu.Backend }
+
+type wallTimer struct{ start time.Time }
+
+func (t *wallTimer) Start() error                     { t.start = time.Now(); return nil }
+func (t *wallTimer) Stop() (time.Duration, error)     { return time.Since(t.start), nil }
+func (t *wallTimer) Close() error                     { return nil }
+func (wallClock) NewTimer() (backend.Timer, error)    { return &wallTimer{}, nil }
+func (wallClock) CopyBandwidthGBps() (float64, error) { return 1, nil }
+
+func timedSide(t *testing.T, name string) Side {
+	t.Helper()
+	p := wallClock{cpu.New()}
+	r, err := bench.NewRunner(p, bench.Options{Warmup: 1, Repeats: 3, FlushBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return Side{Name: name, Backend: p, Timer: r}
+}
+
+// Timed model sets: each side's whole greedy pass, Repeats times, interleaved; the wall-clock
+// times are real work (a prefill of the prompt and its decode steps), never zero.
+func TestRunModelSetsTimesTheGreedyPass(t *testing.T) {
+	set, err := golden.Load(filepath.Join("..", "..", "golden", "models", "gpt2-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tols, err := compare.LoadTolerances(filepath.Join("..", "..", "golden", "tolerances.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases, err := RunModelSets(timedSide(t, "a"), timedSide(t, "b"), []*golden.Set{set}, tols, RunOptions{Warmup: 1, Repeats: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []Measurement{cases[0].Baseline, cases[0].Candidate} {
+		if m.Status != Pass || len(m.TimesMS) != 3 || slices.Min(m.TimesMS) <= 0 {
+			t.Fatalf("%+v", m)
+		}
+	}
+	r, err := Judge("a", "b", cases, Options{BudgetMargin: 0.1, MinEffect: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := r.Outcomes[0]; o.Speed == SpeedNone || o.BaselineMS <= 0 || r.ExitCode() != ExitAccepted {
+		t.Fatalf("%+v\n%s", o, r.Markdown())
+	}
+	if _, err := RunModelSets(timedSide(t, "a"), timedSide(t, "b"), []*golden.Set{set}, tols, RunOptions{}); err == nil {
+		t.Fatal("timed runs with 0 repeats were accepted")
+	}
+}
+
+func TestRunKernelSetsTimesBothSides(t *testing.T) {
+	sets, tols := committedSets(t, "gelu")
+	cases, err := RunKernelSets(timedSide(t, "a"), timedSide(t, "b"), sets[:1], tols, RunOptions{Warmup: 1, Repeats: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, c := cases[0].Baseline.TimesMS, cases[0].Candidate.TimesMS; len(b) != 3 || len(c) != 3 || slices.Min(b) <= 0 || slices.Min(c) <= 0 {
+		t.Fatalf("%+v", cases[0])
 	}
 }

@@ -56,6 +56,9 @@ type Options struct {
 	Warmup  int
 	Repeats int
 	Seed    uint64
+	// FlushBytes sizes the L2 flush before each timed launch; 0 means flushBytes. Only a
+	// test of the timing paths on the cpu backend, where there is no L2 to evict, sets it.
+	FlushBytes int
 }
 
 // ErrGuards refuses to time a backend whose guard regions are on: every op would include the
@@ -88,6 +91,9 @@ func NewRunner(p Profiler, o Options) (*Runner, error) {
 		return nil, fmt.Errorf("bench: copy bandwidth: %w", err)
 	}
 	n := flushBytes / 2
+	if o.FlushBytes > 0 {
+		n = o.FlushBytes / 2
+	}
 	a, err := p.Alloc(tensor.F16, n)
 	if err != nil {
 		return nil, err
