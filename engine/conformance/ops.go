@@ -243,6 +243,7 @@ func init() {
 		c.do(func() error { return c.b.AttentionScoresSoftmax(probs, q, k, cfg) })
 		c.output("probs", probs)
 	})
+	unfused["attention_scores_softmax"] = scoresSoftmaxUnfused
 	register("attention_decode", func(c *call) {
 		var p decodeParams
 		c.params(&p)
