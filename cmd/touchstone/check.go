@@ -18,6 +18,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/model"
 	"github.com/touchstone-llm/touchstone/engine/sample"
 )
 
@@ -29,6 +30,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	tier := fs.String("tier", "all", "golden tier to run: committed | full | all")
 	var ops multiFlag
 	fs.Var(&ops, "op", "run only this op (repeatable)")
+	kindFlag := fs.String("kind", "all", "what to check: kernels, models, sampling or all; a comma list selects several (-op selects kernels only)")
 	verbose := fs.Bool("v", false, "print every metric of every output, not just the one closest to its limit")
 	unsupportedFlag := fs.String("unsupported", "", "skip | fail: what a case the backend does not implement counts as; fail applies to ops the backend claims (default: $"+conformance.EnvUnsupported+", else skip)")
 	if err := fs.Parse(args); err != nil {
@@ -47,6 +49,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "touchstone: unknown op %q (ops: %v)\n", op, backend.Ops)
 			return 2
 		}
+	}
+	kinds, err := checkKinds(*kindFlag, len(ops) > 0)
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
 	}
 	if *tier != "all" && *tier != "committed" && *tier != "full" {
 		fmt.Fprintf(stderr, "touchstone: -tier %q: want committed, full or all\n", *tier)
@@ -103,7 +110,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, s := range sets {
 		m := s.Manifest
-		if m.Kind != "kernel" || (*tier != "all" && m.Tier != *tier) || (len(ops) > 0 && !slices.Contains(ops, m.Op)) {
+		if m.Kind != golden.KindKernel || !kinds[golden.KindKernel] || (*tier != "all" && m.Tier != *tier) || (len(ops) > 0 && !slices.Contains(ops, m.Op)) {
 			continue
 		}
 		name := m.Case
@@ -145,10 +152,39 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			failed++
 		}
 	}
+	// Model sets: one row per set, its worst tap against its limit, then the taps, greedy
+	// and seeded verdicts under it (checkmodels.go).
+	for _, s := range sets {
+		m := s.Manifest
+		if m.Kind != golden.KindModel || !kinds[golden.KindModel] || (*tier != "all" && m.Tier != *tier) {
+			continue
+		}
+		name := filepath.Base(s.Dir)
+		if m.Tier != "committed" {
+			name += " [" + m.Tier + "]"
+		}
+		mdl, p, err := model.LoadSet(sel.Backend, s)
+		if err != nil {
+			notRun("model", name, err)
+			continue
+		}
+		v, err := checkModelSet(mdl, s, p, tols)
+		mdl.Close()
+		if err != nil {
+			notRun("model", name, err)
+			continue
+		}
+		printModelRow(tw, stdout, name, v)
+		if v.pass() {
+			passed++
+		} else {
+			failed++
+		}
+	}
 	// Seeded sampling (docs/sampling.md): one row per sampling set, whose cases must all
 	// draw the reference's tokens and Philox words.
 	for _, s := range sets {
-		if s.Manifest.Kind != golden.KindSampling || len(ops) > 0 || (*tier != "all" && s.Manifest.Tier != *tier) {
+		if s.Manifest.Kind != golden.KindSampling || !kinds[golden.KindSampling] || (*tier != "all" && s.Manifest.Tier != *tier) {
 			continue
 		}
 		rep, err := sample.CheckSet(sel.Backend, s)
@@ -185,6 +221,32 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// checkKinds parses -kind into the set kinds to run. With -op and the default, kernels only:
+// an op names a kernel.
+func checkKinds(flagValue string, opsGiven bool) (map[string]bool, error) {
+	kinds := map[string]bool{}
+	for _, k := range strings.Split(flagValue, ",") {
+		switch strings.TrimSpace(k) {
+		case "all":
+			kinds[golden.KindKernel] = true
+			kinds[golden.KindModel] = !opsGiven
+			kinds[golden.KindSampling] = !opsGiven
+		case "kernels":
+			kinds[golden.KindKernel] = true
+		case "models":
+			kinds[golden.KindModel] = true
+		case "sampling":
+			kinds[golden.KindSampling] = true
+		default:
+			return nil, fmt.Errorf("-kind %q: want kernels, models, sampling or all (a comma list selects several)", flagValue)
+		}
+	}
+	if opsGiven && (kinds[golden.KindModel] || kinds[golden.KindSampling]) && !kinds[golden.KindKernel] {
+		return nil, fmt.Errorf("-op selects kernel sets, and -kind %q has none", flagValue)
+	}
+	return kinds, nil
 }
 
 // binding is the check closest to (or furthest past) its limit: the one that decides how

@@ -185,3 +185,105 @@ func TestCheckFallbackIsOneLineAndListsPathsWithV(t *testing.T) {
 		t.Fatalf("-v does not list the paths searched:\n%s", out)
 	}
 }
+
+// modelRoot is a golden root holding one rmsnorm case and the committed model set name.
+func modelRoot(t *testing.T, name string) string {
+	t.Helper()
+	root, _ := committedSet(t, "rmsnorm", firstCase(t, "rmsnorm"))
+	src := filepath.Join("..", "..", "golden", "models", name)
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		copyFile(t, filepath.Join(src, e.Name()), filepath.Join(root, "models", name, e.Name()))
+	}
+	return root
+}
+
+// modelRows returns the set's rows of the check table, by what they report (the worst tap's
+// row is keyed "worst").
+func modelRows(t *testing.T, out, set string) map[string][]string {
+	t.Helper()
+	rows := map[string][]string{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[0] != "model" || f[1] != set {
+			continue
+		}
+		key := f[2]
+		if key != "taps" && key != "greedy" && key != "seeded" {
+			key = "worst"
+		}
+		rows[key] = f[2:]
+	}
+	if len(rows) != 4 {
+		t.Fatalf("want the worst-tap, taps, greedy and seeded rows of %s:\n%s", set, out)
+	}
+	return rows
+}
+
+// The main table holds the model sets: each set's worst tap, its taps, greedy and seeded
+// verdicts; a model bug fails the set's row and names the first failing tap.
+func TestCheckModelRows(t *testing.T) {
+	root := modelRoot(t, "gpt2-tiny")
+	useBackend(t, cpu.New())
+	code, out, errs := runCLI("check", "-golden", root)
+	if code != 0 || !strings.Contains(out, "2 passed, 0 failed") {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	rows := modelRows(t, out, "gpt2-tiny")
+	for key, r := range rows {
+		if r[len(r)-1] != "PASS" {
+			t.Errorf("%s row %v", key, r)
+		}
+	}
+	if !strings.HasPrefix(rows["worst"][0], "prefill.") && !strings.HasPrefix(rows["worst"][0], "decode.") {
+		t.Errorf("worst row names no tap: %v", rows["worst"])
+	}
+	if got := strings.Join(rows["greedy"], " "); !strings.Contains(got, "32 of 32") {
+		t.Errorf("greedy row %q", got)
+	}
+
+	// -kind selects: kernels only, models only.
+	_, out, _ = runCLI("check", "-golden", root, "-kind", "kernels")
+	if strings.Contains(out, "gpt2-tiny") || !strings.Contains(out, "1 passed") {
+		t.Errorf("-kind kernels ran the model set:\n%s", out)
+	}
+	_, out, _ = runCLI("check", "-golden", root, "-kind", "models")
+	if strings.Contains(out, "rmsnorm") || !strings.Contains(out, "1 passed") {
+		t.Errorf("-kind models ran the kernel set:\n%s", out)
+	}
+
+	useBackend(t, layerNormWithoutBeta{cpu.New()})
+	code, out, _ = runCLI("check", "-golden", root, "-kind", "models")
+	if code != 1 || !strings.Contains(out, "0 passed, 1 failed") {
+		t.Fatalf("a model without the layernorm bias passed: exit %d\n%s", code, out)
+	}
+	rows = modelRows(t, out, "gpt2-tiny")
+	if taps := strings.Join(rows["taps"], " "); !strings.Contains(taps, ", first prefill.layers.0.attn_norm") || !strings.HasSuffix(taps, "FAIL") {
+		t.Errorf("taps row %q does not name the first failing tap", taps)
+	}
+}
+
+func TestCheckRejectsABadKind(t *testing.T) {
+	for _, args := range [][]string{{"-kind", "model"}, {"-kind", "models", "-op", "gelu"}} {
+		code, _, errs := runCLI(append([]string{"check"}, args...)...)
+		if code != 2 || !strings.Contains(errs, "-kind") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
+		}
+	}
+}
+
+// layerNormWithoutBeta is the cpu backend with the layernorm's beta dropped, a realistic slip
+// that every GPT-2 tap after the first norm shows.
+type layerNormWithoutBeta struct{ *cpu.Backend }
+
+func (l layerNormWithoutBeta) LayerNorm(out, x, gamma, beta backend.Buffer, eps float32) error {
+	zero, err := l.Backend.Alloc(beta.DType(), beta.Shape()...)
+	if err != nil {
+		return err
+	}
+	defer zero.Free()
+	return l.Backend.LayerNorm(out, x, gamma, zero, eps)
+}

@@ -1,6 +1,6 @@
 // Command touchstone runs the conformance check outside Ginkgo and maintains golden data.
 //
-//	touchstone check [flags]          conformance table of every kernel case on a backend
+//	touchstone check [flags]          conformance table of every kernel, model and sampling set
 //	touchstone golden verify [flags]  checksums, headers and manifests of every golden set
 //	touchstone bench [flags]          kernel timings beside PyTorch on the same GPU
 //	touchstone bench-model <set>...   whole-model prefill and decode timings beside transformers
@@ -17,7 +17,7 @@ import (
 const usage = `usage: touchstone <command> [flags]
 
 commands:
-  check            run every kernel golden case on a backend and print the conformance table
+  check            run every kernel, model and sampling golden set on a backend and print the conformance table
   golden verify    verify every golden set: manifest, checksums, .npy headers, unlisted files
   bench            time every kernel on the GPU beside PyTorch's equivalent op
   bench-model <m>  time whole-model prefill and decode on the GPU beside transformers (eager; static cache + torch.compile)
