@@ -17,6 +17,7 @@ const ManifestName = "manifest.json"
 type Set struct {
 	Dir      string
 	Manifest Manifest
+	kept     *keptTensors // set by KeepTensors: each tensor read and checked once
 }
 
 // Load reads and validates dir/manifest.json. It does not touch the tensors: Tensor and

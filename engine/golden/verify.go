@@ -18,6 +18,14 @@ import (
 // hash to the manifest's sha256, that it decodes, and that the decoded dtype and shape are the
 // manifest's. A tensor that fails any check is never returned.
 func (s *Set) Tensor(name string) (*tensor.Tensor, error) {
+	if s.kept != nil {
+		return s.kept.get(s, name)
+	}
+	return s.readTensor(name)
+}
+
+// readTensor is Tensor without the kept copies.
+func (s *Set) readTensor(name string) (*tensor.Tensor, error) {
 	f, ok := s.File(name)
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor named %q", s.manifestPath(), name)

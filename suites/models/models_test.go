@@ -32,16 +32,45 @@ var _ = Describe("model golden sets", harness.Model, func() {
 	})
 })
 
-// loadModel loads a set's checkpoint onto the suite's backend, freed when the spec ends.
-// Every model spec passes the error of each run through harness.SkipUnsupported first: a
-// model one of whose op calls the backend does not implement gets the unsupported verdict,
-// as a kernel case does.
+// loaded holds each set's model, loaded once per process on the first spec that needs it and
+// shared by every later spec of the set (a checkpoint load is most of a full-size spec's time):
+// each spec's changes (a broken variant's, Fused, graph use) are undone when it ends
+// (Model.Snapshot). The models stay until the suite ends: the process holds every set's
+// weights at once.
+var loaded = map[string]*loadedModel{}
+
+type loadedModel struct {
+	m   *model.Model
+	p   *model.SetParams
+	err error
+}
+
+var _ = AfterSuite(func() {
+	for dir, lm := range loaded {
+		if lm.m != nil {
+			lm.m.Close()
+		}
+		delete(loaded, dir)
+	}
+})
+
+// loadModel returns the set's model on the suite's backend, loading it on first use, with the
+// set's tensors kept in memory after their first read (golden.Set.KeepTensors). Every model
+// spec passes the error of each run through harness.SkipUnsupported first: a model one of
+// whose op calls the backend does not implement gets the unsupported verdict, as a kernel case
+// does.
 func loadModel(s *golden.Set) (*model.Model, *model.SetParams) {
-	m, p, err := model.LoadSet(dev, s)
-	harness.SkipUnsupported(err)
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(m.Close)
-	return m, p
+	lm, ok := loaded[s.Dir]
+	if !ok {
+		s.KeepTensors()
+		m, p, err := model.LoadSet(dev, s)
+		lm = &loadedModel{m, p, err}
+		loaded[s.Dir] = lm
+	}
+	harness.SkipUnsupported(lm.err)
+	Expect(lm.err).NotTo(HaveOccurred())
+	DeferCleanup(lm.m.Snapshot())
+	return lm.m, lm.p
 }
 
 // attachLayerDiff adds the layer-diff table as a report entry and returns it.
