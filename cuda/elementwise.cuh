@@ -1,8 +1,8 @@
 /*
  * elementwise.cuh — everything the fp16 elementwise ops (residual_add, swiglu, gelu,
- * gelu_tanh) share: loop bodies, kernels, launchers and ABI entries, generic over the op's
- * math. Each op's .cu file holds its functor (its math, with the why of its numerics) and a
- * one-line ts_* entry.
+ * gelu_tanh, gelu_scale) share: loop bodies, kernels, launchers and ABI entries, generic over the
+ * op's math. Each op's .cu file holds its functor (its math, with the why of its numerics) and a
+ * one-line ts_* entry (gelu_scale, whose functor carries its scale, an entry of its own).
  *
  * Grid-stride loops over n elements. VEC (every pointer 16-byte aligned): 16-byte accesses of
  * 8 halves, kElementwiseUnroll of them in flight per thread, then a scalar tail of n % 8
@@ -111,11 +111,13 @@ int elementwise_grid(const char *op, Kernel kernel, int64_t n, bool vec, std::at
 }
 
 /* The kernels, launchers and ABI entries of the elementwise ops, generic over the op's math F
- * (a functor of one or two floats), so each op's file holds only its math and its name. */
+ * (a functor of one or two floats), so each op's file holds only its math and its name. A unary
+ * functor travels by value as a kernel argument, so it may carry parameters (gelu_scale's scale);
+ * the others are empty. */
 
 template <bool VEC, class F>
-__global__ void __launch_bounds__(kElementwiseThreads) unary_kernel(__half *out, const __half *x, int64_t n) {
-    unary_body<VEC>(out, x, n, F{});
+__global__ void __launch_bounds__(kElementwiseThreads) unary_kernel(__half *out, const __half *x, int64_t n, F f) {
+    unary_body<VEC>(out, x, n, f);
 }
 
 template <bool VEC, class F>
@@ -135,13 +137,13 @@ int launch_elementwise(const char *op, Kernel kernel, std::atomic<uint64_t> &cac
     return TS_OK;
 }
 
-/* out = F(x): 16-byte vectors when every pointer is 16-byte aligned, else scalar. */
+/* out = f(x): 16-byte vectors when every pointer is 16-byte aligned, else scalar. */
 template <class F>
-int launch_unary(const char *op, __half *out, const __half *x, int64_t n, cudaStream_t stream) {
+int launch_unary(const char *op, __half *out, const __half *x, int64_t n, cudaStream_t stream, F f = F{}) {
     static std::atomic<uint64_t> vec_cache{0}, scalar_cache{0}; /* one per F and path */
     if (aligned16(out) && aligned16(x))
-        return launch_elementwise(op, unary_kernel<true, F>, vec_cache, n, true, stream, out, x, n);
-    return launch_elementwise(op, unary_kernel<false, F>, scalar_cache, n, false, stream, out, x, n);
+        return launch_elementwise(op, unary_kernel<true, F>, vec_cache, n, true, stream, out, x, n, f);
+    return launch_elementwise(op, unary_kernel<false, F>, scalar_cache, n, false, stream, out, x, n, f);
 }
 
 /* out = F(a, b). */

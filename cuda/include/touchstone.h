@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 7
+#define TS_ABI_VERSION 8
 
 typedef enum {
     TS_OK = 0,
@@ -257,6 +257,14 @@ typedef struct {
     int gelu; /* ts_gelu_kind */
 } ts_gpt_ffn_config;
 
+/* gelu_scale: n elements, any shape; gelu is a ts_gelu_kind, scale any finite float. */
+typedef struct {
+    ts_dtype dtype;
+    int64_t n;
+    int gelu; /* ts_gelu_kind */
+    float scale;
+} ts_gelu_scale_config;
+
 /* embedding: out[t] = table[ids[t]], table [table_rows, hidden] (table_rows = vocab).
  * pos_embedding: out[t] = x[t] + table[positions[t]], table [table_rows, hidden]. */
 typedef struct {
@@ -379,6 +387,12 @@ int ts_gpt_ffn(void *out, const void *x, const void *w1, const void *b1, const v
 int ts_gelu(void *out, const void *x, const ts_elementwise_config *cfg, void *stream);
 /* tanh approximation (GPT-2 gelu_new) */
 int ts_gelu_tanh(void *out, const void *x, const ts_elementwise_config *cfg, void *stream);
+/* out = gelu(x) * scale with the GELU of cfg->gelu, kept in fp32 through the scale until the one
+ * rounding of out; out may equal x. Unfused equivalent: gelu or gelu_tanh(h, x), then gemm(out, h,
+ * w) with h and out viewed as [n, 1] and w = [[scale]] an fp16 [1, 1] (one exact product, one
+ * rounding): it differs from the fused op by the rounding of h, and by that of scale where scale
+ * is not exact in fp16. */
+int ts_gelu_scale(void *out, const void *x, const ts_gelu_scale_config *cfg, void *stream);
 int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t *positions,
                      const ts_embedding_config *cfg, void *stream);
 int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg, void *stream);

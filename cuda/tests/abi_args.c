@@ -181,6 +181,30 @@ int main(void) {
            "0");
     expect("gpt_ffn null w2", ts_gpt_ffn(P, P, P, NULL, NULL, NULL, &gf, NULL), TS_ERR_INVALID_ARGUMENT, "gpt_ffn", "w2",
            "NULL");
+    ts_gelu_scale_config gs = {TS_F16, 3072, TS_GELU_ERF, -0.75f};
+    expect("gelu_scale valid", ts_gelu_scale(P2, P, &gs, NULL), TS_ERR_NOT_INITIALIZED, "gelu_scale", "ts_init", NULL);
+    expect("gelu_scale in place valid", ts_gelu_scale(P, P, &gs, NULL), TS_ERR_NOT_INITIALIZED, "gelu_scale", "ts_init",
+           NULL);
+    ts_gelu_scale_config gs0 = gs;
+    gs0.gelu = 2;
+    expect("gelu_scale gelu kind", ts_gelu_scale(P, P, &gs0, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "gelu", "2");
+    gs0 = gs;
+    gs0.scale = INFINITY;
+    expect("gelu_scale scale inf", ts_gelu_scale(P, P, &gs0, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "scale", "inf");
+    gs0.scale = NAN;
+    expect("gelu_scale scale nan", ts_gelu_scale(P, P, &gs0, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "scale", "nan");
+    gs0 = gs;
+    gs0.scale = 0.0f; /* any finite scale is valid, zero and negative ones too */
+    expect("gelu_scale scale 0 valid", ts_gelu_scale(P, P, &gs0, NULL), TS_ERR_NOT_INITIALIZED, "gelu_scale", "ts_init",
+           NULL);
+    gs0 = gs;
+    gs0.n = 0;
+    expect("gelu_scale n 0", ts_gelu_scale(P, P, &gs0, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "n", "0");
+    gs0 = gs;
+    gs0.dtype = TS_F32;
+    expect("gelu_scale dtype f32", ts_gelu_scale(P, P, &gs0, NULL), TS_ERR_UNSUPPORTED, "gelu_scale", "dtype", NULL);
+    expect("gelu_scale null x", ts_gelu_scale(P, NULL, &gs, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "x", "NULL");
+    expect("gelu_scale null cfg", ts_gelu_scale(P, P, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "cfg", "NULL");
     ts_embedding_config v0 = ec;
     v0.table_rows = 0;
     expect("embedding vocab 0", ts_embedding(P, P, P, &v0, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "table_rows", "0");

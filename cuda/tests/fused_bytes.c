@@ -1,7 +1,7 @@
 /*
  * fused_bytes: each fused op and its unfused composition (the equivalent touchstone.h states)
- * once, at the decode shapes of Qwen2.5-0.5B, Phi-3-mini and GPT-2, for a profiler to count the
- * DRAM bytes each form moves:
+ * once, at the decode shapes of Qwen2.5-0.5B, Phi-3-mini and GPT-2 (gelu_scale, elementwise, at 128
+ * tokens of GPT-2's FFN width), for a profiler to count the DRAM bytes each form moves:
  *
  *     make fused-bytes   (ncu --metrics dram__bytes_read.sum,dram__bytes_write.sum, one row per kernel)
  *
@@ -99,6 +99,18 @@ static void swiglu_unfused(void **a) {
     check(ts_swiglu(a[0], a[3], a[4], &e, NULL), "swiglu");
 }
 
+/* gelu_scale: a = {out, x, h, w} (w the [1, 1] weight of the unfused gemm by [[scale]]) */
+static void gelu_scale_fused(void **a) {
+    ts_gelu_scale_config c = {TS_F16, (int64_t)N, TS_GELU_ERF, 0.125f};
+    check(ts_gelu_scale(a[0], a[1], &c, NULL), "gelu_scale");
+}
+static void gelu_scale_unfused(void **a) {
+    ts_elementwise_config e = {TS_F16, N};
+    ts_gemm_config g = {TS_F16, TS_F16, N, 1, 1};
+    check(ts_gelu(a[2], a[1], &e, NULL), "gelu");
+    check(ts_gemm(a[0], a[2], a[3], NULL, &g, NULL), "gemm by [[scale]]");
+}
+
 static void norm_case(const char *name, int h, int n, int bias) {
     H = h, N = n;
     void *a[8] = {f16(n, 1), f16(h, 1), f16(h, 0), f16(h, 0), f16(h, 0), f16((size_t)n * h, 0), bias ? f16(n, 0) : NULL,
@@ -130,6 +142,13 @@ int main(void) {
         run("gpt_ffn gpt2 (H 768, F 3072, tanh) fused", ffn_fused, a);
         run("gpt_ffn gpt2 (H 768, F 3072, tanh) unfused", ffn_unfused, a);
         for (int i = 0; i < 8; ++i) ts_free(a[i]);
+    }
+    {
+        N = 128 * 3072; /* GPT-2's activation for 128 tokens */
+        void *a[4] = {f16((size_t)N, 1), f16((size_t)N, 0), f16((size_t)N, 1), f16(1, 0)};
+        run("gelu_scale gpt2 FFN width, 128 tokens (n 393216, erf) fused", gelu_scale_fused, a);
+        run("gelu_scale gpt2 FFN width, 128 tokens (n 393216, erf) unfused", gelu_scale_unfused, a);
+        for (int i = 0; i < 4; ++i) ts_free(a[i]);
     }
     {
         H = 896, F = 4864;

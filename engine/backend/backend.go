@@ -113,6 +113,11 @@ type Kernels interface {
 	GELU(out, x Buffer) error
 	// GELUTanh is the tanh approximation (GPT-2's gelu_new).
 	GELUTanh(out, x Buffer) error
+	// GELUScale computes out = GELU(x) * scale elementwise, the exact GELU or (tanh) the tanh
+	// form, kept in fp32 through the scale until one rounding; scale is any finite float and out
+	// may be x. Unfused equivalent: GELU or GELUTanh(h, x), then Gemm(out, h, w, nil) with h and
+	// out viewed as [n, 1] and w = [[fp16(scale)]] [1, 1] (one exact product, one rounding).
+	GELUScale(out, x Buffer, tanh bool, scale float32) error
 	// PosEmbedding adds learned absolute position rows: out = x [T, H] + table[positions].
 	PosEmbedding(out, x, table, positions Buffer) error
 	// Embedding gathers rows of table [V, H] by the i32 ids [T] into out [T, H].
@@ -176,7 +181,7 @@ type Backend interface {
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
 	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "swiglu_gemm", "gpt_ffn",
-	"gelu", "gelu_tanh",
+	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }
 

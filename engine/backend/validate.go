@@ -28,6 +28,20 @@ func CheckUnary(op string, out, x Buffer) error {
 	return c.Err()
 }
 
+// CheckGELUScale validates gelu_scale: CheckUnary's shapes and a finite scale.
+func CheckGELUScale(out, x Buffer, scale float32) error {
+	c := Validate("gelu_scale")
+	s := float64(scale)
+	c.That(!math.IsInf(s, 0) && !math.IsNaN(s), "scale", fmtF(scale), "must be finite")
+	c.DType("x", x, tensor.F16)
+	c.MinRank("x", x, 1)
+	if c.Err() == nil {
+		c.DType("out", out, tensor.F16)
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
 // CheckBinary validates an fp16 elementwise op of two tensors of one shape.
 func CheckBinary(op, aName, bName string, out, a, b Buffer) error {
 	c := Validate(op)

@@ -50,6 +50,8 @@ func Cases() []Case {
 			Bytes:  4*n*f16 + hidden*f16},
 		{Name: "gelu 4096x4096", Op: "gelu", Params: `{"inplace": false}`, Inputs: []conformance.InputSpec{x}, Bytes: 2 * n * f16},
 		{Name: "gelu_tanh 4096x4096", Op: "gelu_tanh", Params: `{"inplace": false}`, Inputs: []conformance.InputSpec{x}, Bytes: 2 * n * f16},
+		{Name: "gelu_scale 4096x4096 erf", Op: "gelu_scale", Params: `{"gelu": "erf", "scale": 0.125, "inplace": false}`, Inputs: []conformance.InputSpec{x}, Bytes: 2 * n * f16},
+		{Name: "gelu_scale 4096x4096 tanh", Op: "gelu_scale", Params: `{"gelu": "tanh", "scale": -0.75, "inplace": false}`, Inputs: []conformance.InputSpec{x}, Bytes: 2 * n * f16},
 		{Name: "swiglu 4096x4096", Op: "swiglu", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("gate", tensor.F16, []int{rows, hidden}, normal(2, 0)), in("up", tensor.F16, []int{rows, hidden}, nil)},
 			Bytes:  3 * n * f16},

@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"errors"
+	"math"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -65,6 +66,9 @@ var badCalls = []badCall{
 	}, []int{2, 16}},
 	{"gelu", "out", "f16[3,5]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
 		return b.GELU(out, f16(3, 4))
+	}, []int{3, 5}},
+	{"gelu_scale", "scale", "NaN", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.GELUScale(out, f16(3, 5), true, float32(math.NaN()))
 	}, []int{3, 5}},
 }
 

@@ -81,6 +81,9 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("gpt_ffn: the down projection's bias dropped", "gpt_ffn", gptFFNNoB2{cpu.New()}, "gpt2"),
 		Entry("gelu: tanh approximation where erf is expected", "gelu", geluTanhForErf{cpu.New()}, "gpt2"),
 		Entry("gelu_tanh: erf where the tanh approximation is expected", "gelu_tanh", geluErfForTanh{cpu.New()}, "gpt2"),
+		Entry("gelu_scale: the scale applied to the input, gelu(scale x)", "gelu_scale", geluScaleOfScaledInput{cpu.New()}, "gpt2-ffn_t1_erf_s0.125"),
+		Entry("gelu_scale: the scale applied to the input, caught at a scale near 1 too", "gelu_scale", geluScaleOfScaledInput{cpu.New()}, "s1oversqrt2"),
+		Entry("gelu_scale: tanh GELU where erf is asked and vice versa", "gelu_scale", geluScaleFlippedGELU{cpu.New()}, "odd-h1001_t1_tanh"),
 		Entry("pos_embedding: position off by one", "pos_embedding", posEmbedOffByOne{cpu.New()}, "gpt2"),
 		Entry("embedding: row off by one", "embedding", embeddingOffByOne{cpu.New()}, "qwen"),
 		Entry("set_rows: writes src row i to rows[i]+1", "set_rows", setRowsOffByOne{cpu.New()}, "decode"),
@@ -313,6 +316,33 @@ func (k geluTanhForErf) GELU(out, x backend.Buffer) error { return k.Backend.GEL
 type geluErfForTanh struct{ *cpu.Backend }
 
 func (k geluErfForTanh) GELUTanh(out, x backend.Buffer) error { return k.Backend.GELU(out, x) }
+
+// geluScaleOfScaledInput scales the input instead of the output, gelu(scale x) for gelu(x)
+// scale: the fold of a scale into the wrong side of the activation (the two agree only where the
+// GELU is linear, and GELU is not). x scale is computed exactly here (every committed scale but
+// 1/sqrt(2) is exact in fp16), then rounded to fp16 as a kernel reading it would not: the bug is
+// orders of magnitude above that rounding.
+type geluScaleOfScaledInput struct{ *cpu.Backend }
+
+func (k geluScaleOfScaledInput) GELUScale(out, x backend.Buffer, tanh bool, scale float32) error {
+	sx, err := mutated(k, x, func(t *tensor.Tensor) {
+		for i, v := range t.F16 {
+			t.F16[i] = float16.Fromfloat32(v.Float32() * scale)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer sx.Free()
+	return k.Backend.GELUScale(out, sx, tanh, 1)
+}
+
+// geluScaleFlippedGELU applies the other GELU form than the one asked (gelu_new for gelu).
+type geluScaleFlippedGELU struct{ *cpu.Backend }
+
+func (k geluScaleFlippedGELU) GELUScale(out, x backend.Buffer, tanh bool, scale float32) error {
+	return k.Backend.GELUScale(out, x, !tanh, scale)
+}
 
 type posEmbedOffByOne struct{ *cpu.Backend }
 

@@ -52,6 +52,7 @@ var crossCases = []crossCase{
 	{"gpt_ffn", `{"gelu": "tanh", "has_bias": true}`, []conformance.InputSpec{in("x", tensor.F16, []int{3, 1024}, nil), in("w1", tensor.F16, []int{4096, 1024}, normalGen(1/32.0, 0)), in("b1", tensor.F16, []int{4096}, nil), in("w2", tensor.F16, []int{1024, 4096}, normalGen(1/64.0, 0)), in("b2", tensor.F16, []int{1024}, nil)}},
 	{"gelu", `{"inplace": true}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
 	{"gelu_tanh", `{"inplace": false}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
+	{"gelu_scale", `{"gelu": "erf", "scale": -0.7071067811865476, "inplace": false}`, []conformance.InputSpec{in("x", tensor.F16, []int{96, 10001}, normalGen(2, 0))}},
 	{"pos_embedding", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{700, 1024}, nil), in("table", tensor.F16, []int{2048, 1024}, nil), in("positions", tensor.I32, []int{700}, intsUpTo(2048))}},
 	{"embedding", `{}`, []conformance.InputSpec{in("ids", tensor.I32, []int{333}, intsUpTo(32000)), in("table", tensor.F16, []int{32000, 512}, nil)}},
 	{"set_rows", `{}`, []conformance.InputSpec{in("dst", tensor.F16, []int{4096, 8, 128}, nil), in("src", tensor.F16, []int{333, 8, 128}, nil), in("rows", tensor.I32, []int{333}, conformance.OnePerBucket(4096, 333))}},

@@ -257,6 +257,14 @@ def gelu_tanh(t, p):
     return (lambda: F.gelu(x, approximate="tanh")), "F.gelu(x, approximate='tanh')"
 
 
+def gelu_scale(t, p):
+    # The activation and the scale as a user writes them: two elementwise kernels in eager mode.
+    x, scale = t.randn("x", 1.5), float(p["scale"])
+    approx = "tanh" if p["gelu"] == "tanh" else "none"
+    return ((lambda: F.gelu(x, approximate=approx) * scale),
+            "F.gelu(x, approximate=%r) * %r" % (approx, scale))
+
+
 def pos_embedding(t, p):
     x, table = t.randn("x"), t.randn("table")
     pos = t.randint("positions", table.shape[0]).long()
@@ -343,7 +351,7 @@ def sample(t, p):
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
-                               swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding, embedding, set_rows,
+                               swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, sample)}
 
 

@@ -386,6 +386,16 @@ def gelu_tanh(r, *, T, H, dist=gelu_inputs(), inplace=False):
     return {"inplace": inplace}, {"x": x}, {"out": F.gelu(d(x), approximate="tanh")}
 
 
+def gelu_scale(r, *, T, H, gelu, scale, dist=gelu_inputs(), inplace=False):
+    """GELU (erf or tanh) times scale, in fp64 with no rounding between the two: the kernel keeps
+    the GELU in fp32 through the product. scale is taken as the float32 the kernel receives (the
+    params store that value), so a scale not exact in fp32 is no error of the kernel's."""
+    s = float(torch.tensor(scale, dtype=F32))
+    x = to_f16(dist(r, (T, H)))
+    out = F.gelu(d(x), approximate="tanh" if gelu == "tanh" else "none") * s
+    return {"gelu": gelu, "scale": s, "inplace": inplace}, {"x": x}, {"out": out}
+
+
 def pos_embedding(r, *, H, P, positions):
     T = len(positions)
     x, table = to_f16(r.randn((T, H))), to_f16(r.randn((P, H)))
@@ -464,8 +474,8 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
-    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, pos_embedding,
-    embedding, set_rows, gemm, softmax)}
+    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
+    pos_embedding, embedding, set_rows, gemm, softmax)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -896,6 +906,21 @@ CASES += _cases(COMMITTED, "gpt_ffn", [
                                         b1=(-3.0, 0.3), b2_std=0.0)),
 ])
 
+# gelu_scale (a GELU with a scale folded in, one rounding): both GELUs at GPT-2's FFN width, scales
+# exact in fp16 (0.125, -0.75, 1.5, 3.0) and one that is not (1/sqrt(2), whose fp16 rounding the
+# unfused gemm by [[scale]] makes), a negative scale, in place, an odd and a prime length (the
+# vector path's scalar tail) and large magnitudes with exact zeros. Qwen2.5 and Phi-3 use SwiGLU,
+# not GELU, so no width of theirs belongs here; the committed tier is near its size budget, so
+# each case is one row.
+CASES += _cases(COMMITTED, "gelu_scale", [
+    ("gpt2-ffn_t1_erf_s0.125", dict(T=1, H=3072, gelu="erf", scale=0.125)),
+    ("gpt2-ffn_t1_tanh_s-0.75_inplace", dict(T=1, H=3072, gelu="tanh", scale=-0.75, inplace=True)),
+    ("odd-h1001_t1_tanh_s1.5", dict(T=1, H=1001, gelu="tanh", scale=1.5)),
+    ("prime-h1009_t1_erf_s1oversqrt2", dict(T=1, H=1009, gelu="erf", scale=2 ** -0.5)),
+    ("large-mag_h1024_t1_erf_s3.0_inplace", dict(T=1, H=1024, gelu="erf", scale=3.0, inplace=True,
+                                                 dist=with_zeros(normal(8.0), 0.05))),
+])
+
 # attention_scores_softmax (the probabilities): GQA, MHA and MQA layouts at the real head
 # sizes, a decode chunk (the queries the last positions of a longer key set), no mask, the
 # logit-growth scores of ~1000 and head_dim 256.
@@ -940,6 +965,11 @@ CASES += _cases(FULL, "rope", [
 ])
 CASES += _cases(FULL, "gelu", [("big-2048x8192", dict(T=BIG[0], H=BIG[1]))])
 CASES += _cases(FULL, "gelu_tanh", [("big-2048x8192", dict(T=BIG[0], H=BIG[1]))])
+CASES += _cases(FULL, "gelu_scale", [
+    ("big-2048x8192_erf_s0.125", dict(T=BIG[0], H=BIG[1], gelu="erf", scale=0.125)),
+    ("big-2048x8192_tanh_s-1oversqrt2_inplace", dict(T=BIG[0], H=BIG[1], gelu="tanh",
+                                                     scale=-(2 ** -0.5), inplace=True)),
+])
 CASES += _cases(FULL, "swiglu", [("big-2048x8192", dict(T=BIG[0], ffn=BIG[1]))])
 CASES += _cases(FULL, "softmax", [
     ("qwen2.5-vocab-f32_t32", dict(T=32, N=151936, dtype="f32", dist=normal(3.0),

@@ -32,6 +32,13 @@ def np_softmax(x):
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
+def f16(x):
+    """The fp16 rounding an intermediate gets where a kernel stores it: through fp32, as the
+    kernels (fp32 math) and torch's fp64-to-fp16 cast both round, so a value within an fp32
+    rounding of an fp16 tie goes to even, not to the side fp64 would pick."""
+    return x.astype(np.float32).astype(np.float16).astype(np.float64)
+
+
 def np_silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -110,6 +117,40 @@ def reference(op, p, i):
     if op == "gelu_tanh":
         x = i["x"]
         return {"out": 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))}
+    if op == "gelu_scale":
+        sub = {"inplace": p["inplace"]}
+        return {"out": reference("gelu_tanh" if p["gelu"] == "tanh" else "gelu", sub, i)["out"] * p["scale"]}
+    if op == "gemm_swiglu":
+        acc = i["x"] @ i["w_gate_up"].T
+        f = acc.shape[1] // 2
+        return {"out": np_silu(acc[:, :f]) * acc[:, f:]}
+    if op == "rmsnorm_gemm":
+        outs, s = {}, i["x"]
+        if p["has_residual"]:
+            outs["sum"] = i["x"] + i["residual"]
+            s = f16(outs["sum"])
+        h = f16(s / np.sqrt((s * s).mean(-1, keepdims=True) + p["eps"]) * i["weight"])
+        outs["out"] = h @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)
+        return outs
+    if op == "swiglu_gemm":
+        act = f16(np_silu(i["gate"]) * i["up"])
+        return {"out": act @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)}
+    if op == "gpt_ffn":
+        pre = i["x"] @ i["w1"].T + (i["b1"] if p["has_bias"] else 0.0)
+        act = f16(reference("gelu_tanh" if p["gelu"] == "tanh" else "gelu", {}, {"x": pre})["out"])
+        return {"out": act @ i["w2"].T + (i["b2"] if p["has_bias"] else 0.0)}
+    if op == "attention_scores_softmax":
+        q, k = i["q"], i["k"]
+        B, Sq, nH, _ = q.shape
+        Sk, nKV = k.shape[1], k.shape[2]
+        probs = np.zeros((B, nH, Sq, Sk))
+        for b in range(B):
+            for h in range(nH):
+                s = q[b, :, h] @ k[b, :, h // (nH // nKV)].T * p["scale"]
+                for t in range(Sq):
+                    seen = Sk - Sq + t + 1 if p["causal"] else Sk
+                    probs[b, h, t, :seen] = np_softmax(s[t, :seen])
+        return {"probs": probs}
     if op == "pos_embedding":
         return {"out": i["x"] + i["table"][i["positions"]]}
     if op == "embedding":
@@ -157,6 +198,15 @@ def properties(case, p, i):
         assert np.mean((x >= -4) & (x <= -1)) > 0.2, "%s: too few negative-tail values" % name
     if op in ("gelu", "gelu_tanh") and name == "large-mag":
         assert np.any(i["x"] == 0) and np.abs(i["x"]).max() > 20
+    if op == "gelu_scale":
+        x = i["x"]
+        assert p["gelu"] in ("erf", "tanh") and ("_" + p["gelu"] + "_") in name, name
+        assert name.endswith("_inplace") == p["inplace"], name
+        assert np.float32(p["scale"]) == p["scale"], "%s: scale must be the float32 the kernel gets" % name
+        if name.startswith("large-mag"):
+            assert np.any(x == 0) and np.abs(x).max() > 20, name
+        else:
+            assert np.mean((x >= -4) & (x <= -1)) > 0.2, "%s: too few negative-tail values" % name
     if op == "residual_add" and name == "large-mag":
         s = i["x"] + i["residual"]
         assert np.abs(i["x"]).max() > 2e4 and np.abs(s).max() < 65504

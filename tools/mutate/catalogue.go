@@ -170,6 +170,13 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gelu_tanh",
 	},
 	{
+		ID: "go-gelu-scale-input-scaled", Side: SideGo, File: "engine/backend/cpu/elementwise.go",
+		Bug:         "gelu_scale folds the scale into the input, gelu(scale x), instead of the output",
+		Original:    `return float32(float64(gelu(v)) * s)`,
+		Replacement: `return gelu(float32(float64(v) * s))`,
+		Suites:      kernels, Labels: "op:gelu_scale",
+	},
+	{
 		ID: "go-silu-sign", Side: SideGo, File: "engine/backend/cpu/elementwise.go",
 		Bug:         "SiLU with the sigmoid's sign flipped: x / (1 + exp(x))",
 		Original:    `float64(x) / (1 + math.Exp(-float64(x)))`,
@@ -545,6 +552,13 @@ var catalogue = []Mutant{
 		Original:    `return x * (x < 0.0f ? e : 1.0f - e);`,
 		Replacement: `return x * (1.0f - e);`,
 		Suites:      kernels, Labels: "op:gelu",
+	},
+	{
+		ID: "cuda-gelu-scale-erf-as-tanh", Side: SideCUDA, File: "cuda/kernels/gelu_scale.cu",
+		Bug:         "gelu_scale's exact-GELU functor calls the tanh form (a functor copied from its twin)",
+		Original:    `return ts::gelu_erf(x) * scale; }`,
+		Replacement: `return ts::gelu_tanh(x) * scale; }`,
+		Suites:      kernels, Labels: "op:gelu_scale",
 	},
 	{
 		ID: "cuda-gemv-k-tail-dropped", Side: SideCUDA, File: "cuda/gemv.cuh",

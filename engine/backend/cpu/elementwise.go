@@ -62,6 +62,20 @@ func (*Backend) GELU(out, x backend.Buffer) error { return unary("gelu", out, x,
 // GELUTanh is the tanh approximation of GELU used by GPT-2.
 func (*Backend) GELUTanh(out, x backend.Buffer) error { return unary("gelu_tanh", out, x, geluTanh) }
 
+// GELUScale is GELU or GELUTanh (their fp64 math, as fp32) times scale in fp64, rounded once to
+// fp16 on the store: the GELU is not rounded to fp16 before the product.
+func (*Backend) GELUScale(out, x backend.Buffer, tanh bool, scale float32) error {
+	if err := backend.CheckGELUScale(out, x, scale); err != nil {
+		return err
+	}
+	gelu := geluErf
+	if tanh {
+		gelu = geluTanh
+	}
+	s := float64(scale)
+	return unary("gelu_scale", out, x, func(v float32) float32 { return float32(float64(gelu(v)) * s) })
+}
+
 func geluErf(x float32) float32 {
 	v := float64(x)
 	return float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))

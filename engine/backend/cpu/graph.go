@@ -162,6 +162,9 @@ func (r *recorder) GELU(out, x backend.Buffer) error {
 func (r *recorder) GELUTanh(out, x backend.Buffer) error {
 	return r.add(backend.CheckUnary("gelu_tanh", out, x), func() error { return r.be.GELUTanh(out, x) })
 }
+func (r *recorder) GELUScale(out, x backend.Buffer, tanh bool, scale float32) error {
+	return r.add(backend.CheckGELUScale(out, x, scale), func() error { return r.be.GELUScale(out, x, tanh, scale) })
+}
 func (r *recorder) PosEmbedding(out, x, table, positions backend.Buffer) error {
 	return r.add(backend.CheckPosEmbedding(out, x, table, positions),
 		func() error { return r.be.PosEmbedding(out, x, table, positions) })

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -42,6 +43,8 @@ func TestBadArgumentsAreNamedErrors(t *testing.T) {
 		{"zero dim", "residual_add", "x", "f16[0,896]", func() error { return b.ResidualAdd(f16(0, 896), f16(0, 896), f16(0, 896)) }},
 		{"nil input", "gelu", "x", "nil", func() error { return b.GELU(f16(3), nil) }},
 		{"f32 input", "gelu", "x", "f32[3]", func() error { return b.GELU(f16(3), buf(t, tensor.F32, 3)) }},
+		{"gelu_scale inf scale", "gelu_scale", "scale", "+Inf", func() error { return b.GELUScale(f16(3), f16(3), false, float32(math.Inf(1))) }},
+		{"gelu_scale out shape", "gelu_scale", "out", "f16[4]", func() error { return b.GELUScale(f16(4), f16(3), true, -0.5) }},
 		{"rmsnorm weight", "rmsnorm", "weight", "f16[895]", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(895), 1e-6) }},
 		{"rmsnorm eps", "rmsnorm", "eps", "0", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(896), 0) }},
 		{"rmsnorm_residual sum", "rmsnorm_residual", "sum", "f16[2,895]", func() error {

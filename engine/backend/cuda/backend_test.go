@@ -197,6 +197,8 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		}},
 		{"gelu", "ts_gelu dtype=1 n=3584 stream=0", func() error { return b.GELU(f16(4, 896), x) }},
 		{"gelu_tanh", "ts_gelu_tanh dtype=1 n=3584 stream=0", func() error { return b.GELUTanh(f16(4, 896), x) }},
+		{"gelu_scale", "ts_gelu_scale dtype=1 n=3584 gelu=0 scale=-0.75 stream=0", func() error { return b.GELUScale(f16(4, 896), x, false, -0.75) }},
+		{"gelu_scale", "ts_gelu_scale dtype=1 n=3584 gelu=1 scale=0.125 stream=0", func() error { return b.GELUScale(x, x, true, 0.125) }},
 		{"pos_embedding", "ts_pos_embedding dtype=1 tokens=4 hidden=896 table_rows=1024 stream=0", func() error {
 			return b.PosEmbedding(f16(4, 896), x, f16(1024, 896), i32(4))
 		}},

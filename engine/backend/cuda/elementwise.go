@@ -70,3 +70,27 @@ func (b *Backend) GELUTanh(out, x backend.Buffer) error {
 	cfg := elementwise(d[1])
 	return b.launched(op, C.tsg_gelu_tanh(b.lib.api, ptr(d[0]), ptr(d[1]), &cfg, b.e), arg{"out", out})
 }
+
+// GELUScale is out = GELU(x) * scale (the tanh form with tanh) in one kernel, the product
+// rounded once. Unfused equivalent: GELU or GELUTanh(h, x), then Gemm(out, h, w, nil) with h and
+// out viewed as [n, 1] and w = [[fp16(scale)]].
+func (b *Backend) GELUScale(out, x backend.Buffer, tanh bool, scale float32) error {
+	const op = "gelu_scale"
+	if err := backend.CheckGELUScale(out, x, scale); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x})
+	if err != nil {
+		return err
+	}
+	cfg := C.ts_gelu_scale_config{
+		dtype: C.TS_F16,
+		n:     C.int64_t(tensor.NumElements(d[1].shape)),
+		gelu:  C.TS_GELU_ERF,
+		scale: C.float(scale),
+	}
+	if tanh {
+		cfg.gelu = C.TS_GELU_TANH
+	}
+	return b.launched(op, C.tsg_gelu_scale(b.lib.api, ptr(d[0]), ptr(d[1]), &cfg, b.e), arg{"out", out})
+}

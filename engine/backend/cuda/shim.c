@@ -215,6 +215,9 @@ int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_co
 int tsg_gelu_tanh(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e) {
     return done(a, a->ts_gelu_tanh(out, x, cfg, NULL), e);
 }
+int tsg_gelu_scale(const tsg_api *a, void *out, const void *x, const ts_gelu_scale_config *cfg, tsg_err *e) {
+    return done(a, a->ts_gelu_scale(out, x, cfg, NULL), e);
+}
 int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *table, const int32_t *positions,
                       const ts_embedding_config *cfg, tsg_err *e) {
     return done(a, a->ts_pos_embedding(out, x, table, positions, cfg, NULL), e);

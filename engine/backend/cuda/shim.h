@@ -76,6 +76,7 @@
        const ts_gpt_ffn_config *, void *))                                                               \
     X(ts_gelu, int, (void *, const void *, const ts_elementwise_config *, void *))                       \
     X(ts_gelu_tanh, int, (void *, const void *, const ts_elementwise_config *, void *))                  \
+    X(ts_gelu_scale, int, (void *, const void *, const ts_gelu_scale_config *, void *))                  \
     X(ts_pos_embedding, int,                                                                              \
       (void *, const void *, const void *, const int32_t *, const ts_embedding_config *, void *))        \
     X(ts_embedding, int, (void *, const int32_t *, const void *, const ts_embedding_config *, void *))   \
@@ -178,6 +179,7 @@ int tsg_gpt_ffn(const tsg_api *a, void *out, const void *x, const void *w1, cons
                 const void *b2, const ts_gpt_ffn_config *cfg, tsg_err *e);
 int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e);
 int tsg_gelu_tanh(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e);
+int tsg_gelu_scale(const tsg_api *a, void *out, const void *x, const ts_gelu_scale_config *cfg, tsg_err *e);
 int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *table, const int32_t *positions,
                       const ts_embedding_config *cfg, tsg_err *e);
 int tsg_embedding(const tsg_api *a, void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg,

@@ -645,6 +645,16 @@ int ts_gelu_tanh(void *out, const void *x, const ts_elementwise_config *cfg, voi
     return copy_op("ts_gelu_tanh", out, x, cfg, stream);
 }
 
+int ts_gelu_scale(void *out, const void *x, const ts_gelu_scale_config *cfg, void *stream) {
+    logf_("ts_gelu_scale dtype=%d n=%lld gelu=%d scale=%g stream=%d", cfg->dtype, (long long)cfg->n, cfg->gelu,
+          (double)cfg->scale, stream != NULL);
+    int st = enter("ts_gelu_scale", 1);
+    if (st) return st;
+    NEED("gelu_scale", out);
+    NEED("gelu_scale", x);
+    return TS_OK;
+}
+
 int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t *positions,
                      const ts_embedding_config *cfg, void *stream) {
     logf_("ts_pos_embedding dtype=%d tokens=%d hidden=%d table_rows=%d stream=%d", cfg->dtype, cfg->tokens, cfg->hidden,
