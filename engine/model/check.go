@@ -2,8 +2,11 @@ package model
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/compare"
@@ -107,35 +110,60 @@ func CompareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Toleranc
 		}
 	}
 	got := m.Taps()
-	var rows []compare.TapResult
 	for _, f := range expected {
-		g, ok := got[f.Name]
-		if !ok {
+		if _, ok := got[f.Name]; !ok {
 			return nil, fmt.Errorf("%s: the engine produced no tap %s", set.ID(), f.Name)
 		}
-		want, err := set.Tensor(f.Name)
-		if err != nil {
-			return nil, err
-		}
-		floor, err := tols.Tap(f.Name)
-		if err != nil {
-			return nil, err
-		}
-		ce, ok := cal.Taps[f.Name]
-		if !ok { // Set.Calibration checked it lists every tap
-			return nil, fmt.Errorf("%s: no calibration for tap %s", set.ID(), f.Name)
-		}
-		tol, err := tols.CalibratedTap(f.Name, &ce)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", set.ID(), err)
-		}
-		r, err := compare.Compare(g, want, tol)
-		if err != nil {
-			return nil, fmt.Errorf("tap %s: %w", f.Name, err)
-		}
-		rows = append(rows, compare.TapResult{Name: f.Name, Tol: tol, Floor: floor, Result: r})
+	}
+	// Reading, checking and comparing a full-size set's ~2000 taps is most of the time of a
+	// model spec, and each tap is independent: one worker per CPU, results in tap order.
+	rows := make([]compare.TapResult, len(expected))
+	errs := make([]error, len(expected))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.NumCPU(), len(expected)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				rows[i], errs[i] = compareTap(set, cal, tols, expected[i].Name, got[expected[i].Name])
+			}
+		}()
+	}
+	for i := range expected {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return rows, nil
+}
+
+// compareTap judges one tap of the engine against the set's, by its calibrated limit.
+func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Tolerances, name string, g *tensor.Tensor) (compare.TapResult, error) {
+	want, err := set.Tensor(name)
+	if err != nil {
+		return compare.TapResult{}, err
+	}
+	floor, err := tols.Tap(name)
+	if err != nil {
+		return compare.TapResult{}, err
+	}
+	ce, ok := cal.Taps[name]
+	if !ok { // Set.Calibration checked it lists every tap
+		return compare.TapResult{}, fmt.Errorf("%s: no calibration for tap %s", set.ID(), name)
+	}
+	tol, err := tols.CalibratedTap(name, &ce)
+	if err != nil {
+		return compare.TapResult{}, fmt.Errorf("%s: %w", set.ID(), err)
+	}
+	r, err := compare.Compare(g, want, tol)
+	if err != nil {
+		return compare.TapResult{}, fmt.Errorf("tap %s: %w", name, err)
+	}
+	return compare.TapResult{Name: name, Tol: tol, Floor: floor, Result: r}, nil
 }
 
 // GreedyStep is one generated token next to the reference's.
