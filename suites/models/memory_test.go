@@ -79,5 +79,20 @@ var _ = Describe("device memory", Serial, harness.Model, harness.DeviceMemory, f
 			return
 		}
 		Expect(after).To(Equal(warm), "loading, running and closing %s changed device memory in use by %d bytes", s.ID(), after.InUse-warm.InUse)
-	}, modelEntries())
+	}, committedModelEntries())
 })
+
+// committedModelEntries are modelEntries of the committed tier: a leak is in the loader's and
+// the pass's code, which every family's tiny set runs, while loading a full-size checkpoint
+// twice more (Phi-3-mini-4k: 7.6 GB, ~20 s a load on an H100) was a third of the whole
+// conformance run.
+func committedModelEntries() []TableEntry {
+	var entries []TableEntry
+	for _, s := range modelSets {
+		if s.Manifest.Tier == "committed" {
+			entries = append(entries, Entry(fmt.Sprintf("%s (%s, %s)", s.Manifest.Model, s.ID(), s.Manifest.Tier), s,
+				harness.ModelName(s.Manifest.Model), harness.Tier(s.Manifest.Tier)))
+		}
+	}
+	return entries
+}
