@@ -33,15 +33,22 @@ type RunOptions struct {
 // then, where both sides can be timed and both ran, Repeats timed launches of each,
 // alternating which side goes first so that drift and order effects hit both alike.
 func RunKernelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances, o RunOptions) ([]Case, error) {
+	return runSets(base, cand, sets, o, func(side Side, s *golden.Set) Measurement { return measure(side, s, tols) }, timePair)
+}
+
+// runSets measures every set on both sides, then, where both sides can be timed and both ran,
+// times the pair with timeIt.
+func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(Side, *golden.Set) Measurement,
+	timeIt func(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, err error)) ([]Case, error) {
 	timed := base.Timer != nil && cand.Timer != nil
 	if timed && (o.Warmup < 1 || o.Repeats < 1) {
 		return nil, fmt.Errorf("abtest: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
 	}
 	var cases []Case
 	for _, s := range sets {
-		c := Case{ID: s.ID(), Baseline: measure(base, s, tols), Candidate: measure(cand, s, tols)}
+		c := Case{ID: s.ID(), Baseline: measureIt(base, s), Candidate: measureIt(cand, s)}
 		if timed && ran(c.Baseline) && ran(c.Candidate) {
-			tb, tc, err := timePair(base, cand, s, o)
+			tb, tc, err := timeIt(base, cand, s, o)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.ID(), err)
 			}
@@ -141,23 +148,7 @@ func interleave(base, cand Side, launches [2]func() error, o RunOptions) (tb, tc
 // reference's tokens. Where both sides can be timed and both ran, each side's whole greedy
 // pass is timed (modelPass), the two alternating as kernel sets do.
 func RunModelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances, o RunOptions) ([]Case, error) {
-	timed := base.Timer != nil && cand.Timer != nil
-	if timed && (o.Warmup < 1 || o.Repeats < 1) {
-		return nil, fmt.Errorf("abtest: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
-	}
-	var cases []Case
-	for _, s := range sets {
-		c := Case{ID: s.ID(), Baseline: measureModel(base.Backend, s, tols), Candidate: measureModel(cand.Backend, s, tols)}
-		if timed && ran(c.Baseline) && ran(c.Candidate) {
-			tb, tc, err := timeModelPair(base, cand, s, o)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.ID(), err)
-			}
-			c.Baseline.TimesMS, c.Candidate.TimesMS = tb, tc
-		}
-		cases = append(cases, c)
-	}
-	return cases, nil
+	return runSets(base, cand, sets, o, func(side Side, s *golden.Set) Measurement { return measureModel(side.Backend, s, tols) }, timeModelPair)
 }
 
 // timeModelPair loads the set's model on both sides' timing backends and times modelPass on

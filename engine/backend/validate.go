@@ -28,18 +28,15 @@ func CheckUnary(op string, out, x Buffer) error {
 	return c.Err()
 }
 
-// CheckGELUScale validates gelu_scale: CheckUnary's shapes and a finite scale.
+// CheckGELUScale validates gelu_scale: a finite scale, then CheckUnary's shapes.
 func CheckGELUScale(out, x Buffer, scale float32) error {
 	c := Validate("gelu_scale")
 	s := float64(scale)
 	c.That(!math.IsInf(s, 0) && !math.IsNaN(s), "scale", fmtF(scale), "must be finite")
-	c.DType("x", x, tensor.F16)
-	c.MinRank("x", x, 1)
-	if c.Err() == nil {
-		c.DType("out", out, tensor.F16)
-		c.Shape("out", out, x.Shape(), "the shape of x")
+	if err := c.Err(); err != nil {
+		return err
 	}
-	return c.Err()
+	return CheckUnary("gelu_scale", out, x)
 }
 
 // CheckBinary validates an fp16 elementwise op of two tensors of one shape.

@@ -87,12 +87,5 @@ var _ = Describe("device memory", Serial, harness.Model, harness.DeviceMemory, f
 // twice more (Phi-3-mini-4k: 7.6 GB, ~20 s a load on an H100) was a third of the whole
 // conformance run.
 func committedModelEntries() []TableEntry {
-	var entries []TableEntry
-	for _, s := range modelSets {
-		if s.Manifest.Tier == "committed" {
-			entries = append(entries, Entry(fmt.Sprintf("%s (%s, %s)", s.Manifest.Model, s.ID(), s.Manifest.Tier), s,
-				harness.ModelName(s.Manifest.Model), harness.Tier(s.Manifest.Tier)))
-		}
-	}
-	return entries
+	return modelEntriesWhere(func(s *golden.Set) bool { return s.Manifest.Tier == "committed" })
 }

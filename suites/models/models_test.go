@@ -101,8 +101,16 @@ func checkTaps(s *golden.Set, fused bool) {
 }
 
 func modelEntries() []TableEntry {
+	return modelEntriesWhere(func(*golden.Set) bool { return true })
+}
+
+// modelEntriesWhere is modelEntries of the sets keep accepts.
+func modelEntriesWhere(keep func(*golden.Set) bool) []TableEntry {
 	var entries []TableEntry
 	for _, s := range modelSets {
+		if !keep(s) {
+			continue
+		}
 		entries = append(entries, Entry(fmt.Sprintf("%s (%s, %s)", s.Manifest.Model, s.ID(), s.Manifest.Tier), s,
 			harness.ModelName(s.Manifest.Model), harness.Tier(s.Manifest.Tier)))
 	}
