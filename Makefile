@@ -85,15 +85,16 @@ cuda:
 	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH) BUILD=$(CUDA_BUILD)
 
 # The C ABI's own tests, straight against the library: argument checks (no GPU needed) and
-# the sticky-error and graph-capture contracts (on a GPU; exit 2 = no device, reported as not run).
+# the sticky-error, graph-capture and workspace-growth contracts (on a GPU; exit 2 = no device, reported as not run).
 cuda-test: cuda
-	@for t in abi_args sticky graph; do \
+	@for t in abi_args sticky graph workspace; do \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/$$t.c -Lcuda/build -ltouchstone_cuda \
 	    -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/$$t || exit 1; \
 	done
 	cuda/build/abi_args
 	cuda/build/sticky; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/graph; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
+	cuda/build/workspace; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 
 # The DRAM bytes each fused op and its unfused composition move at decode shapes, counted by
 # Nsight Compute (docs/PERF.md, "Fused ops: bytes moved"); a GPU host with ncu.

@@ -371,6 +371,10 @@ int workspace(const char *op, Workspace slot, size_t bytes, void **ptr) {
          * through the TMA, which compute-sanitizer's initcheck does not see, so without this
          * every read of a GEMM result in a workspace is reported as uninitialised. */
         TS_CHECK(op, cudaMemset(p, 0, want));
+        /* cudaMemset runs on the legacy default stream, which the library's non-blocking
+         * stream does not wait for: without this the zeroing could land after the caller's
+         * first kernel wrote the workspace (seen as an all-zero GEMM input with guards off). */
+        TS_CHECK(op, cudaDeviceSynchronize());
         g.ws[slot] = p;
         g.ws_bytes[slot] = want;
         if (debug_enabled())
