@@ -48,7 +48,8 @@ unit:
 
 suites:
 	@mkdir -p $(REPORTS)
-	TOUCHSTONE_BACKEND=$${TOUCHSTONE_BACKEND:-cpu} $(GINKGO) -r $(GINKGO_FLAGS) suites
+	TOUCHSTONE_BACKEND=$${TOUCHSTONE_BACKEND:-cpu} TOUCHSTONE_REPORTS=$${TOUCHSTONE_REPORTS:-$(CURDIR)/$(REPORTS)} \
+	  $(GINKGO) -r $(GINKGO_FLAGS) suites
 
 # Short coverage-guided runs of every parser of outside data.
 fuzz:

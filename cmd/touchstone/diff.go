@@ -11,17 +11,24 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/model"
+	"github.com/touchstone-llm/touchstone/engine/report"
 )
 
-// runDiff prints the layer-diff table of one model set on the selected backend: every tap of
-// prefill and the stored decode steps in forward order, the first one over tolerance marked,
-// each with the limits that the set's calibration raised above the static floor.
+// runDiff prints the layer diff of one model set on the selected backend: a summary first
+// (the first tap out of tolerance with the op that computes it, the worst tap of each layer,
+// one line per tap kind), the full table of every tap of prefill and the stored decode steps
+// with -v, the isolated replay beside it with -isolate (every op fed the reference's inputs,
+// so the first failing tap names the op that introduced the error), and with -html a
+// self-contained report of it all.
 func runDiff(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("diff", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := goldenFlag(fs)
+	verbose := fs.Bool("v", false, "print the full table of every tap after the summary")
+	isolate := fs.Bool("isolate", false, "also replay every op from the reference's own inputs (no drift carried from earlier ops) and name the op of the first tap out of tolerance")
+	htmlPath := fs.String("html", "", "write a self-contained HTML report (plots of the budget used by each tap kind across layers, per pass) to this file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: touchstone diff [-golden DIR] <model set: a name such as qwen2-tiny, or a set directory>")
+		fmt.Fprintln(stderr, "usage: touchstone diff [-golden DIR] [-v] [-isolate] [-html FILE] <model set: a name such as qwen2-tiny, or a set directory>")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -63,6 +70,13 @@ func runDiff(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 1
 	}
+	var iso []compare.TapResult
+	if *isolate {
+		if iso, err = model.CompareTapsIsolated(m, set, p, tols); err != nil {
+			fmt.Fprintln(stderr, "touchstone: isolated replay:", err)
+			return 1
+		}
+	}
 	info := sel.Backend.Info()
 	raised := 0
 	for _, r := range rows {
@@ -76,9 +90,32 @@ func runDiff(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s on %s (%s): %d taps\nlimits: the taps: floors of %s, raised where %g x the error recorded in the set's %s is larger (tap_calibration): %d of %d taps\n\n%s",
 		set.ID(), info.Backend, info.Name, len(rows), filepath.Join(root, "tolerances.yaml"), factor,
-		golden.CalibrationFile, raised, len(rows), compare.LayerDiffTable(rows))
-	if first := compare.FirstFailure(rows); first >= 0 {
-		fmt.Fprintf(stdout, "\nfirst tap out of tolerance: %s\n", rows[first].Name)
+		golden.CalibrationFile, raised, len(rows), compare.LayerDiffSummary(rows, m.TapOp))
+	if *verbose {
+		fmt.Fprintf(stdout, "\nevery tap, in forward order\n%s", compare.LayerDiffTable(rows))
+	}
+	if *isolate {
+		fmt.Fprintf(stdout, "\nisolated replay: every op fed the reference's inputs (its taps written over the engine's), so each tap measures the one op that computes it\n%s",
+			compare.LayerDiffSummary(iso, m.TapOp))
+		if *verbose {
+			fmt.Fprintf(stdout, "\nevery tap of the isolated replay\n%s", compare.LayerDiffTable(iso))
+		}
+	}
+	if *htmlPath != "" {
+		rep := report.Model{Set: set.ID(), Backend: fmt.Sprintf("%s (%s)", info.Backend, info.Name), Rows: rows, Isolated: iso}
+		if first := compare.FirstFailure(rows); first >= 0 {
+			rep.Note = fmt.Sprintf("first tap out of tolerance: %s [%s]", rows[first].Name, m.TapOp(rows[first].Name))
+		}
+		if first := compare.FirstFailure(iso); first >= 0 {
+			rep.Note += fmt.Sprintf("; isolated replay: %s [%s]", iso[first].Name, m.TapOp(iso[first].Name))
+		}
+		if err := report.WriteFile(*htmlPath, rep); err != nil {
+			fmt.Fprintln(stderr, "touchstone:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nreport: %s\n", *htmlPath)
+	}
+	if compare.FirstFailure(rows) >= 0 || compare.FirstFailure(iso) >= 0 {
 		return 1
 	}
 	return 0

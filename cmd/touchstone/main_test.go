@@ -120,11 +120,34 @@ func TestDiffPrintsTheLayerTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
-	for _, want := range []string{"gpt2-tiny", "prefill.embed", "prefill.layers.1.resid_ffn", "decode.0.logits",
-		"raised where 4 x the error recorded in the set's calibration.json is larger", "calibrated limits (above the floor)", "top5_tie="} {
+	// The summary: the verdict, the worst tap of each layer, one line per tap kind; no table.
+	for _, want := range []string{"gpt2-tiny", "PASS: all", "worst tap of each layer", "layer 1 ", "by tap kind", "ffn_act ",
+		"raised where 4 x the error recorded in the set's calibration.json is larger"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("table lacks %q", want)
+			t.Errorf("summary lacks %q\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "prefill.layers.1.resid_ffn ") || strings.Count(out, "\n") > 60 {
+		t.Errorf("the summary lists every tap (%d lines):\n%s", strings.Count(out, "\n"), out)
+	}
+	code, out, errs = runCLI("diff", "-v", "-golden", golden, "gpt2-tiny")
+	if code != 0 {
+		t.Fatalf("-v: exit %d\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{"prefill.embed", "prefill.layers.1.resid_ffn", "decode.0.logits",
+		"calibrated limits (above the floor)", "top5_tie="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("-v table lacks %q", want)
+		}
+	}
+	html := filepath.Join(t.TempDir(), "r", "gpt2-tiny.html")
+	code, out, errs = runCLI("diff", "-isolate", "-html", html, "-golden", golden, "gpt2-tiny")
+	if code != 0 || !strings.Contains(out, "isolated replay") || !strings.Contains(out, "report: "+html) {
+		t.Fatalf("-isolate -html: exit %d\n%s%s", code, out, errs)
+	}
+	page, err := os.ReadFile(html)
+	if err != nil || !strings.Contains(string(page), "<svg") || !strings.Contains(string(page), "gpt2-tiny") {
+		t.Errorf("-html wrote no report with plots (%v)", err)
 	}
 	if code, _, errs := runCLI("diff", "-golden", golden, "no-such-model"); code != 2 || !strings.Contains(errs, "gpt2-tiny") {
 		t.Errorf("unknown model: exit %d, %q (want 2 and the list of model sets)", code, errs)

@@ -78,6 +78,11 @@ func LoadSet(be backend.Backend, set *golden.Set) (*Model, *SetParams, error) {
 // regenerate it, never judged by the floors alone. The rows come back in forward (manifest)
 // order, ready for compare.LayerDiffTable.
 func CompareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Tolerances) ([]compare.TapResult, error) {
+	return compareTaps(m, set, p, tols, false)
+}
+
+// compareTaps is CompareTaps, or with isolate CompareTapsIsolated.
+func compareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Tolerances, isolate bool) ([]compare.TapResult, error) {
 	cal, err := set.Calibration()
 	if err != nil {
 		return nil, err
@@ -99,6 +104,16 @@ func CompareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Toleranc
 	if len(toks.I32) < p.DecodeSteps {
 		return nil, fmt.Errorf("%s: %d greedy tokens for %d decode steps", set.ID(), len(toks.I32), p.DecodeSteps)
 	}
+	// The reference's taps are read before the passes (on one worker per CPU) when they are
+	// written over the engine's, and then reused for the comparison.
+	var want map[string]*tensor.Tensor
+	if isolate {
+		if want, err = readTaps(set, expected); err != nil {
+			return nil, err
+		}
+		m.inject = want
+		defer func() { m.inject = nil }()
+	}
 	m.RequestTaps(bare)
 	defer m.RequestTaps(nil)
 	if _, err := m.Prefill(p.PromptIDs); err != nil {
@@ -119,33 +134,58 @@ func CompareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Toleranc
 	// model spec, and each tap is independent: one worker per CPU, results in tap order.
 	rows := make([]compare.TapResult, len(expected))
 	errs := make([]error, len(expected))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < min(runtime.NumCPU(), len(expected)); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				rows[i], errs[i] = compareTap(set, cal, tols, expected[i].Name, got[expected[i].Name])
-			}
-		}()
-	}
-	for i := range expected {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
+	parallel(len(expected), func(i int) {
+		rows[i], errs[i] = compareTap(set, cal, tols, expected[i].Name, got[expected[i].Name], want[expected[i].Name])
+	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return rows, nil
 }
 
-// compareTap judges one tap of the engine against the set's, by its calibrated limit.
-func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Tolerances, name string, g *tensor.Tensor) (compare.TapResult, error) {
-	want, err := set.Tensor(name)
-	if err != nil {
-		return compare.TapResult{}, err
+// readTaps reads the set's files on one worker per CPU, by name.
+func readTaps(set *golden.Set, files []golden.File) (map[string]*tensor.Tensor, error) {
+	ts := make([]*tensor.Tensor, len(files))
+	errs := make([]error, len(files))
+	parallel(len(files), func(i int) { ts[i], errs[i] = set.Tensor(files[i].Name) })
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	out := make(map[string]*tensor.Tensor, len(files))
+	for i, f := range files {
+		out[f.Name] = ts[i]
+	}
+	return out, nil
+}
+
+// parallel runs f(0..n-1) on one worker per CPU and waits for them.
+func parallel(n int, f func(i int)) {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.NumCPU(), n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// compareTap judges one tap of the engine against the set's (want, read here when nil), by
+// its calibrated limit.
+func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Tolerances, name string, g, want *tensor.Tensor) (compare.TapResult, error) {
+	var err error
+	if want == nil {
+		if want, err = set.Tensor(name); err != nil {
+			return compare.TapResult{}, err
+		}
 	}
 	floor, err := tols.Tap(name)
 	if err != nil {

@@ -24,6 +24,9 @@ type Model struct {
 	step int             // decode steps run since the last prefill
 	want map[string]bool // requested taps (bare names: "embed", "layers.0.q", "logits")
 	taps map[string]*tensor.Tensor
+	// inject holds reference taps by canonical name that a pass writes over its own right
+	// after tapping them (isolate.go); nil in a normal pass.
+	inject map[string]*tensor.Tensor
 
 	pool      map[string][]backend.Buffer // activations by dtype and shape, reused across passes
 	inUse     []backend.Buffer            // this pass's activations, back to the pool at its end

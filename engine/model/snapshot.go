@@ -1,6 +1,10 @@
 package model
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+)
 
 // Snapshot records what a caller may change on a loaded model (Cfg, Fused, the layers and
 // their weight references, graph use) and returns the function that puts it all back, so one
@@ -20,8 +24,9 @@ func (m *Model) Snapshot() (restore func()) {
 		values[i] = saved{*l, *l.Attn, *l.MLP}
 	}
 	graphs := m.graphs != nil && m.graphs.enabled
+	be := m.be
 	return func() {
-		m.Cfg, m.Fused, m.Layers = cfg, fused, layers
+		m.Cfg, m.Fused, m.Layers, m.be = cfg, fused, layers, be
 		for i, l := range layers {
 			*l = values[i].layer
 			*l.Attn, *l.MLP = values[i].attn, values[i].mlp
@@ -35,4 +40,13 @@ func (m *Model) Snapshot() (restore func()) {
 		}
 		m.Reset()
 	}
+}
+
+// Intercept issues the model's ops through wrap(be) from now on, be being the backend it was
+// loaded on: a test plants a broken kernel this way (say, one layer's attention) on the weights
+// already loaded. The wrapper must pass buffers through to be unchanged. Decode graphs are
+// turned off, since a graph would replay the ops captured before. Snapshot's restore undoes it.
+func (m *Model) Intercept(wrap func(be backend.Backend) backend.Backend) {
+	m.UseGraphs(false)
+	m.be = wrap(m.be)
 }

@@ -3,6 +3,7 @@ package models_test
 import (
 	"fmt"
 	"math"
+	"path/filepath"
 	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -11,6 +12,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/model"
+	"github.com/touchstone-llm/touchstone/engine/report"
 	"github.com/touchstone-llm/touchstone/suites/internal/harness"
 )
 
@@ -96,8 +98,34 @@ func checkTaps(s *golden.Set, fused bool) {
 	}
 	AddReportEntry("worst tap budget", fmt.Sprintf("%s: %.1f%% of its budget (%d taps, fused decode %v)", worstName, 100*worst, len(rows), fused))
 	if first := compare.FirstFailure(rows); first >= 0 {
-		Fail(fmt.Sprintf("%s: tap %s is out of tolerance (fused decode %v); layer diff:\n%s", s.ID(), rows[first].Name, fused, attachLayerDiff(s, rows)))
+		Fail(fmt.Sprintf("%s: tap %s [%s] is out of tolerance (fused decode %v)%s; layer diff:\n%s", s.ID(), rows[first].Name,
+			m.TapOp(rows[first].Name), fused, triage(m, s, p, rows, fmt.Sprintf("fused-%v", fused)), attachLayerDiff(s, rows)))
 	}
+}
+
+// triage runs the isolated replay of a failing set (every op fed the reference's inputs), writes
+// the HTML report of both runs into harness.TriageDir, attaches its path as a report entry, and
+// returns what to add to the failure message: the op the isolated replay blames, and the path.
+func triage(m *model.Model, s *golden.Set, p *model.SetParams, rows []compare.TapResult, variant string) string {
+	var note string
+	iso, err := model.CompareTapsIsolated(m, s, p, tols)
+	switch first := compare.FirstFailure(iso); {
+	case err != nil:
+		note = "; isolated replay: " + err.Error()
+	case first >= 0:
+		note = fmt.Sprintf("; the isolated replay (each op from the reference's inputs) first fails at %s [%s]", iso[first].Name, m.TapOp(iso[first].Name))
+	default:
+		note = "; every op passes in the isolated replay: the error builds up over ops each within tolerance"
+	}
+	path := filepath.Join(harness.TriageDir(), strings.ReplaceAll(s.ID(), "/", "_")+"-"+variant+".html")
+	first := compare.FirstFailure(rows)
+	rep := report.Model{Set: s.ID(), Backend: fmt.Sprintf("%s (%s)", dev.Info().Backend, dev.Info().Name), Rows: rows, Isolated: iso,
+		Note: fmt.Sprintf("first tap out of tolerance: %s [%s]%s", rows[first].Name, m.TapOp(rows[first].Name), note)}
+	if err := report.WriteFile(path, rep); err != nil {
+		return note + "; the HTML report could not be written: " + err.Error()
+	}
+	AddReportEntry("triage report", path, ReportEntryVisibilityAlways)
+	return note + "; HTML report: " + path
 }
 
 func modelEntries() []TableEntry {

@@ -26,7 +26,12 @@ func OpenBackend() backend.Backend {
 		Fail("backend selection: " + err.Error())
 	}
 	info := sel.Backend.Info()
-	AddReportEntry("backend", fmt.Sprintf("%s: %s (requested %s, unsupported cases: %s)", info.Backend, info.Name, sel.Requested, UnsupportedPolicy()), ReportEntryVisibilityAlways)
+	name := info.Name
+	if info.Backend == "cuda" {
+		// Which GPU this process runs on: under ginkgo -p each process picks its own.
+		name = fmt.Sprintf("%s, device %d, Ginkgo process %d", name, info.Index, GinkgoParallelProcess())
+	}
+	AddReportEntry("backend", fmt.Sprintf("%s: %s (requested %s, unsupported cases: %s)", info.Backend, name, sel.Requested, UnsupportedPolicy()), ReportEntryVisibilityAlways)
 	if sel.Fallback != "" {
 		fmt.Fprintf(GinkgoWriter, "TOUCHSTONE_BACKEND=auto fell back to cpu: %s\n", sel.Fallback)
 	}
@@ -137,4 +142,14 @@ func Tolerances() (*compare.Tolerances, error) {
 		return nil, err
 	}
 	return compare.LoadTolerances(filepath.Join(root, "tolerances.yaml"))
+}
+
+// TriageDir is where a failing spec writes its triage files (the HTML layer-diff report):
+// TOUCHSTONE_REPORTS/triage (dist/run and make test set it to the reports directory), else a
+// directory under the system's temporary one.
+func TriageDir() string {
+	if d := os.Getenv("TOUCHSTONE_REPORTS"); d != "" {
+		return filepath.Join(d, "triage")
+	}
+	return filepath.Join(os.TempDir(), "touchstone-triage")
 }
