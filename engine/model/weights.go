@@ -1,10 +1,15 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"unsafe"
 
 	"github.com/x448/float16"
 
@@ -110,23 +115,52 @@ var weightTables = map[string][]weight{
 // loadWeights reads every tensor of the family's table from ck, checks its shape, converts
 // it to fp16, transposes or splits it as the table says and uploads it. The result maps
 // engine weight names (layers.0.wq, embed, ...) to buffers.
+//
+// Reading, converting and transposing run on GOMAXPROCS goroutines (at most maxLoadWorkers),
+// a few tensors ahead of the uploads: a multi-gigabyte checkpoint loaded one tensor at a time
+// spent most of its time in host-side work that parallelises perfectly. The uploads stay on
+// the calling goroutine, in table order: a Backend is not safe for concurrent use (the CUDA
+// one keeps per-call error state), and in order the first error in table order is the one
+// reported, as before.
 func loadWeights(be backend.Backend, c *Config, ck *safetensors.Checkpoint) (map[string]backend.Buffer, error) {
-	table, ok := weightTables[c.Family]
-	if !ok {
-		return nil, fmt.Errorf("model: no weight table for family %q", c.Family)
-	}
-	out := map[string]backend.Buffer{}
-	fail := func(err error) (map[string]backend.Buffer, error) {
-		for _, b := range out {
-			b.Free()
-		}
-		return nil, err
-	}
+	return loadWeightsWith(be, c, ck, min(runtime.GOMAXPROCS(0), maxLoadWorkers))
+}
+
+// maxLoadWorkers caps the workers: the serial uploads are the bottleneck long before 16 cores
+// of reading and converting are, and every worker adds two tensors of host memory ahead (on
+// a 128-core host, uncapped, that would be most of a 7B checkpoint).
+const maxLoadWorkers = 16
+
+// loadJob is one entry of a family's table for one layer: a tensor to read and upload (split
+// into several engine weights when names has several), the check that a tied checkpoint's
+// stored head copies the embedding (tiedTo set), or an error planning found (err set).
+type loadJob struct {
+	hfName    string // the name in the checkpoint
+	name      string // the table's name (the one errors use; hfName may lack the gpt2 prefix)
+	dtype     string // safetensors dtype of hfName
+	shape     []int
+	transpose bool
+	names     []string // engine weights, in row order
+	rows      []int    // their row counts when split, else nil
+	tiedTo    string
+	err       error
+}
+
+// loaded is what a worker hands the uploader for one job.
+type loaded struct {
+	parts    []*tensor.Tensor // one per job.names
+	err      error
+	panicked any // prepare's panic, re-raised by the uploader as the sequential loader would have
+}
+
+// planLoad lists the jobs of c's table in table order, with the name, presence and shape
+// checks done (they read only the headers). It stops at the first failing one: the first
+// error in table order is the one reported, so nothing after it needs reading.
+func planLoad(c *Config, ck *safetensors.Checkpoint, table []weight) []loadJob {
+	var jobs []loadJob
 	for _, w := range table {
 		if c.TiedHead && w.TiedTo != "" {
-			if err := checkTiedCopy(ck, w.HF, w.TiedTo); err != nil {
-				return fail(err)
-			}
+			jobs = append(jobs, loadJob{hfName: w.HF, name: w.HF, tiedTo: w.TiedTo})
 			continue
 		}
 		n := 1
@@ -134,7 +168,7 @@ func loadWeights(be backend.Backend, c *Config, ck *safetensors.Checkpoint) (map
 			n = c.Layers
 		}
 		for layer := 0; layer < n; layer++ {
-			sub := func(s string) string { return strings.ReplaceAll(s, "{i}", fmt.Sprint(layer)) }
+			sub := func(s string) string { return strings.ReplaceAll(s, "{i}", strconv.Itoa(layer)) }
 			name := sub(w.HF)
 			hfName := name
 			if _, ok := ck.Info(hfName); !ok && c.Family == "gpt2" {
@@ -145,41 +179,168 @@ func loadWeights(be backend.Backend, c *Config, ck *safetensors.Checkpoint) (map
 				if w.Optional {
 					continue
 				}
-				return fail(fmt.Errorf("model: checkpoint has no tensor %s (want shape %s)", name, tensor.ShapeString(w.Shape(c))))
+				return append(jobs, loadJob{err: fmt.Errorf("model: checkpoint has no tensor %s (want shape %s)", name, tensor.ShapeString(w.Shape(c)))})
 			}
 			if want := w.Shape(c); !tensor.SameShape(info.Shape, want) {
-				return fail(fmt.Errorf("model: tensor %s has shape %s, the config wants %s", name, tensor.ShapeString(info.Shape), tensor.ShapeString(want)))
+				return append(jobs, loadJob{err: fmt.Errorf("model: tensor %s has shape %s, the config wants %s", name, tensor.ShapeString(info.Shape), tensor.ShapeString(want))})
 			}
-			t, err := ck.Tensor(hfName)
-			if err != nil {
-				return fail(err)
-			}
-			t, err = toF16(t, name)
-			if err != nil {
-				return fail(err)
-			}
-			if w.Transpose {
-				t = transpose(t)
-			}
-			parts := []*tensor.Tensor{t}
-			names := []string{sub(w.Into)}
+			j := loadJob{hfName: hfName, name: name, dtype: info.DType, shape: info.Shape, transpose: w.Transpose, names: []string{sub(w.Into)}}
 			if w.Split != nil {
-				parts, names = splitRows(t, w.SplitRows(c)), nil
+				j.names, j.rows = nil, w.SplitRows(c)
 				for _, s := range w.Split {
-					names = append(names, sub(s))
+					j.names = append(j.names, sub(s))
 				}
 			}
-			for k, p := range parts {
-				b, err := be.Upload(p)
-				if err != nil {
-					return fail(fmt.Errorf("model: upload %s: %w", names[k], err))
-				}
-				out[names[k]] = b
+			jobs = append(jobs, j)
+		}
+	}
+	return jobs
+}
+
+// prepare does a job's host work: read, convert to fp16, transpose, split. It only reads ck,
+// so workers run it concurrently.
+func prepare(ck *safetensors.Checkpoint, j *loadJob) ([]*tensor.Tensor, error) {
+	if j.err != nil {
+		return nil, j.err
+	}
+	if j.tiedTo != "" {
+		return nil, checkTiedCopy(ck, j.hfName, j.tiedTo)
+	}
+	t, err := readF16(ck, j)
+	if err != nil {
+		return nil, err
+	}
+	if j.transpose {
+		t = transpose(t)
+	}
+	if j.rows == nil {
+		return []*tensor.Tensor{t}, nil
+	}
+	return splitRows(t, j.rows), nil
+}
+
+// readF16 reads a job's tensor as fp16. BF16 is rounded in place in the slice its bits were
+// read into (toF16's rounding), skipping the float32 tensor Checkpoint.Tensor would
+// widen it to: BF16 is what most checkpoints on the hub store.
+func readF16(ck *safetensors.Checkpoint, j *loadJob) (*tensor.Tensor, error) {
+	if j.dtype != "BF16" {
+		t, err := ck.Tensor(j.hfName)
+		if err != nil {
+			return nil, err
+		}
+		return toF16(t, j.name)
+	}
+	bits, _, err := ck.Uint16s(j.hfName)
+	if err != nil {
+		return nil, err
+	}
+	if k := roundBF16(bits); k >= 0 {
+		// toF16's overflow error, for the same element and value (bits[:k] are fp16 by now;
+		// bits[k] is still the BF16 read).
+		return nil, fmt.Errorf("model: tensor %s element %d = %g overflows fp16", j.name, k, math.Float32frombits(uint32(bits[k])<<16))
+	}
+	// float16.Float16 is a uint16: the converted bits are the tensor's storage as they are.
+	f16 := unsafe.Slice((*float16.Float16)(unsafe.Pointer(unsafe.SliceData(bits))), len(bits))
+	return tensor.FromF16(j.shape, f16), nil
+}
+
+// loadWeightsWith is loadWeights with the number of workers given (tests vary it).
+func loadWeightsWith(be backend.Backend, c *Config, ck *safetensors.Checkpoint, workers int) (map[string]backend.Buffer, error) {
+	table, ok := weightTables[c.Family]
+	if !ok {
+		return nil, fmt.Errorf("model: no weight table for family %q", c.Family)
+	}
+	jobs := planLoad(c, ck, table)
+	workers = max(1, min(workers, len(jobs)))
+
+	// Each job's result has its own channel, buffered so that a worker never waits for the
+	// uploader. window bounds host memory: a job is handed out only while fewer than
+	// 2×workers jobs are being prepared or wait prepared, not yet uploaded. done, closed when
+	// loadWeightsWith returns, stops the handing out and makes workers skip what they still
+	// get; the deferred Wait means no goroutine touches ck (which the caller closes) or runs
+	// on after the return.
+	results := make([]chan loaded, len(jobs))
+	for k := range results {
+		results[k] = make(chan loaded, 1)
+	}
+	window := make(chan struct{}, 2*workers)
+	next := make(chan int)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
+	wg.Go(func() {
+		defer close(next)
+		for k := range jobs {
+			select {
+			case window <- struct{}{}:
+			case <-done:
+				return
+			}
+			select {
+			case next <- k:
+			case <-done:
+				return
 			}
 		}
+	})
+	for range workers {
+		wg.Go(func() {
+			for k := range next {
+				select {
+				case <-done:
+					results[k] <- loaded{err: errLoadCanceled} // nobody reads it
+					continue
+				default:
+				}
+				results[k] <- prepareRecovering(ck, &jobs[k])
+			}
+		})
+	}
+
+	out := map[string]backend.Buffer{}
+	fail := func(err error) (map[string]backend.Buffer, error) {
+		for _, b := range out {
+			b.Free()
+		}
+		return nil, err
+	}
+	for k := range jobs {
+		r := <-results[k]
+		if r.panicked != nil {
+			fail(nil)
+			panic(r.panicked)
+		}
+		if r.err != nil {
+			return fail(r.err)
+		}
+		for i, p := range r.parts {
+			b, err := be.Upload(p)
+			if err != nil {
+				return fail(fmt.Errorf("model: upload %s: %w", jobs[k].names[i], err))
+			}
+			out[jobs[k].names[i]] = b
+		}
+		<-window
 	}
 	return out, nil
 }
+
+// prepareRecovering is prepare for a worker: a panic (a bug: inputs are validated) goes to
+// the uploader, which re-raises it on the caller's goroutine, rather than killing the process
+// from one no caller can recover on.
+func prepareRecovering(ck *safetensors.Checkpoint, j *loadJob) (r loaded) {
+	defer func() {
+		if p := recover(); p != nil {
+			r = loaded{panicked: p}
+		}
+	}()
+	parts, err := prepare(ck, j)
+	return loaded{parts: parts, err: err}
+}
+
+// errLoadCanceled marks the jobs workers skip once the load has failed; never reported.
+var errLoadCanceled = errors.New("model: weight load canceled")
 
 // checkTiedCopy checks, in a tied checkpoint that stores name anyway, that name holds exactly
 // the values of tiedTo: transformers ties the two only then. Both are read on the host and
@@ -218,36 +379,48 @@ func toF16(t *tensor.Tensor, name string) (*tensor.Tensor, error) {
 		return t, nil
 	case tensor.F32:
 		o := tensor.New(tensor.F16, t.Shape...)
-		for k, v := range t.F32 {
-			o.F16[k] = float16.Fromfloat32(v)
-			if o.F16[k].IsInf(0) {
-				return nil, fmt.Errorf("model: tensor %s element %d = %g overflows fp16", name, k, v)
-			}
+		if k := roundF32(o.F16, t.F32); k >= 0 {
+			return nil, fmt.Errorf("model: tensor %s element %d = %g overflows fp16", name, k, t.F32[k])
 		}
 		return o, nil
 	}
 	return nil, fmt.Errorf("model: tensor %s has dtype %s, want a float type", name, t.DType)
 }
 
+// transpose returns t [r, c] as [c, r]. It goes tile by tile: walking whole columns of a
+// large matrix touches one cache line per element, and GPT-2 transposes every matrix it
+// loads. A tile's rows of src stay in cache while its columns are written out contiguously.
 func transpose(t *tensor.Tensor) *tensor.Tensor {
+	const tile = 64 // 64×64 fp16: 8 KiB of source and of destination, well inside L1
 	r, c := t.Shape[0], t.Shape[1]
 	o := tensor.New(tensor.F16, c, r)
-	for a := 0; a < r; a++ {
-		for b := 0; b < c; b++ {
-			o.F16[b*r+a] = t.F16[a*c+b]
+	src, dst := t.F16, o.F16
+	for a0 := 0; a0 < r; a0 += tile {
+		a1 := min(a0+tile, r)
+		for b0 := 0; b0 < c; b0 += tile {
+			b1 := min(b0+tile, c)
+			for b := b0; b < b1; b++ {
+				d := dst[b*r+a0 : b*r+a1]
+				for k := range d {
+					d[k] = src[(a0+k)*c+b]
+				}
+			}
 		}
 	}
 	return o
 }
 
-// splitRows cuts t's first dimension into consecutive blocks of the given sizes.
+// splitRows cuts t's first dimension into consecutive blocks of the given sizes. The blocks
+// share t's storage (capacity clipped, so none can grow into the next): they only feed
+// Upload, which copies, and a copy here was one more pass over every fused tensor.
 func splitRows(t *tensor.Tensor, rows []int) []*tensor.Tensor {
 	row := t.Len() / t.Shape[0]
 	var out []*tensor.Tensor
 	off := 0
 	for _, n := range rows {
 		shape := append([]int{n}, t.Shape[1:]...)
-		out = append(out, tensor.FromF16(shape, append([]float16.Float16(nil), t.F16[off*row:(off+n)*row]...)))
+		lo, hi := off*row, (off+n)*row
+		out = append(out, tensor.FromF16(shape, t.F16[lo:hi:hi]))
 		off += n
 	}
 	return out

@@ -19,8 +19,6 @@ import (
 	"os"
 	"sort"
 
-	"github.com/x448/float16"
-
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
@@ -233,45 +231,87 @@ func (f *File) Names() []string {
 
 // Tensor reads one tensor as a host tensor: F16 stays fp16 bit for bit; F32 and I32 as
 // themselves; BF16 widens exactly to F32. Other dtypes are an error naming the tensor.
+//
+// The bytes are read straight into the tensor's storage (one copy out of the page cache, no
+// staging buffer): checkpoints are gigabytes, and a second copy plus an element-by-element
+// decode used to be most of a model's load time.
 func (f *File) Tensor(name string) (*tensor.Tensor, error) {
 	in, ok := f.Header.Tensors[name]
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
 	}
-	raw := make([]byte, in.End-in.Begin)
-	if _, err := f.f.ReadAt(raw, f.dataStart+in.Begin); err != nil {
-		return nil, fmt.Errorf("%s: tensor %q: %w", f.Path, name, err)
-	}
-	return decode(raw, in, f.Path)
-}
-
-func decode(raw []byte, in Info, path string) (*tensor.Tensor, error) {
-	le := binary.LittleEndian
+	var t *tensor.Tensor
 	switch in.DType {
 	case "F16":
-		t := tensor.New(tensor.F16, in.Shape...)
-		for i := range t.F16 {
-			t.F16[i] = float16.Frombits(le.Uint16(raw[2*i:]))
-		}
-		return t, nil
-	case "BF16":
-		t := tensor.New(tensor.F32, in.Shape...)
-		for i := range t.F32 {
-			t.F32[i] = math.Float32frombits(uint32(le.Uint16(raw[2*i:])) << 16)
-		}
-		return t, nil
-	case "F32":
-		t := tensor.New(tensor.F32, in.Shape...)
-		for i := range t.F32 {
-			t.F32[i] = math.Float32frombits(le.Uint32(raw[4*i:]))
-		}
-		return t, nil
+		t = tensor.New(tensor.F16, in.Shape...)
+	case "BF16", "F32":
+		t = tensor.New(tensor.F32, in.Shape...)
 	case "I32":
-		t := tensor.New(tensor.I32, in.Shape...)
-		for i := range t.I32 {
-			t.I32[i] = int32(le.Uint32(raw[4*i:]))
-		}
-		return t, nil
+		t = tensor.New(tensor.I32, in.Shape...)
+	default:
+		return nil, fmt.Errorf("%s: tensor %q: dtype %s is not supported (want F16, BF16, F32 or I32)", f.Path, in.Name, in.DType)
 	}
-	return nil, fmt.Errorf("%s: tensor %q: dtype %s is not supported (want F16, BF16, F32 or I32)", path, in.Name, in.DType)
+	var raw []byte
+	switch t.DType {
+	case tensor.F16:
+		raw = asBytes(t.F16)
+	case tensor.F32:
+		raw = asBytes(t.F32)
+	case tensor.I32:
+		raw = asBytes(t.I32)
+	}
+	if in.DType == "BF16" {
+		// The 2-byte elements go to the back half of the float32 storage and widen in place,
+		// front to back: element i is written to bytes [4i, 4i+4), which end at or before the
+		// unread element i+1 at 2n+2i+2, and element i itself is read before it is written.
+		raw = raw[len(raw)/2:]
+	}
+	if err := f.read(raw, in); err != nil {
+		return nil, err
+	}
+	switch in.DType {
+	case "BF16":
+		for i := range t.F32 {
+			t.F32[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
+		}
+	case "F16":
+		toHostOrder16(asUint16s(t.F16))
+	case "F32":
+		toHostOrder32(asUint32s(t.F32))
+	case "I32":
+		toHostOrder32(asUint32s(t.I32))
+	}
+	return t, nil
+}
+
+// Uint16s reads an F16 or BF16 tensor as its elements' bit patterns, in host byte order and
+// unconverted, for a caller that converts them itself: the model loader rounds BF16 to fp16
+// in place in this slice, with no float32 tensor in between. Other dtypes are an error, as
+// they are for Tensor.
+func (f *File) Uint16s(name string) ([]uint16, Info, error) {
+	in, ok := f.Header.Tensors[name]
+	if !ok {
+		return nil, Info{}, fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
+	if in.DType != "F16" && in.DType != "BF16" {
+		return nil, Info{}, fmt.Errorf("%s: tensor %q: dtype %s is not a 2-byte float (want F16 or BF16)", f.Path, in.Name, in.DType)
+	}
+	v := make([]uint16, (in.End-in.Begin)/2)
+	if err := f.read(asBytes(v), in); err != nil {
+		return nil, Info{}, err
+	}
+	toHostOrder16(v)
+	return v, in, nil
+}
+
+// read fills dst, which the caller sized to the tensor's End-Begin bytes, from the file.
+// ReadAt (pread) keeps no file offset, so tensors may be read from several goroutines at once.
+func (f *File) read(dst []byte, in Info) error {
+	if int64(len(dst)) != in.End-in.Begin {
+		return fmt.Errorf("%s: tensor %q: %d-byte buffer for a %d-byte tensor", f.Path, in.Name, len(dst), in.End-in.Begin)
+	}
+	if _, err := f.f.ReadAt(dst, f.dataStart+in.Begin); err != nil {
+		return fmt.Errorf("%s: tensor %q: %w", f.Path, in.Name, err)
+	}
+	return nil
 }

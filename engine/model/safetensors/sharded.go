@@ -121,6 +121,16 @@ func (c *Checkpoint) Tensor(name string) (*tensor.Tensor, error) {
 	return f.Tensor(name)
 }
 
+// Uint16s reads an F16 or BF16 tensor's raw element bits from whichever file holds it
+// (File.Uint16s).
+func (c *Checkpoint) Uint16s(name string) ([]uint16, Info, error) {
+	f, ok := c.byName[name]
+	if !ok {
+		return nil, Info{}, fmt.Errorf("%s: checkpoint has no tensor %q", c.Dir, name)
+	}
+	return f.Uint16s(name)
+}
+
 // Close closes every file.
 func (c *Checkpoint) Close() error {
 	var first error
