@@ -2,6 +2,9 @@ package compare
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 
@@ -297,3 +300,41 @@ func FuzzParseTolerances(f *testing.F) {
 }
 
 func float16From(v float32) float16.Float16 { return float16.Fromfloat32(v) }
+
+// TopK's one-pass selection ranks as a stable sort by value, largest first, would.
+func TestTopKMatchesAStableSort(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for trial := 0; trial < 200; trial++ {
+		n := 1 + r.IntN(300)
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = float64(r.IntN(20)) // many ties
+			if r.IntN(50) == 0 {
+				x[i] = math.NaN()
+			}
+		}
+		idx := make([]int, n)
+		for i := range idx {
+			idx[i] = i
+		}
+		rank := func(v float64) float64 {
+			if math.IsNaN(v) {
+				return math.Inf(-1)
+			}
+			return v
+		}
+		sort.SliceStable(idx, func(a, b int) bool {
+			va, vb := rank(x[idx[a]]), rank(x[idx[b]])
+			if va != vb {
+				return va > vb
+			}
+			return math.IsNaN(x[idx[b]]) && !math.IsNaN(x[idx[a]])
+		})
+		for _, k := range []int{0, 1, 5, 64, 65, n, n + 3} {
+			want := idx[:min(k, n)]
+			if got := TopK(x, k); !slices.Equal(got, want) {
+				t.Fatalf("trial %d k=%d: TopK = %v, stable sort gives %v (x = %v)", trial, k, got, want, x)
+			}
+		}
+	}
+}
