@@ -49,7 +49,9 @@ PINNED_TRANSFORMERS = "5.17.0"
 
 
 def setup_torch():
-    torch.set_num_threads(1)  # one thread: a fixed reduction order
+    # one thread: a fixed reduction order. The full model tier adds worker threads, each of which
+    # also runs torch on one thread (models.py, "Threads").
+    torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     if torch.__version__.split("+")[0] != PINNED_TORCH or np.__version__ not in PINNED_NUMPY:
         print("warning: torch %s / numpy %s differ from the pinned versions "
@@ -228,6 +230,7 @@ def cmd_models(args):
             else os.path.join(REPO, "golden", ".cache")
     setup_torch()
     setup_models()
+    models.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
     jobs = model_jobs(args)
     # Only a run over the whole synthetic table of a tier may delete other sets as stale.
     prune = not (args.checkpoint or args.model or args.layers)

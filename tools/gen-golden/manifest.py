@@ -112,13 +112,16 @@ def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     return len(entries) + 1, total + len(text)
 
 
-def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, tensors, calibration):
+def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, tensors, calibration,
+                    pool=None):
     """Finish a model set whose checkpoint files and calibration file already lie in set_dir:
     write every tensor as .npy and manifest.json (docs/golden-format.md, "Model sets").
 
     checkpoint: [(name, file, sha256)] listed first with role "checkpoint" and no dtype/shape;
     tensors: ordered [(name, tensor in f32/i32, role)], written as <name>.npy;
     calibration: (name, file, sha256) of calibration.json, listed last with role "calibration".
+    pool: an optional concurrent.futures executor that writes the .npy files in parallel (the
+    manifest lists them in the given order either way).
     Returns (number of files, total bytes) including the checkpoint files and manifest.json.
     """
     entries = []
@@ -126,8 +129,9 @@ def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, ten
     for name, fname, digest in checkpoint:
         entries.append({"name": name, "file": fname, "role": "checkpoint", "sha256": digest})
         total += os.path.getsize(os.path.join(set_dir, fname))
-    for name, t, role in tensors:
-        entry, size = write_tensor(set_dir, name, t, role)
+    written = (map if pool is None else pool.map)(
+        lambda e: write_tensor(set_dir, e[0], e[1], e[2]), tensors)
+    for entry, size in written:
         entries.append(entry)
         total += size
     name, fname, digest = calibration

@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import struct
+import time
 from collections import namedtuple
 from contextlib import contextmanager
 
@@ -352,18 +353,37 @@ def init_specs(family, cfg):
 
 
 def draw_tensor(seed, name, shape, init):
-    """One synthetic fp16 tensor."""
+    """One synthetic fp16 tensor: the float64 draw scaled as `init` says, rounded to fp32 and then
+    to fp16 (kernels.to_f16). The scaling runs in place (x.mul_(s) is the product s * x, add_(1.0)
+    the sum 1.0 + s * x, the same IEEE operations as out of place, without a second float64
+    buffer) and the overflow check reads the fp16 values with numpy: the same bytes, faster."""
     r = kernels.Draw(tensor_seed(seed, name))
     x = r.randn(shape)
-    if init.kind == "normal":
-        x = init.std * x
+    if init.kind in ("normal", "bias"):
+        x.mul_(init.std)
     elif init.kind == "norm":
-        x = 1.0 + init.std * x
-    elif init.kind == "bias":
-        x = init.std * x
+        x.mul_(init.std).add_(1.0)
     else:
         raise KeyError(init.kind)
-    return kernels.to_f16(x)
+    h = to_f16_chunked(x)
+    del x
+    if not np.isfinite(h.numpy()).all():
+        raise ValueError("%s overflows fp16" % name)
+    return h
+
+
+# Elementwise passes over big tensors go CHUNK elements at a time: a whole-tensor temporary is
+# fresh memory every time (page faults, and munmap's TLB shootdowns across all threads), which
+# costs more than the arithmetic. The values are the same.
+CHUNK = 1 << 20
+
+
+def to_f16_chunked(x):
+    """x.to(F32).to(F16) (the rounding of kernels.to_f16), CHUNK elements at a time."""
+    h = torch.empty(x.shape, dtype=F16)
+    for src, dst in zip(x.reshape(-1).split(CHUNK), h.view(-1).split(CHUNK)):
+        dst.copy_(src.to(F32))
+    return h
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,76 +409,69 @@ def safetensors_header(entries):
     return struct.pack("<Q", len(text)) + text
 
 
-def write_safetensors(path, specs, chunks):
-    """Stream a safetensors file: specs [(name, shape)] and chunks, the fp16 bytes of each tensor
-    in sorted name order. Returns the file's sha256."""
-    h = hashlib.sha256()
-    ordered = sorted(specs)
-    with open(path, "wb") as f:
-        head = safetensors_header([(n, "F16", s) for n, s in ordered])
-        f.write(head)
-        h.update(head)
-        written = 0
-        for (name, shape), data in zip(ordered, chunks):
-            if len(data) != 2 * int(np.prod(shape, dtype=np.int64)):
-                raise RuntimeError("%s: %d bytes for shape %s" % (name, len(data), shape))
-            f.write(data)
-            h.update(data)
-            written += 1
-        if written != len(ordered):
-            raise RuntimeError("%s: %d of %d tensors written" % (path, written, len(ordered)))
+def _pwrite_all(fd, data, offset):
+    view = memoryview(data).cast("B")
+    while len(view):
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+def write_safetensors(path, entries, pool=None):
+    """Write a safetensors file of fp16 tensors: entries [(name, shape, make)], make() returning
+    the tensor's values (an fp16 torch tensor of that shape). Returns the file's sha256.
+
+    Without a pool the tensors are made and written one after the other. With a pool (from
+    one_thread_workers) each tensor is made and written at its offset by a pool thread, and
+    this thread hashes them in file order as they come (at most 2 per thread in flight). Every
+    tensor has its own seed (tensor_seed) and a float64 draw, so the bytes do not depend on which
+    thread made what, nor on how many there are."""
+    ordered = sorted(entries, key=lambda e: e[0])
+    head = safetensors_header([(n, "F16", s) for n, s, _ in ordered])
+    offsets, end = [], len(head)
+    for _, shape, _ in ordered:
+        offsets.append(end)
+        end += 2 * int(np.prod(shape, dtype=np.int64))
+
+    def job(i):
+        name, shape, make = ordered[i]
+        t = make()
+        if t.dtype != F16 or tuple(t.shape) != tuple(shape):
+            raise RuntimeError("%s: %s %s for shape %s" % (name, t.dtype, tuple(t.shape), shape))
+        data = np.ascontiguousarray(t.numpy(), dtype="<f2")
+        _pwrite_all(fd, data, offsets[i])
+        return data
+
+    h = hashlib.sha256(head)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _pwrite_all(fd, head, 0)
+        if pool is None:
+            for i in range(len(ordered)):
+                h.update(job(i))
+        else:
+            window, todo = [], iter(range(len(ordered)))
+            try:
+                for i in todo:
+                    window.append(pool.submit(job, i))
+                    if len(window) >= 2 * pool.size:
+                        break
+                while window:
+                    h.update(window[0].result())
+                    window.pop(0)
+                    i = next(todo, None)
+                    if i is not None:
+                        window.append(pool.submit(job, i))
+            except BaseException:
+                for f in window:  # no thread may write to fd once it is closed (and reused)
+                    f.cancel()
+                import concurrent.futures as cf
+                cf.wait(window)
+                raise
+        if os.fstat(fd).st_size != end:
+            raise RuntimeError("%s: %d bytes written, want %d" % (path, os.fstat(fd).st_size, end))
+    finally:
+        os.close(fd)
     return h.hexdigest()
-
-
-def draw_bytes(job):
-    """draw_tensor as little-endian fp16 bytes: the unit of work of the draw pool."""
-    seed, name, shape, init = job
-    t = draw_tensor(seed, name, shape, init)
-    assert t.dtype == F16 and tuple(t.shape) == tuple(shape), name
-    return np.ascontiguousarray(t.numpy(), dtype="<f2").tobytes()
-
-
-def _draw_worker_init():
-    torch.set_num_threads(1)
-
-
-# Checkpoints above this many parameters are drawn by a pool of processes. Every tensor has its
-# own seed (tensor_seed) and is drawn in float64, a path that is the same on every CPU, so the
-# bytes do not depend on the number of workers or on which worker drew what: the pool only
-# shortens the full-size tier (Phi-3-mini's 3.8B parameters take minutes on one core). Spawned
-# workers re-run __main__.py's environment setup (ATEN_CPU_CAPABILITY, MKL_CBWR) before torch.
-POOL_MIN_PARAMS = 50_000_000
-
-
-def draw_workers():
-    n = os.environ.get("GEN_GOLDEN_WORKERS")
-    return int(n) if n else min(16, os.cpu_count() or 1)
-
-
-def drawn_chunks(jobs):
-    """fp16 bytes of each job, in order: serially for small checkpoints, else from a process
-    pool with a bounded window (at most 2 results per worker wait in memory)."""
-    total = sum(int(np.prod(shape, dtype=np.int64)) for _, _, shape, _ in jobs)
-    workers = draw_workers()
-    if total < POOL_MIN_PARAMS or workers < 2:
-        for job in jobs:
-            yield draw_bytes(job)
-        return
-    import concurrent.futures as cf
-    import multiprocessing as mp
-    with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_draw_worker_init) as pool:
-        window = []
-        it = iter(jobs)
-        for job in it:
-            window.append(pool.submit(draw_bytes, job))
-            if len(window) >= 2 * workers:
-                break
-        while window:
-            data = window.pop(0).result()
-            nxt = next(it, None)
-            if nxt is not None:
-                window.append(pool.submit(draw_bytes, nxt))
-            yield data
 
 
 def config_bytes(cfg):
@@ -474,15 +487,15 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def write_synthetic_checkpoint(set_dir, spec, seed):
-    """config.json + model.safetensors into set_dir. Returns [(name, file, sha256)]."""
+def write_synthetic_checkpoint(set_dir, spec, seed, pool=None):
+    """config.json + model.safetensors into set_dir (tensors drawn on `pool` when given).
+    Returns [(name, file, sha256)]."""
     cfg_data = config_bytes(spec.config)
     with open(os.path.join(set_dir, "config.json"), "wb") as f:
         f.write(cfg_data)
-    specs = init_specs(spec.family, spec.config)
-    jobs = [(seed, n, s, i) for n, s, i in sorted(specs, key=lambda e: e[0])]
-    digest = write_safetensors(
-        os.path.join(set_dir, "model.safetensors"), [(n, s) for n, s, _ in specs], drawn_chunks(jobs))
+    entries = [(n, s, lambda n=n, s=s, i=i: draw_tensor(seed, n, s, i))
+               for n, s, i in init_specs(spec.family, spec.config)]
+    digest = write_safetensors(os.path.join(set_dir, "model.safetensors"), entries, pool)
     return [("config", "config.json", hashlib.sha256(cfg_data).hexdigest()),
             ("model", "model.safetensors", digest)]
 
@@ -741,6 +754,151 @@ class Recorder(TapCapture):
 
 
 # ---------------------------------------------------------------------------------------------
+# Threads
+#
+# Every torch op of a set runs on one thread (__main__.py: torch.set_num_threads(1)), in both
+# tiers: that is what fixes the bits, since ATen splits a sum into one value by the thread count
+# and MKL's threaded GEMMs (those with more than one row) block their work by it. The full tier
+# is made fast by running independent pieces of work at the same time on a pool of worker threads
+# (one_thread_workers), each of which also runs its torch ops on one thread: the tensors of the
+# synthetic checkpoint (drawn and written), the checkpoint's tensors when transformers loads and
+# upcasts them and when check_loaded_weights compares them, the fp16 rounding of the parameters,
+# blocks of output features of every linear layer's GEMM (split_linears), the calibration's taps
+# and the tap files. Each piece computes exactly what it computes alone on one thread, so the
+# bytes are those of a one-thread run (qwen2.5-0.5b and gpt2-124m: identical with 1, 2, 4 and 16
+# workers). The worker count is fixed per tier, never taken from the host (a host with fewer
+# cores is only slower): the blocks of split_linears depend on it, and although the blocked GEMM
+# is bit-identical to the unsplit one for every shape checked, that is MKL's behaviour rather
+# than a documented guarantee, so the canonical full-tier bytes are those of 16 workers.
+# GEN_GOLDEN_THREADS overrides the full tier's count (for experiments).
+TIER_THREADS = {COMMITTED: 1, FULL: 16}
+
+
+def tier_threads(tier):
+    """The number of worker threads a set of `tier` is built with (1: no pool)."""
+    if tier == FULL and os.environ.get("GEN_GOLDEN_THREADS"):
+        return int(os.environ["GEN_GOLDEN_THREADS"])
+    return TIER_THREADS[tier]
+
+
+@contextmanager
+def intra_op_threads(n):
+    """torch.set_num_threads(n) inside the block (which also sets MKL's count on this thread and
+    turns MKL's dynamic thread adjustment off), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# Decode steps feed one token: every linear layer is then a GEMM with one row, which MKL runs on
+# one core whatever the thread count (its one-row path is not threaded), so at full size a decode
+# step streams the whole fp32 model through one core. split_linears spreads the GEMMs of the
+# model's linear layers over a pool of threads instead: the output features are cut into blocks
+# (boundaries at multiples of SPLIT_ALIGN, a fixed function of the shape and the block count,
+# never of the host) and each block is the same op (F.linear, or Conv1D's addmm) on a slice of the
+# weight, run by a pool thread whose ATen and MKL use one thread. Each output element is still
+# the same single-threaded MKL computation over the whole input, in CNR mode: the blocked result
+# is bit-identical to the unsplit one-thread GEMM (checked for every linear shape of the three
+# families, full size and tiny, 1 to 16 rows, 2 to 16 blocks, with and without bias: MKL's
+# kernels work on groups of 4 output features counted from the first one of the call, so blocks
+# starting at multiples of 4 change nothing; 64 leaves margin).
+# A block has at least SPLIT_MIN weights (1 MiB of fp32), so small layers are cut into fewer
+# blocks (or none) and a block's work outweighs handing it to a thread.
+SPLIT_ALIGN = 64
+SPLIT_MIN = 1 << 18
+
+
+def split_bounds(n_out, n_in, n_blocks):
+    """Block boundaries [0, ..., n_out] of split_linears for a weight of n_out output and n_in
+    input features."""
+    n_blocks = max(1, min(n_blocks, n_out * n_in // SPLIT_MIN))
+    cuts = {min(n_out, (n_out * i // n_blocks) // SPLIT_ALIGN * SPLIT_ALIGN)
+            for i in range(n_blocks)}
+    return sorted(cuts | {n_out})
+
+
+def _worker_init():
+    torch.get_num_threads()  # ATen's lazy per-thread init first, so it cannot undo the next line
+    torch.set_num_threads(1)
+    torch.set_grad_enabled(False)  # grad mode is per thread; nothing on the pool needs autograd
+
+
+@contextmanager
+def one_thread_workers(n):
+    """A pool of n threads whose torch ops run single-threaded (ATen and MKL), or None for n <= 1
+    (a concurrent.futures.ThreadPoolExecutor; `size` is n). Work split across it computes what
+    one thread computes, in the same order per result."""
+    if n <= 1:
+        yield None
+        return
+    import concurrent.futures as cf
+    main_threads = torch.get_num_threads()
+    pool = cf.ThreadPoolExecutor(n, thread_name_prefix="gen-golden", initializer=_worker_init)
+    pool.size = n
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+        # torch.set_num_threads in the pool's threads also set ATen's default for new threads
+        torch.set_num_threads(main_threads)
+
+
+@contextmanager
+def split_linears(model, pool, n_blocks):
+    """Within the block, the GEMMs of the model's nn.Linear and GPT-2 Conv1D layers run as
+    n_blocks blocks of output features on `pool` (see SPLIT_ALIGN). No-op without a pool."""
+    if pool is None or n_blocks <= 1:
+        yield
+        return
+    import torch.nn.functional as F
+    from transformers.pytorch_utils import Conv1D
+
+    def linear(mod, orig, bounds):
+        def forward(x):
+            if torch.is_grad_enabled():
+                return orig(x)
+            w, b = mod.weight, mod.bias
+            parts = [pool.submit(F.linear, x, w[lo:hi], None if b is None else b[lo:hi])
+                     for lo, hi in zip(bounds, bounds[1:])]
+            return torch.cat([p.result() for p in parts], dim=-1)
+        return forward
+
+    def conv1d(mod, orig, bounds):
+        def forward(x):  # Conv1D.forward: addmm(bias, x.view(-1, nx), weight), weight [nx, nf]
+            if torch.is_grad_enabled():
+                return orig(x)
+            w, b, x2 = mod.weight, mod.bias, x.view(-1, x.size(-1))
+            parts = [pool.submit(torch.addmm, b[lo:hi], x2, w[:, lo:hi])
+                     for lo, hi in zip(bounds, bounds[1:])]
+            return torch.cat([p.result() for p in parts], dim=-1).view(x.size()[:-1] + (mod.nf,))
+        return forward
+
+    patched = []
+    try:
+        for mod in model.modules():
+            if type(mod) is torch.nn.Linear:
+                bounds, make = split_bounds(mod.out_features, mod.in_features, n_blocks), linear
+            elif type(mod) is Conv1D:
+                bounds, make = split_bounds(mod.nf, mod.nx, n_blocks), conv1d
+            else:
+                continue
+            if len(bounds) > 2:
+                # an instance attribute: Module.__call__ still runs the hooks around it
+                mod.forward = make(mod, mod.forward, bounds)
+                patched.append(mod)
+        # this thread's own ops on one thread too: an OpenMP team of its own would spin on the
+        # cores the pool's threads need
+        with intra_op_threads(1):
+            yield
+    finally:
+        for mod in patched:
+            del mod.forward
+
+
+# ---------------------------------------------------------------------------------------------
 # The reference forward
 
 
@@ -749,14 +907,37 @@ def modeling_module(family):
     return importlib.import_module("transformers.models.%s.modeling_%s" % (family, family))
 
 
-def load_model(set_dir, family, dtype=F32):
+@contextmanager
+def loader_threads(n):
+    """transformers 5.17 materialises (reads and upcasts) the checkpoint's tensors on a pool of
+    core_model_loading.GLOBAL_WORKERS threads (min(4, cores)): n of them here instead, each with
+    one intra-op thread (ATen starts a new thread with the count last set, 1 here). An upcast to
+    fp32 is exact: this only changes the speed."""
+    try:
+        import transformers.core_model_loading as cml
+    except ImportError:
+        cml = None
+    before = getattr(cml, "GLOBAL_WORKERS", None)
+    if n <= 1 or before is None:
+        yield
+        return
+    cml.GLOBAL_WORKERS = n
+    try:
+        with intra_op_threads(1):
+            yield
+    finally:
+        cml.GLOBAL_WORKERS = before
+
+
+def load_model(set_dir, family, dtype=F32, threads=1):
     """transformers' own loader on the set's checkpoint files, upcast to `dtype`, eager
-    attention."""
+    attention (`threads` loader threads: loader_threads)."""
     import transformers
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True)
+    with loader_threads(threads):
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True)
     model.eval()
     if type(model).__name__ != ARCH[family]:
         raise RuntimeError("%s loaded as %s, want %s"
@@ -767,8 +948,17 @@ def load_model(set_dir, family, dtype=F32):
     return model
 
 
-def check_loaded_weights(model, set_dir):
-    """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding."""
+def _upcast_equal(param, t):
+    """torch.equal(param, t.to(param.dtype)), CHUNK elements at a time."""
+    if param.shape != t.shape:
+        return False
+    return all(torch.equal(p, q.to(p.dtype)) for p, q in
+               zip(param.reshape(-1).split(CHUNK), t.reshape(-1).split(CHUNK)))
+
+
+def check_loaded_weights(model, set_dir, pool=None):
+    """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding.
+    With a pool (one_thread_workers) the tensors are compared in parallel."""
     from safetensors import safe_open
     state = model.state_dict()
     names = []
@@ -776,6 +966,7 @@ def check_loaded_weights(model, set_dir):
         if not fname.endswith(".safetensors"):
             continue
         with safe_open(os.path.join(set_dir, fname), framework="pt") as f:
+            compared = []
             for name in f.keys():
                 t = f.get_tensor(name)
                 key = name if name in state else None
@@ -787,9 +978,13 @@ def check_loaded_weights(model, set_dir):
                     if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
                         continue  # GPT-2 causal-mask buffers of old checkpoints
                     raise RuntimeError("%s: %s is not a parameter of the model" % (fname, name))
-                if not torch.equal(state[key], t.to(state[key].dtype)):
-                    raise RuntimeError("%s: %s differs after loading" % (fname, name))
+                compared.append((name, state[key], t))
                 names.append(key)
+            same = (map if pool is None else pool.map)(lambda c: _upcast_equal(c[1], c[2]),
+                                                       compared)
+            for (name, _, _), ok in zip(compared, same):
+                if not ok:
+                    raise RuntimeError("%s: %s differs after loading" % (fname, name))
     # ... and every model tensor came from the checkpoint (transformers would initialise a missing
     # one randomly); a tied head is the embedding's storage.
     loaded = {state[k].data_ptr() for k in names}
@@ -857,9 +1052,15 @@ def reference_hparams(model, family):
 
 
 def top_k_stable(logits, k):
-    """Indices of the k largest logits, ties to the lower index (numpy, exact)."""
+    """Indices of the k largest logits, ties to the lower index (numpy, exact). Only the values
+    at or above the k-th largest are sorted: the same indices as sorting the whole row."""
     x = logits.numpy()
-    order = np.lexsort((np.arange(x.shape[0]), -x.astype(np.float64)))
+    if x.shape[0] > k and not np.isnan(x).any():
+        kth = np.partition(x, x.shape[0] - k)[x.shape[0] - k]
+        idx = np.flatnonzero(x >= kth)
+    else:
+        idx = np.arange(x.shape[0])
+    order = idx[np.lexsort((idx, -x[idx].astype(np.float64)))]
     return order[:k]
 
 
@@ -1160,17 +1361,24 @@ class Rounder(TapCapture):
             modeling.apply_rotary_pos_emb = original
 
 
-def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None):
+def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None, pool=None):
     """The calibration forward: prefill and decode steps 0..decode_steps-1 teacher-forced on the
     reference's greedy tokens (as the engine's tap comparison runs), with its own KV cache.
-    Rounds the model's parameters to fp16 in place first (a no-op for fp16 checkpoints): call it
-    after every reference run. `rounding` replaces round_f16 (the selftest's identity run).
-    Returns {tap file stem: f32 tensor}."""
+    Rounds the model's parameters to fp16 in place first (a no-op for fp16 checkpoints; on the
+    pool's threads when given): call it after every reference run. `rounding` replaces round_f16
+    (the selftest's identity run). Returns {tap file stem: f32 tensor}."""
     d = dims(family, cfg)
     rnd = Rounder(model, family, d, rounding)
-    with torch.no_grad():
-        for prm in model.parameters():
+
+    @torch.no_grad()
+    def round_in_place(prm):
+        if rounding is None and prm.is_contiguous():  # round_f16 by chunks (f16 -> f32 is exact)
+            for c in prm.view(-1).split(CHUNK):
+                c.copy_(c.to(F16))
+        else:
             prm.copy_(rnd.round(prm))
+    for _ in (map if pool is None else pool.map)(round_in_place, list(model.parameters())):
+        pass
     rnd.install()
     try:
         with torch.no_grad(), rnd.rope_rounding(modeling_module(family)):
@@ -1237,15 +1445,28 @@ def sig3_up(v):
     return "%d.%02de%+03d" % (digits // 100, digits % 100, exp + 2)
 
 
-def calibration_bytes(ref_taps, cal_taps):
-    """calibration.json: one line per tap, in the manifest's tap order."""
+def _tap_record(name, got, want):
+    try:
+        return tap_error(got, want, name.endswith(".logits"))
+    except RuntimeError as e:
+        raise RuntimeError("calibration of %s: %s" % (name, e)) from None
+
+
+def calibration_bytes(ref_taps, cal_taps, pool=None):
+    """calibration.json: one line per tap, in the manifest's tap order. tap_error's float64 sums
+    depend on the thread count (ATen splits a sum into one value by it), so every record is
+    computed on one thread: on this one, or in parallel on a pool from one_thread_workers. The
+    bytes are the same either way."""
+    names = list(ref_taps)
+    if pool is None:
+        with intra_op_threads(1):
+            recs = [_tap_record(n, cal_taps[n], ref_taps[n]) for n in names]
+    else:
+        recs = list(pool.map(_tap_record, names, [cal_taps[n] for n in names],
+                             [ref_taps[n] for n in names]))
     lines = []
-    for name, want in ref_taps.items():
+    for name, rec in zip(names, recs):
         logits = name.endswith(".logits")
-        try:
-            rec = tap_error(cal_taps[name], want, logits)
-        except RuntimeError as e:
-            raise RuntimeError("calibration of %s: %s" % (name, e)) from None
         if rec["nmse"] > CALIBRATION_MAX_NMSE:
             raise RuntimeError("calibration of %s: nmse %.3g > %g: the fp16 forward does not "
                                "compute what the reference does" % (name, rec["nmse"],
@@ -1262,11 +1483,34 @@ def calibration_bytes(ref_taps, cal_taps):
 # Writing a set
 
 
+# Where build_set reports the seconds each phase of a set took, one line a phase
+# ("<set>: run_reference 41.2s"); None (the default, e.g. in the selftest) reports nothing.
+# __main__.py's models command sets it to stderr, so stdout stays one line a set.
+PHASE_STREAM = None
+
+
+class PhaseTimer:
+    """`with phase("name"):` times a block and reports it to PHASE_STREAM."""
+
+    def __init__(self, name):
+        self.name = name
+
+    @contextmanager
+    def __call__(self, what):
+        t0 = time.perf_counter()
+        yield
+        if PHASE_STREAM is not None:
+            print("%s: %s %.1fs" % (self.name, what, time.perf_counter() - t0),
+                  file=PHASE_STREAM, flush=True)
+
+
 def build_set(set_dir, **kwargs):
     """Write one model set into set_dir (removed first; removed again if the build fails, so no
     half-written set is left behind). Returns (files, bytes)."""
     try:
-        return _build_set(set_dir, **kwargs)
+        # the tier's worker threads (see "Threads"); torch itself on one thread throughout
+        with intra_op_threads(1), one_thread_workers(tier_threads(kwargs["tier"])) as pool:
+            return _build_set(set_dir, pool=pool, **kwargs)
     except BaseException:
         if os.path.isdir(set_dir) and not os.path.exists(os.path.join(set_dir, "manifest.json")):
             shutil.rmtree(set_dir, ignore_errors=True)
@@ -1274,7 +1518,7 @@ def build_set(set_dir, **kwargs):
 
 
 def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margin_epsilon,
-               spec=None, checkpoint=None):
+               spec=None, checkpoint=None, pool=None):
     if checkpoint is not None:
         src, dst = os.path.realpath(checkpoint), os.path.realpath(set_dir)
         if src == dst or src.startswith(dst + os.sep) or dst.startswith(src + os.sep):
@@ -1283,10 +1527,13 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     if os.path.lexists(set_dir):
         shutil.rmtree(set_dir)
     os.makedirs(set_dir)
-    if source == SYNTHETIC:
-        ckpt = write_synthetic_checkpoint(set_dir, spec, seed)
-    else:
-        ckpt = place_checkpoint(set_dir, checkpoint)
+    phase = PhaseTimer(name)
+    threads = 1 if pool is None else pool.size
+    with phase("checkpoint"):
+        if source == SYNTHETIC:
+            ckpt = write_synthetic_checkpoint(set_dir, spec, seed, pool)
+        else:
+            ckpt = place_checkpoint(set_dir, checkpoint)
     with open(os.path.join(set_dir, "config.json"), "rb") as f:
         cfg = json.loads(f.read())
     mt = cfg.get("model_type")
@@ -1294,18 +1541,25 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         raise SystemExit("%s: model_type %r is not family %s" % (set_dir, mt, family))
     d = dims(family, cfg)
     prompt = prompt_ids(d.V)
-    model = load_model(set_dir, family)
-    check_loaded_weights(model, set_dir)
-    hparams = reference_hparams(model, family)
-    taps, tokens, margins, top5 = run_reference(model, family, cfg, prompt, decode_steps)
+    with phase("load_model"):
+        model = load_model(set_dir, family, threads=threads)
+    with phase("check_loaded_weights"):
+        check_loaded_weights(model, set_dir, pool)
+        hparams = reference_hparams(model, family)
     s_seed = sample_seed(name)
-    s_tokens, s_margins = run_sampled(model, prompt, s_seed)
-    # Last: the calibration rounds the model's weights to fp16 in place.
-    cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps)
+    with split_linears(model, pool, threads):
+        with phase("run_reference"):
+            taps, tokens, margins, top5 = run_reference(model, family, cfg, prompt, decode_steps)
+        with phase("run_sampled"):
+            s_tokens, s_margins = run_sampled(model, prompt, s_seed)
+        # Last: the calibration rounds the model's weights to fp16 in place.
+        with phase("run_rounded"):
+            cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps, pool=pool)
     del model
-    cal = calibration_bytes(taps, cal_taps)
-    with open(os.path.join(set_dir, CALIBRATION_FILE), "wb") as f:
-        f.write(cal)
+    with phase("calibration"):
+        cal = calibration_bytes(taps, cal_taps, pool)
+        with open(os.path.join(set_dir, CALIBRATION_FILE), "wb") as f:
+            f.write(cal)
 
     params = {
         "family": family,
@@ -1326,9 +1580,10 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
                 ("sample_tokens", s_tokens, "expected"),
                 ("sample_margin", s_margins.to(F32), "expected")]
     calibration = ("calibration", CALIBRATION_FILE, hashlib.sha256(cal).hexdigest())
-    return manifest.write_model_set(set_dir, model=name, case=CASE, tier=tier, seed=seed,
-                                    params=params, checkpoint=ckpt, tensors=tensors,
-                                    calibration=calibration)
+    with phase("write_taps"):
+        return manifest.write_model_set(set_dir, model=name, case=CASE, tier=tier, seed=seed,
+                                        params=params, checkpoint=ckpt, tensors=tensors,
+                                        calibration=calibration, pool=pool)
 
 
 def build_synthetic(spec, out_root):
