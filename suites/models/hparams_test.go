@@ -9,7 +9,6 @@ import (
 
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/model"
-	"github.com/touchstone-llm/touchstone/suites/internal/harness"
 )
 
 // checkHParams is the spec "the loader derives the reference's hyper-parameters" (registered
@@ -35,52 +34,43 @@ type hparamBug struct {
 	breakIt     func(m *model.Model)
 }
 
-var _ = Describe("hyper-parameters are checked by name", harness.Model, harness.Tightness, func() {
-	DescribeTable("a loader bug in a hyper-parameter is caught by the check, naming it", func(b hparamBug) {
-		set := findSet(b.model)
-		if set == nil && fullSize[b.model] {
-			Skip(b.model + ": full-size set not generated (make golden-full)")
-		}
-		Expect(set).NotTo(BeNil(), "committed set %s", b.model)
-		m, p := loadModel(set)
-		Expect(model.CheckHParams(m, set, p)).To(Succeed(), "before the bug")
-		b.breakIt(m)
-		err := model.CheckHParams(m, set, p)
-		Expect(err).To(HaveOccurred(), "%s passed the hyper-parameter check", b.what)
-		for _, h := range b.hparams {
-			Expect(err.Error()).To(ContainSubstring("hyper-parameter %s: the reference (transformers) has ", h))
-		}
-		Expect(strings.Count(err.Error(), "hyper-parameter ")).To(Equal(len(b.hparams)), "only %v are reported: %v", b.hparams, err)
-	},
-		func(b hparamBug) string { return b.model + ": " + b.what },
-		// The bug this check exists for: every tap of phi3-tiny passes with it.
-		hparamEntry(hparamBug{"phi3-tiny", "RMSNorm eps 1e-6 (a default) instead of config.json's 1e-5", []string{"norm_eps"},
-			func(m *model.Model) { m.Cfg.NormEps = 1e-6 }}),
-		hparamEntry(hparamBug{"phi3-tiny", "RoPE theta 1e6 instead of 1e4", []string{"rope_theta"},
-			func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }}),
-		hparamEntry(hparamBug{"phi3-tiny", "sliding_window ignored", []string{"sliding_window"},
-			func(m *model.Model) { m.Cfg.SlidingWindow = 0 }}),
-		hparamEntry(hparamBug{"qwen2-tiny", "RMSNorm eps 1e-5 instead of 1e-6", []string{"norm_eps"},
-			func(m *model.Model) { m.Cfg.NormEps = 1e-5 }}),
-		hparamEntry(hparamBug{"qwen2-tiny", "half the head rotated (partial rotary)", []string{"rotary_dim", "partial_rotary_factor"},
-			func(m *model.Model) { m.Cfg.RopeDim = m.Cfg.HeadDim / 2 }}),
-		hparamEntry(hparamBug{"gpt2-tiny", "LayerNorm eps 1e-6 instead of 1e-5", []string{"norm_eps"},
-			func(m *model.Model) { m.Cfg.NormEps = 1e-6 }}),
-		hparamEntry(hparamBug{"gpt2-tiny", "activation read as gelu (erf) instead of gelu_new", []string{"activation"},
-			func(m *model.Model) { m.Cfg.Activation = "gelu" }}),
-		hparamEntry(hparamBug{"qwen2.5-0.5b", "RMSNorm eps 1e-5 instead of 1e-6", []string{"norm_eps"},
-			func(m *model.Model) { m.Cfg.NormEps = 1e-5 }}),
-		hparamEntry(hparamBug{"phi3-mini-4k", "RMSNorm eps 1e-6 instead of 1e-5", []string{"norm_eps"},
-			func(m *model.Model) { m.Cfg.NormEps = 1e-6 }}),
-	)
-})
-
-// hparamEntry labels a bug by its model, and as slow when the model is full size.
-func hparamEntry(b hparamBug) TableEntry {
-	labels := Labels{}
-	labels = append(labels, harness.ModelName(b.model)...)
-	if fullSize[b.model] {
-		labels = append(labels, harness.Slow...)
+// checkHParamBug plants a loader bug in a hyper-parameter: the check must name it, and only it.
+func checkHParamBug(b hparamBug) {
+	set := findSet(b.model)
+	if set == nil && fullSize[b.model] {
+		Skip(b.model + ": full-size set not generated (make golden-full)")
 	}
-	return Entry(nil, b, labels)
+	Expect(set).NotTo(BeNil(), "committed set %s", b.model)
+	m, p := loadModel(set)
+	Expect(model.CheckHParams(m, set, p)).To(Succeed(), "before the bug")
+	b.breakIt(m)
+	err := model.CheckHParams(m, set, p)
+	Expect(err).To(HaveOccurred(), "%s passed the hyper-parameter check", b.what)
+	for _, h := range b.hparams {
+		Expect(err.Error()).To(ContainSubstring("hyper-parameter %s: the reference (transformers) has ", h))
+	}
+	Expect(strings.Count(err.Error(), "hyper-parameter ")).To(Equal(len(b.hparams)), "only %v are reported: %v", b.hparams, err)
+}
+
+// hparamBugs are the planted loader bugs of each model (modelSpecs runs them in its container).
+var hparamBugs = []hparamBug{
+	// The bug this check exists for: every tap of phi3-tiny passes with it.
+	{"phi3-tiny", "RMSNorm eps 1e-6 (a default) instead of config.json's 1e-5", []string{"norm_eps"},
+		func(m *model.Model) { m.Cfg.NormEps = 1e-6 }},
+	{"phi3-tiny", "RoPE theta 1e6 instead of 1e4", []string{"rope_theta"},
+		func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }},
+	{"phi3-tiny", "sliding_window ignored", []string{"sliding_window"},
+		func(m *model.Model) { m.Cfg.SlidingWindow = 0 }},
+	{"qwen2-tiny", "RMSNorm eps 1e-5 instead of 1e-6", []string{"norm_eps"},
+		func(m *model.Model) { m.Cfg.NormEps = 1e-5 }},
+	{"qwen2-tiny", "half the head rotated (partial rotary)", []string{"rotary_dim", "partial_rotary_factor"},
+		func(m *model.Model) { m.Cfg.RopeDim = m.Cfg.HeadDim / 2 }},
+	{"gpt2-tiny", "LayerNorm eps 1e-6 instead of 1e-5", []string{"norm_eps"},
+		func(m *model.Model) { m.Cfg.NormEps = 1e-6 }},
+	{"gpt2-tiny", "activation read as gelu (erf) instead of gelu_new", []string{"activation"},
+		func(m *model.Model) { m.Cfg.Activation = "gelu" }},
+	{"qwen2.5-0.5b", "RMSNorm eps 1e-5 instead of 1e-6", []string{"norm_eps"},
+		func(m *model.Model) { m.Cfg.NormEps = 1e-5 }},
+	{"phi3-mini-4k", "RMSNorm eps 1e-6 instead of 1e-5", []string{"norm_eps"},
+		func(m *model.Model) { m.Cfg.NormEps = 1e-6 }},
 }

@@ -83,67 +83,61 @@ func failing(rows []compare.TapResult) []string {
 	return names
 }
 
-func isolationEntry(c isolation) TableEntry {
-	labels := Labels{}
-	labels = append(labels, harness.ModelName(c.model)...)
-	if fullSize[c.model] {
-		labels = append(labels, harness.Slow...)
+// checkIsolatedPasses: the isolated replay of a correct engine passes every tap.
+func checkIsolatedPasses(s *golden.Set) {
+	m, p := loadModel(s)
+	rows, err := model.CompareTapsIsolated(m, s, p, tols)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	if first := compare.FirstFailure(rows); first >= 0 {
+		Fail(fmt.Sprintf("%s: isolated tap %s (%s) is out of tolerance:\n%s", s.ID(), rows[first].Name,
+			m.TapOp(rows[first].Name), attachLayerDiff(s, rows)))
 	}
-	return Entry(fmt.Sprintf("%s: %s broken at call %d", c.model, c.op, c.at), c, labels)
 }
 
-var _ = Describe("isolated replay (touchstone diff -isolate)", harness.Model, func() {
-	DescribeTable("passes every tap of a correct engine", func(s *golden.Set) {
-		m, p := loadModel(s)
-		rows, err := model.CompareTapsIsolated(m, s, p, tols)
-		harness.SkipUnsupported(err)
-		Expect(err).NotTo(HaveOccurred())
-		if first := compare.FirstFailure(rows); first >= 0 {
-			Fail(fmt.Sprintf("%s: isolated tap %s (%s) is out of tolerance:\n%s", s.ID(), rows[first].Name,
-				m.TapOp(rows[first].Name), attachLayerDiff(s, rows)))
-		}
-	}, modelEntries())
+// checkPlantedBug plants a kernel bug in one call of one op: the plain diff and the isolated
+// replay must both first fail at its tap, the isolated replay there only, naming the op.
+func checkPlantedBug(c isolation) {
+	set := findSet(c.model)
+	if set == nil && fullSize[c.model] {
+		Skip(c.model + ": set not generated (" + generateHint(c.model) + ")")
+	}
+	Expect(set).NotTo(BeNil(), "committed set %s", c.model)
+	m, p := loadModel(set)
+	bug := &plantedBug{op: c.op, at: c.at}
+	m.Intercept(func(be backend.Backend) backend.Backend { bug.Backend = be; return bug })
 
-	DescribeTable("names the layer and op of a planted kernel bug, as the plain diff's first failing tap does, with no drift after it",
-		func(c isolation) {
-			set := findSet(c.model)
-			if set == nil && fullSize[c.model] {
-				Skip(c.model + ": set not generated (" + generateHint(c.model) + ")")
-			}
-			Expect(set).NotTo(BeNil(), "committed set %s", c.model)
-			m, p := loadModel(set)
-			bug := &plantedBug{op: c.op, at: c.at}
-			m.Intercept(func(be backend.Backend) backend.Backend { bug.Backend = be; return bug })
+	plain, err := model.CompareTaps(m, set, p, tols)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(bug.n).To(BeNumerically(">", c.at), "the planted bug never struck")
+	bug.n = 0
+	iso, err := model.CompareTapsIsolated(m, set, p, tols)
+	Expect(err).NotTo(HaveOccurred())
 
-			plain, err := model.CompareTaps(m, set, p, tols)
-			harness.SkipUnsupported(err)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(bug.n).To(BeNumerically(">", c.at), "the planted bug never struck")
-			bug.n = 0
-			iso, err := model.CompareTapsIsolated(m, set, p, tols)
-			Expect(err).NotTo(HaveOccurred())
+	pf, isf := failing(plain), failing(iso)
+	AddReportEntry("isolated replay "+set.ID(), compare.LayerDiffTable(iso))
+	Expect(pf).NotTo(BeEmpty(), "the plain diff caught nothing:\n%s", compare.LayerDiffTable(plain))
+	Expect(pf[0]).To(Equal(c.firstTap), "plain diff:\n%s", compare.LayerDiffTable(plain))
+	Expect(isf).NotTo(BeEmpty(), "the isolated replay caught nothing:\n%s", compare.LayerDiffTable(iso))
+	Expect(isf[0]).To(Equal(pf[0]), "isolated replay:\n%s", compare.LayerDiffTable(iso))
+	Expect(m.TapOp(isf[0])).To(HavePrefix(c.op))
+	// The error of the plain run is carried into every later tap; the isolated replay
+	// feeds each op the reference's inputs, so only the broken call's tap fails.
+	Expect(isf).To(Equal([]string{c.firstTap}), "isolated replay:\n%s", compare.LayerDiffTable(iso))
+	Expect(len(pf)).To(BeNumerically(">", 1), "plain diff:\n%s", compare.LayerDiffTable(plain))
+}
 
-			pf, isf := failing(plain), failing(iso)
-			AddReportEntry("isolated replay "+set.ID(), compare.LayerDiffTable(iso))
-			Expect(pf).NotTo(BeEmpty(), "the plain diff caught nothing:\n%s", compare.LayerDiffTable(plain))
-			Expect(pf[0]).To(Equal(c.firstTap), "plain diff:\n%s", compare.LayerDiffTable(plain))
-			Expect(isf).NotTo(BeEmpty(), "the isolated replay caught nothing:\n%s", compare.LayerDiffTable(iso))
-			Expect(isf[0]).To(Equal(pf[0]), "isolated replay:\n%s", compare.LayerDiffTable(iso))
-			Expect(m.TapOp(isf[0])).To(HavePrefix(c.op))
-			// The error of the plain run is carried into every later tap; the isolated replay
-			// feeds each op the reference's inputs, so only the broken call's tap fails.
-			Expect(isf).To(Equal([]string{c.firstTap}), "isolated replay:\n%s", compare.LayerDiffTable(iso))
-			Expect(len(pf)).To(BeNumerically(">", 1), "plain diff:\n%s", compare.LayerDiffTable(plain))
-		},
-		isolationEntry(isolation{"qwen2-tiny", "attention_prefill", 1, "prefill.layers.1.attn"}),
-		// Calls count across passes: two layers a pass, so call 3 is layer 1 of decode step 1.
-		isolationEntry(isolation{"qwen2-tiny", "attention_decode", 3, "decode.1.layers.1.attn"}),
-		isolationEntry(isolation{"phi3-tiny", "swiglu", 1, "prefill.layers.1.ffn_act"}),
-		// Layer 0's attn_norm has no residual add, so the calls alternate from layer 0's ffn_norm:
-		// call 1 is layer 1's attn_norm (layer 0's ffn_out added), call 2 layer 1's ffn_norm.
-		isolationEntry(isolation{"phi3-tiny", "rmsnorm_residual", 1, "prefill.layers.1.attn_norm"}),
-		isolationEntry(isolation{"gpt2-tiny", "layernorm_residual", 2, "prefill.layers.1.ffn_norm"}),
-		isolationEntry(isolation{"qwen2.5-0.5b", "attention_prefill", 20, "prefill.layers.20.attn"}),
-		isolationEntry(isolation{"phi3-mini-4k", "swiglu", 30, "prefill.layers.30.ffn_act"}),
-	)
-})
+// isolations are the planted kernel bugs of each model (modelSpecs runs them in its container).
+var isolations = []isolation{
+	{"qwen2-tiny", "attention_prefill", 1, "prefill.layers.1.attn"},
+	// Calls count across passes: two layers a pass, so call 3 is layer 1 of decode step 1.
+	{"qwen2-tiny", "attention_decode", 3, "decode.1.layers.1.attn"},
+	{"phi3-tiny", "swiglu", 1, "prefill.layers.1.ffn_act"},
+	// Layer 0's attn_norm has no residual add, so the calls alternate from layer 0's ffn_norm:
+	// call 1 is layer 1's attn_norm (layer 0's ffn_out added), call 2 layer 1's ffn_norm.
+	{"phi3-tiny", "rmsnorm_residual", 1, "prefill.layers.1.attn_norm"},
+	{"gpt2-tiny", "layernorm_residual", 2, "prefill.layers.1.ffn_norm"},
+	{"qwen2.5-0.5b", "attention_prefill", 20, "prefill.layers.20.attn"},
+	{"phi3-mini-4k", "swiglu", 30, "prefill.layers.30.ffn_act"},
+}

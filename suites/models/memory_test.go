@@ -73,7 +73,7 @@ var _ = Describe("device memory", Serial, harness.Model, harness.DeviceMemory, f
 		Expect([]int64{after.Buffers, after.Bytes}).To(Equal([]int64{warm.Buffers, warm.Bytes}), "this process's buffers")
 		if suiteConfig, _ := GinkgoConfiguration(); suiteConfig.ParallelTotal > 1 {
 			// Under -p this Serial spec runs once the other processes have run their specs,
-			// while they free their loaded models (models_test.go's AfterSuite): the device's
+			// while they free their loaded models (each set's AfterAll, permodel_test.go): the device's
 			// memory in use may only fall.
 			Expect(after.InUse).To(BeNumerically("<=", warm.InUse), "loading, running and closing %s raised device memory in use by %d bytes", s.ID(), after.InUse-warm.InUse)
 			return
@@ -82,7 +82,7 @@ var _ = Describe("device memory", Serial, harness.Model, harness.DeviceMemory, f
 	}, committedModelEntries())
 })
 
-// committedModelEntries are modelEntries of the committed tier: a leak is in the loader's and
+// committedModelEntries are the committed tier's sets as table entries: a leak is in the loader's and
 // the pass's code, which every family's tiny set runs, while loading a full-size checkpoint
 // twice more (Phi-3-mini-4k: 7.6 GB, ~20 s a load on an H100) was a third of the whole
 // conformance run.

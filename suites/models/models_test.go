@@ -128,11 +128,7 @@ func triage(m *model.Model, s *golden.Set, p *model.SetParams, rows []compare.Ta
 	return note + "; HTML report: " + path
 }
 
-func modelEntries() []TableEntry {
-	return modelEntriesWhere(func(*golden.Set) bool { return true })
-}
-
-// modelEntriesWhere is modelEntries of the sets keep accepts.
+// modelEntriesWhere is a table entry for each set keep accepts, labelled by model and tier.
 func modelEntriesWhere(keep func(*golden.Set) bool) []TableEntry {
 	var entries []TableEntry
 	for _, s := range modelSets {
@@ -145,82 +141,74 @@ func modelEntriesWhere(keep func(*golden.Set) bool) []TableEntry {
 	return entries
 }
 
-var _ = Describe("model conformance", harness.Model, func() {
-	// First in this container, so it runs before any tap is compared (hparams_test.go).
-	DescribeTable("the loader derives the reference's hyper-parameters", checkHParams, modelEntries())
-
-	DescribeTable("every tap of prefill and the stored decode steps", func(s *golden.Set) { checkTaps(s, true) }, modelEntries())
-	// The decode steps op by op, as a prefill runs them: the composition the fused ops
-	// (model.Model.Fused) must equal, kept passing beside them.
-	DescribeTable("every tap with the fused decode ops off", Label("unfused"), func(s *golden.Set) { checkTaps(s, false) }, modelEntries())
-
-	DescribeTable("greedy generation of the reference's tokens", func(s *golden.Set) {
-		m, p := loadModel(s)
-		steps, err := model.Greedy(m, s, p)
-		harness.SkipUnsupported(err)
-		if err != nil {
-			// On a token failure, the taps say where the pass went wrong.
-			if rows, terr := model.CompareTaps(m, s, p, tols); terr == nil {
-				attachLayerDiff(s, rows)
-			}
+// checkGreedy is the spec "greedy generation of the reference's tokens".
+func checkGreedy(s *golden.Set) {
+	m, p := loadModel(s)
+	steps, err := model.Greedy(m, s, p)
+	harness.SkipUnsupported(err)
+	if err != nil {
+		// On a token failure, the taps say where the pass went wrong.
+		if rows, terr := model.CompareTaps(m, s, p, tols); terr == nil {
+			attachLayerDiff(s, rows)
 		}
-		Expect(err).NotTo(HaveOccurred())
-		last := steps[len(steps)-1]
-		if last.Accepted {
-			AddReportEntry("greedy", fmt.Sprintf("%d tokens equal, then an accepted near-tie at step %d (margin %.3g < %g): comparison stopped",
-				len(steps)-1, last.Step, last.Margin, p.MarginEpsilon))
-		} else {
-			Expect(steps).To(HaveLen(p.GreedyTokens))
-		}
-	}, modelEntries())
-})
+	}
+	Expect(err).NotTo(HaveOccurred())
+	last := steps[len(steps)-1]
+	if last.Accepted {
+		AddReportEntry("greedy", fmt.Sprintf("%d tokens equal, then an accepted near-tie at step %d (margin %.3g < %g): comparison stopped",
+			len(steps)-1, last.Step, last.Margin, p.MarginEpsilon))
+	} else {
+		Expect(steps).To(HaveLen(p.GreedyTokens))
+	}
+}
 
-var _ = Describe("seeded generation", harness.Model, harness.Sampling, func() {
-	DescribeTable("draws the reference's tokens (docs/sampling.md)", func(s *golden.Set) {
-		m, p := loadModel(s)
-		steps, err := model.Seeded(m, s, p)
-		harness.SkipUnsupported(err)
-		Expect(err).NotTo(HaveOccurred())
-		last := steps[len(steps)-1]
-		if last.Accepted {
-			AddReportEntry("seeded", fmt.Sprintf("%d tokens equal, then an accepted difference at step %d (margin %.3g < %g): comparison stopped",
-				len(steps)-1, last.Step, last.Margin, p.MarginEpsilon))
-		} else {
-			Expect(steps).To(HaveLen(p.Sample.Tokens))
-		}
-	}, modelEntries())
-
-	DescribeTable("teacher-forced on the reference's tokens, draws its token at every step the margin decides", func(s *golden.Set) {
-		m, p := loadModel(s)
-		steps, err := model.SeededTeacherForced(m, s, p)
-		harness.SkipUnsupported(err)
-		Expect(err).NotTo(HaveOccurred())
+// checkSeeded is the spec "seeded generation draws the reference's tokens".
+func checkSeeded(s *golden.Set) {
+	m, p := loadModel(s)
+	steps, err := model.Seeded(m, s, p)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	last := steps[len(steps)-1]
+	if last.Accepted {
+		AddReportEntry("seeded", fmt.Sprintf("%d tokens equal, then an accepted difference at step %d (margin %.3g < %g): comparison stopped",
+			len(steps)-1, last.Step, last.Margin, p.MarginEpsilon))
+	} else {
 		Expect(steps).To(HaveLen(p.Sample.Tokens))
-		accepted := 0
-		for _, st := range steps {
-			if st.Accepted {
-				accepted++
-			}
-		}
-		AddReportEntry("seeded, teacher-forced", fmt.Sprintf("%d of %d steps drew the reference's token; %d differed at a margin below %g",
-			len(steps)-accepted, len(steps), accepted, p.MarginEpsilon))
-	}, modelEntries())
+	}
+}
 
-	DescribeTable("is deterministic: 20 runs give the same tokens and bit-identical logits", func(s *golden.Set) {
-		m, p := loadModel(s)
-		tokens, logits, err := model.GenerateSeeded(m, p, nil)
-		harness.SkipUnsupported(err)
-		Expect(err).NotTo(HaveOccurred())
-		for run := 1; run < 20; run++ {
-			t, l, err := model.GenerateSeeded(m, p, nil)
-			Expect(err).NotTo(HaveOccurred())
-			Expect(t).To(Equal(tokens), "run %d: tokens", run)
-			for j := range l {
-				Expect(bitsEqual(l[j], logits[j])).To(BeTrue(), "run %d: logits of step %d differ in their bits", run, j)
-			}
+// checkSeededTeacherForced draws with the reference's tokens fed back, so every step compares.
+func checkSeededTeacherForced(s *golden.Set) {
+	m, p := loadModel(s)
+	steps, err := model.SeededTeacherForced(m, s, p)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(steps).To(HaveLen(p.Sample.Tokens))
+	accepted := 0
+	for _, st := range steps {
+		if st.Accepted {
+			accepted++
 		}
-	}, modelEntries())
-})
+	}
+	AddReportEntry("seeded, teacher-forced", fmt.Sprintf("%d of %d steps drew the reference's token; %d differed at a margin below %g",
+		len(steps)-accepted, len(steps), accepted, p.MarginEpsilon))
+}
+
+// checkSeededDeterministic demands 20 runs of the same seeded generation be bit-identical.
+func checkSeededDeterministic(s *golden.Set) {
+	m, p := loadModel(s)
+	tokens, logits, err := model.GenerateSeeded(m, p, nil)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	for run := 1; run < 20; run++ {
+		t, l, err := model.GenerateSeeded(m, p, nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(t).To(Equal(tokens), "run %d: tokens", run)
+		for j := range l {
+			Expect(bitsEqual(l[j], logits[j])).To(BeTrue(), "run %d: logits of step %d differ in their bits", run, j)
+		}
+	}
+}
 
 // bitsEqual compares float32 slices by bit pattern (NaN == NaN, -0 != +0).
 func bitsEqual(a, b []float32) bool {
@@ -269,63 +257,54 @@ func generateHint(name string) string {
 	return "make golden-full"
 }
 
-// brokenEntry labels a variant by its model, and as slow when the model is full size.
-func brokenEntry(b broken) TableEntry {
-	labels := Labels{}
-	labels = append(labels, harness.ModelName(b.model)...)
-	if fullSize[b.model] {
-		labels = append(labels, harness.Slow...)
+// checkBroken runs a broken variant: it must fail, first at the tap it changes.
+func checkBroken(b broken) {
+	set := findSet(b.model)
+	if set == nil && fullSize[b.model] {
+		Skip(b.model + ": set not generated (" + generateHint(b.model) + ")")
 	}
-	return Entry(nil, b, labels)
+	Expect(set).NotTo(BeNil(), "committed set %s", b.model)
+	m, p := loadModel(set)
+	b.breakIt(m)
+	rows, err := model.CompareTaps(m, set, p, tols)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	first := compare.FirstFailure(rows)
+	table := compare.LayerDiffTable(rows)
+	Expect(first).To(BeNumerically(">=", 0), "%s passed every tap:\n%s", b.what, table)
+	Expect(rows[first].Name).To(Equal(b.firstTap), "layer diff:\n%s", table)
+	Expect(strings.Count(table, ">>")).To(Equal(1))
 }
 
-var _ = Describe("model tolerances are tight", harness.Model, harness.Tightness, func() {
-	DescribeTable("a broken variant fails at the first tap it changes", func(b broken) {
-		set := findSet(b.model)
-		if set == nil && fullSize[b.model] {
-			Skip(b.model + ": set not generated (" + generateHint(b.model) + ")")
-		}
-		Expect(set).NotTo(BeNil(), "committed set %s", b.model)
-		m, p := loadModel(set)
-		b.breakIt(m)
-		rows, err := model.CompareTaps(m, set, p, tols)
-		harness.SkipUnsupported(err)
-		Expect(err).NotTo(HaveOccurred())
-		first := compare.FirstFailure(rows)
-		table := compare.LayerDiffTable(rows)
-		Expect(first).To(BeNumerically(">=", 0), "%s passed every tap:\n%s", b.what, table)
-		Expect(rows[first].Name).To(Equal(b.firstTap), "layer diff:\n%s", table)
-		Expect(strings.Count(table, ">>")).To(Equal(1))
-	},
-		func(b broken) string { return b.model + ": " + b.what },
-		brokenEntry(broken{"qwen2-tiny", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
-			func(m *model.Model) { m.Cfg.RopeTheta = 1e4 }}),
-		brokenEntry(broken{"qwen2-tiny", "k and v biases swapped in layer 1", "prefill.layers.1.k",
-			func(m *model.Model) { a := m.Layers[1].Attn; a.Bk, a.Bv = a.Bv, a.Bk }}),
-		brokenEntry(broken{"phi3-tiny", "RoPE theta 1e6 instead of 1e4", "prefill.layers.0.q_rope",
-			func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }}),
-		brokenEntry(broken{"phi3-tiny", "RMSNorm eps 1e-2 instead of 1e-5", "prefill.layers.0.attn_norm",
-			func(m *model.Model) { m.Cfg.NormEps = 1e-2 }}),
-		brokenEntry(broken{"gpt2-tiny", "LayerNorm eps 1e-2 instead of 1e-5", "prefill.layers.0.attn_norm",
-			func(m *model.Model) { m.Cfg.NormEps = 1e-2 }}),
-		// Full size: deep layers run under limits their calibration widened; these show a
-		// wrong weight in a late layer is still caught at that layer's own tap.
-		brokenEntry(broken{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
-			func(m *model.Model) { m.Cfg.RopeTheta = 1e4 }}),
-		brokenEntry(broken{"qwen2.5-0.5b", "k and v biases swapped in layer 20", "prefill.layers.20.k",
-			func(m *model.Model) { a := m.Layers[20].Attn; a.Bk, a.Bv = a.Bv, a.Bk }}),
-		brokenEntry(broken{"qwen2.5-0.5b", "q bias dropped in layer 23", "prefill.layers.23.q",
-			func(m *model.Model) { m.Layers[23].Attn.Bq = nil }}),
-		brokenEntry(broken{"gpt2-124m", "MLP up-projection bias dropped in layer 11", "prefill.layers.11.ffn_up",
-			func(m *model.Model) { m.Layers[11].MLP.UpB = nil }}),
-		brokenEntry(broken{"phi3-mini-4k", "RoPE theta 1e6 instead of 1e4", "prefill.layers.0.q_rope",
-			func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }}),
-		brokenEntry(broken{"phi3-mini-4k", "gate and up projections swapped in layer 31", "prefill.layers.31.ffn_gate",
-			func(m *model.Model) { f := m.Layers[31].MLP; f.Gate, f.Up = f.Up, f.Gate }}),
-		// Random init has zero biases and unit norm weights, so its bugs are structural.
-		brokenEntry(broken{randinitModel, "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
-			func(m *model.Model) { m.Cfg.RopeTheta = 1e4 }}),
-		brokenEntry(broken{randinitModel, "gate and up projections swapped in layer 27", "prefill.layers.27.ffn_gate",
-			func(m *model.Model) { f := m.Layers[27].MLP; f.Gate, f.Up = f.Up, f.Gate }}),
-	)
-})
+// brokenVariants are the broken variants of each model (modelSpecs runs them in its container).
+var brokenVariants = []broken{
+	{"qwen2-tiny", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeTheta = 1e4 }},
+	{"qwen2-tiny", "k and v biases swapped in layer 1", "prefill.layers.1.k",
+		func(m *model.Model) { a := m.Layers[1].Attn; a.Bk, a.Bv = a.Bv, a.Bk }},
+	{"phi3-tiny", "RoPE theta 1e6 instead of 1e4", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }},
+	{"phi3-tiny", "RMSNorm eps 1e-2 instead of 1e-5", "prefill.layers.0.attn_norm",
+		func(m *model.Model) { m.Cfg.NormEps = 1e-2 }},
+	{"gpt2-tiny", "LayerNorm eps 1e-2 instead of 1e-5", "prefill.layers.0.attn_norm",
+		func(m *model.Model) { m.Cfg.NormEps = 1e-2 }},
+	// Full size: deep layers run under limits their calibration widened; these show a
+	// wrong weight in a late layer is still caught at that layer's own tap.
+	{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeTheta = 1e4 }},
+	{"qwen2.5-0.5b", "k and v biases swapped in layer 20", "prefill.layers.20.k",
+		func(m *model.Model) { a := m.Layers[20].Attn; a.Bk, a.Bv = a.Bv, a.Bk }},
+	{"qwen2.5-0.5b", "q bias dropped in layer 23", "prefill.layers.23.q",
+		func(m *model.Model) { m.Layers[23].Attn.Bq = nil }},
+	{"gpt2-124m", "MLP up-projection bias dropped in layer 11", "prefill.layers.11.ffn_up",
+		func(m *model.Model) { m.Layers[11].MLP.UpB = nil }},
+	{"phi3-mini-4k", "RoPE theta 1e6 instead of 1e4", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }},
+	{"phi3-mini-4k", "gate and up projections swapped in layer 31", "prefill.layers.31.ffn_gate",
+		func(m *model.Model) { f := m.Layers[31].MLP; f.Gate, f.Up = f.Up, f.Gate }},
+	// Random init has zero biases and unit norm weights, so its bugs are structural.
+	{randinitModel, "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeTheta = 1e4 }},
+	{randinitModel, "gate and up projections swapped in layer 27", "prefill.layers.27.ffn_gate",
+		func(m *model.Model) { f := m.Layers[27].MLP; f.Gate, f.Up = f.Up, f.Gate }},
+}
