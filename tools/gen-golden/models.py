@@ -24,7 +24,6 @@ import math
 import os
 import shutil
 import struct
-import threading
 import time
 from collections import namedtuple
 from contextlib import contextmanager
@@ -359,7 +358,7 @@ def draw_tensor(seed, name, shape, init):
     the sum 1.0 + s * x, the same IEEE operations as out of place, without a second float64
     buffer) and the overflow check reads the fp16 values with numpy: the same bytes, faster."""
     r = kernels.Draw(tensor_seed(seed, name))
-    x = torch.randn(shape, generator=r.g, dtype=F64, out=draw_buffer(shape))
+    x = r.randn(shape)
     if init.kind in ("normal", "bias"):
         x.mul_(init.std)
     elif init.kind == "norm":
@@ -371,21 +370,6 @@ def draw_tensor(seed, name, shape, init):
     if not np.isfinite(h.numpy()).all():
         raise ValueError("%s overflows fp16" % name)
     return h
-
-
-_draw_bufs = {}  # thread id -> float64 buffer; emptied once a checkpoint is written
-
-
-def draw_buffer(shape):
-    """This thread's float64 buffer for a draw of shape, grown as needed and reused: a fresh
-    multi-gigabyte tensor per draw is page faults on every worker at once, which serialise in the
-    kernel (the draw into `out` is the same generator call, so the same values)."""
-    n = int(np.prod(shape, dtype=np.int64))
-    key = threading.get_ident()
-    buf = _draw_bufs.get(key)
-    if buf is None or buf.numel() < n:
-        buf = _draw_bufs[key] = torch.empty(n, dtype=F64)
-    return buf[:n].view(shape)
 
 
 # Elementwise passes over big tensors go CHUNK elements at a time: a whole-tensor temporary is
@@ -511,10 +495,7 @@ def write_synthetic_checkpoint(set_dir, spec, seed, pool=None):
         f.write(cfg_data)
     entries = [(n, s, lambda n=n, s=s, i=i: draw_tensor(seed, n, s, i))
                for n, s, i in init_specs(spec.family, spec.config)]
-    try:
-        digest = write_safetensors(os.path.join(set_dir, "model.safetensors"), entries, pool)
-    finally:
-        _draw_bufs.clear()
+    digest = write_safetensors(os.path.join(set_dir, "model.safetensors"), entries, pool)
     return [("config", "config.json", hashlib.sha256(cfg_data).hexdigest()),
             ("model", "model.safetensors", digest)]
 
