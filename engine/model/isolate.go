@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/compare"
@@ -29,21 +28,17 @@ func CompareTapsIsolated(m *Model, set *golden.Set, p *SetParams, tols *compare.
 // a decode step's ops, which with m.Fused are the fused ones (prenorm.go).
 func (m *Model) TapOp(name string) string {
 	c := &m.Cfg
-	decode := strings.HasPrefix(name, "decode.")
+	pass, layer, kind, _ := compare.TapPlace(name)
+	decode := strings.HasPrefix(pass, "decode.")
 	fused := decode && m.Fused
-	rms := c.Family != "gpt2"
+	// As the forward decides (Norm.Forward, normGemm): a norm with a bias is a LayerNorm, and
+	// only an RMSNorm fuses with the projection after it.
+	rms := len(m.Layers) == 0 || m.Layers[0].AttnNorm.B == nil
 	norm := "layernorm"
 	if rms {
 		norm = "rmsnorm"
 	}
-	layer := -1
-	if i := strings.Index(name, "layers."); i >= 0 {
-		rest := name[i+len("layers."):]
-		if j := strings.IndexByte(rest, '.'); j > 0 {
-			layer, _ = strconv.Atoi(rest[:j])
-		}
-	}
-	switch kind := compare.TapKind(name); kind {
+	switch kind {
 	case "embed":
 		if c.Family == "gpt2" {
 			return "embedding, then pos_embedding"

@@ -35,12 +35,7 @@ type hparamBug struct {
 }
 
 // checkHParamBug plants a loader bug in a hyper-parameter: the check must name it, and only it.
-func checkHParamBug(b hparamBug) {
-	set := findSet(b.model)
-	if set == nil && fullSize[b.model] {
-		Skip(b.model + ": full-size set not generated (make golden-full)")
-	}
-	Expect(set).NotTo(BeNil(), "committed set %s", b.model)
+func checkHParamBug(set *golden.Set, b hparamBug) {
 	m, p := loadModel(set)
 	Expect(model.CheckHParams(m, set, p)).To(Succeed(), "before the bug")
 	b.breakIt(m)

@@ -97,12 +97,7 @@ func checkIsolatedPasses(s *golden.Set) {
 
 // checkPlantedBug plants a kernel bug in one call of one op: the plain diff and the isolated
 // replay must both first fail at its tap, the isolated replay there only, naming the op.
-func checkPlantedBug(c isolation) {
-	set := findSet(c.model)
-	if set == nil && fullSize[c.model] {
-		Skip(c.model + ": set not generated (" + generateHint(c.model) + ")")
-	}
-	Expect(set).NotTo(BeNil(), "committed set %s", c.model)
+func checkPlantedBug(set *golden.Set, c isolation) {
 	m, p := loadModel(set)
 	bug := &plantedBug{op: c.op, at: c.at}
 	m.Intercept(func(be backend.Backend) backend.Backend { bug.Backend = be; return bug })

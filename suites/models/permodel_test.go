@@ -58,19 +58,19 @@ func modelSpecs(s *golden.Set) {
 	It("the isolated replay (touchstone diff -isolate) passes every tap", func() { checkIsolatedPasses(s) })
 	for _, b := range brokenVariants {
 		if b.model == name {
-			It("a broken variant fails at the first tap it changes: "+b.what, harness.Tightness, func() { checkBroken(b) })
+			It("a broken variant fails at the first tap it changes: "+b.what, harness.Tightness, func() { checkBroken(s, b) })
 		}
 	}
 	for _, b := range hparamBugs {
 		if b.model == name {
 			It("a loader bug in a hyper-parameter is caught by the check, naming it: "+b.what, harness.Tightness,
-				func() { checkHParamBug(b) })
+				func() { checkHParamBug(s, b) })
 		}
 	}
 	for _, c := range isolations {
 		if c.model == name {
 			It(fmt.Sprintf("the isolated replay names the layer and op of a planted kernel bug (%s broken at call %d), as the plain diff's first failing tap does, with no drift after it", c.op, c.at),
-				func() { checkPlantedBug(c) })
+				func() { checkPlantedBug(s, c) })
 		}
 	}
 }
