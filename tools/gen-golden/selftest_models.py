@@ -262,7 +262,7 @@ def check_safetensors(s, spec=None):
     check(sorted(loaded) == sorted(n for n, _, _ in specs), "tensor names")
     seed = models.set_seed(spec.name)
     for name, shape, init in specs:
-        want = models.draw_tensor(seed, name, shape, init)
+        want = models.draw_tensor_whole(seed, name, shape, init)
         check(torch.equal(loaded[name], want), "%s: values are not the seeded draw" % name)
 
 
@@ -762,6 +762,33 @@ def check_set(d, spec=None):
              res["calibration"][0], res["calibration"][1]), flush=True)
 
 
+def check_chunked_draw():
+    """draw_tensor's chunks give draw_tensor_whole's bytes: sizes below, at and around a
+    multiple of 16 and of the chunk, a last chunk that would hold fewer than 16 values, and each
+    init kind (the norm init adds 1.0 after scaling)."""
+    chunk = 64
+    sizes = [1, 5, 15, 16, 17, 31, 48, chunk - 1, chunk, chunk + 1, chunk + 15, chunk + 16,
+             chunk + 17, 2 * chunk - 3, 3 * chunk, 3 * chunk + 9, 5 * chunk + 33, 1000]
+    inits = [models.Init("normal", 0.02), models.Init("bias", 0.5), models.Init("norm", 0.1)]
+    for n in sizes:
+        for init in inits:
+            for c in (chunk, 16, models.DRAW_CHUNK):
+                got = models.draw_tensor(7, "w%d" % n, (n,), init, chunk=c)
+                want = models.draw_tensor_whole(7, "w%d" % n, (n,), init)
+                check(torch.equal(got.view(torch.int16), want.view(torch.int16)),
+                      "chunked draw of %d values (%s, chunk %d) differs from the whole draw"
+                      % (n, init.kind, c))
+    got = models.draw_tensor(7, "m", (37, 29), inits[0], chunk=chunk)
+    check(torch.equal(got, models.draw_tensor_whole(7, "m", (37, 29), inits[0])), "2-D draw")
+    try:
+        models.draw_tensor(7, "w", (100,), inits[0], chunk=40)
+        check(False, "a chunk that is not a multiple of 16 must be refused")
+    except ValueError:
+        pass
+    print("models: chunked checkpoint draws equal whole draws (%d sizes, 3 inits, 3 chunks)"
+          % len(sizes))
+
+
 def digests(root):
     out = {}
     for dirpath, _, files in os.walk(root):
@@ -781,6 +808,7 @@ def run(set_dirs=None):
             check_set(d)
         print("selftest models OK: %d set(s), %.1fs" % (len(set_dirs), time.time() - t0))
         return 0
+    check_chunked_draw()
     specs = models.models_for(models.COMMITTED)
     check({m.family for m in specs} == {"qwen2", "phi3", "gpt2"}, "one tiny model per family")
     with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
