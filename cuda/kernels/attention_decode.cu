@@ -40,6 +40,7 @@
  * threads at the end. Partials are merged by a combine kernel.
  */
 #include "internal.h"
+#include "mma.cuh"
 
 namespace {
 
@@ -355,16 +356,7 @@ int launch_maxg(__half *out, const __half *q, const __half *kc, const __half *vc
 
 constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
 
-/* d += a . b, m16n8k16, fp16 inputs, fp32 accumulators (PTX ISA fragment layouts: lane = 4g + t;
- * a0/a1/a2/a3 = A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]; b0/b1 = B[2t..][g],
- * B[2t+8..][g]; d0..d3 = D[g][2t], D[g][2t+1], D[g+8][2t], D[g+8][2t+1]). */
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using ts::mma16816; /* mma.cuh */
 
 /* W consecutive 32-bit words from p (16-byte aligned when W % 4 == 0, else 8-byte aligned). */
 template <int W>

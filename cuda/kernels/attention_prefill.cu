@@ -1,164 +1,223 @@
 /*
- * attention_prefill: causal (or full) GQA attention over whole sequences, flash-attention style.
+ * attention_prefill: causal (or full) GQA attention over whole sequences, flash-attention 2.
  * q [batch, seq, n_heads, D], k/v [batch, seq, n_kv_heads, D], out like q; query head h reads kv
  * head h / (n_heads / n_kv_heads).
  *
- * One block of 4 warps per (batch, head, 64-query tile), heaviest causal tiles scheduled first.
- * Q, K and V tiles (64 rows, D padded with zeros to DP, a multiple of 16) are staged in shared
- * memory with 16-byte loads; S = Q K^T and O += P V run on the tensor cores through WMMA
- * (fp16 x fp16, fp32 accumulate). Each warp owns 16 query rows: an online softmax in fp32
- * (running max and sum, two lanes per row) rescales its O rows (fp32, in shared memory) per key
- * tile; P is rounded to fp16 for the P V product and the running sum adds those same rounded
- * values, so the normalisation matches the weights used. Keys past the causal diagonal or the
- * sequence end are masked to -inf (probability 0), and tiles wholly past the diagonal are never
- * loaded. Output: O / l rounded once to fp16.
+ * One block of 4 warps per (64-query tile, batch, head); blocks are numbered heaviest causal
+ * tile first across every head, and a KV group's heads are adjacent (their K/V tiles meet in
+ * L2). Each warp owns 16 query rows and keeps everything of them in registers:
+ *  - Q, K and V tiles are staged in shared memory by 16-byte cp.async copies (rows past the
+ *    sequence and columns past D zero-filled, D padded to DP, a multiple of 16); each staged row
+ *    is padded by 16 bytes, so the 8 row addresses of an ldmatrix hit distinct banks.
+ *  - S = Q K^T with mma.sync m16n8k16 (fp16 x fp16, fp32 accumulate); Q's fragments stay in
+ *    registers for DP <= 128 and are re-read from shared memory above that (register budget).
+ *  - an online softmax in fp32 on the S accumulators: scores scaled by scale * log2(e) and
+ *    exponentiated with ex2 (one FMA and one SFU op a score), running max and sum per row, the
+ *    4 lanes of a row reduced with two shuffles; keys past the causal diagonal or the sequence
+ *    end are -inf (probability 0); tiles wholly past the diagonal are never loaded.
+ *  - O += P V, m16n8k16 again: the S accumulators of two adjacent 8-key tiles are exactly P's A
+ *    fragment once rounded to fp16 (no shared-memory round trip); V's B fragments come from
+ *    ldmatrix.trans. O stays in fp32 registers, rescaled per tile.
+ * The pipeline overlaps the copies with the math (one K and one V buffer): V_j is fetched while
+ * S_j is computed, K_{j+1} while the softmax and P V_j run. Output: O / l rounded once to fp16.
+ * P is rounded to fp16 for the tensor cores, the rounding the tolerance allows for (the running
+ * sum adds the fp32 values; the two differ by far less than the fp16 rounding of the output).
  */
-#include <mma.h>
-
 #include "internal.h"
+#include "mma.cuh"
 
 namespace {
 
-using namespace nvcuda;
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kBr = 16 * kWarps; /* query rows per block */
 
-constexpr int kBr = 64, kBc = 64, kThreads = 128;
-constexpr int kLdS = kBc + 4; /* floats: S rows */
-constexpr int kLdP = kBc + 8; /* halves: P rows */
-
-/* Shared-memory layout for padded head dim DP; every region 128-byte aligned, every WMMA
- * pointer 32-byte aligned, row pitches padded against bank conflicts. */
+/* Tile shape and shared-memory layout for padded head dim DP (a multiple of 16). */
 template <int DP>
-struct PrefillSmem {
-    static constexpr int kLdH = DP + 8; /* halves: Q, K, V rows */
-    static constexpr int kLdO = DP + 4; /* floats: O rows */
+struct Flash {
+    static constexpr int kBc = DP <= 128 ? 64 : 32; /* keys per tile: O's registers grow with DP */
+    static constexpr int kLd = DP + 8;              /* halves per staged row */
+    static constexpr bool kQInRegs = DP <= 128;
     static constexpr size_t q_off = 0;
-    static constexpr size_t k_off = q_off + (size_t)kBr * kLdH * 2;
-    static constexpr size_t v_off = k_off + (size_t)kBc * kLdH * 2;
-    static constexpr size_t s_off = v_off + (size_t)kBc * kLdH * 2;
-    static constexpr size_t p_off = s_off + (size_t)kBr * kLdS * 4;
-    static constexpr size_t o_off = p_off + (size_t)kBr * kLdP * 2;
-    static constexpr size_t bytes = o_off + (size_t)kBr * kLdO * 4;
+    static constexpr size_t k_off = q_off + (size_t)kBr * kLd * 2;
+    static constexpr size_t v_off = k_off + (size_t)kBc * kLd * 2;
+    static constexpr size_t bytes = v_off + (size_t)kBc * kLd * 2;
 };
 
-/* rows x DP tile into shared memory (pitch LDH): rows >= valid and columns >= D are zero. */
-template <int DP, int LDH>
-__device__ __forceinline__ void load_tile(__half *dst, const __half *src, int64_t row_stride, int valid, int D) {
-    constexpr int kC8 = DP / 8;
-    for (int i = threadIdx.x; i < 64 * kC8; i += kThreads) {
-        const int r = i / kC8, c = (i - r * kC8) * 8;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (r < valid && c < D) val = *reinterpret_cast<const uint4 *>(src + (int64_t)r * row_stride + c);
-        *reinterpret_cast<uint4 *>(dst + r * LDH + c) = val;
+/* ROWS x DP tile into shared memory (pitch DP + 8) by cp.async: rows >= valid and columns >= D
+ * are zero-filled (V rows past the sequence must be finite: their probability is 0, and 0 times
+ * a stale NaN would not be). Not committed here. */
+template <int DP, int ROWS>
+__device__ __forceinline__ void load_tile_async(__half *dst, const __half *src, int64_t row_stride, int valid,
+                                                int D) {
+    constexpr int kC8 = DP / 8, kLd = DP + 8, kItems = ROWS * kC8;
+#pragma unroll
+    for (int it = 0; it < (kItems + kThreads - 1) / kThreads; ++it) {
+        const int i = it * kThreads + (int)threadIdx.x;
+        if (kItems % kThreads == 0 || i < kItems) {
+            const int r = i / kC8, c = (i - r * kC8) * 8;
+            const bool ok = r < valid && c < D;
+            ts::cp_async16_zfill(dst + r * kLd + c, ok ? src + (int64_t)r * row_stride + c : src, ok);
+        }
     }
 }
 
 template <int DP>
 __global__ void __launch_bounds__(kThreads)
     attention_prefill_kernel(__half *out, const __half *q, const __half *k, const __half *v, int seq, int nh,
-                             int nkv, int D, int causal, float scale, int q_tiles) {
-    using L = PrefillSmem<DP>;
-    constexpr int kLdH = L::kLdH, kLdO = L::kLdO;
+                             int nkv, int D, int causal, float scale_log2, int q_tiles) {
+    using F = Flash<DP>;
+    constexpr int kBc = F::kBc, kLd = F::kLd, kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
     extern __shared__ __align__(128) unsigned char smem[];
-    __half *Qs = reinterpret_cast<__half *>(smem + L::q_off);
-    __half *Ks = reinterpret_cast<__half *>(smem + L::k_off);
-    __half *Vs = reinterpret_cast<__half *>(smem + L::v_off);
-    float *Ss = reinterpret_cast<float *>(smem + L::s_off);
-    __half *Ps = reinterpret_cast<__half *>(smem + L::p_off);
-    float *Os = reinterpret_cast<float *>(smem + L::o_off);
+    __half *Qs = reinterpret_cast<__half *>(smem + F::q_off);
+    __half *Ks = reinterpret_cast<__half *>(smem + F::k_off);
+    __half *Vs = reinterpret_cast<__half *>(smem + F::v_off);
 
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int tile = q_tiles - 1 - (int)(blockIdx.x % q_tiles); /* heaviest (causal) first */
-    const int bh = (int)(blockIdx.x / q_tiles);
+    const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, tq = lane & 3;
+    const int bhs = (int)(gridDim.x / (unsigned)q_tiles); /* batch x heads */
+    const int tile = q_tiles - 1 - (int)(blockIdx.x / (unsigned)bhs);
+    const int bh = (int)(blockIdx.x % (unsigned)bhs);
     const int h = bh % nh, b = bh / nh;
-    const int g = h / (nh / nkv);
-    const int q0 = tile * kBr;
-    const int q_valid = min(kBr, seq - q0);
+    const int kvh = h / (nh / nkv);
+    const int q0 = tile * kBr, q_valid = min(kBr, seq - q0);
     const int64_t q_stride = (int64_t)nh * D, kv_stride = (int64_t)nkv * D;
     const __half *qb = q + (((int64_t)b * seq + q0) * nh + h) * D;
-    const __half *kb = k + ((int64_t)b * seq * nkv + g) * D;
-    const __half *vb = v + ((int64_t)b * seq * nkv + g) * D;
-
-    load_tile<DP, kLdH>(Qs, qb, q_stride, q_valid, D);
-    for (int i = threadIdx.x; i < kBr * kLdO; i += kThreads) Os[i] = 0.0f;
-
-    /* Softmax ownership: row r of the tile (this warp's 16 rows), columns c = 2i + hh. */
-    const int r = warp * 16 + (lane >> 1), hh = lane & 1;
-    const int qi = q0 + r;
-    float m_run = -INFINITY, l_run = 0.0f;
-
+    const __half *kb = k + ((int64_t)b * seq * nkv + kvh) * D;
+    const __half *vb = v + ((int64_t)b * seq * nkv + kvh) * D;
     const int kv_end = causal ? min(seq, q0 + kBr) : seq;
-    for (int k0 = 0; k0 < kv_end; k0 += kBc) {
-        const int kv_valid = min(kBc, seq - k0);
-        __syncthreads(); /* every warp is done with the previous K / V tile */
-        load_tile<DP, kLdH>(Ks, kb + (int64_t)k0 * kv_stride, kv_stride, kv_valid, D);
-        load_tile<DP, kLdH>(Vs, vb + (int64_t)k0 * kv_stride, kv_stride, kv_valid, D);
+    const int n_tiles = (kv_end + kBc - 1) / kBc;
+
+    load_tile_async<DP, kBr>(Qs, qb, q_stride, q_valid, D);
+    load_tile_async<DP, kBc>(Ks, kb, kv_stride, min(kBc, seq), D);
+    ts::cp_async_commit();
+
+    /* ldmatrix row addresses: for A (Q) and V^T the four matrices are rows 0-7 / 8-15 by
+     * columns 0-7 / 8-15 in a0..a3 (b0 dt, b1 dt, b0 dt+1, b1 dt+1 for V); for K the two
+     * 8-key halves by the two 8-dim halves (b0, b1 of n-tile 2i, then of 2i + 1). */
+    const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
+    const int k_row = (lane & 7) + (lane >> 4) * 8, k_col = ((lane >> 3) & 1) * 8;
+    const int row0 = q0 + warp * 16;                       /* this warp's first query row */
+    const int qrow[2] = {row0 + (lane >> 2), row0 + (lane >> 2) + 8}; /* this lane's two rows */
+
+    float o[kDt][4];
+#pragma unroll
+    for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    uint32_t qf[F::kQInRegs ? kKSteps : 1][4];
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int k0 = j * kBc;
+        ts::cp_async_wait<0>(); /* K_j (and Q) landed */
+        __syncthreads();        /* ... for every thread; every warp is done with V_{j-1} */
+        if constexpr (F::kQInRegs) {
+            if (j == 0) {
+#pragma unroll
+                for (int ks = 0; ks < kKSteps; ++ks)
+                    ts::ldmatrix_x4(qf[ks], Qs + (warp * 16 + a_row) * kLd + ks * 16 + a_col);
+            }
+        }
+        load_tile_async<DP, kBc>(Vs, vb + (int64_t)k0 * kv_stride, kv_stride, min(kBc, seq - k0), D);
+        ts::cp_async_commit();
+
+        /* S = Q K_j^T for this warp's 16 rows. */
+        float s[kNt][4];
+#pragma unroll
+        for (int n = 0; n < kNt; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < kKSteps; ++ks) {
+            uint32_t a[4];
+            if constexpr (F::kQInRegs) {
+                a[0] = qf[ks][0], a[1] = qf[ks][1], a[2] = qf[ks][2], a[3] = qf[ks][3];
+            } else {
+                ts::ldmatrix_x4(a, Qs + (warp * 16 + a_row) * kLd + ks * 16 + a_col);
+            }
+#pragma unroll
+            for (int np = 0; np < kNt / 2; ++np) {
+                uint32_t bk[4];
+                ts::ldmatrix_x4(bk, Ks + (np * 16 + k_row) * kLd + ks * 16 + k_col);
+                ts::mma16816(s[2 * np], a[0], a[1], a[2], a[3], bk[0], bk[1]);
+                ts::mma16816(s[2 * np + 1], a[0], a[1], a[2], a[3], bk[2], bk[3]);
+            }
+        }
+
+        /* Masks: only the tiles that reach past the sequence end or this warp's diagonal. */
+        if (k0 + kBc > seq || (causal && k0 + kBc - 1 > row0)) {
+#pragma unroll
+            for (int n = 0; n < kNt; ++n)
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const int key = k0 + n * 8 + 2 * tq + (c & 1), row = qrow[c >> 1];
+                    const bool visible = key < seq && (!causal || key <= row);
+                    if (!visible) s[n][c] = -INFINITY;
+                }
+        }
+
+        /* Online softmax of this lane's two rows over the tile. */
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m_run[r], mx * scale_log2);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing visible yet */
+            const float alpha = ts::ex2_approx(m_run[r] - m_use);
+            m_run[r] = m_new;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < kNt; ++n) {
+                s[n][2 * r] = ts::ex2_approx(fmaf(s[n][2 * r], scale_log2, -m_use));
+                s[n][2 * r + 1] = ts::ex2_approx(fmaf(s[n][2 * r + 1], scale_log2, -m_use));
+                sum += s[n][2 * r] + s[n][2 * r + 1];
+            }
+            l_run[r] = l_run[r] * alpha + sum; /* this lane's part of the row sum */
+#pragma unroll
+            for (int dt = 0; dt < kDt; ++dt) o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+        }
+
+        __syncthreads(); /* every warp is done with K_j */
+        if (j + 1 < n_tiles)
+            load_tile_async<DP, kBc>(Ks, kb + (int64_t)(k0 + kBc) * kv_stride, kv_stride, min(kBc, seq - k0 - kBc),
+                                     D);
+        ts::cp_async_commit(); /* possibly empty: the group count stays the same every tile */
+
+        uint32_t pf[kBc / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBc / 16; ++kk) {
+            pf[kk][0] = ts::pack_half2(s[2 * kk][0], s[2 * kk][1]);
+            pf[kk][1] = ts::pack_half2(s[2 * kk][2], s[2 * kk][3]);
+            pf[kk][2] = ts::pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pf[kk][3] = ts::pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        ts::cp_async_wait<1>(); /* V_j landed (K_{j+1} may still be in flight) */
         __syncthreads();
 
-        /* S = Q K^T for this warp's 16 rows. */
+        /* O += P V_j. */
 #pragma unroll
-        for (int n = 0; n < kBc / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-            wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk < kBc / 16; ++kk)
 #pragma unroll
-            for (int kk = 0; kk < DP / 16; ++kk) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> bt;
-                wmma::load_matrix_sync(a, Qs + warp * 16 * kLdH + kk * 16, kLdH);
-                wmma::load_matrix_sync(bt, Ks + n * 16 * kLdH + kk * 16, kLdH);
-                wmma::mma_sync(acc, a, bt, acc);
+            for (int dp = 0; dp < DP / 16; ++dp) {
+                uint32_t bv[4];
+                ts::ldmatrix_x4_trans(bv, Vs + (kk * 16 + a_row) * kLd + dp * 16 + a_col);
+                ts::mma16816(o[2 * dp], pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3], bv[0], bv[1]);
+                ts::mma16816(o[2 * dp + 1], pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3], bv[2], bv[3]);
             }
-            wmma::store_matrix_sync(Ss + warp * 16 * kLdS + n * 16, acc, kLdS, wmma::mem_row_major);
-        }
-        __syncwarp();
-
-        /* Online softmax of row r over this tile. */
-        float mx = -INFINITY;
-#pragma unroll 8
-        for (int i = 0; i < kBc / 2; ++i) {
-            const int c = 2 * i + hh, kj = k0 + c;
-            const bool visible = kj < seq && (!causal || kj <= qi);
-            mx = fmaxf(mx, visible ? Ss[r * kLdS + c] * scale : -INFINITY);
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float m_new = fmaxf(m_run, mx);
-        const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing visible yet */
-        const float alpha = expf(m_run - m_use);
-        float sum = 0.0f;
-#pragma unroll 8
-        for (int i = 0; i < kBc / 2; ++i) {
-            const int c = 2 * i + hh, kj = k0 + c;
-            const bool visible = kj < seq && (!causal || kj <= qi);
-            const __half p = __float2half_rn(visible ? expf(Ss[r * kLdS + c] * scale - m_use) : 0.0f);
-            Ps[r * kLdP + c] = p;
-            sum += __half2float(p);
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l_run = l_run * alpha + sum;
-        m_run = m_new;
-        for (int c = hh; c < DP; c += 2) Os[r * kLdO + c] *= alpha;
-        __syncwarp();
-
-        /* O += P V for this warp's 16 rows. */
-#pragma unroll
-        for (int n = 0; n < DP / 16; ++n) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> o;
-            wmma::load_matrix_sync(o, Os + warp * 16 * kLdO + n * 16, kLdO, wmma::mem_row_major);
-#pragma unroll
-            for (int kk = 0; kk < kBc / 16; ++kk) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> pa;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> vf;
-                wmma::load_matrix_sync(pa, Ps + warp * 16 * kLdP + kk * 16, kLdP);
-                wmma::load_matrix_sync(vf, Vs + kk * 16 * kLdH + n * 16, kLdH);
-                wmma::mma_sync(o, pa, vf, o);
-            }
-            wmma::store_matrix_sync(Os + warp * 16 * kLdO + n * 16, o, kLdO, wmma::mem_row_major);
-        }
-        __syncwarp();
     }
+    ts::cp_async_wait<0>(); /* nothing may be in flight when the block exits */
 
-    if (r < q_valid) {
-        __half *orow = out + (((int64_t)b * seq + qi) * nh + h) * D;
-        for (int c = hh; c < D; c += 2) orow[c] = __float2half_rn(Os[r * kLdO + c] / l_run);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = l_run[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        if (qrow[r] >= seq) continue;
+        const float inv = 1.0f / l;
+        __half *orow = out + (((int64_t)b * seq + qrow[r]) * nh + h) * D;
+#pragma unroll
+        for (int dt = 0; dt < kDt; ++dt) {
+            const int col = dt * 8 + 2 * tq; /* D % 8 == 0: col < D means col + 1 < D */
+            if (col < D)
+                *reinterpret_cast<__half2 *>(orow + col) = __floats2half2_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        }
     }
 }
 
@@ -166,7 +225,7 @@ template <int DP>
 int launch_dp(__half *out, const __half *q, const __half *k, const __half *v, const ts_attention_config &c,
               cudaStream_t stream) {
     const char *op = "attention_prefill";
-    const size_t smem = PrefillSmem<DP>::bytes;
+    const size_t smem = Flash<DP>::bytes;
     if (smem > (size_t)ts::max_shared_optin())
         return ts::set_error(TS_ERR_UNSUPPORTED,
                              "attention_prefill: cfg->head_dim = %d: needs %zu bytes of shared memory per block, the "
@@ -177,10 +236,12 @@ int launch_dp(__half *out, const __half *q, const __half *k, const __half *v, co
     if (smem > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, kernel, smem_allowed_on));
     const int q_tiles = (int)ts::ceil_div(c.seq_len, kBr);
     const unsigned grid = (unsigned)((int64_t)q_tiles * c.n_heads * c.batch);
+    /* ex2 of scale * log2(e) * s: the product rounded once, in double first. */
+    const float scale_log2 = (float)((double)c.scale * 1.4426950408889634);
     const char *d = ts::dims("batch=%d seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d (padded %d) causal=%d scale=%g",
                              c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, DP, c.causal, c.scale);
     TS_LAUNCH(op, kernel, grid, kThreads, smem, stream, d, out, q, k, v, c.seq_len, c.n_heads, c.n_kv_heads,
-              c.head_dim, c.causal != 0 ? 1 : 0, c.scale, q_tiles);
+              c.head_dim, c.causal != 0 ? 1 : 0, scale_log2, q_tiles);
     return TS_OK;
 }
 
@@ -189,6 +250,7 @@ int launch_attention_prefill(__half *out, const __half *q, const __half *k, cons
     const int d = c.head_dim;
     if (d <= 32) return launch_dp<32>(out, q, k, v, c, stream);
     if (d <= 64) return launch_dp<64>(out, q, k, v, c, stream);
+    if (d <= 80) return launch_dp<80>(out, q, k, v, c, stream);
     if (d <= 96) return launch_dp<96>(out, q, k, v, c, stream);
     if (d <= 128) return launch_dp<128>(out, q, k, v, c, stream);
     if (d <= 160) return launch_dp<160>(out, q, k, v, c, stream);

@@ -77,7 +77,18 @@ func Cases() []Case {
 		sampleCase("sample T=0.8 top_k=40 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7}`),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
-		prefill("attention_prefill qwen2.5-0.5b S=2048", 1, 2048, 14, 2, 64),
+		// Prefill at the served head layouts (goal: >= 0.8x SDPA at S=2048, no slower at S <= 256).
+		prefill("attention_prefill qwen2.5-0.5b S=2048", 1, 2048, 14, 2, 64, true),
+		prefill("attention_prefill qwen2.5-0.5b S=2048 non-causal", 1, 2048, 14, 2, 64, false),
+		prefill("attention_prefill qwen2.5-0.5b S=256", 1, 256, 14, 2, 64, true),
+		prefill("attention_prefill qwen2.5-0.5b S=128", 1, 128, 14, 2, 64, true),
+		prefill("attention_prefill gpt2 S=1024", 1, 1024, 12, 12, 64, true),
+		prefill("attention_prefill phi2 d80 S=2048", 1, 2048, 32, 32, 80, true),
+		prefill("attention_prefill phi3-mini S=2048", 1, 2048, 32, 32, 96, true),
+		prefill("attention_prefill phi3-mini S=256", 1, 256, 32, 32, 96, true),
+		prefill("attention_prefill llama3-8b gqa4 d128 S=2048", 1, 2048, 32, 8, 128, true),
+		prefill("attention_prefill llama3-8b gqa4 d128 S=256", 1, 256, 32, 8, 128, true),
+		prefill("attention_prefill gemma mqa d256 S=2048", 1, 2048, 8, 1, 256, true),
 		gemm("gemm phi3-mini qkv_proj M=128", 128, 9216, 3072),
 		gemm("gemm qwen2.5-0.5b lm_head M=16 f32", 16, 151936, 896),
 		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b decode T=1", 1, 896, 4864),
@@ -151,13 +162,18 @@ func decode(name string, b, l, nH, nKV, d int) Case {
 	}
 }
 
-// prefill counts the causal half of QKᵀ and PV: 2 matmuls x 2 flops x S²/2 x D per head.
-func prefill(name string, b, s, nH, nKV, d int) Case {
-	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "causal": true, "scale": %v}`, nH, nKV, d, 1/math.Sqrt(float64(d)))
+// prefill counts the multiply-adds of QKᵀ and PV that the mask keeps: 2 matmuls x 2 flops x
+// S² x D per head, halved when causal.
+func prefill(name string, b, s, nH, nKV, d int, causal bool) Case {
+	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "causal": %v, "scale": %v}`, nH, nKV, d, causal, 1/math.Sqrt(float64(d)))
+	flops := 2 * elems(b, nH, s, s, d)
+	if !causal {
+		flops *= 2
+	}
 	return Case{Name: name, Op: "attention_prefill", Params: params,
 		Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{b, s, nH, d}, nil),
 			in("k", tensor.F16, []int{b, s, nKV, d}, nil), in("v", tensor.F16, []int{b, s, nKV, d}, nil)},
-		Flops: 2 * elems(b, nH, s, s, d),
+		Flops: flops,
 		Bytes: 2*elems(b, s, nH, d)*f16 + 2*elems(b, s, nKV, d)*f16,
 	}
 }

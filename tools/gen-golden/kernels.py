@@ -838,6 +838,15 @@ CASES += _cases(COMMITTED, "attention_prefill", [
     ("d160_s5", dict(nH=2, nKV=2, D=160, B=1, S=5)),
     ("d192-gqa2_s6", dict(nH=4, nKV=2, D=192, B=1, S=6)),
 ])
+# Prefill across several tiles (64 query rows a block; 64 keys a tile up to head_dim 128, 32
+# above): the online softmax's rescaling between key tiles, causal diagonals inside the later
+# tiles, partial last tiles of queries and keys, and GQA groups read by several query tiles.
+CASES += _cases(COMMITTED, "attention_prefill", [
+    ("gqa2_d64_s130", dict(nH=2, nKV=1, D=64, B=1, S=130)),
+    ("d128-gqa2_s100", dict(nH=2, nKV=1, D=128, B=1, S=100)),
+    ("d256_s70", dict(nH=1, nKV=1, D=256, B=1, S=70)),
+    ("noncausal_d96_s130", dict(nH=1, nKV=1, D=96, B=1, S=130, causal=False)),
+])
 # Decode: the tensor-core kernel's 16-wide head groups (Llama-3.1-405B's 128 query heads on 8
 # KV heads is 16:1) at head_dim 32, 96 and 128, and head_dim 32 with 8; the second kernel with
 # 2 heads per KV head and a cache long enough to split (its combine kernel).
@@ -1037,6 +1046,10 @@ CASES += _cases(FULL, "attention_decode", [
      dict(PHI2, nH=32, nKV=32, L=2048, cache_lens=[2047 - 97 * i for i in range(17)])),
 ])
 CASES += _cases(FULL, "attention_prefill", [
+    # The lengths the models reach: Qwen2.5-0.5B's 14 heads at 2048 (the benchmark shape) and
+    # Phi-3-mini-4k's whole context, 4096, at 4 of its 32 heads.
+    ("qwen2.5-0.5b_s2048", dict(QWEN, B=1, S=2048)),
+    ("phi3-mini-4heads_s4096", dict(nH=4, nKV=4, D=96, B=1, S=4096)),
     ("phi3-mini_s512", dict(PHI3, B=1, S=512)),
     ("qwen2.5-0.5b_s128", dict(QWEN, B=1, S=128)),
     ("gpt2_b2_s32", dict(GPT2, B=2, S=32)),

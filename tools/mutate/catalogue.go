@@ -481,9 +481,9 @@ var catalogue = []Mutant{
 	},
 	{
 		ID: "cuda-prefill-causal-diagonal", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
-		Bug:         "prefill causal mask kj < qi instead of kj <= qi in the probabilities (diagonal masked)",
-		Original:    "const bool visible = kj < seq && (!causal || kj <= qi);\n            const __half p =",
-		Replacement: "const bool visible = kj < seq && (!causal || kj < qi);\n            const __half p =",
+		Bug:         "prefill causal mask key < row instead of key <= row (diagonal masked)",
+		Original:    "const bool visible = key < seq && (!causal || key <= row);",
+		Replacement: "const bool visible = key < seq && (!causal || key < row);",
 		Suites:      kernels, Labels: "op:attention_prefill",
 	},
 	{
@@ -496,8 +496,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-prefill-gqa-modulo", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
 		Bug:         "prefill GQA: query head h reads KV head h % n_kv instead of h / group",
-		Original:    `const int g = h / (nh / nkv);`,
-		Replacement: `const int g = h % nkv;`,
+		Original:    `const int kvh = h / (nh / nkv);`,
+		Replacement: `const int kvh = h % nkv;`,
 		Suites:      kernels, Labels: "op:attention_prefill",
 	},
 	{
