@@ -28,14 +28,25 @@
 
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps, kBr = 16 * kWarps; /* query rows per block */
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kMinBr = 16 * kWarps; /* the fewest query rows a block takes (the grid-size check) */
 
-/* Tile shape and shared-memory layout for padded head dim DP (a multiple of 16). */
+/* Tile shapes and shared-memory layout for padded head dim DP (a multiple of 16). On the H100 the
+ * mma.sync loop is bound by shared-memory reads (an ldmatrix.x4 moves 512 bytes; one m16n8k16
+ * is ~1.6 cycles of an SM's tensor cores): a warp that owns 32 query rows (kMt = 2 m-tiles)
+ * uses every K and V fragment it loads twice. The register budget sets the rest: S (kMt x kBc/2
+ * floats a lane), O (kMt x DP/2) and, when held, Q's fragments (kMt x DP/4 words). */
 template <int DP>
 struct Flash {
-    static constexpr int kBc = DP <= 128 ? 64 : 32; /* keys per tile: O's registers grow with DP */
-    static constexpr int kLd = DP + 8;              /* halves per staged row */
-    static constexpr bool kQInRegs = DP <= 128;
+    static constexpr int kMt = DP <= 128 ? 2 : 1;                     /* m16 tiles per warp */
+#ifdef TS_PREFILL_ALT
+    static constexpr int kBc = DP <= 128 ? 64 : 32;
+#else
+    static constexpr int kBc = DP <= 96 ? 64 : 32;                    /* keys per tile */
+#endif
+    static constexpr bool kQInRegs = DP <= 64;                        /* else re-read per use */
+    static constexpr int kBr = 16 * kMt * kWarps;                     /* query rows per block */
+    static constexpr int kLd = DP + 8;                                /* halves per staged row */
     static constexpr size_t q_off = 0;
     static constexpr size_t k_off = q_off + (size_t)kBr * kLd * 2;
     static constexpr size_t v_off = k_off + (size_t)kBc * kLd * 2;
@@ -65,7 +76,8 @@ __global__ void __launch_bounds__(kThreads)
     attention_prefill_kernel(__half *out, const __half *q, const __half *k, const __half *v, int seq, int nh,
                              int nkv, int D, int causal, float scale_log2, int q_tiles) {
     using F = Flash<DP>;
-    constexpr int kBc = F::kBc, kLd = F::kLd, kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
+    constexpr int kMt = F::kMt, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
+    constexpr int kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     __half *Qs = reinterpret_cast<__half *>(smem + F::q_off);
     __half *Ks = reinterpret_cast<__half *>(smem + F::k_off);
@@ -94,84 +106,109 @@ __global__ void __launch_bounds__(kThreads)
      * 8-key halves by the two 8-dim halves (b0, b1 of n-tile 2i, then of 2i + 1). */
     const int a_row = (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
     const int k_row = (lane & 7) + (lane >> 4) * 8, k_col = ((lane >> 3) & 1) * 8;
-    const int row0 = q0 + warp * 16;                       /* this warp's first query row */
-    const int qrow[2] = {row0 + (lane >> 2), row0 + (lane >> 2) + 8}; /* this lane's two rows */
+    const int wrow = warp * 16 * kMt;   /* this warp's first row in the tile */
+    const int row0 = q0 + wrow;         /* ... in the sequence */
+    const int g8 = lane >> 2;           /* this lane's rows: row0 + 16 mt + g8 (+ 8) */
 
-    float o[kDt][4];
+    float o[kMt][kDt][4];
 #pragma unroll
-    for (int i = 0; i < kDt; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-    uint32_t qf[F::kQInRegs ? kKSteps : 1][4];
+    for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+        for (int i = 0; i < kDt; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.0f;
+    float m_run[kMt][2], l_run[kMt][2];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) m_run[mt][0] = m_run[mt][1] = -INFINITY, l_run[mt][0] = l_run[mt][1] = 0.0f;
+    uint32_t qf[F::kQInRegs ? kMt : 1][F::kQInRegs ? kKSteps : 1][4];
 
     for (int j = 0; j < n_tiles; ++j) {
         const int k0 = j * kBc;
+        /* A warp whose rows all precede the tile's first key (causal) has nothing to add. */
+        const bool live = !causal || k0 <= row0 + 16 * kMt - 1;
         ts::cp_async_wait<0>(); /* K_j (and Q) landed */
         __syncthreads();        /* ... for every thread; every warp is done with V_{j-1} */
         if constexpr (F::kQInRegs) {
             if (j == 0) {
 #pragma unroll
-                for (int ks = 0; ks < kKSteps; ++ks)
-                    ts::ldmatrix_x4(qf[ks], Qs + (warp * 16 + a_row) * kLd + ks * 16 + a_col);
+                for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+                    for (int ks = 0; ks < kKSteps; ++ks)
+                        ts::ldmatrix_x4(qf[mt][ks], Qs + (wrow + mt * 16 + a_row) * kLd + ks * 16 + a_col);
             }
         }
         load_tile_async<DP, kBc>(Vs, vb + (int64_t)k0 * kv_stride, kv_stride, min(kBc, seq - k0), D);
         ts::cp_async_commit();
 
-        /* S = Q K_j^T for this warp's 16 rows. */
-        float s[kNt][4];
+        /* S = Q K_j^T for this warp's rows. */
+        float s[kMt][kNt][4];
+        if (live) {
 #pragma unroll
-        for (int n = 0; n < kNt; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
-        for (int ks = 0; ks < kKSteps; ++ks) {
-            uint32_t a[4];
-            if constexpr (F::kQInRegs) {
-                a[0] = qf[ks][0], a[1] = qf[ks][1], a[2] = qf[ks][2], a[3] = qf[ks][3];
-            } else {
-                ts::ldmatrix_x4(a, Qs + (warp * 16 + a_row) * kLd + ks * 16 + a_col);
-            }
+                for (int n = 0; n < kNt; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
 #pragma unroll
-            for (int np = 0; np < kNt / 2; ++np) {
-                uint32_t bk[4];
-                ts::ldmatrix_x4(bk, Ks + (np * 16 + k_row) * kLd + ks * 16 + k_col);
-                ts::mma16816(s[2 * np], a[0], a[1], a[2], a[3], bk[0], bk[1]);
-                ts::mma16816(s[2 * np + 1], a[0], a[1], a[2], a[3], bk[2], bk[3]);
-            }
-        }
-
-        /* Masks: only the tiles that reach past the sequence end or this warp's diagonal. */
-        if (k0 + kBc > seq || (causal && k0 + kBc - 1 > row0)) {
+            for (int ks = 0; ks < kKSteps; ++ks) {
+                uint32_t a[kMt][4];
 #pragma unroll
-            for (int n = 0; n < kNt; ++n)
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const int key = k0 + n * 8 + 2 * tq + (c & 1), row = qrow[c >> 1];
-                    const bool visible = key < seq && (!causal || key <= row);
-                    if (!visible) s[n][c] = -INFINITY;
+                for (int mt = 0; mt < kMt; ++mt) {
+                    if constexpr (F::kQInRegs) {
+                        a[mt][0] = qf[mt][ks][0], a[mt][1] = qf[mt][ks][1], a[mt][2] = qf[mt][ks][2],
+                        a[mt][3] = qf[mt][ks][3];
+                    } else {
+                        ts::ldmatrix_x4(a[mt], Qs + (wrow + mt * 16 + a_row) * kLd + ks * 16 + a_col);
+                    }
                 }
-        }
-
-        /* Online softmax of this lane's two rows over the tile. */
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx = -INFINITY;
+                for (int np = 0; np < kNt / 2; ++np) {
+                    uint32_t bk[4];
+                    ts::ldmatrix_x4(bk, Ks + (np * 16 + k_row) * kLd + ks * 16 + k_col);
 #pragma unroll
-            for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_run[r], mx * scale_log2);
-            const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing visible yet */
-            const float alpha = ts::ex2_approx(m_run[r] - m_use);
-            m_run[r] = m_new;
-            float sum = 0.0f;
-#pragma unroll
-            for (int n = 0; n < kNt; ++n) {
-                s[n][2 * r] = ts::ex2_approx(fmaf(s[n][2 * r], scale_log2, -m_use));
-                s[n][2 * r + 1] = ts::ex2_approx(fmaf(s[n][2 * r + 1], scale_log2, -m_use));
-                sum += s[n][2 * r] + s[n][2 * r + 1];
+                    for (int mt = 0; mt < kMt; ++mt) {
+                        ts::mma16816(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
+                        ts::mma16816(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
+                    }
+                }
             }
-            l_run[r] = l_run[r] * alpha + sum; /* this lane's part of the row sum */
+
+            /* Masks: only the tiles that reach past the sequence end or this warp's diagonal. */
+            if (k0 + kBc > seq || (causal && k0 + kBc - 1 > row0)) {
 #pragma unroll
-            for (int dt = 0; dt < kDt; ++dt) o[dt][2 * r] *= alpha, o[dt][2 * r + 1] *= alpha;
+                for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+                    for (int n = 0; n < kNt; ++n)
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) {
+                            const int key = k0 + n * 8 + 2 * tq + (c & 1);
+                            const int row = row0 + mt * 16 + g8 + (c >> 1) * 8;
+                            const bool visible = key < seq && (!causal || key <= row);
+                            if (!visible) s[mt][n][c] = -INFINITY;
+                        }
+            }
+
+            /* Online softmax of this lane's rows over the tile. */
+#pragma unroll
+            for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float mx = -INFINITY;
+#pragma unroll
+                    for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    const float m_new = fmaxf(m_run[mt][r], mx * scale_log2);
+                    const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing visible yet */
+                    const float alpha = ts::ex2_approx(m_run[mt][r] - m_use);
+                    m_run[mt][r] = m_new;
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int n = 0; n < kNt; ++n) {
+                        s[mt][n][2 * r] = ts::ex2_approx(fmaf(s[mt][n][2 * r], scale_log2, -m_use));
+                        s[mt][n][2 * r + 1] = ts::ex2_approx(fmaf(s[mt][n][2 * r + 1], scale_log2, -m_use));
+                        sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+                    }
+                    l_run[mt][r] = l_run[mt][r] * alpha + sum; /* this lane's part of the row sum */
+#pragma unroll
+                    for (int dt = 0; dt < kDt; ++dt) o[mt][dt][2 * r] *= alpha, o[mt][dt][2 * r + 1] *= alpha;
+                }
         }
 
         __syncthreads(); /* every warp is done with K_j */
@@ -179,46 +216,55 @@ __global__ void __launch_bounds__(kThreads)
             load_tile_async<DP, kBc>(Ks, kb + (int64_t)(k0 + kBc) * kv_stride, kv_stride, min(kBc, seq - k0 - kBc),
                                      D);
         ts::cp_async_commit(); /* possibly empty: the group count stays the same every tile */
-
-        uint32_t pf[kBc / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < kBc / 16; ++kk) {
-            pf[kk][0] = ts::pack_half2(s[2 * kk][0], s[2 * kk][1]);
-            pf[kk][1] = ts::pack_half2(s[2 * kk][2], s[2 * kk][3]);
-            pf[kk][2] = ts::pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[kk][3] = ts::pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
         ts::cp_async_wait<1>(); /* V_j landed (K_{j+1} may still be in flight) */
         __syncthreads();
 
-        /* O += P V_j. */
+        /* O += P V_j: P's A fragments are the S accumulators of two adjacent 8-key tiles. */
+        if (live) {
 #pragma unroll
-        for (int kk = 0; kk < kBc / 16; ++kk)
+            for (int kk = 0; kk < kBc / 16; ++kk) {
+                uint32_t pf[kMt][4];
 #pragma unroll
-            for (int dp = 0; dp < DP / 16; ++dp) {
-                uint32_t bv[4];
-                ts::ldmatrix_x4_trans(bv, Vs + (kk * 16 + a_row) * kLd + dp * 16 + a_col);
-                ts::mma16816(o[2 * dp], pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3], bv[0], bv[1]);
-                ts::mma16816(o[2 * dp + 1], pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3], bv[2], bv[3]);
+                for (int mt = 0; mt < kMt; ++mt) {
+                    pf[mt][0] = ts::pack_half2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pf[mt][1] = ts::pack_half2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pf[mt][2] = ts::pack_half2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pf[mt][3] = ts::pack_half2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dp = 0; dp < DP / 16; ++dp) {
+                    uint32_t bv[4];
+                    ts::ldmatrix_x4_trans(bv, Vs + (kk * 16 + a_row) * kLd + dp * 16 + a_col);
+#pragma unroll
+                    for (int mt = 0; mt < kMt; ++mt) {
+                        ts::mma16816(o[mt][2 * dp], pf[mt][0], pf[mt][1], pf[mt][2], pf[mt][3], bv[0], bv[1]);
+                        ts::mma16816(o[mt][2 * dp + 1], pf[mt][0], pf[mt][1], pf[mt][2], pf[mt][3], bv[2], bv[3]);
+                    }
+                }
             }
+        }
     }
     ts::cp_async_wait<0>(); /* nothing may be in flight when the block exits */
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = l_run[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        if (qrow[r] >= seq) continue;
-        const float inv = 1.0f / l;
-        __half *orow = out + (((int64_t)b * seq + qrow[r]) * nh + h) * D;
+    for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
-        for (int dt = 0; dt < kDt; ++dt) {
-            const int col = dt * 8 + 2 * tq; /* D % 8 == 0: col < D means col + 1 < D */
-            if (col < D)
-                *reinterpret_cast<__half2 *>(orow + col) = __floats2half2_rn(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        for (int r = 0; r < 2; ++r) {
+            float l = l_run[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const int row = row0 + mt * 16 + g8 + r * 8;
+            if (row >= seq) continue;
+            const float inv = 1.0f / l;
+            __half *orow = out + (((int64_t)b * seq + row) * nh + h) * D;
+#pragma unroll
+            for (int dt = 0; dt < kDt; ++dt) {
+                const int col = dt * 8 + 2 * tq; /* D % 8 == 0: col < D means col + 1 < D */
+                if (col < D)
+                    *reinterpret_cast<__half2 *>(orow + col) =
+                        __floats2half2_rn(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+            }
         }
-    }
 }
 
 template <int DP>
@@ -234,7 +280,7 @@ int launch_dp(__half *out, const __half *q, const __half *k, const __half *v, co
     auto kernel = attention_prefill_kernel<DP>;
     static std::atomic<int> smem_allowed_on{-1};
     if (smem > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, kernel, smem_allowed_on));
-    const int q_tiles = (int)ts::ceil_div(c.seq_len, kBr);
+    const int q_tiles = (int)ts::ceil_div(c.seq_len, Flash<DP>::kBr);
     const unsigned grid = (unsigned)((int64_t)q_tiles * c.n_heads * c.batch);
     /* ex2 of scale * log2(e) * s: the product rounded once, in double first. */
     const float scale_log2 = (float)((double)c.scale * 1.4426950408889634);
@@ -279,9 +325,9 @@ extern "C" int ts_attention_prefill(void *out, const void *q, const void *k, con
     val.scale(cfg->scale, "cfg->scale");
     ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
     val.elements("q", {cfg->batch, cfg->seq_len, cfg->n_heads, cfg->head_dim});
-    if (val.ok() && ts::ceil_div(cfg->seq_len, kBr) * cfg->n_heads * cfg->batch > 0x7fffffff)
+    if (val.ok() && ts::ceil_div(cfg->seq_len, kMinBr) * cfg->n_heads * cfg->batch > 0x7fffffff)
         val.fail(TS_ERR_UNSUPPORTED, "cfg->batch = %d: batch x n_heads x ceil(seq_len / %d) exceeds the grid limit",
-                 cfg->batch, kBr);
+                 cfg->batch, kMinBr);
     if (val.ok() && !(ts::aligned16(out) && ts::aligned16(q) && ts::aligned16(k) && ts::aligned16(v)))
         val.fail(TS_ERR_UNSUPPORTED, "out/q/k/v = %p/%p/%p/%p: this build needs 16-byte aligned buffers", out, q, k,
                  v);
