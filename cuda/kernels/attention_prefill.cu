@@ -3,9 +3,10 @@
  * q [batch, seq, n_heads, D], k/v [batch, seq, n_kv_heads, D], out like q; query head h reads kv
  * head h / (n_heads / n_kv_heads).
  *
- * One block of 4 warps per (64-query tile, batch, head); blocks are numbered heaviest causal
- * tile first across every head, and a KV group's heads are adjacent (their K/V tiles meet in
- * L2). Each warp owns 16 query rows and keeps everything of them in registers:
+ * One block of 4 warps per (query tile, batch, head); blocks are numbered heaviest causal tile
+ * first across every head, and a KV group's heads are adjacent (their K/V tiles meet in L2).
+ * Each warp owns 16 or 32 query rows (one or two m16 tiles: Flash, pick_two_mtiles) and keeps
+ * everything of them in registers:
  *  - Q, K and V tiles are staged in shared memory by 16-byte cp.async copies (rows past the
  *    sequence and columns past D zero-filled, D padded to DP, a multiple of 16); each staged row
  *    is padded by 16 bytes, so the 8 row addresses of an ldmatrix hit distinct banks.
@@ -31,22 +32,20 @@ namespace {
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kMinBr = 16 * kWarps; /* the fewest query rows a block takes (the grid-size check) */
 
-/* Tile shapes and shared-memory layout for padded head dim DP (a multiple of 16). On the H100 the
- * mma.sync loop is bound by shared-memory reads (an ldmatrix.x4 moves 512 bytes; one m16n8k16
- * is ~1.6 cycles of an SM's tensor cores): a warp that owns 32 query rows (kMt = 2 m-tiles)
- * uses every K and V fragment it loads twice. The register budget sets the rest: S (kMt x kBc/2
- * floats a lane), O (kMt x DP/2) and, when held, Q's fragments (kMt x DP/4 words). */
-template <int DP>
+/* Tile shapes and shared-memory layout for padded head dim DP (a multiple of 16) and MT m16 tiles
+ * (16 query rows each) per warp. On the H100 the mma.sync loop is bound by shared-memory reads
+ * (an ldmatrix.x4 moves 512 bytes; one m16n8k16 is ~1.6 cycles of an SM's tensor cores): with
+ * MT = 2 a warp owns 32 query rows and uses every K and V fragment it loads twice. But its blocks
+ * are twice as long, which costs more than it saves when a causal grid is too small to balance
+ * (the heaviest block is the critical path): see pick_mt. The register budget sets the rest:
+ * S (MT x kBc/2 floats a lane), O (MT x DP/2) and, when held, Q's fragments (MT x DP/4 words). */
+template <int DP, int MT>
 struct Flash {
-    static constexpr int kMt = DP <= 128 ? 2 : 1;                     /* m16 tiles per warp */
-#ifdef TS_PREFILL_ALT
-    static constexpr int kBc = DP <= 128 ? 64 : 32;
-#else
-    static constexpr int kBc = DP <= 96 ? 64 : 32;                    /* keys per tile */
-#endif
-    static constexpr bool kQInRegs = DP <= 64;                        /* else re-read per use */
-    static constexpr int kBr = 16 * kMt * kWarps;                     /* query rows per block */
-    static constexpr int kLd = DP + 8;                                /* halves per staged row */
+    static_assert(MT == 1 || (MT == 2 && DP <= 128), "two m-tiles per warp only up to head_dim 128");
+    static constexpr int kBc = MT == 1 ? (DP <= 128 ? 64 : 32) : (DP <= 96 ? 64 : 32); /* keys per tile */
+    static constexpr bool kQInRegs = MT == 1 ? DP <= 128 : DP <= 64;                   /* else re-read per use */
+    static constexpr int kBr = 16 * MT * kWarps;                                       /* query rows per block */
+    static constexpr int kLd = DP + 8;                                                 /* halves per staged row */
     static constexpr size_t q_off = 0;
     static constexpr size_t k_off = q_off + (size_t)kBr * kLd * 2;
     static constexpr size_t v_off = k_off + (size_t)kBc * kLd * 2;
@@ -71,12 +70,12 @@ __device__ __forceinline__ void load_tile_async(__half *dst, const __half *src, 
     }
 }
 
-template <int DP>
+template <int DP, int MT>
 __global__ void __launch_bounds__(kThreads)
     attention_prefill_kernel(__half *out, const __half *q, const __half *k, const __half *v, int seq, int nh,
                              int nkv, int D, int causal, float scale_log2, int q_tiles) {
-    using F = Flash<DP>;
-    constexpr int kMt = F::kMt, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
+    using F = Flash<DP, MT>;
+    constexpr int kMt = MT, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
     constexpr int kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
     extern __shared__ __align__(128) unsigned char smem[];
     __half *Qs = reinterpret_cast<__half *>(smem + F::q_off);
@@ -267,41 +266,59 @@ __global__ void __launch_bounds__(kThreads)
         }
 }
 
-template <int DP>
+template <int DP, int MT>
 int launch_dp(__half *out, const __half *q, const __half *k, const __half *v, const ts_attention_config &c,
               cudaStream_t stream) {
     const char *op = "attention_prefill";
-    const size_t smem = Flash<DP>::bytes;
+    const size_t smem = Flash<DP, MT>::bytes;
     if (smem > (size_t)ts::max_shared_optin())
         return ts::set_error(TS_ERR_UNSUPPORTED,
                              "attention_prefill: cfg->head_dim = %d: needs %zu bytes of shared memory per block, the "
                              "device allows %d",
                              c.head_dim, smem, ts::max_shared_optin());
-    auto kernel = attention_prefill_kernel<DP>;
+    auto kernel = attention_prefill_kernel<DP, MT>;
     static std::atomic<int> smem_allowed_on{-1};
     if (smem > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, kernel, smem_allowed_on));
-    const int q_tiles = (int)ts::ceil_div(c.seq_len, Flash<DP>::kBr);
+    const int q_tiles = (int)ts::ceil_div(c.seq_len, Flash<DP, MT>::kBr);
     const unsigned grid = (unsigned)((int64_t)q_tiles * c.n_heads * c.batch);
     /* ex2 of scale * log2(e) * s: the product rounded once, in double first. */
     const float scale_log2 = (float)((double)c.scale * 1.4426950408889634);
-    const char *d = ts::dims("batch=%d seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d (padded %d) causal=%d scale=%g",
-                             c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, DP, c.causal, c.scale);
+    const char *d = ts::dims("batch=%d seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d (padded %d, %d rows a warp) causal=%d scale=%g",
+                             c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, DP, 16 * MT, c.causal, c.scale);
     TS_LAUNCH(op, kernel, grid, kThreads, smem, stream, d, out, q, k, v, c.seq_len, c.n_heads, c.n_kv_heads,
               c.head_dim, c.causal != 0 ? 1 : 0, scale_log2, q_tiles);
     return TS_OK;
 }
 
+/* Two m-tiles per warp (32 query rows) pay wherever no block's length decides the time: always
+ * without the causal mask, and with it when the grid holds enough long rows to balance (H100,
+ * S = 2048: 1.1-1.3x faster at 32 heads, 1.08x slower at Qwen2.5-0.5B's 14; slower at S <= 256,
+ * where one wave of short blocks is all there is). */
+bool pick_two_mtiles(const ts_attention_config &c) {
+    if (c.head_dim > 128) return false;
+    return c.causal == 0 || (c.seq_len >= 1024 && (int64_t)c.batch * c.n_heads >= 24);
+}
+
+template <int DP>
+int launch_mt(__half *out, const __half *q, const __half *k, const __half *v, const ts_attention_config &c,
+              cudaStream_t stream) {
+    if constexpr (DP <= 128) {
+        if (pick_two_mtiles(c)) return launch_dp<DP, 2>(out, q, k, v, c, stream);
+    }
+    return launch_dp<DP, 1>(out, q, k, v, c, stream);
+}
+
 int launch_attention_prefill(__half *out, const __half *q, const __half *k, const __half *v,
                              const ts_attention_config &c, cudaStream_t stream) {
     const int d = c.head_dim;
-    if (d <= 32) return launch_dp<32>(out, q, k, v, c, stream);
-    if (d <= 64) return launch_dp<64>(out, q, k, v, c, stream);
-    if (d <= 80) return launch_dp<80>(out, q, k, v, c, stream);
-    if (d <= 96) return launch_dp<96>(out, q, k, v, c, stream);
-    if (d <= 128) return launch_dp<128>(out, q, k, v, c, stream);
-    if (d <= 160) return launch_dp<160>(out, q, k, v, c, stream);
-    if (d <= 192) return launch_dp<192>(out, q, k, v, c, stream);
-    return launch_dp<256>(out, q, k, v, c, stream);
+    if (d <= 32) return launch_mt<32>(out, q, k, v, c, stream);
+    if (d <= 64) return launch_mt<64>(out, q, k, v, c, stream);
+    if (d <= 80) return launch_mt<80>(out, q, k, v, c, stream);
+    if (d <= 96) return launch_mt<96>(out, q, k, v, c, stream);
+    if (d <= 128) return launch_mt<128>(out, q, k, v, c, stream);
+    if (d <= 160) return launch_mt<160>(out, q, k, v, c, stream);
+    if (d <= 192) return launch_mt<192>(out, q, k, v, c, stream);
+    return launch_mt<256>(out, q, k, v, c, stream);
 }
 
 } // namespace

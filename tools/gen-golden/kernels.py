@@ -846,6 +846,9 @@ CASES += _cases(COMMITTED, "attention_prefill", [
     ("d128-gqa2_s100", dict(nH=2, nKV=1, D=128, B=1, S=100)),
     ("d256_s70", dict(nH=1, nKV=1, D=256, B=1, S=70)),
     ("noncausal_d96_s130", dict(nH=1, nKV=1, D=96, B=1, S=130, causal=False)),
+    # Non-causal prefill takes the two-m-tile kernel at every head_dim up to 128 (pick_two_mtiles).
+    ("noncausal_d32-gqa2_s6", dict(nH=2, nKV=1, D=32, B=1, S=6, causal=False)),
+    ("noncausal_d80_s7", dict(nH=2, nKV=2, D=80, B=1, S=7, causal=False)),
 ])
 # Decode: the tensor-core kernel's 16-wide head groups (Llama-3.1-405B's 128 query heads on 8
 # KV heads is 16:1) at head_dim 32, 96 and 128, and head_dim 32 with 8; the second kernel with
