@@ -494,6 +494,13 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:attention_prefill",
 	},
 	{
+		ID: "cuda-prefill-no-rescale", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
+		Bug:         "prefill's online softmax does not rescale O when a later key tile raises the row max",
+		Original:    `for (int dt = 0; dt < kDt; ++dt) o[mt][dt][2 * r] *= alpha, o[mt][dt][2 * r + 1] *= alpha;`,
+		Replacement: `for (int dt = 0; dt < kDt; ++dt) o[mt][dt][2 * r] *= 1.0f, o[mt][dt][2 * r + 1] *= 1.0f;`,
+		Suites:      kernels, Labels: "op:attention_prefill",
+	},
+	{
 		ID: "cuda-prefill-gqa-modulo", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
 		Bug:         "prefill GQA: query head h reads KV head h % n_kv instead of h / group",
 		Original:    `const int kvh = h / (nh / nkv);`,
