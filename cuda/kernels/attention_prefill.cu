@@ -37,7 +37,7 @@ constexpr int kMinBr = 16 * kWarps; /* the fewest query rows a block takes (the 
  * (an ldmatrix.x4 moves 512 bytes; one m16n8k16 is ~1.6 cycles of an SM's tensor cores): with
  * MT = 2 a warp owns 32 query rows and uses every K and V fragment it loads twice. But its blocks
  * are twice as long, which costs more than it saves when a causal grid is too small to balance
- * (the heaviest block is the critical path): see pick_mt. The register budget sets the rest:
+ * (the heaviest block is the critical path): see pick_two_mtiles. The register budget sets the rest:
  * S (MT x kBc/2 floats a lane), O (MT x DP/2) and, when held, Q's fragments (MT x DP/4 words). */
 template <int DP, int MT>
 struct Flash {

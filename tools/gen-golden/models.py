@@ -355,10 +355,10 @@ def init_specs(family, cfg):
 def draw_tensor(seed, name, shape, init, chunk=None):
     """One synthetic fp16 tensor: the float64 draw scaled as `init` says, rounded to fp32 and then
     to fp16 (kernels.to_f16). Its definition is draw_tensor_whole; this computes the same bytes
-    DRAW_CHUNK values at a time, in cache, where the whole-tensor float64 buffer streamed ~70
-    bytes a value through memory (draw, Box-Muller, scale, two roundings) and left 16 drawing
-    threads waiting on DRAM (Phi-3-mini's 3.8B values took 19 s on 16 threads, ~4x what the
-    cores need).
+    DRAW_CHUNK values at a time, in cache, where the whole-tensor form streams a float64 buffer
+    through memory five times (uniforms, Box-Muller, scale, two roundings): 1.9x faster on two
+    cores (200M values, 3.2 -> 1.7 s). On a 16-core GPU host the draw alone of Phi-3-mini's
+    3.8G values still takes 10.9 s, about what its 111 core-seconds allow (docs/PERF.md).
 
     Why the chunks give the same values: torch's float64 normal fill (ATen normal_fill, for
     contiguous fills of >= 16 values) first takes one uniform per value from the generator in
