@@ -18,16 +18,19 @@
 namespace ts {
 
 constexpr int kElementwiseThreads = 256;
-/* 16-byte vectors per thread per loop step: all of them are loaded before the first is used,
- * so each thread keeps kElementwiseUnroll loads (per input) in flight (one per step before:
- * 16 bytes per thread, too few to cover DRAM latency at 2048 threads per SM). */
-constexpr int kElementwiseUnroll = 4;
+/* 16-byte vectors per thread: both are loaded before the first is used. Measured on an H100
+ * (docs/PERF.md, "Elementwise grids"): 2 vectors a thread on a grid that covers the tensor once
+ * (many waves of blocks) reach 84-90% of copy bandwidth at 16M elements, where a persistent grid
+ * of every resident thread with 4 in flight reached 72-85% (8: slower still; streaming cache
+ * hints changed nothing): with a fresh block taking each retired one's place, loads of the next
+ * blocks overlap the math and stores of the last, which a persistent thread's next step only
+ * begins after them. */
+constexpr int kElementwiseUnroll = 2;
 
-/* The grid is every resident thread (elementwise_grid), T in all. Step s of thread t takes
- * vectors t + (s * U + u) * T, u < U: each load instruction is coalesced across the grid, and
- * every thread runs the same number of steps (the last one partly, evenly spread), so no SM
- * idles at the end. A thread reads all its vectors of a step before writing any, and writes only
- * the elements it read, so out == x stays correct. */
+/* T threads in all. Step s of thread t takes vectors t + (s * U + u) * T, u < U: each load
+ * instruction is coalesced across the grid (on the grid elementwise_grid sizes, one step). A
+ * thread reads all its vectors of a step before writing any, and writes only the elements it
+ * read, so out == x stays correct. */
 template <bool VEC, class F>
 __device__ __forceinline__ void unary_body(__half *out, const __half *x, int64_t n, F f) {
     constexpr int U = kElementwiseUnroll;
@@ -93,21 +96,13 @@ __device__ __forceinline__ void binary_body(__half *out, const __half *a, const 
     for (int64_t i = start + tid; i < n; i += T) out[i] = __float2half_rn(f(__half2float(a[i]), __half2float(b[i])));
 }
 
-/* Blocks of kElementwiseThreads for n elements: every resident block of kernel (the occupancy
- * calculator's answer, remembered in cache), fewer when n needs less than one step of each
- * thread. (A fixed 8 blocks of 256 per SM is more than fit above 32 registers, gelu's kernel has
- * 40, and left part of a persistent grid to run as a second wave.) */
-template <typename Kernel>
-int elementwise_grid(const char *op, Kernel kernel, int64_t n, bool vec, std::atomic<uint64_t> &cache,
-                     unsigned *grid) {
-    int per_sm = 1;
-    TS_CHECK(op, blocks_per_sm(op, kernel, kElementwiseThreads, 0, cache, &per_sm));
+/* Blocks of kElementwiseThreads for n elements: enough for one step of every thread (see
+ * kElementwiseUnroll); the loops still stride, so a grid clipped to the launch limit stays correct. */
+inline unsigned elementwise_grid(int64_t n, bool vec) {
     const int64_t per_block = (int64_t)kElementwiseThreads * (vec ? kElementwiseUnroll : 1);
     int64_t g = ceil_div(vec ? n / 8 : n, per_block);
-    const int64_t fill = (int64_t)per_sm * sm_count();
-    if (g > fill) g = fill;
-    *grid = (unsigned)(g < 1 ? 1 : g);
-    return TS_OK;
+    if (g > 0x7fffffff) g = 0x7fffffff;
+    return (unsigned)(g < 1 ? 1 : g);
 }
 
 /* The kernels, launchers and ABI entries of the elementwise ops, generic over the op's math F
@@ -117,21 +112,21 @@ int elementwise_grid(const char *op, Kernel kernel, int64_t n, bool vec, std::at
 
 template <bool VEC, class F>
 __global__ void __launch_bounds__(kElementwiseThreads) unary_kernel(__half *out, const __half *x, int64_t n, F f) {
+    ts::pdl_wait();
     unary_body<VEC>(out, x, n, f);
 }
 
 template <bool VEC, class F>
 __global__ void __launch_bounds__(kElementwiseThreads)
     binary_kernel(__half *out, const __half *a, const __half *b, int64_t n) {
+    ts::pdl_wait();
     binary_body<VEC>(out, a, b, n, F{});
 }
 
-/* One launch on a grid sized from the kernel's occupancy; cache is the kernel's own. */
+/* One launch on the grid elementwise_grid sizes. */
 template <typename Kernel, typename... Args>
-int launch_elementwise(const char *op, Kernel kernel, std::atomic<uint64_t> &cache, int64_t n, bool vec,
-                       cudaStream_t stream, Args... args) {
-    unsigned grid = 1;
-    TS_CHECK(op, elementwise_grid(op, kernel, n, vec, cache, &grid));
+int launch_elementwise(const char *op, Kernel kernel, int64_t n, bool vec, cudaStream_t stream, Args... args) {
+    const unsigned grid = elementwise_grid(n, vec);
     const char *d = dims("n=%lld vec=%d", (long long)n, (int)vec);
     TS_LAUNCH(op, kernel, grid, kElementwiseThreads, 0, stream, d, args...);
     return TS_OK;
@@ -140,19 +135,17 @@ int launch_elementwise(const char *op, Kernel kernel, std::atomic<uint64_t> &cac
 /* out = f(x): 16-byte vectors when every pointer is 16-byte aligned, else scalar. */
 template <class F>
 int launch_unary(const char *op, __half *out, const __half *x, int64_t n, cudaStream_t stream, F f = F{}) {
-    static std::atomic<uint64_t> vec_cache{0}, scalar_cache{0}; /* one per F and path */
     if (aligned16(out) && aligned16(x))
-        return launch_elementwise(op, unary_kernel<true, F>, vec_cache, n, true, stream, out, x, n, f);
-    return launch_elementwise(op, unary_kernel<false, F>, scalar_cache, n, false, stream, out, x, n, f);
+        return launch_elementwise(op, unary_kernel<true, F>, n, true, stream, out, x, n, f);
+    return launch_elementwise(op, unary_kernel<false, F>, n, false, stream, out, x, n, f);
 }
 
 /* out = F(a, b). */
 template <class F>
 int launch_binary(const char *op, __half *out, const __half *a, const __half *b, int64_t n, cudaStream_t stream) {
-    static std::atomic<uint64_t> vec_cache{0}, scalar_cache{0};
     if (aligned16(out) && aligned16(a) && aligned16(b))
-        return launch_elementwise(op, binary_kernel<true, F>, vec_cache, n, true, stream, out, a, b, n);
-    return launch_elementwise(op, binary_kernel<false, F>, scalar_cache, n, false, stream, out, a, b, n);
+        return launch_elementwise(op, binary_kernel<true, F>, n, true, stream, out, a, b, n);
+    return launch_elementwise(op, binary_kernel<false, F>, n, false, stream, out, a, b, n);
 }
 
 /* Validates the arguments of an elementwise entry before anything runs. */

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <mutex>
+#include <utility>
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -71,9 +72,58 @@ cudaError_t after_launch(const char *op, cudaStream_t stream);
 /* cuBLAS calls are logged too (no grid: cuBLAS chooses). */
 void log_library_call(const char *op, const char *call, const char *dims);
 
+/* Programmatic dependent launch (PDL, sm_90+): every kernel of this library is launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization, and every kernel's first statement is
+ * ts::pdl_wait() (griddepcontrol.wait: the grid before it on the stream has completed and its
+ * writes are visible). No kernel triggers its dependents early (griddepcontrol.launch_dependents),
+ * so the next grid is launched as this one's blocks exit: its launch and block scheduling overlap
+ * this grid's tail and memory flush instead of following them. Measured on an H100 (docs/PERF.md,
+ * "Programmatic dependent launch"): Qwen2.5-0.5B decode 1.02 -> 0.945 ms/token; triggering at the
+ * start of each kernel made it slower (1.15), and prefetching the gemv weights into L2 before the
+ * wait did not pay. Every block of every kernel runs the wait first (a grid whose blocks all
+ * returned before it could complete before the grid it follows):
+ * engine/backend/cuda's TestEveryKernelWaitsForItsPredecessor checks the sources for it.
+ * TOUCHSTONE_PDL=0 at ts_init launches without the attribute (the waits are then no-ops). */
+bool pdl_enabled();
+
+/* One launch, with the programmatic-stream-serialisation attribute when pdl_enabled(). */
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args &&...args) {
+    if (!pdl_enabled()) {
+        kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+        return cudaSuccess;
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
 /* TS_LAUNCH(op, kernel, grid, block, smem, stream, dims, args...): kernel is a function name
- * or pointer without commas (bind template instances to a local variable first). */
+ * or pointer without commas (bind template instances to a local variable first). Launches with
+ * PDL when pdl_enabled(). */
 #define TS_LAUNCH(op, kernel, grid, block, smem, stream, dimstr, ...)                         \
+    do {                                                                                     \
+        const dim3 ts_grid_(grid), ts_block_(block);                                         \
+        if (::ts::launch_noted())                                                            \
+            ::ts::log_launch((op), reinterpret_cast<const void *>(kernel), ts_grid_, ts_block_, \
+                             (size_t)(smem), (dimstr));                                      \
+        TS_CHECK((op), ::ts::launch_kernel(kernel, ts_grid_, ts_block_, (size_t)(smem), (stream), __VA_ARGS__)); \
+        TS_CHECK((op), cudaGetLastError());                                                  \
+        TS_CHECK((op), ::ts::after_launch((op), (stream)));                                  \
+    } while (0)
+
+/* TS_LAUNCH without programmatic dependent launch: for the cluster kernel (softmax's), where
+ * the two launch attributes together are not relied on. Its kernel still begins with the wait. */
+#define TS_LAUNCH_PLAIN(op, kernel, grid, block, smem, stream, dimstr, ...)                   \
     do {                                                                                     \
         const dim3 ts_grid_(grid), ts_block_(block);                                         \
         if (::ts::launch_noted())                                                            \
@@ -83,6 +133,15 @@ void log_library_call(const char *op, const char *call, const char *dims);
         TS_CHECK((op), cudaGetLastError());                                                  \
         TS_CHECK((op), ::ts::after_launch((op), (stream)));                                  \
     } while (0)
+
+/* The first statement of every kernel (see pdl_enabled): wait until the grid before this one
+ * on the stream has completed and its writes are visible. A no-op below sm_90 and for a launch
+ * without the attribute. */
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 /* ---- entry-point guards ------------------------------------------------------------------ */
 

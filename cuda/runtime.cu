@@ -46,6 +46,7 @@ std::mutex g_blas_mu;
 
 std::atomic<bool> g_debug{false};
 std::atomic<bool> g_sync{false};
+std::atomic<bool> g_pdl{false};
 
 /* Path recording (ts_record_paths): "<op>\t<what>" -> count. */
 std::atomic<bool> g_record{false};
@@ -184,6 +185,8 @@ int cublas_failure(const char *op, cublasStatus_t st, const char *expr, const ch
 }
 
 bool debug_enabled() { return g_debug.load(std::memory_order_relaxed); }
+
+bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 
 const char *dims(const char *fmt, ...) {
     if (!debug_enabled()) return "";
@@ -495,6 +498,10 @@ int init_locked(int device) {
     std::memset(g.h_fault, 0, sizeof(FaultRecord));
     TS_CHECK(op, cudaDeviceGetAttribute(&g.sm_count, cudaDevAttrMultiProcessorCount, device));
     TS_CHECK(op, cudaDeviceGetAttribute(&g.max_shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    int major = 0;
+    TS_CHECK(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    /* Programmatic dependent launch (internal.h): Hopper and later, unless TOUCHSTONE_PDL=0. */
+    g_pdl.store(major >= 9 && !env_is("TOUCHSTONE_PDL", "0"));
     TS_CHECK(op, cudaDeviceSynchronize());
     return TS_OK;
 }
@@ -580,8 +587,10 @@ int ts_init(int device) {
     }
     g.initialized.store(true, std::memory_order_release);
     if (debug_enabled())
-        std::fprintf(stderr, "touchstone: debug: ts_init: device %d, %d SMs, %d bytes opt-in shared memory per block\n",
-                     device, g.sm_count, g.max_shared_optin);
+        std::fprintf(stderr,
+                     "touchstone: debug: ts_init: device %d, %d SMs, %d bytes opt-in shared memory per block, "
+                     "programmatic dependent launch %s\n",
+                     device, g.sm_count, g.max_shared_optin, pdl_enabled() ? "on" : "off");
     return TS_OK;
 }
 

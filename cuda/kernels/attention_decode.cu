@@ -107,6 +107,7 @@ __global__ void __launch_bounds__(kThreads)
                                   const __half *vc, const int32_t *lens, int max_len, int nh, int nkv, int D,
                                   int group, int hchunks, int chunk, int nsplit, float scale,
                                   ts::FaultRecord *fault) {
+    ts::pdl_wait();
     extern __shared__ __align__(16) unsigned char smem[];
     const DecodeLayout L = decode_layout(D, MAXG);
     float *q_s = reinterpret_cast<float *>(smem + L.q_off);
@@ -279,6 +280,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(256)
     attention_decode_combine_kernel(__half *out, const float *part_acc, const float2 *part_ml, const int32_t *lens,
                                     int max_len, int nh, int D, int nsplit) {
+    ts::pdl_wait();
     const int64_t bh = blockIdx.x;
     const int len = lens[bh / nh];
     if (len < 1 || len > max_len) return; /* reported by the split kernel */
@@ -398,6 +400,7 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
                                 const __half *kc, const __half *vc, const int32_t *lens, int max_len, int nh,
                                 int nkv, int group, int hchunks, int chunk, int nsplit, float scale,
                                 ts::FaultRecord *fault) {
+    ts::pdl_wait();
     constexpr int KW = D / 8;       /* words of a lane's K (and Q) piece: D/4 dims */
     constexpr int NK = D / 16;      /* k-steps of S = Q K^T */
     constexpr int VW = D / 16;      /* words of a lane's V piece: D/8 dims */

@@ -74,6 +74,7 @@ template <int DP, int MT>
 __global__ void __launch_bounds__(kThreads)
     attention_prefill_kernel(__half *out, const __half *q, const __half *k, const __half *v, int seq, int nh,
                              int nkv, int D, int causal, float scale_log2, int q_tiles) {
+    ts::pdl_wait();
     using F = Flash<DP, MT>;
     constexpr int kMt = MT, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
     constexpr int kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;

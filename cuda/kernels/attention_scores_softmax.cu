@@ -24,6 +24,7 @@ constexpr int kRows = 2; /* query rows per block, each key row read once for bot
 __global__ void __launch_bounds__(kThreads)
     scores_softmax_kernel(float *probs, const __half *q, const __half *k, int seq_q, int seq_k, int n_heads,
                           int n_kv_heads, int head_dim, int causal, float scale) {
+    ts::pdl_wait();
     __shared__ float qs[kRows][kMaxHeadDim];
     __shared__ float scratch[32];
     const int i0 = blockIdx.x * kRows, h = blockIdx.y, b = blockIdx.z;

@@ -12,6 +12,7 @@ namespace {
 template <typename U>
 __global__ void embedding_kernel(U *out, const int32_t *ids, const U *table, int units, int table_rows,
                                  ts::FaultRecord *fault) {
+    ts::pdl_wait();
     const int t = blockIdx.x;
     const int id = ids[t];
     if (id < 0 || id >= table_rows) {

@@ -28,6 +28,7 @@ namespace {
 template <int MR>
 __global__ void __launch_bounds__(ts::kGemvThreads)
     gemv_kernel(__half *out, const __half *x, const __half *w, const __half *bias, int rows, int k, int n) {
+    ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     ts::gemv_load_rows(smem_rows, x, rows, k);
     ts::gemv_smem<MR>(reinterpret_cast<const __half *>(smem_rows), w, rows, k, n, ts::GemvBiasStore{out, bias, n});
@@ -58,6 +59,7 @@ constexpr size_t kBlasWorkspaceBytes = (size_t)32 << 20;
 template <typename OUT>
 __global__ void __launch_bounds__(256) bias_add_kernel(OUT *out, const float *acc, const __half *bias, int64_t total,
                                                        int n) {
+    ts::pdl_wait();
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const float v = acc[i] + __half2float(bias[i % n]);

@@ -15,6 +15,7 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
     gemm_swiglu_epilogue_kernel(__half *__restrict__ out, const float *__restrict__ acc, int rows, int ffn) {
+    ts::pdl_wait();
     const int64_t n = (int64_t)rows * ffn;
     for (int64_t i = blockIdx.x * (int64_t)kThreads + threadIdx.x; i < n; i += (int64_t)gridDim.x * kThreads) {
         const int64_t r = i / ffn, j = i - r * ffn;

@@ -38,6 +38,7 @@ template <int MR, bool TANH>
 __global__ void __launch_bounds__(ts::kGemvThreads)
     gelu_gemv_kernel(__half *act, const __half *x, const __half *w1, const __half *b1, int rows, int hidden,
                      int ffn) {
+    ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     ts::gemv_load_rows(smem_rows, x, rows, hidden);
     ts::gemv_smem<MR>(reinterpret_cast<const __half *>(smem_rows), w1, rows, hidden, ffn,
@@ -47,6 +48,7 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
 template <bool TANH>
 __global__ void __launch_bounds__(256)
     bias_gelu_kernel(__half *act, const float *acc, const __half *b1, int rows, int ffn) {
+    ts::pdl_wait();
     const int64_t n = (int64_t)rows * ffn;
     for (int64_t i = blockIdx.x * 256LL + threadIdx.x; i < n; i += (int64_t)gridDim.x * 256)
         act[i] = __float2half_rn(gelu_of<TANH>(b1 ? acc[i] + __half2float(b1[i % ffn]) : acc[i]));

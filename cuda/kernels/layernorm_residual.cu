@@ -14,6 +14,7 @@ template <int VPT>
 __global__ void __launch_bounds__(ts::kRowThreads)
     layernorm_residual_vec_kernel(__half *sum_out, __half *out, const __half *x, const __half *residual,
                                   const __half *gamma, const __half *beta, int hidden, float eps) {
+    ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     const int nvec = hidden >> 3;
@@ -34,6 +35,7 @@ __global__ void __launch_bounds__(ts::kRowThreads)
 __global__ void __launch_bounds__(1024)
     layernorm_residual_generic_kernel(__half *sum_out, __half *out, const __half *x, const __half *residual,
                                       const __half *gamma, const __half *beta, int hidden, float eps) {
+    ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     float sum = 0.0f;

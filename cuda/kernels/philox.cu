@@ -10,6 +10,7 @@
 namespace {
 
 __global__ void philox_kernel(uint32_t *out, uint64_t seed, uint64_t step, uint32_t row, int n) {
+    ts::pdl_wait();
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         const uint4 w = ts::philox_words(seed, step + (uint64_t)i, row); /* the step wraps mod 2^64 */
         uint32_t *o = out + 4 * i;

@@ -12,6 +12,7 @@ namespace {
 template <bool VEC>
 __global__ void pos_embedding_kernel(__half *out, const __half *x, const __half *table, const int32_t *positions,
                                      int hidden, int table_rows, ts::FaultRecord *fault) {
+    ts::pdl_wait();
     const int t = blockIdx.x;
     const int p = positions[t];
     if (p < 0 || p >= table_rows) {

@@ -13,6 +13,7 @@ namespace {
 template <int VPT>
 __global__ void __launch_bounds__(ts::kRowThreads)
     rmsnorm_vec_kernel(__half *out, const __half *x, const __half *weight, int hidden, float eps) {
+    ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     const int nvec = hidden >> 3;
@@ -32,6 +33,7 @@ __global__ void __launch_bounds__(ts::kRowThreads)
 
 __global__ void __launch_bounds__(1024)
     rmsnorm_generic_kernel(__half *out, const __half *x, const __half *weight, int hidden, float eps) {
+    ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     float ss = 0.0f;

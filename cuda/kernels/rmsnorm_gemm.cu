@@ -20,6 +20,7 @@ template <int MR>
 __global__ void __launch_bounds__(ts::kGemvThreads)
     rmsnorm_gemv_kernel(__half *out, __half *sum_out, const __half *x, const __half *residual, const __half *weight,
                         const __half *w, const __half *bias, int rows, int hidden, int n, float eps) {
+    ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     __shared__ float partial[MR][ts::kGemvWarps];
     __half *a = reinterpret_cast<__half *>(smem_rows);

@@ -55,6 +55,7 @@ template <bool VEC>
 __global__ void __launch_bounds__(kThreads, 6)
     rope_kernel(__half *out, const __half *x, const int32_t *positions, int heads, int head_dim, int rope_half,
                 double ratio, ts::FaultRecord *fault) {
+    ts::pdl_wait();
     extern __shared__ float table_s[]; /* cos, then sin, of min(rope_half, kTablePairs) pairs */
     const int t = blockIdx.x;
     const int pos = positions[t];

@@ -302,6 +302,7 @@ struct Args {
  * row writes its token and settles its fault; otherwise the hist kernel reads the accumulators. */
 template <bool VEC, bool GREEDY>
 __global__ void __launch_bounds__(kThreads) sample_stats_kernel(Args a) {
+    ts::pdl_wait();
     __shared__ unsigned long long s_best[kThreads / 32];
     __shared__ unsigned s_worst[kThreads / 32];
     __shared__ int s_bad[kThreads / 32], s_fin[kThreads / 32];
@@ -411,6 +412,7 @@ __device__ void block_excl_scan_256(const unsigned long long (&v)[kLimbs + 1], u
 /* ---- 2. hist ----------------------------------------------------------------------------------- */
 
 __global__ void __launch_bounds__(kThreads) sample_hist_kernel(Args a) {
+    ts::pdl_wait();
     __shared__ unsigned s_count[kBins + 1];
     __shared__ unsigned s_mass[kPieces][kBins]; /* 16-bit pieces of the weights, summed in 32 bits */
     __shared__ unsigned long long s_part[kThreads / 32][kLimbs + 1]; /* the last block's scan */
@@ -824,6 +826,7 @@ __device__ int find_bin(DecideSmem &sm, int last, double last_end, Mode mode, do
 }
 
 __global__ void __launch_bounds__(kScatterThreads, 1) sample_scatter_kernel(Args a) {
+    ts::pdl_wait();
     __shared__ DecideSmem sm;
     const int r = blockIdx.y, tid = threadIdx.x;
     RowPlan *p = a.plan + r; /* written by the hist kernel, an earlier launch */

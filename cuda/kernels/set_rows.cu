@@ -16,6 +16,7 @@ namespace {
 template <typename U>
 __global__ void set_rows_kernel(U *dst, const U *src, const int32_t *rows, int64_t units, int dst_rows,
                                 ts::FaultRecord *fault) {
+    ts::pdl_wait();
     __shared__ int row;
     const int i = blockIdx.x;
     if (threadIdx.x == 0) row = rows[i];

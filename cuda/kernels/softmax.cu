@@ -73,6 +73,7 @@ __device__ __forceinline__ void online_merge(float &m, float &s, float m2, float
 
 template <typename T, bool VEC>
 __global__ void __launch_bounds__(1024) softmax_kernel(float *out, const T *x, int n) {
+    ts::pdl_wait();
     __shared__ float sm_m[32], sm_s[32];
     const int64_t ro = (int64_t)blockIdx.x * n;
     const T *xr = x + ro;
@@ -146,6 +147,7 @@ constexpr int kCluster = 8, kClusterThreads = 512, kClusterMinN = 8192;
 
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kClusterThreads)
     softmax_cluster_kernel(float *out, const float *x, int n, int chunk) {
+    ts::pdl_wait();
     extern __shared__ __align__(16) float xs[]; /* this CTA's slice of the row, then its exps */
     __shared__ float scratch[32];
     __shared__ float2 stat; /* (m_c, s_c), read by every CTA of the cluster */
@@ -225,7 +227,7 @@ int launch_cluster(float *out, const float *x, int rows, int n, cudaStream_t str
     TS_CHECK(op, ts::allow_max_shared(op, kernel, smem_allowed_on)); /* also near 48 KiB: static smem */
     const int threads = std::min(kClusterThreads, ts::round_up(chunk / 4, 32));
     const char *d = ts::dims("rows=%d n=%d in=f32 cluster=%d chunk=%d", rows, n, kCluster, chunk);
-    TS_LAUNCH(op, kernel, (unsigned)(rows * kCluster), threads, smem, stream, d, out, x, n, chunk);
+    TS_LAUNCH_PLAIN(op, kernel, (unsigned)(rows * kCluster), threads, smem, stream, d, out, x, n, chunk);
     *used = true;
     return TS_OK;
 }

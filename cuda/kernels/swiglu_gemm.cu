@@ -18,6 +18,7 @@ template <int MR>
 __global__ void __launch_bounds__(ts::kGemvThreads)
     swiglu_gemv_kernel(__half *out, const __half *gate, const __half *up, const __half *w, const __half *bias, int rows,
                        int k, int n) {
+    ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     __half *a = reinterpret_cast<__half *>(smem_rows);
     for (int c = threadIdx.x; c < rows * (k >> 3); c += blockDim.x) {

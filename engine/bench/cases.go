@@ -77,6 +77,8 @@ func Cases() []Case {
 		sampleCase("sample T=0.8 top_k=40 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7}`),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
+		// The bandwidth-heavy shape (805 MB of K/V): goal >= 80% of copy bandwidth.
+		decode("attention_decode phi3-mini B=16 L=4096", 16, 4096, 32, 32, 96),
 		// Prefill at the served head layouts (goal: >= 0.8x SDPA at S=2048, no slower at S <= 256).
 		prefill("attention_prefill qwen2.5-0.5b S=2048", 1, 2048, 14, 2, 64, true),
 		prefill("attention_prefill qwen2.5-0.5b S=2048 non-causal", 1, 2048, 14, 2, 64, false),
