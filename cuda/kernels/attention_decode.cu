@@ -23,8 +23,8 @@
  *    paired into f16x2 B fragments with byte permutes. P is split into fp16 p_hi + p_lo and both
  *    are multiplied (two mma per tile): P V keeps fp32 accuracy (rounding P to fp16 once, as
  *    prefill does, is up to u * |v| per weight, more than this op's atol of 1e-4 allows).
- * The warps' (max, sum, O) merge through shared memory at the end. Splits: as many as fill one
- * wave of resident blocks (from the occupancy calculator), so no second, mostly empty wave. With
+ * The warps' (max, sum, O) merge through shared memory at the end. Splits: the fewest that fill
+ * the resident blocks (from the occupancy calculator) evenly (decode_splits). With
  * one split with keys the block writes the output; otherwise it writes fp32 partials (max, sum,
  * unnormalised O) to a workspace, and the last block of its (sequence, kv head, head group) to
  * finish (a counter per group, reset by that block) merges them: no second kernel.
@@ -636,6 +636,27 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     if (tid == 0) counters[blockIdx.x] = 0; /* ready for the next launch */
 }
 
+/* Key splits per (sequence, kv head, head group): the fewest that fill the GPU's resident blocks
+ * (`wave` of them) evenly, at most max_splits (one warp step each). With fewer groups than
+ * resident blocks: one wave's worth, no more (each split costs a partial write and its share of
+ * the merge: at Qwen2.5's B=16 shape, 32 groups of 16 splits, twice as many splits measured 27% of
+ * copy bandwidth against 37%). With more, one split each can leave a last wave partly full, the
+ * rest of the GPU idle for a whole block as long as the cache: the first count up to 8 whose
+ * waves are >= 90% full (Phi-3-mini at B=16: 512 groups in 1.3 waves of one split, 80% of copy
+ * bandwidth; three splits fill 3.9 waves, 91%; docs/PERF.md). */
+inline int64_t decode_splits(int64_t groups, int64_t wave, int64_t max_splits) {
+    if (max_splits < 1) max_splits = 1;
+    if (groups < wave) {
+        const int64_t n = wave / groups;
+        return n < max_splits ? n : max_splits;
+    }
+    for (int64_t k = 1; k <= 8 && k <= max_splits; ++k) {
+        const int64_t blocks = groups * k, waves = ts::ceil_div(blocks, wave);
+        if (blocks * 10 >= waves * wave * 9) return k;
+    }
+    return 1;
+}
+
 template <int D, int MAXG>
 int launch_mma(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
                const ts_decode_config &c, cudaStream_t stream) {
@@ -650,14 +671,10 @@ int launch_mma(__half *out, const __half *q, const __half *kc, const __half *vc,
     }
     const int group = c.n_heads / c.n_kv_heads;
     const int hchunks = (group + MAXG - 1) / MAXG;
-    /* Splits: as many as fill one wave of resident blocks, at least one warp step each. */
     const int64_t groups = (int64_t)c.batch * c.n_kv_heads * hchunks;
     const int64_t wave = (int64_t)per_sm.load(std::memory_order_relaxed) * ts::sm_count();
-    int64_t nsplit = wave / groups;
     const int64_t steps = ts::ceil_div(c.max_len, KEYS);
-    if (nsplit > steps) nsplit = steps;
-    if (nsplit > 65535) nsplit = 65535;
-    if (nsplit < 1) nsplit = 1;
+    int64_t nsplit = decode_splits(groups, wave, steps < 65535 ? steps : 65535);
     const int64_t chunk = ts::ceil_div(ts::ceil_div(c.max_len, nsplit), KEYS) * KEYS;
     nsplit = ts::ceil_div(c.max_len, chunk);
 

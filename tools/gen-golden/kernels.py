@@ -1047,6 +1047,11 @@ CASES += _cases(FULL, "attention_decode", [
     # of reduced precision shows (the committed cases split every cache into 64-key chunks).
     ("phi2-b17-mha_d80_lens495-2047",
      dict(PHI2, nH=32, nKV=32, L=2048, cache_lens=[2047 - 97 * i for i in range(17)])),
+    # More (sequence, KV head) groups than an H100 or H200 holds blocks at once (512 and 576):
+    # the tensor-core kernel then raises the key splits above one to fill its waves
+    # (decode_splits), with ragged lengths so some splits of the short caches are empty.
+    ("phi3-mini_b16_lens61-256", dict(PHI3, L=256, cache_lens=[256 - 13 * i for i in range(16)])),
+    ("gpt2_b48_lens33-128", dict(GPT2, L=128, cache_lens=[128 - 2 * i for i in range(48)])),
 ])
 CASES += _cases(FULL, "attention_prefill", [
     # The lengths the models reach: Qwen2.5-0.5B's 14 heads at 2048 (the benchmark shape) and
