@@ -13,19 +13,22 @@ import (
 // helps to tell a graph problem from a kernel problem.
 const EnvGraphs = "TOUCHSTONE_GRAPHS"
 
-// graphState is the decode step captured as a graph, and what it was captured with.
+// graphState is the decode step captured as a graph, the prefills captured per prompt length,
+// and what they were captured with.
 //
 // A decode step issues the same ops on the same buffers every time: the weights, the KV
 // caches (written at the rows stepIn names), the activations and the logits. Only stepIn's
 // contents change, and the ops read them on the device. So a step is captured once and
 // replayed for every later step, as long as the model's configuration and weights (which a
-// test may change after Load) are the ones it was captured with.
+// test may change after Load) are the ones it was captured with. A prefill of T tokens is the
+// same from promptIn's first T rows: captured the second time a length is seen and replayed
+// after that (prefillGraphs).
 type graphState struct {
 	graphs  backend.Graphs
 	enabled bool
 
 	g       backend.Graph
-	cfg     Config           // the configuration the graph was captured with
+	cfg     Config           // the configuration the graphs were captured with
 	weights []backend.Buffer // every weight reference of the layers, in order, at capture
 	scratch []backend.Buffer // the same, now: reused from step to step
 	held    []backend.Buffer // the captured pass's activations, out of the pool while g lives
@@ -35,7 +38,27 @@ type graphState struct {
 	// buffers and the backend's workspaces have grown, so a capture allocates nothing.
 	warm    bool
 	replays int
+
+	prefill         map[int]*prefillGraph // by prompt length
+	prefillSeen     map[int]bool          // lengths prefilled op by op since the graphs were current
+	prefillReplays  int
+	prefillCaptures int
 }
+
+// prefillGraph is one prompt length's captured prefill and the buffers it holds.
+type prefillGraph struct {
+	g            backend.Graph
+	held, views  []backend.Buffer
+	capturedWith int // the order of capture: the oldest goes first when maxPrefillGraphs are held
+}
+
+// Prefills are captured only up to maxPrefillGraphTokens tokens (a captured pass keeps every
+// activation buffer of its length out of the pool: ~100 MB for Qwen2.5-0.5B at 128 tokens) and
+// for at most maxPrefillGraphs lengths at once.
+const (
+	maxPrefillGraphTokens = 512
+	maxPrefillGraphs      = 4
+)
 
 // initGraphs enables graphs where the backend has them and EnvGraphs allows it.
 func (m *Model) initGraphs() error {
@@ -76,24 +99,45 @@ func (m *Model) GraphReplays() int {
 	return m.graphs.replays
 }
 
+// PrefillReplays is the number of prefills replayed from a graph since Load.
+func (m *Model) PrefillReplays() int {
+	if m.graphs == nil {
+		return 0
+	}
+	return m.graphs.prefillReplays
+}
+
+// graphsCurrent drops every graph and warm mark made with another configuration or other
+// weights than the model's now (compared every pass, into a reused slice, since a test may
+// change either after Load); reports whether any graph may be used.
+func (m *Model) graphsCurrent() bool {
+	gs := m.graphs
+	if gs == nil || !gs.enabled || len(m.want) > 0 || m.inject != nil {
+		return false
+	}
+	gs.scratch = m.appendWeightRefs(gs.scratch[:0])
+	if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) {
+		m.dropGraph()
+		gs.warm = false
+		gs.cfg = m.Cfg
+		gs.weights, gs.scratch = gs.scratch, gs.weights
+	}
+	return true
+}
+
 // decodeStep runs one decode step from stepIn: replayed from the graph when it can be,
 // captured when the step before ran op by op with the same configuration and weights,
 // else op by op. Taps need host copies between ops, so a step with taps runs op by op.
 func (m *Model) decodeStep(prefix string) error {
-	gs := m.graphs
-	if gs == nil || !gs.enabled || len(m.want) > 0 {
+	if !m.graphsCurrent() {
 		return m.eagerDecode(prefix)
 	}
-	// What the graph (or the warm-up step before it) was made with, against now: compared
-	// every step, into a reused slice, since a test may change either after Load.
-	gs.scratch = m.appendWeightRefs(gs.scratch[:0])
-	if !gs.warm || gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) {
-		m.dropGraph()
+	gs := m.graphs
+	if !gs.warm {
 		if err := m.eagerDecode(prefix); err != nil {
 			return err
 		}
-		gs.warm, gs.cfg = true, m.Cfg
-		gs.weights, gs.scratch = gs.scratch, gs.weights
+		gs.warm = true
 		return nil
 	}
 	if gs.g == nil {
@@ -134,18 +178,98 @@ func (m *Model) captureDecode(prefix string) error {
 	return nil
 }
 
-// dropGraph frees the graph and gives its buffers back to the pool.
+// dropGraph frees every graph (the decode step's and the prefills') and gives their buffers
+// back to the pool; the lengths seen are forgotten.
 func (m *Model) dropGraph() {
 	gs := m.graphs
-	if gs == nil || gs.g == nil {
+	if gs == nil {
 		return
 	}
-	gs.g.Free()
-	gs.g = nil
-	m.inUse = append(m.inUse, gs.held...)
-	m.views = append(m.views, gs.views...)
-	gs.held, gs.views = nil, nil
+	if gs.g != nil {
+		gs.g.Free()
+		gs.g = nil
+		m.inUse = append(m.inUse, gs.held...)
+		m.views = append(m.views, gs.views...)
+		gs.held, gs.views = nil, nil
+	}
+	for t := range gs.prefill {
+		m.dropPrefillGraph(t)
+	}
+	gs.prefillSeen = nil
 	m.endPass()
+}
+
+// dropPrefillGraph frees one length's prefill graph; its buffers go back to the pool at the
+// next endPass.
+func (m *Model) dropPrefillGraph(t int) {
+	gs := m.graphs
+	pg := gs.prefill[t]
+	pg.g.Free()
+	m.inUse = append(m.inUse, pg.held...)
+	m.views = append(m.views, pg.views...)
+	delete(gs.prefill, t)
+}
+
+// prefillGraphs runs the prefill of the first T rows of promptIn: replayed from its length's
+// graph when there is one, captured when the same length was prefilled op by op before (an op
+// by op pass right before the capture puts every buffer of the pass in the pool and grows the
+// workspaces, so the capture allocates nothing), else op by op. Returns false (having done
+// nothing) where graphs may not be used.
+func (m *Model) prefillGraphs(T int) (bool, error) {
+	if T > maxPrefillGraphTokens || !m.graphsCurrent() {
+		return false, nil
+	}
+	gs := m.graphs
+	if pg := gs.prefill[T]; pg != nil {
+		if err := pg.g.Launch(); err != nil {
+			return true, err
+		}
+		gs.prefillReplays++
+		return true, nil
+	}
+	if !gs.prefillSeen[T] {
+		if gs.prefillSeen == nil {
+			gs.prefillSeen = map[int]bool{}
+		}
+		gs.prefillSeen[T] = true
+		return false, nil
+	}
+	if err := m.eagerPrefill(T); err != nil {
+		return true, err
+	}
+	if len(gs.prefill) >= maxPrefillGraphs {
+		oldest, at := 0, -1
+		for t, pg := range gs.prefill {
+			if at < 0 || pg.capturedWith < at {
+				oldest, at = t, pg.capturedWith
+			}
+		}
+		m.dropPrefillGraph(oldest)
+		m.endPass()
+	}
+	g, err := gs.graphs.Capture(func(be backend.Backend) error {
+		mem, ok := be.(backend.Memory)
+		if !ok {
+			return fmt.Errorf("model: the capturing backend %s has no device views and copies (backend.Memory)", be.Info().Backend)
+		}
+		return m.prefillPass(be, mem, T)
+	})
+	if err != nil {
+		m.endPass()
+		return true, fmt.Errorf("model: capturing a prefill of %d tokens: %w", T, err)
+	}
+	if gs.prefill == nil {
+		gs.prefill = map[int]*prefillGraph{}
+	}
+	gs.prefillCaptures++
+	gs.prefill[T] = &prefillGraph{g: g, held: slices.Clone(m.inUse), views: slices.Clone(m.views),
+		capturedWith: gs.prefillCaptures}
+	m.inUse, m.views = m.inUse[:0], m.views[:0]
+	if err := g.Launch(); err != nil {
+		return true, err
+	}
+	gs.prefillReplays++
+	return true, nil
 }
 
 // appendWeightRefs appends every weight buffer a pass reads to refs, in a fixed order.

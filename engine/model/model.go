@@ -36,10 +36,13 @@ type Model struct {
 	// position (also its KV-cache row) and the cache length after it. One host write per step,
 	// and the step's ops read it on the device: what lets a captured step be replayed.
 	stepIn backend.Buffer
-	logits backend.Buffer // f32 [1, V]: the last position's logits of the last pass
-	token  backend.Buffer // i32 [1]: Sample's output
+	// promptIn holds a prefill's tokens, i32 [MaxLen] (its first T rows): written before the
+	// pass, read on the device, so a prefill captured at one length replays with the next.
+	promptIn backend.Buffer
+	logits   backend.Buffer // f32 [1, V]: the last position's logits of the last pass
+	token    backend.Buffer // i32 [1]: Sample's output
 
-	graphs *graphState // nil: every decode step runs op by op (graph.go)
+	graphs *graphState // nil: every pass runs op by op (graph.go)
 
 	// Fused selects the fused ops at decode (prenorm.go): each pre-norm with the projection
 	// after it (RMSNormGemm), SwiGLU with the down projection (SwiGLUGemm) and GPT-2's MLP
@@ -138,6 +141,9 @@ func (m *Model) allocState() error {
 	if m.stepIn, err = m.be.Alloc(tensor.I32, 3); err != nil {
 		return err
 	}
+	if m.promptIn, err = m.be.Alloc(tensor.I32, m.MaxLen); err != nil {
+		return err
+	}
 	if m.logits, err = m.be.Alloc(tensor.F32, 1, c.Vocab); err != nil {
 		return err
 	}
@@ -158,7 +164,7 @@ func (m *Model) Close() {
 	for _, l := range m.Layers {
 		l.Attn.cache.free()
 	}
-	for _, b := range []backend.Buffer{m.positions, m.stepIn, m.logits, m.token} {
+	for _, b := range []backend.Buffer{m.positions, m.stepIn, m.promptIn, m.logits, m.token} {
 		if b != nil {
 			b.Free()
 		}
@@ -207,21 +213,50 @@ func (m *Model) Decode(token int32) (*tensor.Tensor, error) {
 	return m.be.Download(m.logits)
 }
 
-// PrefillOnDevice is Prefill leaving the logits on the device, for Sample or Logits.
-func (m *Model) PrefillOnDevice(ids []int32) (err error) {
+// PrefillOnDevice is Prefill leaving the logits on the device, for Sample or Logits. With a
+// backend that has graphs, the second prefill of a length (up to maxPrefillGraphTokens) is
+// captured and later ones are replayed (graph.go), unless taps are requested.
+func (m *Model) PrefillOnDevice(ids []int32) error {
 	m.Reset()
 	if err := m.admit(ids); err != nil {
 		return err
 	}
-	defer m.endPass()
-	defer recoverPass(&err)
 	T := len(ids)
-	p := &pass{m: m, be: m.be, mem: m.mem, prefix: "prefill.", T: T}
-	p.ids = p.allocT(tensor.I32, T)
-	p.do(m.mem.Write(p.ids, tensor.FromI32([]int{T}, ids)))
+	// Every prefill reads its tokens from promptIn's first rows, so a captured one replays
+	// with the next prompt of its length.
+	in, err := m.mem.Rows(m.promptIn, 0, T)
+	if err != nil {
+		return err
+	}
+	err = m.mem.Write(in, tensor.FromI32([]int{T}, ids))
+	in.Free()
+	if err != nil {
+		return err
+	}
+	done, err := m.prefillGraphs(T)
+	if !done && err == nil {
+		err = m.eagerPrefill(T)
+	}
+	if err != nil {
+		return err
+	}
+	m.pos = T
+	return nil
+}
+
+func (m *Model) eagerPrefill(T int) error {
+	defer m.endPass()
+	return m.prefillPass(m.be, m.mem, T)
+}
+
+// prefillPass runs the prefill of promptIn's first T tokens on be. It leaves the pass's
+// buffers in use: the caller ends the pass, or keeps them for a captured graph.
+func (m *Model) prefillPass(be backend.Backend, mem backend.Memory, T int) (err error) {
+	defer recoverPass(&err)
+	p := &pass{m: m, be: be, mem: mem, prefix: "prefill.", T: T}
+	p.ids = p.rows(m.promptIn, 0, T)
 	p.posBuf = p.rows(m.positions, 0, T)
 	p.run()
-	m.pos = T
 	return nil
 }
 

@@ -127,7 +127,7 @@ func TestTiedCheckpointWithAnotherLMHeadIsRefused(t *testing.T) {
 }
 
 // Every committed model returns every buffer it allocated when closed, after passes that fill
-// its activation pool and capture a decode graph.
+// its activation pool and capture a prefill and a decode graph.
 func TestCloseFreesEverything(t *testing.T) {
 	for _, name := range []string{"qwen2-tiny", "phi3-tiny", "gpt2-tiny"} {
 		be := cpu.New()
@@ -135,8 +135,13 @@ func TestCloseFreesEverything(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.PrefillOnDevice([]int32{1, 2, 3}); err != nil {
-			t.Fatal(err)
+		for range 3 { // the second prefill of a length is captured, the third replayed
+			if err := m.PrefillOnDevice([]int32{1, 2, 3}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if m.PrefillReplays() != 2 {
+			t.Errorf("%s: %d prefills replayed from a graph, want 2", name, m.PrefillReplays())
 		}
 		for tok := int32(4); tok < 8; tok++ {
 			if err := m.DecodeOnDevice(tok); err != nil {

@@ -36,8 +36,8 @@ func expectSameRun(got, want seededRun, what string) {
 	}
 }
 
-// checkGraphReplay: decode steps replayed from a graph give the tokens and logits of steps run op
-// by op, bit for bit.
+// checkGraphReplay: decode steps and prefills replayed from a graph give the tokens and logits of
+// passes run op by op, bit for bit.
 func checkGraphReplay(s *golden.Set) {
 	m, p := loadModel(s)
 	if !m.UseGraphs(false) {
@@ -51,7 +51,16 @@ func checkGraphReplay(s *golden.Set) {
 	// second is captured, and every one after it replays that capture.
 	Expect(graphed.replays).To(Equal(p.Sample.Tokens-2), "decode steps replayed")
 	expectSameRun(graphed, eager, "graph replay")
-	AddReportEntry("graph replay", fmt.Sprintf("%d decode steps replayed, tokens and logits bit-identical to op by op", graphed.replays))
+	// The prefill: the first of a length ran op by op above, the second is captured and
+	// launched, the third replayed; every decode step now replays the graph captured before.
+	before := m.PrefillReplays()
+	for _, what := range []string{"prefill captured", "prefill replayed"} {
+		run := generate(m, p)
+		Expect(run.replays).To(Equal(p.Sample.Tokens-1), "%s: decode steps replayed", what)
+		expectSameRun(run, eager, what)
+	}
+	Expect(m.PrefillReplays()-before).To(Equal(2), "prefills from a graph")
+	AddReportEntry("graph replay", fmt.Sprintf("%d decode steps replayed, then 2 prefills, tokens and logits bit-identical to op by op", graphed.replays))
 }
 
 var _ = Describe("decode steps replayed from a graph", harness.Model, func() {

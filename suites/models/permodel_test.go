@@ -53,7 +53,7 @@ func modelSpecs(s *golden.Set) {
 		harness.Sampling, func() { checkSeededTeacherForced(s) })
 	It("seeded generation is deterministic: 20 runs give the same tokens and bit-identical logits",
 		harness.Sampling, func() { checkSeededDeterministic(s) })
-	It("decode steps replayed from a graph give the tokens and logits of steps run op by op, bit for bit",
+	It("decode steps and prefills replayed from a graph give the tokens and logits of passes run op by op, bit for bit",
 		func() { checkGraphReplay(s) })
 	It("the isolated replay (touchstone diff -isolate) passes every tap", func() { checkIsolatedPasses(s) })
 	for _, b := range brokenVariants {

@@ -341,9 +341,9 @@ var catalogue = []Mutant{
 	},
 	{
 		ID: "go-model-graph-ignores-weights", Side: SideGo, File: "engine/model/graph.go",
-		Bug:         "a captured decode graph is replayed after a weight changed (stale graph)",
-		Original:    `if !gs.warm || gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) {`,
-		Replacement: `if !gs.warm || gs.cfg != m.Cfg {`,
+		Bug:         "a captured decode or prefill graph is replayed after a weight changed (stale graph)",
+		Original:    `if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) {`,
+		Replacement: `if gs.cfg != m.Cfg {`,
 		Suites:      models,
 	},
 
