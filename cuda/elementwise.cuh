@@ -18,14 +18,14 @@
 namespace ts {
 
 constexpr int kElementwiseThreads = 256;
-/* 16-byte vectors per thread: both are loaded before the first is used. Measured on an H100
- * (docs/PERF.md, "Elementwise grids"): 2 vectors a thread on a grid that covers the tensor once
- * (many waves of blocks) reach 84-90% of copy bandwidth at 16M elements, where a persistent grid
- * of every resident thread with 4 in flight reached 72-85% (8: slower still; streaming cache
- * hints changed nothing): with a fresh block taking each retired one's place, loads of the next
- * blocks overlap the math and stores of the last, which a persistent thread's next step only
- * begins after them. */
-constexpr int kElementwiseUnroll = 2;
+/* 16-byte vectors per thread (all loaded before the first is used). Measured on an H100
+ * (docs/PERF.md, "Elementwise grids"): one vector a thread on a grid that covers the tensor once
+ * (many waves of blocks) reaches 87-91% of copy bandwidth at 16M elements, two 84-90%, where a
+ * persistent grid of every resident thread with 4 in flight reached 72-85% (8: slower still;
+ * streaming cache hints, 128 or 512 threads a block changed nothing): with a fresh block taking
+ * each retired one's place, loads of the next blocks overlap the math and stores of the last,
+ * which a persistent thread's next step only begins after them. */
+constexpr int kElementwiseUnroll = 1;
 
 /* T threads in all. Step s of thread t takes vectors t + (s * U + u) * T, u < U: each load
  * instruction is coalesced across the grid (on the grid elementwise_grid sizes, one step). A

@@ -522,6 +522,13 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:attention_decode",
 	},
 	{
+		ID: "cuda-decode-merge-no-rescale", Side: SideCUDA, File: "cuda/kernels/attention_decode.cu",
+		Bug:         "decode's split merge: a later split with a larger max does not rescale the running denominator",
+		Original:    `den *= r;`,
+		Replacement: `den *= 1.0f;`,
+		Suites:      kernels, Labels: "op:attention_decode",
+	},
+	{
 		ID: "cuda-decode-fallback-fp16-accumulator", Side: SideCUDA, File: "cuda/kernels/attention_decode.cu",
 		Bug:         "fallback decode kernel (head_dim 80, 256) accumulates P.V in fp16",
 		Original:    `for (int e = 0; e < 8; ++e) acc[g][e] += p * vf[e];`,
