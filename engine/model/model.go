@@ -32,8 +32,9 @@ type Model struct {
 	inUse     []backend.Buffer            // this pass's activations, back to the pool at its end
 	views     []backend.Buffer            // this pass's views, dropped at its end
 	positions backend.Buffer              // i32 [MaxLen]: 0..MaxLen-1; a prefill's positions are a view of it
-	// stepIn holds what changes from one decode step to the next, i32 [3]: the token, its
-	// position (also its KV-cache row) and the cache length after it. One host write per step,
+	// stepIn holds what changes from one decode step to the next, i32 [5]: the token, its
+	// position (also its KV-cache row), the cache length after it, and its key's and value's
+	// rows in the layers' combined caches (pos, MaxLen + pos: kvCache). One host write per step,
 	// and the step's ops read it on the device: what lets a captured step be replayed.
 	stepIn backend.Buffer
 	// promptIn holds a prefill's tokens, i32 [MaxLen] (its first T rows): written before the
@@ -138,7 +139,7 @@ func (m *Model) allocState() error {
 	if m.positions, err = m.be.Upload(tensor.FromI32([]int{len(pos)}, pos)); err != nil {
 		return err
 	}
-	if m.stepIn, err = m.be.Alloc(tensor.I32, 3); err != nil {
+	if m.stepIn, err = m.be.Alloc(tensor.I32, 5); err != nil {
 		return err
 	}
 	if m.promptIn, err = m.be.Alloc(tensor.I32, m.MaxLen); err != nil {
@@ -271,7 +272,8 @@ func (m *Model) DecodeOnDevice(token int32) error {
 	if err := m.admit([]int32{token}); err != nil {
 		return err
 	}
-	in := tensor.FromI32([]int{3}, []int32{token, int32(m.pos), int32(m.pos + 1)})
+	pos := int32(m.pos)
+	in := tensor.FromI32([]int{5}, []int32{token, pos, pos + 1, pos, int32(m.MaxLen) + pos})
 	if err := m.mem.Write(m.stepIn, in); err != nil {
 		return err
 	}
@@ -292,6 +294,7 @@ func (m *Model) decodePass(be backend.Backend, mem backend.Memory, prefix string
 	p.ids = p.rows(m.stepIn, 0, 1)
 	p.posBuf = p.rows(m.stepIn, 1, 1)
 	p.lens = p.rows(m.stepIn, 2, 1)
+	p.kvRows = p.rows(m.stepIn, 3, 2)
 	p.run()
 	return nil
 }
@@ -328,6 +331,7 @@ type pass struct {
 	ids    backend.Buffer // i32 [T]
 	posBuf backend.Buffer // i32 [T]: the positions, which are also the KV-cache rows written
 	lens   backend.Buffer // i32 [1]: the cache length after this token (decode only)
+	kvRows backend.Buffer // i32 [2]: its key's and value's rows in the combined caches (decode only)
 }
 
 // admit checks that ids can run as the next pass.
@@ -445,6 +449,7 @@ func (a *Attention) Forward(p *pass, in pending, name func(string) string) (out,
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
 	var qb, kb, vb backend.Buffer
 	var qk backend.Buffer // fused decode: q's and k's heads as one [1, nH+nKV, D] view
+	var kv backend.Buffer // fused decode: k's and v's heads as one [2, nKV, D] view
 	if p.decode && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
 		// One token: q, k and v are consecutive columns of one GEMM's output row.
 		qkv := p.alloc(T, (nH+2*nKV)*D)
@@ -456,6 +461,7 @@ func (a *Attention) Forward(p *pass, in pending, name func(string) string) (out,
 		parts := a.qkvW.outputs(p, qkv)
 		qb, kb, vb = parts[0], parts[1], parts[2]
 		qk = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), 0, (nH+nKV)*D), T, nH+nKV, D)
+		kv = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), nH*D, 2*nKV*D), 2, nKV, D)
 	} else {
 		var hn backend.Buffer
 		x, hn = p.settle(in)
@@ -483,9 +489,15 @@ func (a *Attention) Forward(p *pass, in pending, name func(string) string) (out,
 		p.tap(name("q_rope"), q)
 		p.tap(name("k_rope"), k)
 	}
-	// The KV-cache rows are the positions, read on the device (set_rows): no host offset.
-	p.do(be.SetRows(a.cache.kRows, k, p.posBuf))
-	p.do(be.SetRows(a.cache.vRows, v, p.posBuf))
+	// The KV-cache rows are the positions, read on the device (set_rows): no host offset. A
+	// fused decode step's key and value rows are adjacent in qkv (k rotated in place above):
+	// one append of both into the combined cache.
+	if kv != nil {
+		p.do(be.SetRows(a.cache.kvRows, kv, p.kvRows))
+	} else {
+		p.do(be.SetRows(a.cache.kRows, k, p.posBuf))
+		p.do(be.SetRows(a.cache.vRows, v, p.posBuf))
+	}
 	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
 	var heads backend.Buffer
 	if p.decode {

@@ -134,24 +134,38 @@ func (m *Model) store(name string, t *tensor.Tensor) {
 // kvCache holds one layer's keys and values, [1, maxLen, nKV, D] each, allocated once at
 // Load; a new prefill overwrites it from position 0 (attention reads only cache_lens rows).
 // kRows and vRows view them as [maxLen, nKV, D], the rows set_rows writes.
-type kvCache struct{ k, v, kRows, vRows backend.Buffer }
+// kvCache is one layer's keys and values: one allocation [2, maxLen, nKV, D], keys first, so a
+// decode step appends its key and value rows (adjacent in its q/k/v projection's output) with
+// one set_rows (kvRows, at rows pos and maxLen + pos) instead of two.
+type kvCache struct {
+	kv           backend.Buffer // f16 [2, maxLen, nKV, D]
+	k, v         backend.Buffer // views [1, maxLen, nKV, D]: attention's operands
+	kRows, vRows backend.Buffer // views [maxLen, nKV, D]: a prefill's set_rows targets
+	kvRows       backend.Buffer // view [2*maxLen, nKV, D]: a decode step's one set_rows target
+	maxLen       int
+}
 
 func newCache(be backend.Backend, mem backend.Memory, maxLen, nKV, D int) (*kvCache, error) {
-	c := &kvCache{}
+	c := &kvCache{maxLen: maxLen}
 	var err error
-	if c.k, err = be.Alloc(tensor.F16, 1, maxLen, nKV, D); err != nil {
+	if c.kv, err = be.Alloc(tensor.F16, 2, maxLen, nKV, D); err != nil {
 		return nil, err
 	}
-	if c.v, err = be.Alloc(tensor.F16, 1, maxLen, nKV, D); err != nil {
-		c.free()
-		return nil, err
+	views := []struct {
+		dst  *backend.Buffer
+		make func() (backend.Buffer, error)
+	}{
+		{&c.k, func() (backend.Buffer, error) { return mem.Rows(c.kv, 0, 1) }},
+		{&c.v, func() (backend.Buffer, error) { return mem.Rows(c.kv, 1, 1) }},
+		{&c.kRows, func() (backend.Buffer, error) { return mem.View(c.k, maxLen, nKV, D) }},
+		{&c.vRows, func() (backend.Buffer, error) { return mem.View(c.v, maxLen, nKV, D) }},
+		{&c.kvRows, func() (backend.Buffer, error) { return mem.View(c.kv, 2*maxLen, nKV, D) }},
 	}
-	if c.kRows, err = mem.View(c.k, maxLen, nKV, D); err == nil {
-		c.vRows, err = mem.View(c.v, maxLen, nKV, D)
-	}
-	if err != nil {
-		c.free()
-		return nil, err
+	for _, v := range views {
+		if *v.dst, err = v.make(); err != nil {
+			c.free()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -160,7 +174,7 @@ func (c *kvCache) free() {
 	if c == nil {
 		return
 	}
-	for _, b := range []backend.Buffer{c.kRows, c.vRows, c.k, c.v} {
+	for _, b := range []backend.Buffer{c.kvRows, c.kRows, c.vRows, c.k, c.v, c.kv} {
 		if b != nil {
 			b.Free()
 		}
