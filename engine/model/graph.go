@@ -157,16 +157,21 @@ func (m *Model) eagerDecode(prefix string) error {
 	return m.decodePass(m.be, m.mem, prefix)
 }
 
-// captureDecode records a decode step into gs.g and keeps the pass's buffers for it.
-func (m *Model) captureDecode(prefix string) error {
-	gs := m.graphs
-	g, err := gs.graphs.Capture(func(be backend.Backend) error {
+// capture records pass, issued on the capturing backend, as a graph.
+func (m *Model) capture(pass func(be backend.Backend, mem backend.Memory) error) (backend.Graph, error) {
+	return m.graphs.graphs.Capture(func(be backend.Backend) error {
 		mem, ok := be.(backend.Memory)
 		if !ok {
 			return fmt.Errorf("model: the capturing backend %s has no device views and copies (backend.Memory)", be.Info().Backend)
 		}
-		return m.decodePass(be, mem, prefix)
+		return pass(be, mem)
 	})
+}
+
+// captureDecode records a decode step into gs.g and keeps the pass's buffers for it.
+func (m *Model) captureDecode(prefix string) error {
+	gs := m.graphs
+	g, err := m.capture(func(be backend.Backend, mem backend.Memory) error { return m.decodePass(be, mem, prefix) })
 	if err != nil {
 		m.endPass()
 		gs.warm = false
@@ -247,13 +252,7 @@ func (m *Model) prefillGraphs(T int) (bool, error) {
 		m.dropPrefillGraph(oldest)
 		m.endPass()
 	}
-	g, err := gs.graphs.Capture(func(be backend.Backend) error {
-		mem, ok := be.(backend.Memory)
-		if !ok {
-			return fmt.Errorf("model: the capturing backend %s has no device views and copies (backend.Memory)", be.Info().Backend)
-		}
-		return m.prefillPass(be, mem, T)
-	})
+	g, err := m.capture(func(be backend.Backend, mem backend.Memory) error { return m.prefillPass(be, mem, T) })
 	if err != nil {
 		m.endPass()
 		return true, fmt.Errorf("model: capturing a prefill of %d tokens: %w", T, err)
