@@ -32,10 +32,10 @@ type Model struct {
 	inUse     []backend.Buffer            // this pass's activations, back to the pool at its end
 	views     []backend.Buffer            // this pass's views, dropped at its end
 	positions backend.Buffer              // i32 [MaxLen]: 0..MaxLen-1; a prefill's positions are a view of it
-	// stepIn holds what changes from one decode step to the next, i32 [5]: the token, its
-	// position (also its KV-cache row), the cache length after it, and its key's and value's
-	// rows in the layers' combined caches (pos, MaxLen + pos: kvCache). One host write per step,
-	// and the step's ops read it on the device: what lets a captured step be replayed.
+	// stepIn holds what changes from one decode step to the next, i32 [4]: the token, the
+	// cache length after it, its position (also its key's row in the layers' caches) and its
+	// value's row (MaxLen + position: kvCache). One host write per step, and the step's ops read
+	// it on the device: what lets a captured step be replayed.
 	stepIn backend.Buffer
 	// promptIn holds a prefill's tokens, i32 [MaxLen] (its first T rows): written before the
 	// pass, read on the device, so a prefill captured at one length replays with the next.
@@ -139,7 +139,7 @@ func (m *Model) allocState() error {
 	if m.positions, err = m.be.Upload(tensor.FromI32([]int{len(pos)}, pos)); err != nil {
 		return err
 	}
-	if m.stepIn, err = m.be.Alloc(tensor.I32, 5); err != nil {
+	if m.stepIn, err = m.be.Alloc(tensor.I32, 4); err != nil {
 		return err
 	}
 	if m.promptIn, err = m.be.Alloc(tensor.I32, m.MaxLen); err != nil {
@@ -273,7 +273,7 @@ func (m *Model) DecodeOnDevice(token int32) error {
 		return err
 	}
 	pos := int32(m.pos)
-	in := tensor.FromI32([]int{5}, []int32{token, pos, pos + 1, pos, int32(m.MaxLen) + pos})
+	in := tensor.FromI32([]int{4}, []int32{token, pos + 1, pos, int32(m.MaxLen) + pos})
 	if err := m.mem.Write(m.stepIn, in); err != nil {
 		return err
 	}
@@ -292,9 +292,9 @@ func (m *Model) decodePass(be backend.Backend, mem backend.Memory, prefix string
 	defer recoverPass(&err)
 	p := &pass{m: m, be: be, mem: mem, prefix: prefix, T: 1, decode: true}
 	p.ids = p.rows(m.stepIn, 0, 1)
-	p.posBuf = p.rows(m.stepIn, 1, 1)
-	p.lens = p.rows(m.stepIn, 2, 1)
-	p.kvRows = p.rows(m.stepIn, 3, 2)
+	p.lens = p.rows(m.stepIn, 1, 1)
+	p.posBuf = p.rows(m.stepIn, 2, 1)
+	p.kvRows = p.rows(m.stepIn, 2, 2)
 	p.run()
 	return nil
 }

@@ -131,22 +131,20 @@ func (m *Model) store(name string, t *tensor.Tensor) {
 	m.taps[name] = tensor.FromF32(t.Shape, t.Float32())
 }
 
-// kvCache holds one layer's keys and values, [1, maxLen, nKV, D] each, allocated once at
-// Load; a new prefill overwrites it from position 0 (attention reads only cache_lens rows).
-// kRows and vRows view them as [maxLen, nKV, D], the rows set_rows writes.
-// kvCache is one layer's keys and values: one allocation [2, maxLen, nKV, D], keys first, so a
-// decode step appends its key and value rows (adjacent in its q/k/v projection's output) with
-// one set_rows (kvRows, at rows pos and maxLen + pos) instead of two.
+// kvCache holds one layer's keys and values: one allocation [2, maxLen, nKV, D], keys first,
+// made once at Load; a new prefill overwrites it from position 0 (attention reads only
+// cache_lens rows). A prefill appends keys and values through kRows and vRows; a fused decode
+// step appends its key and value rows (adjacent in its q/k/v projection's output) with one
+// set_rows through kvRows, at rows pos and maxLen + pos.
 type kvCache struct {
 	kv           backend.Buffer // f16 [2, maxLen, nKV, D]
 	k, v         backend.Buffer // views [1, maxLen, nKV, D]: attention's operands
 	kRows, vRows backend.Buffer // views [maxLen, nKV, D]: a prefill's set_rows targets
 	kvRows       backend.Buffer // view [2*maxLen, nKV, D]: a decode step's one set_rows target
-	maxLen       int
 }
 
 func newCache(be backend.Backend, mem backend.Memory, maxLen, nKV, D int) (*kvCache, error) {
-	c := &kvCache{maxLen: maxLen}
+	c := &kvCache{}
 	var err error
 	if c.kv, err = be.Alloc(tensor.F16, 2, maxLen, nKV, D); err != nil {
 		return nil, err

@@ -230,15 +230,15 @@ var catalogue = []Mutant{
 	{
 		ID: "go-model-decode-position-off-by-one", Side: SideGo, File: "engine/model/model.go",
 		Bug:         "decode token placed at position pos + 1 (RoPE angle and KV-cache row one too far)",
-		Original:    `[]int32{token, pos, pos + 1, pos, int32(m.MaxLen) + pos}`,
-		Replacement: `[]int32{token, pos + 1, pos + 1, pos + 1, int32(m.MaxLen) + pos + 1}`,
+		Original:    `[]int32{token, pos + 1, pos, int32(m.MaxLen) + pos}`,
+		Replacement: `[]int32{token, pos + 1, pos + 1, int32(m.MaxLen) + pos + 1}`,
 		Suites:      models,
 	},
 	{
 		ID: "go-model-decode-cache-len-stale", Side: SideGo, File: "engine/model/model.go",
 		Bug:         "decode attends with the cache length before the new token (its own key left out)",
-		Original:    `[]int32{token, pos, pos + 1, pos, int32(m.MaxLen) + pos}`,
-		Replacement: `[]int32{token, pos, pos, pos, int32(m.MaxLen) + pos}`,
+		Original:    `[]int32{token, pos + 1, pos, int32(m.MaxLen) + pos}`,
+		Replacement: `[]int32{token, pos, pos, int32(m.MaxLen) + pos}`,
 		Suites:      models,
 	},
 	{
@@ -342,8 +342,8 @@ var catalogue = []Mutant{
 	{
 		ID: "go-model-kv-append-value-row", Side: SideGo, File: "engine/model/model.go",
 		Bug:         "a decode step's combined KV append writes its value one row early",
-		Original:    `pos, pos + 1, pos, int32(m.MaxLen) + pos})`,
-		Replacement: `pos, pos + 1, pos, int32(m.MaxLen) + pos - 1})`,
+		Original:    `pos, int32(m.MaxLen) + pos})`,
+		Replacement: `pos, int32(m.MaxLen) + pos - 1})`,
 		Suites:      models,
 	},
 	{
