@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import struct
+import threading
 import time
 from collections import namedtuple
 from contextlib import contextmanager
@@ -619,6 +620,12 @@ class TapCapture:
         self.layer = None      # index of the attention module running now (for the RoPE wrapper)
         self.rope_calls = 0
         self.handles = []
+        # the thread whose pass is captured: in a lockstep pair (run_lockstep) the other thread
+        # runs the same modules, whose hooks must then leave everything alone
+        self.owner = threading.get_ident()
+
+    def mine(self):
+        return threading.get_ident() == self.owner
 
     def begin(self, prefix):
         self.prefix = prefix
@@ -643,7 +650,7 @@ class TapCapture:
         self.prefix = None
 
     def put(self, name, t):
-        if self.prefix is None:
+        if self.prefix is None or not self.mine():
             return
         key = self.prefix + "." + name
         if key in self.taps:
@@ -730,7 +737,8 @@ class Recorder(TapCapture):
 
     def _enter_attn(self, i):
         def hook(_m, _args):
-            self.layer = i
+            if self.mine():
+                self.layer = i
         return hook
 
     def _split_qkv(self, p):
@@ -775,7 +783,7 @@ class Recorder(TapCapture):
 
         def wrapped(q, k, cos, sin, *args, **kwargs):
             q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
-            if self.prefix is not None:
+            if self.prefix is not None and self.mine():
                 self.rope_calls += 1
                 p = "layers.%d." % self.layer
                 # [B, heads, T, D] -> [B, T, heads, D]
@@ -800,7 +808,8 @@ class Recorder(TapCapture):
 # (one_thread_workers), each of which also runs its torch ops on one thread: the tensors of the
 # synthetic checkpoint (drawn and written), the checkpoint's tensors when transformers loads and
 # upcasts them and when check_loaded_weights compares them, the fp16 rounding of the parameters,
-# blocks of output features of every linear layer's GEMM (split_linears), the calibration's taps
+# blocks of output features of every linear layer's GEMM (split_linears, shared by the greedy
+# and the seeded reference running in lockstep: run_lockstep), the calibration's taps
 # and the tap files. Each piece computes exactly what it computes alone on one thread, so the
 # bytes are those of a one-thread run (qwen2.5-0.5b and gpt2-124m: identical with 1, 2, 4 and 16
 # workers). The worker count is fixed per tier, never taken from the host (a host with fewer
@@ -883,34 +892,80 @@ def one_thread_workers(n):
         torch.set_num_threads(main_threads)
 
 
+# Work a lockstep pair (Lockstep) does on one slice of a weight: both rows' F.linear on this many
+# bytes of fp32 weight at a time (a multiple of SPLIT_ALIGN output features, at least one), so the
+# second read of the slice comes from the core's cache instead of memory.
+PAIR_SLICE_BYTES = 2 << 20
+
+
+def pair_rows(n_in):
+    """Output features of one paired slice of a weight with n_in input features."""
+    return max(1, PAIR_SLICE_BYTES // (4 * n_in) // SPLIT_ALIGN) * SPLIT_ALIGN
+
+
+def blocked(op, bounds, pool, xs, n_in):
+    """[op(x, lo, hi) for blocks lo:hi of output features, concatenated] for each x in xs: one
+    pool task per block. With two inputs (a lockstep pair) a task walks its block in slices of
+    pair_rows(n_in) features and runs both inputs on each slice before the next, so the weight
+    is read from memory once for the two. Every slice starts at a multiple of SPLIT_ALIGN, so each
+    row's result is the one the unsplit op gives (see SPLIT_ALIGN)."""
+    step = pair_rows(n_in)
+
+    def task(lo, hi):
+        if len(xs) == 1:
+            return [op(xs[0], lo, hi)]
+        outs = [[] for _ in xs]
+        for s in range(lo, hi, step):
+            e = min(hi, s + step)
+            for out, x in zip(outs, xs):
+                out.append(op(x, s, e))
+        return [torch.cat(out, dim=-1) for out in outs]
+
+    parts = [pool.submit(task, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    done = [p.result() for p in parts]
+    return [torch.cat([d[j] for d in done], dim=-1) for j in range(len(xs))]
+
+
 @contextmanager
-def split_linears(model, pool, n_blocks):
+def split_linears(model, pool, n_blocks, lockstep=None):
     """Within the block, the GEMMs of the model's nn.Linear and GPT-2 Conv1D layers run as
-    n_blocks blocks of output features on `pool` (see SPLIT_ALIGN). No-op without a pool."""
+    n_blocks blocks of output features on `pool` (see SPLIT_ALIGN). No-op without a pool. With a
+    Lockstep, the calls of its two threads are paired (run_lockstep)."""
     if pool is None or n_blocks <= 1:
+        if lockstep is not None:
+            raise ValueError("a lockstep pair needs the split linears of a pool")
         yield
         return
     import torch.nn.functional as F
     from transformers.pytorch_utils import Conv1D
 
     def linear(mod, orig, bounds):
+        def op(x, lo, hi):
+            b = mod.bias
+            return F.linear(x, mod.weight[lo:hi], None if b is None else b[lo:hi])
+
+        def run(xs):
+            return blocked(op, bounds, pool, xs, mod.in_features)
+
         def forward(x):
             if torch.is_grad_enabled():
                 return orig(x)
-            w, b = mod.weight, mod.bias
-            parts = [pool.submit(F.linear, x, w[lo:hi], None if b is None else b[lo:hi])
-                     for lo, hi in zip(bounds, bounds[1:])]
-            return torch.cat([p.result() for p in parts], dim=-1)
+            return run([x])[0] if lockstep is None else lockstep.call(mod, x, run)
         return forward
 
     def conv1d(mod, orig, bounds):
-        def forward(x):  # Conv1D.forward: addmm(bias, x.view(-1, nx), weight), weight [nx, nf]
+        # Conv1D.forward: addmm(bias, x.view(-1, nx), weight), weight [nx, nf]
+        def op(x2, lo, hi):
+            return torch.addmm(mod.bias[lo:hi], x2, mod.weight[:, lo:hi])
+
+        def run(xs):
+            ys = blocked(op, bounds, pool, [x.view(-1, x.size(-1)) for x in xs], mod.nx)
+            return [y.view(x.size()[:-1] + (mod.nf,)) for x, y in zip(xs, ys)]
+
+        def forward(x):
             if torch.is_grad_enabled():
                 return orig(x)
-            w, b, x2 = mod.weight, mod.bias, x.view(-1, x.size(-1))
-            parts = [pool.submit(torch.addmm, b[lo:hi], x2, w[:, lo:hi])
-                     for lo, hi in zip(bounds, bounds[1:])]
-            return torch.cat([p.result() for p in parts], dim=-1).view(x.size()[:-1] + (mod.nf,))
+            return run([x])[0] if lockstep is None else lockstep.call(mod, x, run)
         return forward
 
     patched = []
@@ -933,6 +988,123 @@ def split_linears(model, pool, n_blocks):
     finally:
         for mod in patched:
             del mod.forward
+
+
+# ---------------------------------------------------------------------------------------------
+# Lockstep: the greedy and the seeded reference sharing each read of the weights
+#
+# At full size a one-token step of the fp32 reference is bound by the host's memory bandwidth:
+# its linear layers stream the whole fp32 model (15 GB for Phi-3-mini) through the cores, at
+# 54-56 GB/s on a 16-core GPU host (docs/PERF.md). run_reference and run_sampled each take
+# prefill + 31 such steps over the same weights, so run_lockstep runs them at the same time, one
+# per thread, and pairs their split linear calls: the k-th call of one thread meets the k-th of
+# the other (the same module: both run the same model, which calls its layers in the same order
+# whatever the tokens), and one set of pool tasks computes both (blocked). Nothing else is shared:
+# each thread runs its own forward with its own cache, each row's GEMM is the op it is alone, and
+# the Recorder's hooks record the greedy thread only (TapCapture.owner). So the bytes are those of
+# the two run one after the other (models --check; the full-tier sets compared on the GPU host).
+
+
+class Lockstep:
+    """Pairs the split linear calls of two threads (see above). `paired` and `alone` count the
+    calls run with the other thread's and on their own."""
+
+    class _Call:
+        def __init__(self, mod, x):
+            self.mod, self.x = mod, x
+            self.result = self.error = None
+            self.taken = False
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.waiting = None   # the call a thread posted for the other one to pair with
+        self.members = 2      # threads still in the pair (leave() when one is done)
+        self.failed = None    # the error that ended the pair
+        self.paired = self.alone = 0
+
+    def leave(self, error=None):
+        with self.cond:
+            self.members -= 1
+            if error is not None and self.failed is None:
+                self.failed = error
+            self.cond.notify_all()
+
+    def call(self, mod, x, run):
+        """run(xs) -> [y for each x]; returns this thread's y, computed alone or with the other
+        thread's matching call."""
+        with self.cond:
+            if self.failed is not None:
+                raise RuntimeError("lockstep: the other reference failed: %r" % (self.failed,))
+            other = self.waiting
+            if other is None and self.members == 2:
+                mine = self.waiting = self._Call(mod, x)
+                while not mine.taken and self.members == 2 and self.failed is None:
+                    self.cond.wait()
+                if not mine.taken:  # the other thread left (done or failed): run alone
+                    self.waiting = None
+                    if self.failed is not None:
+                        raise RuntimeError("lockstep: the other reference failed: %r"
+                                           % (self.failed,))
+                    self.alone += 1
+                    return run([x])[0]
+                while mine.result is None and mine.error is None:
+                    self.cond.wait()
+                if mine.error is not None:
+                    raise RuntimeError("lockstep: the paired call failed") from mine.error
+                return mine.result
+            if other is not None:
+                self.waiting = None
+                other.taken = True
+                self.paired += 1
+            else:
+                self.alone += 1
+        if other is None:
+            return run([x])[0]
+        try:
+            if other.mod is not mod or other.x.shape != x.shape:
+                raise RuntimeError("lockstep: the two references are out of step (%s %s against "
+                                   "%s %s)" % (type(mod).__name__, tuple(x.shape),
+                                               type(other.mod).__name__, tuple(other.x.shape)))
+            mine, theirs = run([x, other.x])
+        except BaseException as e:
+            with self.cond:
+                other.error = e
+                self.cond.notify_all()
+            raise
+        with self.cond:
+            other.result = theirs
+            self.cond.notify_all()
+        return mine
+
+
+def run_lockstep(lockstep, first, second):
+    """first() on this thread and second() on a new one, paired through `lockstep` (whose
+    split_linears must be active). Returns (first's result, second's result)."""
+    box = {}
+
+    def target():
+        try:
+            _worker_init()  # this thread's torch ops on one thread too, without autograd
+            box["result"] = second()
+        except BaseException as e:  # re-raised on the caller's thread
+            box["error"] = e
+            lockstep.leave(e)
+        else:
+            lockstep.leave()
+
+    t = threading.Thread(target=target, name="gen-golden-lockstep")
+    t.start()
+    try:
+        a = first()
+    except BaseException as e:
+        lockstep.leave(e)
+        t.join()
+        raise
+    lockstep.leave()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return a, box["result"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1584,11 +1756,29 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         check_loaded_weights(model, set_dir, pool)
         hparams = reference_hparams(model, family)
     s_seed = sample_seed(name)
+
+    def greedy():
+        return run_reference(model, family, cfg, prompt, decode_steps)
+
+    def seeded():
+        return run_sampled(model, prompt, s_seed)
+
+    # With a pool the two references run in lockstep (run_lockstep), one after the other without.
+    lockstep = Lockstep() if pool is not None and threads > 1 else None
+    with split_linears(model, pool, threads, lockstep):
+        if lockstep is not None:
+            with phase("run_reference + run_sampled (lockstep)"):
+                (taps, tokens, margins, top5), (s_tokens, s_margins) = \
+                    run_lockstep(lockstep, greedy, seeded)
+            if PHASE_STREAM is not None:
+                print("%s: lockstep %d linear calls paired, %d alone"
+                      % (name, lockstep.paired, lockstep.alone), file=PHASE_STREAM, flush=True)
+        else:
+            with phase("run_reference"):
+                taps, tokens, margins, top5 = greedy()
+            with phase("run_sampled"):
+                s_tokens, s_margins = seeded()
     with split_linears(model, pool, threads):
-        with phase("run_reference"):
-            taps, tokens, margins, top5 = run_reference(model, family, cfg, prompt, decode_steps)
-        with phase("run_sampled"):
-            s_tokens, s_margins = run_sampled(model, prompt, s_seed)
         # Last: the calibration rounds the model's weights to fp16 in place.
         with phase("run_rounded"):
             cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps, pool=pool)

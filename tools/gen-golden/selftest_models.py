@@ -30,6 +30,9 @@ must be byte-identical), then read back from its files only:
     from the checkpoint and compared byte for byte), its hooks change nothing but the rounding (an
     identity rounding reproduces the reference taps), its taps are fp16 values and its residual
     adds the rounded sums of the rounded taps before them.
+The full tier's worker threads are checked on the tiny sets too: built again with a pool, every
+linear layer split into 64-feature slices and the greedy and seeded references in lockstep
+(models.Lockstep, also checked alone for pairing, leaving and failing), they are byte-identical.
 `selftest --set DIR` runs the read-back checks on existing set directories instead (for example a
 full-size set, or a --layers smoke set).
 """
@@ -789,6 +792,84 @@ def check_chunked_draw():
           % len(sizes))
 
 
+def check_lockstep_pairing():
+    """models.Lockstep on its own: two threads' matching calls are computed together, a thread
+    left alone computes on its own, and calls out of step or a failed partner raise in both
+    threads instead of hanging."""
+    import threading
+
+    def run(xs):
+        return [x * 2 for x in xs]
+
+    def pair(calls_a, calls_b, fail_b=False):
+        ls, out = models.Lockstep(), {}
+
+        def worker(key, calls, fail):
+            try:
+                out[key] = [ls.call(m, x, run) for m, x in calls]
+                if fail:
+                    raise ValueError("planted")
+            except BaseException as e:
+                out[key] = e
+                ls.leave(e)
+            else:
+                ls.leave()
+        ta = threading.Thread(target=worker, args=("a", calls_a, False))
+        tb = threading.Thread(target=worker, args=("b", calls_b, fail_b))
+        ta.start()
+        tb.start()
+        ta.join(10)
+        tb.join(10)
+        check(not ta.is_alive() and not tb.is_alive(), "lockstep threads hang")
+        return ls, out
+
+    m1, m2 = object(), object()
+    xa, xb = torch.arange(4.0), torch.arange(4.0) + 10
+    ls, out = pair([(m1, xa), (m2, xa)], [(m1, xb), (m2, xb)])
+    check(ls.paired == 2 and ls.alone == 0, "lockstep paired %d, alone %d" % (ls.paired, ls.alone))
+    check(all(torch.equal(y, xa * 2) for y in out["a"]) and
+          all(torch.equal(y, xb * 2) for y in out["b"]), "lockstep results swapped")
+    ls, out = pair([(m1, xa)] * 3, [(m1, xb)])
+    check(ls.paired == 1 and ls.alone == 2 and len(out["a"]) == 3, "a thread left alone")
+    ls, out = pair([(m1, xa), (m1, xa)], [(m2, xb), (m2, xb)])
+    check(isinstance(out["a"], RuntimeError) and isinstance(out["b"], RuntimeError),
+          "calls out of step must raise in both threads: %r" % (out,))
+    ls, out = pair([(m1, xa)] * 3, [(m1, xb)], fail_b=True)
+    check(isinstance(out["a"], RuntimeError), "a failed partner must raise: %r" % (out["a"],))
+    print("models: lockstep pairs calls, runs alone after its partner leaves, raises out of step")
+
+
+def check_lockstep_build(tmp, specs, want):
+    """The committed sets built with a pool of 4, every linear layer split and walked in 64-row
+    slices, the greedy and seeded references in lockstep: the same bytes as the one-thread build
+    (`want`, their digests), with every split call paired."""
+    saved = models.TIER_THREADS[models.COMMITTED], models.SPLIT_MIN, models.PAIR_SLICE_BYTES
+    made = []
+    real = models.Lockstep
+
+    class Counted(real):
+        def __init__(self):
+            super().__init__()
+            made.append(self)
+    models.TIER_THREADS[models.COMMITTED] = 4
+    models.SPLIT_MIN = 1 << 10
+    models.PAIR_SLICE_BYTES = 1  # one SPLIT_ALIGN slice at a time
+    models.Lockstep = Counted
+    try:
+        for spec in specs:
+            models.build_synthetic(spec, os.path.join(tmp, "lockstep"))
+    finally:
+        models.TIER_THREADS[models.COMMITTED], models.SPLIT_MIN, models.PAIR_SLICE_BYTES = saved
+        models.Lockstep = real
+    got = digests(os.path.join(tmp, "lockstep"))
+    check(got == want, "lockstep builds differ from the one-thread builds: %s" % sorted(
+        k for k in set(got) | set(want) if got.get(k) != want.get(k))[:5])
+    check(len(made) == len(specs) and all(m.paired > 0 and m.alone == 0 for m in made),
+          "lockstep did not pair every call: %s" % [(m.paired, m.alone) for m in made])
+    print("models: lockstep builds (pool of 4, split linears, 64-row slices) are byte-identical "
+          "to one-thread builds (%s paired calls)" % "/".join(str(m.paired) for m in made))
+
+
 def digests(root):
     out = {}
     for dirpath, _, files in os.walk(root):
@@ -819,6 +900,8 @@ def run(set_dirs=None):
         check(da == db, "two builds differ: %s" % sorted(
             k for k in set(da) | set(db) if da.get(k) != db.get(k))[:5])
         print("models: two builds of the committed sets are byte-identical (%d files)" % len(da))
+        check_lockstep_pairing()
+        check_lockstep_build(tmp, specs, da)
         for spec in specs:
             check_set(os.path.join(tmp, "a", "models", spec.name), spec)
     print("selftest models OK: %d committed sets, %.1fs" % (len(specs), time.time() - t0))
