@@ -159,23 +159,27 @@ def setup_models():
 
 
 def model_jobs(args):
-    """[(set name, build function(out_root))] that a models command covers."""
+    """[(set name, build function(out_root, ahead=None), synthetic spec or None)] that a models
+    command covers (`ahead`: models.start_checkpoint's waiter for that set)."""
     import models
     if args.checkpoint:
         src = os.path.abspath(args.checkpoint)
-        return [(args.name, lambda root: models.build_checkpoint(src, args.name, args.tier, root))]
+        return [(args.name, lambda root, ahead=None:
+                 models.build_checkpoint(src, args.name, args.tier, root), None)]
     specs = models.models_for(args.tier, args.model)
     if args.layers:
         specs = [models.with_layers(s, args.layers) for s in specs]
-    return [(s.name, lambda root, s=s: models.build_synthetic(s, root)) for s in specs]
+    return [(s.name, lambda root, ahead=None, s=s: models.build_synthetic(s, root, ahead), s)
+            for s in specs]
 
 
-def generate_models(out, jobs, tier, prune, quiet=False):
+def generate_models(out, jobs, tier, prune, quiet=False, ahead=None):
+    """Build every job's set under out; `ahead` is start_checkpoint's waiter for the first."""
     import models
     n_sets = n_bytes = 0
-    for name, build in jobs:
+    for i, (name, build, _) in enumerate(jobs):
         t0 = time.time()
-        files, size = build(out)
+        files, size = build(out, ahead if i == 0 else None)
         n_sets += 1
         n_bytes += size
         if not quiet:
@@ -183,7 +187,7 @@ def generate_models(out, jobs, tier, prune, quiet=False):
                   % ("models/" + name, files, size, time.time() - t0), flush=True)
     if prune:
         mdir = os.path.join(out, "models")
-        for name in models.stale_model_dirs(mdir, {n for n, _ in jobs}, tier):
+        for name in models.stale_model_dirs(mdir, {n for n, _, _ in jobs}, tier):
             shutil.rmtree(os.path.join(mdir, name))
             if not quiet:
                 print("removed stale models/%s" % name)
@@ -196,7 +200,7 @@ def check_models(out, jobs, tier, prune):
     with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
         generate_models(tmp, jobs, tier, prune=False)
         have_root = os.path.join(out, "models")
-        names = [n for n, _ in jobs]
+        names = [n for n, _, _ in jobs]
         if prune:
             names += models.stale_model_dirs(have_root, set(names), tier)
         for name in names:
@@ -228,19 +232,29 @@ def cmd_models(args):
     if out is None:
         out = os.path.join(REPO, "golden") if args.tier == "committed" \
             else os.path.join(REPO, "golden", ".cache")
+    t0 = time.time()
     setup_torch()
-    setup_models()
     models.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
     jobs = model_jobs(args)
     # Only a run over the whole synthetic table of a tier may delete other sets as stale.
     prune = not (args.checkpoint or args.model or args.layers)
-    t0 = time.time()
+    ahead = None
+    if not args.check and args.tier == "full" and jobs and jobs[0][2] is not None:
+        # the first checkpoint is drawn in a forked process while transformers is imported here
+        ahead = models.start_checkpoint(jobs[0][2], out)
+    setup_models()
+    for _, _, spec in jobs:
+        if spec is not None:
+            models.modeling_module(spec.family)
+    if ahead is not None:
+        print("transformers imported in %.1fs beside the forked checkpoint writer" % (time.time() - t0),
+              file=sys.stderr, flush=True)
 
     if args.check:
         return report_check(check_models(out, jobs, args.tier, prune),
-                            ", ".join(os.path.join(out, "models", n) for n, _ in jobs), t0)
+                            ", ".join(os.path.join(out, "models", n) for n, _, _ in jobs), t0)
 
-    n_sets, n_bytes = generate_models(out, jobs, args.tier, prune)
+    n_sets, n_bytes = generate_models(out, jobs, args.tier, prune, ahead=ahead)
     print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
     mdir = os.path.join(out, "models")
     if args.tier == "committed" and os.path.isdir(mdir):

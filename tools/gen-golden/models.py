@@ -1727,19 +1727,22 @@ def build_set(set_dir, **kwargs):
 
 
 def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margin_epsilon,
-               spec=None, checkpoint=None, pool=None):
+               spec=None, checkpoint=None, pool=None, ahead=None):
     if checkpoint is not None:
         src, dst = os.path.realpath(checkpoint), os.path.realpath(set_dir)
         if src == dst or src.startswith(dst + os.sep) or dst.startswith(src + os.sep):
             raise SystemExit("--checkpoint %s overlaps the set directory %s (which is deleted "
                              "first): give another --name or --out" % (checkpoint, set_dir))
-    if os.path.lexists(set_dir):
-        shutil.rmtree(set_dir)
-    os.makedirs(set_dir)
+    if ahead is None:
+        if os.path.lexists(set_dir):
+            shutil.rmtree(set_dir)
+        os.makedirs(set_dir)
     phase = PhaseTimer(name)
     threads = 1 if pool is None else pool.size
-    with phase("checkpoint"):
-        if source == SYNTHETIC:
+    with phase("checkpoint" if ahead is None else "checkpoint (the forked writer's rest)"):
+        if ahead is not None:
+            ckpt = ahead()
+        elif source == SYNTHETIC:
             ckpt = write_synthetic_checkpoint(set_dir, spec, seed, pool)
         else:
             ckpt = place_checkpoint(set_dir, checkpoint)
@@ -1813,12 +1816,67 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
                                         calibration=calibration, pool=pool)
 
 
-def build_synthetic(spec, out_root):
+def build_synthetic(spec, out_root, ahead=None):
+    """Build spec's set under out_root; `ahead` is start_checkpoint's waiter for this set."""
     seed = set_seed(spec.name)
     return build_set(os.path.join(out_root, "models", spec.name), name=spec.name,
                      family=spec.family, tier=spec.tier, seed=seed, source=SYNTHETIC,
                      decode_steps=spec.decode_steps, margin_epsilon=spec.margin_epsilon,
-                     spec=spec)
+                     spec=spec, ahead=ahead)
+
+
+def _threads_now():
+    """Threads of this process as the OS counts them (torch's own included)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+def start_checkpoint(spec, out_root):
+    """Start writing spec's synthetic checkpoint (its set directory emptied first, the tier's
+    worker threads) in a forked child process, so that this process can import transformers
+    meanwhile: on hosts that run Python without writing bytecode the imports take ~14 s, the
+    Phi-3-mini checkpoint ~18 s (docs/PERF.md). The child computes exactly what
+    write_synthetic_checkpoint computes here. Returns a function that waits for the child and
+    returns that result (build_synthetic's `ahead`), or None where a fork is not safe: only a
+    process with a single thread is forked (call it before anything starts a thread)."""
+    if not hasattr(os, "fork") or threading.active_count() != 1 or _threads_now() != 1:
+        return None
+    import multiprocessing as mp
+    import traceback
+    set_dir = os.path.join(out_root, "models", spec.name)
+    ctx = mp.get_context("fork")
+    rx, tx = ctx.Pipe(duplex=False)
+
+    def child():
+        try:
+            if os.path.lexists(set_dir):
+                shutil.rmtree(set_dir)
+            os.makedirs(set_dir)
+            with intra_op_threads(1), one_thread_workers(tier_threads(spec.tier)) as pool:
+                tx.send(("ok", write_synthetic_checkpoint(set_dir, spec, set_seed(spec.name),
+                                                          pool)))
+        except BaseException:
+            tx.send(("error", traceback.format_exc()))
+
+    proc = ctx.Process(target=child, name="gen-golden-checkpoint")
+    proc.start()
+    tx.close()
+
+    def wait():
+        try:
+            status, value = rx.recv()
+        except EOFError:
+            status, value = "error", "it ended without a result"
+        finally:
+            rx.close()
+            proc.join()
+        if status != "ok":
+            raise RuntimeError("%s: writing the checkpoint in a forked process failed (exit code "
+                               "%s):\n%s" % (set_dir, proc.exitcode, value))
+        return value
+    return wait
 
 
 def build_checkpoint(src, name, tier, out_root):
