@@ -28,6 +28,7 @@ import threading
 import time
 from collections import namedtuple
 from contextlib import contextmanager
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -892,10 +893,12 @@ def one_thread_workers(n):
         torch.set_num_threads(main_threads)
 
 
-# Work a lockstep pair (Lockstep) does on one slice of a weight: both rows' F.linear on this many
-# bytes of fp32 weight at a time (a multiple of SPLIT_ALIGN output features, at least one), so the
-# second read of the slice comes from the core's cache instead of memory.
-PAIR_SLICE_BYTES = 2 << 20
+# Work a lockstep pair (Lockstep) does on one slice of a weight: both rows' op on this many bytes
+# of fp32 weight at a time (a multiple of SPLIT_ALIGN output features, at least one), so the
+# second read of the slice comes from the core's cache instead of memory. It changes no byte of
+# a set (every slice is at a multiple of SPLIT_ALIGN): GEN_GOLDEN_PAIR_SLICE overrides it (for
+# experiments).
+PAIR_SLICE_BYTES = int(os.environ.get("GEN_GOLDEN_PAIR_SLICE", 1 << 20))
 
 
 def pair_rows(n_in):
@@ -903,27 +906,83 @@ def pair_rows(n_in):
     return max(1, PAIR_SLICE_BYTES // (4 * n_in) // SPLIT_ALIGN) * SPLIT_ALIGN
 
 
-def blocked(op, bounds, pool, xs, n_in):
-    """[op(x, lo, hi) for blocks lo:hi of output features, concatenated] for each x in xs: one
-    pool task per block. With two inputs (a lockstep pair) a task walks its block in slices of
-    pair_rows(n_in) features and runs both inputs on each slice before the next, so the weight
-    is read from memory once for the two. Every slice starts at a multiple of SPLIT_ALIGN, so each
-    row's result is the one the unsplit op gives (see SPLIT_ALIGN)."""
+def _pair_linear(xa: torch.Tensor, xb: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
+                 lo: int, hi: int, step: int) -> List[torch.Tensor]:
+    """F.linear of xa and of xb on the output features lo:hi of (w, b), step features at a time,
+    both inputs on a slice before the next."""
+    ya: List[torch.Tensor] = []
+    yb: List[torch.Tensor] = []
+    s = lo
+    while s < hi:
+        e = min(hi, s + step)
+        ws = w[s:e]
+        if b is None:
+            ya.append(torch.nn.functional.linear(xa, ws))
+            yb.append(torch.nn.functional.linear(xb, ws))
+        else:
+            bs = b[s:e]
+            ya.append(torch.nn.functional.linear(xa, ws, bs))
+            yb.append(torch.nn.functional.linear(xb, ws, bs))
+        s = e
+    return [torch.cat(ya, -1), torch.cat(yb, -1)]
+
+
+def _pair_addmm(xa: torch.Tensor, xb: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
+                lo: int, hi: int, step: int) -> List[torch.Tensor]:
+    """GPT-2 Conv1D's addmm(b, x, w) of xa and of xb (2-D) on the output features (columns of w)
+    lo:hi, step at a time, both inputs on a slice before the next."""
+    ya: List[torch.Tensor] = []
+    yb: List[torch.Tensor] = []
+    s = lo
+    while s < hi:
+        e = min(hi, s + step)
+        ws, bs = w[:, s:e], b[s:e]
+        ya.append(torch.addmm(bs, xa, ws))
+        yb.append(torch.addmm(bs, xb, ws))
+        s = e
+    return [torch.cat(ya, -1), torch.cat(yb, -1)]
+
+
+_PAIR_OPS = {}
+
+
+def pair_op(fn):
+    """fn compiled by TorchScript, whose interpreter runs the slice loop without the Python GIL
+    (16 pool threads each taking the GIL for every slice's op serialise on it: measured on a
+    16-core host, the lockstep references in Python were slower than the two one after the
+    other). It runs with the graph executor's optimisations off: they would rewrite addmm as mm
+    + add, another rounding. So the ops are the ATen ops of the Python form (the selftest checks
+    the bytes); without TorchScript, fn itself."""
+    if fn not in _PAIR_OPS:
+        import warnings
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # torch.jit.script is deprecated, still exact
+                scripted = torch.jit.script(fn)
+        except Exception:
+            _PAIR_OPS[fn] = fn
+        else:
+            def call(*args):
+                with torch.jit.optimized_execution(False):
+                    return scripted(*args)
+            _PAIR_OPS[fn] = call
+    return _PAIR_OPS[fn]
+
+
+def blocked(single, pair, bounds, pool, xs, n_in):
+    """For each x in xs (one, or a lockstep pair), the op on blocks lo:hi of output features,
+    concatenated: one pool task per block. single(x, lo, hi) is the op on one block; a pair runs
+    pair(xa, xb, lo, hi, step), which walks the block in slices of pair_rows(n_in) features and
+    runs both inputs on each slice before the next, so the weight is read from memory once for
+    the two. Every slice starts at a multiple of SPLIT_ALIGN, so each row's result is the one the
+    unsplit op gives (see SPLIT_ALIGN)."""
+    if len(xs) == 1:
+        parts = [pool.submit(single, xs[0], lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+        return [torch.cat([p.result() for p in parts], dim=-1)]
     step = pair_rows(n_in)
-
-    def task(lo, hi):
-        if len(xs) == 1:
-            return [op(xs[0], lo, hi)]
-        outs = [[] for _ in xs]
-        for s in range(lo, hi, step):
-            e = min(hi, s + step)
-            for out, x in zip(outs, xs):
-                out.append(op(x, s, e))
-        return [torch.cat(out, dim=-1) for out in outs]
-
-    parts = [pool.submit(task, lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+    parts = [pool.submit(pair, xs[0], xs[1], lo, hi, step) for lo, hi in zip(bounds, bounds[1:])]
     done = [p.result() for p in parts]
-    return [torch.cat([d[j] for d in done], dim=-1) for j in range(len(xs))]
+    return [torch.cat([d[j] for d in done], dim=-1) for j in range(2)]
 
 
 @contextmanager
@@ -939,13 +998,18 @@ def split_linears(model, pool, n_blocks, lockstep=None):
     import torch.nn.functional as F
     from transformers.pytorch_utils import Conv1D
 
+    pair_linear, pair_addmm = pair_op(_pair_linear), pair_op(_pair_addmm)
+
     def linear(mod, orig, bounds):
-        def op(x, lo, hi):
+        def single(x, lo, hi):
             b = mod.bias
             return F.linear(x, mod.weight[lo:hi], None if b is None else b[lo:hi])
 
+        def pair(xa, xb, lo, hi, step):
+            return pair_linear(xa, xb, mod.weight, mod.bias, lo, hi, step)
+
         def run(xs):
-            return blocked(op, bounds, pool, xs, mod.in_features)
+            return blocked(single, pair, bounds, pool, xs, mod.in_features)
 
         def forward(x):
             if torch.is_grad_enabled():
@@ -955,11 +1019,14 @@ def split_linears(model, pool, n_blocks, lockstep=None):
 
     def conv1d(mod, orig, bounds):
         # Conv1D.forward: addmm(bias, x.view(-1, nx), weight), weight [nx, nf]
-        def op(x2, lo, hi):
+        def single(x2, lo, hi):
             return torch.addmm(mod.bias[lo:hi], x2, mod.weight[:, lo:hi])
 
+        def pair(xa, xb, lo, hi, step):
+            return pair_addmm(xa, xb, mod.weight, mod.bias, lo, hi, step)
+
         def run(xs):
-            ys = blocked(op, bounds, pool, [x.view(-1, x.size(-1)) for x in xs], mod.nx)
+            ys = blocked(single, pair, bounds, pool, [x.view(-1, x.size(-1)) for x in xs], mod.nx)
             return [y.view(x.size()[:-1] + (mod.nf,)) for x, y in zip(xs, ys)]
 
         def forward(x):

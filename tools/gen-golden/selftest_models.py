@@ -839,6 +839,34 @@ def check_lockstep_pairing():
     print("models: lockstep pairs calls, runs alone after its partner leaves, raises out of step")
 
 
+def check_pair_ops():
+    """The paired slice ops (TorchScript where available) give, row by row, the bytes of the op
+    one block and one input at a time: F.linear with and without bias, Conv1D's addmm; one and
+    16 rows; blocks and slices of 64 features, a last slice shorter."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(5)
+    lin, mm = models.pair_op(models._pair_linear), models.pair_op(models._pair_addmm)
+    for rows in (1, 16):
+        for n_out, n_in in ((448, 96), (200, 160)):
+            w = torch.randn(n_out, n_in, generator=g)
+            b = torch.randn(n_out, generator=g)
+            xa, xb = torch.randn(1, rows, n_in, generator=g), torch.randn(1, rows, n_in, generator=g)
+            for bias in (None, b):
+                for step in (64, 128):
+                    ya, yb = lin(xa, xb, w, bias, 64, n_out, step)
+                    check(torch.equal(ya, F.linear(xa, w[64:], None if bias is None else b[64:])) and
+                          torch.equal(yb, F.linear(xb, w[64:], None if bias is None else b[64:])),
+                          "paired linear (%d rows, %dx%d, step %d, bias %s) differs"
+                          % (rows, n_out, n_in, step, bias is not None))
+            wt, x2a, x2b = w.t().contiguous(), xa[0], xb[0]
+            ya, yb = mm(x2a, x2b, wt, b, 64, n_out, 64)
+            check(torch.equal(ya, torch.addmm(b[64:], x2a, wt[:, 64:])) and
+                  torch.equal(yb, torch.addmm(b[64:], x2b, wt[:, 64:])),
+                  "paired addmm (%d rows, %dx%d) differs" % (rows, n_in, n_out))
+    print("models: paired slice ops give the unsplit ops' bytes (%s)"
+          % ("TorchScript" if lin is not models._pair_linear else "Python"))
+
+
 def check_lockstep_build(tmp, specs, want):
     """The committed sets built with a pool of 4, every linear layer split and walked in 64-row
     slices, the greedy and seeded references in lockstep: the same bytes as the one-thread build
@@ -901,6 +929,7 @@ def run(set_dirs=None):
             k for k in set(da) | set(db) if da.get(k) != db.get(k))[:5])
         print("models: two builds of the committed sets are byte-identical (%d files)" % len(da))
         check_lockstep_pairing()
+        check_pair_ops()
         check_lockstep_build(tmp, specs, da)
         for spec in specs:
             check_set(os.path.join(tmp, "a", "models", spec.name), spec)
