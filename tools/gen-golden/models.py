@@ -1234,10 +1234,11 @@ def _upcast_equal(param, t):
 
 def check_loaded_weights(model, set_dir, pool=None):
     """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding.
-    With a pool (one_thread_workers) the tensors are compared in parallel."""
+    With a pool (one_thread_workers) the tensors are compared in parallel. Returns the set of the
+    checkpoint's dtypes (torch dtypes)."""
     from safetensors import safe_open
     state = model.state_dict()
-    names = []
+    names, dtypes = [], set()
     for fname in sorted(os.listdir(set_dir)):
         if not fname.endswith(".safetensors"):
             continue
@@ -1256,6 +1257,7 @@ def check_loaded_weights(model, set_dir, pool=None):
                     raise RuntimeError("%s: %s is not a parameter of the model" % (fname, name))
                 compared.append((name, state[key], t))
                 names.append(key)
+                dtypes.add(t.dtype)
             same = (map if pool is None else pool.map)(lambda c: _upcast_equal(c[1], c[2]),
                                                        compared)
             for (name, _, _), ok in zip(compared, same):
@@ -1267,7 +1269,7 @@ def check_loaded_weights(model, set_dir, pool=None):
     missing = [k for k, v in state.items() if k not in names and v.data_ptr() not in loaded]
     if missing:
         raise RuntimeError("%s: not in the checkpoint: %s" % (set_dir, ", ".join(missing[:5])))
-    return names
+    return dtypes
 
 
 # The reference's hyper-parameters (params.hparams), in this order: one set of names for every
@@ -1637,11 +1639,14 @@ class Rounder(TapCapture):
             modeling.apply_rotary_pos_emb = original
 
 
-def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None, pool=None):
+def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None, pool=None,
+                weights_f16=False):
     """The calibration forward: prefill and decode steps 0..decode_steps-1 teacher-forced on the
     reference's greedy tokens (as the engine's tap comparison runs), with its own KV cache.
-    Rounds the model's parameters to fp16 in place first (a no-op for fp16 checkpoints; on the
-    pool's threads when given): call it after every reference run. `rounding` replaces round_f16
+    Rounds the model's parameters to fp16 in place first (on the pool's threads when given): call
+    it after every reference run. weights_f16 says every parameter already is an fp16 value (an
+    fp16 checkpoint, upcast exactly: check_loaded_weights), so the rounding, a no-op on them, is
+    skipped (a pass over the 15 GB of Phi-3-mini's fp32 weights). `rounding` replaces round_f16
     (the selftest's identity run). Returns {tap file stem: f32 tensor}."""
     d = dims(family, cfg)
     rnd = Rounder(model, family, d, rounding)
@@ -1653,8 +1658,9 @@ def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None,
                 c.copy_(c.to(F16))
         else:
             prm.copy_(rnd.round(prm))
-    for _ in (map if pool is None else pool.map)(round_in_place, list(model.parameters())):
-        pass
+    if rounding is not None or not weights_f16:
+        for _ in (map if pool is None else pool.map)(round_in_place, list(model.parameters())):
+            pass
     rnd.install()
     try:
         with torch.no_grad(), rnd.rope_rounding(modeling_module(family)):
@@ -1823,7 +1829,7 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     with phase("load_model"):
         model = load_model(set_dir, family, threads=threads)
     with phase("check_loaded_weights"):
-        check_loaded_weights(model, set_dir, pool)
+        weights_f16 = check_loaded_weights(model, set_dir, pool) == {F16}
         hparams = reference_hparams(model, family)
     s_seed = sample_seed(name)
 
@@ -1851,7 +1857,8 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     with split_linears(model, pool, threads):
         # Last: the calibration rounds the model's weights to fp16 in place.
         with phase("run_rounded"):
-            cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps, pool=pool)
+            cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps, pool=pool,
+                                   weights_f16=weights_f16)
     del model
     with phase("calibration"):
         cal = calibration_bytes(taps, cal_taps, pool)
