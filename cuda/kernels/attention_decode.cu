@@ -23,8 +23,9 @@
  *    paired into f16x2 B fragments with byte permutes. P is split into fp16 p_hi + p_lo and both
  *    are multiplied (two mma per tile): P V keeps fp32 accuracy (rounding P to fp16 once, as
  *    prefill does, is up to u * |v| per weight, more than this op's atol of 1e-4 allows).
- * The warps' (max, sum, O) merge through shared memory at the end. Splits: the fewest that fill
- * the resident blocks (from the occupancy calculator) evenly (decode_splits). With
+ * The warps' (max, sum, O) merge through shared memory at the end. Splits (decode_splits): long
+ * ones (2-4 steps of every warp) that put a block on every SM, or enough to fill the resident
+ * blocks (from the occupancy calculator) in whole waves when there are more groups. With
  * one split with keys the block writes the output; otherwise it writes fp32 partials (max, sum,
  * unnormalised O) to a workspace, and the last block of its (sequence, kv head, head group) to
  * finish (a counter per group, reset by that block) merges them: no second kernel.
@@ -80,12 +81,9 @@ struct DecodeWork {
     int b, kvh, hc, split, h0, ng, len;
 };
 
-/* Decodes blockIdx (x: batch x KV head x head chunk, y: key split) into the block's work.
- * False when the cache length is outside [1, max_len]: one block reports the fault and every
- * block of that sequence must return without writing. */
+/* Decodes blockIdx (x: batch x KV head x head chunk, y: key split) into the block's place. */
 template <int MAXG>
-__device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, int max_len, int nkv, int group,
-                                            int hchunks, ts::FaultRecord *fault) {
+__device__ __forceinline__ void decode_place(DecodeWork &w, int nkv, int group, int hchunks) {
     int idx = blockIdx.x;
     w.hc = idx % hchunks;
     idx /= hchunks;
@@ -94,11 +92,26 @@ __device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, 
     w.split = blockIdx.y;
     w.h0 = w.kvh * group + w.hc * MAXG;
     w.ng = min(MAXG, group - w.hc * MAXG);
+}
+
+/* Reads the cache length of the block placed by decode_place; false when it is outside
+ * [1, max_len]: one block reports the fault and every block of that sequence must return
+ * without writing. */
+template <int MAXG>
+__device__ __forceinline__ bool decode_len(DecodeWork &w, const int32_t *lens, int max_len, ts::FaultRecord *fault) {
     w.len = lens[w.b];
     if (w.len >= 1 && w.len <= max_len) return true;
     if (w.split == 0 && w.kvh == 0 && w.hc == 0 && threadIdx.x == 0)
         ts::report_fault(fault, ts::FAULT_DECODE_CACHE_LEN, w.b, w.len, max_len);
     return false;
+}
+
+/* decode_place and decode_len. */
+template <int MAXG>
+__device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, int max_len, int nkv, int group,
+                                            int hchunks, ts::FaultRecord *fault) {
+    decode_place<MAXG>(w, nkv, group, hchunks);
+    return decode_len<MAXG>(w, lens, max_len, fault);
 }
 
 template <int MAXG>
@@ -414,13 +427,10 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, tq = lane & 3; /* lane group (row / key / dim piece) and lane in it */
     DecodeWork w;
-    if (!decode_work<MAXG>(w, lens, max_len, nkv, group, hchunks, fault)) return;
-    const int b = w.b, kvh = w.kvh, split = w.split, h0 = w.h0, ng = w.ng, len = w.len;
-    const int start = split * chunk;
-    if (start >= len) return; /* no keys: writes nothing and is not counted by the merge */
-    const int end = min(len, start + chunk);
-    const int nsplit_b = (len + chunk - 1) / chunk; /* splits of this sequence that have keys */
+    decode_place<MAXG>(w, nkv, group, hchunks);
+    const int b = w.b, kvh = w.kvh, split = w.split, h0 = w.h0, ng = w.ng;
 
+    /* Q does not depend on the cache length: its loads are in flight with the length's. */
     uint32_t qa[ROWS][KW];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
@@ -432,6 +442,12 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
             for (int w = 0; w < KW; ++w) qa[r][w] = 0u;
         }
     }
+    if (!decode_len<MAXG>(w, lens, max_len, fault)) return;
+    const int len = w.len;
+    const int start = split * chunk;
+    if (start >= len) return; /* no keys: writes nothing and is not counted by the merge */
+    const int end = min(len, start + chunk);
+    const int nsplit_b = (len + chunk - 1) / chunk; /* splits of this sequence that have keys */
     float o[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -636,19 +652,34 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     if (tid == 0) counters[blockIdx.x] = 0; /* ready for the next launch */
 }
 
-/* Key splits per (sequence, kv head, head group): the fewest that fill the GPU's resident blocks
- * (`wave` of them) evenly, at most max_splits (one warp step each). With fewer groups than
- * resident blocks: one wave's worth, no more (each split costs a partial write and its share of
- * the merge: at Qwen2.5's B=16 shape, 32 groups of 16 splits, twice as many splits measured 27% of
- * copy bandwidth against 37%). With more, one split each can leave a last wave partly full, the
- * rest of the GPU idle for a whole block as long as the cache: the first count up to 8 whose
- * waves are >= 90% full (Phi-3-mini at B=16: 512 groups in 1.3 waves of one split, 80% of copy
- * bandwidth; three splits fill 3.9 waves, 91%; docs/PERF.md). */
-inline int64_t decode_splits(int64_t groups, int64_t wave, int64_t max_splits) {
-    if (max_splits < 1) max_splits = 1;
+/* Key splits per (sequence, kv head, head group) of a cache of max_len keys, each at least one
+ * warp step (step_keys keys; a block's 4 warps take steps in turn).
+ *
+ * Fewer groups than the GPU's resident blocks (`wave` of them): a split pays fixed costs
+ * whatever its length (its Q load and first K/V round trip with nothing to overlap them, the
+ * merge of its warps, its partials' write and its share of the cross-split merge, which reads
+ * them 8 at a time), so splits are long: 4 steps of every warp, or down to 2 while that still
+ * leaves SMs without a block; never more than fill one wave. Measured on an H100 against
+ * the earlier rule (fill one wave, one warp step a split at the shortest; docs/PERF.md):
+ * Qwen2.5 GQA B=16 L=4096 8 splits (was 16) 0.0272 ms (0.0303), B=1 L=4096 16 (32) 0.0167
+ * (0.0208), B=16 L=1024 4 (8) 0.0151 (0.0157); longer splits (8 steps) were slower at all three.
+ *
+ * More groups than a wave: one split each can leave a last wave partly full, the rest of the
+ * GPU idle for a whole block as long as the cache: the first count up to 8 whose waves are >= 90%
+ * full (Phi-3-mini at B=16: 512 groups in 1.3 waves of one split, 80% of copy bandwidth; three
+ * splits fill 3.9 waves, 91%; docs/PERF.md). */
+inline int64_t decode_splits(int64_t groups, int64_t wave, int64_t sms, int64_t max_len, int64_t step_keys) {
+    int64_t max_splits = ts::ceil_div(max_len, step_keys);
+    if (max_splits > 65535) max_splits = 65535;
     if (groups < wave) {
-        const int64_t n = wave / groups;
-        return n < max_splits ? n : max_splits;
+        const int64_t four_steps = max_len / (4 * kMmaWarps * step_keys);
+        const int64_t two_steps = max_len / (2 * kMmaWarps * step_keys);
+        int64_t n = ts::ceil_div(sms, groups); /* a block on every SM */
+        if (n < four_steps) n = four_steps;
+        if (n > two_steps) n = two_steps;
+        if (n > wave / groups) n = wave / groups;
+        if (n > max_splits) n = max_splits;
+        return n < 1 ? 1 : n;
     }
     for (int64_t k = 1; k <= 8 && k <= max_splits; ++k) {
         const int64_t blocks = groups * k, waves = ts::ceil_div(blocks, wave);
@@ -673,8 +704,7 @@ int launch_mma(__half *out, const __half *q, const __half *kc, const __half *vc,
     const int hchunks = (group + MAXG - 1) / MAXG;
     const int64_t groups = (int64_t)c.batch * c.n_kv_heads * hchunks;
     const int64_t wave = (int64_t)per_sm.load(std::memory_order_relaxed) * ts::sm_count();
-    const int64_t steps = ts::ceil_div(c.max_len, KEYS);
-    int64_t nsplit = decode_splits(groups, wave, steps < 65535 ? steps : 65535);
+    int64_t nsplit = decode_splits(groups, wave, ts::sm_count(), c.max_len, KEYS);
     const int64_t chunk = ts::ceil_div(ts::ceil_div(c.max_len, nsplit), KEYS) * KEYS;
     nsplit = ts::ceil_div(c.max_len, chunk);
 

@@ -77,6 +77,11 @@ func Cases() []Case {
 		sampleCase("sample T=0.8 top_k=40 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7}`),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
+		// The GQA shape at one sequence and at a shorter cache (fewer, longer key splits), and
+		// Llama-3-8B's head_dim 128 with 4 query heads per KV head.
+		decode("attention_decode qwen2.5-0.5b B=1 L=4096", 1, 4096, 14, 2, 64),
+		decode("attention_decode qwen2.5-0.5b B=16 L=1024", 16, 1024, 14, 2, 64),
+		decode("attention_decode llama3-8b gqa4 d128 B=4 L=4096", 4, 4096, 32, 8, 128),
 		// The bandwidth-heavy shape (805 MB of K/V): goal >= 80% of copy bandwidth.
 		decode("attention_decode phi3-mini B=16 L=4096", 16, 4096, 32, 32, 96),
 		// Prefill at the served head layouts (goal: >= 0.8x SDPA at S=2048, no slower at S <= 256).

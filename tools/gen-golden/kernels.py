@@ -858,6 +858,9 @@ CASES += _cases(COMMITTED, "attention_decode", [
     ("d32-gqa16_len20", dict(nH=16, nKV=1, D=32, L=20, cache_lens=[20])),
     ("d96-gqa16_len17", dict(nH=16, nKV=1, D=96, L=24, cache_lens=[17])),
     ("llama3.1-405b-gqa16_d128_len33", dict(nH=16, nKV=1, D=128, L=40, cache_lens=[33])),
+    # Two key splits of the tensor-core kernel at head_dim 128 (a split that only fills the GPU
+    # has at least 4 steps of every warp, 256 keys here), so its cross-split merge runs.
+    ("gqa4_d128_len515_l520", dict(nH=4, nKV=1, D=128, L=520, cache_lens=[515])),
     ("d80-gqa2_lens1-130", dict(nH=4, nKV=2, D=80, L=136, cache_lens=[1, 130])),
 ])
 
