@@ -895,10 +895,12 @@ def one_thread_workers(n):
 
 # Work a lockstep pair (Lockstep) does on one slice of a weight: both rows' op on this many bytes
 # of fp32 weight at a time (a multiple of SPLIT_ALIGN output features, at least one), so the
-# second read of the slice comes from the core's cache instead of memory. It changes no byte of
-# a set (every slice is at a multiple of SPLIT_ALIGN): GEN_GOLDEN_PAIR_SLICE overrides it (for
-# experiments).
-PAIR_SLICE_BYTES = int(os.environ.get("GEN_GOLDEN_PAIR_SLICE", 1 << 20))
+# second read of the slice comes from the core's cache instead of memory. On the 16-core GPU host
+# (2 MiB of L2 a core), Phi-3-mini's layer shapes on 16 workers against the two rows' passes one
+# after the other: 256-512 KiB 1.91-1.93x, 1 MiB 1.75x, 4 MiB 1.71x, whole blocks 1.49x
+# (tools/gen-golden/pairbench.py; docs/PERF.md). It changes no byte of a set (every slice starts
+# at a multiple of SPLIT_ALIGN): GEN_GOLDEN_PAIR_SLICE overrides it (for experiments).
+PAIR_SLICE_BYTES = int(os.environ.get("GEN_GOLDEN_PAIR_SLICE", 512 << 10))
 
 
 def pair_rows(n_in):
