@@ -276,6 +276,12 @@ int launch_rmsnorm(const char *op, __half *out, const __half *x, const __half *w
                    cudaStream_t stream);
 int launch_rmsnorm_residual(const char *op, __half *sum_out, __half *out, const __half *x, const __half *residual,
                             const __half *weight, int rows, int hidden, float eps, cudaStream_t stream);
+/* layernorm and layernorm_residual likewise. */
+int launch_layernorm(const char *op, __half *out, const __half *x, const __half *gamma, const __half *beta, int rows,
+                     int hidden, float eps, cudaStream_t stream);
+int launch_layernorm_residual(const char *op, __half *sum_out, __half *out, const __half *x, const __half *residual,
+                              const __half *gamma, const __half *beta, int rows, int hidden, float eps,
+                              cudaStream_t stream);
 /* Row-major out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]), fp32 accumulation, one rounding to
  * out_type (CUDA_R_16F or CUDA_R_32F). */
 int gemm_nt(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w, const __half *bias,

@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 8
+#define TS_ABI_VERSION 9
 
 typedef enum {
     TS_OK = 0,
@@ -232,8 +232,8 @@ typedef struct {
     int ffn;
 } ts_ffn_config;
 
-/* rmsnorm_gemm: x [rows, hidden], norm_weight [hidden], w [n, hidden], bias [n] or NULL, out
- * [rows, n]; sum [rows, hidden] with a residual. */
+/* rmsnorm_gemm and layernorm_gemm: x [rows, hidden], norm_weight (gamma, beta) [hidden], w [n,
+ * hidden], bias [n] or NULL, out [rows, n]; sum [rows, hidden] with a residual. */
 typedef struct {
     ts_dtype dtype;
     int rows;
@@ -372,6 +372,13 @@ int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn
  * norm_weight)), then gemm(out, h, w, bias). */
 int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight,
                     const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream);
+/* out [rows, n] = layernorm(s, gamma, beta) . w^T (+ bias): a LayerNorm family's pre-norm and the
+ * projection after it, as rmsnorm_gemm (s, sum and residual as there). The normalised row is
+ * rounded to fp16 as layernorm stores it, the product accumulates in fp32 and rounds once.
+ * Unfused equivalent: layernorm_residual(sum, h, x, residual, gamma, beta) (or layernorm(h, x,
+ * gamma, beta)), then gemm(out, h, w, bias). */
+int ts_layernorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *gamma, const void *beta,
+                      const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream);
 /* out [m, n] = (silu(gate) * up) . w^T (+ bias [n]) for gate, up [m, k] and w [n, k] (cfg: gemm's,
  * both dtypes TS_F16): a SwiGLU FFN's activation and its down projection. The activation is
  * rounded to fp16 as swiglu stores it; the product accumulates in fp32 and rounds once.

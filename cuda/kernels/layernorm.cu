@@ -44,17 +44,16 @@ __global__ void __launch_bounds__(1024) layernorm_generic_kernel(__half *out, co
     ts::layernorm_row_generic(x + ro, sum, hidden, eps, gamma, beta, out + ro, scratch);
 }
 
-int launch_layernorm(__half *out, const __half *x, const __half *gamma, const __half *beta, int rows, int hidden,
-                     float eps, cudaStream_t stream) {
-    const char *op = "layernorm";
+} // namespace
+
+int ts::launch_layernorm(const char *op, __half *out, const __half *x, const __half *gamma, const __half *beta,
+                         int rows, int hidden, float eps, cudaStream_t stream) {
     const bool aligned = ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(gamma) && ts::aligned16(beta);
     const ts::RowPlan plan = ts::plan_row(hidden, aligned);
     const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
     return ts::launch_row(op, plan, rows, stream, d, layernorm_vec_kernel<1>, layernorm_vec_kernel<2>, layernorm_vec_kernel<4>,
                           layernorm_vec_kernel<8>, layernorm_generic_kernel, out, x, gamma, beta, hidden, eps);
 }
-
-} // namespace
 
 extern "C" int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, const ts_norm_config *cfg,
                             void *stream) {
@@ -71,7 +70,7 @@ extern "C" int ts_layernorm(void *out, const void *x, const void *gamma, const v
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_layernorm(static_cast<__half *>(out), static_cast<const __half *>(x),
-                            static_cast<const __half *>(gamma), static_cast<const __half *>(beta), cfg->rows,
-                            cfg->hidden, cfg->eps, st);
+    return ts::launch_layernorm(v.op(), static_cast<__half *>(out), static_cast<const __half *>(x),
+                                static_cast<const __half *>(gamma), static_cast<const __half *>(beta), cfg->rows,
+                                cfg->hidden, cfg->eps, st);
 }

@@ -47,10 +47,11 @@ __global__ void __launch_bounds__(1024)
     ts::layernorm_row_generic(sum_out + ro, sum, hidden, eps, gamma, beta, out + ro, scratch);
 }
 
-int launch_layernorm_residual(__half *sum_out, __half *out, const __half *x, const __half *residual,
-                              const __half *gamma, const __half *beta, int rows, int hidden, float eps,
-                              cudaStream_t stream) {
-    const char *op = "layernorm_residual";
+} // namespace
+
+int ts::launch_layernorm_residual(const char *op, __half *sum_out, __half *out, const __half *x,
+                                  const __half *residual, const __half *gamma, const __half *beta, int rows,
+                                  int hidden, float eps, cudaStream_t stream) {
     const bool aligned = ts::aligned16(sum_out) && ts::aligned16(out) && ts::aligned16(x) &&
                          ts::aligned16(residual) && ts::aligned16(gamma) && ts::aligned16(beta);
     const ts::RowPlan plan = ts::plan_row(hidden, aligned);
@@ -58,8 +59,6 @@ int launch_layernorm_residual(__half *sum_out, __half *out, const __half *x, con
     return ts::launch_row(op, plan, rows, stream, d, layernorm_residual_vec_kernel<1>, layernorm_residual_vec_kernel<2>, layernorm_residual_vec_kernel<4>,
                           layernorm_residual_vec_kernel<8>, layernorm_residual_generic_kernel, sum_out, out, x, residual, gamma, beta, hidden, eps);
 }
-
-} // namespace
 
 extern "C" int ts_layernorm_residual(void *sum, void *out, const void *x, const void *residual, const void *gamma,
                                      const void *beta, const ts_norm_config *cfg, void *stream) {
@@ -78,7 +77,7 @@ extern "C" int ts_layernorm_residual(void *sum, void *out, const void *x, const 
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_layernorm_residual(static_cast<__half *>(sum), static_cast<__half *>(out),
+    return ts::launch_layernorm_residual(v.op(), static_cast<__half *>(sum), static_cast<__half *>(out),
                                      static_cast<const __half *>(x), static_cast<const __half *>(residual),
                                      static_cast<const __half *>(gamma), static_cast<const __half *>(beta),
                                      cfg->rows, cfg->hidden, cfg->eps, st);

@@ -138,6 +138,18 @@ int main(void) {
     ng0.eps = -1.0f;
     expect("rmsnorm_gemm eps", ts_rmsnorm_gemm(P, NULL, P, NULL, P, P, NULL, &ng0, NULL), TS_ERR_INVALID_ARGUMENT,
            "rmsnorm_gemm", "eps", NULL);
+    expect("layernorm_gemm valid", ts_layernorm_gemm(P, NULL, P, NULL, P, P, P, NULL, &ng, NULL),
+           TS_ERR_NOT_INITIALIZED, "layernorm_gemm", "ts_init", NULL);
+    expect("layernorm_gemm null beta", ts_layernorm_gemm(P, NULL, P, NULL, P, NULL, P, NULL, &ng, NULL),
+           TS_ERR_INVALID_ARGUMENT, "layernorm_gemm", "beta", "NULL");
+    expect("layernorm_gemm residual without sum", ts_layernorm_gemm(P, NULL, P, P, P, P, P, NULL, &ng, NULL),
+           TS_ERR_INVALID_ARGUMENT, "layernorm_gemm", "sum", NULL);
+    expect("layernorm_gemm sum is residual", ts_layernorm_gemm(P, P2, P, P2, P, P, P, NULL, &ng, NULL),
+           TS_ERR_INVALID_ARGUMENT, "layernorm_gemm", "overlap", NULL);
+    ng0 = ng;
+    ng0.hidden = -3;
+    expect("layernorm_gemm hidden", ts_layernorm_gemm(P, NULL, P, NULL, P, P, P, NULL, &ng0, NULL),
+           TS_ERR_INVALID_ARGUMENT, "layernorm_gemm", "hidden", "-3");
     expect("rmsnorm_gemm null norm_weight", ts_rmsnorm_gemm(P, NULL, P, NULL, NULL, P, NULL, &ng, NULL),
            TS_ERR_INVALID_ARGUMENT, "rmsnorm_gemm", "norm_weight", "NULL");
     ts_scores_config asc = {TS_F16, 1, 16, 16, 14, 2, 64, 1, 0.125f};

@@ -99,6 +99,11 @@ type Kernels interface {
 	// equivalent: RMSNormResidual(sum, h, x, residual, normW, eps) (or RMSNorm(h, x, normW,
 	// eps)), then Gemm(out, h, w, bias).
 	RMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32) error
+	// LayerNormGemm is the same for a LayerNorm family (GPT-2): out [T, N] = LayerNorm(s, gamma,
+	// beta) w^T (+ bias [N]), s, sum and residual as RMSNormGemm's, the normalised row rounded to
+	// fp16 as LayerNorm stores it. Unfused equivalent: LayerNormResidual(sum, h, x, residual,
+	// gamma, beta, eps) (or LayerNorm(h, x, gamma, beta, eps)), then Gemm(out, h, w, bias).
+	LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias Buffer, eps float32) error
 	// SwiGLUGemm is a SwiGLU FFN's activation and down projection: out [T, N] = (silu(gate) *
 	// up) w^T (+ bias [N]) for gate, up [T, K] and w [N, K], the activation rounded to fp16 as
 	// SwiGLU stores it, the product once. Unfused equivalent: SwiGLU(a, gate, up), then
@@ -180,7 +185,7 @@ type Backend interface {
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
-	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "swiglu_gemm", "gpt_ffn",
+	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 }

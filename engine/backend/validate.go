@@ -295,7 +295,18 @@ func CheckGemmSwiGLU(out, x, wGateUp Buffer) error {
 
 // CheckRMSNormGemm validates the fused pre-norm and projection.
 func CheckRMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32) error {
-	c := Validate("rmsnorm_gemm")
+	return checkNormGemm("rmsnorm_gemm", out, sum, x, residual, w, bias, eps, "norm_weight", normW)
+}
+
+// CheckLayerNormGemm validates the fused LayerNorm and projection.
+func CheckLayerNormGemm(out, sum, x, residual, gamma, beta, w, bias Buffer, eps float32) error {
+	return checkNormGemm("layernorm_gemm", out, sum, x, residual, w, bias, eps, "gamma", gamma, "beta", beta)
+}
+
+// checkNormGemm validates a fused norm and projection whose norm takes the named [hidden]
+// vectors (name, buffer pairs).
+func checkNormGemm(op string, out, sum, x, residual, w, bias Buffer, eps float32, norm ...any) error {
+	c := Validate(op)
 	c.DType("x", x, tensor.F16)
 	c.Rank("x", x, 2)
 	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
@@ -307,8 +318,11 @@ func CheckRMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32)
 		return c.Err()
 	}
 	t, h, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
-	c.DType("norm_weight", normW, tensor.F16)
-	c.Shape("norm_weight", normW, []int{h}, "the hidden size of x")
+	for i := 0; i+1 < len(norm); i += 2 {
+		name, v := norm[i].(string), norm[i+1].(Buffer)
+		c.DType(name, v, tensor.F16)
+		c.Shape(name, v, []int{h}, "the hidden size of x")
+	}
 	c.Shape("w", w, []int{n, h}, "[N, hidden of x]")
 	c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")
 	if residual != nil {

@@ -105,6 +105,7 @@ func Cases() []Case {
 		scores("attention_scores_softmax gpt2 chunk 64 of 1024", 1, 64, 1024, 12, 12, 64),
 		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b qkv decode T=1", 1, 896, 1152, true),
 		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b gate_up decode T=1", 1, 896, 9728, false),
+		layernormGemm("layernorm_gemm gpt2 qkv decode T=1", 1, 768, 2304),
 		rmsnormGemm("rmsnorm_gemm phi3-mini qkv decode T=1", 1, 3072, 9216, false),
 		rmsnormGemm("rmsnorm_gemm qwen2.5-0.5b qkv prefill T=512", 512, 896, 1152, true),
 		swigluGemm("swiglu_gemm qwen2.5-0.5b down decode T=1", 1, 4864, 896),
@@ -130,6 +131,17 @@ func rmsnormGemm(name string, t, h, n int, bias bool) Case {
 		bytes += int64(n) * f16
 	}
 	return Case{Name: name, Op: "rmsnorm_gemm", Params: fmt.Sprintf(`{"eps": 1e-6, "has_bias": %v, "has_residual": true}`, bias),
+		Inputs: inputs, Flops: int64(2 * t * n * h), Bytes: bytes}
+}
+
+// layernormGemm is rmsnormGemm with LayerNorm's gamma and beta.
+func layernormGemm(name string, t, h, n int) Case {
+	scale := normal(1/math.Sqrt(float64(h)), 0)
+	inputs := []conformance.InputSpec{in("x", tensor.F16, []int{t, h}, nil), in("residual", tensor.F16, []int{t, h}, nil),
+		in("gamma", tensor.F16, []int{h}, ones), in("beta", tensor.F16, []int{h}, nil),
+		in("w", tensor.F16, []int{n, h}, scale), in("bias", tensor.F16, []int{n}, nil)}
+	bytes := elems(n, h)*f16 + 3*elems(t, h)*f16 + elems(t, n)*f16 + 2*int64(h)*f16 + int64(n)*f16
+	return Case{Name: name, Op: "layernorm_gemm", Params: `{"eps": 1e-5, "has_bias": true, "has_residual": true}`,
 		Inputs: inputs, Flops: int64(2 * t * n * h), Bytes: bytes}
 }
 

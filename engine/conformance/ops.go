@@ -80,18 +80,29 @@ func (p gptFFNParams) tanh() (bool, error) {
 	return false, fmt.Errorf("param gelu = %q: want \"erf\" or \"tanh\"", p.GELU)
 }
 
-// rmsnormGemmCall loads rmsnorm_gemm's inputs and allocates its outputs, for the op and its
-// composition alike.
+// rmsnormGemmCall loads rmsnorm_gemm's or layernorm_gemm's inputs and allocates its outputs,
+// for the op and its composition alike (normW is the RMSNorm weight or LayerNorm's gamma).
 type rmsnormGemmCall struct {
-	p                           rmsnormGemmParams
-	x, residual, normW, w, bias backend.Buffer
-	out, sum                    backend.Buffer
+	p                                 rmsnormGemmParams
+	x, residual, normW, beta, w, bias backend.Buffer
+	out, sum                          backend.Buffer
 }
 
 func loadRMSNormGemm(c *call) *rmsnormGemmCall {
 	r := &rmsnormGemmCall{}
 	c.params(&r.p)
 	r.x, r.normW, r.w = c.input("x"), c.input("weight"), c.input("w")
+	return r.rest(c)
+}
+
+func loadLayerNormGemm(c *call) *rmsnormGemmCall {
+	r := &rmsnormGemmCall{}
+	c.params(&r.p)
+	r.x, r.normW, r.beta, r.w = c.input("x"), c.input("gamma"), c.input("beta"), c.input("w")
+	return r.rest(c)
+}
+
+func (r *rmsnormGemmCall) rest(c *call) *rmsnormGemmCall {
 	if r.p.HasBias {
 		r.bias = c.input("bias")
 	}
@@ -325,6 +336,29 @@ func init() {
 					return err
 				}
 			} else if err := c.b.RMSNorm(h, r.x, r.normW, r.p.Eps); err != nil {
+				return err
+			}
+			return c.b.Gemm(r.out, h, r.w, r.bias)
+		})
+		r.outputs(c)
+	}
+	register("layernorm_gemm", func(c *call) {
+		r := loadLayerNormGemm(c)
+		c.do(func() error {
+			return c.b.LayerNormGemm(r.out, r.sum, r.x, r.residual, r.normW, r.beta, r.w, r.bias, r.p.Eps)
+		})
+		r.outputs(c)
+	})
+	// Unfused: layernorm_residual (or layernorm) into h, then gemm.
+	unfused["layernorm_gemm"] = func(c *call) {
+		r := loadLayerNormGemm(c)
+		h := c.like(r.x)
+		c.do(func() error {
+			if r.residual != nil {
+				if err := c.b.LayerNormResidual(r.sum, h, r.x, r.residual, r.normW, r.beta, r.p.Eps); err != nil {
+					return err
+				}
+			} else if err := c.b.LayerNorm(h, r.x, r.normW, r.beta, r.p.Eps); err != nil {
 				return err
 			}
 			return c.b.Gemm(r.out, h, r.w, r.bias)

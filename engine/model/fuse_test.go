@@ -33,6 +33,49 @@ func (g *gemmCounter) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.
 	return g.Backend.RMSNormGemm(out, sum, x, residual, normW, w, bias, eps)
 }
 
+func (g *gemmCounter) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
+	g.gemms++
+	g.normGemms++
+	return g.Backend.LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps)
+}
+
+// A LayerNorm family's fused decode step runs each layer's attention norm with its q/k/v
+// projection as one LayerNormGemm (the MLP's norm feeds GPTFFN, not counted here); with
+// Fused off, none.
+func TestGPT2DecodeFusesTheAttentionNorm(t *testing.T) {
+	set, err := golden.Load(filepath.Join("..", "..", "golden", "models", "gpt2-tiny"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := &gemmCounter{Backend: cpu.New()}
+	m, err := model.Load(be, set.Dir, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.UseGraphs(false)
+	L := m.Cfg.Layers
+	step := func() (gemms, normGemms int) {
+		if err := m.PrefillOnDevice([]int32{1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+		g, n := be.gemms, be.normGemms
+		if err := m.DecodeOnDevice(4); err != nil {
+			t.Fatal(err)
+		}
+		return be.gemms - g, be.normGemms - n
+	}
+	// Per layer: qkv (with its norm) and o; then the head.
+	if g, n := step(); g != 2*L+1 || n != L {
+		t.Errorf("fused decode step: %d GEMMs, %d LayerNormGemms; want %d and %d", g, n, 2*L+1, L)
+	}
+	// Fused off: every projection a GEMM after a norm of its own (q/k/v stacked, o, up, down).
+	m.Fused = false
+	if g, n := step(); g != 4*L+1 || n != 0 {
+		t.Errorf("decode step with Fused off: %d GEMMs, %d LayerNormGemms; want %d and 0", g, n, 4*L+1)
+	}
+}
+
 // A decode step computes q, k and v with one GEMM and gate and up with another; when a test
 // swaps one of those weights after Load, the step falls back to a GEMM per weight, so the
 // swapped weight is used.

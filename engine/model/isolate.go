@@ -31,8 +31,8 @@ func (m *Model) TapOp(name string) string {
 	pass, layer, kind, _ := compare.TapPlace(name)
 	decode := strings.HasPrefix(pass, "decode.")
 	fused := decode && m.Fused
-	// As the forward decides (Norm.Forward, normGemm): a norm with a bias is a LayerNorm, and
-	// only an RMSNorm fuses with the projection after it.
+	// As the forward decides (Norm.Forward, normGemm): a norm with a bias is a LayerNorm; either
+	// fuses with the q/k/v projection after it in a fused decode.
 	rms := len(m.Layers) == 0 || m.Layers[0].AttnNorm.B == nil
 	norm := "layernorm"
 	if rms {
@@ -54,11 +54,8 @@ func (m *Model) TapOp(name string) string {
 	case "resid_ffn", "final_norm":
 		return norm + "_residual (ffn_out added to the stream, then the next norm)"
 	case "q", "k", "v":
-		if fused && rms {
-			return "rmsnorm_gemm (attn_norm and the fused q/k/v projection)"
-		}
 		if fused {
-			return "gemm (the fused q/k/v projection)"
+			return norm + "_gemm (attn_norm and the fused q/k/v projection)"
 		}
 		return "gemm (the " + kind + " projection)"
 	case "q_rope", "k_rope":

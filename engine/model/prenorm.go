@@ -37,11 +37,11 @@ func (p *pass) settle(in pending) (sum, normed backend.Buffer) {
 }
 
 // normGemm computes out = n(sum) w^T + bias for in and returns the stream sum: in one
-// RMSNormGemm in a fused decode of an RMSNorm family, else the add and norm, then a Gemm. The
-// fused op never stores the norm, so a requested norm tap is computed beside it, from the sum
-// it stored, by the RMSNorm it equals.
+// RMSNormGemm (LayerNormGemm for a norm with a bias) in a fused decode, else the add and norm,
+// then a Gemm. The fused op never stores the norm, so a requested norm tap is computed beside
+// it, from the sum it stored, by the norm it equals.
 func (p *pass) normGemm(in pending, out, w, bias backend.Buffer) backend.Buffer {
-	if !p.fused() || in.n.B != nil {
+	if !p.fused() {
 		sum, normed := p.settle(in)
 		p.do(p.be.Gemm(out, normed, w, bias))
 		return sum
@@ -54,7 +54,11 @@ func (p *pass) normGemm(in pending, out, w, bias backend.Buffer) backend.Buffer 
 	if in.y != nil {
 		resid, sumOut = in.y, sum
 	}
-	p.do(p.be.RMSNormGemm(out, sumOut, in.x, resid, in.n.W, w, bias, p.m.Cfg.NormEps))
+	if in.n.B != nil {
+		p.do(p.be.LayerNormGemm(out, sumOut, in.x, resid, in.n.W, in.n.B, w, bias, p.m.Cfg.NormEps))
+	} else {
+		p.do(p.be.RMSNormGemm(out, sumOut, in.x, resid, in.n.W, w, bias, p.m.Cfg.NormEps))
+	}
 	if in.y != nil {
 		p.tap(in.sumTap, sum)
 	}

@@ -74,6 +74,9 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("rmsnorm_gemm: norm weight ignored", "rmsnorm_gemm", rmsnormGemmNoNormWeight{cpu.New()}, "qwen2.5"),
 		Entry("rmsnorm_gemm: normalises x instead of x + residual (sum still stored)", "rmsnorm_gemm", rmsnormGemmUnsummed{cpu.New()}, "decode"),
 		Entry("rmsnorm_gemm: vectorised K loop drops the hidden % 8 tail", "rmsnorm_gemm", rmsnormGemmKTail{cpu.New()}, "prime"),
+		Entry("layernorm_gemm: beta dropped", "layernorm_gemm", layernormGemmNoBeta{cpu.New()}, "gpt2"),
+		Entry("layernorm_gemm: variance as E[x^2] - mean^2 in one fp32 pass (a large mean cancels it)", "layernorm_gemm", layernormGemmOnePassVariance{cpu.New()}, "mean-offset"),
+		Entry("layernorm_gemm: normalises x instead of x + residual (sum still stored)", "layernorm_gemm", layernormGemmUnsummed{cpu.New()}, "decode"),
 		Entry("swiglu_gemm: silu applied to up instead of gate", "swiglu_gemm", swigluGemmSwapped{cpu.New()}, "qwen2.5"),
 		Entry("swiglu_gemm: bias dropped", "swiglu_gemm", swigluGemmNoBias{cpu.New()}, "bias"),
 		Entry("gpt_ffn: erf GELU where tanh is asked", "gpt_ffn", gptFFNFlippedGELU{cpu.New()}, "gelu-tail_h768-f64_t2_tanh"),
@@ -677,6 +680,81 @@ func (k rmsnormGemmKTail) RMSNormGemm(out, sum, x, residual, normW, w, bias back
 	}
 	defer cut.Free()
 	return k.Backend.RMSNormGemm(out, sum, x, residual, normW, cut, bias, eps)
+}
+
+// layernormGemmNoBeta normalises without LayerNorm's shift (beta all zeros).
+type layernormGemmNoBeta struct{ *cpu.Backend }
+
+func (k layernormGemmNoBeta) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
+	zeros, err := mutated(k, beta, func(t *tensor.Tensor) {
+		for i := range t.F16 {
+			t.F16[i] = 0
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer zeros.Free()
+	return k.Backend.LayerNormGemm(out, sum, x, residual, gamma, zeros, w, bias, eps)
+}
+
+// layernormGemmOnePassVariance takes each row's variance as E[x^2] - mean^2, both sums in one
+// fp32 pass (a fused kernel saving a barrier might): a mean of 300 over a std of 1 cancels most
+// of it away.
+type layernormGemmOnePassVariance struct{ *cpu.Backend }
+
+func (k layernormGemmOnePassVariance) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
+	s := x
+	if residual != nil {
+		if err := k.ResidualAdd(sum, x, residual); err != nil {
+			return err
+		}
+		s = sum
+	}
+	gt, err := k.Download(gamma)
+	if err != nil {
+		return err
+	}
+	bt, err := k.Download(beta)
+	if err != nil {
+		return err
+	}
+	g, b := gt.Float32(), bt.Float32()
+	h, err := mutated(k, s, func(t *tensor.Tensor) {
+		rows, n := lastDim(t)
+		v := t.Float32()
+		for r := 0; r < rows; r++ {
+			row := v[r*n : (r+1)*n]
+			var s1, s2 float32
+			for _, e := range row {
+				s1 += e
+				s2 += e * e
+			}
+			mean := s1 / float32(n)
+			inv := 1 / float32(math.Sqrt(float64(s2/float32(n)-mean*mean+eps)))
+			for i, e := range row {
+				t.F16[r*n+i] = float16.Fromfloat32(((e-mean)*inv)*g[i] + b[i])
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer h.Free()
+	return k.Gemm(out, h, w, bias)
+}
+
+// layernormGemmUnsummed stores the sum but normalises and projects x alone.
+type layernormGemmUnsummed struct{ *cpu.Backend }
+
+func (k layernormGemmUnsummed) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
+	if residual == nil {
+		return k.Backend.LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps)
+	}
+	if err := k.ResidualAdd(sum, x, residual); err != nil {
+		return err
+	}
+	return k.Backend.LayerNormGemm(out, nil, x, nil, gamma, beta, w, bias, eps)
 }
 
 // gptFFNFlippedGELU applies the other GELU form than the one asked.

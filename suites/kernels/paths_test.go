@@ -73,7 +73,7 @@ var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
 		// runs nowhere else, so here it is judged too.
 		Expect(os.Setenv("TOUCHSTONE_GEMM_LT", "0")).To(Succeed())
 		DeferCleanup(os.Unsetenv, "TOUCHSTONE_GEMM_LT")
-		for _, op := range []string{"gemm", "rmsnorm_gemm", "swiglu_gemm", "gpt_ffn"} { // the ops whose projections take a bias
+		for _, op := range []string{"gemm", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn"} { // the ops whose projections take a bias
 			for _, s := range setsOf(op, "committed") {
 				verdicts, err := conformance.Check(dev, s, tols)
 				Expect(err).NotTo(HaveOccurred(), "%s without cublasLt", s.ID())

@@ -232,6 +232,20 @@ def rmsnorm_gemm(t, p):
     return call, "s = x + residual; F.linear(F.rms_norm(s, (%d,), weight, %r), w, bias)" % (H, eps)
 
 
+def layernorm_gemm(t, p):
+    # transformers' GPT-2 block: the residual add, ln_1 (LayerNorm), then c_attn (a Conv1D: addmm
+    # over the transposed weight, the same product as F.linear on w [n, h]).
+    x, r, w = t.randn("x"), t.randn("residual"), t.weight("w")
+    g, beta = 1 + 0.1 * t.randn("gamma"), 0.1 * t.randn("beta")
+    b = t.randn("bias") if p.get("has_bias") else None
+    H, eps = x.shape[-1], p["eps"]
+
+    def call():
+        s = x + r
+        return F.linear(F.layer_norm(s, (H,), g, beta, eps), w, b)
+    return call, "s = x + residual; F.linear(F.layer_norm(s, (%d,), gamma, beta, %r), w, bias)" % (H, eps)
+
+
 def swiglu_gemm(t, p):
     # The tail of transformers' Qwen2 MLP: down_proj(act_fn(gate) * up).
     g, u, w = t.randn("gate", 2.0), t.randn("up"), t.weight("w")
@@ -351,7 +365,7 @@ def sample(t, p):
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
-                               swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
+                               swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, sample)}
 
 

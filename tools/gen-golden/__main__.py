@@ -40,7 +40,7 @@ import kernels  # noqa: E402
 import manifest  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMMITTED_BUDGET = 31_000_000  # bytes, `du -sb golden/kernels` (30 MB until prefill needed multi-tile cases)
+COMMITTED_BUDGET = 32_000_000  # bytes, `du -sb golden/kernels` (30 MB until prefill needed multi-tile cases, 31 until layernorm_gemm)
 MODELS_COMMITTED_BUDGET = 4_000_000  # bytes, `du -sb golden/models`
 SAMPLING_BUDGET = 4_000_000  # bytes, `du -sb golden/sampling`
 PINNED_TORCH = "2.11.0"

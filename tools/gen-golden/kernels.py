@@ -334,6 +334,29 @@ def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal()):
     return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
 
 
+def layernorm_gemm(r, *, T, H, N, bias, residual, eps=1e-5, dist=normal()):
+    """layernorm of x (or of the fp16 sum x + residual, itself an output), rounded to fp16 as
+    layernorm stores it, then x' W^T (+ bias) in fp64: a LayerNorm family's pre-norm and the
+    projection after it (GPT-2's ln_1 and c_attn)."""
+    x = to_f16(dist(r, (T, H)))
+    inputs, outs = {"x": x}, {}
+    s = d(x)
+    if residual:
+        res = to_f16(dist(r, (T, H)))
+        inputs["residual"] = res
+        s = d(to_f16(d(x) + d(res)))
+        outs["sum"] = d(x) + d(res)
+    gamma, beta, w = norm_weight(r, H), to_f16(0.1 * r.randn((H,))), linear_weight(r, N, H)
+    inputs.update(gamma=gamma, beta=beta, w=w)
+    h = d(to_f16(F.layer_norm(s, (H,), d(gamma), d(beta), eps)))
+    out = h @ d(w).T
+    if bias:
+        inputs["bias"] = to_f16(r.randn((N,)))
+        out = out + d(inputs["bias"])
+    outs["out"] = out
+    return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
+
+
 def swiglu_gemm(r, *, T, ffn, N, bias=False, gate=normal(2.0)):
     """(silu(gate) * up) rounded to fp16 as swiglu stores it, then a W^T (+ bias) in fp64: a SwiGLU
     FFN's activation and its down projection."""
@@ -474,7 +497,7 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
-    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
+    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax)}
 
 
@@ -892,6 +915,24 @@ CASES += _cases(COMMITTED, "rmsnorm_gemm", [
     ("prime-h521-n61_t3", dict(T=3, H=521, N=61, bias=True, residual=True)),
 ])
 
+# layernorm_gemm (GPT-2's ln_1 + c_attn, Phi-2-like widths): every decode tile (rows 1, 2, 3-4)
+# and the two-step path (more rows, odd widths), with and without residual and bias, N cut down;
+# outlier channels and a large mean (a one-pass variance would cancel it away).
+CASES += _cases(COMMITTED, "layernorm_gemm", [
+    ("gpt2-h768-n24_decode-t1", dict(T=1, H=768, N=24, bias=True, residual=True)),
+    ("gpt2-h768-n16_t2", dict(T=2, H=768, N=16, bias=False, residual=True)),
+    ("phi2-h2560-n8_t3", dict(T=3, H=2560, N=8, bias=True, residual=False)),
+    ("outliers-x20_h768-n16_t4", dict(T=4, H=768, N=16, bias=True, residual=True,
+                                      dist=outlier_channels((3, 100, 517), 20.0))),
+    ("mean-offset300_h768-n16_t1", dict(T=1, H=768, N=16, bias=True, residual=False,
+                                        dist=normal(1.0, mean=300.0))),
+    ("phi2-h2560-n8_t6", dict(T=6, H=2560, N=8, bias=False, residual=True)),
+    ("gpt2-h768-n8_prefill-t5", dict(T=5, H=768, N=8, bias=True, residual=True)),
+    ("prefill-no-residual_h768-n8_t5", dict(T=5, H=768, N=8, bias=True, residual=False)),
+    ("prime-h521-n17_t3", dict(T=3, H=521, N=17, bias=True, residual=True)),
+    ("prime-h521-n13_t2_no-residual", dict(T=2, H=521, N=13, bias=False, residual=False)),
+])
+
 # swiglu_gemm (a SwiGLU FFN's activation and down projection): every decode tile and the
 # two-step path, Qwen2.5's and Phi-3's hidden sizes as N with the ffn width cut down (the full
 # tier has the real ones), a bias, a large-gate tail, odd widths.
@@ -1008,6 +1049,12 @@ CASES += _cases(FULL, "rmsnorm_gemm", [
     ("phi3-mini-gate-up_decode-t16", dict(T=16, H=3072, N=16384, bias=False, residual=True, eps=1e-5)),
     ("qwen2.5-0.5b-qkv_prefill-t2048", dict(T=2048, H=896, N=1152, bias=True, residual=True)),
     ("phi3-mini-qkv_prefill-t512", dict(T=512, H=3072, N=9216, bias=False, residual=False, eps=1e-5)),
+])
+CASES += _cases(FULL, "layernorm_gemm", [
+    ("gpt2-qkv_decode-t1", dict(T=1, H=768, N=2304, bias=True, residual=True)),
+    ("gpt2-qkv_decode-t1_first-layer", dict(T=1, H=768, N=2304, bias=True, residual=False)),
+    ("phi2-qkv_decode-t4", dict(T=4, H=2560, N=7680, bias=True, residual=True)),
+    ("gpt2-qkv_prefill-t1024", dict(T=1024, H=768, N=2304, bias=True, residual=True)),
 ])
 CASES += _cases(FULL, "swiglu_gemm", [
     ("qwen2.5-0.5b_decode-t1", dict(T=1, ffn=4864, N=896)),

@@ -132,6 +132,14 @@ def reference(op, p, i):
         h = f16(s / np.sqrt((s * s).mean(-1, keepdims=True) + p["eps"]) * i["weight"])
         outs["out"] = h @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)
         return outs
+    if op == "layernorm_gemm":
+        outs, s = {}, i["x"]
+        if p["has_residual"]:
+            outs["sum"] = i["x"] + i["residual"]
+            s = f16(outs["sum"])
+        h = f16(np_layernorm(s, i["gamma"], i["beta"], p["eps"]))
+        outs["out"] = h @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)
+        return outs
     if op == "swiglu_gemm":
         act = f16(np_silu(i["gate"]) * i["up"])
         return {"out": act @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)}
@@ -191,7 +199,7 @@ def properties(case, p, i):
         assert p["inplace"], name
     if op == "rmsnorm" and name == "large-mag":
         assert np.all(np.abs(i["x"]) >= 256), "%s: x^2 must overflow fp16" % name
-    if op == "layernorm" and name.startswith("mean-offset"):
+    if op in ("layernorm", "layernorm_gemm") and name.startswith("mean-offset"):
         assert np.all(np.abs(i["x"].mean(-1)) > 250)
     if op in ("gelu", "gelu_tanh") and name != "large-mag":
         x = i["x"]

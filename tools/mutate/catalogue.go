@@ -333,6 +333,13 @@ var catalogue = []Mutant{
 		Suites:      models,
 	},
 	{
+		ID: "go-model-fused-layernorm-gamma-for-beta", Side: SideGo, File: "engine/model/prenorm.go",
+		Bug:         "the fused decode's LayerNorm pre-norm (LayerNormGemm) is given gamma as its beta: GPT-2 decode steps only",
+		Original:    `p.be.LayerNormGemm(out, sumOut, in.x, resid, in.n.W, in.n.B, w, bias`,
+		Replacement: `p.be.LayerNormGemm(out, sumOut, in.x, resid, in.n.W, in.n.W, w, bias`,
+		Suites:      models,
+	},
+	{
 		ID: "go-model-next-token-first-row", Side: SideGo, File: "engine/model/model.go",
 		Bug:         "prefill's next-token logits taken from the first position instead of the last",
 		Original:    `p.rows(fn, T-1, 1), m.w["head"], nil))`,
@@ -433,6 +440,20 @@ var catalogue = []Mutant{
 		Original:    "const __half *weight, __half *out_row, float *scratch) {\n    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);\n#pragma unroll",
 		Replacement: "const __half *weight, __half *out_row, float *scratch) {\n    const float inv = 1.0f / (sqrtf(block_sum(ss, scratch) / (float)hidden) + eps);\n#pragma unroll",
 		Suites:      kernels, Labels: "op:rmsnorm || op:rmsnorm_residual",
+	},
+	{
+		ID: "cuda-layernorm-gemm-no-beta", Side: SideCUDA, File: "cuda/kernels/layernorm_gemm.cu",
+		Bug:         "layernorm_gemm's one-kernel decode path normalises without beta (LayerNorm's shift)",
+		Original:    `for (int t = 0; t < 8; ++t) v[t] = ((v[t] - mean[m]) * inv[m]) * g[t] + bt[t];`,
+		Replacement: `for (int t = 0; t < 8; ++t) v[t] = ((v[t] - mean[m]) * inv[m]) * g[t];`,
+		Suites:      kernels, Labels: "op:layernorm_gemm",
+	},
+	{
+		ID: "cuda-layernorm-gemm-deviation-from-zero", Side: SideCUDA, File: "cuda/kernels/layernorm_gemm.cu",
+		Bug:         "layernorm_gemm's one-kernel decode path sums the squared values, not the squared deviations from the mean",
+		Original:    `const float dv = v[t] - mean[m];`,
+		Replacement: `const float dv = v[t];`,
+		Suites:      kernels, Labels: "op:layernorm_gemm",
 	},
 	{
 		ID: "cuda-rmsnorm-fp16-sum-of-squares", Side: SideCUDA, File: "cuda/kernels/rmsnorm.cu",

@@ -37,6 +37,37 @@ func (*Backend) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer
 	return nil
 }
 
+// LayerNormGemm is RMSNormGemm's composition with LayerNorm: the rows (after the residual add,
+// when given) normalised as LayerNorm would, rounded to fp16 as it stores them, then projected.
+func (*Backend) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
+	if err := backend.CheckLayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps); err != nil {
+		return err
+	}
+	ts, err := tensors("layernorm_gemm", out, sum, x, residual, gamma, beta, w, bias)
+	if err != nil {
+		return err
+	}
+	t, h, n := ts[2].Shape[0], ts[2].Shape[1], ts[6].Shape[0]
+	xv := ts[2].Float32()
+	if ts[3] != nil {
+		rv := ts[3].Float32()
+		for i := range xv {
+			xv[i] = tensor.RoundF16(xv[i] + rv[i])
+		}
+		store(ts[1], xv)
+	}
+	layerNormRows(xv, h, ts[4].Float32(), ts[5].Float32(), eps)
+	for i, v := range xv {
+		xv[i] = tensor.RoundF16(v)
+	}
+	res := matmulT(xv, ts[6].Float32(), t, h, n)
+	if ts[7] != nil {
+		addBias(res, ts[7].Float32())
+	}
+	store(ts[0], res)
+	return nil
+}
+
 // GPTFFN runs the up projection with its bias and the GELU on the fp32 accumulators, rounds
 // the activation once, and projects it down as Gemm would.
 func (*Backend) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {

@@ -145,6 +145,10 @@ func (r *recorder) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buf
 	return r.add(backend.CheckRMSNormGemm(out, sum, x, residual, normW, w, bias, eps),
 		func() error { return r.be.RMSNormGemm(out, sum, x, residual, normW, w, bias, eps) })
 }
+func (r *recorder) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
+	return r.add(backend.CheckLayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps),
+		func() error { return r.be.LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps) })
+}
 func (r *recorder) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
 	return r.add(backend.CheckSwiGLUGemm(out, gate, up, w, bias), func() error { return r.be.SwiGLUGemm(out, gate, up, w, bias) })
 }

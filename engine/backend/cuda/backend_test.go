@@ -183,6 +183,9 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"rmsnorm_gemm", "ts_rmsnorm_gemm dtype=1 rows=4 hidden=896 n=64 eps=1e-05 residual=0 bias=0 stream=0", func() error {
 			return b.RMSNormGemm(f16(4, 64), nil, x, nil, f16(896), f16(64, 896), nil, 1e-5)
 		}},
+		{"layernorm_gemm", "ts_layernorm_gemm dtype=1 rows=4 hidden=896 n=1152 eps=1e-05 residual=1 bias=1 stream=0", func() error {
+			return b.LayerNormGemm(f16(4, 1152), f16(4, 896), x, f16(4, 896), f16(896), f16(896), f16(1152, 896), f16(1152), 1e-5)
+		}},
 		{"swiglu_gemm", "ts_swiglu_gemm in=1 out=1 m=1 n=896 k=4864 bias=0 stream=0", func() error {
 			return b.SwiGLUGemm(f16(1, 896), f16(1, 4864), f16(1, 4864), f16(896, 4864), nil)
 		}},

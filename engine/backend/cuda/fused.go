@@ -40,6 +40,37 @@ func (b *Backend) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buff
 	return b.launched(op, st, arg{"out", out})
 }
 
+// LayerNormGemm is RMSNormGemm for a LayerNorm family (at decode one kernel). Unfused
+// equivalent: LayerNormResidual(sum, h, x, residual, gamma, beta) (or LayerNorm(h, x, gamma,
+// beta)), then Gemm(out, h, w, bias).
+func (b *Backend) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
+	const op = "layernorm_gemm"
+	if err := backend.CheckLayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"sum", sum}, arg{"x", x}, arg{"residual", residual},
+		arg{"gamma", gamma}, arg{"beta", beta}, arg{"w", w}, arg{"bias", bias})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	cfg := C.ts_norm_gemm_config{
+		dtype:  C.TS_F16,
+		rows:   c.int("rows", d[2].shape[0]),
+		hidden: c.int("hidden", d[2].shape[1]),
+		n:      c.int("n", d[6].shape[0]),
+		eps:    C.float(eps),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_layernorm_gemm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), ptr(d[6]), ptr(d[7]), &cfg, b.e)
+	if sum != nil {
+		return b.launched(op, st, arg{"out", out}, arg{"sum", sum})
+	}
+	return b.launched(op, st, arg{"out", out})
+}
+
 // GPTFFN is GPT-2's MLP with the GELU in the up projection's epilogue. Unfused equivalent:
 // Gemm(h, x, w1, b1), GELU or GELUTanh(a, h), Gemm(out, a, w2, b2). The activation lives in a
 // library workspace, so only out is guarded.

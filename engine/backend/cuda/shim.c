@@ -201,6 +201,10 @@ int tsg_rmsnorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, cons
                      tsg_err *e) {
     return done(a, a->ts_rmsnorm_gemm(out, sum, x, residual, norm_weight, w, bias, cfg, NULL), e);
 }
+int tsg_layernorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual, const void *gamma,
+                       const void *beta, const void *w, const void *bias, const ts_norm_gemm_config *cfg, tsg_err *e) {
+    return done(a, a->ts_layernorm_gemm(out, sum, x, residual, gamma, beta, w, bias, cfg, NULL), e);
+}
 int tsg_swiglu_gemm(const tsg_api *a, void *out, const void *gate, const void *up, const void *w, const void *bias,
                     const ts_gemm_config *cfg, tsg_err *e) {
     return done(a, a->ts_swiglu_gemm(out, gate, up, w, bias, cfg, NULL), e);

@@ -69,6 +69,9 @@
     X(ts_rmsnorm_gemm, int,                                                                               \
       (void *, void *, const void *, const void *, const void *, const void *, const void *,             \
        const ts_norm_gemm_config *, void *))                                                             \
+    X(ts_layernorm_gemm, int,                                                                             \
+      (void *, void *, const void *, const void *, const void *, const void *, const void *, const void *, \
+       const ts_norm_gemm_config *, void *))                                                             \
     X(ts_swiglu_gemm, int,                                                                                \
       (void *, const void *, const void *, const void *, const void *, const ts_gemm_config *, void *))   \
     X(ts_gpt_ffn, int,                                                                                    \
@@ -173,6 +176,8 @@ int tsg_attention_scores_softmax(const tsg_api *a, void *probs, const void *q, c
 int tsg_rmsnorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual,
                      const void *norm_weight, const void *w, const void *bias, const ts_norm_gemm_config *cfg,
                      tsg_err *e);
+int tsg_layernorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual, const void *gamma,
+                       const void *beta, const void *w, const void *bias, const ts_norm_gemm_config *cfg, tsg_err *e);
 int tsg_swiglu_gemm(const tsg_api *a, void *out, const void *gate, const void *up, const void *w, const void *bias,
                     const ts_gemm_config *cfg, tsg_err *e);
 int tsg_gpt_ffn(const tsg_api *a, void *out, const void *x, const void *w1, const void *b1, const void *w2,

@@ -586,6 +586,21 @@ int ts_attention_scores_softmax(void *probs, const void *q, const void *k, const
     return TS_OK;
 }
 
+int ts_layernorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *gamma, const void *beta,
+                      const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream) {
+    logf_("ts_layernorm_gemm dtype=%d rows=%d hidden=%d n=%d eps=%g residual=%d bias=%d stream=%d", cfg->dtype,
+          cfg->rows, cfg->hidden, cfg->n, cfg->eps, residual != NULL, bias != NULL, stream != NULL);
+    int st = enter("ts_layernorm_gemm", 1);
+    if (st) return st;
+    NEED("layernorm_gemm", out);
+    NEED("layernorm_gemm", x);
+    NEED("layernorm_gemm", gamma);
+    NEED("layernorm_gemm", beta);
+    NEED("layernorm_gemm", w);
+    (void)sum;
+    return TS_OK;
+}
+
 int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight, const void *w,
                     const void *bias, const ts_norm_gemm_config *cfg, void *stream) {
     logf_("ts_rmsnorm_gemm dtype=%d rows=%d hidden=%d n=%d eps=%g residual=%d bias=%d stream=%d", cfg->dtype, cfg->rows,
