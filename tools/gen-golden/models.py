@@ -774,29 +774,62 @@ class Recorder(TapCapture):
 
     @contextmanager
     def rope_capture(self, modeling):
-        """Wrap modeling.apply_rotary_pos_emb (looked up by the attention forward at call time):
-        the wrapper returns transformers' own result and records it as q_rope / k_rope of the
-        layer whose attention module is running."""
+        """Wrap modeling.apply_rotary_pos_emb (looked up by the attention forward at call time)
+        for this thread (thread_rope): the wrapper returns transformers' own result and records
+        it as q_rope / k_rope of the layer whose attention module is running."""
         if self.family == "gpt2":
             yield
             return
-        original = modeling.apply_rotary_pos_emb
 
-        def wrapped(q, k, cos, sin, *args, **kwargs):
-            q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
-            if self.prefix is not None and self.mine():
-                self.rope_calls += 1
-                p = "layers.%d." % self.layer
-                # [B, heads, T, D] -> [B, T, heads, D]
-                self.put(p + "q_rope", q_embed.transpose(1, 2))
-                self.put(p + "k_rope", k_embed.transpose(1, 2))
-            return q_embed, k_embed
+        def make(original):
+            def wrapped(q, k, cos, sin, *args, **kwargs):
+                q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
+                if self.prefix is not None:
+                    self.rope_calls += 1
+                    p = "layers.%d." % self.layer
+                    # [B, heads, T, D] -> [B, T, heads, D]
+                    self.put(p + "q_rope", q_embed.transpose(1, 2))
+                    self.put(p + "k_rope", k_embed.transpose(1, 2))
+                return q_embed, k_embed
+            return wrapped
 
-        modeling.apply_rotary_pos_emb = wrapped
-        try:
+        with thread_rope(modeling, make):
             yield
-        finally:
-            modeling.apply_rotary_pos_emb = original
+
+
+# modeling.apply_rotary_pos_emb is a module global: while any thread wraps it, it is a dispatcher
+# that hands each call to the wrapper of the calling thread, or to transformers' own function.
+# Captures running at once in lockstep threads (the reference's, the calibration's) then each
+# see their own thread's calls only, whatever order they are entered and left in.
+_ROPE_LOCK = threading.Lock()
+_ROPE = {}  # module -> (original, {thread id: wrapper})
+
+
+@contextmanager
+def thread_rope(modeling, make):
+    """Within the block, this thread's calls of modeling.apply_rotary_pos_emb go to
+    make(original)."""
+    tid = threading.get_ident()
+    with _ROPE_LOCK:
+        if modeling not in _ROPE:
+            original, handlers = modeling.apply_rotary_pos_emb, {}
+
+            def dispatch(*args, **kwargs):
+                return handlers.get(threading.get_ident(), original)(*args, **kwargs)
+            _ROPE[modeling] = (original, handlers)
+            modeling.apply_rotary_pos_emb = dispatch
+        original, handlers = _ROPE[modeling]
+        if tid in handlers:
+            raise RuntimeError("apply_rotary_pos_emb is wrapped twice on one thread")
+        handlers[tid] = make(original)
+    try:
+        yield
+    finally:
+        with _ROPE_LOCK:
+            del handlers[tid]
+            if not handlers:
+                modeling.apply_rotary_pos_emb = original
+                del _ROPE[modeling]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -908,41 +941,43 @@ def pair_rows(n_in):
     return max(1, PAIR_SLICE_BYTES // (4 * n_in) // SPLIT_ALIGN) * SPLIT_ALIGN
 
 
-def _pair_linear(xa: torch.Tensor, xb: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor],
-                 lo: int, hi: int, step: int) -> List[torch.Tensor]:
-    """F.linear of xa and of xb on the output features lo:hi of (w, b), step features at a time,
-    both inputs on a slice before the next."""
-    ya: List[torch.Tensor] = []
-    yb: List[torch.Tensor] = []
+def _group_linear(xs: List[torch.Tensor], w: torch.Tensor, b: Optional[torch.Tensor], lo: int, hi: int,
+                  step: int) -> List[torch.Tensor]:
+    """F.linear of each x in xs on the output features lo:hi of (w, b), step features at a time,
+    every input on a slice before the next."""
+    ys: List[List[torch.Tensor]] = []
+    for _ in range(len(xs)):
+        ys.append([])
     s = lo
     while s < hi:
         e = min(hi, s + step)
         ws = w[s:e]
         if b is None:
-            ya.append(torch.nn.functional.linear(xa, ws))
-            yb.append(torch.nn.functional.linear(xb, ws))
+            for j in range(len(xs)):
+                ys[j].append(torch.nn.functional.linear(xs[j], ws))
         else:
             bs = b[s:e]
-            ya.append(torch.nn.functional.linear(xa, ws, bs))
-            yb.append(torch.nn.functional.linear(xb, ws, bs))
+            for j in range(len(xs)):
+                ys[j].append(torch.nn.functional.linear(xs[j], ws, bs))
         s = e
-    return [torch.cat(ya, -1), torch.cat(yb, -1)]
+    return [torch.cat(y, -1) for y in ys]
 
 
-def _pair_addmm(xa: torch.Tensor, xb: torch.Tensor, w: torch.Tensor, b: torch.Tensor,
-                lo: int, hi: int, step: int) -> List[torch.Tensor]:
-    """GPT-2 Conv1D's addmm(b, x, w) of xa and of xb (2-D) on the output features (columns of w)
-    lo:hi, step at a time, both inputs on a slice before the next."""
-    ya: List[torch.Tensor] = []
-    yb: List[torch.Tensor] = []
+def _group_addmm(xs: List[torch.Tensor], w: torch.Tensor, b: torch.Tensor, lo: int, hi: int,
+                 step: int) -> List[torch.Tensor]:
+    """GPT-2 Conv1D's addmm(b, x, w) of each x in xs (2-D) on the output features (columns of
+    w) lo:hi, step at a time, every input on a slice before the next."""
+    ys: List[List[torch.Tensor]] = []
+    for _ in range(len(xs)):
+        ys.append([])
     s = lo
     while s < hi:
         e = min(hi, s + step)
         ws, bs = w[:, s:e], b[s:e]
-        ya.append(torch.addmm(bs, xa, ws))
-        yb.append(torch.addmm(bs, xb, ws))
+        for j in range(len(xs)):
+            ys[j].append(torch.addmm(bs, xs[j], ws))
         s = e
-    return [torch.cat(ya, -1), torch.cat(yb, -1)]
+    return [torch.cat(y, -1) for y in ys]
 
 
 _PAIR_OPS = {}
@@ -971,20 +1006,20 @@ def pair_op(fn):
     return _PAIR_OPS[fn]
 
 
-def blocked(single, pair, bounds, pool, xs, n_in):
-    """For each x in xs (one, or a lockstep pair), the op on blocks lo:hi of output features,
-    concatenated: one pool task per block. single(x, lo, hi) is the op on one block; a pair runs
-    pair(xa, xb, lo, hi, step), which walks the block in slices of pair_rows(n_in) features and
-    runs both inputs on each slice before the next, so the weight is read from memory once for
-    the two. Every slice starts at a multiple of SPLIT_ALIGN, so each row's result is the one the
-    unsplit op gives (see SPLIT_ALIGN)."""
+def blocked(single, group, bounds, pool, xs, n_in):
+    """For each x in xs (one, or a lockstep group), the op on blocks lo:hi of output features,
+    concatenated: one pool task per block. single(x, lo, hi) is the op on one block; a group runs
+    group(xs, lo, hi, step), which walks the block in slices of pair_rows(n_in) features and runs
+    every input on each slice before the next, so the weight is read from memory once for all.
+    Every slice starts at a multiple of SPLIT_ALIGN, so each row's result is the one the unsplit
+    op gives (see SPLIT_ALIGN)."""
     if len(xs) == 1:
         parts = [pool.submit(single, xs[0], lo, hi) for lo, hi in zip(bounds, bounds[1:])]
         return [torch.cat([p.result() for p in parts], dim=-1)]
     step = pair_rows(n_in)
-    parts = [pool.submit(pair, xs[0], xs[1], lo, hi, step) for lo, hi in zip(bounds, bounds[1:])]
+    parts = [pool.submit(group, list(xs), lo, hi, step) for lo, hi in zip(bounds, bounds[1:])]
     done = [p.result() for p in parts]
-    return [torch.cat([d[j] for d in done], dim=-1) for j in range(2)]
+    return [torch.cat([d[j] for d in done], dim=-1) for j in range(len(xs))]
 
 
 @contextmanager
@@ -1000,18 +1035,18 @@ def split_linears(model, pool, n_blocks, lockstep=None):
     import torch.nn.functional as F
     from transformers.pytorch_utils import Conv1D
 
-    pair_linear, pair_addmm = pair_op(_pair_linear), pair_op(_pair_addmm)
+    group_linear, group_addmm = pair_op(_group_linear), pair_op(_group_addmm)
 
     def linear(mod, orig, bounds):
         def single(x, lo, hi):
             b = mod.bias
             return F.linear(x, mod.weight[lo:hi], None if b is None else b[lo:hi])
 
-        def pair(xa, xb, lo, hi, step):
-            return pair_linear(xa, xb, mod.weight, mod.bias, lo, hi, step)
+        def group(xs, lo, hi, step):
+            return group_linear(xs, mod.weight, mod.bias, lo, hi, step)
 
         def run(xs):
-            return blocked(single, pair, bounds, pool, xs, mod.in_features)
+            return blocked(single, group, bounds, pool, xs, mod.in_features)
 
         def forward(x):
             if torch.is_grad_enabled():
@@ -1024,11 +1059,11 @@ def split_linears(model, pool, n_blocks, lockstep=None):
         def single(x2, lo, hi):
             return torch.addmm(mod.bias[lo:hi], x2, mod.weight[:, lo:hi])
 
-        def pair(xa, xb, lo, hi, step):
-            return pair_addmm(xa, xb, mod.weight, mod.bias, lo, hi, step)
+        def group(xs, lo, hi, step):
+            return group_addmm(xs, mod.weight, mod.bias, lo, hi, step)
 
         def run(xs):
-            ys = blocked(single, pair, bounds, pool, [x.view(-1, x.size(-1)) for x in xs], mod.nx)
+            ys = blocked(single, group, bounds, pool, [x.view(-1, x.size(-1)) for x in xs], mod.nx)
             return [y.view(x.size()[:-1] + (mod.nf,)) for x, y in zip(xs, ys)]
 
         def forward(x):
@@ -1060,23 +1095,27 @@ def split_linears(model, pool, n_blocks, lockstep=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# Lockstep: the greedy and the seeded reference sharing each read of the weights
+# Lockstep: the references and the calibration sharing each read of the weights
 #
 # At full size a one-token step of the fp32 reference is bound by the host's memory bandwidth:
 # its linear layers stream the whole fp32 model (15 GB for Phi-3-mini) through the cores, at
 # 54-56 GB/s on a 16-core GPU host (docs/PERF.md). run_reference and run_sampled each take
-# prefill + 31 such steps over the same weights, so run_lockstep runs them at the same time, one
-# per thread, and pairs their split linear calls: the k-th call of one thread meets the k-th of
-# the other (the same module: both run the same model, which calls its layers in the same order
-# whatever the tokens), and one set of pool tasks computes both (blocked). Nothing else is shared:
-# each thread runs its own forward with its own cache, each row's GEMM is the op it is alone, and
-# the Recorder's hooks record the greedy thread only (TapCapture.owner). So the bytes are those of
-# the two run one after the other (models --check; the full-tier sets compared on the GPU host).
+# prefill + 31 such steps over the same weights, and for an fp16 checkpoint the calibration's
+# run_rounded (prefill + 8 steps, teacher-forced on the greedy tokens: a TokenFeed) uses the very
+# same weights too. So run_lockstep runs them at the same time, one per thread, and groups their
+# split linear calls: the k-th call of each thread meets the k-th of the others (the same module:
+# they run the same model, which calls its layers in the same order whatever the tokens), and one
+# set of pool tasks computes the group (blocked). Nothing else is shared: each thread runs its own
+# forward with its own cache, each row's GEMM is the op it is alone, the hooks of the Recorder and
+# of the Rounder act on their own thread's pass only (TapCapture.owner), and RoPE is wrapped per
+# thread (thread_rope). So the bytes are those of the three run one after the other (the
+# selftest's lockstep builds; models --check; the full-tier sets compared on the GPU host).
 
 
 class Lockstep:
-    """Pairs the split linear calls of two threads (see above). `paired` and `alone` count the
-    calls run with the other thread's and on their own."""
+    """Groups the split linear calls of `members` threads (see above): a call waits until every
+    thread still in the lockstep has posted its own, then one of them computes the group.
+    `groups` counts the groups by size (1: a call run alone, once the others have left)."""
 
     class _Call:
         def __init__(self, mod, x):
@@ -1084,12 +1123,20 @@ class Lockstep:
             self.result = self.error = None
             self.taken = False
 
-    def __init__(self):
+    def __init__(self, members=2):
         self.cond = threading.Condition()
-        self.waiting = None   # the call a thread posted for the other one to pair with
-        self.members = 2      # threads still in the pair (leave() when one is done)
-        self.failed = None    # the error that ended the pair
-        self.paired = self.alone = 0
+        self.posted = []         # calls waiting for their group
+        self.members = members   # threads still in the lockstep (leave() when one is done)
+        self.failed = None       # the error that ended the lockstep
+        self.groups = {}
+
+    @property
+    def paired(self):
+        return sum(n for k, n in self.groups.items() if k > 1)
+
+    @property
+    def alone(self):
+        return self.groups.get(1, 0)
 
     def leave(self, error=None):
         with self.cond:
@@ -1098,82 +1145,120 @@ class Lockstep:
                 self.failed = error
             self.cond.notify_all()
 
+    def _take(self):
+        """The posted group, when it is complete (the caller holds the lock)."""
+        if not self.posted or len(self.posted) < self.members:
+            return None
+        group, self.posted = self.posted, []
+        for c in group:
+            c.taken = True
+        self.groups[len(group)] = self.groups.get(len(group), 0) + 1
+        return group
+
     def call(self, mod, x, run):
-        """run(xs) -> [y for each x]; returns this thread's y, computed alone or with the other
-        thread's matching call."""
+        """run(xs) -> [y for each x]; returns this thread's y, computed with the other threads'
+        matching calls or alone."""
         with self.cond:
             if self.failed is not None:
-                raise RuntimeError("lockstep: the other reference failed: %r" % (self.failed,))
-            other = self.waiting
-            if other is None and self.members == 2:
-                mine = self.waiting = self._Call(mod, x)
-                while not mine.taken and self.members == 2 and self.failed is None:
-                    self.cond.wait()
-                if not mine.taken:  # the other thread left (done or failed): run alone
-                    self.waiting = None
-                    if self.failed is not None:
-                        raise RuntimeError("lockstep: the other reference failed: %r"
-                                           % (self.failed,))
-                    self.alone += 1
-                    return run([x])[0]
+                raise RuntimeError("lockstep: another reference failed: %r" % (self.failed,))
+            mine = self._Call(mod, x)
+            self.posted.append(mine)
+            group = self._take()
+            while group is None and not mine.taken:
+                self.cond.wait()
+                if self.failed is not None and not mine.taken:
+                    self.posted.remove(mine)
+                    raise RuntimeError("lockstep: another reference failed: %r" % (self.failed,))
+                group = self._take()
+            if group is None:  # another thread computes this call's group
                 while mine.result is None and mine.error is None:
                     self.cond.wait()
                 if mine.error is not None:
-                    raise RuntimeError("lockstep: the paired call failed") from mine.error
+                    raise RuntimeError("lockstep: the grouped call failed") from mine.error
                 return mine.result
-            if other is not None:
-                self.waiting = None
-                other.taken = True
-                self.paired += 1
-            else:
-                self.alone += 1
-        if other is None:
-            return run([x])[0]
         try:
-            if other.mod is not mod or other.x.shape != x.shape:
-                raise RuntimeError("lockstep: the two references are out of step (%s %s against "
-                                   "%s %s)" % (type(mod).__name__, tuple(x.shape),
-                                               type(other.mod).__name__, tuple(other.x.shape)))
-            mine, theirs = run([x, other.x])
+            for c in group:
+                if c.mod is not mod or c.x.shape != x.shape:
+                    raise RuntimeError("lockstep: the references are out of step (%s %s against "
+                                       "%s %s)" % (type(mod).__name__, tuple(x.shape),
+                                                   type(c.mod).__name__, tuple(c.x.shape)))
+            ys = run([c.x for c in group])
         except BaseException as e:
             with self.cond:
-                other.error = e
+                for c in group:
+                    if c is not mine:
+                        c.error = e
                 self.cond.notify_all()
             raise
         with self.cond:
-            other.result = theirs
+            for c, y in zip(group, ys):
+                c.result = y
             self.cond.notify_all()
-        return mine
+        return mine.result
 
 
-def run_lockstep(lockstep, first, second):
-    """first() on this thread and second() on a new one, paired through `lockstep` (whose
-    split_linears must be active). Returns (first's result, second's result)."""
-    box = {}
+def run_lockstep(lockstep, first, *others):
+    """first() on this thread and each of others() on a new one, grouped through `lockstep`
+    (whose split_linears must be active; lockstep.members == 1 + len(others)). Returns their
+    results in order."""
+    boxes = [{} for _ in others]
 
-    def target():
+    def target(fn, box):
         try:
             _worker_init()  # this thread's torch ops on one thread too, without autograd
-            box["result"] = second()
+            box["result"] = fn()
         except BaseException as e:  # re-raised on the caller's thread
             box["error"] = e
             lockstep.leave(e)
         else:
             lockstep.leave()
 
-    t = threading.Thread(target=target, name="gen-golden-lockstep")
-    t.start()
+    threads = [threading.Thread(target=target, args=(fn, box), name="gen-golden-lockstep-%d" % i)
+               for i, (fn, box) in enumerate(zip(others, boxes))]
+    for t in threads:
+        t.start()
     try:
         a = first()
     except BaseException as e:
         lockstep.leave(e)
-        t.join()
+        for t in threads:
+            t.join()
         raise
     lockstep.leave()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return a, box["result"]
+    for t in threads:
+        t.join()
+    for box in boxes:
+        if "error" in box:
+            raise box["error"]
+    return (a,) + tuple(box["result"] for box in boxes)
+
+
+class TokenFeed:
+    """The greedy reference's tokens as it chooses them, for the calibration forward teacher-
+    forced on them in the same lockstep: feed[i] waits for token i."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.tokens = []
+        self.closed = False
+
+    def put(self, tok):
+        with self.cond:
+            self.tokens.append(int(tok))
+            self.cond.notify_all()
+
+    def close(self):
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def __getitem__(self, i):
+        with self.cond:
+            while len(self.tokens) <= i and not self.closed:
+                self.cond.wait()
+            if len(self.tokens) <= i:
+                raise RuntimeError("the greedy reference ended before its token %d" % i)
+            return self.tokens[i]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1344,9 +1429,10 @@ def top_k_stable(logits, k):
     return order[:k]
 
 
-def run_reference(model, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKENS):
+def run_reference(model, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKENS, feed=None):
     """Prefill + greedy decoding through the KV cache with taps. Returns (taps, tokens, margins,
-    top5) where taps is {file name stem: f32 tensor} in canonical order."""
+    top5) where taps is {file name stem: f32 tensor} in canonical order. Each token is also put
+    to `feed` (a TokenFeed) as it is chosen."""
     d = dims(family, cfg)
     assert 8 <= decode_steps <= n_tokens - 1
     if len(prompt) + n_tokens > d.P:
@@ -1369,6 +1455,8 @@ def run_reference(model, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKE
                 order = top_k_stable(logits, 5)
                 tok = int(order[0])
                 tokens.append(tok)
+                if feed is not None:
+                    feed.put(tok)
                 margins.append(float(logits[order[0]].double() - logits[order[1]].double()))
                 top5.append([int(j) for j in order])
                 if i == n_tokens - 1:
@@ -1479,6 +1567,8 @@ class Rounder(TapCapture):
     def _round_out(self, module, record):
         """Round the module's output; record(rounded) stores it."""
         def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
             r = self.round(out[0] if isinstance(out, tuple) else out)
             record(r)
             return (r,) + tuple(out[1:]) if isinstance(out, tuple) else r
@@ -1487,6 +1577,8 @@ class Rounder(TapCapture):
     def _round_in(self, module, name):
         """Round the module's (first, positional) input and record it."""
         def hook(_m, args):
+            if not self.mine():  # another lockstep thread's pass
+                return None
             x = self.round(args[0])
             self.put(name, x)
             return (x,) + tuple(args[1:])
@@ -1495,6 +1587,8 @@ class Rounder(TapCapture):
     def _enter(self, layer, i):
         """The layer's input: the rounded residual stream (GPT-2's wte + wpe is rounded here)."""
         def hook(_m, args, kwargs):
+            if not self.mine():  # another lockstep thread's pass
+                return None
             if args:
                 x = self.round(args[0])
                 args = (x,) + tuple(args[1:])
@@ -1511,6 +1605,8 @@ class Rounder(TapCapture):
         """The attention block's last projection: its rounded output is attn_out; return
         fp16(x + attn_out) - x so that the layer's residual add yields resid_attn rounded."""
         def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
             a = self.round(out)
             self.s = self.round(self.x + a)
             self.put(p + "attn_out", a)
@@ -1522,6 +1618,8 @@ class Rounder(TapCapture):
         """The second norm reads resid_attn exactly (the layer's add may miss it by an fp32 ulp
         where fp16(x + a) - x is not an fp32 value)."""
         def hook(_m, args):
+            if not self.mine():  # another lockstep thread's pass
+                return None
             if not torch.allclose(args[0], self.s, rtol=1e-6, atol=1e-7):
                 raise RuntimeError("calibration: the layer's residual add is not the rounded sum")
             return (self.s,) + tuple(args[1:])
@@ -1529,6 +1627,8 @@ class Rounder(TapCapture):
 
     def _layer_out(self, layer, p):
         def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
             own = out[0] if isinstance(out, tuple) else out
             want = self.s + self.m
             if not torch.allclose(own, want, rtol=1e-5, atol=1e-6):
@@ -1608,6 +1708,8 @@ class Rounder(TapCapture):
             self._round_out(base.ln_f, lambda r: put("final_norm", r))
 
         def logits(_m, _args, out):  # fp32, as the engine's final GEMM writes them
+            if not self.mine():  # another lockstep thread's pass
+                return None
             put("logits", out)
         self.handles.append(m.lm_head.register_forward_hook(logits))
 
@@ -1622,23 +1724,21 @@ class Rounder(TapCapture):
         if self.family == "gpt2":
             yield
             return
-        original = modeling.apply_rotary_pos_emb
 
-        def wrapped(q, k, cos, sin, *args, **kwargs):
-            q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
-            q_embed, k_embed = self.round(q_embed), self.round(k_embed)
-            if self.prefix is not None:
-                self.rope_calls += 1
-                p = "layers.%d." % self.layer
-                self.put(p + "q_rope", q_embed.transpose(1, 2))
-                self.put(p + "k_rope", k_embed.transpose(1, 2))
-            return q_embed, k_embed
+        def make(original):
+            def wrapped(q, k, cos, sin, *args, **kwargs):
+                q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
+                q_embed, k_embed = self.round(q_embed), self.round(k_embed)
+                if self.prefix is not None:
+                    self.rope_calls += 1
+                    p = "layers.%d." % self.layer
+                    self.put(p + "q_rope", q_embed.transpose(1, 2))
+                    self.put(p + "k_rope", k_embed.transpose(1, 2))
+                return q_embed, k_embed
+            return wrapped
 
-        modeling.apply_rotary_pos_emb = wrapped
-        try:
+        with thread_rope(modeling, make):
             yield
-        finally:
-            modeling.apply_rotary_pos_emb = original
 
 
 def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None, pool=None,
@@ -1850,26 +1950,48 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     def seeded():
         return run_sampled(model, prompt, s_seed)
 
-    # With a pool the two references run in lockstep (run_lockstep), one after the other without.
-    lockstep = Lockstep() if pool is not None and threads > 1 else None
+    # With a pool the references run in lockstep (run_lockstep), one after the other without.
+    # The calibration forward joins them where the weights are its own already (an fp16
+    # checkpoint: no rounding in place), teacher-forced on the greedy tokens as they come.
+    lockstep = None
+    if pool is not None and threads > 1:
+        lockstep = Lockstep(3 if weights_f16 else 2)
+    cal_taps = None
     with split_linears(model, pool, threads, lockstep):
-        if lockstep is not None:
+        if lockstep is not None and weights_f16:
+            feed = TokenFeed()
+
+            def greedy_fed():
+                try:
+                    return run_reference(model, family, cfg, prompt, decode_steps, feed=feed)
+                finally:
+                    feed.close()
+
+            def rounded():
+                return run_rounded(model, family, cfg, prompt, feed, decode_steps, pool=pool,
+                                   weights_f16=True)
+            with phase("run_reference + run_sampled + run_rounded (lockstep)"):
+                (taps, tokens, margins, top5), (s_tokens, s_margins), cal_taps = \
+                    run_lockstep(lockstep, greedy_fed, seeded, rounded)
+        elif lockstep is not None:
             with phase("run_reference + run_sampled (lockstep)"):
                 (taps, tokens, margins, top5), (s_tokens, s_margins) = \
                     run_lockstep(lockstep, greedy, seeded)
-            if PHASE_STREAM is not None:
-                print("%s: lockstep %d linear calls paired, %d alone"
-                      % (name, lockstep.paired, lockstep.alone), file=PHASE_STREAM, flush=True)
         else:
             with phase("run_reference"):
                 taps, tokens, margins, top5 = greedy()
             with phase("run_sampled"):
                 s_tokens, s_margins = seeded()
-    with split_linears(model, pool, threads):
-        # Last: the calibration rounds the model's weights to fp16 in place.
-        with phase("run_rounded"):
-            cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps, pool=pool,
-                                   weights_f16=weights_f16)
+    if lockstep is not None and PHASE_STREAM is not None:
+        print("%s: lockstep groups of %s linear calls" % (name, ", ".join(
+            "%d: %d" % (k, n) for k, n in sorted(lockstep.groups.items(), reverse=True))),
+            file=PHASE_STREAM, flush=True)
+    if cal_taps is None:
+        with split_linears(model, pool, threads):
+            # Last: the calibration rounds the model's weights to fp16 in place.
+            with phase("run_rounded"):
+                cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps,
+                                       pool=pool, weights_f16=weights_f16)
     del model
     with phase("calibration"):
         cal = calibration_bytes(taps, cal_taps, pool)

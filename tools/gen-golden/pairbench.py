@@ -41,7 +41,7 @@ def main():
     gb = sum(w.numel() for w in ws) * 4 / 1e9
     xa = {i: torch.randn(1, 1, i, generator=g) for i in (3072, 8192)}
     xb = {i: torch.randn(1, 1, i, generator=g) for i in (3072, 8192)}
-    pair = models.pair_op(models._pair_linear)
+    group = models.pair_op(models._group_linear)
     with models.intra_op_threads(1), models.one_thread_workers(16) as pool:
         def singles():
             for w in ws:
@@ -53,8 +53,7 @@ def main():
         def pairs():
             for w in ws:
                 bounds = models.split_bounds(w.shape[0], w.shape[1], 16)
-                models.blocked(None, lambda a, b, lo, hi, step, w=w: pair(a, b, w, None, lo, hi,
-                                                                          step),
+                models.blocked(None, lambda xs, lo, hi, step, w=w: group(xs, w, None, lo, hi, step),
                                bounds, pool, [xa[w.shape[1]], xb[w.shape[1]]], w.shape[1])
 
         base = median_seconds(singles)

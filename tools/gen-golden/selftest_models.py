@@ -836,6 +836,23 @@ def check_lockstep_pairing():
           "calls out of step must raise in both threads: %r" % (out,))
     ls, out = pair([(m1, xa)] * 3, [(m1, xb)], fail_b=True)
     check(isinstance(out["a"], RuntimeError), "a failed partner must raise: %r" % (out["a"],))
+    # three threads, one leaving after its first call: a group of 3, then groups of 2
+    ls, out = models.Lockstep(3), {}
+    calls = {"a": [(m1, xa), (m2, xa)], "b": [(m1, xb), (m2, xb)], "c": [(m1, xa + 5)]}
+
+    def worker3(key):
+        try:
+            out[key] = [ls.call(m, x, run) for m, x in calls[key]]
+        finally:
+            ls.leave()
+    ts = [threading.Thread(target=worker3, args=(k,)) for k in calls]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(10)
+    check(not any(t.is_alive() for t in ts), "three-thread lockstep hangs")
+    check(ls.groups == {3: 1, 2: 1} and torch.equal(out["c"][0], (xa + 5) * 2) and
+          torch.equal(out["b"][1], xb * 2), "three-thread groups: %s" % ls.groups)
     print("models: lockstep pairs calls, runs alone after its partner leaves, raises out of step")
 
 
@@ -845,7 +862,7 @@ def check_pair_ops():
     16 rows; blocks and slices of 64 features, a last slice shorter."""
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(5)
-    lin, mm = models.pair_op(models._pair_linear), models.pair_op(models._pair_addmm)
+    lin, mm = models.pair_op(models._group_linear), models.pair_op(models._group_addmm)
     for rows in (1, 16):
         for n_out, n_in in ((448, 96), (200, 160)):
             w = torch.randn(n_out, n_in, generator=g)
@@ -853,18 +870,18 @@ def check_pair_ops():
             xa, xb = torch.randn(1, rows, n_in, generator=g), torch.randn(1, rows, n_in, generator=g)
             for bias in (None, b):
                 for step in (64, 128):
-                    ya, yb = lin(xa, xb, w, bias, 64, n_out, step)
-                    check(torch.equal(ya, F.linear(xa, w[64:], None if bias is None else b[64:])) and
-                          torch.equal(yb, F.linear(xb, w[64:], None if bias is None else b[64:])),
-                          "paired linear (%d rows, %dx%d, step %d, bias %s) differs"
-                          % (rows, n_out, n_in, step, bias is not None))
-            wt, x2a, x2b = w.t().contiguous(), xa[0], xb[0]
-            ya, yb = mm(x2a, x2b, wt, b, 64, n_out, 64)
-            check(torch.equal(ya, torch.addmm(b[64:], x2a, wt[:, 64:])) and
-                  torch.equal(yb, torch.addmm(b[64:], x2b, wt[:, 64:])),
-                  "paired addmm (%d rows, %dx%d) differs" % (rows, n_in, n_out))
-    print("models: paired slice ops give the unsplit ops' bytes (%s)"
-          % ("TorchScript" if lin is not models._pair_linear else "Python"))
+                    for xs in ([xa, xb], [xa, xb, xa + 1]):
+                        ys = lin(xs, w, bias, 64, n_out, step)
+                        want = [F.linear(x, w[64:], None if bias is None else b[64:]) for x in xs]
+                        check(all(torch.equal(y, v) for y, v in zip(ys, want)),
+                              "grouped linear (%d inputs, %d rows, %dx%d, step %d, bias %s) "
+                              "differs" % (len(xs), rows, n_out, n_in, step, bias is not None))
+            wt, x2s = w.t().contiguous(), [xa[0], xb[0], xa[0] - 1]
+            ys = mm(x2s, wt, b, 64, n_out, 64)
+            check(all(torch.equal(y, torch.addmm(b[64:], x, wt[:, 64:])) for y, x in zip(ys, x2s)),
+                  "grouped addmm (%d rows, %dx%d) differs" % (rows, n_in, n_out))
+    print("models: grouped slice ops give the unsplit ops' bytes (%s)"
+          % ("TorchScript" if lin is not models._group_linear else "Python"))
 
 
 def check_lockstep_build(tmp, specs, want):
@@ -876,8 +893,8 @@ def check_lockstep_build(tmp, specs, want):
     real = models.Lockstep
 
     class Counted(real):
-        def __init__(self):
-            super().__init__()
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
             made.append(self)
     models.TIER_THREADS[models.COMMITTED] = 4
     models.SPLIT_MIN = 1 << 10
@@ -892,10 +909,11 @@ def check_lockstep_build(tmp, specs, want):
     got = digests(os.path.join(tmp, "lockstep"))
     check(got == want, "lockstep builds differ from the one-thread builds: %s" % sorted(
         k for k in set(got) | set(want) if got.get(k) != want.get(k))[:5])
-    check(len(made) == len(specs) and all(m.paired > 0 and m.alone == 0 for m in made),
-          "lockstep did not pair every call: %s" % [(m.paired, m.alone) for m in made])
-    print("models: lockstep builds (pool of 4, split linears, 64-row slices) are byte-identical "
-          "to one-thread builds (%s paired calls)" % "/".join(str(m.paired) for m in made))
+    check(len(made) == len(specs) and all(m.groups.get(3, 0) > 0 and m.alone == 0 for m in made),
+          "lockstep did not group every call, the calibration's too: %s" % [m.groups for m in made])
+    print("models: lockstep builds (pool of 4, split linears, 64-row slices, the references and "
+          "the calibration grouped) are byte-identical to one-thread builds (groups %s)"
+          % "; ".join(str(m.groups) for m in made))
 
 
 def digests(root):
