@@ -295,17 +295,17 @@ func CheckGemmSwiGLU(out, x, wGateUp Buffer) error {
 
 // CheckRMSNormGemm validates the fused pre-norm and projection.
 func CheckRMSNormGemm(out, sum, x, residual, normW, w, bias Buffer, eps float32) error {
-	return checkNormGemm("rmsnorm_gemm", out, sum, x, residual, w, bias, eps, "norm_weight", normW)
+	return checkNormGemm("rmsnorm_gemm", out, sum, x, residual, w, bias, eps, []string{"norm_weight"}, normW)
 }
 
 // CheckLayerNormGemm validates the fused LayerNorm and projection.
 func CheckLayerNormGemm(out, sum, x, residual, gamma, beta, w, bias Buffer, eps float32) error {
-	return checkNormGemm("layernorm_gemm", out, sum, x, residual, w, bias, eps, "gamma", gamma, "beta", beta)
+	return checkNormGemm("layernorm_gemm", out, sum, x, residual, w, bias, eps, []string{"gamma", "beta"}, gamma, beta)
 }
 
-// checkNormGemm validates a fused norm and projection whose norm takes the named [hidden]
-// vectors (name, buffer pairs).
-func checkNormGemm(op string, out, sum, x, residual, w, bias Buffer, eps float32, norm ...any) error {
+// checkNormGemm validates a fused norm and projection whose norm takes the [hidden] vectors
+// vecs, named by names.
+func checkNormGemm(op string, out, sum, x, residual, w, bias Buffer, eps float32, names []string, vecs ...Buffer) error {
 	c := Validate(op)
 	c.DType("x", x, tensor.F16)
 	c.Rank("x", x, 2)
@@ -318,10 +318,9 @@ func checkNormGemm(op string, out, sum, x, residual, w, bias Buffer, eps float32
 		return c.Err()
 	}
 	t, h, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
-	for i := 0; i+1 < len(norm); i += 2 {
-		name, v := norm[i].(string), norm[i+1].(Buffer)
-		c.DType(name, v, tensor.F16)
-		c.Shape(name, v, []int{h}, "the hidden size of x")
+	for i, v := range vecs {
+		c.DType(names[i], v, tensor.F16)
+		c.Shape(names[i], v, []int{h}, "the hidden size of x")
 	}
 	c.Shape("w", w, []int{n, h}, "[N, hidden of x]")
 	c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")

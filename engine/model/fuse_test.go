@@ -39,11 +39,11 @@ func (g *gemmCounter) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias 
 	return g.Backend.LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps)
 }
 
-// A LayerNorm family's fused decode step runs each layer's attention norm with its q/k/v
-// projection as one LayerNormGemm (the MLP's norm feeds GPTFFN, not counted here); with
-// Fused off, none.
-func TestGPT2DecodeFusesTheAttentionNorm(t *testing.T) {
-	set, err := golden.Load(filepath.Join("..", "..", "golden", "models", "gpt2-tiny"))
+// loadCounting loads a committed model set on a counting CPU backend, graphs off (every step
+// runs its ops), closed when the test ends.
+func loadCounting(t *testing.T, name string) (*model.Model, *gemmCounter) {
+	t.Helper()
+	set, err := golden.Load(filepath.Join("..", "..", "golden", "models", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +52,16 @@ func TestGPT2DecodeFusesTheAttentionNorm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	t.Cleanup(func() { m.Close() })
 	m.UseGraphs(false)
+	return m, be
+}
+
+// A LayerNorm family's fused decode step runs each layer's attention norm with its q/k/v
+// projection as one LayerNormGemm (the MLP's norm feeds GPTFFN, not counted here); with
+// Fused off, none.
+func TestGPT2DecodeFusesTheAttentionNorm(t *testing.T) {
+	m, be := loadCounting(t, "gpt2-tiny")
 	L := m.Cfg.Layers
 	step := func() (gemms, normGemms int) {
 		if err := m.PrefillOnDevice([]int32{1, 2, 3}); err != nil {
@@ -80,17 +88,7 @@ func TestGPT2DecodeFusesTheAttentionNorm(t *testing.T) {
 // swaps one of those weights after Load, the step falls back to a GEMM per weight, so the
 // swapped weight is used.
 func TestDecodeFusesProjectionsUnlessAWeightChanged(t *testing.T) {
-	set, err := golden.Load(filepath.Join("..", "..", "golden", "models", "qwen2-tiny"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	be := &gemmCounter{Backend: cpu.New()}
-	m, err := model.Load(be, set.Dir, 16)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	m.UseGraphs(false)
+	m, be := loadCounting(t, "qwen2-tiny")
 	L := m.Cfg.Layers
 	step := func() int {
 		if err := m.PrefillOnDevice([]int32{1, 2, 3}); err != nil {

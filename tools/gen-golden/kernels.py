@@ -312,9 +312,11 @@ def gemm_swiglu(r, *, T, H, ffn, dist=normal()):
     return {}, {"x": x, "w_gate_up": w}, {"out": F.silu(acc[:, :ffn]) * acc[:, ffn:]}
 
 
-def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal()):
-    """rmsnorm of x (or of the fp16 sum x + residual, itself an output), rounded to fp16 as
-    rmsnorm stores it, then x' W^T (+ bias) in fp64: the pre-norm and the projection after it."""
+def _norm_gemm(r, T, H, N, bias, residual, eps, dist, draw_norm, norm):
+    """A pre-norm and the projection after it: norm(s, vectors) of x (or of the fp16 sum x +
+    residual, itself an output), rounded to fp16 as the norm op stores it, then x' W^T (+ bias)
+    in fp64. draw_norm(r) draws the norm's vectors ({name: f16 [H]}) after x and residual and
+    before W, in that order."""
     x = to_f16(dist(r, (T, H)))
     inputs, outs = {"x": x}, {}
     s = d(x)
@@ -323,38 +325,31 @@ def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal()):
         inputs["residual"] = res
         s = d(to_f16(d(x) + d(res)))
         outs["sum"] = d(x) + d(res)
-    weight, w = norm_weight(r, H), linear_weight(r, N, H)
-    inputs.update(weight=weight, w=w)
-    h = d(to_f16(F.rms_norm(s, (H,), d(weight), eps)))
+    vecs = draw_norm(r)
+    w = linear_weight(r, N, H)
+    inputs.update(vecs, w=w)
+    h = d(to_f16(norm(s, {k: d(v) for k, v in vecs.items()})))
     out = h @ d(w).T
     if bias:
         inputs["bias"] = to_f16(r.randn((N,)))
         out = out + d(inputs["bias"])
     outs["out"] = out
     return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
+
+
+def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal()):
+    """The RMSNorm families' pre-norm and the projection after it (_norm_gemm)."""
+    return _norm_gemm(r, T, H, N, bias, residual, eps, dist,
+                      lambda r: {"weight": norm_weight(r, H)},
+                      lambda s, v: F.rms_norm(s, (H,), v["weight"], eps))
 
 
 def layernorm_gemm(r, *, T, H, N, bias, residual, eps=1e-5, dist=normal()):
-    """layernorm of x (or of the fp16 sum x + residual, itself an output), rounded to fp16 as
-    layernorm stores it, then x' W^T (+ bias) in fp64: a LayerNorm family's pre-norm and the
-    projection after it (GPT-2's ln_1 and c_attn)."""
-    x = to_f16(dist(r, (T, H)))
-    inputs, outs = {"x": x}, {}
-    s = d(x)
-    if residual:
-        res = to_f16(dist(r, (T, H)))
-        inputs["residual"] = res
-        s = d(to_f16(d(x) + d(res)))
-        outs["sum"] = d(x) + d(res)
-    gamma, beta, w = norm_weight(r, H), to_f16(0.1 * r.randn((H,))), linear_weight(r, N, H)
-    inputs.update(gamma=gamma, beta=beta, w=w)
-    h = d(to_f16(F.layer_norm(s, (H,), d(gamma), d(beta), eps)))
-    out = h @ d(w).T
-    if bias:
-        inputs["bias"] = to_f16(r.randn((N,)))
-        out = out + d(inputs["bias"])
-    outs["out"] = out
-    return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
+    """A LayerNorm family's pre-norm and the projection after it (GPT-2's ln_1 and c_attn;
+    _norm_gemm)."""
+    return _norm_gemm(r, T, H, N, bias, residual, eps, dist,
+                      lambda r: {"gamma": norm_weight(r, H), "beta": to_f16(0.1 * r.randn((H,)))},
+                      lambda s, v: F.layer_norm(s, (H,), v["gamma"], v["beta"], eps))
 
 
 def swiglu_gemm(r, *, T, ffn, N, bias=False, gate=normal(2.0)):

@@ -659,6 +659,33 @@ class TapCapture:
         assert t.shape[0] == 1, (key, t.shape)  # batch 1
         self.taps[key] = t[0].detach().to(F32).contiguous().clone()
 
+    @contextmanager
+    def rope_taps(self, modeling, transform):
+        """Within the block, this thread's modeling.apply_rotary_pos_emb (looked up by the
+        attention forward at call time; wrapped per thread by thread_rope) returns transformers'
+        own q and k, passed through transform when given, and records them as q_rope / k_rope of
+        the layer whose attention module is running."""
+        if self.family == "gpt2":
+            yield
+            return
+
+        def make(original):
+            def wrapped(q, k, cos, sin, *args, **kwargs):
+                q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
+                if transform is not None:
+                    q_embed, k_embed = transform(q_embed), transform(k_embed)
+                if self.prefix is not None:
+                    self.rope_calls += 1
+                    p = "layers.%d." % self.layer
+                    # [B, heads, T, D] -> [B, T, heads, D]
+                    self.put(p + "q_rope", q_embed.transpose(1, 2))
+                    self.put(p + "k_rope", k_embed.transpose(1, 2))
+                return q_embed, k_embed
+            return wrapped
+
+        with thread_rope(modeling, make):
+            yield
+
 
 class Recorder(TapCapture):
     """Module hooks that copy the reference's taps (see TapCapture)."""
@@ -774,26 +801,8 @@ class Recorder(TapCapture):
 
     @contextmanager
     def rope_capture(self, modeling):
-        """Wrap modeling.apply_rotary_pos_emb (looked up by the attention forward at call time)
-        for this thread (thread_rope): the wrapper returns transformers' own result and records
-        it as q_rope / k_rope of the layer whose attention module is running."""
-        if self.family == "gpt2":
-            yield
-            return
-
-        def make(original):
-            def wrapped(q, k, cos, sin, *args, **kwargs):
-                q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
-                if self.prefix is not None:
-                    self.rope_calls += 1
-                    p = "layers.%d." % self.layer
-                    # [B, heads, T, D] -> [B, T, heads, D]
-                    self.put(p + "q_rope", q_embed.transpose(1, 2))
-                    self.put(p + "k_rope", k_embed.transpose(1, 2))
-                return q_embed, k_embed
-            return wrapped
-
-        with thread_rope(modeling, make):
+        """Record transformers' own RoPE results as q_rope / k_rope (TapCapture.rope_taps)."""
+        with self.rope_taps(modeling, None):
             yield
 
 
@@ -926,8 +935,8 @@ def one_thread_workers(n):
         torch.set_num_threads(main_threads)
 
 
-# Work a lockstep pair (Lockstep) does on one slice of a weight: both rows' op on this many bytes
-# of fp32 weight at a time (a multiple of SPLIT_ALIGN output features, at least one), so the
+# Work a lockstep group (Lockstep) does on one slice of a weight: every row's op on this many
+# bytes of fp32 weight at a time (a multiple of SPLIT_ALIGN output features, at least one), so the
 # second read of the slice comes from the core's cache instead of memory. On the 16-core GPU host
 # (2 MiB of L2 a core), Phi-3-mini's layer shapes on 16 workers against the two rows' passes one
 # after the other: 256-512 KiB 1.91-1.93x, 1 MiB 1.75x, 4 MiB 1.71x, whole blocks 1.49x
@@ -980,30 +989,30 @@ def _group_addmm(xs: List[torch.Tensor], w: torch.Tensor, b: torch.Tensor, lo: i
     return [torch.cat(y, -1) for y in ys]
 
 
-_PAIR_OPS = {}
+_GROUP_OPS = {}
 
 
-def pair_op(fn):
+def group_op(fn):
     """fn compiled by TorchScript, whose interpreter runs the slice loop without the Python GIL
     (16 pool threads each taking the GIL for every slice's op serialise on it: measured on a
     16-core host, the lockstep references in Python were slower than the two one after the
     other). It runs with the graph executor's optimisations off: they would rewrite addmm as mm
     + add, another rounding. So the ops are the ATen ops of the Python form (the selftest checks
     the bytes); without TorchScript, fn itself."""
-    if fn not in _PAIR_OPS:
+    if fn not in _GROUP_OPS:
         import warnings
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # torch.jit.script is deprecated, still exact
                 scripted = torch.jit.script(fn)
         except Exception:
-            _PAIR_OPS[fn] = fn
+            _GROUP_OPS[fn] = fn
         else:
             def call(*args):
                 with torch.jit.optimized_execution(False):
                     return scripted(*args)
-            _PAIR_OPS[fn] = call
-    return _PAIR_OPS[fn]
+            _GROUP_OPS[fn] = call
+    return _GROUP_OPS[fn]
 
 
 def blocked(single, group, bounds, pool, xs, n_in):
@@ -1035,7 +1044,7 @@ def split_linears(model, pool, n_blocks, lockstep=None):
     import torch.nn.functional as F
     from transformers.pytorch_utils import Conv1D
 
-    group_linear, group_addmm = pair_op(_group_linear), pair_op(_group_addmm)
+    group_linear, group_addmm = group_op(_group_linear), group_op(_group_addmm)
 
     def linear(mod, orig, bounds):
         def single(x, lo, hi):
@@ -1721,23 +1730,7 @@ class Rounder(TapCapture):
     @contextmanager
     def rope_rounding(self, modeling):
         """RoPE's outputs rounded (and recorded): the KV cache then holds fp16 keys."""
-        if self.family == "gpt2":
-            yield
-            return
-
-        def make(original):
-            def wrapped(q, k, cos, sin, *args, **kwargs):
-                q_embed, k_embed = original(q, k, cos, sin, *args, **kwargs)
-                q_embed, k_embed = self.round(q_embed), self.round(k_embed)
-                if self.prefix is not None:
-                    self.rope_calls += 1
-                    p = "layers.%d." % self.layer
-                    self.put(p + "q_rope", q_embed.transpose(1, 2))
-                    self.put(p + "k_rope", k_embed.transpose(1, 2))
-                return q_embed, k_embed
-            return wrapped
-
-        with thread_rope(modeling, make):
+        with self.rope_taps(modeling, self.round):
             yield
 
 
@@ -1944,39 +1937,35 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         hparams = reference_hparams(model, family)
     s_seed = sample_seed(name)
 
+    feed = TokenFeed()  # the greedy tokens as they are chosen, for a calibration in lockstep
+
     def greedy():
-        return run_reference(model, family, cfg, prompt, decode_steps)
+        try:
+            return run_reference(model, family, cfg, prompt, decode_steps, feed=feed)
+        finally:
+            feed.close()
 
     def seeded():
         return run_sampled(model, prompt, s_seed)
 
+    def rounded():
+        return run_rounded(model, family, cfg, prompt, feed, decode_steps, pool=pool,
+                           weights_f16=True)
+
     # With a pool the references run in lockstep (run_lockstep), one after the other without.
     # The calibration forward joins them where the weights are its own already (an fp16
     # checkpoint: no rounding in place), teacher-forced on the greedy tokens as they come.
-    lockstep = None
-    if pool is not None and threads > 1:
-        lockstep = Lockstep(3 if weights_f16 else 2)
+    jobs = [greedy, seeded] + ([rounded] if weights_f16 else [])
+    lockstep = Lockstep(len(jobs)) if pool is not None and threads > 1 else None
     cal_taps = None
     with split_linears(model, pool, threads, lockstep):
-        if lockstep is not None and weights_f16:
-            feed = TokenFeed()
-
-            def greedy_fed():
-                try:
-                    return run_reference(model, family, cfg, prompt, decode_steps, feed=feed)
-                finally:
-                    feed.close()
-
-            def rounded():
-                return run_rounded(model, family, cfg, prompt, feed, decode_steps, pool=pool,
-                                   weights_f16=True)
-            with phase("run_reference + run_sampled + run_rounded (lockstep)"):
-                (taps, tokens, margins, top5), (s_tokens, s_margins), cal_taps = \
-                    run_lockstep(lockstep, greedy_fed, seeded, rounded)
-        elif lockstep is not None:
-            with phase("run_reference + run_sampled (lockstep)"):
-                (taps, tokens, margins, top5), (s_tokens, s_margins) = \
-                    run_lockstep(lockstep, greedy, seeded)
+        if lockstep is not None:
+            with phase("run_reference + run_sampled%s (lockstep)"
+                       % (" + run_rounded" if len(jobs) == 3 else "")):
+                results = run_lockstep(lockstep, *jobs)
+            (taps, tokens, margins, top5), (s_tokens, s_margins) = results[:2]
+            if len(jobs) == 3:
+                cal_taps = results[2]
         else:
             with phase("run_reference"):
                 taps, tokens, margins, top5 = greedy()

@@ -41,7 +41,7 @@ def main():
     gb = sum(w.numel() for w in ws) * 4 / 1e9
     xa = {i: torch.randn(1, 1, i, generator=g) for i in (3072, 8192)}
     xb = {i: torch.randn(1, 1, i, generator=g) for i in (3072, 8192)}
-    group = models.pair_op(models._group_linear)
+    group = models.group_op(models._group_linear)
     with models.intra_op_threads(1), models.one_thread_workers(16) as pool:
         def singles():
             for w in ws:

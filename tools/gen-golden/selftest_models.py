@@ -856,13 +856,13 @@ def check_lockstep_pairing():
     print("models: lockstep pairs calls, runs alone after its partner leaves, raises out of step")
 
 
-def check_pair_ops():
+def check_group_ops():
     """The paired slice ops (TorchScript where available) give, row by row, the bytes of the op
     one block and one input at a time: F.linear with and without bias, Conv1D's addmm; one and
     16 rows; blocks and slices of 64 features, a last slice shorter."""
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(5)
-    lin, mm = models.pair_op(models._group_linear), models.pair_op(models._group_addmm)
+    lin, mm = models.group_op(models._group_linear), models.group_op(models._group_addmm)
     for rows in (1, 16):
         for n_out, n_in in ((448, 96), (200, 160)):
             w = torch.randn(n_out, n_in, generator=g)
@@ -947,7 +947,7 @@ def run(set_dirs=None):
             k for k in set(da) | set(db) if da.get(k) != db.get(k))[:5])
         print("models: two builds of the committed sets are byte-identical (%d files)" % len(da))
         check_lockstep_pairing()
-        check_pair_ops()
+        check_group_ops()
         check_lockstep_build(tmp, specs, da)
         for spec in specs:
             check_set(os.path.join(tmp, "a", "models", spec.name), spec)

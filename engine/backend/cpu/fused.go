@@ -12,42 +12,32 @@ func (*Backend) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer
 	if err := backend.CheckRMSNormGemm(out, sum, x, residual, normW, w, bias, eps); err != nil {
 		return err
 	}
-	ts, err := tensors("rmsnorm_gemm", out, sum, x, residual, normW, w, bias)
-	if err != nil {
-		return err
-	}
-	t, h, n := ts[2].Shape[0], ts[2].Shape[1], ts[5].Shape[0]
-	xv := ts[2].Float32()
-	if ts[3] != nil {
-		rv := ts[3].Float32()
-		for i := range xv {
-			xv[i] = tensor.RoundF16(xv[i] + rv[i])
-		}
-		store(ts[1], xv)
-	}
-	rmsNormRows(xv, h, ts[4].Float32(), eps)
-	for i, v := range xv {
-		xv[i] = tensor.RoundF16(v)
-	}
-	res := matmulT(xv, ts[5].Float32(), t, h, n)
-	if ts[6] != nil {
-		addBias(res, ts[6].Float32())
-	}
-	store(ts[0], res)
-	return nil
+	return normGemm("rmsnorm_gemm", out, sum, x, residual, w, bias, func(xv []float32, h int, v []*tensor.Tensor) {
+		rmsNormRows(xv, h, v[0].Float32(), eps)
+	}, normW)
 }
 
-// LayerNormGemm is RMSNormGemm's composition with LayerNorm: the rows (after the residual add,
-// when given) normalised as LayerNorm would, rounded to fp16 as it stores them, then projected.
+// LayerNormGemm is RMSNormGemm's composition with LayerNorm.
 func (*Backend) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backend.Buffer, eps float32) error {
 	if err := backend.CheckLayerNormGemm(out, sum, x, residual, gamma, beta, w, bias, eps); err != nil {
 		return err
 	}
-	ts, err := tensors("layernorm_gemm", out, sum, x, residual, gamma, beta, w, bias)
+	return normGemm("layernorm_gemm", out, sum, x, residual, w, bias, func(xv []float32, h int, v []*tensor.Tensor) {
+		layerNormRows(xv, h, v[0].Float32(), v[1].Float32(), eps)
+	}, gamma, beta)
+}
+
+// normGemm is a fused norm and projection on validated arguments: the rows of x (plus residual,
+// rounded and stored in sum, when given) normalised in place by norm (which gets the norm's
+// vectors), rounded to fp16 as the norm op stores them, then projected with fp32 accumulation
+// and the bias before the one rounding of out.
+func normGemm(op string, out, sum, x, residual, w, bias backend.Buffer,
+	norm func(xv []float32, h int, vecs []*tensor.Tensor), vecs ...backend.Buffer) error {
+	ts, err := tensors(op, append([]backend.Buffer{out, sum, x, residual, w, bias}, vecs...)...)
 	if err != nil {
 		return err
 	}
-	t, h, n := ts[2].Shape[0], ts[2].Shape[1], ts[6].Shape[0]
+	t, h, n := ts[2].Shape[0], ts[2].Shape[1], ts[4].Shape[0]
 	xv := ts[2].Float32()
 	if ts[3] != nil {
 		rv := ts[3].Float32()
@@ -56,13 +46,13 @@ func (*Backend) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backen
 		}
 		store(ts[1], xv)
 	}
-	layerNormRows(xv, h, ts[4].Float32(), ts[5].Float32(), eps)
+	norm(xv, h, ts[6:])
 	for i, v := range xv {
 		xv[i] = tensor.RoundF16(v)
 	}
-	res := matmulT(xv, ts[6].Float32(), t, h, n)
-	if ts[7] != nil {
-		addBias(res, ts[7].Float32())
+	res := matmulT(xv, ts[4].Float32(), t, h, n)
+	if ts[5] != nil {
+		addBias(res, ts[5].Float32())
 	}
 	store(ts[0], res)
 	return nil

@@ -22,18 +22,30 @@ func (b *Backend) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buff
 	if err != nil {
 		return err
 	}
+	cfg, err := normGemmConfig(op, d[2], d[5], eps)
+	if err != nil {
+		return err
+	}
+	st := C.tsg_rmsnorm_gemm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), ptr(d[6]), &cfg, b.e)
+	return b.normGemmLaunched(op, st, out, sum)
+}
+
+// normGemmConfig is the config of rmsnorm_gemm and layernorm_gemm: rows and hidden from x, n
+// from w.
+func normGemmConfig(op string, x, w *buffer, eps float32) (C.ts_norm_gemm_config, error) {
 	c := dims{op: op}
 	cfg := C.ts_norm_gemm_config{
 		dtype:  C.TS_F16,
-		rows:   c.int("rows", d[2].shape[0]),
-		hidden: c.int("hidden", d[2].shape[1]),
-		n:      c.int("n", d[5].shape[0]),
+		rows:   c.int("rows", x.shape[0]),
+		hidden: c.int("hidden", x.shape[1]),
+		n:      c.int("n", w.shape[0]),
 		eps:    C.float(eps),
 	}
-	if c.err != nil {
-		return c.err
-	}
-	st := C.tsg_rmsnorm_gemm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), ptr(d[6]), &cfg, b.e)
+	return cfg, c.err
+}
+
+// normGemmLaunched records a fused norm and projection's launch: out, and sum with a residual.
+func (b *Backend) normGemmLaunched(op string, st C.int, out, sum backend.Buffer) error {
 	if sum != nil {
 		return b.launched(op, st, arg{"out", out}, arg{"sum", sum})
 	}
@@ -53,22 +65,12 @@ func (b *Backend) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias back
 	if err != nil {
 		return err
 	}
-	c := dims{op: op}
-	cfg := C.ts_norm_gemm_config{
-		dtype:  C.TS_F16,
-		rows:   c.int("rows", d[2].shape[0]),
-		hidden: c.int("hidden", d[2].shape[1]),
-		n:      c.int("n", d[6].shape[0]),
-		eps:    C.float(eps),
-	}
-	if c.err != nil {
-		return c.err
+	cfg, err := normGemmConfig(op, d[2], d[6], eps)
+	if err != nil {
+		return err
 	}
 	st := C.tsg_layernorm_gemm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), ptr(d[5]), ptr(d[6]), ptr(d[7]), &cfg, b.e)
-	if sum != nil {
-		return b.launched(op, st, arg{"out", out}, arg{"sum", sum})
-	}
-	return b.launched(op, st, arg{"out", out})
+	return b.normGemmLaunched(op, st, out, sum)
 }
 
 // GPTFFN is GPT-2's MLP with the GELU in the up projection's epilogue. Unfused equivalent:
