@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 9
+#define TS_ABI_VERSION 10
 
 typedef enum {
     TS_OK = 0,
@@ -170,8 +170,13 @@ typedef struct {
 } ts_norm_config;
 
 /* rope on x [tokens, heads, head_dim]; NeoX/rotate_half pairs (i, i + rope_dim/2) for
- * i < rope_dim/2, angle positions[t] * freq_base^(-2i/rope_dim); dims >= rope_dim pass. The angle is
- * exact to ~1e-6 rad at every int32 position (double angle, reduced to [-pi, pi] before sincos). */
+ * i < rope_dim/2, angle positions[t] * inv_freq_i with inv_freq_i = freq_base^(-2i/rope_dim) / div_i;
+ * the rotated pair is multiplied by attention_factor; dims >= rope_dim pass unchanged. The angle is
+ * exact to ~1e-6 rad at every int32 position (double angle, reduced to [-pi, pi] before sincos).
+ *
+ * RoPE scaling (Llama 3's llama3, YaRN, LongRoPE) is a per-pair divisor table that the caller
+ * computes once from the model config: div_i = freq_divisor[i], or long_divisor[i] for a token
+ * whose position is >= long_from (LongRoPE's long factors), or 1 where the table is NULL. */
 typedef struct {
     ts_dtype dtype;
     int tokens;
@@ -179,6 +184,10 @@ typedef struct {
     int head_dim; /* even */
     int rope_dim; /* even, 0 < rope_dim <= head_dim */
     float freq_base;
+    const float *freq_divisor; /* device, rope_dim/2 fp32 > 0, or NULL (no scaling) */
+    const float *long_divisor; /* device, rope_dim/2 fp32 > 0, or NULL (no long table) */
+    int long_from;             /* >= 0 when long_divisor is set; ignored otherwise */
+    float attention_factor;    /* finite, > 0: YaRN's mscale, LongRoPE's scaling; 1 for none */
 } ts_rope_config;
 
 /* attention_prefill: q [batch, seq_len, n_heads, head_dim], k/v [batch, seq_len, n_kv_heads,

@@ -2,7 +2,10 @@
  * rope: rotary position embedding on x [tokens, heads, head_dim], NeoX / HF rotate_half
  * pairing: for i < rope_dim/2, angle = positions[t] * freq_base^(-2i/rope_dim) and
  * (x_i, x_{i+rope_dim/2}) -> (x_i cos - x_{i+r/2} sin, x_{i+r/2} cos + x_i sin); dims >= rope_dim
- * pass through (copied only when out != x).
+ * pass through (copied only when out != x). RoPE scaling (llama3, YaRN, LongRoPE) divides each pair's
+ * inverse frequency by the caller's fp32 divisor table (LongRoPE's long table from position long_from
+ * on) and multiplies the rotated pair by attention_factor; the engine computes the tables once per
+ * model from its config (engine/model/ropescale.go).
  *
  * One block per token. The token's cos/sin for each pair i are computed once into shared memory
  * and applied to every head. The angle is exact to ~1e-7 rad at every position an int32 can
@@ -35,17 +38,31 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kTablePairs = 4096; /* 32 KB of cos/sin in shared memory */
 
-/* cos/sin of pos * ratio^i, ratio = freq_base^(-2/rope_dim) (see the header comment). */
-__device__ __forceinline__ void rope_angle(int pos, int i, double ratio, float *s, float *c) {
+/* The token's divisor table: LongRoPE's long factors from long_from on, else the (short) table;
+ * NULL when the RoPE is unscaled. */
+__device__ __forceinline__ const float *rope_divisors(int pos, const float *div, const float *long_div,
+                                                      int long_from) {
+    return long_div != nullptr && pos >= long_from ? long_div : div;
+}
+
+/* factor * cos/sin of pos * ratio^i / div_i, ratio = freq_base^(-2/rope_dim) (see the header
+ * comment). The divisor is an fp32 input taken exactly: the quotient is formed in double, so
+ * scaling costs the angle no precision. */
+__device__ __forceinline__ void rope_angle(int pos, int i, double ratio, const float *div, float factor, float *s,
+                                           float *c) {
     double inv_freq = 1.0, p = ratio;
     for (int e = i; e != 0; e >>= 1) {
         if (e & 1) inv_freq *= p;
         p *= p;
     }
+    if (div != nullptr) inv_freq /= (double)div[i];
     const double angle = (double)pos * inv_freq;
     constexpr double kTwoPi = 6.283185307179586476925286766559;
     const double reduced = fma(-rint(angle * (1.0 / kTwoPi)), kTwoPi, angle);
-    sincosf((float)reduced, s, c);
+    float sn, cs;
+    sincosf((float)reduced, &sn, &cs);
+    *s = sn * factor;
+    *c = cs * factor;
 }
 
 /* At least 6 blocks of 256 per SM (<= 42 registers): the powf / sincosf code would otherwise take
@@ -54,7 +71,8 @@ __device__ __forceinline__ void rope_angle(int pos, int i, double ratio, float *
 template <bool VEC>
 __global__ void __launch_bounds__(kThreads, 6)
     rope_kernel(__half *out, const __half *x, const int32_t *positions, int heads, int head_dim, int rope_half,
-                double ratio, ts::FaultRecord *fault) {
+                double ratio, const float *div_short, const float *div_long, int long_from, float factor,
+                ts::FaultRecord *fault) {
     ts::pdl_wait();
     extern __shared__ float table_s[]; /* cos, then sin, of min(rope_half, kTablePairs) pairs */
     const int t = blockIdx.x;
@@ -90,8 +108,9 @@ __global__ void __launch_bounds__(kThreads, 6)
         };
         if (it < items) load(it); /* in flight while the position arrives and the table is computed */
         if (bad_position()) return;
+        const float *div = rope_divisors(pos, div_short, div_long, long_from);
         for (int i = threadIdx.x; i < table; i += blockDim.x)
-            rope_angle(pos, i, ratio, &sin_s[i], &cos_s[i]);
+            rope_angle(pos, i, ratio, div, factor, &sin_s[i], &cos_s[i]);
         __syncthreads();
         while (it < items) {
             const int h = it / per_head, j = it - h * per_head;
@@ -117,8 +136,9 @@ __global__ void __launch_bounds__(kThreads, 6)
         }
     } else {
         if (bad_position()) return;
+        const float *div = rope_divisors(pos, div_short, div_long, long_from);
         for (int i = threadIdx.x; i < table; i += blockDim.x)
-            rope_angle(pos, i, ratio, &sin_s[i], &cos_s[i]);
+            rope_angle(pos, i, ratio, div, factor, &sin_s[i], &cos_s[i]);
         __syncthreads();
         const int half_dim = head_dim / 2; /* items per head: rope_half pairs, then pass-through dim pairs */
         const int items = heads * half_dim;
@@ -131,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 6)
                     sn = sin_s[j];
                     cs = cos_s[j];
                 } else {
-                    rope_angle(pos, j, ratio, &sn, &cs);
+                    rope_angle(pos, j, ratio, div, factor, &sn, &cs);
                 }
                 const float a = __half2float(xt[base + j]);
                 const float b = __half2float(xt[base + j + rope_half]);
@@ -146,8 +166,11 @@ __global__ void __launch_bounds__(kThreads, 6)
     }
 }
 
-int launch_rope(__half *out, const __half *x, const int32_t *positions, int tokens, int heads, int head_dim,
-                int rope_dim, float freq_base, cudaStream_t stream) {
+int launch_rope(__half *out, const __half *x, const int32_t *positions, const ts_rope_config *cfg,
+                cudaStream_t stream) {
+    const int tokens = cfg->tokens, heads = cfg->heads, head_dim = cfg->head_dim, rope_dim = cfg->rope_dim;
+    const float freq_base = cfg->freq_base;
+    const int long_from = cfg->long_divisor != nullptr ? cfg->long_from : 0;
     const char *op = "rope";
     const int rope_half = rope_dim / 2;
     const bool vec = rope_half % 8 == 0 && head_dim % 8 == 0 && rope_half <= kTablePairs && ts::aligned16(out) &&
@@ -157,16 +180,19 @@ int launch_rope(__half *out, const __half *x, const int32_t *positions, int toke
     const size_t smem = 2 * sizeof(float) * (size_t)std::min(rope_half, kTablePairs);
     /* inv_freq_i = ratio^i: the one transcendental of the op, in double, once per launch. */
     const double ratio = std::pow((double)freq_base, -2.0 / (double)rope_dim);
-    const char *d = ts::dims("tokens=%d heads=%d head_dim=%d rope_dim=%d freq_base=%g inplace=%d vec=%d", tokens, heads,
-                             head_dim, rope_dim, freq_base, (int)(out == x), (int)vec);
+    const char *d = ts::dims("tokens=%d heads=%d head_dim=%d rope_dim=%d freq_base=%g scaled=%d long_from=%d "
+                             "attention_factor=%g inplace=%d vec=%d",
+                             tokens, heads, head_dim, rope_dim, freq_base, (int)(cfg->freq_divisor != nullptr),
+                             cfg->long_divisor != nullptr ? long_from : -1, cfg->attention_factor, (int)(out == x),
+                             (int)vec);
     if (vec) {
         auto kernel = rope_kernel<true>;
         TS_LAUNCH(op, kernel, tokens, threads, smem, stream, d, out, x, positions, heads, head_dim, rope_half,
-                  ratio, ts::fault_record());
+                  ratio, cfg->freq_divisor, cfg->long_divisor, long_from, cfg->attention_factor, ts::fault_record());
     } else {
         auto kernel = rope_kernel<false>;
         TS_LAUNCH(op, kernel, tokens, threads, smem, stream, d, out, x, positions, heads, head_dim, rope_half,
-                  ratio, ts::fault_record());
+                  ratio, cfg->freq_divisor, cfg->long_divisor, long_from, cfg->attention_factor, ts::fault_record());
     }
     return TS_OK;
 }
@@ -196,11 +222,15 @@ extern "C" int ts_rope(void *out, const void *x, const int32_t *positions, const
                cfg->head_dim);
     if (v.ok() && (!(cfg->freq_base > 1.0f) || !std::isfinite(cfg->freq_base)))
         v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->freq_base = %g: must be finite and > 1", cfg->freq_base);
+    if (v.ok() && (!(cfg->attention_factor > 0.0f) || !std::isfinite(cfg->attention_factor)))
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->attention_factor = %g: must be finite and > 0 (1: unscaled)",
+               cfg->attention_factor);
+    if (v.ok() && cfg->long_divisor != nullptr && cfg->long_from < 0)
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->long_from = %d: must be >= 0 with a long_divisor table", cfg->long_from);
     v.elements("x", {cfg->tokens, cfg->heads, cfg->head_dim});
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_rope(static_cast<__half *>(out), static_cast<const __half *>(x), positions, cfg->tokens,
-                       cfg->heads, cfg->head_dim, cfg->rope_dim, cfg->freq_base, st);
+    return launch_rope(static_cast<__half *>(out), static_cast<const __half *>(x), positions, cfg, st);
 }

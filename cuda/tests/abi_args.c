@@ -37,7 +37,7 @@ int main(void) {
     }
     ts_elementwise_config ew = {TS_F16, 1024};
     ts_norm_config nc = {TS_F16, 4, 896, 1e-6f};
-    ts_rope_config rc = {TS_F16, 7, 14, 64, 64, 1e6f};
+    ts_rope_config rc = {TS_F16, 7, 14, 64, 64, 1e6f, NULL, NULL, 0, 1.0f};
     ts_attention_config ac = {TS_F16, 1, 16, 14, 2, 64, 1, 0.125f};
     ts_decode_config dc = {TS_F16, 1, 4096, 14, 2, 64, 0.125f};
     ts_ffn_config fc = {TS_F16, 4, 896, 4864};
@@ -94,6 +94,18 @@ int main(void) {
     rbase.freq_base = 1;
     expect("rope freq_base 1", ts_rope(P, P, P, &rbase, NULL), TS_ERR_INVALID_ARGUMENT, "rope", "freq_base", "1");
     expect("rope null positions", ts_rope(P, P, NULL, &rc, NULL), TS_ERR_INVALID_ARGUMENT, "rope", "positions", NULL);
+    ts_rope_config rfactor = rc;
+    rfactor.attention_factor = 0;
+    expect("rope attention_factor 0", ts_rope(P, P, P, &rfactor, NULL), TS_ERR_INVALID_ARGUMENT, "rope",
+           "attention_factor", "0");
+    rfactor.attention_factor = -1.5f;
+    expect("rope attention_factor < 0", ts_rope(P, P, P, &rfactor, NULL), TS_ERR_INVALID_ARGUMENT, "rope",
+           "attention_factor", "-1.5");
+    ts_rope_config rlong = rc;
+    rlong.freq_divisor = (const float *)P;
+    rlong.long_divisor = (const float *)P;
+    rlong.long_from = -1;
+    expect("rope long_from < 0", ts_rope(P, P, P, &rlong, NULL), TS_ERR_INVALID_ARGUMENT, "rope", "long_from", "-1");
 
     /* attention */
     ts_attention_config a3 = ac;

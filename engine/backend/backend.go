@@ -32,12 +32,32 @@ type DeviceInfo struct {
 }
 
 // RoPEConfig configures rotary position embedding. Pairs are NeoX / Hugging Face
-// rotate_half style: dimension i rotates with i+RopeDim/2 for i < RopeDim/2, and the
-// dimensions from RopeDim to HeadDim pass through unchanged (partial rotary).
+// rotate_half style: dimension i rotates with i+RopeDim/2 for i < RopeDim/2 by the angle
+// pos · FreqBase^(-2i/RopeDim) / divisor_i, and the dimensions from RopeDim to HeadDim pass
+// through unchanged (partial rotary).
+//
+// RoPE scaling (Llama 3's llama3, YaRN, LongRoPE) is carried as tables, computed once per model
+// from its config: FreqDivisor (f32 [RopeDim/2], nil: all 1) divides each pair's inverse
+// frequency; for a token at a position >= LongFrom, LongDivisor replaces it (LongRoPE's long
+// factors; nil: none); AttentionFactor multiplies the rotated pairs (YaRN's mscale, LongRoPE's
+// scaling; 0 means 1). The zero value of the scaling fields is plain RoPE.
 type RoPEConfig struct {
 	HeadDim  int
 	RopeDim  int
 	FreqBase float32
+
+	FreqDivisor     Buffer
+	LongDivisor     Buffer
+	LongFrom        int
+	AttentionFactor float32
+}
+
+// Factor is the multiplier of the rotated pairs: AttentionFactor, or 1 when it is unset.
+func (c RoPEConfig) Factor() float32 {
+	if c.AttentionFactor == 0 {
+		return 1
+	}
+	return c.AttentionFactor
 }
 
 // AttentionConfig configures scaled dot-product attention. Query head h reads key/value

@@ -128,6 +128,22 @@ func CheckRoPE(out, x, positions Buffer, cfg RoPEConfig) error {
 		c.DType("out", out, tensor.F16)
 		c.Shape("out", out, x.Shape(), "the shape of x")
 	}
+	f := cfg.AttentionFactor
+	c.That(f == 0 || (f > 0 && !math.IsInf(float64(f), 0)), "attention_factor", fmtF(f), "must be finite and > 0 (0: unscaled, 1)")
+	if cfg.LongDivisor != nil {
+		c.That(cfg.LongFrom >= 0, "long_from", fmtI(cfg.LongFrom), "must be >= 0 with a long_divisor table")
+	}
+	if c.Err() == nil {
+		for _, t := range []struct {
+			name string
+			buf  Buffer
+		}{{"freq_divisor", cfg.FreqDivisor}, {"long_divisor", cfg.LongDivisor}} {
+			if t.buf != nil {
+				c.DType(t.name, t.buf, tensor.F32)
+				c.Shape(t.name, t.buf, []int{cfg.RopeDim / 2}, "one divisor per rotated pair (rope_dim/2)")
+			}
+		}
+	}
 	return c.Err()
 }
 

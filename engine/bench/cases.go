@@ -69,6 +69,13 @@ func Cases() []Case {
 			Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{rows, 32, 128}, nil), in("k", tensor.F16, []int{rows, 32, 128}, nil),
 				in("positions", tensor.I32, []int{rows}, conformance.IntsBelow(8192))},
 			Bytes: 2*2*elems(rows, 32, 128)*f16 + 2*rows*i32},
+		// The same with RoPE scaling's divisor tables (LongRoPE: two, switching at 4096) and an
+		// attention factor: the tables must cost no bandwidth.
+		{Name: "rope scaled 4096 tok, 32+32 heads x 128 (q and k)", Op: "rope", Params: `{"freq_base": 10000, "rope_dim": 128, "head_dim": 128, "attention_factor": 1.19, "long_from": 4096}`,
+			Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{rows, 32, 128}, nil), in("k", tensor.F16, []int{rows, 32, 128}, nil),
+				in("positions", tensor.I32, []int{rows}, conformance.IntsBelow(8192)),
+				in("freq_divisor", tensor.F32, []int{64}, normal(0.2, 2)), in("long_divisor", tensor.F32, []int{64}, normal(5, 32))},
+			Bytes: 2*2*elems(rows, 32, 128)*f16 + 2*rows*i32},
 		{Name: "softmax 128x151936 f32", Op: "softmax", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F32, []int{128, 151936}, normal(3, 0))}, Bytes: 2 * elems(128, 151936) * f32},
 		// One token per call at Qwen2.5's vocabulary: greedy, full-vocabulary nucleus, top-k.

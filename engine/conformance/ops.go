@@ -16,10 +16,14 @@ type epsParams struct {
 	Eps float32 `json:"eps"`
 }
 
+// ropeParams: a scaled RoPE case carries attention_factor and the freq_divisor input; a
+// LongRoPE case also long_from and the long_divisor input.
 type ropeParams struct {
-	FreqBase float32 `json:"freq_base"`
-	RopeDim  int     `json:"rope_dim"`
-	HeadDim  int     `json:"head_dim"`
+	FreqBase        float32  `json:"freq_base"`
+	RopeDim         int      `json:"rope_dim"`
+	HeadDim         int      `json:"head_dim"`
+	AttentionFactor *float32 `json:"attention_factor,omitempty"`
+	LongFrom        *int     `json:"long_from,omitempty"`
 }
 
 type attentionParams struct {
@@ -226,6 +230,14 @@ func init() {
 		var p ropeParams
 		c.params(&p)
 		cfg := backend.RoPEConfig{HeadDim: p.HeadDim, RopeDim: p.RopeDim, FreqBase: p.FreqBase}
+		if p.AttentionFactor != nil {
+			cfg.AttentionFactor = *p.AttentionFactor
+			cfg.FreqDivisor = c.input("freq_divisor")
+		}
+		if p.LongFrom != nil {
+			cfg.LongFrom = *p.LongFrom
+			cfg.LongDivisor = c.input("long_divisor")
+		}
 		q, k, pos := c.input("q"), c.input("k"), c.input("positions")
 		qOut, kOut := c.like(q), c.like(k)
 		c.do(func() error { return c.b.RoPE(qOut, q, pos, cfg) })

@@ -1,4 +1,4 @@
-// Package model loads Hugging Face checkpoints (config.json + safetensors) of the Qwen2,
+// Package model loads Hugging Face checkpoints (config.json + safetensors) of the Llama, Qwen2,
 // Phi-3 and GPT-2 families and runs their forward passes, prefill and KV-cached decode, on
 // any backend.Backend, copying named activations (taps) to the host when asked for them.
 package model
@@ -14,7 +14,7 @@ import (
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
 type Config struct {
-	Family       string // "qwen2", "phi3" or "gpt2" (config.json model_type)
+	Family       string // "llama", "qwen2", "phi3" or "gpt2" (config.json model_type)
 	Hidden       int
 	Layers       int
 	Heads        int
@@ -22,11 +22,12 @@ type Config struct {
 	HeadDim      int
 	Intermediate int
 	Vocab        int
-	NormEps      float32 // rms_norm_eps (qwen2, phi3) or layer_norm_epsilon (gpt2)
-	RopeTheta    float32 // 0 for gpt2 (learned absolute positions)
-	RopeDim      int     // leading dims of each head that RoPE rotates (HeadDim: full rotary); 0 for gpt2
-	Activation   string  // the MLP's: "silu" (gated, SwiGLU) or "gelu_new" (GELU, tanh form)
-	TiedHead     bool    // logits use the token embedding matrix
+	NormEps      float32      // rms_norm_eps (qwen2, phi3) or layer_norm_epsilon (gpt2)
+	RopeTheta    float32      // 0 for gpt2 (learned absolute positions)
+	RopeDim      int          // leading dims of each head that RoPE rotates (HeadDim: full rotary); 0 for gpt2
+	RopeScaling  *RopeScaling // llama3, yarn or longrope; nil for the default RoPE (and gpt2)
+	Activation   string       // the MLP's: "silu" (gated, SwiGLU) or "gelu_new" (GELU, tanh form)
+	TiedHead     bool         // logits use the token embedding matrix
 	MaxPositions int
 	AttnBias     bool // q/k/v projections carry biases
 	// SlidingWindow is the number of most recent keys a query may see; 0 means unlimited.
@@ -37,22 +38,24 @@ type Config struct {
 type rawConfig struct {
 	ModelType string `json:"model_type"`
 	// qwen2 / phi3
-	HiddenSize          *int            `json:"hidden_size"`
-	NumHiddenLayers     *int            `json:"num_hidden_layers"`
-	NumAttentionHeads   *int            `json:"num_attention_heads"`
-	NumKeyValueHeads    *int            `json:"num_key_value_heads"`
-	IntermediateSize    *int            `json:"intermediate_size"`
-	RMSNormEps          *float64        `json:"rms_norm_eps"`
-	RopeTheta           *float64        `json:"rope_theta"`
-	RopeParameters      json.RawMessage `json:"rope_parameters"`
-	RopeScaling         json.RawMessage `json:"rope_scaling"`
-	PartialRotaryFactor *float64        `json:"partial_rotary_factor"`
-	HeadDimKey          *int            `json:"head_dim"`
-	HiddenAct           *string         `json:"hidden_act"`
-	UseSlidingWindow    *bool           `json:"use_sliding_window"`
-	SlidingWindow       *int            `json:"sliding_window"`
-	MaxPositionEmbed    *int            `json:"max_position_embeddings"`
-	AttentionBias       *bool           `json:"attention_bias"`
+	HiddenSize           *int            `json:"hidden_size"`
+	NumHiddenLayers      *int            `json:"num_hidden_layers"`
+	NumAttentionHeads    *int            `json:"num_attention_heads"`
+	NumKeyValueHeads     *int            `json:"num_key_value_heads"`
+	IntermediateSize     *int            `json:"intermediate_size"`
+	RMSNormEps           *float64        `json:"rms_norm_eps"`
+	RopeTheta            *float64        `json:"rope_theta"`
+	RopeParameters       json.RawMessage `json:"rope_parameters"`
+	RopeScaling          json.RawMessage `json:"rope_scaling"`
+	PartialRotaryFactor  *float64        `json:"partial_rotary_factor"`
+	HeadDimKey           *int            `json:"head_dim"`
+	HiddenAct            *string         `json:"hidden_act"`
+	UseSlidingWindow     *bool           `json:"use_sliding_window"`
+	SlidingWindow        *int            `json:"sliding_window"`
+	MaxPositionEmbed     *int            `json:"max_position_embeddings"`
+	AttentionBias        *bool           `json:"attention_bias"`
+	MLPBias              *bool           `json:"mlp_bias"`
+	OriginalMaxPositions *int            `json:"original_max_position_embeddings"`
 	// gpt2
 	NEmbd                 *int     `json:"n_embd"`
 	NLayer                *int     `json:"n_layer"`
@@ -123,7 +126,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.Family = r.ModelType
 	switch r.ModelType {
-	case "qwen2", "phi3":
+	case "llama", "qwen2", "phi3":
 		c.Hidden = need("hidden_size", r.HiddenSize)
 		c.Layers = need("num_hidden_layers", r.NumHiddenLayers)
 		c.Heads = need("num_attention_heads", r.NumAttentionHeads)
@@ -143,24 +146,23 @@ func ParseConfig(data []byte) (*Config, error) {
 			return nil, e
 		}
 		c.RopeTheta = theta
-		if !isNull(r.RopeScaling) {
-			return nil, fmt.Errorf("config: rope_scaling = %s is not implemented", bytes.TrimSpace(r.RopeScaling))
-		}
 		if r.PartialRotaryFactor != nil && *r.PartialRotaryFactor != 1 {
 			return nil, fmt.Errorf("config: partial_rotary_factor = %v is not implemented (full rotary only)", *r.PartialRotaryFactor)
 		}
 		if r.HiddenAct != nil && *r.HiddenAct != "silu" {
 			return nil, fmt.Errorf("config: hidden_act = %q is not implemented (silu only)", *r.HiddenAct)
 		}
-		c.Activation = "silu" // transformers' default for both families
+		c.Activation = "silu" // transformers' default for these families
 		if r.HeadDimKey != nil && *r.HeadDimKey*c.Heads != c.Hidden {
 			return nil, fmt.Errorf("config: head_dim = %d differs from hidden_size/num_attention_heads = %d: not implemented", *r.HeadDimKey, c.Hidden/c.Heads)
 		}
 		c.AttnBias = r.ModelType == "qwen2"
-		if r.AttentionBias != nil && *r.AttentionBias {
-			if r.ModelType == "phi3" {
-				return nil, fmt.Errorf("config: attention_bias = true is not implemented for phi3")
-			}
+		if r.AttentionBias != nil && *r.AttentionBias && r.ModelType != "qwen2" {
+			// Llama's would bias o_proj too, Phi-3's its fused qkv_proj: neither is wired.
+			return nil, fmt.Errorf("config: attention_bias = true is not implemented for %s", r.ModelType)
+		}
+		if r.MLPBias != nil && *r.MLPBias {
+			return nil, fmt.Errorf("config: mlp_bias = true is not implemented for %s", r.ModelType)
 		}
 		// Qwen2 applies its window only with use_sliding_window; Phi-3 always does.
 		if r.SlidingWindow != nil && (r.ModelType == "phi3" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
@@ -204,7 +206,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (qwen2, phi3, gpt2)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, phi3, gpt2)", r.ModelType)
 	}
 	if c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)
@@ -218,11 +220,18 @@ func ParseConfig(data []byte) (*Config, error) {
 			return nil, fmt.Errorf("config: head dim %d is odd: RoPE needs pairs", c.HeadDim)
 		}
 		c.RopeDim = c.HeadDim // partial rotary was refused above
+		if c.RopeScaling, err = parseRopeScaling(&r, &c); err != nil {
+			return nil, err
+		}
+	} else if !isNull(r.RopeScaling) {
+		return nil, fmt.Errorf("config: rope_scaling = %s: %s has no RoPE", bytes.TrimSpace(r.RopeScaling), c.Family)
 	}
 	return &c, nil
 }
 
-// ropeTheta reads rope_theta, or rope_parameters.rope_theta as transformers 5 saves it.
+// ropeTheta reads rope_theta, or rope_parameters.rope_theta as transformers 5 saves it. The
+// other RoPE keys are parseRopeScaling's; a rope_parameters beside rope_scaling may carry
+// nothing else (transformers would drop it for rope_scaling's).
 func ropeTheta(r *rawConfig) (float32, error) {
 	var theta *float64
 	if !isNull(r.RopeParameters) {
@@ -231,25 +240,16 @@ func ropeTheta(r *rawConfig) (float32, error) {
 			return 0, fmt.Errorf("config: rope_parameters: %w", err)
 		}
 		for k, v := range p {
-			switch k {
-			case "rope_theta":
+			switch {
+			case k == "rope_theta":
 				var f float64
 				if err := json.Unmarshal(v, &f); err != nil {
 					return 0, fmt.Errorf("config: rope_parameters.rope_theta: %w", err)
 				}
 				theta = &f
-			case "rope_type":
-				var s string
-				if err := json.Unmarshal(v, &s); err != nil || s != "default" {
-					return 0, fmt.Errorf("config: rope_parameters.rope_type = %s is not implemented (default only)", v)
-				}
-			case "partial_rotary_factor":
-				var f float64
-				if err := json.Unmarshal(v, &f); err != nil || f != 1 {
-					return 0, fmt.Errorf("config: rope_parameters.partial_rotary_factor = %s is not implemented", v)
-				}
-			default:
-				return 0, fmt.Errorf("config: rope_parameters.%s is not implemented", k)
+			case k == "rope_type" && string(bytes.TrimSpace(v)) == `"default"`:
+			case !isNull(r.RopeScaling):
+				return 0, fmt.Errorf("config: rope_parameters.%s beside rope_scaling: give the RoPE scaling in one of them", k)
 			}
 		}
 	}

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,12 +38,12 @@ func TestParseConfigFamilies(t *testing.T) {
 
 func TestParseConfigRefusesUnimplemented(t *testing.T) {
 	for extra, key := range map[string]string{
-		`, "rope_scaling": {"type": "yarn", "factor": 4}`: "rope_scaling",
-		`, "partial_rotary_factor": 0.5`:                  "partial_rotary_factor",
-		`, "hidden_act": "gelu"`:                          "hidden_act",
-		`, "rope_parameters": {"rope_theta": 1e4}`:        "rope_parameters.rope_theta",
-		`, "head_dim": 64`:                                "head_dim",
-		`, "num_key_value_heads": 3`:                      "num_key_value_heads",
+		`, "rope_scaling": {"type": "linear", "factor": 4}`: "rope_scaling.rope_type = \"linear\"",
+		`, "partial_rotary_factor": 0.5`:                    "partial_rotary_factor",
+		`, "hidden_act": "gelu"`:                            "hidden_act",
+		`, "rope_parameters": {"rope_theta": 1e4}`:          "rope_parameters.rope_theta",
+		`, "head_dim": 64`:                                  "head_dim",
+		`, "num_key_value_heads": 3`:                        "num_key_value_heads",
 	} {
 		_, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", extra, 1)))
 		if err == nil || !strings.Contains(err.Error(), key) {
@@ -51,8 +53,8 @@ func TestParseConfigRefusesUnimplemented(t *testing.T) {
 	if _, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", "", 1))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseConfig([]byte(`{"model_type": "llama"}`)); err == nil || !strings.Contains(err.Error(), "llama") {
-		t.Errorf("llama: %v", err)
+	if _, err := ParseConfig([]byte(`{"model_type": "mistral"}`)); err == nil || !strings.Contains(err.Error(), `model_type "mistral"`) {
+		t.Errorf("mistral: %v", err)
 	}
 }
 
@@ -68,6 +70,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(strings.Replace(qwenCfg, "%s", "", 1)))
 	f.Add([]byte(`{"model_type": "gpt2", "n_embd": 96, "n_layer": 2, "n_head": 3, "n_positions": 64, "vocab_size": 503}`))
 	f.Add([]byte(`{"model_type": "phi3", "rope_parameters": {"rope_theta": 1e4}}`))
+	f.Add([]byte(fmt.Sprintf(llamaCfg, `, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}`)))
+	f.Add([]byte(fmt.Sprintf(llamaCfg, `, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 16, "mscale": 1, "mscale_all_dim": 0.5}`)))
+	f.Add([]byte(`{"model_type": "phi3", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 8, "max_position_embeddings": 64, "original_max_position_embeddings": 16, "rope_theta": 1e4, "rope_scaling": {"rope_type": "longrope", "short_factor": [1, 1.5], "long_factor": [2, 3]}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -79,6 +84,20 @@ func FuzzParseConfig(f *testing.F) {
 		}
 		if c.Family != "gpt2" && (!(c.RopeTheta > 1) || c.HeadDim%2 != 0 || c.RopeDim != c.HeadDim) {
 			t.Fatalf("bad rope %+v", c)
+		}
+		if s := c.RopeScaling; s != nil {
+			tables := [][]float32{s.Divisor, s.Long}
+			if len(s.Divisor) != c.RopeDim/2 || (s.Long != nil && (len(s.Long) != c.RopeDim/2 || s.LongFrom < 0)) ||
+				!(s.AttentionFactor > 0) || math.IsInf(float64(s.AttentionFactor), 0) {
+				t.Fatalf("bad rope scaling %+v", s)
+			}
+			for _, tab := range tables {
+				for i, d := range tab {
+					if !(d > 0) || math.IsInf(float64(d), 0) {
+						t.Fatalf("divisor %d = %v in %+v", i, d, s)
+					}
+				}
+			}
 		}
 		if want := map[bool]string{true: "gelu_new", false: "silu"}[c.Family == "gpt2"]; c.Activation != want {
 			t.Fatalf("activation %q for %s, want %q", c.Activation, c.Family, want)

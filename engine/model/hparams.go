@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,7 +14,8 @@ import (
 
 // HParam is one hyper-parameter as the loader derived it from config.json, under the name the
 // model sets record it by (params.hparams, docs/golden-format.md). Value is an int, a float32
-// (what the kernels take), a string, a bool, or nil where the family has no such parameter.
+// (what the kernels take), a string, a bool, a FreqList, or nil where the family has no such
+// parameter.
 type HParam struct {
 	Name  string
 	Value any
@@ -38,6 +40,19 @@ func (c *Config) HParams() []HParam {
 	if c.SlidingWindow > 0 {
 		window = c.SlidingWindow
 	}
+	// RoPE scaling: the inverse frequencies themselves, not the recipe's keys, so a misread
+	// recipe (a band edge, a ramp, the factor tables) is named whatever key it came from.
+	var ropeType, invFreq, longInvFreq, factor, longFrom any
+	if rope {
+		ropeType, factor = "default", float32(1)
+		invFreq = c.invFreqs(0)
+		if s := c.RopeScaling; s != nil {
+			ropeType, factor = s.Type, s.AttentionFactor
+			if s.Long != nil {
+				longInvFreq, longFrom = c.invFreqs(s.LongFrom), s.LongFrom
+			}
+		}
+	}
 	return []HParam{
 		{"hidden_size", c.Hidden},
 		{"num_layers", c.Layers},
@@ -49,15 +64,34 @@ func (c *Config) HParams() []HParam {
 		{"max_positions", c.MaxPositions},
 		{"norm_eps", c.NormEps},
 		{"rope_theta", ifRope(c.RopeTheta)},
-		// The only RoPE the engine implements: ParseConfig refuses any other rope_type, but the
-		// reference may have found scaling in a key the loader does not read.
-		{"rope_type", ifRope("default")},
+		{"rope_type", ropeType},
 		{"rotary_dim", ifRope(c.RopeDim)},
 		{"partial_rotary_factor", partial},
 		{"tied_head", c.TiedHead},
 		{"activation", c.Activation},
 		{"sliding_window", window},
+		{"rope_inv_freq", invFreq},
+		{"rope_long_inv_freq", longInvFreq},
+		{"rope_attention_factor", factor},
+		{"rope_long_from", longFrom},
 	}
+}
+
+// FreqList is a list of inverse frequencies, equal to the reference's to FreqListRtol: the
+// reference computes them in fp32 (a few ulps from its pow and blend), the loader in float64,
+// and a misread recipe moves a pair by far more (a band edge or ramp step by >= 1e-3).
+type FreqList []float64
+
+// FreqListRtol is the relative tolerance of a FreqList comparison.
+const FreqListRtol = 1e-5
+
+// invFreqs is every rotated pair's inverse frequency for a token at pos.
+func (c *Config) invFreqs(pos int) FreqList {
+	f := make(FreqList, c.RopeDim/2)
+	for i := range f {
+		f[i] = InvFreq(c.RopeTheta, c.RopeDim, i, c.RopeScaling, pos)
+	}
+	return f
 }
 
 // CheckHParams compares the reference's hyper-parameters recorded in the set (p.HParams) with
@@ -75,6 +109,12 @@ func CheckHParams(m *Model, set *golden.Set, p *SetParams) error {
 		raw, ok := p.HParams[h.Name]
 		if !ok {
 			errs = append(errs, fmt.Sprintf("hyper-parameter %s: not recorded by the reference (regenerate the set)", h.Name))
+			continue
+		}
+		if fl, ok := h.Value.(FreqList); ok {
+			if d := fl.diff(raw); d != "" {
+				errs = append(errs, fmt.Sprintf("hyper-parameter %s: %s", h.Name, d))
+			}
 			continue
 		}
 		if !sameHParam(raw, h.Value) {
@@ -118,8 +158,28 @@ func sameHParam(raw json.RawMessage, got any) bool {
 		return isNum && err == nil && float32(v) == g
 	case string, bool:
 		return want == got
+	case FreqList:
+		return g.diff(raw) == ""
 	}
 	return false
+}
+
+// diff compares the recorded JSON list with f: "" when equal to FreqListRtol, else what
+// differs first (the length, or the first pair with both values).
+func (f FreqList) diff(raw json.RawMessage) string {
+	var want []float64
+	if err := json.Unmarshal(raw, &want); err != nil {
+		return fmt.Sprintf("the reference (transformers) has %s, the loader derived %d inverse frequencies", bytes.TrimSpace(raw), len(f))
+	}
+	if len(want) != len(f) {
+		return fmt.Sprintf("the reference (transformers) has %d inverse frequencies, the loader derived %d", len(want), len(f))
+	}
+	for i, w := range want {
+		if !(math.Abs(w-f[i]) <= FreqListRtol*math.Abs(f[i])) {
+			return fmt.Sprintf("pair %d: the reference (transformers) has %.9g, the loader derived %.9g (relative tolerance %g)", i, w, f[i], FreqListRtol)
+		}
+	}
+	return ""
 }
 
 func formatHParam(v any) string {
@@ -130,6 +190,12 @@ func formatHParam(v any) string {
 		return strconv.FormatFloat(float64(x), 'g', -1, 32)
 	case string:
 		return strconv.Quote(x)
+	case FreqList:
+		parts := make([]string, len(x))
+		for i, v := range x {
+			parts[i] = strconv.FormatFloat(v, 'g', 8, 64)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
 	}
 	return fmt.Sprint(v)
 }

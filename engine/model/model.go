@@ -42,6 +42,7 @@ type Model struct {
 	promptIn backend.Buffer
 	logits   backend.Buffer // f32 [1, V]: the last position's logits of the last pass
 	token    backend.Buffer // i32 [1]: Sample's output
+	rope     ropeTables     // RoPE scaling's divisor tables on the device (rope.go)
 
 	graphs *graphState // nil: every pass runs op by op (graph.go)
 
@@ -60,8 +61,8 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if maxLen < 1 || maxLen > cfg.MaxPositions {
-		return nil, fmt.Errorf("model: cache length %d: must be in 1..%d (max_position_embeddings)", maxLen, cfg.MaxPositions)
+	if limit, why := cfg.PositionLimit(); maxLen < 1 || maxLen > limit {
+		return nil, fmt.Errorf("model: cache length %d: must be in 1..%d (%s)", maxLen, limit, why)
 	}
 	mem, ok := be.(backend.Memory)
 	if !ok {
@@ -170,6 +171,7 @@ func (m *Model) Close() {
 			b.Free()
 		}
 	}
+	m.rope.free()
 	m.freePool()
 }
 
@@ -475,7 +477,7 @@ func (a *Attention) Forward(p *pass, in pending, name func(string) string) (out,
 	p.tap(name("k"), k)
 	p.tap(name("v"), v)
 	if c.RopeTheta != 0 {
-		rc := backend.RoPEConfig{HeadDim: D, RopeDim: c.RopeDim, FreqBase: c.RopeTheta}
+		rc := p.ropeConfig()
 		if qk != nil {
 			// Adjacent heads of one row, one position: rotate q and k in place in one launch
 			// (their taps above were copied before).

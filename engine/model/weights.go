@@ -59,6 +59,8 @@ type weight struct {
 	TiedTo string
 }
 
+// weightTables maps a family to its checkpoint layout. Llama's is Qwen2's without the q/k/v
+// biases (weightTables' init below).
 var weightTables = map[string][]weight{
 	"qwen2": {
 		{HF: "model.embed_tokens.weight", Shape: vh, Into: "embed"},
@@ -110,6 +112,14 @@ var weightTables = map[string][]weight{
 		{HF: "transformer.ln_f.weight", Shape: h, Into: "final_norm"},
 		{HF: "transformer.ln_f.bias", Shape: h, Into: "final_norm_b"},
 	},
+}
+
+func init() {
+	for _, w := range weightTables["qwen2"] {
+		if !strings.HasSuffix(w.HF, ".bias") {
+			weightTables["llama"] = append(weightTables["llama"], w)
+		}
+	}
 }
 
 // loadWeights reads every tensor of the family's table from ck, checks its shape, converts

@@ -44,6 +44,12 @@ var badCalls = []badCall{
 	{"rope", "rope_dim", "128", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
 		return b.RoPE(out, f16(1, 2, 64), i32(0), backend.RoPEConfig{HeadDim: 64, RopeDim: 128, FreqBase: 1e4})
 	}, []int{1, 2, 64}},
+	{"rope", "attention_factor", "NaN", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		return b.RoPE(out, f16(1, 2, 64), i32(0), backend.RoPEConfig{HeadDim: 64, RopeDim: 64, FreqBase: 1e4, AttentionFactor: float32(math.NaN())})
+	}, []int{1, 2, 64}},
+	{"rope", "freq_divisor", "f16[32]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		return b.RoPE(out, f16(1, 2, 64), i32(0), backend.RoPEConfig{HeadDim: 64, RopeDim: 64, FreqBase: 1e4, FreqDivisor: f16(32)})
+	}, []int{1, 2, 64}},
 	{"attention_prefill", "n_kv_heads", "3", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
 		cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 3, HeadDim: 64, Causal: true, Scale: 0.125}
 		return b.AttentionPrefill(out, f16(1, 4, 14, 64), f16(1, 4, 3, 64), f16(1, 4, 3, 64), cfg)

@@ -56,6 +56,11 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("rope: rotates all of head_dim when rope_dim is partial", "rope", ropeFullRotary{cpu.New()}, "partial"),
 		Entry("rope: angle pos * inv_freq in fp32 (loses the phase at long context)", "rope", ropeFP32Angle{cpu.New()}, "llama3.1-8b_base5e5_pos131064"),
 		Entry("rope: fp32 angle, caught at Qwen2.5's 32k context too", "rope", ropeFP32Angle{cpu.New()}, "qwen2.5-7b_base1e6_pos32760"),
+		Entry("rope: scaling's divisor table ignored (Llama 3's frequencies unscaled)", "rope", ropeUnscaled{cpu.New()}, "llama3.1-8b-llama3"),
+		Entry("rope: divisor multiplied instead of divided", "rope", ropeDivisorInverted{cpu.New()}, "llama3.1-8b-llama3"),
+		Entry("rope: YaRN's attention factor ignored", "rope", ropeNoAttentionFactor{cpu.New()}, "yarn"),
+		Entry("rope: LongRoPE's long factors from position long_from + 1 (off by one at the switch)", "rope", ropeLateSwitch{cpu.New()}, "longrope_switch"),
+		Entry("rope: LongRoPE's long factors never used", "rope", ropeShortOnly{cpu.New()}, "longrope"),
 		Entry("attention_prefill: causal mask missing", "attention_prefill", prefillNoMask{cpu.New()}, "qwen"),
 		Entry("attention_prefill: query head h reads kv head h mod n_kv (wrong GQA mapping)", "attention_prefill", prefillWrongGQA{cpu.New()}, "qwen"),
 		Entry("attention_prefill: causal mask applied when causal is false", "attention_prefill", prefillAlwaysCausal{cpu.New()}, "noncausal"),
@@ -246,6 +251,57 @@ func (k ropeInterleaved) RoPE(out, x, positions backend.Buffer, cfg backend.RoPE
 	}
 	perm(rotated, true)
 	return copyInto(k, out, rotated)
+}
+
+// The RoPE-scaling bugs: each drops or bends one part of backend.RoPEConfig's scaling.
+type (
+	ropeUnscaled          struct{ *cpu.Backend }
+	ropeDivisorInverted   struct{ *cpu.Backend }
+	ropeNoAttentionFactor struct{ *cpu.Backend }
+	ropeLateSwitch        struct{ *cpu.Backend }
+	ropeShortOnly         struct{ *cpu.Backend }
+)
+
+func (k ropeUnscaled) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	cfg.FreqDivisor, cfg.LongDivisor = nil, nil
+	return k.Backend.RoPE(out, x, positions, cfg)
+}
+
+func (k ropeDivisorInverted) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	invert := func(buf backend.Buffer) (backend.Buffer, error) {
+		return mutated(k, buf, func(t *tensor.Tensor) {
+			for i, d := range t.F32 {
+				t.F32[i] = 1 / d
+			}
+		})
+	}
+	for _, p := range []*backend.Buffer{&cfg.FreqDivisor, &cfg.LongDivisor} {
+		if *p == nil {
+			continue
+		}
+		inv, err := invert(*p)
+		if err != nil {
+			return err
+		}
+		defer inv.Free()
+		*p = inv
+	}
+	return k.Backend.RoPE(out, x, positions, cfg)
+}
+
+func (k ropeNoAttentionFactor) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	cfg.AttentionFactor = 0
+	return k.Backend.RoPE(out, x, positions, cfg)
+}
+
+func (k ropeLateSwitch) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	cfg.LongFrom++
+	return k.Backend.RoPE(out, x, positions, cfg)
+}
+
+func (k ropeShortOnly) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
+	cfg.LongDivisor = nil
+	return k.Backend.RoPE(out, x, positions, cfg)
 }
 
 type ropeFullRotary struct{ *cpu.Backend }

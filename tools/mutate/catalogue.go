@@ -79,6 +79,20 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:rope",
 	},
 	{
+		ID: "go-rope-long-switch-late", Side: SideGo, File: "engine/backend/cpu/rope.go",
+		Bug:         "LongRoPE's long factors from position long_from + 1",
+		Original:    `int(pos[tok]) >= cfg.LongFrom`,
+		Replacement: `int(pos[tok]) > cfg.LongFrom`,
+		Suites:      kernels, Labels: "op:rope",
+	},
+	{
+		ID: "go-rope-attention-factor-ignored", Side: SideGo, File: "engine/backend/cpu/rope.go",
+		Bug:         "RoPE scaling's attention factor ignored",
+		Original:    `factor := float64(cfg.Factor())`,
+		Replacement: `factor := 1.0`,
+		Suites:      kernels, Labels: "op:rope",
+	},
+	{
 		ID: "go-rope-freq-exponent", Side: SideGo, File: "engine/backend/cpu/rope.go",
 		Bug:         "RoPE inverse frequency base^(-i/d) instead of base^(-2i/d)",
 		Original:    `-float64(2*i)/float64(cfg.RopeDim)`,
@@ -214,10 +228,24 @@ var catalogue = []Mutant{
 
 	// ---- Go: forward passes (engine/model), caught by the models suite -------------------
 	{
-		ID: "go-model-rope-theta-default", Side: SideGo, File: "engine/model/model.go",
+		ID: "go-model-rope-theta-default", Side: SideGo, File: "engine/model/rope.go",
 		Bug:         "RoPE theta hard-coded to the Llama default 1e4 instead of the config's rope_theta",
 		Original:    `FreqBase: c.RopeTheta}`,
 		Replacement: `FreqBase: 10000}`,
+		Suites:      models,
+	},
+	{
+		ID: "go-model-rope-scaling-dropped", Side: SideGo, File: "engine/model/rope.go",
+		Bug:         "the forward ignores the config's RoPE scaling (default frequencies, no attention factor)",
+		Original:    "if s == nil {\n\t\treturn rc",
+		Replacement: "if true {\n\t\treturn rc",
+		Suites:      models,
+	},
+	{
+		ID: "go-model-yarn-no-truncate", Side: SideGo, File: "engine/model/ropescale.go",
+		Bug:         "YaRN's ramp bounds not rounded (truncate read as false)",
+		Original:    `truncate := p.Truncate == nil || *p.Truncate`,
+		Replacement: `truncate := p.Truncate != nil && *p.Truncate`,
 		Suites:      models,
 	},
 	{
@@ -503,8 +531,29 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-rope-missing-barrier", Side: SideCUDA, File: "cuda/kernels/rope.cu",
 		Bug:         "RoPE (vector path) reads the shared cos/sin table without a __syncthreads after filling it",
-		Original:    "rope_angle(pos, i, ratio, &sin_s[i], &cos_s[i]);\n        __syncthreads();\n        while (it < items) {",
-		Replacement: "rope_angle(pos, i, ratio, &sin_s[i], &cos_s[i]);\n        while (it < items) {",
+		Original:    "rope_angle(pos, i, ratio, div, factor, &sin_s[i], &cos_s[i]);\n        __syncthreads();\n        while (it < items) {",
+		Replacement: "rope_angle(pos, i, ratio, div, factor, &sin_s[i], &cos_s[i]);\n        while (it < items) {",
+		Suites:      kernels, Labels: "op:rope",
+	},
+	{
+		ID: "cuda-rope-long-switch-late", Side: SideCUDA, File: "cuda/kernels/rope.cu",
+		Bug:         "LongRoPE's long factors from position long_from + 1 (pos > long_from)",
+		Original:    `return long_div != nullptr && pos >= long_from ? long_div : div;`,
+		Replacement: `return long_div != nullptr && pos > long_from ? long_div : div;`,
+		Suites:      kernels, Labels: "op:rope",
+	},
+	{
+		ID: "cuda-rope-divisor-multiplied", Side: SideCUDA, File: "cuda/kernels/rope.cu",
+		Bug:         "RoPE scaling multiplies the inverse frequency by the divisor instead of dividing",
+		Original:    `if (div != nullptr) inv_freq /= (double)div[i];`,
+		Replacement: `if (div != nullptr) inv_freq *= (double)div[i];`,
+		Suites:      kernels, Labels: "op:rope",
+	},
+	{
+		ID: "cuda-rope-factor-cos-only", Side: SideCUDA, File: "cuda/kernels/rope.cu",
+		Bug:         "the attention factor scales cos but not sin",
+		Original:    `*s = sn * factor;`,
+		Replacement: `*s = sn;`,
 		Suites:      kernels, Labels: "op:rope",
 	},
 	{

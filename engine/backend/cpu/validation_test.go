@@ -59,6 +59,26 @@ func TestBadArgumentsAreNamedErrors(t *testing.T) {
 		}},
 		{"rope positions", "rope", "positions", "i32[1]", func() error { return b.RoPE(f16(2, 2, 64), f16(2, 2, 64), ints(t, 0), rope) }},
 		{"rope negative position", "rope", "positions[1]", "-1", func() error { return b.RoPE(f16(2, 2, 64), f16(2, 2, 64), ints(t, 0, -1), rope) }},
+		{"rope attention_factor", "rope", "attention_factor", "-1", func() error {
+			cfg := rope
+			cfg.AttentionFactor = -1
+			return b.RoPE(f16(1, 2, 64), f16(1, 2, 64), ints(t, 0), cfg)
+		}},
+		{"rope divisor length", "rope", "freq_divisor", "f32[64]", func() error {
+			cfg := rope
+			cfg.FreqDivisor = buf(t, tensor.F32, 64)
+			return b.RoPE(f16(1, 2, 64), f16(1, 2, 64), ints(t, 0), cfg)
+		}},
+		{"rope divisor dtype", "rope", "long_divisor", "f16[32]", func() error {
+			cfg := rope
+			cfg.FreqDivisor, cfg.LongDivisor = buf(t, tensor.F32, 32), f16(32)
+			return b.RoPE(f16(1, 2, 64), f16(1, 2, 64), ints(t, 0), cfg)
+		}},
+		{"rope long_from", "rope", "long_from", "-4", func() error {
+			cfg := rope
+			cfg.FreqDivisor, cfg.LongDivisor, cfg.LongFrom = buf(t, tensor.F32, 32), buf(t, tensor.F32, 32), -4
+			return b.RoPE(f16(1, 2, 64), f16(1, 2, 64), ints(t, 0), cfg)
+		}},
 		{"heads do not divide", "attention_prefill", "n_kv_heads", "3", func() error {
 			cfg := attn
 			cfg.NumKVHeads = 3

@@ -161,8 +161,12 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"rmsnorm_residual", "ts_rmsnorm_residual dtype=1 rows=4 hidden=896 eps=1e-06 stream=0", func() error {
 			return b.RMSNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), f16(896), 1e-6)
 		}},
-		{"rope", "ts_rope dtype=1 tokens=3 heads=14 head_dim=64 rope_dim=32 freq_base=1e+06 stream=0", func() error {
+		{"rope", "ts_rope dtype=1 tokens=3 heads=14 head_dim=64 rope_dim=32 freq_base=1e+06 freq_divisor=0 long_divisor=0 long_from=0 attention_factor=1 stream=0", func() error {
 			return b.RoPE(f16(3, 14, 64), f16(3, 14, 64), i32(3), backend.RoPEConfig{HeadDim: 64, RopeDim: 32, FreqBase: 1e6})
+		}},
+		{"rope", "ts_rope dtype=1 tokens=3 heads=14 head_dim=64 rope_dim=64 freq_base=10000 freq_divisor=1 long_divisor=1 long_from=4096 attention_factor=1.19024 stream=0", func() error {
+			return b.RoPE(f16(3, 14, 64), f16(3, 14, 64), i32(3), backend.RoPEConfig{HeadDim: 64, RopeDim: 64, FreqBase: 1e4,
+				FreqDivisor: f32(32), LongDivisor: f32(32), LongFrom: 4096, AttentionFactor: 1.1902381})
 		}},
 		{"attention_prefill", "ts_attention_prefill dtype=1 batch=2 seq_len=5 n_heads=14 n_kv_heads=2 head_dim=64 causal=1 scale=0.125 stream=0", func() error {
 			return b.AttentionPrefill(f16(2, 5, 14, 64), f16(2, 5, 14, 64), f16(2, 5, 2, 64), f16(2, 5, 2, 64), attn)

@@ -9,7 +9,8 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/backend"
 )
 
-// RoPE rotates x [T, heads, HeadDim] by the i32 positions [T]; out may be x. Positions are
+// RoPE rotates x [T, heads, HeadDim] by the i32 positions [T], scaled as cfg's tables say; out
+// may be x. Positions are
 // range-checked on the device: a negative one surfaces as TS_ERR_INDEX at the next
 // Download or Synchronize (at once with guards on).
 func (b *Backend) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig) error {
@@ -17,7 +18,8 @@ func (b *Backend) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig)
 	if err := backend.CheckRoPE(out, x, positions, cfg); err != nil {
 		return err
 	}
-	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"positions", positions})
+	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"positions", positions},
+		arg{"freq_divisor", cfg.FreqDivisor}, arg{"long_divisor", cfg.LongDivisor})
 	if err != nil {
 		return err
 	}
@@ -29,6 +31,11 @@ func (b *Backend) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig)
 		head_dim:  c.int("head_dim", cfg.HeadDim),
 		rope_dim:  c.int("rope_dim", cfg.RopeDim),
 		freq_base: C.float(cfg.FreqBase),
+
+		freq_divisor:     (*C.float)(ptr(d[3])),
+		long_divisor:     (*C.float)(ptr(d[4])),
+		long_from:        c.int("long_from", cfg.LongFrom),
+		attention_factor: C.float(cfg.Factor()),
 	}
 	if c.err != nil {
 		return c.err

@@ -497,8 +497,10 @@ int ts_rmsnorm_residual(void *sum, void *out, const void *x, const void *residua
 }
 
 int ts_rope(void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg, void *stream) {
-    logf_("ts_rope dtype=%d tokens=%d heads=%d head_dim=%d rope_dim=%d freq_base=%g stream=%d", cfg->dtype,
-          cfg->tokens, cfg->heads, cfg->head_dim, cfg->rope_dim, cfg->freq_base, stream != NULL);
+    logf_("ts_rope dtype=%d tokens=%d heads=%d head_dim=%d rope_dim=%d freq_base=%g freq_divisor=%d long_divisor=%d "
+          "long_from=%d attention_factor=%g stream=%d",
+          cfg->dtype, cfg->tokens, cfg->heads, cfg->head_dim, cfg->rope_dim, cfg->freq_base, cfg->freq_divisor != NULL,
+          cfg->long_divisor != NULL, cfg->long_from, cfg->attention_factor, stream != NULL);
     int st = enter("ts_rope", 1);
     if (st) return st;
     NEED("rope", out);
