@@ -241,7 +241,8 @@ func findSet(name string) *golden.Set {
 
 // fullSize lists the models whose sets exist only where they were generated: the full-size
 // tier (`make golden-full`) and the random-init deep check (randinitModel).
-var fullSize = map[string]bool{"qwen2.5-0.5b": true, "phi3-mini-4k": true, "gpt2-124m": true, randinitModel: true}
+var fullSize = map[string]bool{"qwen2.5-0.5b": true, "phi3-mini-4k": true, "gpt2-124m": true, "llama3.2-1b": true,
+	"llama3.1-8b-l2": true, "phi3.5-mini": true, "qwen2.5-7b-yarn-l2": true, randinitModel: true}
 
 // randinitModel is a Qwen2.5-1.5B-shaped checkpoint with transformers' own random
 // initialisation (28 layers, nearly flat logits over 151936 tokens): deep-layer drift that only
@@ -283,6 +284,17 @@ var brokenVariants = []broken{
 		func(m *model.Model) { m.Cfg.NormEps = 1e-2 }},
 	{"gpt2-tiny", "LayerNorm eps 1e-2 instead of 1e-5", "prefill.layers.0.attn_norm",
 		func(m *model.Model) { m.Cfg.NormEps = 1e-2 }},
+	// RoPE scaling: each part of a recipe shows at the first tap it moves.
+	{"llama3-tiny", "llama3 RoPE scaling dropped (default frequencies)", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeScaling = nil }},
+	{"qwen2-yarn-tiny", "YaRN's attention factor dropped", "prefill.layers.0.q_rope",
+		func(m *model.Model) { s := *m.Cfg.RopeScaling; s.AttentionFactor = 1; m.Cfg.RopeScaling = &s }},
+	{"phi3.5-tiny", "LongRoPE's attention factor dropped", "prefill.layers.0.q_rope",
+		func(m *model.Model) { s := *m.Cfg.RopeScaling; s.AttentionFactor = 1; m.Cfg.RopeScaling = &s }},
+	// The set's original context is 20 tokens: the decode step at position 20 is the first to
+	// use the long factors, and the first tap a short-only forward gets wrong.
+	{"phi3.5-tiny", "LongRoPE's long factors never used", "decode.4.layers.0.q_rope",
+		func(m *model.Model) { s := *m.Cfg.RopeScaling; s.Long = nil; m.Cfg.RopeScaling = &s }},
 	// Full size: deep layers run under limits their calibration widened; these show a
 	// wrong weight in a late layer is still caught at that layer's own tap.
 	{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
