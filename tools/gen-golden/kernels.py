@@ -211,38 +211,277 @@ def rope_inv_freq(base, rope_dim):
     return float(base) ** (-torch.arange(0, rope_dim, 2, dtype=F64) / rope_dim)
 
 
-def rope_ref(x, positions, base, rope_dim):
-    """NeoX / HF rotate_half RoPE in fp64 on x [T, heads, D]: dim i pairs with i + rope_dim/2
-    (i < rope_dim/2); dims >= rope_dim pass through unchanged (partial rotary)."""
+def rope_angles(positions, base, rope_dim, freq_divisor=None, long_divisor=None, long_from=None):
+    """theta [T, rope_dim/2] in fp64: pos * base^(-2i/rope_dim) / div_i, div the token's divisor
+    table: long_divisor for a token at a position >= long_from, else freq_divisor (no division
+    without one). The divisors are the fp32 inputs of the op, used exactly."""
+    inv = rope_inv_freq(base, rope_dim)[None, :]                            # [1, half]
+    if freq_divisor is not None:
+        div = d(freq_divisor)[None, :].expand(len(positions), -1)
+        if long_divisor is not None:
+            use_long = (positions.to(torch.int64) >= long_from)[:, None]
+            div = torch.where(use_long, d(long_divisor)[None, :], div)
+        inv = inv / div                                                     # [T, half]
+    return d(positions)[:, None] * inv
+
+
+def rope_ref(x, theta, rope_dim, attention_factor=None):
+    """NeoX / HF rotate_half RoPE in fp64 on x [T, heads, D] at angles theta [T, rope_dim/2]:
+    dim i pairs with i + rope_dim/2 (i < rope_dim/2); the rotated dims are multiplied by
+    attention_factor (scaled RoPE), dims >= rope_dim pass through unchanged (partial rotary)."""
     half = rope_dim // 2
-    theta = d(positions)[:, None] * rope_inv_freq(base, rope_dim)[None, :]  # [T, half]
     cos, sin = torch.cos(theta)[:, None, :], torch.sin(theta)[:, None, :]   # [T, 1, half]
     x1, x2, rest = x[..., :half], x[..., half:rope_dim], x[..., rope_dim:]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest), dim=-1)
+    rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    if attention_factor is not None:
+        rotated = rotated * attention_factor
+    return torch.cat((rotated, rest), dim=-1)
 
 
-def rope_hf(x, positions, base, rope_dim):
-    """The transformers formulation, for the generation-time self-check only."""
-    freqs = d(positions)[:, None] * rope_inv_freq(base, rope_dim)[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos()[:, None, :], emb.sin()[:, None, :]
+def rope_hf(x, theta, rope_dim, attention_factor=1.0):
+    """The transformers formulation (cos and sin times attention_scaling, then q * cos +
+    rotate_half(q) * sin on the rotary dims), for the generation-time self-check only."""
+    emb = torch.cat((theta, theta), dim=-1)
+    cos = (emb.cos() * attention_factor)[:, None, :]
+    sin = (emb.sin() * attention_factor)[:, None, :]
     xr = x[..., :rope_dim]
     x1, x2 = xr[..., : rope_dim // 2], xr[..., rope_dim // 2:]
     rotate_half = torch.cat((-x2, x1), dim=-1)
     return torch.cat((xr * cos + rotate_half * sin, x[..., rope_dim:]), dim=-1)
 
 
-def rope(r, *, nH, nKV, D, base, positions, rope_dim=None, dist=normal()):
+# ---------------------------------------------------------------------------------------------
+# RoPE scaling: the divisor tables and attention factors of the scaled RoPE types, in fp64 from a
+# published config (transformers 5.17's modeling_rope_utils, which the generation-time self-check
+# below compares against). For pair i < d/2 the scaled inverse frequency is base^(-2i/d) / div_i;
+# cos and sin are multiplied by the attention factor. These three functions are also the spec the
+# Go engine implements (docs/golden-format.md, "rope").
+
+def llama3_divisor(base, dim, factor, low_freq_factor, high_freq_factor, original):
+    """Llama 3.1's scaling: wavelengths below original/high_freq_factor keep their frequency,
+    those above original/low_freq_factor are divided by factor, and in between a smooth blend.
+    Returns the divisor of each pair (attention factor 1)."""
+    low_wl, high_wl = original / low_freq_factor, original / high_freq_factor
+    out = []
+    for i in range(dim // 2):
+        wavelen = 2 * math.pi / float(base) ** (-2.0 * i / dim)
+        if wavelen < high_wl:
+            out.append(1.0)
+        elif wavelen > low_wl:
+            out.append(float(factor))
+        else:
+            s = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1.0 / ((1 - s) / factor + s))
+    return out
+
+
+def yarn_divisor(base, dim, factor, original, beta_fast=32.0, beta_slow=1.0, truncate=True):
+    """YaRN (NTK-by-parts): pairs that turn more than beta_fast times over the original context
+    keep their frequency (extrapolation), those under beta_slow turns are divided by factor
+    (interpolation), a linear ramp over the pair index in between. Returns the divisor of each
+    pair; the attention factor is yarn_attention_factor's."""
+    def correction_dim(rotations):
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as transformers: no division by zero
+    out = []
+    for i in range(dim // 2):
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)
+        e = 1.0 - ramp  # the extrapolation share
+        out.append(1.0 / ((1 - e) / factor + e))
+    return out
+
+
+def yarn_attention_factor(factor):
+    """0.1 ln(factor) + 1 (1 for factor <= 1): YaRN's default when the config gives none."""
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def longrope_attention_factor(factor, original):
+    """sqrt(1 + ln(factor) / ln(original)) (1 for factor <= 1): LongRoPE's default, factor being
+    max_position_embeddings / original_max_position_embeddings unless the config gives it."""
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+# The published Phi-3.5-mini-instruct LongRoPE factors (48 = head_dim 96 / 2 pairs each).
+PHI35_LONG_FACTOR = [
+    1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,
+    1.5899999141693115, 1.600000023841858, 1.6200000047683716, 2.620000123977661,
+    3.2300000190734863, 3.2300000190734863, 4.789999961853027, 7.400000095367432,
+    7.700000286102295, 9.09000015258789, 12.199999809265137, 17.670000076293945,
+    24.46000099182129, 28.57000160217285, 30.420001983642578, 30.840002059936523,
+    32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
+    50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305,
+    58.21000289916992, 60.1400032043457, 62.61000442504883, 62.62000274658203,
+    62.71000289916992, 63.1400032043457, 63.1400032043457, 63.77000427246094,
+    63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
+    64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
+    64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062]
+PHI35_SHORT_FACTOR = [
+    1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705,
+    1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842,
+    1.0499999523162842, 1.0699999332427979, 1.0999999046325684, 1.1099998950958252,
+    1.1599998474121094, 1.1599998474121094, 1.1699998378753662, 1.2899998426437378,
+    1.339999794960022, 1.679999828338623, 1.7899998426437378, 1.8199998140335083,
+    1.8499997854232788, 1.8799997568130493, 1.9099997282028198, 1.9399996995925903,
+    1.9899996519088745, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+    2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0299997329711914,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+    2.0799996852874756, 2.0899996757507324, 2.189999580383301, 2.2199995517730713,
+    2.5899994373321533, 2.729999542236328, 2.749999523162842, 2.8399994373321533]
+assert len(PHI35_LONG_FACTOR) == len(PHI35_SHORT_FACTOR) == 48
+
+# The scaled RoPE of a config: rope_type ("default", "llama3", "yarn", "longrope"), base, dim (the
+# rotated dims), freq_divisor and long_divisor (lists of fp64 divisors per pair, or None),
+# attention_factor (fp64) and long_from (the first position that uses long_divisor, or None).
+RopeScaling = namedtuple("RopeScaling", "rope_type base dim freq_divisor long_divisor "
+                                        "attention_factor long_from")
+
+
+def rope_scaling(cfg):
+    """The RoPE of an HF config dict (config.json) as transformers 5.17 reads it:
+    rope_scaling (or a transformers-5 rope_parameters) with its type under "rope_type" or the
+    old "type"; original_max_position_embeddings from the top level where the config has one
+    there (Phi-3's config class always does: its default is 4096), else from rope_scaling, else
+    max_position_embeddings; an absent factor is max_position_embeddings / original."""
+    sc = cfg.get("rope_scaling") or {}
+    if not sc and isinstance(cfg.get("rope_parameters"), dict):
+        sc = cfg["rope_parameters"]
+    base = float(cfg["rope_theta"] if "rope_theta" in cfg else sc["rope_theta"])
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    partial = cfg.get("partial_rotary_factor", sc.get("partial_rotary_factor", 1.0))
+    dim = int(head_dim * partial)
+    kind = sc.get("rope_type", sc.get("type", "default"))
+    if cfg.get("model_type") == "phi3" and kind in ("su", "yarn"):
+        kind = "longrope"  # Phi3Config's own renaming of the old names
+    if kind == "default":
+        return RopeScaling(kind, base, dim, None, None, 1.0, None)
+    max_pos = cfg["max_position_embeddings"]
+    if "original_max_position_embeddings" in cfg:
+        original = cfg["original_max_position_embeddings"]
+    elif cfg.get("model_type") == "phi3":
+        original = 4096  # Phi3Config's default wins over rope_scaling's (transformers 5.17)
+    else:
+        original = sc.get("original_max_position_embeddings", max_pos)
+    if kind == "llama3":
+        div = llama3_divisor(base, dim, sc["factor"], sc["low_freq_factor"],
+                             sc["high_freq_factor"], original)
+        return RopeScaling(kind, base, dim, div, None, 1.0, None)
+    if kind == "yarn":
+        if sc.get("mscale") or sc.get("mscale_all_dim"):
+            raise NotImplementedError("yarn with mscale / mscale_all_dim")
+        factor = sc.get("factor") or max_pos / original
+        div = yarn_divisor(base, dim, factor, original, sc.get("beta_fast") or 32,
+                           sc.get("beta_slow") or 1, sc.get("truncate", True))
+        af = sc.get("attention_factor")
+        return RopeScaling(kind, base, dim, div, None,
+                           yarn_attention_factor(factor) if af is None else float(af), None)
+    if kind == "longrope":
+        short, long = [float(v) for v in sc["short_factor"]], [float(v) for v in sc["long_factor"]]
+        if len(short) != dim // 2 or len(long) != dim // 2:
+            raise ValueError("longrope factors of %d and %d entries for %d pairs"
+                             % (len(short), len(long), dim // 2))
+        factor = sc.get("factor") or max_pos / original
+        af = sc.get("attention_factor")
+        return RopeScaling(kind, base, dim, short, long,
+                           longrope_attention_factor(factor, original) if af is None
+                           else float(af), original)
+    raise NotImplementedError("rope_type %r" % kind)
+
+
+def f32(x):
+    """The fp32 value of a float (round to nearest even), as a Python float."""
+    return float(torch.tensor(x, dtype=F64).to(F32))
+
+
+def published_rope(name):
+    """(config, RopeScaling) of a published model config of models.py (PUBLISHED_ROPE), checked
+    once per process against transformers' own ROPE_INIT_FUNCTIONS."""
+    if name not in _PUBLISHED:
+        import models  # models imports kernels: resolved at build time, not at import
+        cfg = models.PUBLISHED_ROPE[name]
+        sc = rope_scaling(cfg)
+        check_rope_scaling(name, cfg, sc)
+        _PUBLISHED[name] = (cfg, sc)
+    return _PUBLISHED[name]
+
+
+_PUBLISHED = {}
+INV_FREQ_RTOL, ATTENTION_FACTOR_RTOL = 1e-5, 1e-6
+
+
+def check_rope_scaling(name, cfg, sc):
+    """Generation-time self-check: transformers' config class built from the published config,
+    ROPE_INIT_FUNCTIONS[rope_type] (for longrope also with seq_len = original + 1, the long
+    table) gives fp32 inv_freq equal to base^(-2i/d) / fp32(div) within INV_FREQ_RTOL and the
+    same attention factor within ATTENTION_FACTOR_RTOL. Prints the errors to stderr."""
+    import copy
+    import sys
+    import transformers
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    transformers.logging.set_verbosity_error()
+    cfg = copy.deepcopy(cfg)  # transformers standardizes rope_scaling in place
+    c = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    rp = c.rope_parameters
+    assert rp["rope_type"] == sc.rope_type, (name, rp["rope_type"], sc.rope_type)
+    fn = ROPE_INIT_FUNCTIONS[sc.rope_type]
+    tables = [("inv_freq", fn(c, "cpu"), sc.freq_divisor)]
+    if sc.long_divisor is not None:
+        assert rp["original_max_position_embeddings"] == sc.long_from, (name, rp, sc.long_from)
+        tables.append(("long inv_freq", fn(c, "cpu", seq_len=sc.long_from + 1), sc.long_divisor))
+    notes = []
+    for what, (inv, af), div in tables:
+        assert inv.dtype == F32 and inv.shape == (sc.dim // 2,), (name, inv.dtype, inv.shape)
+        ours = rope_inv_freq(sc.base, sc.dim) / d(torch.tensor(div, dtype=F64).to(F32))
+        rel = float(((ours - d(inv)) / ours).abs().max())
+        af_rel = abs(af - sc.attention_factor) / sc.attention_factor
+        assert rel <= INV_FREQ_RTOL, "%s: %s off transformers' by %.3g" % (name, what, rel)
+        assert af_rel <= ATTENTION_FACTOR_RTOL, "%s: attention factor %r, transformers %r" % (
+            name, sc.attention_factor, af)
+        notes.append("%s max relative error %.2g, attention factor %.9g (error %.2g)"
+                     % (what, rel, af, af_rel))
+    print("rope scaling self-check %s (%s, d %d, base %g): %s" % (
+        name, sc.rope_type, sc.dim, sc.base, "; ".join(notes)), file=sys.stderr, flush=True)
+
+
+def rope(r, *, nH, nKV, D, positions, base=None, rope_dim=None, dist=normal(), scaling=None,
+         long_from=None):
+    """scaling: a PUBLISHED_ROPE name (models.py) whose tables the case uses, with its own base;
+    long_from (longrope only) defaults to the config's original_max_position_embeddings."""
     rope_dim = D if rope_dim is None else rope_dim
     T = len(positions)
     q, k = to_f16(dist(r, (T, nH, D))), to_f16(dist(r, (T, nKV, D)))
     pos = torch.tensor(positions, dtype=I32)
-    q_out, k_out = rope_ref(d(q), pos, base, rope_dim), rope_ref(d(k), pos, base, rope_dim)
+    inputs = {"q": q, "k": k, "positions": pos}
+    if scaling is None:
+        assert long_from is None
+        params = {"freq_base": float(base), "rope_dim": rope_dim, "head_dim": D}
+        theta, af = rope_angles(pos, base, rope_dim), None
+    else:
+        _, sc = published_rope(scaling)
+        assert base is None and rope_dim == D == sc.dim, (scaling, base, rope_dim, D, sc.dim)
+        params = {"freq_base": sc.base, "rope_dim": rope_dim, "head_dim": D,
+                  "attention_factor": f32(sc.attention_factor)}
+        inputs["freq_divisor"] = torch.tensor(sc.freq_divisor, dtype=F64).to(F32)
+        if sc.long_divisor is not None:
+            long_from = sc.long_from if long_from is None else long_from
+            params["long_from"] = int(long_from)
+            inputs["long_divisor"] = torch.tensor(sc.long_divisor, dtype=F64).to(F32)
+        else:
+            assert long_from is None, scaling
+        theta = rope_angles(pos, sc.base, rope_dim, inputs["freq_divisor"],
+                            inputs.get("long_divisor"), params.get("long_from"))
+        af = params["attention_factor"]
+    q_out, k_out = rope_ref(d(q), theta, rope_dim, af), rope_ref(d(k), theta, rope_dim, af)
     for x, out in ((q, q_out), (k, k_out)):
-        err = (out - rope_hf(d(x), pos, base, rope_dim)).abs().max().item()
+        err = (out - rope_hf(d(x), theta, rope_dim, 1.0 if af is None else af)).abs().max().item()
         assert err < 1e-6, "rope reference disagrees with the HF formula (%g)" % err
-    params = {"freq_base": float(base), "rope_dim": rope_dim, "head_dim": D}
-    return params, {"q": q, "k": k, "positions": pos}, {"q_out": q_out, "k_out": k_out}
+    return params, inputs, {"q_out": q_out, "k_out": k_out}
 
 
 def sdpa(q, k, v, *, causal, scale):
@@ -504,8 +743,8 @@ OPS = {f.__name__: f for f in (
 # rope_theta 1e4, rms eps 1e-5. GPT-2 hidden 768, 12 heads, head_dim 64, ffn 3072, 1024
 # positions, LayerNorm eps 1e-5.
 #
-# Committed cases must stay small (golden/kernels < 16 MB in all), so weight-, table- and
-# cache-heavy ops use cut-down sizes here and their real model sizes in the full tier.
+# Committed cases must stay small (golden/kernels within __main__.COMMITTED_BUDGET), so weight-,
+# table- and cache-heavy ops use cut-down sizes here and their real model sizes in the full tier.
 
 Case = namedtuple("Case", "op name tier kwargs")
 COMMITTED, FULL = "committed", "full"
@@ -617,6 +856,36 @@ CASES += _cases(COMMITTED, "rope", [
                                                 dist=outlier_channels((5, 70), 20.0))),
     # head_dim 256 (Gemma): 128 pairs per head.
     ("d256_base1e4_pos32766-32767", dict(nH=8, nKV=1, D=256, base=1e4, positions=NEAR_2_15[6:])),
+])
+
+# Scaled RoPE (the published configs of models.PUBLISHED_ROPE, checked against transformers when
+# built): the freq_divisor / long_divisor tables and the attention factor as op inputs and
+# params. Llama 3.1 / 3.2 (llama3: three frequency bands), Qwen2.5-7B with Qwen's YaRN recipe
+# (factor 4 over 32768, attention factor 0.1 ln 4 + 1, to position 131071), Phi-3.5-mini's
+# LongRoPE (48 short and 48 long factors, attention factor sqrt(1 + ln 32 / ln 4096)): a ragged
+# batch with tokens on both sides of long_from 4096 (what decode steps past the original context
+# see) and a prefill with long_from 0 (what the engine passes for a prompt longer than 4096: every
+# token takes the long factors, as transformers does). Head counts cut where the case is about
+# the tables, not the layout (8 of Phi-3.5's 32 MHA heads).
+PHI35_8H = dict(nH=8, nKV=8, D=96)
+CASES += _cases(COMMITTED, "rope", [
+    ("llama3.1-8b-llama3_pos131064-131071", dict(LLAMA3, scaling="llama3.1-8b",
+                                                positions=NEAR_2_17)),
+    ("llama3.2-1b-llama3_ragged-pos0-to-131071", dict(nH=8, nKV=2, D=64, scaling="llama3.2-1b",
+                                                     positions=[0, 131071, 8191, 2048, 65536,
+                                                                1, 8192, 100000])),
+    ("qwen2.5-7b-yarn4_pos131064-131071", dict(QWEN7B, scaling="qwen2.5-7b-yarn",
+                                              positions=NEAR_2_17)),
+    ("phi3.5-mini-longrope_switch-ragged", dict(PHI35_8H, scaling="phi3.5-mini", long_from=4096,
+                                               positions=[0, 4095, 4096, 4097, 2048, 131071, 17,
+                                                          65536])),
+    ("phi3.5-mini-longrope_prefill-all-long_t8", dict(PHI35_8H, scaling="phi3.5-mini",
+                                                     long_from=0, positions=list(range(8)))),
+    # outlier channels (|x| ~ 20 in 2 dims of each head) on the YaRN table: the attention factor
+    # scales them too.
+    ("outliers-qwen2.5-7b-yarn4-d128_pos131068-131071",
+     dict(nH=8, nKV=2, D=128, scaling="qwen2.5-7b-yarn", positions=NEAR_2_17[4:],
+          dist=outlier_channels((5, 70), 20.0))),
 ])
 
 CASES += _cases(COMMITTED, "attention_prefill", [
@@ -1013,6 +1282,21 @@ CASES += _cases(FULL, "rope", [
     ("ragged-16seq-to-131071_base5e5_t1024",
      dict(LLAMA3, base=5e5, positions=[start + t for start in range(8128, 131072, 8192)
                                        for t in range(64)])),
+    # Scaled RoPE: 2048-token prefill chunks at the end of the 128k context (llama3, yarn), a
+    # LongRoPE prefill straddling 4096 with long_from 0 (a prompt past the original context: every
+    # token long), and 16 ragged LongRoPE sequences of 64 tokens around and far past long_from
+    # 4096 (one crossing it: 4064-4127).
+    ("llama3.1-8b-llama3_pos129024-131071_t2048",
+     dict(LLAMA3, scaling="llama3.1-8b", positions=list(range(129024, 131072)))),
+    ("qwen2.5-7b-yarn4_pos129024-131071_t2048",
+     dict(QWEN7B, scaling="qwen2.5-7b-yarn", positions=list(range(129024, 131072)))),
+    ("phi3.5-mini-longrope_prefill-all-long_pos3072-5119_t2048",
+     dict(PHI3, scaling="phi3.5-mini", long_from=0, positions=list(range(3072, 5120)))),
+    ("phi3.5-mini-longrope_ragged-16seq_t1024",
+     dict(PHI3, scaling="phi3.5-mini", long_from=4096,
+          positions=[start + t for start in (0, 1024, 2048, 3072, 4032, 4064, 4096, 8128, 16320,
+                                             32704, 49152, 65472, 81920, 98240, 114688, 131008)
+                     for t in range(64)])),
 ])
 CASES += _cases(FULL, "gelu", [("big-2048x8192", dict(T=BIG[0], H=BIG[1]))])
 CASES += _cases(FULL, "gelu_tanh", [("big-2048x8192", dict(T=BIG[0], H=BIG[1]))])

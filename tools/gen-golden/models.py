@@ -10,11 +10,11 @@ prompt (docs/sampling.md, through sampling.py) with their model margins, and cal
 per-tap error of the same forward rounded to fp16 where the engine rounds, from which the Go side
 derives each tap's limits.
 
-The reference is transformers itself (Qwen2ForCausalLM, Phi3ForCausalLM, GPT2LMHeadModel) loaded
-with from_pretrained from the set's own checkpoint files, upcast to fp32, eager attention, on the
-CPU. Taps are captured with module hooks; the rotated Q/K are captured by wrapping the
-apply_rotary_pos_emb that the modeling module calls, so they are exactly what transformers fed to
-attention, never recomputed here.
+The reference is transformers itself (Qwen2ForCausalLM, Phi3ForCausalLM, LlamaForCausalLM,
+GPT2LMHeadModel) loaded with from_pretrained from the set's own checkpoint files, upcast to fp32,
+eager attention, on the CPU. Taps are captured with module hooks; the rotated Q/K are captured by
+wrapping the apply_rotary_pos_emb that the modeling module calls, so they are exactly what
+transformers fed to attention, never recomputed here.
 """
 
 import decimal
@@ -53,7 +53,9 @@ SYNTHETIC, CHECKPOINT = "synthetic", "checkpoint"
 
 # ---------------------------------------------------------------------------------------------
 # Configs. The full-size ones are the published config.json files of the real checkpoints
-# (Qwen/Qwen2.5-0.5B, microsoft/Phi-3-mini-4k-instruct, openai-community/gpt2) with the fields
+# (Qwen/Qwen2.5-0.5B, microsoft/Phi-3-mini-4k-instruct, openai-community/gpt2,
+# meta-llama/Llama-3.2-1B, meta-llama/Llama-3.1-8B, microsoft/Phi-3.5-mini-instruct,
+# Qwen/Qwen2.5-7B-Instruct with its model card's YaRN rope_scaling) with the fields
 # that only matter for remote code or provenance dropped (_name_or_path, auto_map,
 # transformers_version) and torch_dtype set to what the synthetic checkpoint stores (float16).
 # Field names follow the hub files (rope_theta at the top level, GPT-2's n_embd/n_layer/...);
@@ -141,12 +143,114 @@ GPT2_124M = {
 }
 
 
+# Llama 3 (meta-llama/Llama-3.2-1B, meta-llama/Llama-3.1-8B): Qwen2's layout without biases, RoPE
+# scaled with rope_type llama3 (three frequency bands around the original 8192-token context).
+LLAMA32_1B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+LLAMA31_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+# Qwen2.5-7B-Instruct with the YaRN recipe of its model card added (the hub config has no
+# rope_scaling; the card's uses the old "type" key): factor 4 over the original 32768 positions.
+QWEN_YARN4 = {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}
+QWEN25_7B_YARN = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "initializer_range": 0.02,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 28,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": QWEN_YARN4,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+
+
 def derived(base, **overrides):
     cfg = dict(base)
     for k, v in overrides.items():
         assert k in cfg, "override of unknown config key %s" % k
         cfg[k] = v
     return dict(sorted(cfg.items()))
+
+
+# microsoft/Phi-3.5-mini-instruct: Phi-3-mini's layout with LongRoPE to 131072 positions (the short
+# factors up to the original 4096, the long ones past it; original_max_position_embeddings at the
+# top level, as Phi-3 configs keep it).
+PHI35_MINI = derived(PHI3_MINI_4K, max_position_embeddings=131072,
+                     original_max_position_embeddings=4096, sliding_window=262144,
+                     rope_scaling={"rope_type": "longrope",
+                                   "long_factor": list(kernels.PHI35_LONG_FACTOR),
+                                   "short_factor": list(kernels.PHI35_SHORT_FACTOR)})
+
+# The published configs whose RoPE tables the scaled `rope` kernel cases use
+# (kernels.published_rope).
+PUBLISHED_ROPE = {"llama3.1-8b": LLAMA31_8B, "llama3.2-1b": LLAMA32_1B,
+                  "qwen2.5-7b-yarn": QWEN25_7B_YARN, "phi3.5-mini": PHI35_MINI}
 
 
 # Tiny variants: 2 layers, small vocab, the distinguishing features kept. Head dims are multiples
@@ -166,6 +270,30 @@ PHI3_TINY = derived(PHI3_MINI_4K, hidden_size=96, intermediate_size=128, num_hid
                     eos_token_id=2, pad_token_id=2)
 GPT2_TINY = derived(GPT2_124M, n_embd=96, n_head=3, n_layer=2, n_positions=64, n_ctx=64,
                     vocab_size=503, bos_token_id=502, eos_token_id=502)
+#  llama3-tiny:     Llama-3.2-1B's config cut down: no biases, GQA 4:1 (8 q / 2 kv heads), an
+#                   explicit head_dim 16, tied head, theta 5e5, eps 1e-5, the published llama3
+#                   scaling (factor 32 over 8192: at head_dim 16 pairs 0-3 keep their frequency, 4
+#                   is blended (divided by 3.29), 5-7 are divided by 32).
+#  phi3.5-tiny:     phi3-tiny's dimensions with Phi-3.5-mini's LongRoPE: every second published
+#                   factor (24 short, 24 long for head_dim 48), max_position_embeddings 640 and the
+#                   original context cut to 20, so the prefill (16 tokens) takes the short factors
+#                   and decode step 4 (position 20) onwards the long ones: transformers switches
+#                   when a pass's largest position + 1 exceeds the original (the cached keys keep
+#                   their short rotation); attention factor sqrt(1 + ln 32 / ln 20).
+#  qwen2-yarn-tiny: qwen2-tiny with Qwen's YaRN recipe (factor 4 over 32768, old "type" key): at
+#                   head_dim 16 pairs 0-2 keep their frequency, 3-4 are ramped, 5-7 divided by 4;
+#                   attention factor 0.1 ln 4 + 1.
+LLAMA3_TINY = derived(LLAMA32_1B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=2, head_dim=16, vocab_size=384,
+                      bos_token_id=382, eos_token_id=383)
+PHI35_TINY = derived(PHI35_MINI, hidden_size=96, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=2, num_key_value_heads=2, vocab_size=320, bos_token_id=1,
+                     eos_token_id=2, pad_token_id=2, max_position_embeddings=640,
+                     original_max_position_embeddings=20,
+                     rope_scaling={"rope_type": "longrope",
+                                   "long_factor": kernels.PHI35_LONG_FACTOR[::2],
+                                   "short_factor": kernels.PHI35_SHORT_FACTOR[::2]})
+QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).items()))
 
 # margin_epsilon (logit units): the reference's top-2 margin below which a differing greedy token
 # is accepted (together with the top-5 cross-check). Synthetic logits have std ~4 by construction
@@ -183,15 +311,18 @@ MODELS = [
     ModelSpec("qwen2-tiny", "qwen2", COMMITTED, QWEN2_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("phi3-tiny", "phi3", COMMITTED, PHI3_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("gpt2-tiny", "gpt2", COMMITTED, GPT2_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("llama3-tiny", "llama", COMMITTED, LLAMA3_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("phi3.5-tiny", "phi3", COMMITTED, PHI35_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("qwen2-yarn-tiny", "qwen2", COMMITTED, QWEN2_YARN_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen2.5-0.5b", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL),
     ModelSpec("phi3-mini-4k", "phi3", FULL, PHI3_MINI_4K, 8, EPSILON_FULL),
     ModelSpec("gpt2-124m", "gpt2", FULL, GPT2_124M, 8, EPSILON_FULL),
+    ModelSpec("llama3.2-1b", "llama", FULL, LLAMA32_1B, 8, EPSILON_FULL),
+    ModelSpec("phi3.5-mini", "phi3", FULL, PHI35_MINI, 8, EPSILON_FULL),
 ]
-BY_NAME = {m.name: m for m in MODELS}
-assert len(BY_NAME) == len(MODELS)
-
-FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2"}
-ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel"}
+FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama"}
+ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
+        "llama": "LlamaForCausalLM"}
 # Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
 # synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
 CHECKPOINT_EPSILON = EPSILON_FULL
@@ -211,6 +342,16 @@ def with_layers(spec, n_layers):
         over["max_window_layers"] = min(spec.config["max_window_layers"], n_layers)
     return spec._replace(name="%s-l%d" % (spec.name, n_layers),
                          config=derived(spec.config, **over))
+
+
+# Full sets of the 8B-class configs cut to 2 layers (the embeddings and heads alone are 2 GB of
+# fp16): the real layer shapes and RoPE tables at a size the generator handles in a minute.
+MODELS += [
+    with_layers(ModelSpec("llama3.1-8b", "llama", FULL, LLAMA31_8B, 8, EPSILON_FULL), 2),
+    with_layers(ModelSpec("qwen2.5-7b-yarn", "qwen2", FULL, QWEN25_7B_YARN, 8, EPSILON_FULL), 2),
+]
+BY_NAME = {m.name: m for m in MODELS}
+assert len(BY_NAME) == len(MODELS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,21 +449,22 @@ def init_specs(family, cfg):
     attn_out = Init("normal", RESID_GAIN / math.sqrt(d.nH * d.D * 2 * L))
     ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
     specs = []
-    if family in ("qwen2", "phi3"):
+    if family in ("qwen2", "phi3", "llama"):
         qd, kvd = d.nH * d.D, d.nKV * d.D
         specs.append(("model.embed_tokens.weight", (V, H), emb))
         for i in range(L):
             p = "model.layers.%d." % i
             specs.append((p + "input_layernorm.weight", (H,), norm))
-            if family == "qwen2":
+            if family in ("qwen2", "llama"):  # Llama: attention_bias false, no biases
                 for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
                     specs.append((p + "self_attn.%s.weight" % n, (rows, H), w_in))
-                    specs.append((p + "self_attn.%s.bias" % n, (rows,), bias))
+                    if family == "qwen2":
+                        specs.append((p + "self_attn.%s.bias" % n, (rows,), bias))
             else:
                 specs.append((p + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H), w_in))
             specs.append((p + "self_attn.o_proj.weight", (H, qd), attn_out))
             specs.append((p + "post_attention_layernorm.weight", (H,), norm))
-            if family == "qwen2":
+            if family in ("qwen2", "llama"):
                 specs.append((p + "mlp.gate_proj.weight", (I, H), w_in))
                 specs.append((p + "mlp.up_proj.weight", (I, H), w_in))
             else:
@@ -582,7 +724,7 @@ def place_checkpoint(set_dir, src):
 
 LAYER_TAPS = ["attn_norm", "q", "k", "v", "q_rope", "k_rope", "attn", "attn_out", "resid_attn",
               "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "resid_ffn"]
-ABSENT = {"qwen2": set(), "phi3": set(), "gpt2": {"q_rope", "k_rope", "ffn_gate"}}
+ABSENT = {"qwen2": set(), "phi3": set(), "llama": set(), "gpt2": {"q_rope", "k_rope", "ffn_gate"}}
 
 
 def tap_names(family, n_layers):
@@ -713,14 +855,14 @@ class Recorder(TapCapture):
 
     def install(self):
         d, m = self.d, self.model
-        if self.family in ("qwen2", "phi3"):
+        if self.family in ("qwen2", "phi3", "llama"):
             base = m.model
             self._in(base.layers[0], "embed")
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._out(layer.input_layernorm, p + "attn_norm")
-                if self.family == "qwen2":
+                if self.family in ("qwen2", "llama"):
                     self._out(att.q_proj, None, self._heads(p + "q", d.nH))
                     self._out(att.k_proj, None, self._heads(p + "k", d.nKV))
                     self._out(att.v_proj, None, self._heads(p + "v", d.nKV))
@@ -731,7 +873,7 @@ class Recorder(TapCapture):
                 self._out(att.o_proj, p + "attn_out")
                 self._in(layer.post_attention_layernorm, p + "resid_attn")
                 self._out(layer.post_attention_layernorm, p + "ffn_norm")
-                if self.family == "qwen2":
+                if self.family in ("qwen2", "llama"):
                     self._out(mlp.gate_proj, p + "ffn_gate")
                     self._out(mlp.up_proj, p + "ffn_up")
                 else:
@@ -1369,19 +1511,51 @@ def check_loaded_weights(model, set_dir, pool=None):
 
 
 # The reference's hyper-parameters (params.hparams), in this order: one set of names for every
-# family, null where a family has no such parameter (GPT-2 has no RoPE).
+# family, null where a family has no such parameter (GPT-2 has no RoPE). The RoPE tables (the last
+# four, added with RoPE scaling) come after the keys that existed before them.
 HPARAM_KEYS = ["hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
                "intermediate_size", "vocab_size", "max_positions", "norm_eps", "rope_theta",
                "rope_type", "rotary_dim", "partial_rotary_factor", "tied_head", "activation",
-               "sliding_window"]
+               "sliding_window", "rope_inv_freq", "rope_long_inv_freq", "rope_attention_factor",
+               "rope_long_from"]
+
+
+def reference_rope(model):
+    """The RoPE tables of the loaded model's rotary embedding, as transformers computed them:
+    (rope_type, inv_freq, long_inv_freq, attention_factor, long_from). inv_freq is the table it
+    was built with (original_inv_freq: for longrope the short factors'; `inv_freq` itself is
+    swapped per forward call); long_inv_freq (longrope only) is what its forward switches to
+    when a pass's largest position + 1 exceeds original_max_position_embeddings, computed by the
+    same ROPE_INIT_FUNCTIONS call (seq_len = original + 1); long_from is that original (the first
+    position whose decode step uses the long table). Lists of the fp32 values as floats."""
+    rot = model.model.rotary_emb
+    rp = model.config.rope_parameters
+    if rot.rope_type != rp["rope_type"]:
+        raise RuntimeError("rotary embedding rope_type %r, config %r" % (rot.rope_type,
+                                                                         rp["rope_type"]))
+    inv = rot.original_inv_freq
+    if inv.dtype != F32:
+        raise RuntimeError("inv_freq is %s, want float32" % inv.dtype)
+    long_inv = long_from = None
+    if rot.rope_type == "longrope":
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        long_from = int(rp["original_max_position_embeddings"])
+        long_inv, af = ROPE_INIT_FUNCTIONS["longrope"](model.config, inv.device,
+                                                       seq_len=long_from + 1)
+        if af != rot.attention_scaling or long_inv.shape != inv.shape:
+            raise RuntimeError("longrope's long table disagrees with the rotary embedding")
+        long_inv = [float(v) for v in long_inv.tolist()]
+    return (rot.rope_type, [float(v) for v in inv.tolist()], long_inv,
+            float(rot.attention_scaling), long_from)
 
 
 def reference_hparams(model, family):
     """The hyper-parameters as transformers itself parsed them: from the loaded model's config
     object (its defaults and key mapping applied: rope_theta -> rope_parameters, n_inner None ->
     4H) and, where the config leaves a value to the modeling code, from the modules that use it
-    (head_dim, the rotary dim of inv_freq, GPT-2's inner size). Never from config.json's dict:
-    an engine that reads config.json differently from transformers must show up by name."""
+    (head_dim, the rotary dim and tables of the rotary embedding, GPT-2's inner size). Never
+    from config.json's dict: an engine that reads config.json differently from transformers must
+    show up by name."""
     c = model.config
     if family == "gpt2":
         block = model.transformer.h[0]
@@ -1393,21 +1567,28 @@ def reference_hparams(model, family):
             "rope_theta": None, "rope_type": None, "rotary_dim": None,
             "partial_rotary_factor": None, "tied_head": bool(c.tie_word_embeddings),
             "activation": c.activation_function, "sliding_window": None,
+            "rope_inv_freq": None, "rope_long_inv_freq": None, "rope_attention_factor": None,
+            "rope_long_from": None,
         }
         norms = [m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
     else:
         rp = c.rope_parameters
+        rope_type, inv, long_inv, attention_factor, long_from = reference_rope(model)
         hp = {
             "hidden_size": c.hidden_size, "num_layers": c.num_hidden_layers,
             "num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
             "head_dim": model.model.layers[0].self_attn.head_dim,
             "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size,
             "max_positions": c.max_position_embeddings, "norm_eps": float(c.rms_norm_eps),
-            "rope_theta": float(rp["rope_theta"]), "rope_type": rp["rope_type"],
+            "rope_theta": float(rp["rope_theta"]), "rope_type": rope_type,
             "rotary_dim": 2 * int(model.model.rotary_emb.inv_freq.shape[0]),
             "partial_rotary_factor": float(rp.get("partial_rotary_factor", 1.0)),
             "tied_head": bool(c.tie_word_embeddings), "activation": c.hidden_act,
-            "sliding_window": None if c.sliding_window is None else int(c.sliding_window),
+            # LlamaConfig has no sliding_window at all: null, no window
+            "sliding_window": (None if getattr(c, "sliding_window", None) is None
+                               else int(c.sliding_window)),
+            "rope_inv_freq": inv, "rope_long_inv_freq": long_inv,
+            "rope_attention_factor": attention_factor, "rope_long_from": long_from,
         }
         norms = [m.variance_epsilon for m in model.modules() if hasattr(m, "variance_epsilon")]
     for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
@@ -1657,14 +1838,14 @@ class Rounder(TapCapture):
     def install(self):
         d, m = self.d, self.model
         put = self.put
-        if self.family in ("qwen2", "phi3"):
+        if self.family in ("qwen2", "phi3", "llama"):
             base = m.model
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._enter(layer, i)
                 self._round_out(layer.input_layernorm, lambda r, p=p: put(p + "attn_norm", r))
-                if self.family == "qwen2":
+                if self.family in ("qwen2", "llama"):
                     self._round_out(att.q_proj, lambda r, p=p: self._heads(p + "q", d.nH, r))
                     self._round_out(att.k_proj, lambda r, p=p: self._heads(p + "k", d.nKV, r))
                     self._round_out(att.v_proj, lambda r, p=p: self._heads(p + "v", d.nKV, r))
@@ -1680,7 +1861,7 @@ class Rounder(TapCapture):
                 self._attn_residual(att.o_proj, p)
                 self._pin_in(layer.post_attention_layernorm)
                 self._round_out(layer.post_attention_layernorm, lambda r, p=p: put(p + "ffn_norm", r))
-                if self.family == "qwen2":
+                if self.family in ("qwen2", "llama"):
                     self._round_out(mlp.gate_proj, lambda r, p=p: put(p + "ffn_gate", r))
                     self._round_out(mlp.up_proj, lambda r, p=p: put(p + "ffn_up", r))
                 else:

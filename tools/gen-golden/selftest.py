@@ -49,15 +49,23 @@ def np_layernorm(x, g, b, eps):
     return (x - mu) / np.sqrt(var + eps) * g + b
 
 
-def np_rope(x, pos, base, r):
+def np_rope(x, pos, base, r, freq_divisor=None, long_divisor=None, long_from=None, factor=1.0):
+    """Pair i < r/2 of each token at angle pos * base^(-2i/r) / div_i, div the token's divisor
+    (long_divisor at positions >= long_from, else freq_divisor, else 1); the rotated dims times
+    factor, the others copied."""
     half = r // 2
     out = x.copy()
     for i in range(half):
-        theta = pos.astype(np.float64) * base ** (-2.0 * i / r)  # [T]
+        div = np.ones(len(pos))
+        if freq_divisor is not None:
+            div[:] = freq_divisor[i]
+        if long_divisor is not None:
+            div[pos >= long_from] = long_divisor[i]
+        theta = pos.astype(np.float64) * (base ** (-2.0 * i / r) / div)  # [T]
         c, s = np.cos(theta)[:, None], np.sin(theta)[:, None]
         x0, x1 = x[:, :, i], x[:, :, i + half]
-        out[:, :, i] = x0 * c - x1 * s
-        out[:, :, i + half] = x1 * c + x0 * s
+        out[:, :, i] = (x0 * c - x1 * s) * factor
+        out[:, :, i + half] = (x1 * c + x0 * s) * factor
     return out
 
 
@@ -94,7 +102,8 @@ def reference(op, p, i):
         out = s16 / np.sqrt((s16 * s16).mean(-1, keepdims=True) + p["eps"]) * i["weight"]
         return {"sum": i["x"] + i["residual"], "out": out}
     if op == "rope":
-        args = (i["positions"], p["freq_base"], p["rope_dim"])
+        args = (i["positions"], p["freq_base"], p["rope_dim"], i.get("freq_divisor"),
+                i.get("long_divisor"), p.get("long_from"), p.get("attention_factor", 1.0))
         return {"q_out": np_rope(i["q"], *args), "k_out": np_rope(i["k"], *args)}
     if op == "attention_prefill":
         out = np.stack([np_attention(i["q"][b], i["k"][b], i["v"][b], p["scale"], p["causal"])
@@ -232,6 +241,8 @@ def properties(case, p, i):
         if name.startswith("large-mag"):
             mx = np.where(np.isfinite(x), x, np.nan)
             assert np.nanmax(mx) > 89 and np.nanmin(np.nanmax(mx, -1)) < -104
+    if op == "rope":
+        rope_properties(name, p, i)
     if op == "embedding" and len(i["ids"]) > 1:
         assert 0 in i["ids"] and i["table"].shape[0] - 1 in i["ids"]
     if op == "set_rows":
@@ -240,6 +251,50 @@ def properties(case, p, i):
         assert all(0 <= v < i["dst"].shape[0] for v in rows)
         # Every written row must differ from what dst held there, or a skipped write would pass.
         assert all(np.any(i["dst"][v] != i["src"][k]) for k, v in enumerate(rows))
+
+
+def rope_properties(name, p, i):
+    """The contract's keys (attention_factor only with freq_divisor, long_from exactly with
+    long_divisor), the fp32 attention factor, full rotary where scaled; and each scaled case is
+    far from what a kernel ignoring a part of the scaling computes (a case whose data an unscaled,
+    unfactored or wrong-table rotation would pass tests nothing)."""
+    scaled = "freq_divisor" in i
+    base_keys = ["freq_base", "rope_dim", "head_dim"]
+    want = base_keys + (["attention_factor"] if scaled else []) + (
+        ["long_from"] if "long_divisor" in i else [])
+    assert list(p) == want, "%s: params %s, want %s" % (name, list(p), want)
+    if not scaled:
+        return
+    r, half = p["rope_dim"], p["rope_dim"] // 2
+    assert r == p["head_dim"], "%s: scaled cases rotate the whole head" % name
+    assert np.float32(p["attention_factor"]) == p["attention_factor"], name
+    for t in ("freq_divisor", "long_divisor"):
+        if t in i:
+            assert i[t].shape == (half,) and np.all(i[t] >= 1.0), "%s: %s" % (name, t)
+    pos, q = i["positions"], i["q"]
+    got = reference("rope", p, i)["q_out"]
+    scale = np.abs(got).max()
+    wrong = {"unscaled": np_rope(q, pos, p["freq_base"], r),
+             "without the attention factor": np_rope(q, pos, p["freq_base"], r, i["freq_divisor"],
+                                                     i.get("long_divisor"), p.get("long_from"))}
+    if "long_divisor" in i:
+        lf = p["long_from"]
+        wrong["short factors only"] = np_rope(q, pos, p["freq_base"], r, i["freq_divisor"], None,
+                                              None, p["attention_factor"])
+        wrong["long factors only"] = np_rope(q, pos, p["freq_base"], r, i["long_divisor"], None,
+                                             None, p["attention_factor"])
+        wrong["long_from off by one"] = np_rope(q, pos, p["freq_base"], r, i["freq_divisor"],
+                                                i["long_divisor"], lf + 1, p["attention_factor"])
+        if lf > 0:
+            assert np.any(pos < lf) and np.any(pos >= lf), "%s: no switch in the batch" % name
+        else:
+            del wrong["long factors only"]  # every token long: that is the case
+        if lf == 0 or not np.any(pos == lf):  # position 0 has angle 0 in every table
+            del wrong["long_from off by one"]
+    if p["attention_factor"] == 1.0:
+        del wrong["without the attention factor"]
+    for what, w in wrong.items():
+        assert np.abs(got - w).max() > 0.05 * scale, "%s: a %s rotation would pass" % (name, what)
 
 
 def check_case(case):
