@@ -118,6 +118,11 @@ func parseRopeScaling(r *rawConfig, c *Config) (*RopeScaling, error) {
 	case p.Type != nil:
 		typ = *p.Type
 	}
+	// Phi3Config reads its older spellings "su" and "yarn" as LongRoPE (and only default and
+	// longrope are Phi-3 types there).
+	if c.Family == "phi3" && (typ == "su" || typ == "yarn") {
+		typ = "longrope"
+	}
 	allowed, ok := ropeTypeKeys[typ]
 	if !ok {
 		return nil, fmt.Errorf("config: %s.rope_type = %q is not implemented (default, llama3, yarn, longrope)", key, typ)

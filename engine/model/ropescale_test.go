@@ -181,3 +181,16 @@ func TestFreqListDiff(t *testing.T) {
 		t.Error("null accepted")
 	}
 }
+
+// Phi3Config reads the older "su" and "yarn" spellings as LongRoPE, as transformers does.
+func TestPhi3OlderLongRopeSpellings(t *testing.T) {
+	for _, typ := range []string{"su", "yarn", "longrope"} {
+		c, err := ParseConfig([]byte(fmt.Sprintf(`{"model_type": "phi3", "hidden_size": 8, "num_hidden_layers": 1,
+		 "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 8, "max_position_embeddings": 64,
+		 "original_max_position_embeddings": 16, "rope_theta": 1e4,
+		 "rope_scaling": {"type": %q, "short_factor": [1, 1.5], "long_factor": [2, 3]}}`, typ)))
+		if err != nil || c.RopeScaling == nil || c.RopeScaling.Type != "longrope" || c.RopeScaling.LongFrom != 16 {
+			t.Errorf("phi3 type %q: %+v %v", typ, c, err)
+		}
+	}
+}
