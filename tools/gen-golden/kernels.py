@@ -296,9 +296,15 @@ def yarn_divisor(base, dim, factor, original, beta_fast=32.0, beta_slow=1.0, tru
     return out
 
 
-def yarn_attention_factor(factor):
-    """0.1 ln(factor) + 1 (1 for factor <= 1): YaRN's default when the config gives none."""
-    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+def yarn_attention_factor(factor, mscale=None, mscale_all_dim=None):
+    """0.1 ln(factor) + 1 (1 for factor <= 1): YaRN's default when the config gives none; with
+    both mscale and mscale_all_dim (DeepSeek's), the ratio of 0.1 m ln(factor) + 1 for the two,
+    as transformers computes it."""
+    def get_mscale(m):
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+    if mscale and mscale_all_dim:
+        return float(get_mscale(mscale) / get_mscale(mscale_all_dim))
+    return get_mscale(1)
 
 
 def longrope_attention_factor(factor, original):
@@ -373,14 +379,13 @@ def rope_scaling(cfg):
                              sc["high_freq_factor"], original)
         return RopeScaling(kind, base, dim, div, None, 1.0, None)
     if kind == "yarn":
-        if sc.get("mscale") or sc.get("mscale_all_dim"):
-            raise NotImplementedError("yarn with mscale / mscale_all_dim")
         factor = sc.get("factor") or max_pos / original
         div = yarn_divisor(base, dim, factor, original, sc.get("beta_fast") or 32,
                            sc.get("beta_slow") or 1, sc.get("truncate", True))
         af = sc.get("attention_factor")
-        return RopeScaling(kind, base, dim, div, None,
-                           yarn_attention_factor(factor) if af is None else float(af), None)
+        if af is None:
+            af = yarn_attention_factor(factor, sc.get("mscale"), sc.get("mscale_all_dim"))
+        return RopeScaling(kind, base, dim, div, None, float(af), None)
     if kind == "longrope":
         short, long = [float(v) for v in sc["short_factor"]], [float(v) for v in sc["long_factor"]]
         if len(short) != dim // 2 or len(long) != dim // 2:
