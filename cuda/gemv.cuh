@@ -12,6 +12,8 @@
 
 #include "internal.h"
 
+#include <type_traits>
+
 namespace ts {
 
 constexpr int kGemvThreads = 256;
@@ -126,6 +128,37 @@ inline bool gemv_fits(int rows, int k) { return (int64_t)rows * k * 2 <= (int64_
 inline bool gemv_decode_applies(int rows, int k, int n, bool aligned) {
     return rows <= 4 && k % 8 == 0 && aligned && (int64_t)n * k * (int64_t)sizeof(__half) <= (32ll << 20) &&
            gemv_fits(rows, k);
+}
+
+/* Batch-invariant mode (ts_set_batch_invariant): every projection of up to kGemvMaxRows rows takes
+ * the gemv, whatever the weight size, because a row's sum in gemv_smem runs in the same order at
+ * every tile size (the lanes' vectors, then the same shuffle tree): only the rows' count changes
+ * between a sequence alone and in a batch, never its arithmetic. Needs what the gemv needs (k % 8,
+ * 16-byte alignment) and one row in shared memory. */
+inline bool gemv_invariant_applies(int rows, int k, bool aligned) {
+    return batch_invariant() && rows <= kGemvMaxRows && k % 8 == 0 && aligned && gemv_fits(1, k);
+}
+
+/* Runs launch(tile, first_row, rows) over rows in chunks that fit shared memory (a power of two
+ * up to 16 rows each; Llama-3.2-1B's down projection, k = 8192, fits 8), tile the
+ * std::integral_constant of the chunk's gemv_tile. */
+template <typename Launch>
+int gemv_by_chunks(int rows, int k, Launch launch) {
+    int chunk = kGemvMaxRows;
+    while (chunk > 1 && !gemv_fits(chunk, k)) chunk /= 2;
+    for (int r0 = 0; r0 < rows; r0 += chunk) {
+        const int n = rows - r0 < chunk ? rows - r0 : chunk;
+        int s = TS_OK;
+        switch (gemv_tile(n)) {
+        case 1: s = launch(std::integral_constant<int, 1>{}, r0, n); break;
+        case 2: s = launch(std::integral_constant<int, 2>{}, r0, n); break;
+        case 4: s = launch(std::integral_constant<int, 4>{}, r0, n); break;
+        case 8: s = launch(std::integral_constant<int, 8>{}, r0, n); break;
+        default: s = launch(std::integral_constant<int, 16>{}, r0, n); break;
+        }
+        if (s != TS_OK) return s;
+    }
+    return TS_OK;
 }
 
 } // namespace ts

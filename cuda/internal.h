@@ -86,6 +86,10 @@ void log_library_call(const char *op, const char *call, const char *dims);
  * TOUCHSTONE_PDL=0 at ts_init launches without the attribute (the waits are then no-ops). */
 bool pdl_enabled();
 
+/* ts_set_batch_invariant's mode: the decode ops choose kernels and splits independent of the
+ * number of rows they are given (touchstone.h). */
+bool batch_invariant();
+
 /* One launch, with the programmatic-stream-serialisation attribute when pdl_enabled(). */
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

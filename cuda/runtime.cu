@@ -46,6 +46,7 @@ std::mutex g_blas_mu;
 
 std::atomic<bool> g_debug{false};
 std::atomic<bool> g_sync{false};
+std::atomic<bool> g_batch_invariant{false};
 std::atomic<bool> g_pdl{false};
 
 /* Path recording (ts_record_paths): "<op>\t<what>" -> count. */
@@ -187,6 +188,8 @@ int cublas_failure(const char *op, cublasStatus_t st, const char *expr, const ch
 bool debug_enabled() { return g_debug.load(std::memory_order_relaxed); }
 
 bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
+
+bool batch_invariant() { return g_batch_invariant.load(std::memory_order_relaxed); }
 
 const char *dims(const char *fmt, ...) {
     if (!debug_enabled()) return "";
@@ -580,6 +583,12 @@ int ts_init(int device) {
     }
     g_debug.store(env_is("TOUCHSTONE_LOG", "debug"));
     g_sync.store(env_is("TOUCHSTONE_SYNC", "1"));
+    if (const char *bi = std::getenv("TOUCHSTONE_BATCH_INVARIANT"); bi != nullptr && *bi != '\0') {
+        if (std::strcmp(bi, "1") != 0 && std::strcmp(bi, "0") != 0)
+            return set_error(TS_ERR_INVALID_ARGUMENT,
+                             "ts_init: TOUCHSTONE_BATCH_INVARIANT = \"%s\": want 1 (batch-invariant kernels) or 0", bi);
+        g_batch_invariant.store(bi[0] == '1');
+    }
     const int status = init_locked(device);
     if (status != TS_OK) {
         if (!g_sticky.load()) release_locked();
@@ -907,3 +916,16 @@ int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed) {
 }
 
 } /* extern "C" */
+
+int ts_set_batch_invariant(int on) {
+    if (on != 0 && on != 1)
+        return set_error(TS_ERR_INVALID_ARGUMENT, "ts_set_batch_invariant: on = %d: must be 0 or 1", on);
+    g_batch_invariant.store(on == 1);
+    return TS_OK;
+}
+
+int ts_batch_invariant(int *on) {
+    if (on == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "ts_batch_invariant: on is NULL");
+    *on = g_batch_invariant.load() ? 1 : 0;
+    return TS_OK;
+}

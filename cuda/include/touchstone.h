@@ -33,7 +33,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 10
+#define TS_ABI_VERSION 11
 
 typedef enum {
     TS_OK = 0,
@@ -101,6 +101,22 @@ int ts_record_paths(int on);
 /* The counts, one "<op>\t<what>\t<count>\n" line each in byte order, NUL-terminated and
  * truncated to buf_size; *needed (when not NULL) gets the full size including the NUL. */
 int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed);
+
+/* Batch invariance, as vLLM and SGLang define it: with the mode on, a row's result of every op a
+ * batched decode step uses does not depend on how many other rows (sequences) share the call, so a
+ * sequence's logits are bit-identical alone or in a batch of up to 16. Off (the default), the ops
+ * pick their kernel and work split by the whole call's size, the fastest choice: the projections of
+ * more than 4 rows (and any projection whose weight exceeds 32 MiB) take cuBLAS, whose kernel and
+ * split-K differ with m, and attention_decode splits the cache length by the batch size. On:
+ *  - gemm, rmsnorm_gemm and swiglu_gemm take the gemv for every call of up to 16 rows (k % 8 == 0,
+ *    16-byte aligned operands, any weight size, fp16 or fp32 out), rows that do not fit shared
+ *    memory at once in chunks; each row's sum runs in the same order whatever the row count;
+ *  - attention_decode splits each sequence's cache as it would for a batch of one.
+ * Slower at 8 and 16 rows (docs/PERF.md). The mode is process-wide and read when an op is called,
+ * so a captured graph keeps the mode of its capture. TOUCHSTONE_BATCH_INVARIANT=1 at ts_init turns
+ * it on; any other value but 0 or unset makes ts_init fail, naming it. Needs no ts_init. */
+int ts_set_batch_invariant(int on);
+int ts_batch_invariant(int *on);
 
 int ts_malloc(void **ptr, size_t bytes);
 int ts_free(void *ptr);

@@ -327,11 +327,13 @@ int launch_maxg(__half *out, const __half *q, const __half *kc, const __half *vc
     static std::atomic<int> smem_allowed_on{-1};
     if (L.bytes > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, split_kernel, smem_allowed_on));
 
-    /* Splits: enough blocks for ~4 per SM, at least one 64-key tile per split. */
+    /* Splits: enough blocks for ~4 per SM, at least one 64-key tile per split; batch-invariant
+     * mode splits every sequence as a batch of one would. */
     const int64_t groups = (int64_t)c.batch * c.n_kv_heads * hchunks;
+    const int64_t split_groups = ts::batch_invariant() ? (int64_t)c.n_kv_heads * hchunks : groups;
     const int64_t target = 4LL * ts::sm_count();
     const int64_t tiles = ts::ceil_div(c.max_len, kTile);
-    int64_t nsplit = ts::ceil_div(target, groups);
+    int64_t nsplit = ts::ceil_div(target, split_groups);
     if (nsplit > tiles) nsplit = tiles;
     if (nsplit < 1) nsplit = 1;
     const int64_t chunk = ts::ceil_div(ts::ceil_div(c.max_len, nsplit), kTile) * kTile;
@@ -704,7 +706,9 @@ int launch_mma(__half *out, const __half *q, const __half *kc, const __half *vc,
     const int hchunks = (group + MAXG - 1) / MAXG;
     const int64_t groups = (int64_t)c.batch * c.n_kv_heads * hchunks;
     const int64_t wave = (int64_t)per_sm.load(std::memory_order_relaxed) * ts::sm_count();
-    int64_t nsplit = decode_splits(groups, wave, ts::sm_count(), c.max_len, KEYS);
+    /* Batch-invariant mode: every sequence's cache is split as a batch of one would split it. */
+    const int64_t split_groups = ts::batch_invariant() ? (int64_t)c.n_kv_heads * hchunks : groups;
+    int64_t nsplit = decode_splits(split_groups, wave, ts::sm_count(), c.max_len, KEYS);
     const int64_t chunk = ts::ceil_div(ts::ceil_div(c.max_len, nsplit), KEYS) * KEYS;
     nsplit = ts::ceil_div(c.max_len, chunk);
 

@@ -25,26 +25,51 @@
 
 namespace {
 
-template <int MR>
+/* The epilogue of an fp32-out gemv (the logits of a batch-invariant decode): out [rows, n] =
+ * acc + bias[j], unrounded, as cuBLAS's fp32 GEMM and the bias add after it leave it. */
+struct GemvF32Store {
+    float *out;
+    const __half *bias;
+    int n;
+    __device__ __forceinline__ void operator()(int m, int j, float acc) const {
+        out[(int64_t)m * n + j] = bias ? acc + __half2float(bias[j]) : acc;
+    }
+};
+
+template <int MR, typename Store>
 __global__ void __launch_bounds__(ts::kGemvThreads)
-    gemv_kernel(__half *out, const __half *x, const __half *w, const __half *bias, int rows, int k, int n) {
+    gemv_kernel(Store store, const __half *x, const __half *w, int rows, int k, int n) {
     ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     ts::gemv_load_rows(smem_rows, x, rows, k);
-    ts::gemv_smem<MR>(reinterpret_cast<const __half *>(smem_rows), w, rows, k, n, ts::GemvBiasStore{out, bias, n});
+    ts::gemv_smem<MR>(reinterpret_cast<const __half *>(smem_rows), w, rows, k, n, store);
 }
 
-template <int MR>
-int launch_gemv(const char *op, __half *out, const __half *x, const __half *w, const __half *bias, int m, int n, int k,
+template <int MR, typename Store>
+int launch_gemv(const char *op, Store store, const __half *x, const __half *w, int m, int n, int k,
                 cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    return ts::launch_gemv_kernel(op, gemv_kernel<MR>, shared_done, occupancy, m, k, n, stream,
-                                  ts::dims("m=%d n=%d k=%d tile=%d", m, n, k, MR), out, x, w, bias, m, k, n);
+    return ts::launch_gemv_kernel(op, gemv_kernel<MR, Store>, shared_done, occupancy, m, k, n, stream,
+                                  ts::dims("m=%d n=%d k=%d tile=%d", m, n, k, MR), store, x, w, m, k, n);
 }
 
 bool gemv_applies(cudaDataType_t out_type, const __half *x, const __half *w, int m, int n, int k) {
     return out_type == CUDA_R_16F && ts::gemv_decode_applies(m, k, n, ts::aligned16(x) && ts::aligned16(w));
+}
+
+/* Batch-invariant mode: the gemv for any call of up to 16 rows (gemv.cuh), fp16 or fp32 out. */
+int gemv_invariant(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w,
+                   const __half *bias, int m, int n, int k, cudaStream_t stream) {
+    return ts::gemv_by_chunks(m, k, [&](auto tile, int r0, int rows) {
+        constexpr int MR = decltype(tile)::value;
+        const __half *xr = x + (int64_t)r0 * k;
+        if (out_type == CUDA_R_32F)
+            return launch_gemv<MR>(op, GemvF32Store{static_cast<float *>(out) + (int64_t)r0 * n, bias, n}, xr, w,
+                                   rows, n, k, stream);
+        return launch_gemv<MR>(op, ts::GemvBiasStore{static_cast<__half *>(out) + (int64_t)r0 * n, bias, n}, xr, w,
+                               rows, n, k, stream);
+    });
 }
 
 constexpr size_t kLtWorkspaceBytes = (size_t)32 << 20;
@@ -211,12 +236,14 @@ void ts::gemm_release() {
 
 int ts::gemm_nt(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w,
                 const __half *bias, int m, int n, int k, cudaStream_t stream) {
+    if (ts::gemv_invariant_applies(m, k, ts::aligned16(x) && ts::aligned16(w)))
+        return gemv_invariant(op, out, out_type, x, w, bias, m, n, k, stream);
     if (gemv_applies(out_type, x, w, m, n, k)) {
         __half *o = static_cast<__half *>(out);
         switch (ts::gemv_tile(m)) {
-        case 1: return launch_gemv<1>(op, o, x, w, bias, m, n, k, stream);
-        case 2: return launch_gemv<2>(op, o, x, w, bias, m, n, k, stream);
-        default: return launch_gemv<4>(op, o, x, w, bias, m, n, k, stream);
+        case 1: return launch_gemv<1>(op, ts::GemvBiasStore{o, bias, n}, x, w, m, n, k, stream);
+        case 2: return launch_gemv<2>(op, ts::GemvBiasStore{o, bias, n}, x, w, m, n, k, stream);
+        default: return launch_gemv<4>(op, ts::GemvBiasStore{o, bias, n}, x, w, m, n, k, stream);
         }
     }
     if (bias == nullptr) return gemm_ex(op, out, out_type, x, w, m, n, k, stream);

@@ -102,6 +102,13 @@ int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half 
     const bool aligned = ts::aligned16(x) && ts::aligned16(weight) && ts::aligned16(w) &&
                          (residual == nullptr || (ts::aligned16(residual) && ts::aligned16(sum)));
     /* gemv.cuh's limits (gemv_decode_applies), measured on this op's own shapes. */
+    if (ts::gemv_invariant_applies(rows, hidden, aligned))
+        return ts::gemv_by_chunks(rows, hidden, [&](auto tile, int r0, int nr) {
+            const int64_t off = (int64_t)r0 * hidden;
+            return launch_gemv<decltype(tile)::value>(op, out + (int64_t)r0 * n, sum ? sum + off : nullptr, x + off,
+                                                      residual ? residual + off : nullptr, weight, w, bias, nr,
+                                                      hidden, n, eps, stream);
+        });
     if (ts::gemv_decode_applies(rows, hidden, n, aligned)) {
         switch (ts::gemv_tile(rows)) {
         case 1: return launch_gemv<1>(op, out, sum, x, residual, weight, w, bias, rows, hidden, n, eps, stream);

@@ -47,6 +47,12 @@ int launch_swiglu_gemm(__half *out, const __half *gate, const __half *up, const 
                        int k, int n, cudaStream_t stream) {
     const char *op = "swiglu_gemm";
     const bool aligned = ts::aligned16(gate) && ts::aligned16(up) && ts::aligned16(w);
+    if (ts::gemv_invariant_applies(rows, k, aligned))
+        return ts::gemv_by_chunks(rows, k, [&](auto tile, int r0, int nr) {
+            const int64_t off = (int64_t)r0 * k;
+            return launch_gemv<decltype(tile)::value>(op, out + (int64_t)r0 * n, gate + off, up + off, w, bias, nr, k,
+                                                      n, stream);
+        });
     if (ts::gemv_decode_applies(rows, k, n, aligned)) {
         switch (ts::gemv_tile(rows)) {
         case 1: return launch_gemv<1>(op, out, gate, up, w, bias, rows, k, n, stream);

@@ -241,6 +241,17 @@ type PathRecorder interface {
 	RecordedPaths() (map[PathKey]int64, error)
 }
 
+// BatchInvariance is implemented by backends whose decode ops can be switched between the
+// fastest kernel for each call's size and batch-invariant kernels (the cuda backend's
+// ts_set_batch_invariant): with the mode on, a sequence's logits are bit-identical whether it is
+// decoded alone or in a batch of up to 16. A backend without the interface computes every row
+// the same way whatever the batch (the cpu backend), which the batch-invariance check verifies
+// rather than assumes. The mode is process-wide; a captured graph keeps the mode of its capture.
+type BatchInvariance interface {
+	SetBatchInvariant(on bool) error
+	BatchInvariant() (bool, error)
+}
+
 // PathKey names one recorded path: the op and what ran for it (a kernel's name with its
 // template arguments, a library call, or "fault:<kind>").
 type PathKey struct{ Op, What string }

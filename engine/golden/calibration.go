@@ -158,11 +158,28 @@ func ParseCalibration(data []byte, path string) (*Calibration, error) {
 func (s *Set) tapFiles() []string {
 	var names []string
 	for _, f := range s.Files(RoleExpected) {
-		if strings.HasPrefix(f.Name, "prefill.") || strings.HasPrefix(f.Name, "decode.") {
+		if _, tap := SplitSequence(f.Name); strings.HasPrefix(tap, "prefill.") || strings.HasPrefix(tap, "decode.") {
 			names = append(names, f.Name)
 		}
 	}
 	return names
+}
+
+// SplitSequence splits a batch set's file name "s<i>.<name>" into i and name; any other name
+// comes back whole with i = -1.
+func SplitSequence(name string) (int, string) {
+	head, rest, ok := strings.Cut(name, ".")
+	if !ok || len(head) < 2 || head[0] != 's' || (len(head) > 2 && head[1] == '0') {
+		return -1, name
+	}
+	i := 0
+	for _, c := range head[1:] {
+		if c < '0' || c > '9' || i > 1<<20 {
+			return -1, name
+		}
+		i = 10*i + int(c-'0')
+	}
+	return i, rest
 }
 
 // Calibration reads the set's calibration.json after checking its sha256, parses it and

@@ -57,9 +57,12 @@ const (
 	RoleCheckpoint = "checkpoint"
 	KindKernel     = "kernel"
 	KindModel      = "model"
-	KindSampling   = "sampling"
-	TierCommitted  = "committed"
-	TierFull       = "full"
+	// KindBatch is a batch set: ragged sequences decoded together, each with its own reference
+	// taps (docs/golden-format.md, "Batch sets"); it runs a model set's checkpoint.
+	KindBatch     = "batch"
+	KindSampling  = "sampling"
+	TierCommitted = "committed"
+	TierFull      = "full"
 )
 
 // ParseManifest decodes and validates manifest.json; path is only used in errors. It is

@@ -41,7 +41,7 @@ func (s *Set) manifestPath() string { return filepath.Join(s.Dir, ManifestName) 
 // "sampling/<case>" for sampling sets.
 func (s *Set) ID() string {
 	switch s.Manifest.Kind {
-	case KindModel:
+	case KindModel, KindBatch:
 		return s.Manifest.Model + "/" + s.Manifest.Case
 	case KindSampling:
 		return "sampling/" + s.Manifest.Case

@@ -39,12 +39,19 @@ func (m *Manifest) validate() []error {
 		if err := checkIdent(m.Model); err != nil {
 			bad("model: %v", err)
 		}
+	case KindBatch:
+		if m.Op != "" {
+			bad("op %q set on a batch set (batch sets name themselves in model)", m.Op)
+		}
+		if err := checkIdent(m.Model); err != nil {
+			bad("model: %v", err)
+		}
 	case KindSampling:
 		if m.Op != "" || m.Model != "" {
 			bad("op %q / model %q set on a sampling set (sampling sets name their case only)", m.Op, m.Model)
 		}
 	default:
-		bad("kind %q: want %q, %q or %q", m.Kind, KindKernel, KindModel, KindSampling)
+		bad("kind %q: want %q, %q, %q or %q", m.Kind, KindKernel, KindModel, KindBatch, KindSampling)
 	}
 	if err := checkIdent(m.Case); err != nil {
 		bad("case: %v", err)
@@ -99,7 +106,7 @@ func (m *Manifest) validateFiles() []error {
 		switch {
 		case f.Role == RoleInput || f.Role == RoleExpected:
 			roles[f.Role]++
-		case (checkpoint || calibration) && m.Kind == KindModel:
+		case (checkpoint || calibration) && m.Kind == KindModel, calibration && m.Kind == KindBatch:
 			roles[f.Role]++
 		case checkpoint || calibration:
 			bad("role %q: only model sets hold %s files", f.Role, f.Role)
@@ -139,6 +146,14 @@ func (m *Manifest) validateFiles() []error {
 	}
 	// A model set without a checkpoint has nothing to run, and one without expected taps
 	// would pass any forward pass.
+	// A batch set's limits derive from its calibration, and its checkpoint is its model set's.
+	if m.Kind == KindBatch {
+		for _, r := range []string{RoleExpected, RoleCalibration} {
+			if roles[r] == 0 {
+				errs = append(errs, fmt.Errorf("files: no %q file (a batch set needs expected taps and their calibration)", r))
+			}
+		}
+	}
 	if m.Kind == KindModel {
 		for _, r := range []string{RoleCheckpoint, RoleExpected} {
 			if roles[r] == 0 {

@@ -86,7 +86,7 @@ func (s *Set) Verify() error {
 	}
 	// A model set's tap limits derive from its calibration: one without (made before it
 	// existed) cannot be judged and is reported with the command that regenerates it.
-	if _, listed := s.File(CalibrationName); s.Manifest.Kind == KindModel && !listed {
+	if _, listed := s.File(CalibrationName); (s.Manifest.Kind == KindModel || s.Manifest.Kind == KindBatch) && !listed {
 		_, err := s.Calibration()
 		errs = append(errs, err)
 	}

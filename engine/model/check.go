@@ -179,7 +179,7 @@ func parallel(n int, f func(i int)) {
 }
 
 // compareTap judges one tap of the engine against the set's (want, read here when nil), by
-// its calibrated limit.
+// its calibrated limit. A batch set's tap "s<i>.<tap>" takes the limits of <tap>.
 func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Tolerances, name string, g, want *tensor.Tensor) (compare.TapResult, error) {
 	var err error
 	if want == nil {
@@ -187,7 +187,8 @@ func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Toleranc
 			return compare.TapResult{}, err
 		}
 	}
-	floor, err := tols.Tap(name)
+	_, kind := golden.SplitSequence(name)
+	floor, err := tols.Tap(kind)
 	if err != nil {
 		return compare.TapResult{}, err
 	}
@@ -195,7 +196,7 @@ func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Toleranc
 	if !ok { // Set.Calibration checked it lists every tap
 		return compare.TapResult{}, fmt.Errorf("%s: no calibration for tap %s", set.ID(), name)
 	}
-	tol, err := tols.CalibratedTap(name, &ce)
+	tol, err := tols.CalibratedTap(kind, &ce)
 	if err != nil {
 		return compare.TapResult{}, fmt.Errorf("%s: %w", set.ID(), err)
 	}

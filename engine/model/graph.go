@@ -29,6 +29,7 @@ type graphState struct {
 
 	g       backend.Graph
 	cfg     Config           // the configuration the graphs were captured with
+	mode    bool             // and the backend's batch-invariant mode
 	weights []backend.Buffer // every weight reference of the layers, in order, at capture
 	scratch []backend.Buffer // the same, now: reused from step to step
 	held    []backend.Buffer // the captured pass's activations, out of the pool while g lives
@@ -107,19 +108,23 @@ func (m *Model) PrefillReplays() int {
 	return m.graphs.prefillReplays
 }
 
-// graphsCurrent drops every graph and warm mark made with another configuration or other
-// weights than the model's now (compared every pass, into a reused slice, since a test may
+// graphsCurrent drops every graph and warm mark made with another configuration, other
+// weights or another batch-invariant mode than the model's and the backend's now (compared every pass, into a reused slice, since a test may
 // change either after Load); reports whether any graph may be used.
 func (m *Model) graphsCurrent() bool {
 	gs := m.graphs
 	if gs == nil || !gs.enabled || len(m.want) > 0 || m.inject != nil {
 		return false
 	}
+	mode, err := invariantMode(m.be)
+	if err != nil {
+		return false
+	}
 	gs.scratch = m.appendWeightRefs(gs.scratch[:0])
-	if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) {
+	if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) || gs.mode != mode {
 		m.dropGraph()
 		gs.warm = false
-		gs.cfg = m.Cfg
+		gs.cfg, gs.mode = m.Cfg, mode
 		gs.weights, gs.scratch = gs.scratch, gs.weights
 	}
 	return true

@@ -126,7 +126,7 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 func (m *Model) allocState() error {
 	c := &m.Cfg
 	for _, l := range m.Layers {
-		cache, err := newCache(m.be, m.mem, m.MaxLen, c.KVHeads, c.HeadDim)
+		cache, err := newCache(m.be, m.mem, 1, m.MaxLen, c.KVHeads, c.HeadDim)
 		if err != nil {
 			return err
 		}
@@ -256,9 +256,10 @@ func (m *Model) eagerPrefill(T int) error {
 // buffers in use: the caller ends the pass, or keeps them for a captured graph.
 func (m *Model) prefillPass(be backend.Backend, mem backend.Memory, T int) (err error) {
 	defer recoverPass(&err)
-	p := &pass{m: m, be: be, mem: mem, prefix: "prefill.", T: T}
+	p := &pass{m: m, be: be, mem: mem, prefix: "prefill.", T: T, out: m.logits}
 	p.ids = p.rows(m.promptIn, 0, T)
 	p.posBuf = p.rows(m.positions, 0, T)
+	p.cacheRows = p.posBuf
 	p.run()
 	return nil
 }
@@ -292,10 +293,11 @@ func (m *Model) DecodeOnDevice(token int32) error {
 // for a captured graph.
 func (m *Model) decodePass(be backend.Backend, mem backend.Memory, prefix string) (err error) {
 	defer recoverPass(&err)
-	p := &pass{m: m, be: be, mem: mem, prefix: prefix, T: 1, decode: true}
+	p := &pass{m: m, be: be, mem: mem, prefix: prefix, T: 1, decode: true, out: m.logits}
 	p.ids = p.rows(m.stepIn, 0, 1)
 	p.lens = p.rows(m.stepIn, 1, 1)
 	p.posBuf = p.rows(m.stepIn, 2, 1)
+	p.cacheRows = p.posBuf
 	p.kvRows = p.rows(m.stepIn, 2, 2)
 	p.run()
 	return nil
@@ -332,22 +334,50 @@ type pass struct {
 	decode bool           // one token after a non-empty cache
 	ids    backend.Buffer // i32 [T]
 	posBuf backend.Buffer // i32 [T]: the positions, which are also the KV-cache rows written
-	lens   backend.Buffer // i32 [1]: the cache length after this token (decode only)
-	kvRows backend.Buffer // i32 [2]: its key's and value's rows in the combined caches (decode only)
+	lens   backend.Buffer // i32 [T]: each token's cache length after it (decode only)
+	kvRows backend.Buffer // i32 [2]: its key's and value's rows in the combined caches (single-sequence decode only)
+	// cacheRows are the rows of the layers' kRows and vRows the pass's keys and values go to,
+	// i32 [T]: the positions for the model's own cache; slot x MaxLen + position in a batch.
+	cacheRows backend.Buffer
+	// out receives the logits: the last position's [1, V], or in a batched decode every
+	// row's [T, V] (allLogits).
+	out       backend.Buffer
+	allLogits bool
+	// batch is the batch whose caches the pass uses (batch.go), nil for the model's own; in a
+	// batched decode rowPrefix[i] is row i's tap prefix (its sequence and decode step).
+	batch     *Batch
+	rowPrefix []string
+}
+
+// singleStep reports whether the pass is one token of the model's own sequence: the decode step
+// whose q, k and v (and gate and up) are adjacent columns of one GEMM's output row. A batch
+// runs every row through the same ops whatever its size, so that a sequence's arithmetic does
+// not depend on its company (batch invariance).
+func (p *pass) singleStep() bool { return p.decode && p.batch == nil && p.T == 1 }
+
+// cache is the KV cache of layer l that this pass reads and appends to.
+func (p *pass) cache(l *Layer) *kvCache {
+	if p.batch != nil {
+		return p.batch.caches[l.Index]
+	}
+	return l.Attn.cache
 }
 
 // admit checks that ids can run as the next pass.
-func (m *Model) admit(ids []int32) error {
+func (m *Model) admit(ids []int32) error { return m.admitIn(m.MaxLen, m.pos, ids) }
+
+// admitIn checks that ids can run after pos tokens of a sequence whose cache holds maxLen.
+func (m *Model) admitIn(maxLen, pos int, ids []int32) error {
 	c := &m.Cfg
 	T := len(ids)
 	if T == 0 {
 		return fmt.Errorf("model: no tokens")
 	}
-	if m.pos+T > m.MaxLen {
-		return fmt.Errorf("model: %d tokens after %d exceed the cache length %d", T, m.pos, m.MaxLen)
+	if pos+T > maxLen {
+		return fmt.Errorf("model: %d tokens after %d exceed the cache length %d", T, pos, maxLen)
 	}
-	if c.SlidingWindow > 0 && m.pos+T > c.SlidingWindow {
-		return fmt.Errorf("model: sequence of %d tokens exceeds sliding_window = %d: windowed attention is not implemented", m.pos+T, c.SlidingWindow)
+	if c.SlidingWindow > 0 && pos+T > c.SlidingWindow {
+		return fmt.Errorf("model: sequence of %d tokens exceeds sliding_window = %d: windowed attention is not implemented", pos+T, c.SlidingWindow)
 	}
 	for _, id := range ids {
 		if id < 0 || int(id) >= c.Vocab {
@@ -381,14 +411,19 @@ func (p *pass) run() {
 		in = l.Forward(p, in, next, nextTap)
 	}
 	_, fn := p.settle(in)
-	if m.want["logits"] {
+	switch {
+	case p.allLogits:
+		// A batched decode step: every row is a sequence's next-token logits.
+		p.do(p.be.Gemm(p.out, fn, m.w["head"], nil))
+		p.tap("logits", p.out)
+	case m.want["logits"]:
 		all := p.allocT(tensor.F32, T, c.Vocab)
 		p.do(p.be.Gemm(all, fn, m.w["head"], nil))
 		p.tap("logits", all)
-		p.do(p.mem.WriteRows(m.logits, 0, p.rows(all, T-1, 1)))
-	} else {
+		p.do(p.mem.WriteRows(p.out, 0, p.rows(all, T-1, 1)))
+	default:
 		// Only the last position's logits feed the next token: one GEMV instead of T.
-		p.do(p.be.Gemm(m.logits, p.rows(fn, T-1, 1), m.w["head"], nil))
+		p.do(p.be.Gemm(p.out, p.rows(fn, T-1, 1), m.w["head"], nil))
 	}
 }
 
@@ -405,7 +440,7 @@ type Layer struct {
 // layer's attention norm, or the final norm), tapped as nextTap.
 func (l *Layer) Forward(p *pass, in pending, next Norm, nextTap string) pending {
 	name := func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
-	a, x := l.Attn.Forward(p, in, name)
+	a, x := l.Attn.Forward(p, in, p.cache(l), name)
 	f, r := l.MLP.Forward(p, pending{x: x, y: a, n: l.FFNNorm, sumTap: name("resid_attn"), normTap: name("ffn_norm")}, name)
 	return pending{x: r, y: f, n: next, sumTap: name("resid_ffn"), normTap: nextTap}
 }
@@ -445,14 +480,14 @@ type Attention struct {
 }
 
 // Forward returns attn_out [T, H] for the input in (its residual add and norm run here, x the
-// residual stream after the add), appending this pass's keys and values to the cache.
-func (a *Attention) Forward(p *pass, in pending, name func(string) string) (out, x backend.Buffer) {
+// residual stream after the add), appending this pass's keys and values to cache.
+func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(string) string) (out, x backend.Buffer) {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
 	var qb, kb, vb backend.Buffer
 	var qk backend.Buffer // fused decode: q's and k's heads as one [1, nH+nKV, D] view
 	var kv backend.Buffer // fused decode: k's and v's heads as one [2, nKV, D] view
-	if p.decode && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
+	if p.singleStep() && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
 		// One token: q, k and v are consecutive columns of one GEMM's output row.
 		qkv := p.alloc(T, (nH+2*nKV)*D)
 		var bias backend.Buffer
@@ -495,16 +530,16 @@ func (a *Attention) Forward(p *pass, in pending, name func(string) string) (out,
 	// fused decode step's key and value rows are adjacent in qkv (k rotated in place above):
 	// one append of both into the combined cache.
 	if kv != nil {
-		p.do(be.SetRows(a.cache.kvRows, kv, p.kvRows))
+		p.do(be.SetRows(cache.kvRows, kv, p.kvRows))
 	} else {
-		p.do(be.SetRows(a.cache.kRows, k, p.posBuf))
-		p.do(be.SetRows(a.cache.vRows, v, p.posBuf))
+		p.do(be.SetRows(cache.kRows, k, p.cacheRows))
+		p.do(be.SetRows(cache.vRows, v, p.cacheRows))
 	}
 	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
 	var heads backend.Buffer
 	if p.decode {
-		heads = p.alloc(1, nH, D)
-		p.do(be.AttentionDecode(heads, p.view(q, 1, nH, D), a.cache.k, a.cache.v, p.lens, ac))
+		heads = p.alloc(T, nH, D)
+		p.do(be.AttentionDecode(heads, p.view(q, T, nH, D), cache.k, cache.v, p.lens, ac))
 	} else {
 		heads = p.alloc(1, T, nH, D)
 		p.do(be.AttentionPrefill(heads, p.view(q, 1, T, nH, D), p.view(k, 1, T, nKV, D), p.view(v, 1, T, nKV, D), ac))
@@ -534,7 +569,7 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 	switch {
 	case c.Activation == "silu" && f.Gate != nil:
 		var g, up backend.Buffer
-		if p.decode && f.UpB == nil && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
+		if p.singleStep() && f.UpB == nil && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
 			// One token: gate and up are consecutive columns of one GEMM's output row.
 			gu := p.alloc(T, 2*c.Intermediate)
 			x = p.normGemm(in, gu, f.gateUp.all, nil)

@@ -105,6 +105,15 @@ func (p *pass) tap(name string, b backend.Buffer) {
 	}
 	t, err := p.be.Download(b)
 	p.do(err)
+	if p.rowPrefix != nil {
+		// A batched decode step: row i belongs to sequence i, at its own step.
+		n := tensor.NumElements(t.Shape) / p.T
+		f := t.Float32()
+		for i, pre := range p.rowPrefix {
+			p.m.store(pre+name, tensor.FromF32(append([]int{1}, t.Shape[1:]...), f[i*n:(i+1)*n]))
+		}
+		return
+	}
 	p.m.store(p.prefix+name, t)
 	if g := p.m.inject[p.prefix+name]; g != nil {
 		p.do(p.overwrite(b, g, p.prefix+name))
@@ -131,33 +140,37 @@ func (m *Model) store(name string, t *tensor.Tensor) {
 	m.taps[name] = tensor.FromF32(t.Shape, t.Float32())
 }
 
-// kvCache holds one layer's keys and values: one allocation [2, maxLen, nKV, D], keys first,
-// made once at Load; a new prefill overwrites it from position 0 (attention reads only
-// cache_lens rows). A prefill appends keys and values through kRows and vRows; a fused decode
-// step appends its key and value rows (adjacent in its q/k/v projection's output) with one
-// set_rows through kvRows, at rows pos and maxLen + pos.
+// kvCache holds one layer's keys and values for slots sequences (1 for the model's own, B for
+// a Batch): one allocation [2, slots x maxLen x nKV x D], keys first, made once; a new prefill
+// overwrites a slot from position 0 (attention reads only cache_lens rows). A prefill, and a
+// batched decode step, append keys and values through kRows and vRows at rows slot x maxLen +
+// position; the model's own fused decode step appends its key and value rows (adjacent in its
+// q/k/v projection's output) with one set_rows through kvRows, at rows pos and maxLen + pos.
 type kvCache struct {
-	kv           backend.Buffer // f16 [2, maxLen, nKV, D]
-	k, v         backend.Buffer // views [1, maxLen, nKV, D]: attention's operands
-	kRows, vRows backend.Buffer // views [maxLen, nKV, D]: a prefill's set_rows targets
-	kvRows       backend.Buffer // view [2*maxLen, nKV, D]: a decode step's one set_rows target
+	kv           backend.Buffer // f16 [2, slots x maxLen x nKV x D]
+	keys, values backend.Buffer // views [1, slots x maxLen x nKV x D]: the parents of the views below
+	k, v         backend.Buffer // views [slots, maxLen, nKV, D]: attention's operands
+	kRows, vRows backend.Buffer // views [slots x maxLen, nKV, D]: set_rows targets
+	kvRows       backend.Buffer // view [2 x slots x maxLen, nKV, D]: a single-sequence decode step's one set_rows target
 }
 
-func newCache(be backend.Backend, mem backend.Memory, maxLen, nKV, D int) (*kvCache, error) {
+func newCache(be backend.Backend, mem backend.Memory, slots, maxLen, nKV, D int) (*kvCache, error) {
 	c := &kvCache{}
 	var err error
-	if c.kv, err = be.Alloc(tensor.F16, 2, maxLen, nKV, D); err != nil {
+	if c.kv, err = be.Alloc(tensor.F16, 2, slots*maxLen*nKV*D); err != nil {
 		return nil, err
 	}
 	views := []struct {
 		dst  *backend.Buffer
 		make func() (backend.Buffer, error)
 	}{
-		{&c.k, func() (backend.Buffer, error) { return mem.Rows(c.kv, 0, 1) }},
-		{&c.v, func() (backend.Buffer, error) { return mem.Rows(c.kv, 1, 1) }},
-		{&c.kRows, func() (backend.Buffer, error) { return mem.View(c.k, maxLen, nKV, D) }},
-		{&c.vRows, func() (backend.Buffer, error) { return mem.View(c.v, maxLen, nKV, D) }},
-		{&c.kvRows, func() (backend.Buffer, error) { return mem.View(c.kv, 2*maxLen, nKV, D) }},
+		{&c.keys, func() (backend.Buffer, error) { return mem.Rows(c.kv, 0, 1) }},
+		{&c.values, func() (backend.Buffer, error) { return mem.Rows(c.kv, 1, 1) }},
+		{&c.k, func() (backend.Buffer, error) { return mem.View(c.keys, slots, maxLen, nKV, D) }},
+		{&c.v, func() (backend.Buffer, error) { return mem.View(c.values, slots, maxLen, nKV, D) }},
+		{&c.kRows, func() (backend.Buffer, error) { return mem.View(c.keys, slots*maxLen, nKV, D) }},
+		{&c.vRows, func() (backend.Buffer, error) { return mem.View(c.values, slots*maxLen, nKV, D) }},
+		{&c.kvRows, func() (backend.Buffer, error) { return mem.View(c.kv, 2*slots*maxLen, nKV, D) }},
 	}
 	for _, v := range views {
 		if *v.dst, err = v.make(); err != nil {
@@ -172,7 +185,7 @@ func (c *kvCache) free() {
 	if c == nil {
 		return
 	}
-	for _, b := range []backend.Buffer{c.kvRows, c.kRows, c.vRows, c.k, c.v, c.kv} {
+	for _, b := range []backend.Buffer{c.kvRows, c.kRows, c.vRows, c.k, c.v, c.keys, c.values, c.kv} {
 		if b != nil {
 			b.Free()
 		}

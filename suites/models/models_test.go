@@ -20,6 +20,10 @@ import (
 // error fails a spec below.
 var modelSets, discoverErr = harness.ModelSets()
 
+// batchSets are the batch sets (docs/golden-format.md, "Batch sets"), run in the container of
+// the model set whose checkpoint they use.
+var batchSets, batchDiscoverErr = harness.BatchSets()
+
 // committedModels must always be present: CI runs them on the CPU backend.
 var committedModels = []string{"qwen2-tiny", "phi3-tiny", "gpt2-tiny"}
 

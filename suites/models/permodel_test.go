@@ -56,6 +56,7 @@ func modelSpecs(s *golden.Set) {
 	It("decode steps and prefills replayed from a graph give the tokens and logits of passes run op by op, bit for bit",
 		func() { checkGraphReplay(s) })
 	It("the isolated replay (touchstone diff -isolate) passes every tap", func() { checkIsolatedPasses(s) })
+	batchSpecs(s)
 	for _, b := range brokenVariants {
 		if b.model == name {
 			It("a broken variant fails at the first tap it changes: "+b.what, harness.Tightness, func() { checkBroken(s, b) })

@@ -384,8 +384,8 @@ var catalogue = []Mutant{
 	{
 		ID: "go-model-graph-ignores-weights", Side: SideGo, File: "engine/model/graph.go",
 		Bug:         "a captured decode or prefill graph is replayed after a weight changed (stale graph)",
-		Original:    `if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) {`,
-		Replacement: `if gs.cfg != m.Cfg {`,
+		Original:    `if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) || gs.mode != mode {`,
+		Replacement: `if gs.cfg != m.Cfg || gs.mode != mode {`,
 		Suites:      models,
 	},
 

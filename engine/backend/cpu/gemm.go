@@ -1,6 +1,9 @@
 package cpu
 
 import (
+	"runtime"
+	"sync"
+
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 
@@ -24,8 +27,17 @@ func (*Backend) Gemm(out, x, w, bias backend.Buffer) error {
 	return nil
 }
 
+// invariantRows is the largest m that matmulT computes row by row: every decode-sized product
+// (a batched decode step of up to model.MaxBatch sequences) gives each row the same bits
+// whatever the number of rows beside it, which gonum's blocked Gemm does not (its blocking and
+// kernels change with m). Larger products (prefills) take the blocked Gemm.
+const invariantRows = 16
+
 // matmulT returns x [m, k] · wᵀ for w [n, k], accumulated in fp32.
 func matmulT(x, w []float32, m, k, n int) []float32 {
+	if m <= invariantRows {
+		return matmulRows(x, w, m, k, n)
+	}
 	res := make([]float32, m*n)
 	blas32.Gemm(blas.NoTrans, blas.Trans, 1,
 		blas32.General{Rows: m, Cols: k, Stride: k, Data: x},
@@ -85,4 +97,35 @@ func (*Backend) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
 	roundF16(gate)
 	store(ts[0], matmulT(gate, ts[4].Float32(), t, f, h))
 	return nil
+}
+
+// matmulRows is matmulT one output element at a time, res[i, j] = dot(x_i, w_j) in one fixed
+// order that depends on k alone (batch-invariant). The columns are split among goroutines once
+// the product is large enough to pay for them; the split does not change any element.
+func matmulRows(x, w []float32, m, k, n int) []float32 {
+	res := make([]float32, m*n)
+	cols := func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			wj := blas32.Vector{N: k, Inc: 1, Data: w[j*k : (j+1)*k]}
+			for i := 0; i < m; i++ {
+				res[i*n+j] = blas32.Dot(blas32.Vector{N: k, Inc: 1, Data: x[i*k : (i+1)*k]}, wj)
+			}
+		}
+	}
+	workers := runtime.GOMAXPROCS(0)
+	if workers < 2 || int64(m)*int64(n)*int64(k) < 1<<20 {
+		cols(0, n)
+		return res
+	}
+	var wg sync.WaitGroup
+	step := (n + workers - 1) / workers
+	for lo := 0; lo < n; lo += step {
+		wg.Add(1)
+		go func(lo, hi int) {
+			defer wg.Done()
+			cols(lo, hi)
+		}(lo, min(lo+step, n))
+	}
+	wg.Wait()
+	return res
 }

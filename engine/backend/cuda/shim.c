@@ -77,6 +77,8 @@ int tsg_copy_bandwidth(const tsg_api *a, double *gb_per_s, tsg_err *e) {
 int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e) { return done(a, a->ts_memory_in_use(bytes), e); }
 int tsg_release_workspaces(const tsg_api *a, tsg_err *e) { return done(a, a->ts_release_workspaces(), e); }
 int tsg_record_paths(const tsg_api *a, int on, tsg_err *e) { return done(a, a->ts_record_paths(on), e); }
+int tsg_set_batch_invariant(const tsg_api *a, int on, tsg_err *e) { return done(a, a->ts_set_batch_invariant(on), e); }
+int tsg_batch_invariant(const tsg_api *a, int *on, tsg_err *e) { return done(a, a->ts_batch_invariant(on), e); }
 int tsg_recorded_paths(const tsg_api *a, char *buf, size_t size, size_t *needed, tsg_err *e) {
     return done(a, a->ts_recorded_paths(buf, size, needed), e);
 }

@@ -34,6 +34,8 @@
     X(ts_release_workspaces, int, (void))                                                                 \
     X(ts_record_paths, int, (int))                                                                        \
     X(ts_recorded_paths, int, (char *, size_t, size_t *))                                                 \
+    X(ts_set_batch_invariant, int, (int))                                                                 \
+    X(ts_batch_invariant, int, (int *))                                                                   \
     X(ts_malloc, int, (void **, size_t))                                                                  \
     X(ts_free, int, (void *))                                                                             \
     X(ts_memset, int, (void *, int, size_t, void *))                                                      \
@@ -124,6 +126,8 @@ int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e);
 int tsg_release_workspaces(const tsg_api *a, tsg_err *e);
 int tsg_record_paths(const tsg_api *a, int on, tsg_err *e);
 int tsg_recorded_paths(const tsg_api *a, char *buf, size_t size, size_t *needed, tsg_err *e);
+int tsg_set_batch_invariant(const tsg_api *a, int on, tsg_err *e);
+int tsg_batch_invariant(const tsg_api *a, int *on, tsg_err *e);
 int tsg_copy_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e);
 int tsg_copy_to_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e);
 

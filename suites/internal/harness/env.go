@@ -117,6 +117,9 @@ func KernelSets() ([]*golden.Set, error) { return setsOfKind(golden.KindKernel) 
 // ModelSets discovers every model golden set, both tiers, at tree-construction time.
 func ModelSets() ([]*golden.Set, error) { return setsOfKind(golden.KindModel) }
 
+// BatchSets discovers every batch golden set at tree-construction time.
+func BatchSets() ([]*golden.Set, error) { return setsOfKind(golden.KindBatch) }
+
 // SamplingSets discovers every sampling golden set at tree-construction time.
 func SamplingSets() ([]*golden.Set, error) { return setsOfKind(golden.KindSampling) }
 

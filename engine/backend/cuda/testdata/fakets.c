@@ -254,6 +254,24 @@ int ts_record_paths(int on) {
     return enter("ts_record_paths", 0);
 }
 
+static int fake_batch_invariant;
+
+int ts_set_batch_invariant(int on) {
+    logf_("ts_set_batch_invariant on=%d", on);
+    int st = enter("ts_set_batch_invariant", 0);
+    if (st) return st;
+    fake_batch_invariant = on;
+    return TS_OK;
+}
+
+int ts_batch_invariant(int *on) {
+    logf_("ts_batch_invariant");
+    int st = enter("ts_batch_invariant", 0);
+    if (st) return st;
+    *on = fake_batch_invariant;
+    return TS_OK;
+}
+
 int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed) {
     logf_("ts_recorded_paths");
     int st = enter("ts_recorded_paths", 0);
