@@ -4,6 +4,7 @@
 //	touchstone golden verify [flags]  checksums, headers and manifests of every golden set
 //	touchstone bench [flags]          kernel timings beside PyTorch on the same GPU
 //	touchstone bench-model <set>...   whole-model prefill and decode timings beside transformers
+//	touchstone bench-batch <set>...   batched decode throughput at B = 1, 4, 16 beside torch.compile
 //	touchstone diff <model set>       layer-diff table of a model set on a backend
 //	touchstone compare [flags]        a candidate build of the kernels against a baseline
 package main
@@ -21,6 +22,7 @@ commands:
   golden verify    verify every golden set: manifest, checksums, .npy headers, unlisted files
   bench            time every kernel on the GPU beside PyTorch's equivalent op
   bench-model <m>  time whole-model prefill and decode on the GPU beside transformers (eager; static cache + torch.compile)
+  bench-batch <m>  batched decode throughput (tokens/s at B = 1, 4, 16) beside torch.compile with a static cache at the same batch
   diff <model>     layer-diff table of a model set: every tap in forward order, first failure marked
   compare          a candidate build of the kernels against a baseline: accuracy and speed per case
 
@@ -53,6 +55,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return runBench(args[1:], stdout, stderr)
 	case "bench-model":
 		return runBenchModel(args[1:], stdout, stderr)
+	case "bench-batch":
+		return runBenchBatch(args[1:], stdout, stderr)
 	case "diff":
 		return runDiff(args[1:], stdout, stderr)
 	case "compare":

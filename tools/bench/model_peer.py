@@ -28,8 +28,11 @@ The token ids come from the Go side (stdin), so every side runs the same sequenc
 
     python3 tools/bench/model_peer.py < request.json
 
-Request: {"model_dir", "prompt_ids", "decode_ids", "warmup", "repeats", "device", "peers"};
-"peers" lists "eager" and/or "compile" and defaults to ["eager"]. stdout carries exactly one JSON
+Request: {"model_dir", "prompt_ids", "decode_ids", "warmup", "repeats", "device", "peers", "batch"};
+"peers" lists "eager" and/or "compile" and defaults to ["eager"]. "batch" (default 1) is B: with
+B > 1, "prompt_ids" is B prompts of one length and "decode_ids" a list of steps of B tokens each
+(`touchstone bench-batch`), every forward runs the B sequences as one [B, T] batch, and the
+decode timings are per step of the whole batch. stdout carries exactly one JSON
 object: versions and the device, "peers" keyed by peer name, and, when eager ran, its fields at the
 top level too (the format before "peers" existed). Progress goes to stderr; a peer that fails
 exits non-zero with the reason on stderr.
@@ -91,13 +94,26 @@ def load(req, device, attn):
     return model.to(device).eval()
 
 
+def batched(req):
+    """The request's prompts [B][P] and decode steps [N][B] (B = 1 unless "batch" says more)."""
+    B = req.get("batch", 1)
+    if B == 1:
+        return [req["prompt_ids"]], [[t] for t in req["decode_ids"]]
+    prompts, steps = req["prompt_ids"], req["decode_ids"]
+    if (len(prompts) != B or len({len(p) for p in prompts}) != 1
+            or any(len(s) != B for s in steps)):
+        fail(f"batch {B}: want {B} prompts of one length and steps of {B} tokens each")
+    return prompts, steps
+
+
 def run_eager(req, device, timed):
     from transformers import DynamicCache
 
     model = load(req, device, "eager")
     log("eager: loaded", req["model_dir"])
-    prompt = torch.tensor([req["prompt_ids"]], dtype=torch.long, device=device)
-    steps = [torch.tensor([[t]], dtype=torch.long, device=device) for t in req["decode_ids"]]
+    prompts, decode_ids = batched(req)
+    prompt = torch.tensor(prompts, dtype=torch.long, device=device)
+    steps = [torch.tensor([[t] for t in ids], dtype=torch.long, device=device) for ids in decode_ids]
 
     def prefill(cache):
         return model(input_ids=prompt, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
@@ -170,7 +186,8 @@ def run_compile(req, device, timed):
 
     model = load(req, device, "sdpa")
     log("compile: loaded", req["model_dir"])
-    n_prompt, n_decode = len(req["prompt_ids"]), len(req["decode_ids"])
+    prompts, decode_ids = batched(req)
+    B, n_prompt, n_decode = len(prompts), len(prompts[0]), len(decode_ids)
     cache_len = n_prompt + n_decode
     note = full_attention_within_window(model, cache_len)
     # Device, dtype and head shapes come from the first update (the prefill, uncompiled), which
@@ -180,10 +197,10 @@ def run_compile(req, device, timed):
     # Every input is a device tensor made before any timing. transformers 5.17 has no
     # cache_position argument: the cache writes at its own device-side length and position_ids
     # place the rotary embedding and the mask, as `generate` passes them.
-    prompt = torch.tensor([req["prompt_ids"]], dtype=torch.long, device=device)
-    prompt_pos = torch.arange(n_prompt, dtype=torch.long, device=device).unsqueeze(0)
-    step_ids = [torch.tensor([[t]], dtype=torch.long, device=device) for t in req["decode_ids"]]
-    step_pos = [torch.tensor([[n_prompt + i]], dtype=torch.long, device=device) for i in range(n_decode)]
+    prompt = torch.tensor(prompts, dtype=torch.long, device=device)
+    prompt_pos = torch.arange(n_prompt, dtype=torch.long, device=device).unsqueeze(0).expand(B, -1).contiguous()
+    step_ids = [torch.tensor([[t] for t in ids], dtype=torch.long, device=device) for ids in decode_ids]
+    step_pos = [torch.full((B, 1), n_prompt + i, dtype=torch.long, device=device) for i in range(n_decode)]
 
     def prefill():
         return model(input_ids=prompt, position_ids=prompt_pos, past_key_values=cache, use_cache=True,
@@ -261,7 +278,7 @@ def run_compile(req, device, timed):
     del model, cache, compiled
     return {
         "call": "AutoModelForCausalLM(dtype=float16, attn_implementation='sdpa'), "
-                f"StaticCache(max_cache_len={cache_len}) reset before each round{note}; prefill: forward("
+                f"StaticCache(max_cache_len={cache_len}) reset before each round{note}, batch {B}; prefill: forward("
                 "position_ids, logits_to_keep=1) uncompiled; decode: torch.compile(forward(input_ids, "
                 "position_ids, logits_to_keep=1), mode='reduce-overhead', fullgraph=True), Inductor "
                 f"defaults, CUDA-graph trees, {graphs} graph(s); torch.no_grad",

@@ -276,6 +276,35 @@ var catalogue = []Mutant{
 		Replacement: "m.step++",
 		Suites:      models,
 	},
+	// ---- Go: batched decode (engine/model/batch.go) --------------------------------------
+	{
+		ID: "go-batch-cache-row-neighbour", Side: SideGo, File: "engine/model/batch.go",
+		Bug:         "a batched decode step appends each sequence's key and value to the next sequence's cache slot",
+		Original:    `in[i], in[b.n+i], in[2*b.n+i], in[3*b.n+i] = tok, pos+1, pos, int32(i*b.maxLen)+pos`,
+		Replacement: `in[i], in[b.n+i], in[2*b.n+i], in[3*b.n+i] = tok, pos+1, pos, int32(((i+1)%b.n)*b.maxLen)+pos`,
+		Suites:      models, Labels: "model",
+	},
+	{
+		ID: "go-batch-lens-padded", Side: SideGo, File: "engine/model/batch.go",
+		Bug:         "a ragged batch attends with the first sequence's cache length for every sequence (padding without a mask)",
+		Original:    `in[i], in[b.n+i], in[2*b.n+i], in[3*b.n+i] = tok, pos+1, pos, int32(i*b.maxLen)+pos`,
+		Replacement: `in[i], in[b.n+i], in[2*b.n+i], in[3*b.n+i] = tok, int32(b.pos[0])+1, pos, int32(i*b.maxLen)+pos`,
+		Suites:      models, Labels: "model",
+	},
+	{
+		ID: "go-batch-prefill-slot-zero", Side: SideGo, File: "engine/model/batch.go",
+		Bug:         "every sequence's prefill writes its keys and values into the first sequence's cache slot",
+		Original:    `rows[t] = int32(i*b.maxLen + t)`,
+		Replacement: `rows[t] = int32(t)`,
+		Suites:      models, Labels: "model",
+	},
+	{
+		ID: "go-batch-taps-row-shifted", Side: SideGo, File: "engine/model/pass.go",
+		Bug:         "a batched step's taps are attributed to the wrong sequences (row i stored as sequence i+1's)",
+		Original:    `p.m.store(pre+name, tensor.FromF32(append([]int{1}, t.Shape[1:]...), f[i*n:(i+1)*n]))`,
+		Replacement: `j := (i + 1) % p.T; p.m.store(pre+name, tensor.FromF32(append([]int{1}, t.Shape[1:]...), f[j*n:(j+1)*n]))`,
+		Suites:      models, Labels: "model",
+	},
 	{
 		ID: "go-model-phi3-qkv-split-swapped", Side: SideGo, File: "engine/model/weights.go",
 		Bug:         "Phi-3's fused qkv_proj split as q, v, k (k and v blocks swapped)",
@@ -604,6 +633,25 @@ var catalogue = []Mutant{
 		Original:    `den *= r;`,
 		Replacement: `den *= 1.0f;`,
 		Suites:      kernels, Labels: "op:attention_decode",
+	},
+	{
+		ID: "cuda-decode-invariant-splits-by-batch", Side: SideCUDA, File: "cuda/kernels/attention_decode.cu",
+		Bug:         "batch-invariant mode ignored by the tensor-core decode kernel: it splits the cache by the whole batch's size",
+		Original:    "const int64_t split_groups = ts::batch_invariant() ? (int64_t)c.n_kv_heads * hchunks : groups;\n    int64_t nsplit = decode_splits(",
+		Replacement: "const int64_t split_groups = groups;\n    int64_t nsplit = decode_splits(",
+		Suites:      models, Labels: "model",
+		// The committed sets' 4-sequence batches split a 4096-token cache as a batch of one
+		// does; Qwen2.5-0.5B's 16 sequences halve the split count.
+		FullTier: true,
+	},
+	{
+		ID: "cuda-gemv-invariant-ignored", Side: SideCUDA, File: "cuda/gemv.cuh",
+		Bug:         "batch-invariant mode ignored by the projections: more than 4 rows (or a weight over 32 MiB) take cuBLAS",
+		Original:    `return batch_invariant() && rows <= kGemvMaxRows && k % 8 == 0 && aligned && gemv_fits(1, k);`,
+		Replacement: `return false && rows <= kGemvMaxRows && k % 8 == 0 && aligned && gemv_fits(1, k);`,
+		Suites:      models, Labels: "model",
+		// Committed batches have at most 4 rows and small weights, which the gemv takes anyway.
+		FullTier: true,
 	},
 	{
 		ID: "cuda-decode-fallback-fp16-accumulator", Side: SideCUDA, File: "cuda/kernels/attention_decode.cu",

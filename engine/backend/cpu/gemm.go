@@ -28,9 +28,11 @@ func (*Backend) Gemm(out, x, w, bias backend.Buffer) error {
 }
 
 // invariantRows is the largest m that matmulT computes row by row: every decode-sized product
-// (a batched decode step of up to model.MaxBatch sequences) gives each row the same bits
-// whatever the number of rows beside it, which gonum's blocked Gemm does not (its blocking and
-// kernels change with m). Larger products (prefills) take the blocked Gemm.
+// (a batched decode step of up to model.MaxBatch sequences) gives each element the same bits
+// whatever the shape of the product around it. gonum's blocked Gemm does not promise that: the
+// model's own decode step (one fused q/k/v product of one row) and a batch's (separate
+// products of n rows) got v one ulp apart through it (engine/model's
+// TestBatchDecodeEqualsSingleSequences). Larger products (prefills) take the blocked Gemm.
 const invariantRows = 16
 
 // matmulT returns x [m, k] · wᵀ for w [n, k], accumulated in fp32.
