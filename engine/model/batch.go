@@ -30,11 +30,11 @@ type Batch struct {
 	// stepIn holds a decode step's inputs, i32 [4, n]: the tokens, the cache lengths after them,
 	// their positions and their rows in the caches (slot x maxLen + position). One host write
 	// per step; the pass reads them on the device, so a captured step replays with the next.
-	stepIn backend.Buffer
+	stepIn    backend.Buffer
 	rowsIn    backend.Buffer // i32 [maxLen]: a prefill's cache rows, slot x maxLen + t
 	positions backend.Buffer // i32 [maxLen]: 0..maxLen-1, a prefill's positions
-	logits backend.Buffer // f32 [n, V]: each sequence's logits after its last pass
-	graph  batchGraph
+	logits    backend.Buffer // f32 [n, V]: each sequence's logits after its last pass
+	graph     batchGraph
 }
 
 // NewBatch allocates a batch of n sequences (1..MaxBatch) on the model's backend, each with a
