@@ -65,6 +65,7 @@ fuzz:
 golden:
 	$(PYTHON) tools/gen-golden kernels --tier committed --out golden
 	$(PYTHON) tools/gen-golden models --tier committed --out golden
+	$(PYTHON) tools/gen-golden batches --tier committed --out golden
 	$(PYTHON) tools/gen-golden sampling --out golden
 
 # Full-scale sets: ~2 GB of kernel cases, and Qwen2.5-0.5B, Phi-3-mini-4k (~17 GB of RAM to
@@ -72,11 +73,13 @@ golden:
 golden-full:
 	$(PYTHON) tools/gen-golden kernels --tier full --out golden/.cache
 	$(PYTHON) tools/gen-golden models --tier full --out golden/.cache
+	$(PYTHON) tools/gen-golden batches --tier full --out golden/.cache
 
 # Regenerates into a temporary directory and fails if any committed byte differs.
 golden-check:
 	$(PYTHON) tools/gen-golden kernels --tier committed --out golden --check
 	$(PYTHON) tools/gen-golden models --tier committed --out golden --check
+	$(PYTHON) tools/gen-golden batches --tier committed --out golden --check
 	$(PYTHON) tools/gen-golden sampling --out golden --check
 
 golden-verify:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -176,6 +177,44 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		printModelRow(tw, stdout, name, v)
 		if v.pass() {
+			passed++
+		} else {
+			failed++
+		}
+	}
+	// Batch sets: ragged sequences decoded together, every tap per sequence, and the
+	// batch-invariance verdict (checkbatches.go).
+	for _, s := range sets {
+		m := s.Manifest
+		if m.Kind != golden.KindBatch || !kinds[golden.KindModel] || (*tier != "all" && m.Tier != *tier) {
+			continue
+		}
+		name := filepath.Base(s.Dir)
+		if m.Tier != "committed" {
+			name += " [" + m.Tier + "]"
+		}
+		var ms *golden.Set
+		var p struct {
+			ModelSet string `json:"model_set"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err == nil {
+			for _, c := range sets {
+				if c.Manifest.Kind == golden.KindModel && c.Manifest.Model == p.ModelSet {
+					ms = c
+				}
+			}
+		}
+		if ms == nil {
+			notRun("batch", name, fmt.Errorf("%s: its model set %q is not present", s.ID(), p.ModelSet))
+			continue
+		}
+		v, err := checkBatchSet(sel.Backend, s, ms, tols)
+		if err != nil {
+			notRun("batch", name, err)
+			continue
+		}
+		printBatchRow(tw, stdout, name, v)
+		if v.failed == 0 && v.tokensErr == nil {
 			passed++
 		} else {
 			failed++

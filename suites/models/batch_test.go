@@ -63,7 +63,7 @@ func batchSpecs(s *golden.Set) {
 		It(what+"every tap with the fused decode ops off", Label("unfused"), func() { checkBatchTaps(s, b, false) })
 		It(what+"batch invariance verdict in the default mode: alone and in batches of 1..B, bit for bit",
 			func() { checkBatchInvariance(s, b, false) })
-		It(what+"with batch-invariant kernels (TOUCHSTONE_BATCH_INVARIANT=1): bit-identical alone and in batches of 1..B",
+		It(what+"with batch-invariant kernels (TOUCHSTONE_BATCH_INVARIANT=1): every tap within tolerance, and bit-identical alone and in batches of 1..B",
 			func() { checkBatchInvariance(s, b, true) })
 		It(what+"batched greedy decoding is deterministic: 20 runs give the same tokens and bit-identical logits",
 			func() { checkBatchDeterministic(s, b) })
@@ -161,6 +161,20 @@ func checkBatchInvariance(s, b *golden.Set, invariant bool) {
 		mode = "batch-invariant kernels"
 	} else if !hasSwitch {
 		mode = "a backend without a switch"
+	}
+	if invariant && hasSwitch {
+		// The batch-invariant kernels (the gemv at every row count, fp32 logits, the splits of
+		// a batch of one) must also be right, not only consistent: every tap of the batch set
+		// against its reference under this mode.
+		rows, _, err := model.CompareBatchTaps(m, b, p, seqs, tols)
+		if rows == nil {
+			Expect(err).NotTo(HaveOccurred())
+		}
+		if first := compare.FirstFailure(rows); first >= 0 {
+			Fail(fmt.Sprintf("%s: with batch-invariant kernels, tap %s is out of tolerance; layer diff:\n%s", b.ID(), rows[first].Name,
+				attachLayerDiff(b, rows)))
+		}
+		Expect(err).NotTo(HaveOccurred())
 	}
 	if d == nil {
 		AddReportEntry("batch invariance", fmt.Sprintf("batch-invariant (%s): every tap of every sequence bit-identical alone and in batches of 1..%d, %d decode steps, %d-token caches",

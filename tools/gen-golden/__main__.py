@@ -3,8 +3,9 @@
     python3 tools/gen-golden kernels [--tier committed|full] [--out DIR] [--op NAME]... [--check]
     python3 tools/gen-golden models [--tier committed|full] [--out DIR] [--model NAME]... [--check]
     python3 tools/gen-golden models --checkpoint DIR --name NAME [--tier full] [--check]
+    python3 tools/gen-golden batches [--tier committed|full] [--out DIR] [--set NAME]... [--check]
     python3 tools/gen-golden sampling [--out DIR] [--check]
-    python3 tools/gen-golden selftest [--only kernels|sampling|models] [--set DIR]...
+    python3 tools/gen-golden selftest [--only kernels|sampling|models|batches] [--set DIR]...
     python3 tools/gen-golden randinit --preset qwen2.5-1.5b --out DIR [--seed N] [--layers N] [--vocab N]
 """
 
@@ -42,6 +43,7 @@ import manifest  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED_BUDGET = 32_250_000  # bytes, `du -sb golden/kernels` (30 MB until prefill needed multi-tile cases, 31 until layernorm_gemm, 32 until the scaled RoPE cases: +0.69 MB)
 MODELS_COMMITTED_BUDGET = 8_000_000  # bytes, `du -sb golden/models` (4 MB until the RoPE-scaled tiny sets llama3-tiny, phi3.5-tiny and qwen2-yarn-tiny: +3.9 MB)
+BATCHES_COMMITTED_BUDGET = 5_250_000  # bytes, `du -sb golden/batches` (4,778,257 measured for qwen2-tiny-b4, phi3.5-tiny-b3 and gpt2-tiny-b3: about 10% of room)
 SAMPLING_BUDGET = 4_000_000  # bytes, `du -sb golden/sampling`
 PINNED_TORCH = "2.11.0"
 PINNED_NUMPY = ("2.4.6", "2.5.2")
@@ -263,6 +265,86 @@ def cmd_models(args):
     return 0
 
 
+def generate_batches(out, specs, tier, prune, models_root, quiet=False):
+    """Build every batch set of specs under out/batches/, reading the model sets under
+    models_root/models/; with prune, delete stale batch sets of the tier."""
+    import batches
+    n_sets = n_bytes = 0
+    for spec in specs:
+        t0 = time.time()
+        files, size = batches.build(spec, out, models_root)
+        n_sets += 1
+        n_bytes += size
+        if not quiet:
+            print("%-50s %4d files %11d bytes %6.1fs"
+                  % ("batches/" + spec.name, files, size, time.time() - t0), flush=True)
+    if prune:
+        bdir = os.path.join(out, "batches")
+        for name in batches.stale_batch_dirs(bdir, {s.name for s in specs}, tier):
+            shutil.rmtree(os.path.join(bdir, name))
+            if not quiet:
+                print("removed stale batches/%s" % name)
+    return n_sets, n_bytes
+
+
+def check_batches(out, specs, tier, prune):
+    """Regenerate into a temporary directory (from the model sets under out) and compare byte
+    for byte with out/batches/."""
+    import batches
+    problems = []
+    with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
+        generate_batches(tmp, specs, tier, prune=False, models_root=out)
+        have_root = os.path.join(out, "batches")
+        names = [s.name for s in specs]
+        if prune:
+            names += batches.stale_batch_dirs(have_root, set(names), tier)
+        for name in names:
+            fresh_dir = os.path.join(tmp, "batches", name)
+            have_dir = os.path.join(have_root, name)
+            problems += compare_trees(fresh_dir, have_dir, list_files(fresh_dir),
+                                      list_files(have_dir))
+    return problems
+
+
+def cmd_batches(args):
+    """Batch sets (docs/golden-format.md, "Batch sets"): B sequences of different prompt lengths
+    for the checkpoint of a model set of the same tier, which must exist under DIR/models/."""
+    import batches
+    import models
+    for name in args.set or []:
+        if name not in batches.BY_NAME:
+            sys.exit("unknown batch set %r (known: %s)" % (name, ", ".join(batches.BY_NAME)))
+        if batches.BY_NAME[name].tier != args.tier:
+            sys.exit("batch set %s is in the %s tier (use --tier %s)"
+                     % (name, batches.BY_NAME[name].tier, batches.BY_NAME[name].tier))
+    out = args.out
+    if out is None:  # as models: golden/ for committed, golden/.cache/ for full
+        out = os.path.join(REPO, "golden") if args.tier == "committed" \
+            else os.path.join(REPO, "golden", ".cache")
+    t0 = time.time()
+    setup_torch()
+    models.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
+    specs = batches.batches_for(args.tier, args.set)
+    for spec in specs:  # before transformers is imported: a missing model set fails at once
+        batches.read_model_set(spec, out)
+    prune = not args.set  # only a run over the whole tier deletes stale sets
+    setup_models()
+    for family in sorted({models.BY_NAME[s.model].family for s in specs}):
+        models.modeling_module(family)
+
+    if args.check:
+        return report_check(check_batches(out, specs, args.tier, prune),
+                            ", ".join(os.path.join(out, "batches", s.name) for s in specs), t0)
+
+    n_sets, n_bytes = generate_batches(out, specs, args.tier, prune, models_root=out)
+    print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
+    bdir = os.path.join(out, "batches")
+    if args.tier == "committed" and os.path.isdir(bdir):
+        if not within_budget(bdir, BATCHES_COMMITTED_BUDGET, "committed batch sets"):
+            return 1
+    return 0
+
+
 def within_budget(directory, budget, what):
     """Prints the size of directory (du -sb) against its budget; False when over it."""
     du = manifest.tree_size(directory)
@@ -309,8 +391,8 @@ def cmd_selftest(args):
     setup_torch()
     import selftest
     rc = 0
-    if args.set and args.only != "models":
-        sys.exit("--set DIR goes with --only models")
+    if args.set and args.only not in ("models", "batches"):
+        sys.exit("--set DIR goes with --only models or --only batches")
     if args.only in (None, "kernels"):
         rc = selftest.run()
     if rc == 0 and args.only in (None, "sampling"):
@@ -319,7 +401,11 @@ def cmd_selftest(args):
     if rc == 0 and args.only in (None, "models"):
         setup_models()
         import selftest_models
-        rc = selftest_models.run(args.set)
+        rc = selftest_models.run(args.set if args.only == "models" else None)
+    if rc == 0 and args.only in (None, "batches"):
+        setup_models()
+        import selftest_batches
+        rc = selftest_batches.run(args.set if args.only == "batches" else None)
     return rc
 
 
@@ -373,6 +459,19 @@ def main(argv=None):
                    help="generate into a temporary directory and compare byte for byte with "
                         "DIR; exit 1 listing differing, missing and extra files")
     m.set_defaults(func=cmd_models)
+    b = sub.add_parser("batches", help="write batch golden sets: ragged batched decode, one "
+                                        "reference run per sequence on a model set's checkpoint")
+    b.add_argument("--tier", choices=("committed", "full"), default="committed")
+    b.add_argument("--out", metavar="DIR",
+                   help="root directory; sets go to DIR/batches/<set>/ and are computed from the "
+                        "model sets in DIR/models/<model>/, which must exist (default: the "
+                        "repository's golden/ for committed, golden/.cache/ for full)")
+    b.add_argument("--set", action="append", metavar="NAME",
+                   help="only this batch set of the tier (repeatable); default: all")
+    b.add_argument("--check", action="store_true",
+                   help="generate into a temporary directory (from DIR's model sets) and compare "
+                        "byte for byte with DIR; exit 1 listing differing, missing and extra files")
+    b.set_defaults(func=cmd_batches)
     sp = sub.add_parser("sampling", help="write the sampling golden sets (docs/sampling.md)")
     sp.add_argument("--out", metavar="DIR",
                     help="root directory; sets go to DIR/sampling/<set>/ (default: the "
@@ -382,11 +481,13 @@ def main(argv=None):
                          "DIR; exit 1 listing differing, missing and extra files")
     sp.set_defaults(func=cmd_sampling)
     s = sub.add_parser("selftest", help="check the references against independent numpy code")
-    s.add_argument("--only", choices=("kernels", "sampling", "models"),
-                   help="run only the kernel, the sampling or the model checks")
+    s.add_argument("--only", choices=("kernels", "sampling", "models", "batches"),
+                   help="run only the kernel, the sampling, the model or the batch checks")
     s.add_argument("--set", action="append", metavar="DIR",
                    help="with --only models: check these existing model set directories (e.g. a "
-                        "full-size or --layers set) instead of building the committed ones")
+                        "full-size or --layers set) instead of building the committed ones; with "
+                        "--only batches: these existing batch set directories (their model sets "
+                        "in DIR/../../models/)")
     s.set_defaults(func=cmd_selftest)
     r = sub.add_parser("randinit", help="write a checkpoint of a real model's shape with "
                                          "transformers' own random initialisation (for models "

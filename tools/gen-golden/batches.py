@@ -1,0 +1,358 @@
+"""Batch sets: references for ragged batched decode (docs/golden-format.md, "Batch sets").
+
+A batch set holds B sequences of different prompt lengths for the checkpoint of an existing model
+set: an engine prefills each sequence on its own, then decodes all B together, one token per
+sequence per step, and compares every tap of every sequence. The reference is one transformers
+run per sequence, exactly the model sets' (models.run_reference, models.run_rounded and
+models.calibration_bytes), with a prompt of the sequence's own: a sequence that reads another's
+KV-cache slot (or its positions, or its length) then cannot pass, since no two prompts share a
+prefix. The checkpoint is not copied: the manifest names the model set and the sha256 of each of
+its checkpoint files, so a reader can tell when the model set was regenerated since.
+
+    <out>/batches/<name>/ manifest.json, s<b>.prompt_ids.npy, s<b>.prefill.<tap>.npy,
+                          s<b>.decode.<i>.<tap>.npy, s<b>.greedy_tokens.npy,
+                          s<b>.greedy_top2_margin.npy (b = 0..B-1), calibration.json
+    read from <out>/models/<model>/ (the model set, which must exist)
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections import namedtuple
+from contextlib import contextmanager
+
+import torch
+
+import kernels
+import manifest
+import models
+
+F16, F64, I32 = torch.float16, torch.float64, torch.int32
+COMMITTED, FULL = models.COMMITTED, models.FULL
+
+CASE = "ragged"
+KIND = "batch"
+# Prompt lengths of sequences 0, 1, ...: a set of B sequences takes the first B. Mixed on purpose
+# (long and short alternate; 1 is a prefill of a single token), so no two neighbouring cache slots
+# hold sequences of one length.
+LENGTHS = [16, 5, 11, 1, 23, 8, 30, 2, 13, 19, 7, 27, 3, 32, 10, 21]
+DECODE_STEPS = 8
+# Greedy tokens per sequence: the token fed at decode step i is greedy_tokens[i]; the last one is
+# the prediction after the last stored step.
+N_TOKENS = DECODE_STEPS + 1
+
+# name: the set; model: the model set whose checkpoint it uses (same tier); batch: B.
+BatchSpec = namedtuple("BatchSpec", "name model tier batch")
+
+BATCHES = [
+    BatchSpec("qwen2-tiny-b4", "qwen2-tiny", COMMITTED, 4),
+    # phi3.5-tiny's LongRoPE has an original context of 20: sequence 0 (16 prompt tokens) decodes
+    # positions 16-23 and switches to the long table at step 4 (position 20), while sequences 1
+    # and 2 (5 and 11 tokens) stay on the short one: one batch step, two tables.
+    BatchSpec("phi3.5-tiny-b3", "phi3.5-tiny", COMMITTED, 3),
+    BatchSpec("gpt2-tiny-b3", "gpt2-tiny", COMMITTED, 3),
+    BatchSpec("qwen2.5-0.5b-b16", "qwen2.5-0.5b", FULL, 16),
+    BatchSpec("llama3.2-1b-b16", "llama3.2-1b", FULL, 16),
+]
+BY_NAME = {b.name: b for b in BATCHES}
+assert len(BY_NAME) == len(BATCHES)
+for _b in BATCHES:
+    assert _b.model in models.BY_NAME and models.BY_NAME[_b.model].tier == _b.tier, _b
+    assert 1 <= _b.batch <= len(LENGTHS), _b
+
+
+def batches_for(tier, names=None):
+    return [b for b in BATCHES if b.tier == tier and (not names or b.name in names)]
+
+
+def prompt_lens(spec):
+    return LENGTHS[:spec.batch]
+
+
+# ---------------------------------------------------------------------------------------------
+# Seeds and prompts
+
+
+def set_seed(name):
+    """The set's 32-bit seed: sha256("<master>:batches/<name>/ragged")[:4], big-endian (as
+    models.set_seed for model sets). Nothing is drawn from it: the prompts have seeds of their
+    own."""
+    return kernels.case_seed("batches/" + name, CASE)
+
+
+def prompt_seed(name, b):
+    """Sequence b's prompt seed: sha256("<master>:batches/<name>/s<b>")[:4], big-endian."""
+    return kernels.case_seed("batches", "%s/s%d" % (name, b))
+
+
+def prompt_ids(name, b, length, vocab_size):
+    """Sequence b's prompt: `length` fp64 uniforms u from its own seed, ids = floor(u * V), the
+    draw models.prompt_ids makes from the model sets' one seed."""
+    g = torch.Generator(device="cpu").manual_seed(prompt_seed(name, b))
+    u = torch.rand((length,), generator=g, dtype=F64)
+    return torch.clamp((u * vocab_size).floor().to(torch.int64), 0, vocab_size - 1).to(I32)
+
+
+# ---------------------------------------------------------------------------------------------
+# The model set a batch set reads
+
+
+def models_command(spec, models_root):
+    """The command that writes the model set spec needs under models_root."""
+    tier = " --tier full" if spec.tier == FULL else ""
+    return "python3 tools/gen-golden models%s --model %s --out %s" % (tier, spec.model,
+                                                                     models_root)
+
+
+def read_model_set(spec, models_root):
+    """The model set's directory and manifest, checked: it exists, is the synthetic set of spec's
+    model and tier, and its checkpoint files are the ones its manifest lists (sha256). Exits with
+    the command that (re)generates it otherwise."""
+    model_dir = os.path.join(models_root, "models", spec.model)
+    cmd = models_command(spec, models_root)
+    m = manifest.read_manifest(model_dir)
+    if m is None:
+        what = "no such directory" if not os.path.isdir(model_dir) else \
+            "no readable manifest.json"
+        raise SystemExit("batch set %s needs the model set %s (%s); generate it first:\n  %s"
+                         % (spec.name, model_dir, what, cmd))
+    if m.get("kind") != "model" or m.get("model") != spec.model or m.get("tier") != spec.tier:
+        raise SystemExit("%s is not the %s model set %s (kind %r, model %r, tier %r); "
+                         "regenerate it:\n  %s" % (model_dir, spec.tier, spec.model, m.get("kind"),
+                                                   m.get("model"), m.get("tier"), cmd))
+    ckpt = [e for e in m.get("files", []) if e.get("role") == "checkpoint"]
+    if not ckpt:
+        raise SystemExit("%s: the manifest lists no checkpoint files; regenerate it:\n  %s"
+                         % (model_dir, cmd))
+    for e in ckpt:
+        path = os.path.join(model_dir, e["file"])
+        if not os.path.isfile(path) or models.sha256_file(path) != e["sha256"]:
+            raise SystemExit("%s: %s is missing or differs from its manifest's sha256; "
+                             "regenerate the model set:\n  %s" % (model_dir, e["file"], cmd))
+    return model_dir, m
+
+
+def checkpoint_params(model_manifest):
+    """params.checkpoint: the model set's checkpoint entries in its manifest order, file and
+    sha256 only."""
+    return [{"file": e["file"], "sha256": e["sha256"]} for e in model_manifest["files"]
+            if e["role"] == "checkpoint"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Building a set
+
+
+class Phases:
+    """`with phases("name"):` adds a block's seconds to its phase; report() prints each phase's
+    total over the sequences to models.PHASE_STREAM, one line a phase, in first-use order."""
+
+    def __init__(self, name):
+        self.name = name
+        self.seconds = {}
+
+    @contextmanager
+    def __call__(self, what):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[what] = self.seconds.get(what, 0.0) + time.perf_counter() - t0
+
+    def report(self, n_seqs):
+        if models.PHASE_STREAM is None:
+            return
+        for what, sec in self.seconds.items():
+            print("%s: %s %.1fs (%d sequences)" % (self.name, what, sec, n_seqs),
+                  file=models.PHASE_STREAM, flush=True)
+
+
+def run_sequence(model, family, cfg, prompt, pool, weights_f16, phase):
+    """One sequence's reference (prefill, DECODE_STEPS greedy decode steps, N_TOKENS greedy
+    tokens) and its calibration forward teacher-forced on those tokens, as models._build_set
+    runs them: with a pool, each linear layer's GEMM split over it and (fp16 weights) the two
+    forwards in lockstep, sharing each read of the weights; one after the other without.
+    `phase` times each part (Phases). Returns (taps, tokens, margins, calibration taps)."""
+    threads = 1 if pool is None else pool.size
+    feed = models.TokenFeed()
+
+    def greedy():
+        try:
+            return models.run_reference(model, family, cfg, prompt, DECODE_STEPS,
+                                        n_tokens=N_TOKENS, feed=feed)
+        finally:
+            feed.close()
+
+    def rounded():
+        return models.run_rounded(model, family, cfg, prompt, feed, DECODE_STEPS, pool=pool,
+                                  weights_f16=True)
+
+    lockstep = models.Lockstep(2) if pool is not None and threads > 1 and weights_f16 else None
+    cal_taps = None
+    with models.split_linears(model, pool, threads, lockstep):
+        if lockstep is not None:
+            with phase("run_reference + run_rounded (lockstep)"):
+                (taps, tokens, margins, _), cal_taps = models.run_lockstep(lockstep, greedy,
+                                                                           rounded)
+        else:
+            with phase("run_reference"):
+                taps, tokens, margins, _ = greedy()
+    if cal_taps is None:
+        with models.split_linears(model, pool, threads):
+            # rounds the weights in place unless they are fp16 values already (then the caller
+            # reloads the model before the next sequence)
+            with phase("run_rounded"):
+                cal_taps = models.run_rounded(model, family, cfg, prompt, tokens, DECODE_STEPS,
+                                              pool=pool, weights_f16=weights_f16)
+    return taps, tokens, margins, cal_taps
+
+
+CAL_HEAD = '{\n  "version": %d,\n  "implementation": %s,\n  "taps": [\n' % (
+    models.CALIBRATION_VERSION, json.dumps(models.CALIBRATION_IMPLEMENTATION))
+CAL_TAIL = "\n  ]\n}\n"
+
+
+def merge_calibration(parts):
+    """One calibration.json from the per-sequence ones (models.calibration_bytes, tap names
+    prefixed s<b>.): their tap lines in order, the bytes calibration_bytes writes for all the
+    taps at once."""
+    bodies = []
+    for p in parts:
+        t = p.decode("ascii")
+        if not (t.startswith(CAL_HEAD) and t.endswith(CAL_TAIL)):
+            raise RuntimeError("calibration_bytes wrote a layout merge_calibration does not know")
+        bodies.append(t[len(CAL_HEAD):-len(CAL_TAIL)])
+    out = (CAL_HEAD + ",\n".join(bodies) + CAL_TAIL).encode("ascii")
+    if json.loads(out)["taps"] != [t for p in parts for t in json.loads(p)["taps"]]:
+        raise RuntimeError("merged calibration.json is not the parts' taps in order")
+    return out
+
+
+def check_positions(spec, d):
+    """Every sequence fits the model: prompt + DECODE_STEPS decode steps + the last prediction."""
+    for b, P in enumerate(prompt_lens(spec)):
+        if P + N_TOKENS > d.P:
+            raise SystemExit("batch set %s: sequence %d needs %d + %d = %d positions, more than "
+                             "model %s has (%d)" % (spec.name, b, P, N_TOKENS, P + N_TOKENS,
+                                                    spec.model, d.P))
+
+
+def build(spec, out_root, models_root):
+    """Write spec's set under out_root/batches/<name>/ (removed first; removed again if the build
+    fails) from the model set under models_root/models/<model>/. Returns (files, bytes)."""
+    set_dir = os.path.join(out_root, "batches", spec.name)
+    model_dir, mm = read_model_set(spec, models_root)
+    with open(os.path.join(model_dir, "config.json"), "rb") as f:
+        cfg = json.loads(f.read())
+    family = mm["params"]["family"]
+    if models.FAMILY_OF_MODEL_TYPE.get(cfg.get("model_type")) != family or \
+            family != models.BY_NAME[spec.model].family:
+        raise SystemExit("%s: model_type %r is not family %s" % (model_dir, cfg.get("model_type"),
+                                                                 family))
+    check_positions(spec, models.dims(family, cfg))
+    try:
+        # the tier's worker threads (models.py, "Threads"); torch itself on one thread throughout
+        with models.intra_op_threads(1), \
+                models.one_thread_workers(models.tier_threads(spec.tier)) as pool:
+            return _build(spec, set_dir, model_dir, mm, cfg, family, pool)
+    except BaseException:
+        if os.path.isdir(set_dir) and not os.path.exists(os.path.join(set_dir, "manifest.json")):
+            shutil.rmtree(set_dir, ignore_errors=True)
+        raise
+
+
+def _build(spec, set_dir, model_dir, mm, cfg, family, pool):
+    if os.path.lexists(set_dir):
+        shutil.rmtree(set_dir)
+    os.makedirs(set_dir)
+    phase = models.PhaseTimer(spec.name)
+    threads = 1 if pool is None else pool.size
+    d = models.dims(family, cfg)
+    lens = prompt_lens(spec)
+    with phase("load_model"):
+        model = models.load_model(model_dir, family, threads=threads)
+    with phase("check_loaded_weights"):
+        weights_f16 = models.check_loaded_weights(model, model_dir, pool) == {F16}
+
+    entries, total, cal_parts = [], 0, []
+    phases = Phases(spec.name)
+    for b, P in enumerate(lens):
+        tag = "s%d" % b
+        if b > 0 and not weights_f16:
+            # the calibration rounded the last sequence's weights to fp16 in place
+            with phases("reload_model"):
+                model = models.load_model(model_dir, family, threads=threads)
+        prompt = prompt_ids(spec.name, b, P, d.V)
+        taps, tokens, margins, cal_taps = run_sequence(model, family, cfg, prompt, pool,
+                                                       weights_f16, phases)
+        pre = tag + "."
+        with phases("calibration"):
+            cal_parts.append(models.calibration_bytes(
+                {pre + k: v for k, v in taps.items()},
+                {pre + k: cal_taps[k] for k in taps}, pool))
+        del cal_taps
+        tensors = [(pre + "prompt_ids", prompt, "input")]
+        tensors += [(pre + k, v, "expected") for k, v in taps.items()]
+        tensors += [(pre + "greedy_tokens", tokens, "expected"),
+                    (pre + "greedy_top2_margin", margins.to(torch.float32), "expected")]
+        with phases("write_taps"):
+            written = list((map if pool is None else pool.map)(
+                lambda e: manifest.write_tensor(set_dir, e[0], e[1], e[2]), tensors))
+        for entry, size in written:
+            entries.append(entry)
+            total += size
+        del taps, tensors
+    del model
+    phases.report(len(lens))
+
+    cal = merge_calibration(cal_parts)
+    with open(os.path.join(set_dir, models.CALIBRATION_FILE), "wb") as f:
+        f.write(cal)
+    total += len(cal)
+    entries.append({"name": "calibration", "file": models.CALIBRATION_FILE,
+                    "role": "calibration", "sha256": hashlib.sha256(cal).hexdigest()})
+    names, files = [e["name"] for e in entries], [e["file"] for e in entries]
+    assert len(set(names)) == len(names) and len(set(files)) == len(files), "duplicate entry"
+
+    params = {
+        "model_set": spec.model,
+        "family": family,
+        "checkpoint": checkpoint_params(mm),
+        "batch": spec.batch,
+        "decode_steps": DECODE_STEPS,
+        "margin_epsilon": mm["params"]["margin_epsilon"],
+        "prompt_lens": list(lens),
+    }
+    doc = {
+        "format_version": manifest.FORMAT_VERSION,
+        "generator": manifest.generator_info(with_transformers=True),
+        "kind": KIND,
+        "model": spec.name,
+        "case": CASE,
+        "tier": spec.tier,
+        "seed": set_seed(spec.name),
+        "params": params,
+        "files": entries,
+    }
+    text = manifest.manifest_text(doc).encode("ascii")
+    with open(os.path.join(set_dir, "manifest.json"), "wb") as f:
+        f.write(text)
+    return len(entries) + 1, total + len(text)
+
+
+def stale_batch_dirs(batches_dir, keep, tier):
+    """Batch set directories a regeneration of `tier` deletes: not in `keep`, and either without
+    a readable manifest or a batch set of the same tier. Sets of the other tier are left alone."""
+    if not os.path.isdir(batches_dir):
+        return []
+    stale = []
+    for name in sorted(os.listdir(batches_dir)):
+        path = os.path.join(batches_dir, name)
+        if name in keep or not os.path.isdir(path):
+            continue
+        m = manifest.read_manifest(path)
+        if m is None or (m.get("tier") == tier and m.get("kind") == KIND):
+            stale.append(name)
+    return stale
