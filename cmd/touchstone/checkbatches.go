@@ -69,6 +69,7 @@ func checkBatchSet(be backend.Backend, b, ms *golden.Set, tols *compare.Toleranc
 	limit, _ := m.Cfg.PositionLimit()
 	v.cacheLen = min(limit, batchInvarianceCacheLen)
 	// Logits alone decide the verdict here; `ginkgo -r` (suites/models) names the first tap.
+	prompts = model.LongPrompts(prompts, m.Cfg.Vocab, v.cacheLen-p.DecodeSteps-1)
 	if v.divergence, err = model.CheckBatchInvariance(m, prompts, v.cacheLen, p.DecodeSteps, sizes, []string{"logits"}); err != nil {
 		return nil, err
 	}

@@ -33,6 +33,7 @@ type Batch struct {
 	stepIn    backend.Buffer
 	rowsIn    backend.Buffer // i32 [maxLen]: a prefill's cache rows, slot x maxLen + t
 	positions backend.Buffer // i32 [maxLen]: 0..maxLen-1, a prefill's positions
+	promptIn  backend.Buffer // i32 [maxLen]: a prefill's tokens
 	logits    backend.Buffer // f32 [n, V]: each sequence's logits after its last pass
 	graph     batchGraph
 }
@@ -67,6 +68,9 @@ func (m *Model) NewBatch(n, cacheLen int) (*Batch, error) {
 	var err error
 	if b.stepIn, err = m.be.Alloc(tensor.I32, 4*n); err == nil {
 		if b.rowsIn, err = m.be.Alloc(tensor.I32, cacheLen); err == nil {
+			b.promptIn, err = m.be.Alloc(tensor.I32, cacheLen)
+		}
+		if err == nil {
 			if b.positions, err = m.be.Upload(tensor.FromI32([]int{cacheLen}, pos)); err == nil {
 				b.logits, err = m.be.Alloc(tensor.F32, n, c.Vocab)
 			}
@@ -86,12 +90,12 @@ func (b *Batch) Close() {
 		c.free()
 	}
 	b.caches = nil
-	for _, buf := range []backend.Buffer{b.stepIn, b.rowsIn, b.positions, b.logits} {
+	for _, buf := range []backend.Buffer{b.stepIn, b.rowsIn, b.promptIn, b.positions, b.logits} {
 		if buf != nil {
 			buf.Free()
 		}
 	}
-	b.stepIn, b.rowsIn, b.positions, b.logits = nil, nil, nil, nil
+	b.stepIn, b.rowsIn, b.promptIn, b.positions, b.logits = nil, nil, nil, nil, nil
 }
 
 // Len is the number of sequences.
@@ -115,10 +119,7 @@ func (b *Batch) Prefill(i int, ids []int32) error {
 	for t := range rows {
 		rows[t] = int32(i*b.maxLen + t)
 	}
-	if T > m.MaxLen {
-		return fmt.Errorf("model: prompt of %d tokens for sequence %d: a batch prefills through the model's prompt buffer of %d", T, i, m.MaxLen)
-	}
-	if err := b.write(m.promptIn, ids); err != nil {
+	if err := b.write(b.promptIn, ids); err != nil {
 		return err
 	}
 	if err := b.write(b.rowsIn, rows); err != nil {
@@ -129,7 +130,7 @@ func (b *Batch) Prefill(i int, ids []int32) error {
 		defer m.endPass()
 		defer recoverPass(&err)
 		p := &pass{m: m, be: m.be, mem: m.mem, prefix: fmt.Sprintf("s%d.prefill.", i), T: T, batch: b}
-		p.ids = p.rows(m.promptIn, 0, T)
+		p.ids = p.rows(b.promptIn, 0, T)
 		p.posBuf = p.rows(b.positions, 0, T)
 		p.cacheRows = p.rows(b.rowsIn, 0, T)
 		p.out = p.rows(b.logits, i, 1)

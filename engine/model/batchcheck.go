@@ -220,14 +220,15 @@ type InvarianceRun struct {
 
 // RunGreedyBatch prefills the prompts into one Batch with caches of cacheLen tokens (0: the
 // model's MaxLen) and decodes steps greedy tokens, every sequence feeding its own choice, with
-// the named taps requested (none: nil).
+// the named taps requested in the decode steps (none: nil). A prefill is one sequence's own
+// pass whatever the batch; its logits are in Logits[0].
 func RunGreedyBatch(m *Model, prompts [][]int32, cacheLen, steps int, taps []string) (*InvarianceRun, error) {
 	b, err := m.NewBatch(len(prompts), cacheLen)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Close()
-	m.RequestTaps(taps)
+	m.RequestTaps(nil)
 	defer m.RequestTaps(nil)
 	run := &InvarianceRun{Tokens: make([][]int32, len(prompts))}
 	for i, ids := range prompts {
@@ -235,6 +236,7 @@ func RunGreedyBatch(m *Model, prompts [][]int32, cacheLen, steps int, taps []str
 			return nil, err
 		}
 	}
+	m.RequestTaps(taps)
 	toks := make([]int32, len(prompts))
 	for step := 0; ; step++ {
 		l, err := b.Logits()
@@ -260,10 +262,9 @@ func RunGreedyBatch(m *Model, prompts [][]int32, cacheLen, steps int, taps []str
 
 // CheckBatchInvariance decodes each prompt alone (a batch of one) and then the first n prompts
 // together for every n in sizes, greedily for steps steps with the named taps requested, in
-// caches of cacheLen tokens (0: the model's MaxLen), and returns
-// the first divergence of a sequence from its run alone (nil when every tap of every sequence
-// is bit-identical in every batch), with the taps compared in forward order: the prefill's, then
-// each decode step's in tap order.
+// caches of cacheLen tokens (0: the model's MaxLen), and returns the first divergence of a
+// sequence from its run alone (nil when every tap of every sequence is bit-identical in every
+// batch), in forward order: the prefill's logits, then each decode step's taps in tap order.
 func CheckBatchInvariance(m *Model, prompts [][]int32, cacheLen, steps int, sizes []int, taps []string) (*Divergence, error) {
 	alone := make([]*InvarianceRun, len(prompts))
 	for i, ids := range prompts {
@@ -273,10 +274,7 @@ func CheckBatchInvariance(m *Model, prompts [][]int32, cacheLen, steps int, size
 		}
 		alone[i] = r
 	}
-	order := []string{}
-	for _, t := range taps {
-		order = append(order, "prefill."+t)
-	}
+	order := []string{"prefill.logits"}
 	for step := 0; step < steps; step++ {
 		for _, t := range taps {
 			order = append(order, fmt.Sprintf("decode.%d.%s", step, t))
@@ -294,6 +292,11 @@ func CheckBatchInvariance(m *Model, prompts [][]int32, cacheLen, steps int, size
 			for i := 0; i < n; i++ {
 				want := alone[i].Taps["s0."+name]
 				got := r.Taps[fmt.Sprintf("s%d.%s", i, name)]
+				if name == "prefill.logits" {
+					V := len(alone[i].Logits[0])
+					want = tensor.FromF32([]int{1, V}, alone[i].Logits[0])
+					got = tensor.FromF32([]int{1, V}, r.Logits[0][i*V:(i+1)*V])
+				}
 				if want == nil || got == nil {
 					return nil, fmt.Errorf("batch of %d: no tap %s for sequence %d", n, name, i)
 				}
@@ -332,4 +335,23 @@ func bitDiff(got, want []float32) (int, float64) {
 		n += max(len(got)-len(want), 0)
 	}
 	return n, worst
+}
+
+// LongPrompts extends each prompt with filler tokens (a fixed LCG over the vocabulary) to a
+// ragged length of its own, at least a few hundred tokens and at most limit: the decode
+// kernels split a sequence's keys into chunks of a few hundred, and a split that a batch changes
+// shows only in a sequence that spans several chunks.
+func LongPrompts(prompts [][]int32, vocab, limit int) [][]int32 {
+	out := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		n := min(max(len(p), 320+41*i), limit-len(prompts)+1+i)
+		ids := append([]int32(nil), p[:min(len(p), n)]...)
+		s := uint64(i + 1)
+		for len(ids) < n {
+			s = s*6364136223846793005 + 1442695040888963407
+			ids = append(ids, int32((s>>33)%uint64(vocab)))
+		}
+		out[i] = ids
+	}
+	return out
 }

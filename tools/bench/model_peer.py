@@ -31,7 +31,7 @@ The token ids come from the Go side (stdin), so every side runs the same sequenc
 Request: {"model_dir", "prompt_ids", "decode_ids", "warmup", "repeats", "device", "peers", "batch"};
 "peers" lists "eager" and/or "compile" and defaults to ["eager"]. "batch" (default 1) is B: with
 B > 1, "prompt_ids" is B prompts of one length and "decode_ids" a list of steps of B tokens each
-(`touchstone bench-batch`), every forward runs the B sequences as one [B, T] batch, and the
+(`touchstone bench-batch`, which sends "batch" and these nested lists for every B, 1 included), every forward runs the B sequences as one [B, T] batch, and the
 decode timings are per step of the whole batch. stdout carries exactly one JSON
 object: versions and the device, "peers" keyed by peer name, and, when eager ran, its fields at the
 top level too (the format before "peers" existed). Progress goes to stderr; a peer that fails
@@ -97,9 +97,9 @@ def load(req, device, attn):
 def batched(req):
     """The request's prompts [B][P] and decode steps [N][B] (B = 1 unless "batch" says more)."""
     B = req.get("batch", 1)
-    if B == 1:
-        return [req["prompt_ids"]], [[t] for t in req["decode_ids"]]
     prompts, steps = req["prompt_ids"], req["decode_ids"]
+    if "batch" not in req:  # bench-model: one prompt, one token a step
+        return [prompts], [[t] for t in steps]
     if (len(prompts) != B or len({len(p) for p in prompts}) != 1
             or any(len(s) != B for s in steps)):
         fail(f"batch {B}: want {B} prompts of one length and steps of {B} tokens each")
