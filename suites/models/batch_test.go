@@ -61,10 +61,10 @@ func batchSpecs(s *golden.Set) {
 		It(what+"every tap of every sequence, prefilled one by one and decoded together (ragged), and each sequence's greedy choices",
 			func() { checkBatchTaps(s, b, true) })
 		It(what+"every tap with the fused decode ops off", Label("unfused"), func() { checkBatchTaps(s, b, false) })
-		It(what+"batch invariance verdict in the default mode: alone and in batches of 1..B, bit for bit",
+		It(what+"batch invariance verdict in the default mode: alone and in batches of 1..B, bit for bit", harness.BatchInvariance,
 			func() { checkBatchInvariance(s, b, false) })
 		It(what+"with batch-invariant kernels (TOUCHSTONE_BATCH_INVARIANT=1): every tap within tolerance, and bit-identical alone and in batches of 1..B",
-			func() { checkBatchInvariance(s, b, true) })
+			harness.BatchInvariance, func() { checkBatchInvariance(s, b, true) })
 		It(what+"batched greedy decoding is deterministic: 20 runs give the same tokens and bit-identical logits",
 			func() { checkBatchDeterministic(s, b) })
 	}

@@ -639,7 +639,7 @@ var catalogue = []Mutant{
 		Bug:         "batch-invariant mode ignored by the tensor-core decode kernel: it splits the cache by the whole batch's size",
 		Original:    "const int64_t split_groups = ts::batch_invariant() ? (int64_t)c.n_kv_heads * hchunks : groups;\n    int64_t nsplit = decode_splits(",
 		Replacement: "const int64_t split_groups = groups;\n    int64_t nsplit = decode_splits(",
-		Suites:      models, Labels: "model:qwen2.5-0.5b",
+		Suites:      models, Labels: "model:qwen2.5-0.5b && batch-invariance",
 		// The committed sets' 4-sequence batches split a 4096-token cache as a batch of one
 		// does; Qwen2.5-0.5B's 16 sequences halve the split count.
 		FullTier: true,
@@ -649,7 +649,7 @@ var catalogue = []Mutant{
 		Bug:         "batch-invariant mode ignored by the projections: more than 4 rows (or a weight over 32 MiB) take cuBLAS",
 		Original:    `return batch_invariant() && rows <= kGemvMaxRows && k % 8 == 0 && aligned && gemv_fits(1, k);`,
 		Replacement: `return false && rows <= kGemvMaxRows && k % 8 == 0 && aligned && gemv_fits(1, k);`,
-		Suites:      models, Labels: "model:qwen2.5-0.5b",
+		Suites:      models, Labels: "model:qwen2.5-0.5b && batch-invariance",
 		// Committed batches have at most 4 rows and small weights, which the gemv takes anyway.
 		FullTier: true,
 	},

@@ -27,6 +27,9 @@ var (
 	// and after: under compute-sanitizer, whose own tracking allocations grow it, they are
 	// left out (memcheck's leak check covers the library there).
 	DeviceMemory = Label("device-memory")
+	// BatchInvariance marks the batch-invariance checks (a sequence alone and in batches, bit
+	// for bit), which the invariance mutants run by themselves.
+	BatchInvariance = Label("batch-invariance")
 )
 
 // Op is the label op:<name> of a known op; an unknown name is a bug in the suite and panics.
