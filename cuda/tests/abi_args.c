@@ -351,6 +351,17 @@ int main(void) {
         fprintf(stderr, "FAIL path recording without a launch: needed %zu, text \"%s\"\n", needed, text);
     }
 
+    /* batch-invariant mode: needs no ts_init, round-trips, refuses anything but 0 and 1 */
+    expect("batch_invariant on 2", ts_set_batch_invariant(2), TS_ERR_INVALID_ARGUMENT, "ts_set_batch_invariant", "on", "2");
+    expect("batch_invariant null", ts_batch_invariant(NULL), TS_ERR_INVALID_ARGUMENT, "ts_batch_invariant", "on", NULL);
+    checks++;
+    int bi_on = -1, bi_off = -1;
+    if (ts_set_batch_invariant(1) != TS_OK || ts_batch_invariant(&bi_on) != TS_OK || bi_on != 1 ||
+        ts_set_batch_invariant(0) != TS_OK || ts_batch_invariant(&bi_off) != TS_OK || bi_off != 0) {
+        failures++;
+        fprintf(stderr, "FAIL batch-invariant mode round trip: on %d, off %d (%s)\n", bi_on, bi_off, ts_last_error());
+    }
+
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures == 0 ? 0 : 1;
 }
