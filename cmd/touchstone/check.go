@@ -214,7 +214,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		printBatchRow(tw, stdout, name, v)
-		if v.failed == 0 && v.tokensErr == nil {
+		if v.pass() {
 			passed++
 		} else {
 			failed++

@@ -13,17 +13,62 @@ import (
 // modelVerdict is one model set's row of touchstone check: the verdicts the models suite
 // reaches, condensed.
 type modelVerdict struct {
-	taps, tapsFailed int
-	worst            compare.TapResult // the tap using the largest share of its limit
-	worstCheck       compare.Check
-	firstFailing     string // the first tap out of tolerance in forward order, "" if none
-	greedy           string // "8 of 8 tokens", or why the greedy run stopped
-	greedyOK         bool
-	seeded           string // "8 of 8 tokens (teacher-forced)", or the failures
-	seededOK         bool
+	tapSummary
+	greedy   string // "8 of 8 tokens", or why the greedy run stopped
+	greedyOK bool
+	seeded   string // "8 of 8 tokens (teacher-forced)", or the failures
+	seededOK bool
 }
 
 func (v *modelVerdict) pass() bool { return v.tapsFailed == 0 && v.greedyOK && v.seededOK }
+
+// tapSummary is a set's taps in the check table: how many, how many out of tolerance, the tap
+// using the largest share of its limit and the first out of tolerance in forward order.
+type tapSummary struct {
+	taps, tapsFailed int
+	worst            compare.TapResult
+	worstCheck       compare.Check
+	firstFailing     string // "" if none
+}
+
+func summarizeTaps(rows []compare.TapResult) tapSummary {
+	s := tapSummary{taps: len(rows)}
+	for _, r := range rows {
+		if !r.Result.Pass() {
+			s.tapsFailed++
+		}
+		if c := binding(r.Result); s.worst.Result == nil || c.Budget > s.worstCheck.Budget {
+			s.worst, s.worstCheck = r, c
+		}
+	}
+	if i := compare.FirstFailure(rows); i >= 0 {
+		s.firstFailing = rows[i].Name
+	}
+	return s
+}
+
+func passFail(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
+// printRows writes the worst tap against its limit and the count out of tolerance, as rows of
+// kind ("model", "batch") for the set name.
+func (s tapSummary) printRows(tw *tabwriter.Writer, kind, name string) {
+	c := s.worstCheck
+	cmp := "<="
+	if !c.Upper {
+		cmp = ">="
+	}
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.6g\t%s %.6g\t%s\t%s\n", kind, name, s.worst.Name, c.Metric, c.Value, cmp, c.Limit, headroom(c), passFail(c.Pass))
+	failing := fmt.Sprintf("%d of %d", s.tapsFailed, s.taps)
+	if s.firstFailing != "" {
+		failing += ", first " + s.firstFailing
+	}
+	fmt.Fprintf(tw, "%s\t%s\ttaps\tout of tolerance\t%s\t<= 0\t\t%s\n", kind, name, failing, passFail(s.tapsFailed == 0))
+}
 
 // checkModelSet runs set's checks on its loaded model: the reference's hyper-parameters, every
 // tap of prefill and the stored decode steps, greedy generation, and teacher-forced seeded
@@ -39,18 +84,7 @@ func checkModelSet(m *model.Model, set *golden.Set, p *model.SetParams, tols *co
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("%s: no taps to compare", set.ID())
 	}
-	v := &modelVerdict{taps: len(rows)}
-	for _, r := range rows {
-		if !r.Result.Pass() {
-			v.tapsFailed++
-		}
-		if c := binding(r.Result); v.worst.Result == nil || c.Budget > v.worstCheck.Budget {
-			v.worst, v.worstCheck = r, c
-		}
-	}
-	if i := compare.FirstFailure(rows); i >= 0 {
-		v.firstFailing = rows[i].Name
-	}
+	v := &modelVerdict{tapSummary: summarizeTaps(rows)}
 	steps, err := model.Greedy(m, set, p)
 	switch {
 	case err != nil:
@@ -86,23 +120,7 @@ func checkModelSet(m *model.Model, set *golden.Set, p *model.SetParams, tols *co
 // limit, the taps out of tolerance (and the first of them), and the greedy and seeded
 // generations. A failure's explanation follows the table row it belongs to.
 func printModelRow(tw *tabwriter.Writer, w io.Writer, name string, v *modelVerdict) {
-	status := func(ok bool) string {
-		if ok {
-			return "PASS"
-		}
-		return "FAIL"
-	}
-	c := v.worstCheck
-	cmp := "<="
-	if !c.Upper {
-		cmp = ">="
-	}
-	fmt.Fprintf(tw, "model\t%s\t%s\t%s\t%.6g\t%s %.6g\t%s\t%s\n", name, v.worst.Name, c.Metric, c.Value, cmp, c.Limit, headroom(c), status(c.Pass))
-	failing := fmt.Sprintf("%d of %d", v.tapsFailed, v.taps)
-	if v.firstFailing != "" {
-		failing += ", first " + v.firstFailing
-	}
-	fmt.Fprintf(tw, "model\t%s\ttaps\tout of tolerance\t%s\t<= 0\t\t%s\n", name, failing, status(v.tapsFailed == 0))
+	v.printRows(tw, "model", name)
 	for _, g := range []struct {
 		what, verdict string
 		ok            bool

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/touchstone-llm/touchstone/engine/model"
 )
@@ -57,16 +56,7 @@ func TimeBatch(p Profiler, m *model.Model, o BatchOptions) (*BatchResult, error)
 		return nil, err
 	}
 	defer timer.Close()
-	timed := func(f func() error) (float64, error) {
-		if err := timer.Start(); err != nil {
-			return 0, err
-		}
-		if err := f(); err != nil {
-			return 0, err
-		}
-		d, err := timer.Stop()
-		return float64(d) / float64(time.Millisecond), err
-	}
+	timed := func(f func() error) (float64, error) { return timeMs(timer, f) }
 	prefill := func() error {
 		for i, ids := range r.PromptIDs {
 			if err := b.Prefill(i, ids); err != nil {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/model"
 )
 
@@ -67,16 +68,7 @@ func TimeModel(p Profiler, m *model.Model, o ModelOptions) (*ModelResult, error)
 		return nil, err
 	}
 	defer timer.Close()
-	timed := func(f func() error) (float64, error) {
-		if err := timer.Start(); err != nil {
-			return 0, err
-		}
-		if err := f(); err != nil {
-			return 0, err
-		}
-		d, err := timer.Stop()
-		return float64(d) / float64(time.Millisecond), err
-	}
+	timed := func(f func() error) (float64, error) { return timeMs(timer, f) }
 	// rounds runs warm-up and timed rounds of one prefill and the decode steps, appending
 	// the timed ones' times.
 	rounds := func(prefill, decode *[]float64) error {
@@ -116,6 +108,18 @@ func TimeModel(p Profiler, m *model.Model, o ModelOptions) (*ModelResult, error)
 	r.PrefillMs, r.DecodeStepMs = medianOf(r.PrefillTimes), medianOf(r.DecodeTimes)
 	r.TokensPerSec = 1000 / r.DecodeStepMs
 	return r, nil
+}
+
+// timeMs runs f between the timer's events and returns the device milliseconds it took.
+func timeMs(timer backend.Timer, f func() error) (float64, error) {
+	if err := timer.Start(); err != nil {
+		return 0, err
+	}
+	if err := f(); err != nil {
+		return 0, err
+	}
+	d, err := timer.Stop()
+	return float64(d) / float64(time.Millisecond), err
 }
 
 func medianOf(xs []float64) float64 {

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
@@ -212,18 +211,13 @@ func (b *Batch) Logits() (*tensor.Tensor, error) { return b.m.be.Download(b.logi
 // LogitsBuffer is the device buffer of Logits; the next pass overwrites it.
 func (b *Batch) LogitsBuffer() backend.Buffer { return b.logits }
 
-// batchGraph is a batch's decode step captured as a graph, with what it was captured with
-// (graph.go's graphState does the same for the model's own steps).
+// batchGraph is a batch's decode step captured as a graph (graph.go's captured), with what it
+// was captured with.
 type batchGraph struct {
-	g        backend.Graph
-	cfg      Config
-	weights  []backend.Buffer
-	scratch  []backend.Buffer
-	mode     bool // the backend's batch-invariant mode at capture
-	warm     bool
-	replays  int
-	held     []backend.Buffer
-	heldView []backend.Buffer
+	step    captured
+	key     captureKey
+	warm    bool
+	replays int
 }
 
 // GraphReplays is the number of the batch's decode steps replayed from its graph.
@@ -245,11 +239,9 @@ func (b *Batch) decodeStep() error {
 	if err != nil {
 		return err
 	}
-	bg.scratch = m.appendWeightRefs(bg.scratch[:0])
-	if bg.cfg != m.Cfg || !slices.Equal(bg.weights, bg.scratch) || bg.mode != mode {
+	if bg.key.stale(m, mode) {
 		b.dropGraph()
-		bg.cfg, bg.mode, bg.warm = m.Cfg, mode, false
-		bg.weights, bg.scratch = bg.scratch, bg.weights
+		bg.warm = false
 	}
 	if !bg.warm {
 		if err := eager(); err != nil {
@@ -258,18 +250,13 @@ func (b *Batch) decodeStep() error {
 		bg.warm = true
 		return nil
 	}
-	if bg.g == nil {
-		g, err := m.capture(func(be backend.Backend, mem backend.Memory) error { return b.decodePass(be, mem) })
-		if err != nil {
-			m.endPass()
+	if bg.step.g == nil {
+		if err := m.captureInto(&bg.step, func(be backend.Backend, mem backend.Memory) error { return b.decodePass(be, mem) }); err != nil {
 			bg.warm = false
 			return fmt.Errorf("model: capturing a batched decode step: %w", err)
 		}
-		bg.g = g
-		bg.held, bg.heldView = slices.Clone(m.inUse), slices.Clone(m.views)
-		m.inUse, m.views = m.inUse[:0], m.views[:0]
 	}
-	if err := bg.g.Launch(); err != nil {
+	if err := bg.step.g.Launch(); err != nil {
 		return err
 	}
 	bg.replays++
@@ -278,15 +265,10 @@ func (b *Batch) decodeStep() error {
 
 // dropGraph frees the batch's graph and gives its buffers back to the model's pool.
 func (b *Batch) dropGraph() {
-	bg := &b.graph
-	if bg.g == nil {
+	if b.graph.step.g == nil {
 		return
 	}
-	bg.g.Free()
-	bg.g = nil
-	b.m.inUse = append(b.m.inUse, bg.held...)
-	b.m.views = append(b.m.views, bg.heldView...)
-	bg.held, bg.heldView = nil, nil
+	b.m.release(&b.graph.step)
 	b.m.endPass()
 }
 

@@ -337,6 +337,20 @@ func bitDiff(got, want []float32) (int, float64) {
 	return n, worst
 }
 
+// InvarianceCacheLen is the cache length of a batch-invariance run (at most the model's
+// position limit): long enough that attention_decode splits each sequence's keys, by a count
+// that depends on the batch size unless the batch-invariant kernels are on.
+const InvarianceCacheLen = 4096
+
+// InvarianceInputs are the prompts and the cache length a batch-invariance check of a set's
+// prompts runs with (steps decode steps after them): InvarianceCacheLen or the model's
+// position limit, whichever is smaller, and the prompts made long (LongPrompts) to fill it.
+func InvarianceInputs(m *Model, prompts [][]int32, steps int) ([][]int32, int) {
+	limit, _ := m.Cfg.PositionLimit()
+	cacheLen := min(limit, InvarianceCacheLen)
+	return LongPrompts(prompts, m.Cfg.Vocab, cacheLen-steps-1), cacheLen
+}
+
 // LongPrompts extends each prompt with filler tokens (a fixed LCG over the vocabulary) to a
 // ragged length of its own, at least a few hundred tokens and at most limit: the decode
 // kernels split a sequence's keys into chunks of a few hundred, and a split that a batch changes

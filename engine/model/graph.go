@@ -27,13 +27,8 @@ type graphState struct {
 	graphs  backend.Graphs
 	enabled bool
 
-	g       backend.Graph
-	cfg     Config           // the configuration the graphs were captured with
-	mode    bool             // and the backend's batch-invariant mode
-	weights []backend.Buffer // every weight reference of the layers, in order, at capture
-	scratch []backend.Buffer // the same, now: reused from step to step
-	held    []backend.Buffer // the captured pass's activations, out of the pool while g lives
-	views   []backend.Buffer // and its views
+	step captured   // the decode step
+	key  captureKey // what every graph here was captured with
 
 	// warm: a decode step ran op by op with cfg and weights: the pool holds the step's
 	// buffers and the backend's workspaces have grown, so a capture allocates nothing.
@@ -48,9 +43,62 @@ type graphState struct {
 
 // prefillGraph is one prompt length's captured prefill and the buffers it holds.
 type prefillGraph struct {
-	g            backend.Graph
-	held, views  []backend.Buffer
+	captured
 	capturedWith int // the order of capture: the oldest goes first when maxPrefillGraphs are held
+}
+
+// captured is a pass recorded as a graph, with the pass's activations and views, which stay
+// out of the model's pool while the graph lives (a replay writes them).
+type captured struct {
+	g           backend.Graph
+	held, views []backend.Buffer
+}
+
+// captureInto records pass, issued on the capturing backend, into c and keeps the pass's
+// buffers for it. On failure the pass's buffers go back to the pool.
+func (m *Model) captureInto(c *captured, pass func(be backend.Backend, mem backend.Memory) error) error {
+	g, err := m.capture(pass)
+	if err != nil {
+		m.endPass()
+		return err
+	}
+	c.g = g
+	c.held, c.views = slices.Clone(m.inUse), slices.Clone(m.views)
+	m.inUse, m.views = m.inUse[:0], m.views[:0]
+	return nil
+}
+
+// release frees c's graph, if any, and hands its buffers back to the pool at the next endPass.
+func (m *Model) release(c *captured) {
+	if c.g == nil {
+		return
+	}
+	c.g.Free()
+	c.g = nil
+	m.inUse = append(m.inUse, c.held...)
+	m.views = append(m.views, c.views...)
+	c.held, c.views = nil, nil
+}
+
+// captureKey is what graphs were captured with: a test may change the model's configuration
+// or weights after Load, and the batch-invariant mode changes the kernels an op picks.
+type captureKey struct {
+	cfg     Config
+	mode    bool
+	weights []backend.Buffer // every weight reference of the layers, in order, at capture
+	scratch []backend.Buffer // the same, now: reused from pass to pass
+}
+
+// stale reports whether the model's configuration or weights, or the backend's batch-invariant
+// mode, differ from what k recorded, and records the current ones.
+func (k *captureKey) stale(m *Model, mode bool) bool {
+	k.scratch = m.appendWeightRefs(k.scratch[:0])
+	if k.cfg == m.Cfg && k.mode == mode && slices.Equal(k.weights, k.scratch) {
+		return false
+	}
+	k.cfg, k.mode = m.Cfg, mode
+	k.weights, k.scratch = k.scratch, k.weights
+	return true
 }
 
 // Prefills are captured only up to maxPrefillGraphTokens tokens (a captured pass keeps every
@@ -120,12 +168,9 @@ func (m *Model) graphsCurrent() bool {
 	if err != nil {
 		return false
 	}
-	gs.scratch = m.appendWeightRefs(gs.scratch[:0])
-	if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) || gs.mode != mode {
+	if gs.key.stale(m, mode) {
 		m.dropGraph()
 		gs.warm = false
-		gs.cfg, gs.mode = m.Cfg, mode
-		gs.weights, gs.scratch = gs.scratch, gs.weights
 	}
 	return true
 }
@@ -145,12 +190,12 @@ func (m *Model) decodeStep(prefix string) error {
 		gs.warm = true
 		return nil
 	}
-	if gs.g == nil {
+	if gs.step.g == nil {
 		if err := m.captureDecode(prefix); err != nil {
 			return err
 		}
 	}
-	if err := gs.g.Launch(); err != nil {
+	if err := gs.step.g.Launch(); err != nil {
 		return err
 	}
 	gs.replays++
@@ -173,18 +218,13 @@ func (m *Model) capture(pass func(be backend.Backend, mem backend.Memory) error)
 	})
 }
 
-// captureDecode records a decode step into gs.g and keeps the pass's buffers for it.
+// captureDecode records a decode step into gs.step and keeps the pass's buffers for it.
 func (m *Model) captureDecode(prefix string) error {
 	gs := m.graphs
-	g, err := m.capture(func(be backend.Backend, mem backend.Memory) error { return m.decodePass(be, mem, prefix) })
-	if err != nil {
-		m.endPass()
+	if err := m.captureInto(&gs.step, func(be backend.Backend, mem backend.Memory) error { return m.decodePass(be, mem, prefix) }); err != nil {
 		gs.warm = false
 		return fmt.Errorf("model: capturing a decode step: %w", err)
 	}
-	gs.g = g
-	gs.held, gs.views = slices.Clone(m.inUse), slices.Clone(m.views)
-	m.inUse, m.views = m.inUse[:0], m.views[:0]
 	return nil
 }
 
@@ -195,13 +235,7 @@ func (m *Model) dropGraph() {
 	if gs == nil {
 		return
 	}
-	if gs.g != nil {
-		gs.g.Free()
-		gs.g = nil
-		m.inUse = append(m.inUse, gs.held...)
-		m.views = append(m.views, gs.views...)
-		gs.held, gs.views = nil, nil
-	}
+	m.release(&gs.step)
 	for t := range gs.prefill {
 		m.dropPrefillGraph(t)
 	}
@@ -213,10 +247,7 @@ func (m *Model) dropGraph() {
 // next endPass.
 func (m *Model) dropPrefillGraph(t int) {
 	gs := m.graphs
-	pg := gs.prefill[t]
-	pg.g.Free()
-	m.inUse = append(m.inUse, pg.held...)
-	m.views = append(m.views, pg.views...)
+	m.release(&gs.prefill[t].captured)
 	delete(gs.prefill, t)
 }
 
@@ -257,19 +288,17 @@ func (m *Model) prefillGraphs(T int) (bool, error) {
 		m.dropPrefillGraph(oldest)
 		m.endPass()
 	}
-	g, err := m.capture(func(be backend.Backend, mem backend.Memory) error { return m.prefillPass(be, mem, T) })
-	if err != nil {
-		m.endPass()
+	pg := &prefillGraph{}
+	if err := m.captureInto(&pg.captured, func(be backend.Backend, mem backend.Memory) error { return m.prefillPass(be, mem, T) }); err != nil {
 		return true, fmt.Errorf("model: capturing a prefill of %d tokens: %w", T, err)
 	}
 	if gs.prefill == nil {
 		gs.prefill = map[int]*prefillGraph{}
 	}
 	gs.prefillCaptures++
-	gs.prefill[T] = &prefillGraph{g: g, held: slices.Clone(m.inUse), views: slices.Clone(m.views),
-		capturedWith: gs.prefillCaptures}
-	m.inUse, m.views = m.inUse[:0], m.views[:0]
-	if err := g.Launch(); err != nil {
+	pg.capturedWith = gs.prefillCaptures
+	gs.prefill[T] = pg
+	if err := pg.g.Launch(); err != nil {
 		return true, err
 	}
 	gs.prefillReplays++

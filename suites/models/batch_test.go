@@ -119,11 +119,6 @@ func batchPrompts(seqs []model.BatchSequence) [][]int32 {
 	return prompts
 }
 
-// invarianceCacheLen is the cache length of the batch-invariance runs (at most the model's
-// position limit): long enough that attention_decode splits each sequence's keys, by a count
-// that depends on the batch size unless the batch-invariant kernels are on.
-const invarianceCacheLen = 4096
-
 // checkBatchInvariance decodes each sequence of b alone and in batches of 1..B with every tap
 // requested and reports the verdict: batch-invariant, or the first tap where a sequence's bits
 // depend on its batch. In the default mode a divergence is a verdict of its own, reported and
@@ -155,9 +150,7 @@ func checkBatchInvariance(s, b *golden.Set, invariant bool) {
 	// length and the batch size, and a split shows only in a sequence that spans several
 	// chunks; the sets' own prompts (at most 32 tokens, 48-token caches) never do. No reference
 	// is needed: the runs are compared with each other.
-	cacheLen, _ := m.Cfg.PositionLimit()
-	cacheLen = min(cacheLen, invarianceCacheLen)
-	prompts := model.LongPrompts(batchPrompts(seqs), m.Cfg.Vocab, cacheLen-p.DecodeSteps-1)
+	prompts, cacheLen := model.InvarianceInputs(m, batchPrompts(seqs), p.DecodeSteps)
 	d, err := model.CheckBatchInvariance(m, prompts, cacheLen, p.DecodeSteps, sizes, taps)
 	harness.SkipUnsupported(err)
 	Expect(err).NotTo(HaveOccurred())

@@ -413,8 +413,8 @@ var catalogue = []Mutant{
 	{
 		ID: "go-model-graph-ignores-weights", Side: SideGo, File: "engine/model/graph.go",
 		Bug:         "a captured decode or prefill graph is replayed after a weight changed (stale graph)",
-		Original:    `if gs.cfg != m.Cfg || !slices.Equal(gs.weights, gs.scratch) || gs.mode != mode {`,
-		Replacement: `if gs.cfg != m.Cfg || gs.mode != mode {`,
+		Original:    `if k.cfg == m.Cfg && k.mode == mode && slices.Equal(k.weights, k.scratch) {`,
+		Replacement: `if k.cfg == m.Cfg && k.mode == mode {`,
 		Suites:      models,
 	},
 
