@@ -1,14 +1,15 @@
 /*
- * elementwise.cuh — everything the fp16 elementwise ops (residual_add, swiglu, gelu,
- * gelu_tanh, gelu_scale) share: loop bodies, kernels, launchers and ABI entries, generic over the
- * op's math. Each op's .cu file holds its functor (its math, with the why of its numerics) and a
- * one-line ts_* entry (gelu_scale, whose functor carries its scale, an entry of its own).
+ * elementwise.cuh — everything the elementwise ops (residual_add, swiglu, gelu, gelu_tanh,
+ * gelu_scale) share: loop bodies, kernels, launchers and ABI entries, generic over the op's math
+ * and the storage type T (__half or __nv_bfloat16, internal.h). Each op's .cu file holds its
+ * functor (its math, with the why of its numerics) and a one-line ts_* entry (gelu_scale, whose
+ * functor carries its scale, an entry of its own).
  *
  * Grid-stride loops over n elements. VEC (every pointer 16-byte aligned): 16-byte accesses of
- * 8 halves, kElementwiseUnroll of them in flight per thread, then a scalar tail of n % 8
+ * 8 values, kElementwiseUnroll of them in flight per thread, then a scalar tail of n % 8
  * elements. Otherwise (a misaligned pointer) scalar.
- * Math in fp32, one __float2half_rn rounding per output. out may equal an input: every element
- * is read and written by the same thread.
+ * Math in fp32, one rounding to T (to nearest even) per output. out may equal an input: every
+ * element is read and written by the same thread.
  */
 #ifndef TOUCHSTONE_ELEMENTWISE_CUH
 #define TOUCHSTONE_ELEMENTWISE_CUH
@@ -27,73 +28,73 @@ constexpr int kElementwiseThreads = 256;
  * which a persistent thread's next step only begins after them. */
 constexpr int kElementwiseUnroll = 1;
 
-/* T threads in all. Step s of thread t takes vectors t + (s * U + u) * T, u < U: each load
+/* NT threads in all. Step s of thread t takes vectors t + (s * U + u) * NT, u < U: each load
  * instruction is coalesced across the grid (on the grid elementwise_grid sizes, one step). A
  * thread reads all its vectors of a step before writing any, and writes only the elements it
  * read, so out == x stays correct. */
-template <bool VEC, class F>
-__device__ __forceinline__ void unary_body(__half *out, const __half *x, int64_t n, F f) {
+template <bool VEC, class F, typename T>
+__device__ __forceinline__ void unary_body(T *out, const T *x, int64_t n, F f) {
     constexpr int U = kElementwiseUnroll;
-    const int64_t T = (int64_t)gridDim.x * blockDim.x;
+    const int64_t NT = (int64_t)gridDim.x * blockDim.x;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t start = 0;
     if (VEC) {
         const int64_t nv = n / 8;
-        for (int64_t base = tid; base < nv; base += U * T) {
+        for (int64_t base = tid; base < nv; base += U * NT) {
             uint4 r[U];
 #pragma unroll
             for (int u = 0; u < U; ++u)
-                if (base + u * T < nv) r[u] = *reinterpret_cast<const uint4 *>(x + (base + u * T) * 8);
+                if (base + u * NT < nv) r[u] = *reinterpret_cast<const uint4 *>(x + (base + u * NT) * 8);
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const int64_t i = base + u * T;
+                const int64_t i = base + u * NT;
                 if (i < nv) {
                     float v[8];
-                    unpack8(r[u], v);
+                    unpack8<T>(r[u], v);
 #pragma unroll
                     for (int k = 0; k < 8; ++k) v[k] = f(v[k]);
-                    *reinterpret_cast<uint4 *>(out + i * 8) = pack8(v);
+                    *reinterpret_cast<uint4 *>(out + i * 8) = pack8<T>(v);
                 }
             }
         }
         start = nv * 8;
     }
-    for (int64_t i = start + tid; i < n; i += T) out[i] = __float2half_rn(f(__half2float(x[i])));
+    for (int64_t i = start + tid; i < n; i += NT) out[i] = from_float<T>(f(to_float(x[i])));
 }
 
-template <bool VEC, class F>
-__device__ __forceinline__ void binary_body(__half *out, const __half *a, const __half *b, int64_t n, F f) {
+template <bool VEC, class F, typename T>
+__device__ __forceinline__ void binary_body(T *out, const T *a, const T *b, int64_t n, F f) {
     constexpr int U = kElementwiseUnroll;
-    const int64_t T = (int64_t)gridDim.x * blockDim.x;
+    const int64_t NT = (int64_t)gridDim.x * blockDim.x;
     const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t start = 0;
     if (VEC) {
         const int64_t nv = n / 8;
-        for (int64_t base = tid; base < nv; base += U * T) {
+        for (int64_t base = tid; base < nv; base += U * NT) {
             uint4 ra[U], rb[U];
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                if (base + u * T < nv) {
-                    ra[u] = *reinterpret_cast<const uint4 *>(a + (base + u * T) * 8);
-                    rb[u] = *reinterpret_cast<const uint4 *>(b + (base + u * T) * 8);
+                if (base + u * NT < nv) {
+                    ra[u] = *reinterpret_cast<const uint4 *>(a + (base + u * NT) * 8);
+                    rb[u] = *reinterpret_cast<const uint4 *>(b + (base + u * NT) * 8);
                 }
             }
 #pragma unroll
             for (int u = 0; u < U; ++u) {
-                const int64_t i = base + u * T;
+                const int64_t i = base + u * NT;
                 if (i < nv) {
                     float va[8], vb[8];
-                    unpack8(ra[u], va);
-                    unpack8(rb[u], vb);
+                    unpack8<T>(ra[u], va);
+                    unpack8<T>(rb[u], vb);
 #pragma unroll
                     for (int k = 0; k < 8; ++k) va[k] = f(va[k], vb[k]);
-                    *reinterpret_cast<uint4 *>(out + i * 8) = pack8(va);
+                    *reinterpret_cast<uint4 *>(out + i * 8) = pack8<T>(va);
                 }
             }
         }
         start = nv * 8;
     }
-    for (int64_t i = start + tid; i < n; i += T) out[i] = __float2half_rn(f(__half2float(a[i]), __half2float(b[i])));
+    for (int64_t i = start + tid; i < n; i += NT) out[i] = from_float<T>(f(to_float(a[i]), to_float(b[i])));
 }
 
 /* Blocks of kElementwiseThreads for n elements: enough for one step of every thread (see
@@ -106,19 +107,18 @@ inline unsigned elementwise_grid(int64_t n, bool vec) {
 }
 
 /* The kernels, launchers and ABI entries of the elementwise ops, generic over the op's math F
- * (a functor of one or two floats), so each op's file holds only its math and its name. A unary
- * functor travels by value as a kernel argument, so it may carry parameters (gelu_scale's scale);
- * the others are empty. */
+ * (a functor of one or two floats), so each op's file holds only its math and its name, and over
+ * the storage type T. A unary functor travels by value as a kernel argument, so it may carry
+ * parameters (gelu_scale's scale); the others are empty. */
 
-template <bool VEC, class F>
-__global__ void __launch_bounds__(kElementwiseThreads) unary_kernel(__half *out, const __half *x, int64_t n, F f) {
+template <bool VEC, class F, typename T>
+__global__ void __launch_bounds__(kElementwiseThreads) unary_kernel(T *out, const T *x, int64_t n, F f) {
     ts::pdl_wait();
     unary_body<VEC>(out, x, n, f);
 }
 
-template <bool VEC, class F>
-__global__ void __launch_bounds__(kElementwiseThreads)
-    binary_kernel(__half *out, const __half *a, const __half *b, int64_t n) {
+template <bool VEC, class F, typename T>
+__global__ void __launch_bounds__(kElementwiseThreads) binary_kernel(T *out, const T *a, const T *b, int64_t n) {
     ts::pdl_wait();
     binary_body<VEC>(out, a, b, n, F{});
 }
@@ -133,26 +133,26 @@ int launch_elementwise(const char *op, Kernel kernel, int64_t n, bool vec, cudaS
 }
 
 /* out = f(x): 16-byte vectors when every pointer is 16-byte aligned, else scalar. */
-template <class F>
-int launch_unary(const char *op, __half *out, const __half *x, int64_t n, cudaStream_t stream, F f = F{}) {
+template <class F, typename T>
+int launch_unary(const char *op, T *out, const T *x, int64_t n, cudaStream_t stream, F f = F{}) {
     if (aligned16(out) && aligned16(x))
-        return launch_elementwise(op, unary_kernel<true, F>, n, true, stream, out, x, n, f);
-    return launch_elementwise(op, unary_kernel<false, F>, n, false, stream, out, x, n, f);
+        return launch_elementwise(op, unary_kernel<true, F, T>, n, true, stream, out, x, n, f);
+    return launch_elementwise(op, unary_kernel<false, F, T>, n, false, stream, out, x, n, f);
 }
 
 /* out = F(a, b). */
-template <class F>
-int launch_binary(const char *op, __half *out, const __half *a, const __half *b, int64_t n, cudaStream_t stream) {
+template <class F, typename T>
+int launch_binary(const char *op, T *out, const T *a, const T *b, int64_t n, cudaStream_t stream) {
     if (aligned16(out) && aligned16(a) && aligned16(b))
-        return launch_elementwise(op, binary_kernel<true, F>, n, true, stream, out, a, b, n);
-    return launch_elementwise(op, binary_kernel<false, F>, n, false, stream, out, a, b, n);
+        return launch_elementwise(op, binary_kernel<true, F, T>, n, true, stream, out, a, b, n);
+    return launch_elementwise(op, binary_kernel<false, F, T>, n, false, stream, out, a, b, n);
 }
 
 /* Validates the arguments of an elementwise entry before anything runs. */
 inline int check_elementwise(Validator &v, const ts_elementwise_config *cfg) {
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->n, "cfg->n");
     v.elements("cfg->n", {cfg->n});
     return v.ok() ? TS_OK : v.status();
@@ -169,7 +169,10 @@ int unary_entry(const char *op, void *out, const void *x, const ts_elementwise_c
     if (s != TS_OK) return s;
     cudaStream_t st;
     if ((s = ready(op, stream, &st)) != TS_OK) return s;
-    return launch_unary<F>(op, static_cast<__half *>(out), static_cast<const __half *>(x), cfg->n, st);
+    return with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_unary<F>(op, static_cast<T *>(out), static_cast<const T *>(x), cfg->n, st);
+    });
 }
 
 /* The ABI entry of a binary op: out = F(a, b); a_name and b_name name the inputs in errors. */
@@ -185,8 +188,11 @@ int binary_entry(const char *op, const char *a_name, const char *b_name, void *o
     if (s != TS_OK) return s;
     cudaStream_t st;
     if ((s = ready(op, stream, &st)) != TS_OK) return s;
-    return launch_binary<F>(op, static_cast<__half *>(out), static_cast<const __half *>(a),
-                            static_cast<const __half *>(b), cfg->n, st);
+    return with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_binary<F>(op, static_cast<T *>(out), static_cast<const T *>(a), static_cast<const T *>(b),
+                                cfg->n, st);
+    });
 }
 
 } // namespace ts

@@ -11,7 +11,9 @@
  *    data (positions, ids, cache_lens, rows) or a bad logit (sample): runtime.cu owns it, kernels
  *    receive a pointer to it;
  *  - library state the ops need: the stream, the cuBLAS handles, workspaces, the SM count;
- *  - small device helpers: 16-byte fp16 vector loads/stores, warp and block reductions.
+ *  - the storage types (TS_F16 as __half, TS_BF16 as __nv_bfloat16) and the one dispatch on them;
+ *  - small device helpers: 16-byte vector loads/stores of either storage type, warp and block
+ *    reductions.
  */
 #ifndef TOUCHSTONE_INTERNAL_H
 #define TOUCHSTONE_INTERNAL_H
@@ -21,10 +23,12 @@
 #include <cstdint>
 #include <initializer_list>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -178,11 +182,11 @@ class Validator {
     void ptr(const void *p, const char *name);
     /* A dim that must be > 0. */
     void positive(int64_t v, const char *name);
-    /* Storage dtype: TS_F16 only today (a known but unimplemented dtype is TS_ERR_UNSUPPORTED,
-     * a value outside ts_dtype is TS_ERR_INVALID_ARGUMENT). */
-    void dtype_f16(int dtype, const char *name);
-    /* dtype must be one of two (e.g. gemm out_dtype, softmax in_dtype). */
-    void dtype_one_of(int dtype, const char *name, int a, int b);
+    /* dtype must be one of allowed (e.g. gemm's out_dtype, softmax's in_dtype): a known but
+     * unimplemented dtype is TS_ERR_UNSUPPORTED, a value outside ts_dtype TS_ERR_INVALID_ARGUMENT. */
+    void dtype_in(int dtype, const char *name, std::initializer_list<int> allowed);
+    /* A storage dtype: TS_F16 or TS_BF16 (dtype_in with those two). */
+    void dtype_storage(int dtype, const char *name);
     /* eps > 0 and finite. */
     void eps(float v, const char *name);
     /* scale > 0 and finite. */
@@ -197,6 +201,47 @@ class Validator {
 };
 
 const char *dtype_name(int dtype);
+
+/* ---- storage types ----------------------------------------------------------------------- */
+
+/* The 16-bit storage of activations and weights (touchstone.h): TS_F16 is __half, TS_BF16 is
+ * __nv_bfloat16. Every kernel that reads or writes 16-bit data takes the type as its last template
+ * argument T (softmax_kernel, whose input may be fp32 as well, as its first), so the two share one
+ * source: the same vector widths, tiling and launch plans, and the path table names each instance
+ * (rmsnorm_vec_kernel<1, __nv_bfloat16>). Both are 2 bytes, so
+ * a 16-byte vector holds 8 of either and every byte count is the same. Math is fp32 for both; the
+ * types differ only where a value is stored (or rounded as if stored): from_float<T> and pack2<T>,
+ * round to nearest even in T. The kernels that only copy 16-bit rows bit for bit (embedding,
+ * set_rows) move bytes and need no type. */
+static_assert(sizeof(__half) == 2 && sizeof(__nv_bfloat16) == 2, "16-bit storage types");
+
+template <typename T>
+struct Storage;
+template <>
+struct Storage<__half> {
+    using Pair = __half2; /* two values in one 32-bit word, lo in the low half */
+    static constexpr cudaDataType_t cuda_type = CUDA_R_16F;
+    static constexpr const char *name = "f16";
+};
+template <>
+struct Storage<__nv_bfloat16> {
+    using Pair = __nv_bfloat162;
+    static constexpr cudaDataType_t cuda_type = CUDA_R_16BF;
+    static constexpr const char *name = "bf16";
+};
+
+template <typename T>
+struct StorageTag {
+    using type = T;
+};
+
+/* The one dispatch of an entry on its storage dtype, after validation accepted it (dtype_storage):
+ * f(StorageTag<T>{}) with T = __nv_bfloat16 for TS_BF16, __half for TS_F16. */
+template <typename F>
+int with_storage(int dtype, F &&f) {
+    if (dtype == TS_BF16) return f(StorageTag<__nv_bfloat16>{});
+    return f(StorageTag<__half>{});
+}
 
 /* ---- library state ----------------------------------------------------------------------- */
 
@@ -273,23 +318,29 @@ int blocks_per_sm(const char *op, Kernel kernel, int threads, size_t smem, std::
 /* Called by ts_shutdown: forget cached cuBLASLt heuristics (gemm.cu). */
 void gemm_release();
 
-/* Internal launchers shared between ops (each defined in its op's file). */
-int launch_swiglu(const char *op, __half *out, const __half *gate, const __half *up, int64_t n, cudaStream_t stream);
+/* Internal launchers shared between ops (each defined in its op's file, instantiated there for
+ * both storage types). */
+template <typename T>
+int launch_swiglu(const char *op, T *out, const T *gate, const T *up, int64_t n, cudaStream_t stream);
 /* rmsnorm and rmsnorm_residual on rows x hidden (their files), launch records under op. */
-int launch_rmsnorm(const char *op, __half *out, const __half *x, const __half *weight, int rows, int hidden, float eps,
+template <typename T>
+int launch_rmsnorm(const char *op, T *out, const T *x, const T *weight, int rows, int hidden, float eps,
                    cudaStream_t stream);
-int launch_rmsnorm_residual(const char *op, __half *sum_out, __half *out, const __half *x, const __half *residual,
-                            const __half *weight, int rows, int hidden, float eps, cudaStream_t stream);
+template <typename T>
+int launch_rmsnorm_residual(const char *op, T *sum_out, T *out, const T *x, const T *residual, const T *weight,
+                            int rows, int hidden, float eps, cudaStream_t stream);
 /* layernorm and layernorm_residual likewise. */
-int launch_layernorm(const char *op, __half *out, const __half *x, const __half *gamma, const __half *beta, int rows,
-                     int hidden, float eps, cudaStream_t stream);
-int launch_layernorm_residual(const char *op, __half *sum_out, __half *out, const __half *x, const __half *residual,
-                              const __half *gamma, const __half *beta, int rows, int hidden, float eps,
-                              cudaStream_t stream);
-/* Row-major out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]), fp32 accumulation, one rounding to
- * out_type (CUDA_R_16F or CUDA_R_32F). */
-int gemm_nt(const char *op, void *out, cudaDataType_t out_type, const __half *x, const __half *w, const __half *bias,
-            int m, int n, int k, cudaStream_t stream);
+template <typename T>
+int launch_layernorm(const char *op, T *out, const T *x, const T *gamma, const T *beta, int rows, int hidden,
+                     float eps, cudaStream_t stream);
+template <typename T>
+int launch_layernorm_residual(const char *op, T *sum_out, T *out, const T *x, const T *residual, const T *gamma,
+                              const T *beta, int rows, int hidden, float eps, cudaStream_t stream);
+/* Row-major out[m, n] = x[m, k] . w[n, k]^T (+ bias[n]), inputs and bias in T, fp32 accumulation,
+ * one rounding to out: T, or fp32 with out_f32. */
+template <typename T>
+int gemm_nt(const char *op, void *out, bool out_f32, const T *x, const T *w, const T *bias, int m, int n, int k,
+            cudaStream_t stream);
 
 /* ---- device fault record ----------------------------------------------------------------- */
 
@@ -334,30 +385,80 @@ __device__ __forceinline__ void report_fault(FaultRecord *f, int kind, int index
 
 /* ---- device helpers ---------------------------------------------------------------------- */
 
-/* 8 halves in a 16-byte register vector <-> 8 floats. */
+/* Storage <-> fp32, exact for both types. A bf16 is the top half of an fp32, so its conversion is
+ * an integer shift (or mask) on the ALU rather than the conversion instruction __bfloat162float
+ * emits for sm_90 (cvt.f32.bf16): measured on an H100 at decode shapes, that took the bf16 gemvs
+ * from 0-5% slower than their fp16 twins to 5-20% faster; no other kernel moved. */
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+    return __uint_as_float((uint32_t)__bfloat16_as_ushort(v) << 16);
+}
+__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) {
+    const uint32_t u = *reinterpret_cast<const uint32_t *>(&v); /* lo in the low half */
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+
+/* fp32 -> T rounded to nearest even (the storage rounding of the contract), and two of them in
+ * one 32-bit word, lo in the low half (one cvt.rn.{f16,bf16}x2.f32). */
+template <typename T>
+__device__ T from_float(float v);
+template <typename T>
+__device__ uint32_t pack2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* v rounded to T and back: the value a store of v in T and a reload would give. */
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+    return to_float(from_float<T>(v));
+}
+
+/* 8 values of T in a 16-byte register vector <-> 8 floats. */
+template <typename T>
 __device__ __forceinline__ void unpack8(const uint4 &u, float (&v)[8]) {
-    const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+    using P = typename Storage<T>::Pair;
+    const P *h = reinterpret_cast<const P *>(&u);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const float2 f = __half22float2(h[i]);
+        const float2 f = to_float2(h[i]);
         v[2 * i] = f.x;
         v[2 * i + 1] = f.y;
     }
 }
 
+template <typename T>
 __device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
-    uint4 u;
-    __half2 *h = reinterpret_cast<__half2 *>(&u);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-    return u;
+    return make_uint4(pack2<T>(v[0], v[1]), pack2<T>(v[2], v[3]), pack2<T>(v[4], v[5]), pack2<T>(v[6], v[7]));
 }
 
-__device__ __forceinline__ void load8(const __half *p, float (&v)[8]) {
-    unpack8(*reinterpret_cast<const uint4 *>(p), v);
+template <typename T>
+__device__ __forceinline__ void load8(const T *p, float (&v)[8]) {
+    unpack8<T>(*reinterpret_cast<const uint4 *>(p), v);
 }
 
-__device__ __forceinline__ void store8(__half *p, const float (&v)[8]) { *reinterpret_cast<uint4 *>(p) = pack8(v); }
+template <typename T>
+__device__ __forceinline__ void store8(T *p, const float (&v)[8]) {
+    *reinterpret_cast<uint4 *>(p) = pack8<T>(v);
+}
 
 /* Asynchronous 16-byte global -> shared copies (cp.async, sm_80+): no register staging, many
  * in flight; wait_group N waits until at most N of this thread's committed groups are pending. */
@@ -445,8 +546,9 @@ inline unsigned grid_for(int64_t work, int threads) {
 
 /* Launch plan of the row kernels (rmsnorm, layernorm, layernorm_residual, rmsnorm_residual): one
  * block per row.
- * vpt > 0: the row is held in registers, vpt 16-byte vectors (8 halves) per thread, at most
- * kRowThreads threads; needs hidden % 8 == 0, 16-byte aligned pointers and hidden <= 16384.
+ * vpt > 0: the row is held in registers, vpt 16-byte vectors (8 values of either storage type) per
+ * thread, at most kRowThreads threads; needs hidden % 8 == 0, 16-byte aligned pointers and
+ * hidden <= 16384.
  * vpt == 0: the generic kernel (scalar loads, re-reads the row from global memory / L1 / L2 for
  * each pass; up to 1024 threads).
  * Tried on the H200 at 4096 x 4096 and measured no better (rmsnorm / layernorm /
@@ -485,12 +587,12 @@ int launch_row(const char *op, const RowPlan &plan, int rows, cudaStream_t strea
 }
 
 /* The start of a fused residual norm (layernorm_residual, rmsnorm_residual): the row
- * fp16(x + residual) into registers v (VPT vectors of 8 per thread) and into sum_out, each row
- * pointer already offset to the row. The sum is rounded to fp16 before it is kept, so the norm
- * that follows sees exactly what the unfused residual_add would have stored. */
-template <int VPT>
-__device__ __forceinline__ void residual_row_regs(float (&v)[VPT][8], const __half *x, const __half *residual,
-                                                  __half *sum_out, int nvec) {
+ * T(x + residual) into registers v (VPT vectors of 8 per thread) and into sum_out, each row
+ * pointer already offset to the row. The sum is rounded to the storage type before it is kept, so
+ * the norm that follows sees exactly what the unfused residual_add would have stored. */
+template <int VPT, typename T>
+__device__ __forceinline__ void residual_row_regs(float (&v)[VPT][8], const T *x, const T *residual, T *sum_out,
+                                                  int nvec) {
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
         const int c = threadIdx.x + k * blockDim.x;
@@ -499,8 +601,8 @@ __device__ __forceinline__ void residual_row_regs(float (&v)[VPT][8], const __ha
             load8(x + c * 8, v[k]);
             load8(residual + c * 8, r);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) v[k][j] = __half2float(__float2half_rn(v[k][j] + r[j]));
-            store8(sum_out + c * 8, v[k]); /* exact: the values are fp16 already */
+            for (int j = 0; j < 8; ++j) v[k][j] = round_to<T>(v[k][j] + r[j]);
+            store8(sum_out + c * 8, v[k]); /* exact: the values are in T already */
         }
     }
 }
@@ -508,11 +610,10 @@ __device__ __forceinline__ void residual_row_regs(float (&v)[VPT][8], const __ha
 /* The end of a two-pass LayerNorm over a row held in registers, shared by layernorm and
  * layernorm_residual: the mean from each thread's share of the row sum, then the sum of
  * squared deviations from it (never E[x^2] - E[x]^2, which cancels when |mean| >> std), then
- * out_row = fp16(((v - mean) * inv) * gamma + beta). */
-template <int VPT>
+ * out_row = T(((v - mean) * inv) * gamma + beta). */
+template <int VPT, typename T>
 __device__ __forceinline__ void layernorm_row_regs(float (&v)[VPT][8], float sum, int nvec, int hidden, float eps,
-                                                    const __half *gamma, const __half *beta, __half *out_row,
-                                                    float *scratch) {
+                                                    const T *gamma, const T *beta, T *out_row, float *scratch) {
     const float mean = block_sum(sum, scratch) / (float)hidden;
     float ss = 0.0f;
 #pragma unroll
@@ -543,27 +644,26 @@ __device__ __forceinline__ void layernorm_row_regs(float (&v)[VPT][8], float sum
 
 /* The same for the generic kernels, re-reading the row (src_row) from global memory: each
  * thread reads only elements it summed (or stored) itself. */
-__device__ __forceinline__ void layernorm_row_generic(const __half *src_row, float sum, int hidden, float eps,
-                                                       const __half *gamma, const __half *beta, __half *out_row,
-                                                       float *scratch) {
+template <typename T>
+__device__ __forceinline__ void layernorm_row_generic(const T *src_row, float sum, int hidden, float eps,
+                                                       const T *gamma, const T *beta, T *out_row, float *scratch) {
     const float mean = block_sum(sum, scratch) / (float)hidden;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-        const float dv = __half2float(src_row[i]) - mean;
+        const float dv = to_float(src_row[i]) - mean;
         ss += dv * dv;
     }
     const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-        out_row[i] = __float2half_rn(((__half2float(src_row[i]) - mean) * inv) * __half2float(gamma[i]) +
-                                     __half2float(beta[i]));
+        out_row[i] = from_float<T>(((to_float(src_row[i]) - mean) * inv) * to_float(gamma[i]) + to_float(beta[i]));
 }
 
 /* The end of an RMSNorm over a row held in registers, shared by rmsnorm and rmsnorm_residual:
  * the row's sum of squares from each thread's share ss (fp32), then
- * out_row = fp16((v * inv) * weight), the reference's rounding order. */
-template <int VPT>
+ * out_row = T((v * inv) * weight), the reference's rounding order. */
+template <int VPT, typename T>
 __device__ __forceinline__ void rmsnorm_row_regs(float (&v)[VPT][8], float ss, int nvec, int hidden, float eps,
-                                                  const __half *weight, __half *out_row, float *scratch) {
+                                                  const T *weight, T *out_row, float *scratch) {
     const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -580,26 +680,38 @@ __device__ __forceinline__ void rmsnorm_row_regs(float (&v)[VPT][8], float ss, i
 
 /* The same for the generic kernels, re-reading the row (src_row) from global memory: each
  * thread reads only elements it squared (or stored) itself. */
-__device__ __forceinline__ void rmsnorm_row_generic(const __half *src_row, float ss, int hidden, float eps,
-                                                     const __half *weight, __half *out_row, float *scratch) {
+template <typename T>
+__device__ __forceinline__ void rmsnorm_row_generic(const T *src_row, float ss, int hidden, float eps,
+                                                     const T *weight, T *out_row, float *scratch) {
     const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-        out_row[i] = __float2half_rn((__half2float(src_row[i]) * inv) * __half2float(weight[i]));
+        out_row[i] = from_float<T>((to_float(src_row[i]) * inv) * to_float(weight[i]));
 }
 
 /* The ts_norm_config checks every norm entry runs after its pointer checks. */
 inline void check_norm(Validator &v, const ts_norm_config *cfg) {
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->rows, "cfg->rows");
     v.positive(cfg->hidden, "cfg->hidden");
     v.eps(cfg->eps, "cfg->eps");
     v.elements("x", {cfg->rows, cfg->hidden});
 }
 
+/* gemm's and swiglu_gemm's out_dtype against in_dtype, after both passed their own checks: a
+ * 16-bit out_dtype is in_dtype itself; the other 16-bit type (TS_F16 in and TS_BF16 out, or the
+ * reverse) is a conversion this build does not do, refused naming both. */
+inline void check_out_dtype(Validator &v, const ts_gemm_config *cfg) {
+    if (v.ok() && cfg->out_dtype != TS_F32 && cfg->out_dtype != cfg->in_dtype)
+        v.fail(TS_ERR_UNSUPPORTED,
+               "cfg->out_dtype = %d (%s) with cfg->in_dtype = %d (%s): a 16-bit out_dtype must be in_dtype (no "
+               "mixing of TS_F16 and TS_BF16)",
+               (int)cfg->out_dtype, dtype_name(cfg->out_dtype), (int)cfg->in_dtype, dtype_name(cfg->in_dtype));
+}
+
 /* The ts_embedding_config checks of embedding and pos_embedding; rows_of names the [tokens,
  * hidden] operand the op reads or writes ("out" for the gather, "x" for the position add). */
 inline void check_embedding(Validator &v, const ts_embedding_config *cfg, const char *rows_of) {
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->tokens, "cfg->tokens");
     v.positive(cfg->hidden, "cfg->hidden");
     v.positive(cfg->table_rows, "cfg->table_rows");

@@ -95,7 +95,7 @@ const char *base_name(const char *path) {
 
 void vformat(char *buf, size_t n, const char *fmt, va_list ap) { std::vsnprintf(buf, n, fmt, ap); }
 
-/* "void (anonymous namespace)::rmsnorm_vec_kernel<8>(__half*, ...)" -> "rmsnorm_vec_kernel<8>". */
+/* "void (anonymous namespace)::rmsnorm_vec_kernel<8, __half>(__half*, ...)" -> "rmsnorm_vec_kernel<8, __half>". */
 std::string short_name(std::string name) {
     if (!name.empty() && name.back() == ')') { /* drop the parameter list */
         int depth = 0;
@@ -261,6 +261,8 @@ const char *dtype_name(int dtype) {
     switch (dtype) {
     case TS_F16:
         return "TS_F16";
+    case TS_BF16:
+        return "TS_BF16";
     case TS_F32:
         return "TS_F32";
     case TS_I32:
@@ -289,22 +291,25 @@ void Validator::positive(int64_t v, const char *name) {
     if (v <= 0) fail(TS_ERR_INVALID_ARGUMENT, "%s = %lld: must be positive", name, (long long)v);
 }
 
-void Validator::dtype_f16(int dtype, const char *name) {
-    if (dtype == TS_F16) return;
-    if (dtype == TS_F32 || dtype == TS_I32)
-        fail(TS_ERR_UNSUPPORTED, "%s = %d (%s): this build supports TS_F16 only", name, dtype, dtype_name(dtype));
-    else
+void Validator::dtype_in(int dtype, const char *name, std::initializer_list<int> allowed) {
+    for (int a : allowed)
+        if (dtype == a) return;
+    if (dtype != TS_F16 && dtype != TS_BF16 && dtype != TS_F32 && dtype != TS_I32) {
         fail(TS_ERR_INVALID_ARGUMENT, "%s = %d: not a ts_dtype", name, dtype);
+        return;
+    }
+    std::string list; /* "TS_F16, TS_BF16 or TS_F32" */
+    size_t i = 0;
+    for (int a : allowed) {
+        if (i > 0) list += i + 1 == allowed.size() ? " or " : ", ";
+        list += dtype_name(a);
+        ++i;
+    }
+    fail(TS_ERR_UNSUPPORTED, "%s = %d (%s): this build supports %s only", name, dtype, dtype_name(dtype),
+         list.c_str());
 }
 
-void Validator::dtype_one_of(int dtype, const char *name, int a, int b) {
-    if (dtype == a || dtype == b) return;
-    if (dtype == TS_F16 || dtype == TS_F32 || dtype == TS_I32)
-        fail(TS_ERR_UNSUPPORTED, "%s = %d (%s): this build supports %s or %s only", name, dtype, dtype_name(dtype),
-             dtype_name(a), dtype_name(b));
-    else
-        fail(TS_ERR_INVALID_ARGUMENT, "%s = %d: not a ts_dtype", name, dtype);
-}
+void Validator::dtype_storage(int dtype, const char *name) { dtype_in(dtype, name, {TS_F16, TS_BF16}); }
 
 void Validator::eps(float v, const char *name) {
     if (!(v > 0.0f) || !std::isfinite(v)) fail(TS_ERR_INVALID_ARGUMENT, "%s = %g: must be positive and finite", name, v);
@@ -491,7 +496,8 @@ int init_locked(int device) {
     TS_CHECK(op, cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
     TS_CHECK(op, cublasCreate(&g.blas));
     TS_CHECK(op, cublasSetStream(g.blas, g.stream));
-    /* fp32 accumulation all the way: no split-K partial sums reduced in fp16 for fp16 outputs. */
+    /* fp32 accumulation all the way: no split-K partial sums reduced in fp16 or bf16 for 16-bit
+     * outputs. */
     TS_CHECK(op, cublasSetMathMode(g.blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
                                                           CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
     TS_CHECK(op, cublasLtCreate(&g.lt));

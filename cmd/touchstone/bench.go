@@ -6,6 +6,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/bench"
@@ -22,6 +23,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	python := fs.String("python", "python3", "python interpreter for the PyTorch peer")
 	peer := fs.String("peer", "", "path of tools/bench/torch_peer.py (default: found from the golden directory)")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for docs/PERF.md)")
+	dtype := fs.String("dtype", "f16", "storage dtype of the 16-bit cases: f16, bf16, or both (each fp16 case followed by its bf16 twin, and a table of their time ratios)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -36,8 +38,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer closeBackend()
+	all, err := bench.WithDType(bench.Cases(), *dtype)
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
+	}
 	var cases []bench.Case
-	for _, c := range bench.Cases() {
+	for _, c := range all {
 		if len(ops) == 0 || slices.Contains(ops, c.Op) {
 			cases = append(cases, c)
 		}
@@ -91,7 +98,30 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		peers = rep.ByName()
 	}
 	printBench(stdout, results, peers, *markdown)
+	if *dtype == "both" {
+		printTwins(stdout, results, *markdown)
+	}
 	return 0
+}
+
+// printTwins prints each bf16 twin's median time over its fp16 case's, measured in the same
+// run: the bf16 kernels share their fp16 twins' structure, so the ratio should be 1 (within 3%).
+func printTwins(w io.Writer, results []*bench.Result, markdown bool) {
+	byName := map[string]*bench.Result{}
+	for _, r := range results {
+		byName[r.Case.Name] = r
+	}
+	var rows [][]string
+	for _, r := range results {
+		f16, ok := byName[strings.TrimSuffix(r.Case.Name, bench.BF16Suffix)]
+		if !strings.HasSuffix(r.Case.Name, bench.BF16Suffix) || !ok {
+			continue
+		}
+		rows = append(rows, []string{f16.Case.Name, fmt.Sprintf("%.4f", f16.MedianMs), fmt.Sprintf("%.4f", r.MedianMs),
+			fmt.Sprintf("%.3f", r.MedianMs/f16.MedianMs)})
+	}
+	fmt.Fprintln(w)
+	printTable(w, []string{"case", "fp16 ms", "bf16 ms", "bf16 / fp16"}, rows, markdown)
 }
 
 // openProfiler selects the backend from the environment and requires device timers.

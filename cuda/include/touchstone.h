@@ -12,8 +12,12 @@
  *    e.g. "rmsnorm: cfg->hidden = 0: must be positive".
  *  - Every op validates all of its arguments before any launch; on a validation error nothing
  *    is launched and outputs are untouched.
- *  - Activations and weights are stored in the dtype named by the config (TS_F16 today; bf16
- *    is a later addition); math is fp32; the logits/softmax path is fp32.
+ *  - Activations, weights, biases and norm weights are stored in the 16-bit dtype named by the
+ *    config, TS_F16 (IEEE binary16) or TS_BF16 (bfloat16: fp32's exponent range, 8 significant
+ *    bits), every tensor of a call in the same one; math is fp32 whatever the storage. Wherever
+ *    an op's contract rounds a value (its output, an intermediate a fused op keeps as the unfused
+ *    composition would store it) it rounds to the storage dtype, to nearest even, once; the
+ *    comments below say "the storage dtype" for it. The logits/softmax/sample path is fp32.
  *  - Ops are asynchronous on the stream. Index data that lives on the device (positions, ids,
  *    cache_lens, set_rows' rows) is range-checked by the kernels: the first out-of-range index
  *    is recorded and reported as TS_ERR_INDEX by the next ts_synchronize or ts_copy_to_host.
@@ -33,7 +37,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 11
+#define TS_ABI_VERSION 12
 
 typedef enum {
     TS_OK = 0,
@@ -49,9 +53,10 @@ typedef enum {
 } ts_status;
 
 typedef enum {
-    TS_F16 = 1,
+    TS_F16 = 1,  /* IEEE binary16 storage */
     TS_F32 = 2,
-    TS_I32 = 3
+    TS_I32 = 3,
+    TS_BF16 = 4  /* bfloat16 storage (the top 16 bits of an fp32) */
 } ts_dtype;
 
 /* ---- runtime (runtime.cu) ------------------------------------------------------------ */
@@ -94,7 +99,7 @@ int ts_memory_in_use(int64_t *bytes);
 int ts_release_workspaces(void);
 /* Path recording, for coverage tests: while on, each kernel launch, library call and device
  * fault read back is counted under "<op>\t<what>", where what is the kernel's demangled name
- * without its parameter list (e.g. rmsnorm_vec_kernel<4>), the library call (cublasGemmEx) or
+ * without its parameter list (e.g. rmsnorm_vec_kernel<4, __half>), the library call (cublasGemmEx) or
  * "fault:<kind>" (rope's fault:position). on = 1 clears the counts and starts; 0 stops. Needs no
  * ts_init. */
 int ts_record_paths(int on);
@@ -109,7 +114,7 @@ int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed);
  * more than 4 rows (and any projection whose weight exceeds 32 MiB) take cuBLAS, whose kernel and
  * split-K differ with m, and attention_decode splits the cache length by the batch size. On:
  *  - gemm, rmsnorm_gemm and swiglu_gemm take the gemv for every call of up to 16 rows (k % 8 == 0,
- *    16-byte aligned operands, any weight size, fp16 or fp32 out), rows that do not fit shared
+ *    16-byte aligned operands, any weight size, 16-bit or fp32 out), rows that do not fit shared
  *    memory at once in chunks; each row's sum runs in the same order whatever the row count;
  *  - attention_decode splits each sequence's cache as it would for a batch of one.
  * Slower at 8 and 16 rows (docs/PERF.md). The mode is process-wide and read when an op is called,
@@ -170,6 +175,10 @@ int ts_graph_launch(ts_graph *graph, void *stream);
 int ts_graph_destroy(ts_graph *graph);
 
 /* ---- configs -------------------------------------------------------------------------- */
+
+/* Every config's dtype (a storage dtype) is TS_F16 or TS_BF16 unless its comment says otherwise;
+ * another known dtype is TS_ERR_UNSUPPORTED, a value outside ts_dtype TS_ERR_INVALID_ARGUMENT,
+ * each naming the field and its value. */
 
 /* residual_add, swiglu, gelu, gelu_tanh: n elements, any shape. */
 typedef struct {
@@ -301,9 +310,9 @@ typedef struct {
 
 /* set_rows: dst[rows[i]] = src[i] for i < src_rows, a bit-exact row scatter in place into dst
  * (the KV-cache append): dst [dst_rows, row_elems], src [src_rows, row_elems], both in dtype
- * (TS_F16 or TS_F32), rows int32 [src_rows]. Every other row of dst is left as it was. rows
- * live on the device, so a captured graph can replay an append at a new position: each must lie
- * in [0, dst_rows) (checked on device: an out-of-range row is reported as TS_ERR_INDEX and not
+ * (TS_F16, TS_BF16 or TS_F32), rows int32 [src_rows]. Every other row of dst is left as it was.
+ * rows live on the device, so a captured graph can replay an append at a new position: each must
+ * lie in [0, dst_rows) (checked on device: an out-of-range row is reported as TS_ERR_INDEX and not
  * written) and they must be distinct (which write wins for a repeated row is unspecified). */
 typedef struct {
     ts_dtype dtype;
@@ -312,9 +321,10 @@ typedef struct {
     int row_elems;
 } ts_set_rows_config;
 
-/* gemm: out [m, n] = x [m, k] . w^T (w is [n, k]) + bias [n] (bias may be NULL). Inputs in
- * in_dtype, fp32 accumulation (cuBLAS; at decode shapes a gemv kernel), result rounded to
- * out_dtype (TS_F16 or TS_F32). */
+/* gemm: out [m, n] = x [m, k] . w^T (w is [n, k]) + bias [n] (bias may be NULL). x, w and bias
+ * in in_dtype (TS_F16 or TS_BF16), fp32 accumulation (cuBLAS; at decode shapes a gemv kernel),
+ * result rounded once to out_dtype: in_dtype itself or TS_F32. A 16-bit out_dtype other than
+ * in_dtype (TS_F16 in, TS_BF16 out or the reverse) is TS_ERR_UNSUPPORTED, naming both. */
 typedef struct {
     ts_dtype in_dtype;
     ts_dtype out_dtype;
@@ -323,8 +333,8 @@ typedef struct {
     int k;
 } ts_gemm_config;
 
-/* softmax over the last dim of x [rows, n] (in_dtype TS_F16 or TS_F32) into fp32 out; -inf
- * entries get probability 0. */
+/* softmax over the last dim of x [rows, n] (in_dtype TS_F16, TS_BF16 or TS_F32) into fp32 out;
+ * -inf entries get probability 0. */
 typedef struct {
     ts_dtype in_dtype;
     int rows;
@@ -358,7 +368,7 @@ typedef struct {
 
 /* ---- ops: one per file in cuda/kernels/ -------------------------------------------------- */
 
-/* out = x + residual; out may equal x (in place). */
+/* out = x + residual, in fp32 then rounded to the storage dtype; out may equal x (in place). */
 int ts_residual_add(void *out, const void *x, const void *residual, const ts_elementwise_config *cfg, void *stream);
 int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream);
 int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, const ts_norm_config *cfg, void *stream);
@@ -366,8 +376,8 @@ int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, 
 int ts_layernorm_residual(void *sum, void *out, const void *x, const void *residual, const void *gamma,
                           const void *beta, const ts_norm_config *cfg, void *stream);
 /* Unfused equivalent: ts_residual_add(sum, x, residual) then ts_rmsnorm(out, sum, weight, ...): out
- * normalises the fp16-rounded sum. sum may equal x or residual (in place); out must not overlap sum,
- * x or residual. */
+ * normalises the sum rounded to the storage dtype. sum may equal x or residual (in place); out must
+ * not overlap sum, x or residual. */
 int ts_rmsnorm_residual(void *sum, void *out, const void *x, const void *residual, const void *weight,
                         const ts_norm_config *cfg, void *stream);
 /* out may equal x. */
@@ -390,28 +400,32 @@ int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up
  * Unfused equivalent: gemm(g, x, w_gate_up[:ffn]), gemm(u, x, w_gate_up[ffn:]), swiglu(out, g, u). */
 int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg, void *stream);
 /* out [rows, n] = rmsnorm(s, norm_weight) . w^T (+ bias): the pre-norm and the projection after it.
- * Without a residual (sum and residual NULL) s = x; with one, s = fp16(x + residual), stored in
- * sum (which must not overlap x or residual). The normalised row is rounded to fp16 as rmsnorm
- * stores it, the product accumulates in fp32 and rounds once (the bias added before).
+ * Without a residual (sum and residual NULL) s = x; with one, s = x + residual rounded to the
+ * storage dtype, stored in sum (which must not overlap x or residual). The normalised row is
+ * rounded to the storage dtype as rmsnorm stores it, the product accumulates in fp32 and rounds
+ * once to the storage dtype (the bias added before).
  * Unfused equivalent: rmsnorm_residual(sum, h, x, residual, norm_weight) (or rmsnorm(h, x,
  * norm_weight)), then gemm(out, h, w, bias). */
 int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *norm_weight,
                     const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream);
 /* out [rows, n] = layernorm(s, gamma, beta) . w^T (+ bias): a LayerNorm family's pre-norm and the
  * projection after it, as rmsnorm_gemm (s, sum and residual as there). The normalised row is
- * rounded to fp16 as layernorm stores it, the product accumulates in fp32 and rounds once.
+ * rounded to the storage dtype as layernorm stores it, the product accumulates in fp32 and rounds
+ * once.
  * Unfused equivalent: layernorm_residual(sum, h, x, residual, gamma, beta) (or layernorm(h, x,
  * gamma, beta)), then gemm(out, h, w, bias). */
 int ts_layernorm_gemm(void *out, void *sum, const void *x, const void *residual, const void *gamma, const void *beta,
                       const void *w, const void *bias, const ts_norm_gemm_config *cfg, void *stream);
 /* out [m, n] = (silu(gate) * up) . w^T (+ bias [n]) for gate, up [m, k] and w [n, k] (cfg: gemm's,
- * both dtypes TS_F16): a SwiGLU FFN's activation and its down projection. The activation is
- * rounded to fp16 as swiglu stores it; the product accumulates in fp32 and rounds once.
+ * out_dtype equal to in_dtype, TS_F16 or TS_BF16; TS_F32 out is TS_ERR_UNSUPPORTED here): a SwiGLU
+ * FFN's activation and its down projection. The activation is rounded to the storage dtype as
+ * swiglu stores it; the product accumulates in fp32 and rounds once.
  * Unfused equivalent: swiglu(a, gate, up), then gemm(out, a, w, bias). */
 int ts_swiglu_gemm(void *out, const void *gate, const void *up, const void *w, const void *bias,
                    const ts_gemm_config *cfg, void *stream);
 /* out = gelu(x . w1^T + b1) . w2^T + b2 (GPT-2's MLP), the first product kept in fp32 through
- * the bias and the GELU of cfg->gelu until the one rounding of the activation.
+ * the bias and the GELU of cfg->gelu until the one rounding of the activation to the storage
+ * dtype.
  * Unfused equivalent: gemm(h, x, w1, b1), gelu or gelu_tanh(a, h), gemm(out, a, w2, b2). */
 int ts_gpt_ffn(void *out, const void *x, const void *w1, const void *b1, const void *w2, const void *b2,
                const ts_gpt_ffn_config *cfg, void *stream);
@@ -421,9 +435,9 @@ int ts_gelu(void *out, const void *x, const ts_elementwise_config *cfg, void *st
 int ts_gelu_tanh(void *out, const void *x, const ts_elementwise_config *cfg, void *stream);
 /* out = gelu(x) * scale with the GELU of cfg->gelu, kept in fp32 through the scale until the one
  * rounding of out; out may equal x. Unfused equivalent: gelu or gelu_tanh(h, x), then gemm(out, h,
- * w) with h and out viewed as [n, 1] and w = [[scale]] an fp16 [1, 1] (one exact product, one
- * rounding): it differs from the fused op by the rounding of h, and by that of scale where scale
- * is not exact in fp16. */
+ * w) with h and out viewed as [n, 1] and w = [[scale]] a [1, 1] of the storage dtype (one exact
+ * product, one rounding): it differs from the fused op by the rounding of h, and by that of scale
+ * where scale is not exact in the storage dtype. */
 int ts_gelu_scale(void *out, const void *x, const ts_gelu_scale_config *cfg, void *stream);
 int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t *positions,
                      const ts_embedding_config *cfg, void *stream);

@@ -4,12 +4,14 @@
  * sequence b attends to positions [0, cache_lens[b]) and never reads a position at or beyond it.
  * cache_lens are checked on the device: a length outside [1, max_len] is recorded in the fault
  * record (TS_ERR_INDEX at the next ts_synchronize / ts_copy_to_host) and that sequence is skipped.
+ * q, the caches and out are in the storage type T (fp16 or bf16, every kernel's last template
+ * argument); all math is fp32 and out is rounded to T once.
  *
  * Tensor-core kernel (D in {32, 64, 96, 128}): one block of 4 warps per (sequence, kv head, group
  * of up to 16 query heads, split of the cache length); each block reads each K/V row of its split
  * ONCE for every query head of its GQA group. The warps take 16-key tiles of the split in turn,
  * each with its own online softmax and no block barrier until the end:
- *  - S = Q K^T with mma.sync m16n8k16 (fp16 in, fp32 accumulate): the group's heads are the 16
+ *  - S = Q K^T with mma.sync m16n8k16 (T in, fp32 accumulate): the group's heads are the 16
  *    rows (padded with zeros), 8 keys the columns. The dot product does not depend on the order
  *    of the dims, so k-slot 2t + e of k-step s stands for dim t * D/4 + 4s + e (and 2t + 8 + e for
  *    t * D/4 + 4s + 2 + e): lane (g, t) then needs dims [t D/4, (t+1) D/4) of key g, one
@@ -20,9 +22,12 @@
  *  - O += P V, m16n8k16 again: the S accumulators are already P's A fragment. The output
  *    columns are permuted instead of the keys: n-tile j, column c stands for dim c * D/8 + j, so
  *    lane (g, t) needs dims [g D/8, (g+1) D/8) of keys 2t, 2t+1, 2t+8, 2t+9, contiguous again,
- *    paired into f16x2 B fragments with byte permutes. P is split into fp16 p_hi + p_lo and both
- *    are multiplied (two mma per tile): P V keeps fp32 accuracy (rounding P to fp16 once, as
- *    prefill does, is up to u * |v| per weight, more than this op's atol of 1e-4 allows).
+ *    paired into T x2 B fragments with byte permutes (16-bit moves: the same for both types). P
+ *    is split into p_hi + p_lo, each rounded to T, and both are multiplied (two mma per tile): P V
+ *    keeps near-fp32 accuracy (rounding P to fp16 once, as prefill does, is up to u * |v| per
+ *    weight, more than this op's atol of 1e-4 allows). hi + lo is within 2^-22 |p| for fp16
+ *    (above its subnormals) and 2^-16 |p| for bf16 (8 + 8 significant bits, with fp32's range:
+ *    no subnormal loss), the latter still far below the rounding of the output to bf16 (2^-8).
  * The warps' (max, sum, O) merge through shared memory at the end. Splits (decode_splits): long
  * ones (2-4 steps of every warp) that put a block on every SM, or enough to fill the resident
  * blocks (from the occupancy calculator) in whole waves when there are more groups. With
@@ -48,13 +53,13 @@ namespace {
 constexpr int kThreads = 128, kTile = 64; /* kTile == kThreads / 2: two threads per key */
 
 struct DecodeLayout {
-    int ldk;       /* halves per staged K / V row */
+    int ldk;       /* 2-byte elements a staged K / V row */
     int ngroups;   /* key groups of the accumulation (kThreads / (D / 8)) */
     int q_off;     /* float [maxg][D] */
     int p_off;     /* float [maxg][kTile] */
     int alpha_off; /* float [maxg] */
     int ml_off;    /* float [maxg][2] */
-    int kv_off;    /* K and V, two buffers each: [2][kTile][ldk] halves; after the loop: float [ngroups][maxg][D] */
+    int kv_off;    /* K and V, two buffers each: [2][kTile][ldk] elements; after the loop: float [ngroups][maxg][D] */
     int bytes;
 };
 
@@ -69,7 +74,7 @@ __host__ __device__ inline DecodeLayout decode_layout(int D, int maxg) {
     L.alpha_off = align16(L.p_off + maxg * kTile * 4);
     L.ml_off = align16(L.alpha_off + maxg * 4);
     L.kv_off = align16(L.ml_off + maxg * 8);
-    const int kv = 2 * 2 * kTile * L.ldk * 2; /* K, V x double buffer x halves */
+    const int kv = 2 * 2 * kTile * L.ldk * 2; /* K, V x double buffer x 2-byte elements */
     const int red = L.ngroups * maxg * D * 4;
     L.bytes = align16(L.kv_off + (kv > red ? kv : red));
     return L;
@@ -114,10 +119,10 @@ __device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, 
     return decode_len<MAXG>(w, lens, max_len, fault);
 }
 
-template <int MAXG>
+template <int MAXG, typename T>
 __global__ void __launch_bounds__(kThreads)
-    attention_decode_split_kernel(__half *out, float *part_acc, float2 *part_ml, const __half *q, const __half *kc,
-                                  const __half *vc, const int32_t *lens, int max_len, int nh, int nkv, int D,
+    attention_decode_split_kernel(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc, const T *vc,
+                                  const int32_t *lens, int max_len, int nh, int nkv, int D,
                                   int group, int hchunks, int chunk, int nsplit, float scale,
                                   ts::FaultRecord *fault) {
     ts::pdl_wait();
@@ -127,7 +132,7 @@ __global__ void __launch_bounds__(kThreads)
     float *p_s = reinterpret_cast<float *>(smem + L.p_off);
     float *alpha_s = reinterpret_cast<float *>(smem + L.alpha_off);
     float *ml_s = reinterpret_cast<float *>(smem + L.ml_off);
-    __half *kv_s = reinterpret_cast<__half *>(smem + L.kv_off); /* K buf 0, K buf 1, V buf 0, V buf 1 */
+    T *kv_s = reinterpret_cast<T *>(smem + L.kv_off); /* K buf 0, K buf 1, V buf 0, V buf 1 */
     float *red_s = reinterpret_cast<float *>(smem + L.kv_off);
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -139,7 +144,7 @@ __global__ void __launch_bounds__(kThreads)
 
     for (int i = tid; i < MAXG * D; i += kThreads) {
         const int g = i / D, d = i - g * D;
-        q_s[i] = g < ng ? __half2float(q[((int64_t)b * nh + h0 + g) * D + d]) : 0.0f;
+        q_s[i] = g < ng ? ts::to_float(q[((int64_t)b * nh + h0 + g) * D + d]) : 0.0f;
     }
 
     constexpr int kHeadsPerWarp = (MAXG + 3) / 4;
@@ -160,13 +165,13 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
 
     const int64_t row_stride = (int64_t)nkv * D;
-    const __half *kbase = kc + ((int64_t)b * max_len * nkv + kvh) * D;
-    const __half *vbase = vc + ((int64_t)b * max_len * nkv + kvh) * D;
+    const T *kbase = kc + ((int64_t)b * max_len * nkv + kvh) * D;
+    const T *vbase = vc + ((int64_t)b * max_len * nkv + kvh) * D;
 
     const int tile_elems = kTile * L.ldk;
     /* Stage rows [k0, k0 + n) of K and V into buffer buf with cp.async (one commit group). */
     auto issue_tile = [&](int k0, int n, int buf) {
-        __half *ks = kv_s + buf * tile_elems, *vs = kv_s + (2 + buf) * tile_elems;
+        T *ks = kv_s + buf * tile_elems, *vs = kv_s + (2 + buf) * tile_elems;
         for (int i = tid; i < n * nchunk; i += kThreads) {
             const int r = i / nchunk, c = (i - r * nchunk) * 8;
             const int64_t src = (int64_t)(k0 + r) * row_stride + c;
@@ -186,8 +191,8 @@ __global__ void __launch_bounds__(kThreads)
         ts::cp_async_commit();
         ts::cp_async_wait<1>(); /* this thread's copies of the current tile have landed */
         __syncthreads();        /* ... and everyone's */
-        const __half *k_s = kv_s + buf * tile_elems;
-        const __half *v_s = kv_s + (2 + buf) * tile_elems;
+        const T *k_s = kv_s + buf * tile_elems;
+        const T *v_s = kv_s + (2 + buf) * tile_elems;
 
         /* Scores: key j = tid / 2, the two threads of a key take alternate 8-dim chunks. */
         {
@@ -280,7 +285,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int jg = 0; jg < L.ngroups; ++jg) a += red_s[(jg * MAXG + g) * D + d];
         const int64_t bh = (int64_t)b * nh + h0 + g;
         if (nsplit == 1) {
-            out[bh * D + d] = __float2half_rn(a / ml_s[2 * g + 1]);
+            out[bh * D + d] = ts::from_float<T>(a / ml_s[2 * g + 1]);
         } else {
             part_acc[(bh * nsplit + split) * D + d] = a;
             if (d == 0) part_ml[bh * nsplit + split] = make_float2(ml_s[2 * g], ml_s[2 * g + 1]);
@@ -290,8 +295,9 @@ __global__ void __launch_bounds__(kThreads)
 
 /* out[b, h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the splits (empty ones have
  * m_s = -inf and weigh 0). One block per (sequence, head). */
+template <typename T>
 __global__ void __launch_bounds__(256)
-    attention_decode_combine_kernel(__half *out, const float *part_acc, const float2 *part_ml, const int32_t *lens,
+    attention_decode_combine_kernel(T *out, const float *part_acc, const float2 *part_ml, const int32_t *lens,
                                     int max_len, int nh, int D, int nsplit) {
     ts::pdl_wait();
     const int64_t bh = blockIdx.x;
@@ -307,13 +313,13 @@ __global__ void __launch_bounds__(256)
         float num = 0.0f;
         for (int s = 0; s < nsplit; ++s)
             if (ml[s].x != -INFINITY) num += expf(ml[s].x - mx) * part_acc[(bh * nsplit + s) * D + d];
-        out[bh * D + d] = __float2half_rn(num / den);
+        out[bh * D + d] = ts::from_float<T>(num / den);
     }
 }
 
-template <int MAXG>
-int launch_maxg(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
-                const ts_decode_config &c, cudaStream_t stream) {
+template <int MAXG, typename T>
+int launch_maxg(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
+                cudaStream_t stream) {
     const char *op = "attention_decode";
     const int D = c.head_dim, group = c.n_heads / c.n_kv_heads;
     const int hchunks = (group + MAXG - 1) / MAXG;
@@ -323,7 +329,7 @@ int launch_maxg(__half *out, const __half *q, const __half *kc, const __half *vc
                              "attention_decode: cfg->head_dim = %d: needs %d bytes of shared memory per block, the "
                              "device allows %d",
                              D, L.bytes, ts::max_shared_optin());
-    auto split_kernel = attention_decode_split_kernel<MAXG>;
+    auto split_kernel = attention_decode_split_kernel<MAXG, T>;
     static std::atomic<int> smem_allowed_on{-1};
     if (L.bytes > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, split_kernel, smem_allowed_on));
 
@@ -362,7 +368,7 @@ int launch_maxg(__half *out, const __half *q, const __half *kc, const __half *vc
         const unsigned cgrid = (unsigned)((int64_t)c.batch * c.n_heads);
         const char *dc = ts::dims("batch=%d n_heads=%d head_dim=%d splits=%lld", c.batch, c.n_heads, D,
                                   (long long)nsplit);
-        auto combine_kernel = attention_decode_combine_kernel;
+        auto combine_kernel = attention_decode_combine_kernel<T>;
         TS_LAUNCH(op, combine_kernel, cgrid, threads, 0, stream, dc, out, part_acc, part_ml, lens, c.max_len,
                   c.n_heads, D, (int)nsplit);
     }
@@ -373,11 +379,10 @@ int launch_maxg(__half *out, const __half *q, const __half *kc, const __half *vc
 
 constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
 
-using ts::mma16816; /* mma.cuh */
-
-/* W consecutive 32-bit words from p (16-byte aligned when W % 4 == 0, else 8-byte aligned). */
+/* W consecutive 32-bit words from p (16-byte aligned when W % 4 == 0, else 8-byte aligned): raw
+ * 16-bit pairs of either storage type. */
 template <int W>
-__device__ __forceinline__ void load_words(uint32_t (&w)[W], const __half *p) {
+__device__ __forceinline__ void load_words(uint32_t (&w)[W], const void *p) {
     if constexpr (W % 4 == 0) {
 #pragma unroll
         for (int i = 0; i < W / 4; ++i) {
@@ -398,23 +403,23 @@ __device__ __forceinline__ void load_words(uint32_t (&w)[W], const __half *p) {
     }
 }
 
-/* (lo, hi) as f16x2 (lo in the low half), and the fp16 rounding error of each as another f16x2. */
-__device__ __forceinline__ void split_half2(float lo, float hi, uint32_t &h, uint32_t &l) {
-    const __half2 a = __floats2half2_rn(lo, hi);
-    const float2 af = __half22float2(a);
-    const __half2 r = __floats2half2_rn(lo - af.x, hi - af.y);
-    h = *reinterpret_cast<const uint32_t *>(&a);
-    l = *reinterpret_cast<const uint32_t *>(&r);
+/* (lo, hi) rounded to T as a T x2 word (lo in the low half), and the rounding error of each,
+ * rounded to T again, as another. */
+template <typename T>
+__device__ __forceinline__ void split2(float lo, float hi, uint32_t &h, uint32_t &l) {
+    using P = typename ts::Storage<T>::Pair;
+    h = ts::pack2<T>(lo, hi);
+    const float2 af = ts::to_float2(*reinterpret_cast<const P *>(&h));
+    l = ts::pack2<T>(lo - af.x, hi - af.y);
 }
 
 /* At least 4 blocks (16 warps) per SM for D <= 64: the kernel is latency-bound there (Qwen2.5's
  * shape: 142 registers gave 3 blocks, 19% occupancy, 34% of DRAM bandwidth under ncu). */
-template <int D, int MAXG, int UNROLL>
+template <int D, int MAXG, int UNROLL, typename T>
 __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
-    attention_decode_mma_kernel(__half *out, float *part_acc, float2 *part_ml, int *counters, const __half *q,
-                                const __half *kc, const __half *vc, const int32_t *lens, int max_len, int nh,
-                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale,
-                                ts::FaultRecord *fault) {
+    attention_decode_mma_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q, const T *kc,
+                                const T *vc, const int32_t *lens, int max_len, int nh, int nkv, int group,
+                                int hchunks, int chunk, int nsplit, float scale, ts::FaultRecord *fault) {
     ts::pdl_wait();
     constexpr int KW = D / 8;       /* words of a lane's K (and Q) piece: D/4 dims */
     constexpr int NK = D / 16;      /* k-steps of S = Q K^T */
@@ -463,8 +468,8 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     }
 
     const int64_t row_stride = (int64_t)nkv * D;
-    const __half *kbase = kc + ((int64_t)b * max_len * nkv + kvh) * D + tq * (D / 4);
-    const __half *vbase = vc + ((int64_t)b * max_len * nkv + kvh) * D + gq * (D / 8);
+    const T *kbase = kc + ((int64_t)b * max_len * nkv + kvh) * D + tq * (D / 4);
+    const T *vbase = vc + ((int64_t)b * max_len * nkv + kvh) * D + gq * (D / 8);
 
     for (int k0 = start + warp * KEYS; k0 < end; k0 += kMmaWarps * KEYS) {
         /* Every load of the step first (UNROLL 16-key tiles), then the math. Keys at or past end
@@ -504,7 +509,7 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
                 for (int e = 0; e < 4; ++e) s[u][nt][e] = 0.0f;
 #pragma unroll
                 for (int ks = 0; ks < NK; ++ks)
-                    mma16816(s[u][nt], qa[0][2 * ks], ROWS > 1 ? qa[ROWS - 1][2 * ks] : 0u, qa[0][2 * ks + 1],
+                    ts::mma16816<T>(s[u][nt], qa[0][2 * ks], ROWS > 1 ? qa[ROWS - 1][2 * ks] : 0u, qa[0][2 * ks + 1],
                              ROWS > 1 ? qa[ROWS - 1][2 * ks + 1] : 0u, kw[u][nt][2 * ks], kw[u][nt][2 * ks + 1]);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
@@ -548,11 +553,11 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             uint32_t ah[4] = {0u, 0u, 0u, 0u}, al[4] = {0u, 0u, 0u, 0u};
-            split_half2(s[u][0][0], s[u][0][1], ah[0], al[0]); /* row g, keys 2t, 2t + 1 */
-            split_half2(s[u][1][0], s[u][1][1], ah[2], al[2]); /* row g, keys 2t + 8, 2t + 9 */
+            split2<T>(s[u][0][0], s[u][0][1], ah[0], al[0]); /* row g, keys 2t, 2t + 1 */
+            split2<T>(s[u][1][0], s[u][1][1], ah[2], al[2]); /* row g, keys 2t + 8, 2t + 9 */
             if (ROWS > 1) {
-                split_half2(s[u][0][2], s[u][0][3], ah[1], al[1]); /* row g + 8 */
-                split_half2(s[u][1][2], s[u][1][3], ah[3], al[3]);
+                split2<T>(s[u][0][2], s[u][0][3], ah[1], al[1]); /* row g + 8 */
+                split2<T>(s[u][1][2], s[u][1][3], ah[3], al[3]);
             }
 #pragma unroll
             for (int j = 0; j < NT; ++j) {
@@ -560,8 +565,8 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
                 const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
                 const uint32_t b0 = __byte_perm(vw[u][0][j >> 1], vw[u][1][j >> 1], sel);
                 const uint32_t b1 = __byte_perm(vw[u][2][j >> 1], vw[u][3][j >> 1], sel);
-                mma16816(o[j], ah[0], ah[1], ah[2], ah[3], b0, b1);
-                mma16816(o[j], al[0], al[1], al[2], al[3], b0, b1);
+                ts::mma16816<T>(o[j], ah[0], ah[1], ah[2], ah[3], b0, b1);
+                ts::mma16816<T>(o[j], al[0], al[1], al[2], al[3], b0, b1);
             }
         }
     }
@@ -599,7 +604,7 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
         }
         const int64_t bh = (int64_t)b * nh + h0 + g;
         if (nsplit_b == 1) {
-            out[bh * D + d] = __float2half_rn(a / l);
+            out[bh * D + d] = ts::from_float<T>(a / l);
         } else {
             part_acc[(bh * nsplit + split) * D + d] = a;
             if (d == 0) part_ml[bh * nsplit + split] = make_float2(mx, l);
@@ -649,7 +654,7 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
                 }
             }
         }
-        out[bh * D + d] = __float2half_rn(num / den);
+        out[bh * D + d] = ts::from_float<T>(num / den);
     }
     if (tid == 0) counters[blockIdx.x] = 0; /* ready for the next launch */
 }
@@ -690,12 +695,12 @@ inline int64_t decode_splits(int64_t groups, int64_t wave, int64_t sms, int64_t 
     return 1;
 }
 
-template <int D, int MAXG>
-int launch_mma(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
-               const ts_decode_config &c, cudaStream_t stream) {
+template <int D, int MAXG, typename T>
+int launch_mma(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
+               cudaStream_t stream) {
     const char *op = "attention_decode";
     constexpr int UNROLL = D <= 64 ? 2 : 1, KEYS = 16 * UNROLL;
-    auto kernel = attention_decode_mma_kernel<D, MAXG, UNROLL>;
+    auto kernel = attention_decode_mma_kernel<D, MAXG, UNROLL, T>;
     static std::atomic<int> per_sm{0};
     if (per_sm.load(std::memory_order_relaxed) == 0) {
         int n = 0;
@@ -736,14 +741,15 @@ int launch_mma(__half *out, const __half *q, const __half *kc, const __half *vc,
     return TS_OK;
 }
 
-template <int D>
-int launch_mma_d(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
-                 const ts_decode_config &c, cudaStream_t stream) {
+template <int D, typename T>
+int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
+                 cudaStream_t stream) {
     if (c.n_heads / c.n_kv_heads <= 8) return launch_mma<D, 8>(out, q, kc, vc, lens, c, stream);
     return launch_mma<D, 16>(out, q, kc, vc, lens, c, stream);
 }
 
-int launch_attention_decode(__half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *lens,
+template <typename T>
+int launch_attention_decode(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens,
                             const ts_decode_config &c, cudaStream_t stream) {
     switch (c.head_dim) {
     case 32:
@@ -777,7 +783,7 @@ extern "C" int ts_attention_decode(void *out, const void *q, const void *k_cache
     val.ptr(cache_lens, "cache_lens");
     val.ptr(cfg, "cfg");
     if (!val.ok()) return val.status();
-    val.dtype_f16(cfg->dtype, "cfg->dtype");
+    val.dtype_storage(cfg->dtype, "cfg->dtype");
     val.positive(cfg->batch, "cfg->batch");
     val.positive(cfg->max_len, "cfg->max_len");
     val.positive(cfg->n_heads, "cfg->n_heads");
@@ -796,7 +802,10 @@ extern "C" int ts_attention_decode(void *out, const void *q, const void *k_cache
     cudaStream_t st;
     const int s = ts::ready(val.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_attention_decode(static_cast<__half *>(out), static_cast<const __half *>(q),
-                                   static_cast<const __half *>(k_cache), static_cast<const __half *>(v_cache),
-                                   cache_lens, *cfg, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_attention_decode(static_cast<T *>(out), static_cast<const T *>(q),
+                                       static_cast<const T *>(k_cache), static_cast<const T *>(v_cache), cache_lens,
+                                       *cfg, st);
+    });
 }

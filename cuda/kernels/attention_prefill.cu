@@ -1,7 +1,8 @@
 /*
  * attention_prefill: causal (or full) GQA attention over whole sequences, flash-attention 2.
  * q [batch, seq, n_heads, D], k/v [batch, seq, n_kv_heads, D], out like q; query head h reads kv
- * head h / (n_heads / n_kv_heads).
+ * head h / (n_heads / n_kv_heads). Every tensor in the storage type T (fp16 or bf16, the kernel's
+ * last template argument): the tensor cores take either (mma.cuh), with the same fragments.
  *
  * One block of 4 warps per (query tile, batch, head); blocks are numbered heaviest causal tile
  * first across every head, and a KV group's heads are adjacent (their K/V tiles meet in L2).
@@ -10,19 +11,21 @@
  *  - Q, K and V tiles are staged in shared memory by 16-byte cp.async copies (rows past the
  *    sequence and columns past D zero-filled, D padded to DP, a multiple of 16); each staged row
  *    is padded by 16 bytes, so the 8 row addresses of an ldmatrix hit distinct banks.
- *  - S = Q K^T with mma.sync m16n8k16 (fp16 x fp16, fp32 accumulate); Q's fragments stay in
+ *  - S = Q K^T with mma.sync m16n8k16 (T x T, fp32 accumulate); Q's fragments stay in
  *    registers for DP <= 128 and are re-read from shared memory above that (register budget).
  *  - an online softmax in fp32 on the S accumulators: scores scaled by scale * log2(e) and
  *    exponentiated with ex2 (one FMA and one SFU op a score), running max and sum per row, the
  *    4 lanes of a row reduced with two shuffles; keys past the causal diagonal or the sequence
  *    end are -inf (probability 0); tiles wholly past the diagonal are never loaded.
  *  - O += P V, m16n8k16 again: the S accumulators of two adjacent 8-key tiles are exactly P's A
- *    fragment once rounded to fp16 (no shared-memory round trip); V's B fragments come from
+ *    fragment once rounded to T (no shared-memory round trip); V's B fragments come from
  *    ldmatrix.trans. O stays in fp32 registers, rescaled per tile.
  * The pipeline overlaps the copies with the math (one K and one V buffer): V_j is fetched while
- * S_j is computed, K_{j+1} while the softmax and P V_j run. Output: O / l rounded once to fp16.
- * P is rounded to fp16 for the tensor cores, the rounding the tolerance allows for (the running
- * sum adds the fp32 values; the two differ by far less than the fp16 rounding of the output).
+ * S_j is computed, K_{j+1} while the softmax and P V_j run. Output: O / l rounded once to T.
+ * P is rounded to T for the tensor cores, the rounding the tolerance allows for (the running sum
+ * adds the fp32 values; over a row's many keys the roundings of P average out, and the two differ
+ * by far less than the rounding of the output to T: for bf16 both are 8 times coarser than for
+ * fp16, which bf16's tolerance budgets).
  */
 #include "internal.h"
 #include "mma.cuh"
@@ -45,7 +48,7 @@ struct Flash {
     static constexpr int kBc = MT == 1 ? (DP <= 128 ? 64 : 32) : (DP <= 96 ? 64 : 32); /* keys per tile */
     static constexpr bool kQInRegs = MT == 1 ? DP <= 128 : DP <= 64;                   /* else re-read per use */
     static constexpr int kBr = 16 * MT * kWarps;                                       /* query rows per block */
-    static constexpr int kLd = DP + 8;                                                 /* halves per staged row */
+    static constexpr int kLd = DP + 8;                                                 /* 2-byte elements a staged row */
     static constexpr size_t q_off = 0;
     static constexpr size_t k_off = q_off + (size_t)kBr * kLd * 2;
     static constexpr size_t v_off = k_off + (size_t)kBc * kLd * 2;
@@ -55,9 +58,8 @@ struct Flash {
 /* ROWS x DP tile into shared memory (pitch DP + 8) by cp.async: rows >= valid and columns >= D
  * are zero-filled (V rows past the sequence must be finite: their probability is 0, and 0 times
  * a stale NaN would not be). Not committed here. */
-template <int DP, int ROWS>
-__device__ __forceinline__ void load_tile_async(__half *dst, const __half *src, int64_t row_stride, int valid,
-                                                int D) {
+template <int DP, int ROWS, typename T>
+__device__ __forceinline__ void load_tile_async(T *dst, const T *src, int64_t row_stride, int valid, int D) {
     constexpr int kC8 = DP / 8, kLd = DP + 8, kItems = ROWS * kC8;
 #pragma unroll
     for (int it = 0; it < (kItems + kThreads - 1) / kThreads; ++it) {
@@ -70,18 +72,18 @@ __device__ __forceinline__ void load_tile_async(__half *dst, const __half *src, 
     }
 }
 
-template <int DP, int MT>
+template <int DP, int MT, typename T>
 __global__ void __launch_bounds__(kThreads)
-    attention_prefill_kernel(__half *out, const __half *q, const __half *k, const __half *v, int seq, int nh,
-                             int nkv, int D, int causal, float scale_log2, int q_tiles) {
+    attention_prefill_kernel(T *out, const T *q, const T *k, const T *v, int seq, int nh, int nkv, int D, int causal,
+                             float scale_log2, int q_tiles) {
     ts::pdl_wait();
     using F = Flash<DP, MT>;
     constexpr int kMt = MT, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
     constexpr int kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
     extern __shared__ __align__(128) unsigned char smem[];
-    __half *Qs = reinterpret_cast<__half *>(smem + F::q_off);
-    __half *Ks = reinterpret_cast<__half *>(smem + F::k_off);
-    __half *Vs = reinterpret_cast<__half *>(smem + F::v_off);
+    T *Qs = reinterpret_cast<T *>(smem + F::q_off);
+    T *Ks = reinterpret_cast<T *>(smem + F::k_off);
+    T *Vs = reinterpret_cast<T *>(smem + F::v_off);
 
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, tq = lane & 3;
     const int bhs = (int)(gridDim.x / (unsigned)q_tiles); /* batch x heads */
@@ -91,9 +93,9 @@ __global__ void __launch_bounds__(kThreads)
     const int kvh = h / (nh / nkv);
     const int q0 = tile * kBr, q_valid = min(kBr, seq - q0);
     const int64_t q_stride = (int64_t)nh * D, kv_stride = (int64_t)nkv * D;
-    const __half *qb = q + (((int64_t)b * seq + q0) * nh + h) * D;
-    const __half *kb = k + ((int64_t)b * seq * nkv + kvh) * D;
-    const __half *vb = v + ((int64_t)b * seq * nkv + kvh) * D;
+    const T *qb = q + (((int64_t)b * seq + q0) * nh + h) * D;
+    const T *kb = k + ((int64_t)b * seq * nkv + kvh) * D;
+    const T *vb = v + ((int64_t)b * seq * nkv + kvh) * D;
     const int kv_end = causal ? min(seq, q0 + kBr) : seq;
     const int n_tiles = (kv_end + kBc - 1) / kBc;
 
@@ -163,8 +165,8 @@ __global__ void __launch_bounds__(kThreads)
                     ts::ldmatrix_x4(bk, Ks + (np * 16 + k_row) * kLd + ks * 16 + k_col);
 #pragma unroll
                     for (int mt = 0; mt < kMt; ++mt) {
-                        ts::mma16816(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
-                        ts::mma16816(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
+                        ts::mma16816<T>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
+                        ts::mma16816<T>(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
                     }
                 }
             }
@@ -219,17 +221,18 @@ __global__ void __launch_bounds__(kThreads)
         ts::cp_async_wait<1>(); /* V_j landed (K_{j+1} may still be in flight) */
         __syncthreads();
 
-        /* O += P V_j: P's A fragments are the S accumulators of two adjacent 8-key tiles. */
+        /* O += P V_j: P's A fragments are the S accumulators of two adjacent 8-key tiles, rounded
+         * to T (to nearest even: pack2). */
         if (live) {
 #pragma unroll
             for (int kk = 0; kk < kBc / 16; ++kk) {
                 uint32_t pf[kMt][4];
 #pragma unroll
                 for (int mt = 0; mt < kMt; ++mt) {
-                    pf[mt][0] = ts::pack_half2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pf[mt][1] = ts::pack_half2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pf[mt][2] = ts::pack_half2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pf[mt][3] = ts::pack_half2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                    pf[mt][0] = ts::pack2<T>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pf[mt][1] = ts::pack2<T>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pf[mt][2] = ts::pack2<T>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pf[mt][3] = ts::pack2<T>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
                 }
 #pragma unroll
                 for (int dp = 0; dp < DP / 16; ++dp) {
@@ -237,8 +240,9 @@ __global__ void __launch_bounds__(kThreads)
                     ts::ldmatrix_x4_trans(bv, Vs + (kk * 16 + a_row) * kLd + dp * 16 + a_col);
 #pragma unroll
                     for (int mt = 0; mt < kMt; ++mt) {
-                        ts::mma16816(o[mt][2 * dp], pf[mt][0], pf[mt][1], pf[mt][2], pf[mt][3], bv[0], bv[1]);
-                        ts::mma16816(o[mt][2 * dp + 1], pf[mt][0], pf[mt][1], pf[mt][2], pf[mt][3], bv[2], bv[3]);
+                        ts::mma16816<T>(o[mt][2 * dp], pf[mt][0], pf[mt][1], pf[mt][2], pf[mt][3], bv[0], bv[1]);
+                        ts::mma16816<T>(o[mt][2 * dp + 1], pf[mt][0], pf[mt][1], pf[mt][2], pf[mt][3], bv[2],
+                                        bv[3]);
                     }
                 }
             }
@@ -256,20 +260,19 @@ __global__ void __launch_bounds__(kThreads)
             const int row = row0 + mt * 16 + g8 + r * 8;
             if (row >= seq) continue;
             const float inv = 1.0f / l;
-            __half *orow = out + (((int64_t)b * seq + row) * nh + h) * D;
+            T *orow = out + (((int64_t)b * seq + row) * nh + h) * D;
 #pragma unroll
             for (int dt = 0; dt < kDt; ++dt) {
                 const int col = dt * 8 + 2 * tq; /* D % 8 == 0: col < D means col + 1 < D */
                 if (col < D)
-                    *reinterpret_cast<__half2 *>(orow + col) =
-                        __floats2half2_rn(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
+                    *reinterpret_cast<uint32_t *>(orow + col) =
+                        ts::pack2<T>(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
             }
         }
 }
 
-template <int DP, int MT>
-int launch_dp(__half *out, const __half *q, const __half *k, const __half *v, const ts_attention_config &c,
-              cudaStream_t stream) {
+template <int DP, int MT, typename T>
+int launch_dp(T *out, const T *q, const T *k, const T *v, const ts_attention_config &c, cudaStream_t stream) {
     const char *op = "attention_prefill";
     const size_t smem = Flash<DP, MT>::bytes;
     if (smem > (size_t)ts::max_shared_optin())
@@ -277,7 +280,7 @@ int launch_dp(__half *out, const __half *q, const __half *k, const __half *v, co
                              "attention_prefill: cfg->head_dim = %d: needs %zu bytes of shared memory per block, the "
                              "device allows %d",
                              c.head_dim, smem, ts::max_shared_optin());
-    auto kernel = attention_prefill_kernel<DP, MT>;
+    auto kernel = attention_prefill_kernel<DP, MT, T>;
     static std::atomic<int> smem_allowed_on{-1};
     if (smem > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, kernel, smem_allowed_on));
     const int q_tiles = (int)ts::ceil_div(c.seq_len, Flash<DP, MT>::kBr);
@@ -300,17 +303,17 @@ bool pick_two_mtiles(const ts_attention_config &c) {
     return c.causal == 0 || (c.seq_len >= 1024 && (int64_t)c.batch * c.n_heads >= 24);
 }
 
-template <int DP>
-int launch_mt(__half *out, const __half *q, const __half *k, const __half *v, const ts_attention_config &c,
-              cudaStream_t stream) {
+template <int DP, typename T>
+int launch_mt(T *out, const T *q, const T *k, const T *v, const ts_attention_config &c, cudaStream_t stream) {
     if constexpr (DP <= 128) {
         if (pick_two_mtiles(c)) return launch_dp<DP, 2>(out, q, k, v, c, stream);
     }
     return launch_dp<DP, 1>(out, q, k, v, c, stream);
 }
 
-int launch_attention_prefill(__half *out, const __half *q, const __half *k, const __half *v,
-                             const ts_attention_config &c, cudaStream_t stream) {
+template <typename T>
+int launch_attention_prefill(T *out, const T *q, const T *k, const T *v, const ts_attention_config &c,
+                             cudaStream_t stream) {
     const int d = c.head_dim;
     if (d <= 32) return launch_mt<32>(out, q, k, v, c, stream);
     if (d <= 64) return launch_mt<64>(out, q, k, v, c, stream);
@@ -334,7 +337,7 @@ extern "C" int ts_attention_prefill(void *out, const void *q, const void *k, con
     val.ptr(v, "v");
     val.ptr(cfg, "cfg");
     if (!val.ok()) return val.status();
-    val.dtype_f16(cfg->dtype, "cfg->dtype");
+    val.dtype_storage(cfg->dtype, "cfg->dtype");
     val.positive(cfg->batch, "cfg->batch");
     val.positive(cfg->seq_len, "cfg->seq_len");
     val.positive(cfg->n_heads, "cfg->n_heads");
@@ -353,6 +356,9 @@ extern "C" int ts_attention_prefill(void *out, const void *q, const void *k, con
     cudaStream_t st;
     const int s = ts::ready(val.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_attention_prefill(static_cast<__half *>(out), static_cast<const __half *>(q),
-                                    static_cast<const __half *>(k), static_cast<const __half *>(v), *cfg, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_attention_prefill(static_cast<T *>(out), static_cast<const T *>(q), static_cast<const T *>(k),
+                                        static_cast<const T *>(v), *cfg, st);
+    });
 }

@@ -1,7 +1,8 @@
 /*
  * attention_scores_softmax: probs [batch, n_heads, seq_q, seq_k] (fp32) = softmax(scale q k^T +
  * causal mask) per head, for q [batch, seq_q, n_heads, head_dim] and k [batch, seq_k, n_kv_heads,
- * head_dim], query head h reading kv head h / (n_heads / n_kv_heads). The queries are the last
+ * head_dim] in the storage type T (fp16 or bf16, the kernel's template argument; read into fp32,
+ * nothing rounded back), query head h reading kv head h / (n_heads / n_kv_heads). The queries are the last
  * seq_q positions of the keys: causal query i sees keys 0 .. seq_k - seq_q + i, every later key
  * gets probability 0. The probabilities themselves, for a model that needs them (attention
  * outputs, a custom mask, analysis), where attention_prefill never stores them.
@@ -21,9 +22,10 @@ constexpr int kThreads = 256;
 constexpr int kMaxHeadDim = 256;
 constexpr int kRows = 2; /* query rows per block, each key row read once for both: measured on an H100 against 1 and 8 (docs/PERF.md) */
 
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    scores_softmax_kernel(float *probs, const __half *q, const __half *k, int seq_q, int seq_k, int n_heads,
-                          int n_kv_heads, int head_dim, int causal, float scale) {
+    scores_softmax_kernel(float *probs, const T *q, const T *k, int seq_q, int seq_k, int n_heads, int n_kv_heads,
+                          int head_dim, int causal, float scale) {
     ts::pdl_wait();
     __shared__ float qs[kRows][kMaxHeadDim];
     __shared__ float scratch[32];
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(kThreads)
     const int kvh = h / (n_heads / n_kv_heads);
     for (int e = threadIdx.x; e < kRows * head_dim; e += blockDim.x) { /* rows past the last: zeros */
         const int r = e / head_dim, t = e - r * head_dim;
-        qs[r][t] = r < rows ? __half2float(q[(((int64_t)b * seq_q + i0 + r) * n_heads + h) * head_dim + t]) : 0.0f;
+        qs[r][t] = r < rows ? ts::to_float(q[(((int64_t)b * seq_q + i0 + r) * n_heads + h) * head_dim + t]) : 0.0f;
     }
     __syncthreads();
     /* Query i0 + r sees keys [0, visible(r)): >= 1, since seq_q <= seq_k. */
@@ -44,12 +46,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int r = 0; r < kRows; ++r) mx[r] = -INFINITY;
     const int last = visible(rows - 1);
     for (int j = warp; j < last; j += warps) {
-        const __half *krow = k + (((int64_t)b * seq_k + j) * n_kv_heads + kvh) * head_dim;
+        const T *krow = k + (((int64_t)b * seq_k + j) * n_kv_heads + kvh) * head_dim;
         float acc[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
         for (int t = lane; t < head_dim; t += 32) {
-            const float kv = __half2float(krow[t]);
+            const float kv = ts::to_float(krow[t]);
 #pragma unroll
             for (int r = 0; r < kRows; ++r) acc[r] = fmaf(qs[r][t], kv, acc[r]);
         }
@@ -89,7 +91,7 @@ extern "C" int ts_attention_scores_softmax(void *probs, const void *q, const voi
     v.ptr(k, "k");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->batch, "cfg->batch");
     v.positive(cfg->seq_q, "cfg->seq_q");
     v.positive(cfg->seq_k, "cfg->seq_k");
@@ -118,8 +120,12 @@ extern "C" int ts_attention_scores_softmax(void *probs, const void *q, const voi
     const char *d = ts::dims("batch=%d seq_q=%d seq_k=%d heads=%d/%d head_dim=%d causal=%d", cfg->batch, cfg->seq_q,
                              cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal);
     const dim3 grid((unsigned)ts::ceil_div(cfg->seq_q, kRows), cfg->n_heads, cfg->batch);
-    TS_LAUNCH(op, scores_softmax_kernel, grid, kThreads, 0, st, d, static_cast<float *>(probs),
-              static_cast<const __half *>(q), static_cast<const __half *>(k), cfg->seq_q, cfg->seq_k, cfg->n_heads,
-              cfg->n_kv_heads, cfg->head_dim, cfg->causal, cfg->scale);
-    return TS_OK;
+    return ts::with_storage(cfg->dtype, [&](auto tag) -> int {
+        using T = typename decltype(tag)::type;
+        auto kernel = scores_softmax_kernel<T>;
+        TS_LAUNCH(op, kernel, grid, kThreads, 0, st, d, static_cast<float *>(probs), static_cast<const T *>(q),
+                  static_cast<const T *>(k), cfg->seq_q, cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim,
+                  cfg->causal, cfg->scale);
+        return TS_OK;
+    });
 }

@@ -1,7 +1,8 @@
 /*
  * embedding: out[t] = table[ids[t]], a bit-exact row gather. One block per token; the row is
- * copied in the widest unit the row length and the pointers allow (16 bytes = 8 halves, else
- * 4 bytes, else 2). ids are range-checked on the device: an id outside [0, table_rows) is
+ * copied in the widest unit the row length and the pointers allow (16 bytes = 8 values, else
+ * 4 bytes, else 2). Both storage types (fp16, bf16) are 2 bytes a value and a copy never looks at
+ * them, so one kernel per unit serves both: no dispatch on the dtype. ids are range-checked on the device: an id outside [0, table_rows) is
  * recorded in the fault record (reported as TS_ERR_INDEX by the next ts_synchronize or
  * ts_copy_to_host) and its row is skipped.
  */

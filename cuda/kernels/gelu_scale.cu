@@ -4,9 +4,10 @@
  * scale) in one pass over memory instead of two. The GELU is gelu.cuh's, the function the gelu and
  * gelu_tanh kernels apply (their header comments give the derivations and the measured error:
  * within 1.2e-5 relative of the fp64 reference); the product with scale is one more fp32 rounding
- * (2^-24 relative), and out is rounded to fp16 once. The unfused gelu then a gemm by [[scale]]
- * rounds the GELU to fp16 first, so it differs from this by up to one ulp of the output (u
- * relative), and by the fp16 rounding of scale where scale is not exact in fp16.
+ * (2^-24 relative), and out is rounded to the storage type (fp16 or bf16) once. The unfused gelu
+ * then a gemm by [[scale]] rounds the GELU to the storage type first, so it differs from this by up
+ * to one ulp of the output (u relative), and by the rounding of scale where scale is not exact in
+ * the storage type.
  *
  * The kind is a template argument (one functor type each, so the path table names them and a
  * kernel does not branch per element) and the scale a value the functor carries into the kernel
@@ -39,7 +40,7 @@ extern "C" int ts_gelu_scale(void *out, const void *x, const ts_gelu_scale_confi
     v.ptr(x, "x");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->n, "cfg->n");
     v.elements("cfg->n", {cfg->n});
     if (v.ok() && cfg->gelu != TS_GELU_ERF && cfg->gelu != TS_GELU_TANH)
@@ -50,8 +51,11 @@ extern "C" int ts_gelu_scale(void *out, const void *x, const ts_gelu_scale_confi
     cudaStream_t st;
     int s = ts::ready(op, stream, &st);
     if (s != TS_OK) return s;
-    __half *o = static_cast<__half *>(out);
-    const __half *in = static_cast<const __half *>(x);
-    if (cfg->gelu == TS_GELU_TANH) return ts::launch_unary(op, o, in, cfg->n, st, GeluScaleTanhOp{cfg->scale});
-    return ts::launch_unary(op, o, in, cfg->n, st, GeluScaleErfOp{cfg->scale});
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T *o = static_cast<T *>(out);
+        const T *in = static_cast<const T *>(x);
+        if (cfg->gelu == TS_GELU_TANH) return ts::launch_unary(op, o, in, cfg->n, st, GeluScaleTanhOp{cfg->scale});
+        return ts::launch_unary(op, o, in, cfg->n, st, GeluScaleErfOp{cfg->scale});
+    });
 }

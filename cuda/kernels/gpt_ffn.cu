@@ -1,7 +1,8 @@
 /*
  * gpt_ffn: GPT-2's MLP, out [rows, hidden] = gelu(x . w1^T + b1) . w2^T + b2 with w1 [ffn, hidden],
- * w2 [hidden, ffn], biases optional, the exact or the tanh GELU (cfg->gelu). The first product is
- * not rounded before the GELU (one rounding, of the activation, where the unfused gemm then gelu
+ * w2 [hidden, ffn], biases optional, the exact or the tanh GELU (cfg->gelu), everything in the
+ * storage type T (fp16 or bf16, the kernels' last template argument). The first product is not
+ * rounded before the GELU (one rounding to T, of the activation, where the unfused gemm then gelu
  * round twice), the activation lives in a library workspace, the second product is gemm's.
  *
  * Decode (rows <= 16, hidden and ffn % 8 == 0, 16-byte aligned; wider than gemv_decode_applies's 4
@@ -24,49 +25,49 @@ __device__ __forceinline__ float gelu_of(float v) {
     return TANH ? ts::gelu_tanh(v) : ts::gelu_erf(v);
 }
 
-template <bool TANH>
+template <bool TANH, typename T>
 struct BiasGeluStore {
-    __half *act;
-    const __half *bias;
+    T *act;
+    const T *bias;
     int n;
     __device__ __forceinline__ void operator()(int m, int j, float acc) const {
-        act[(int64_t)m * n + j] = __float2half_rn(gelu_of<TANH>(bias ? acc + __half2float(bias[j]) : acc));
+        act[(int64_t)m * n + j] = ts::from_float<T>(gelu_of<TANH>(bias ? acc + ts::to_float(bias[j]) : acc));
     }
 };
 
-template <int MR, bool TANH>
+template <int MR, bool TANH, typename T>
 __global__ void __launch_bounds__(ts::kGemvThreads)
-    gelu_gemv_kernel(__half *act, const __half *x, const __half *w1, const __half *b1, int rows, int hidden,
-                     int ffn) {
+    gelu_gemv_kernel(T *act, const T *x, const T *w1, const T *b1, int rows, int hidden, int ffn) {
     ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     ts::gemv_load_rows(smem_rows, x, rows, hidden);
-    ts::gemv_smem<MR>(reinterpret_cast<const __half *>(smem_rows), w1, rows, hidden, ffn,
-                      BiasGeluStore<TANH>{act, b1, ffn});
+    ts::gemv_smem<MR>(reinterpret_cast<const T *>(smem_rows), w1, rows, hidden, ffn,
+                      BiasGeluStore<TANH, T>{act, b1, ffn});
 }
 
-template <bool TANH>
-__global__ void __launch_bounds__(256)
-    bias_gelu_kernel(__half *act, const float *acc, const __half *b1, int rows, int ffn) {
+template <bool TANH, typename T>
+__global__ void __launch_bounds__(256) bias_gelu_kernel(T *act, const float *acc, const T *b1, int rows, int ffn) {
     ts::pdl_wait();
     const int64_t n = (int64_t)rows * ffn;
     for (int64_t i = blockIdx.x * 256LL + threadIdx.x; i < n; i += (int64_t)gridDim.x * 256)
-        act[i] = __float2half_rn(gelu_of<TANH>(b1 ? acc[i] + __half2float(b1[i % ffn]) : acc[i]));
+        act[i] = ts::from_float<T>(gelu_of<TANH>(b1 ? acc[i] + ts::to_float(b1[i % ffn]) : acc[i]));
 }
 
-template <int MR, bool TANH>
-int launch_gemv(const char *op, __half *act, const __half *x, const __half *w1, const __half *b1, int rows,
-                int hidden, int ffn, cudaStream_t stream) {
+template <int MR, bool TANH, typename T>
+int launch_gemv(const char *op, T *act, const T *x, const T *w1, const T *b1, int rows, int hidden, int ffn,
+                cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    return ts::launch_gemv_kernel(op, gelu_gemv_kernel<MR, TANH>, shared_done, occupancy, rows, hidden, ffn, stream,
-                                  ts::dims("rows=%d hidden=%d ffn=%d tile=%d tanh=%d", rows, hidden, ffn, MR, (int)TANH),
-                                  act, x, w1, b1, rows, hidden, ffn);
+    return ts::launch_gemv_kernel<T>(op, gelu_gemv_kernel<MR, TANH, T>, shared_done, occupancy, rows, hidden, ffn,
+                                     stream,
+                                     ts::dims("rows=%d hidden=%d ffn=%d tile=%d tanh=%d in=%s", rows, hidden, ffn, MR,
+                                              (int)TANH, ts::Storage<T>::name),
+                                     act, x, w1, b1, rows, hidden, ffn);
 }
 
-template <bool TANH>
-int launch_up(const char *op, __half *act, float *acc, const __half *x, const __half *w1, const __half *b1, int rows,
-              int hidden, int ffn, bool gemv, cudaStream_t stream) {
+template <bool TANH, typename T>
+int launch_up(const char *op, T *act, float *acc, const T *x, const T *w1, const T *b1, int rows, int hidden, int ffn,
+              bool gemv, cudaStream_t stream) {
     if (gemv) {
         switch (ts::gemv_tile(rows)) {
         case 1: return launch_gemv<1, TANH>(op, act, x, w1, b1, rows, hidden, ffn, stream);
@@ -76,27 +77,28 @@ int launch_up(const char *op, __half *act, float *acc, const __half *x, const __
         default: return launch_gemv<16, TANH>(op, act, x, w1, b1, rows, hidden, ffn, stream);
         }
     }
-    TS_CHECK(op, ts::gemm_nt(op, acc, CUDA_R_32F, x, w1, nullptr, rows, ffn, hidden, stream));
-    auto kernel = bias_gelu_kernel<TANH>;
+    TS_CHECK(op, ts::gemm_nt(op, acc, true, x, w1, static_cast<const T *>(nullptr), rows, ffn, hidden, stream));
+    auto kernel = bias_gelu_kernel<TANH, T>;
     const char *d = ts::dims("rows=%d ffn=%d tanh=%d", rows, ffn, (int)TANH);
     TS_LAUNCH(op, kernel, ts::grid_for((int64_t)rows * ffn, 256), 256, 0, stream, d, act, acc, b1, rows, ffn);
     return TS_OK;
 }
 
-int launch_gpt_ffn(__half *out, const __half *x, const __half *w1, const __half *b1, const __half *w2,
-                   const __half *b2, int rows, int hidden, int ffn, bool tanh_gelu, cudaStream_t stream) {
+template <typename T>
+int launch_gpt_ffn(T *out, const T *x, const T *w1, const T *b1, const T *w2, const T *b2, int rows, int hidden,
+                   int ffn, bool tanh_gelu, cudaStream_t stream) {
     const char *op = "gpt_ffn";
     const bool gemv = rows <= ts::kGemvMaxRows && hidden % 8 == 0 && ffn % 8 == 0 && ts::aligned16(x) &&
                       ts::aligned16(w1) && ts::gemv_fits(rows, hidden);
     /* The activation, 256-byte aligned, then (the cuBLAS path) the fp32 accumulators. */
-    const size_t act_bytes = ((size_t)rows * ffn * sizeof(__half) + 255) & ~(size_t)255;
+    const size_t act_bytes = ((size_t)rows * ffn * sizeof(T) + 255) & ~(size_t)255;
     void *ws = nullptr;
     TS_CHECK(op, ts::workspace(op, ts::WS_FFN, act_bytes + (gemv ? 0 : (size_t)rows * ffn * sizeof(float)), &ws));
-    __half *act = static_cast<__half *>(ws);
+    T *act = static_cast<T *>(ws);
     float *acc = reinterpret_cast<float *>(static_cast<char *>(ws) + act_bytes);
     TS_CHECK(op, tanh_gelu ? launch_up<true>(op, act, acc, x, w1, b1, rows, hidden, ffn, gemv, stream)
                            : launch_up<false>(op, act, acc, x, w1, b1, rows, hidden, ffn, gemv, stream));
-    return ts::gemm_nt(op, out, CUDA_R_16F, act, w2, b2, rows, hidden, ffn, stream);
+    return ts::gemm_nt(op, out, false, act, w2, b2, rows, hidden, ffn, stream);
 }
 
 } // namespace
@@ -111,7 +113,7 @@ extern "C" int ts_gpt_ffn(void *out, const void *x, const void *w1, const void *
     v.ptr(w2, "w2");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->rows, "cfg->rows");
     v.positive(cfg->hidden, "cfg->hidden");
     v.positive(cfg->ffn, "cfg->ffn");
@@ -124,8 +126,10 @@ extern "C" int ts_gpt_ffn(void *out, const void *x, const void *w1, const void *
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_gpt_ffn(static_cast<__half *>(out), static_cast<const __half *>(x), static_cast<const __half *>(w1),
-                          static_cast<const __half *>(b1), static_cast<const __half *>(w2),
-                          static_cast<const __half *>(b2), cfg->rows, cfg->hidden, cfg->ffn,
-                          cfg->gelu == TS_GELU_TANH, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_gpt_ffn(static_cast<T *>(out), static_cast<const T *>(x), static_cast<const T *>(w1),
+                              static_cast<const T *>(b1), static_cast<const T *>(w2), static_cast<const T *>(b2),
+                              cfg->rows, cfg->hidden, cfg->ffn, cfg->gelu == TS_GELU_TANH, st);
+    });
 }

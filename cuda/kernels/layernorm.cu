@@ -5,17 +5,16 @@
  * == 0, aligned, hidden <= 16384): the row is loaded once into registers with 16-byte vectors
  * and both passes and the output run from registers; reductions by warp shuffles and shared
  * memory. Generic path (odd hidden such as 1001, misaligned pointers): scalar loads, three
- * passes over the row. Rounding as the reference: y = fp16(((x - mean) * inv) * gamma + beta).
- * out may equal x.
+ * passes over the row. Rounding as the reference: y = T(((x - mean) * inv) * gamma + beta), T the
+ * storage type (fp16 or bf16, the kernels' last template argument). out may equal x.
  */
 #include "internal.h"
 
 namespace {
 
-template <int VPT>
-__global__ void __launch_bounds__(ts::kRowThreads) layernorm_vec_kernel(__half *out, const __half *x,
-                                                                        const __half *gamma, const __half *beta,
-                                                                        int hidden, float eps) {
+template <int VPT, typename T>
+__global__ void __launch_bounds__(ts::kRowThreads)
+    layernorm_vec_kernel(T *out, const T *x, const T *gamma, const T *beta, int hidden, float eps) {
     ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
@@ -34,26 +33,34 @@ __global__ void __launch_bounds__(ts::kRowThreads) layernorm_vec_kernel(__half *
     ts::layernorm_row_regs<VPT>(v, sum, nvec, hidden, eps, gamma, beta, out + ro, scratch);
 }
 
-__global__ void __launch_bounds__(1024) layernorm_generic_kernel(__half *out, const __half *x, const __half *gamma,
-                                                                 const __half *beta, int hidden, float eps) {
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    layernorm_generic_kernel(T *out, const T *x, const T *gamma, const T *beta, int hidden, float eps) {
     ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     float sum = 0.0f;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) sum += __half2float(x[ro + i]);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) sum += ts::to_float(x[ro + i]);
     ts::layernorm_row_generic(x + ro, sum, hidden, eps, gamma, beta, out + ro, scratch);
 }
 
 } // namespace
 
-int ts::launch_layernorm(const char *op, __half *out, const __half *x, const __half *gamma, const __half *beta,
-                         int rows, int hidden, float eps, cudaStream_t stream) {
+template <typename T>
+int ts::launch_layernorm(const char *op, T *out, const T *x, const T *gamma, const T *beta, int rows, int hidden,
+                         float eps, cudaStream_t stream) {
     const bool aligned = ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(gamma) && ts::aligned16(beta);
     const ts::RowPlan plan = ts::plan_row(hidden, aligned);
     const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
-    return ts::launch_row(op, plan, rows, stream, d, layernorm_vec_kernel<1>, layernorm_vec_kernel<2>, layernorm_vec_kernel<4>,
-                          layernorm_vec_kernel<8>, layernorm_generic_kernel, out, x, gamma, beta, hidden, eps);
+    return ts::launch_row(op, plan, rows, stream, d, layernorm_vec_kernel<1, T>, layernorm_vec_kernel<2, T>,
+                          layernorm_vec_kernel<4, T>, layernorm_vec_kernel<8, T>, layernorm_generic_kernel<T>, out, x,
+                          gamma, beta, hidden, eps);
 }
+template int ts::launch_layernorm<__half>(const char *, __half *, const __half *, const __half *, const __half *, int,
+                                          int, float, cudaStream_t);
+template int ts::launch_layernorm<__nv_bfloat16>(const char *, __nv_bfloat16 *, const __nv_bfloat16 *,
+                                                 const __nv_bfloat16 *, const __nv_bfloat16 *, int, int, float,
+                                                 cudaStream_t);
 
 extern "C" int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, const ts_norm_config *cfg,
                             void *stream) {
@@ -70,7 +77,10 @@ extern "C" int ts_layernorm(void *out, const void *x, const void *gamma, const v
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return ts::launch_layernorm(v.op(), static_cast<__half *>(out), static_cast<const __half *>(x),
-                                static_cast<const __half *>(gamma), static_cast<const __half *>(beta), cfg->rows,
-                                cfg->hidden, cfg->eps, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return ts::launch_layernorm(v.op(), static_cast<T *>(out), static_cast<const T *>(x),
+                                    static_cast<const T *>(gamma), static_cast<const T *>(beta), cfg->rows,
+                                    cfg->hidden, cfg->eps, st);
+    });
 }

@@ -1,9 +1,10 @@
 /*
- * layernorm_gemm: out [rows, n] = layernorm(s) . w^T (+ bias), s = x, or s = fp16(x + residual)
- * stored in sum: a LayerNorm family's pre-norm and the projection after it (GPT-2's ln_1 and
- * c_attn) in one op, as rmsnorm_gemm is for the RMSNorm families. The normalised row is rounded
- * to fp16 as layernorm stores it (fp16(((s - mean) * inv) * gamma + beta), the variance from the
- * squared deviations), the product accumulates in fp32 and rounds once, the bias added before.
+ * layernorm_gemm: out [rows, n] = layernorm(s) . w^T (+ bias), s = x, or s = T(x + residual)
+ * stored in sum, T the storage type (fp16 or bf16, the kernels' last template argument): a
+ * LayerNorm family's pre-norm and the projection after it (GPT-2's ln_1 and c_attn) in one op, as
+ * rmsnorm_gemm is for the RMSNorm families. The normalised row is rounded to T as layernorm stores
+ * it (T(((s - mean) * inv) * gamma + beta), the variance from the squared deviations), the product
+ * accumulates in fp32 and rounds once, the bias added before.
  *
  * Decode (rows <= 4, a weight of at most 32 MiB, hidden % 8 == 0, every pointer 16-byte aligned,
  * the rows fit in shared memory): one kernel. Each block normalises all rows into shared memory
@@ -18,15 +19,14 @@
 
 namespace {
 
-template <int MR>
+template <int MR, typename T>
 __global__ void __launch_bounds__(ts::kGemvThreads)
-    layernorm_gemv_kernel(__half *out, __half *sum_out, const __half *x, const __half *residual, const __half *gamma,
-                          const __half *beta, const __half *w, const __half *bias, int rows, int hidden, int n,
-                          float eps) {
+    layernorm_gemv_kernel(T *out, T *sum_out, const T *x, const T *residual, const T *gamma, const T *beta,
+                          const T *w, const T *bias, int rows, int hidden, int n, float eps) {
     ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     __shared__ float partial[2][MR][ts::kGemvWarps];
-    __half *a = reinterpret_cast<__half *>(smem_rows);
+    T *a = reinterpret_cast<T *>(smem_rows);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nvec = hidden >> 3;
     /* As rmsnorm_gemm's prologue (every load of a thread in flight at once, the second and third
      * passes from shared memory), with the mean's sums and then the squared deviations' through
@@ -45,8 +45,8 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
                     float rr[8];
                     ts::load8(residual + o, rr);
 #pragma unroll
-                    for (int t = 0; t < 8; ++t) v[t] = __half2float(__float2half_rn(v[t] + rr[t]));
-                    if (blockIdx.x == 0) ts::store8(sum_out + o, v); /* exact: already fp16 */
+                    for (int t = 0; t < 8; ++t) v[t] = ts::round_to<T>(v[t] + rr[t]);
+                    if (blockIdx.x == 0) ts::store8(sum_out + o, v); /* exact: already in T */
                 }
 #pragma unroll
                 for (int t = 0; t < 8; ++t) sm[m] += v[t];
@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
         for (int m = 0; m < MR; ++m) {
             if (m < rows) {
                 float v[8];
-                ts::unpack8(reinterpret_cast<const uint4 *>(a + (int64_t)m * hidden)[c], v);
+                ts::unpack8<T>(reinterpret_cast<const uint4 *>(a + (int64_t)m * hidden)[c], v);
 #pragma unroll
                 for (int t = 0; t < 8; ++t) {
                     const float dv = v[t] - mean[m];
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
         for (int m = 0; m < MR; ++m) {
             if (m < rows) {
                 float v[8];
-                ts::unpack8(reinterpret_cast<const uint4 *>(a + (int64_t)m * hidden)[c], v);
+                ts::unpack8<T>(reinterpret_cast<const uint4 *>(a + (int64_t)m * hidden)[c], v);
 #pragma unroll
                 for (int t = 0; t < 8; ++t) v[t] = ((v[t] - mean[m]) * inv[m]) * g[t] + bt[t];
                 ts::store8(a + (int64_t)m * hidden + c * 8, v);
@@ -114,23 +114,24 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
         }
     }
     __syncthreads();
-    ts::gemv_smem<MR>(a, w, rows, hidden, n, ts::GemvBiasStore{out, bias, n});
+    ts::gemv_smem<MR>(a, w, rows, hidden, n, ts::GemvBiasStore<T>{out, bias, n});
 }
 
-template <int MR>
-int launch_gemv(const char *op, __half *out, __half *sum, const __half *x, const __half *residual,
-                const __half *gamma, const __half *beta, const __half *w, const __half *bias, int rows, int hidden,
-                int n, float eps, cudaStream_t stream) {
+template <int MR, typename T>
+int launch_gemv(const char *op, T *out, T *sum, const T *x, const T *residual, const T *gamma, const T *beta,
+                const T *w, const T *bias, int rows, int hidden, int n, float eps, cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    return ts::launch_gemv_kernel(op, layernorm_gemv_kernel<MR>, shared_done, occupancy, rows, hidden, n, stream,
-                                  ts::dims("rows=%d hidden=%d n=%d tile=%d", rows, hidden, n, MR), out, sum, x,
-                                  residual, gamma, beta, w, bias, rows, hidden, n, eps);
+    return ts::launch_gemv_kernel<T>(op, layernorm_gemv_kernel<MR, T>, shared_done, occupancy, rows, hidden, n,
+                                     stream,
+                                     ts::dims("rows=%d hidden=%d n=%d tile=%d in=%s", rows, hidden, n, MR,
+                                              ts::Storage<T>::name),
+                                     out, sum, x, residual, gamma, beta, w, bias, rows, hidden, n, eps);
 }
 
-int launch_layernorm_gemm(__half *out, __half *sum, const __half *x, const __half *residual, const __half *gamma,
-                          const __half *beta, const __half *w, const __half *bias, int rows, int hidden, int n,
-                          float eps, cudaStream_t stream) {
+template <typename T>
+int launch_layernorm_gemm(T *out, T *sum, const T *x, const T *residual, const T *gamma, const T *beta, const T *w,
+                          const T *bias, int rows, int hidden, int n, float eps, cudaStream_t stream) {
     const char *op = "layernorm_gemm";
     const bool aligned = ts::aligned16(x) && ts::aligned16(gamma) && ts::aligned16(beta) && ts::aligned16(w) &&
                          (residual == nullptr || (ts::aligned16(residual) && ts::aligned16(sum)));
@@ -144,13 +145,13 @@ int launch_layernorm_gemm(__half *out, __half *sum, const __half *x, const __hal
         }
     }
     void *ws = nullptr;
-    TS_CHECK(op, ts::workspace(op, ts::WS_FFN, (size_t)rows * hidden * sizeof(__half), &ws));
-    __half *h = static_cast<__half *>(ws);
+    TS_CHECK(op, ts::workspace(op, ts::WS_FFN, (size_t)rows * hidden * sizeof(T), &ws));
+    T *h = static_cast<T *>(ws);
     if (residual != nullptr)
         TS_CHECK(op, ts::launch_layernorm_residual(op, sum, h, x, residual, gamma, beta, rows, hidden, eps, stream));
     else
         TS_CHECK(op, ts::launch_layernorm(op, h, x, gamma, beta, rows, hidden, eps, stream));
-    return ts::gemm_nt(op, out, CUDA_R_16F, h, w, bias, rows, n, hidden, stream);
+    return ts::gemm_nt(op, out, false, h, w, bias, rows, n, hidden, stream);
 }
 
 } // namespace
@@ -173,7 +174,7 @@ extern "C" int ts_layernorm_gemm(void *out, void *sum, const void *x, const void
     else if (sum != nullptr && (sum == x || sum == residual))
         v.fail(TS_ERR_INVALID_ARGUMENT, "sum = %p: must not overlap x or residual (every block reads them)", sum);
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->rows, "cfg->rows");
     v.positive(cfg->hidden, "cfg->hidden");
     v.positive(cfg->n, "cfg->n");
@@ -185,9 +186,11 @@ extern "C" int ts_layernorm_gemm(void *out, void *sum, const void *x, const void
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_layernorm_gemm(static_cast<__half *>(out), static_cast<__half *>(sum),
-                                 static_cast<const __half *>(x), static_cast<const __half *>(residual),
-                                 static_cast<const __half *>(gamma), static_cast<const __half *>(beta),
-                                 static_cast<const __half *>(w), static_cast<const __half *>(bias), cfg->rows,
-                                 cfg->hidden, cfg->n, cfg->eps, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_layernorm_gemm(static_cast<T *>(out), static_cast<T *>(sum), static_cast<const T *>(x),
+                                     static_cast<const T *>(residual), static_cast<const T *>(gamma),
+                                     static_cast<const T *>(beta), static_cast<const T *>(w),
+                                     static_cast<const T *>(bias), cfg->rows, cfg->hidden, cfg->n, cfg->eps, st);
+    });
 }

@@ -1,7 +1,8 @@
 /*
  * pos_embedding: out[t] = x[t] + table[positions[t]] (learned positions, GPT-2). One block per
- * token, 16-byte vectors of 8 halves when hidden % 8 == 0 and every pointer is 16-byte aligned,
- * else scalar; fp32 add, one fp16 rounding; out may equal x. positions are range-checked on the
+ * token, 16-byte vectors of 8 values when hidden % 8 == 0 and every pointer is 16-byte aligned,
+ * else scalar; fp32 add, one rounding to the storage type T (fp16 or bf16, the kernel's last
+ * template argument); out may equal x. positions are range-checked on the
  * device: a position outside [0, table_rows) is recorded in the fault record (TS_ERR_INDEX at the
  * next ts_synchronize / ts_copy_to_host) and its row is skipped.
  */
@@ -9,9 +10,9 @@
 
 namespace {
 
-template <bool VEC>
-__global__ void pos_embedding_kernel(__half *out, const __half *x, const __half *table, const int32_t *positions,
-                                     int hidden, int table_rows, ts::FaultRecord *fault) {
+template <bool VEC, typename T>
+__global__ void pos_embedding_kernel(T *out, const T *x, const T *table, const int32_t *positions, int hidden,
+                                     int table_rows, ts::FaultRecord *fault) {
     ts::pdl_wait();
     const int t = blockIdx.x;
     const int p = positions[t];
@@ -31,23 +32,24 @@ __global__ void pos_embedding_kernel(__half *out, const __half *x, const __half 
         }
     } else {
         for (int c = threadIdx.x; c < hidden; c += blockDim.x)
-            out[xo + c] = __float2half_rn(__half2float(x[xo + c]) + __half2float(table[to + c]));
+            out[xo + c] = ts::from_float<T>(ts::to_float(x[xo + c]) + ts::to_float(table[to + c]));
     }
 }
 
-int launch_pos_embedding(__half *out, const __half *x, const __half *table, const int32_t *positions, int tokens,
-                         int hidden, int table_rows, cudaStream_t stream) {
+template <typename T>
+int launch_pos_embedding(T *out, const T *x, const T *table, const int32_t *positions, int tokens, int hidden,
+                         int table_rows, cudaStream_t stream) {
     const char *op = "pos_embedding";
     const bool vec = hidden % 8 == 0 && ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(table);
     const int units = vec ? hidden / 8 : hidden;
     const int threads = units >= 256 ? 256 : ts::round_up(units, 32);
     const char *d = ts::dims("tokens=%d hidden=%d table_rows=%d vec=%d", tokens, hidden, table_rows, (int)vec);
     if (vec) {
-        auto kernel = pos_embedding_kernel<true>;
+        auto kernel = pos_embedding_kernel<true, T>;
         TS_LAUNCH(op, kernel, tokens, threads, 0, stream, d, out, x, table, positions, hidden, table_rows,
                   ts::fault_record());
     } else {
-        auto kernel = pos_embedding_kernel<false>;
+        auto kernel = pos_embedding_kernel<false, T>;
         TS_LAUNCH(op, kernel, tokens, threads, 0, stream, d, out, x, table, positions, hidden, table_rows,
                   ts::fault_record());
     }
@@ -71,7 +73,9 @@ extern "C" int ts_pos_embedding(void *out, const void *x, const void *table, con
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_pos_embedding(static_cast<__half *>(out), static_cast<const __half *>(x),
-                                static_cast<const __half *>(table), positions, cfg->tokens, cfg->hidden,
-                                cfg->table_rows, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_pos_embedding(static_cast<T *>(out), static_cast<const T *>(x), static_cast<const T *>(table),
+                                    positions, cfg->tokens, cfg->hidden, cfg->table_rows, st);
+    });
 }

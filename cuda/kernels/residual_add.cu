@@ -1,7 +1,7 @@
 /*
- * residual_add: out = x + residual over n fp16 elements; out may equal x (in place).
- * Grid-stride, 16-byte vectors of 8 halves when every pointer is 16-byte aligned, fp32 add,
- * one fp16 rounding.
+ * residual_add: out = x + residual over n elements of the storage type (fp16 or bf16); out may
+ * equal x (in place). Grid-stride, 16-byte vectors of 8 values when every pointer is 16-byte
+ * aligned, fp32 add (exact for two values of either type), one rounding to the storage type.
  */
 #include "elementwise.cuh"
 

@@ -4,15 +4,16 @@
  * registers with 16-byte vectors; fp32 sum of squares reduced by warp shuffles and shared
  * memory; then normalised from registers. Generic path (odd hidden such as 1001, misaligned
  * pointers): scalar loads, two passes over the row. The rounding order matches the reference:
- * y = fp16((x * inv) * w). out may equal x.
+ * y = T((x * inv) * w), T the storage type (fp16 or bf16, the kernels' last template argument).
+ * out may equal x.
  */
 #include "internal.h"
 
 namespace {
 
-template <int VPT>
+template <int VPT, typename T>
 __global__ void __launch_bounds__(ts::kRowThreads)
-    rmsnorm_vec_kernel(__half *out, const __half *x, const __half *weight, int hidden, float eps) {
+    rmsnorm_vec_kernel(T *out, const T *x, const T *weight, int hidden, float eps) {
     ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
@@ -31,14 +32,15 @@ __global__ void __launch_bounds__(ts::kRowThreads)
     ts::rmsnorm_row_regs<VPT>(v, ss, nvec, hidden, eps, weight, out + ro, scratch);
 }
 
+template <typename T>
 __global__ void __launch_bounds__(1024)
-    rmsnorm_generic_kernel(__half *out, const __half *x, const __half *weight, int hidden, float eps) {
+    rmsnorm_generic_kernel(T *out, const T *x, const T *weight, int hidden, float eps) {
     ts::pdl_wait();
     __shared__ float scratch[32];
     const int64_t ro = (int64_t)blockIdx.x * hidden;
     float ss = 0.0f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-        const float a = __half2float(x[ro + i]);
+        const float a = ts::to_float(x[ro + i]);
         ss += a * a;
     }
     ts::rmsnorm_row_generic(x + ro, ss, hidden, eps, weight, out + ro, scratch);
@@ -46,13 +48,19 @@ __global__ void __launch_bounds__(1024)
 
 } // namespace
 
-int ts::launch_rmsnorm(const char *op, __half *out, const __half *x, const __half *weight, int rows, int hidden,
-                       float eps, cudaStream_t stream) {
+template <typename T>
+int ts::launch_rmsnorm(const char *op, T *out, const T *x, const T *weight, int rows, int hidden, float eps,
+                       cudaStream_t stream) {
     const ts::RowPlan plan = ts::plan_row(hidden, ts::aligned16(out) && ts::aligned16(x) && ts::aligned16(weight));
     const char *d = ts::dims("rows=%d hidden=%d eps=%g vpt=%d", rows, hidden, eps, plan.vpt);
-    return ts::launch_row(op, plan, rows, stream, d, rmsnorm_vec_kernel<1>, rmsnorm_vec_kernel<2>, rmsnorm_vec_kernel<4>,
-                          rmsnorm_vec_kernel<8>, rmsnorm_generic_kernel, out, x, weight, hidden, eps);
+    return ts::launch_row(op, plan, rows, stream, d, rmsnorm_vec_kernel<1, T>, rmsnorm_vec_kernel<2, T>,
+                          rmsnorm_vec_kernel<4, T>, rmsnorm_vec_kernel<8, T>, rmsnorm_generic_kernel<T>, out, x,
+                          weight, hidden, eps);
 }
+template int ts::launch_rmsnorm<__half>(const char *, __half *, const __half *, const __half *, int, int, float,
+                                        cudaStream_t);
+template int ts::launch_rmsnorm<__nv_bfloat16>(const char *, __nv_bfloat16 *, const __nv_bfloat16 *,
+                                               const __nv_bfloat16 *, int, int, float, cudaStream_t);
 
 extern "C" int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream) {
     TS_STICKY_GUARD();
@@ -67,6 +75,9 @@ extern "C" int ts_rmsnorm(void *out, const void *x, const void *weight, const ts
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return ts::launch_rmsnorm(v.op(), static_cast<__half *>(out), static_cast<const __half *>(x),
-                              static_cast<const __half *>(weight), cfg->rows, cfg->hidden, cfg->eps, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return ts::launch_rmsnorm(v.op(), static_cast<T *>(out), static_cast<const T *>(x),
+                                  static_cast<const T *>(weight), cfg->rows, cfg->hidden, cfg->eps, st);
+    });
 }

@@ -1,8 +1,9 @@
 /*
- * rmsnorm_gemm: out [rows, n] = rmsnorm(s) . w^T (+ bias), s = x, or s = fp16(x + residual)
- * stored in sum: the pre-norm and the projection after it (Q/K/V, gate/up) in one op. The
- * normalised row is rounded to fp16 as rmsnorm stores it (fp16((s * inv) * weight)), the product
- * accumulates in fp32 and rounds once, the bias added before that rounding.
+ * rmsnorm_gemm: out [rows, n] = rmsnorm(s) . w^T (+ bias), s = x, or s = T(x + residual) stored in
+ * sum, T the storage type (fp16 or bf16, the kernels' last template argument): the pre-norm and the
+ * projection after it (Q/K/V, gate/up) in one op. The normalised row is rounded to T as rmsnorm
+ * stores it (T((s * inv) * weight)), the product accumulates in fp32 and rounds once, the bias
+ * added before that rounding.
  *
  * Decode (rows <= 4, a weight of at most 32 MiB, hidden % 8 == 0, every pointer 16-byte aligned,
  * the rows fit in shared memory): one kernel. Each block normalises all rows into shared memory (the whole block on
@@ -16,14 +17,14 @@
 
 namespace {
 
-template <int MR>
+template <int MR, typename T>
 __global__ void __launch_bounds__(ts::kGemvThreads)
-    rmsnorm_gemv_kernel(__half *out, __half *sum_out, const __half *x, const __half *residual, const __half *weight,
-                        const __half *w, const __half *bias, int rows, int hidden, int n, float eps) {
+    rmsnorm_gemv_kernel(T *out, T *sum_out, const T *x, const T *residual, const T *weight, const T *w, const T *bias,
+                        int rows, int hidden, int n, float eps) {
     ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
     __shared__ float partial[MR][ts::kGemvWarps];
-    __half *a = reinterpret_cast<__half *>(smem_rows);
+    T *a = reinterpret_cast<T *>(smem_rows);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nvec = hidden >> 3;
     /* The prologue runs before any weight is read, so its latency is the kernel's: the whole
      * block shares every row (all loads of a thread in flight at once), the sums of squares go
@@ -42,8 +43,8 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
                     float rr[8];
                     ts::load8(residual + o, rr);
 #pragma unroll
-                    for (int t = 0; t < 8; ++t) v[t] = __half2float(__float2half_rn(v[t] + rr[t]));
-                    if (blockIdx.x == 0) ts::store8(sum_out + o, v); /* exact: already fp16 */
+                    for (int t = 0; t < 8; ++t) v[t] = ts::round_to<T>(v[t] + rr[t]);
+                    if (blockIdx.x == 0) ts::store8(sum_out + o, v); /* exact: already in T */
                 }
 #pragma unroll
                 for (int t = 0; t < 8; ++t) ss[m] += v[t] * v[t];
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
         for (int m = 0; m < MR; ++m) {
             if (m < rows) {
                 float v[8];
-                ts::unpack8(reinterpret_cast<const uint4 *>(a + (int64_t)m * hidden)[c], v);
+                ts::unpack8<T>(reinterpret_cast<const uint4 *>(a + (int64_t)m * hidden)[c], v);
 #pragma unroll
                 for (int t = 0; t < 8; ++t) v[t] = (v[t] * inv[m]) * g[t];
                 ts::store8(a + (int64_t)m * hidden + c * 8, v);
@@ -81,23 +82,23 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
         }
     }
     __syncthreads();
-    ts::gemv_smem<MR>(a, w, rows, hidden, n, ts::GemvBiasStore{out, bias, n});
+    ts::gemv_smem<MR>(a, w, rows, hidden, n, ts::GemvBiasStore<T>{out, bias, n});
 }
 
-template <int MR>
-int launch_gemv(const char *op, __half *out, __half *sum, const __half *x, const __half *residual,
-                const __half *weight, const __half *w, const __half *bias, int rows, int hidden, int n, float eps,
-                cudaStream_t stream) {
+template <int MR, typename T>
+int launch_gemv(const char *op, T *out, T *sum, const T *x, const T *residual, const T *weight, const T *w,
+                const T *bias, int rows, int hidden, int n, float eps, cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    return ts::launch_gemv_kernel(op, rmsnorm_gemv_kernel<MR>, shared_done, occupancy, rows, hidden, n, stream,
-                                  ts::dims("rows=%d hidden=%d n=%d tile=%d", rows, hidden, n, MR), out, sum, x,
-                                  residual, weight, w, bias, rows, hidden, n, eps);
+    return ts::launch_gemv_kernel<T>(op, rmsnorm_gemv_kernel<MR, T>, shared_done, occupancy, rows, hidden, n, stream,
+                                     ts::dims("rows=%d hidden=%d n=%d tile=%d in=%s", rows, hidden, n, MR,
+                                              ts::Storage<T>::name),
+                                     out, sum, x, residual, weight, w, bias, rows, hidden, n, eps);
 }
 
-int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half *residual, const __half *weight,
-                        const __half *w, const __half *bias, int rows, int hidden, int n, float eps,
-                        cudaStream_t stream) {
+template <typename T>
+int launch_rmsnorm_gemm(T *out, T *sum, const T *x, const T *residual, const T *weight, const T *w, const T *bias,
+                        int rows, int hidden, int n, float eps, cudaStream_t stream) {
     const char *op = "rmsnorm_gemm";
     const bool aligned = ts::aligned16(x) && ts::aligned16(weight) && ts::aligned16(w) &&
                          (residual == nullptr || (ts::aligned16(residual) && ts::aligned16(sum)));
@@ -117,13 +118,13 @@ int launch_rmsnorm_gemm(__half *out, __half *sum, const __half *x, const __half 
         }
     }
     void *ws = nullptr;
-    TS_CHECK(op, ts::workspace(op, ts::WS_FFN, (size_t)rows * hidden * sizeof(__half), &ws));
-    __half *h = static_cast<__half *>(ws);
+    TS_CHECK(op, ts::workspace(op, ts::WS_FFN, (size_t)rows * hidden * sizeof(T), &ws));
+    T *h = static_cast<T *>(ws);
     if (residual != nullptr)
         TS_CHECK(op, ts::launch_rmsnorm_residual(op, sum, h, x, residual, weight, rows, hidden, eps, stream));
     else
         TS_CHECK(op, ts::launch_rmsnorm(op, h, x, weight, rows, hidden, eps, stream));
-    return ts::gemm_nt(op, out, CUDA_R_16F, h, w, bias, rows, n, hidden, stream);
+    return ts::gemm_nt(op, out, false, h, w, bias, rows, n, hidden, stream);
 }
 
 } // namespace
@@ -144,7 +145,7 @@ extern "C" int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *
     else if (sum != nullptr && (sum == x || sum == residual))
         v.fail(TS_ERR_INVALID_ARGUMENT, "sum = %p: must not overlap x or residual (every block reads them)", sum);
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->rows, "cfg->rows");
     v.positive(cfg->hidden, "cfg->hidden");
     v.positive(cfg->n, "cfg->n");
@@ -156,8 +157,11 @@ extern "C" int ts_rmsnorm_gemm(void *out, void *sum, const void *x, const void *
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_rmsnorm_gemm(static_cast<__half *>(out), static_cast<__half *>(sum), static_cast<const __half *>(x),
-                               static_cast<const __half *>(residual), static_cast<const __half *>(norm_weight),
-                               static_cast<const __half *>(w), static_cast<const __half *>(bias), cfg->rows,
-                               cfg->hidden, cfg->n, cfg->eps, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_rmsnorm_gemm(static_cast<T *>(out), static_cast<T *>(sum), static_cast<const T *>(x),
+                                   static_cast<const T *>(residual), static_cast<const T *>(norm_weight),
+                                   static_cast<const T *>(w), static_cast<const T *>(bias), cfg->rows, cfg->hidden,
+                                   cfg->n, cfg->eps, st);
+    });
 }

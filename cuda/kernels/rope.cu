@@ -7,6 +7,9 @@
  * on) and multiplies the rotated pair by attention_factor; the engine computes the tables once per
  * model from its config (engine/model/ropescale.go).
  *
+ * x and out in the storage type T (fp16 or bf16, the kernel's last template argument): fp32 math,
+ * one rounding to T per output; the pass-through dims are copied bit for bit.
+ *
  * One block per token. The token's cos/sin for each pair i are computed once into shared memory
  * and applied to every head. The angle is exact to ~1e-7 rad at every position an int32 can
  * hold: pos * inv_freq reaches 1.3e5 rad at position 131072, where an fp32 product is already
@@ -68,9 +71,9 @@ __device__ __forceinline__ void rope_angle(int pos, int i, double ratio, const f
 /* At least 6 blocks of 256 per SM (<= 42 registers): the powf / sincosf code would otherwise take
  * 52 registers and hold the SM to 4 blocks (32 KB of loads in flight); at 8 (32 registers) the
  * item loop spills. */
-template <bool VEC>
+template <bool VEC, typename T>
 __global__ void __launch_bounds__(kThreads, 6)
-    rope_kernel(__half *out, const __half *x, const int32_t *positions, int heads, int head_dim, int rope_half,
+    rope_kernel(T *out, const T *x, const int32_t *positions, int heads, int head_dim, int rope_half,
                 double ratio, const float *div_short, const float *div_long, int long_from, float factor,
                 ts::FaultRecord *fault) {
     ts::pdl_wait();
@@ -84,8 +87,8 @@ __global__ void __launch_bounds__(kThreads, 6)
     };
     const int rope_dim = 2 * rope_half;
     const int64_t tok = (int64_t)t * heads * head_dim;
-    const __half *xt = x + tok;
-    __half *ot = out + tok;
+    const T *xt = x + tok;
+    T *ot = out + tok;
     const int table = min(rope_half, kTablePairs);
     float *cos_s = table_s, *sin_s = table_s + table;
 
@@ -98,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 6)
         uint4 a = make_uint4(0, 0, 0, 0), b = a;
         auto load = [&](int item) {
             const int h = item / per_head, j = item - h * per_head;
-            const __half *xh = xt + (int64_t)h * head_dim;
+            const T *xh = xt + (int64_t)h * head_dim;
             if (j < rvec) {
                 a = *reinterpret_cast<const uint4 *>(xh + 8 * j);
                 b = *reinterpret_cast<const uint4 *>(xh + rope_half + 8 * j);
@@ -114,11 +117,11 @@ __global__ void __launch_bounds__(kThreads, 6)
         __syncthreads();
         while (it < items) {
             const int h = it / per_head, j = it - h * per_head;
-            __half *oh = ot + (int64_t)h * head_dim;
+            T *oh = ot + (int64_t)h * head_dim;
             if (j < rvec) {
                 float va[8], vb[8];
-                ts::unpack8(a, va);
-                ts::unpack8(b, vb);
+                ts::unpack8<T>(a, va);
+                ts::unpack8<T>(b, vb);
 #pragma unroll
                 for (int k = 0; k < 8; ++k) {
                     const float cs = cos_s[8 * j + k], sn = sin_s[8 * j + k];
@@ -126,8 +129,8 @@ __global__ void __launch_bounds__(kThreads, 6)
                     vb[k] = vb[k] * cs + va[k] * sn;
                     va[k] = ra;
                 }
-                *reinterpret_cast<uint4 *>(oh + 8 * j) = ts::pack8(va);
-                *reinterpret_cast<uint4 *>(oh + rope_half + 8 * j) = ts::pack8(vb);
+                *reinterpret_cast<uint4 *>(oh + 8 * j) = ts::pack8<T>(va);
+                *reinterpret_cast<uint4 *>(oh + rope_half + 8 * j) = ts::pack8<T>(vb);
             } else {
                 *reinterpret_cast<uint4 *>(oh + rope_dim + 8 * (j - rvec)) = a;
             }
@@ -153,10 +156,10 @@ __global__ void __launch_bounds__(kThreads, 6)
                 } else {
                     rope_angle(pos, j, ratio, div, factor, &sn, &cs);
                 }
-                const float a = __half2float(xt[base + j]);
-                const float b = __half2float(xt[base + j + rope_half]);
-                ot[base + j] = __float2half_rn(a * cs - b * sn);
-                ot[base + j + rope_half] = __float2half_rn(b * cs + a * sn);
+                const float a = ts::to_float(xt[base + j]);
+                const float b = ts::to_float(xt[base + j + rope_half]);
+                ot[base + j] = ts::from_float<T>(a * cs - b * sn);
+                ot[base + j + rope_half] = ts::from_float<T>(b * cs + a * sn);
             } else if (out != x) {
                 const int64_t k = base + rope_dim + 2 * (j - rope_half);
                 ot[k] = xt[k];
@@ -166,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, 6)
     }
 }
 
-int launch_rope(__half *out, const __half *x, const int32_t *positions, const ts_rope_config *cfg,
-                cudaStream_t stream) {
+template <typename T>
+int launch_rope(T *out, const T *x, const int32_t *positions, const ts_rope_config *cfg, cudaStream_t stream) {
     const int tokens = cfg->tokens, heads = cfg->heads, head_dim = cfg->head_dim, rope_dim = cfg->rope_dim;
     const float freq_base = cfg->freq_base;
     const int long_from = cfg->long_divisor != nullptr ? cfg->long_from : 0;
@@ -186,11 +189,11 @@ int launch_rope(__half *out, const __half *x, const int32_t *positions, const ts
                              cfg->long_divisor != nullptr ? long_from : -1, cfg->attention_factor, (int)(out == x),
                              (int)vec);
     if (vec) {
-        auto kernel = rope_kernel<true>;
+        auto kernel = rope_kernel<true, T>;
         TS_LAUNCH(op, kernel, tokens, threads, smem, stream, d, out, x, positions, heads, head_dim, rope_half,
                   ratio, cfg->freq_divisor, cfg->long_divisor, long_from, cfg->attention_factor, ts::fault_record());
     } else {
-        auto kernel = rope_kernel<false>;
+        auto kernel = rope_kernel<false, T>;
         TS_LAUNCH(op, kernel, tokens, threads, smem, stream, d, out, x, positions, heads, head_dim, rope_half,
                   ratio, cfg->freq_divisor, cfg->long_divisor, long_from, cfg->attention_factor, ts::fault_record());
     }
@@ -207,7 +210,7 @@ extern "C" int ts_rope(void *out, const void *x, const int32_t *positions, const
     v.ptr(positions, "positions");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->dtype, "cfg->dtype");
+    v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->tokens, "cfg->tokens");
     v.positive(cfg->heads, "cfg->heads");
     v.positive(cfg->head_dim, "cfg->head_dim");
@@ -232,5 +235,8 @@ extern "C" int ts_rope(void *out, const void *x, const int32_t *positions, const
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_rope(static_cast<__half *>(out), static_cast<const __half *>(x), positions, cfg, st);
+    return ts::with_storage(cfg->dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_rope(static_cast<T *>(out), static_cast<const T *>(x), positions, cfg, st);
+    });
 }

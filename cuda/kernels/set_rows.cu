@@ -5,7 +5,8 @@
  *
  * One block per source row; the block reads its row index once (thread 0, through shared
  * memory) and copies the row in the widest unit the row's byte length and the pointers allow
- * (16 bytes, else 4, else 2). An index outside [0, dst_rows) is recorded in the fault record
+ * (16 bytes, else 4, else 2): by bytes, so one kernel per unit serves every dtype (fp16, bf16 and
+ * fp32 rows alike). An index outside [0, dst_rows) is recorded in the fault record
  * (reported as TS_ERR_INDEX by the next ts_synchronize or ts_copy_to_host) and that row is not
  * written. Rows must be distinct: which of two writes to one row lands is unspecified.
  */
@@ -66,7 +67,7 @@ extern "C" int ts_set_rows(void *dst, const void *src, const int32_t *rows, cons
     v.ptr(rows, "rows");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_one_of(cfg->dtype, "cfg->dtype", TS_F16, TS_F32);
+    v.dtype_in(cfg->dtype, "cfg->dtype", {TS_F16, TS_BF16, TS_F32});
     v.positive(cfg->dst_rows, "cfg->dst_rows");
     v.positive(cfg->src_rows, "cfg->src_rows");
     v.positive(cfg->row_elems, "cfg->row_elems");
@@ -76,6 +77,6 @@ extern "C" int ts_set_rows(void *dst, const void *src, const int32_t *rows, cons
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    const int64_t row_bytes = (int64_t)cfg->row_elems * (cfg->dtype == TS_F32 ? 4 : 2);
+    const int64_t row_bytes = (int64_t)cfg->row_elems * (cfg->dtype == TS_F32 ? 4 : 2); /* f16, bf16: 2 */
     return launch_set_rows(dst, src, rows, cfg->src_rows, cfg->dst_rows, row_bytes, st);
 }

@@ -1,5 +1,5 @@
 /*
- * softmax over the last dim of x [rows, n] (fp16 or fp32) into fp32 out.
+ * softmax over the last dim of x [rows, n] (fp16, bf16 or fp32) into fp32 out.
  *
  * Long fp32 rows (n >= kClusterMinN, n % 4 == 0, aligned; a vocabulary of 151936 is 608 KB): a
  * cluster of kCluster CTAs per row, each holding its slice of the row in shared memory, so the
@@ -17,7 +17,7 @@
  * (max, sum of exp(x - max)) pair over its elements, merged across the block with warp
  * shuffles and shared memory; pass 2: out = expf(x - max) / sum, re-reading the row (L2). -inf
  * entries contribute 0 and get probability 0. expf, not __expf. Vector path (n % 4 == 0 and
- * aligned pointers): 4 elements per access (float4, or 4 halves as 8 bytes).
+ * aligned pointers): 4 elements per access (float4, or 4 fp16 / bf16 values as 8 bytes).
  */
 #include <algorithm>
 
@@ -39,18 +39,20 @@ __device__ __forceinline__ void load4(const float *p, float (&v)[kVec]) {
     v[3] = u.w;
 }
 
-__device__ __forceinline__ void load4(const __half *p, float (&v)[kVec]) {
+/* 4 values of a 16-bit storage type T (8 bytes). */
+template <typename T>
+__device__ __forceinline__ void load4(const T *p, float (&v)[kVec]) {
+    using P = typename ts::Storage<T>::Pair;
     const uint2 u = *reinterpret_cast<const uint2 *>(p);
-    const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+    const float2 a = ts::to_float2(*reinterpret_cast<const P *>(&u.x));
+    const float2 b = ts::to_float2(*reinterpret_cast<const P *>(&u.y));
     v[0] = a.x;
     v[1] = a.y;
     v[2] = b.x;
     v[3] = b.y;
 }
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+using ts::to_float; /* its fp32 overload too: softmax_kernel reads fp32 or 16-bit input */
 
 /* Adds one element to a running (max m, sum s of exp(x - m)). */
 __device__ __forceinline__ void online_add(float &m, float &s, float x) {
@@ -233,13 +235,21 @@ int launch_cluster(float *out, const float *x, int rows, int n, cudaStream_t str
 }
 
 template <typename T>
+constexpr const char *in_name() {
+    if constexpr (std::is_same_v<T, float>)
+        return "f32";
+    else
+        return ts::Storage<T>::name;
+}
+
+template <typename T>
 int launch_typed(float *out, const T *x, int rows, int n, cudaStream_t stream) {
     const char *op = "softmax";
     const bool vec = n % kVec == 0 && ts::aligned16(out) &&
                      (reinterpret_cast<uintptr_t>(x) % (sizeof(T) * kVec)) == 0;
     const int64_t units = vec ? n / kVec : n;
     const int threads = units >= 1024 ? 1024 : ts::round_up((int)units, 32);
-    const char *d = ts::dims("rows=%d n=%d in=%s vec=%d", rows, n, sizeof(T) == 2 ? "f16" : "f32", (int)vec);
+    const char *d = ts::dims("rows=%d n=%d in=%s vec=%d", rows, n, in_name<T>(), (int)vec);
     if (vec) {
         auto kernel = softmax_kernel<T, true>;
         TS_LAUNCH(op, kernel, rows, threads, 0, stream, d, out, x, n);
@@ -259,7 +269,7 @@ extern "C" int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg
     v.ptr(x, "x");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_one_of(cfg->in_dtype, "cfg->in_dtype", TS_F16, TS_F32);
+    v.dtype_in(cfg->in_dtype, "cfg->in_dtype", {TS_F16, TS_BF16, TS_F32});
     v.positive(cfg->rows, "cfg->rows");
     v.positive(cfg->n, "cfg->n");
     v.elements("x", {cfg->rows, cfg->n});
@@ -274,5 +284,8 @@ extern "C" int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg
         if (used) return TS_OK;
         return launch_typed(static_cast<float *>(out), static_cast<const float *>(x), cfg->rows, cfg->n, st);
     }
-    return launch_typed(static_cast<float *>(out), static_cast<const __half *>(x), cfg->rows, cfg->n, st);
+    return ts::with_storage(cfg->in_dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_typed(static_cast<float *>(out), static_cast<const T *>(x), cfg->rows, cfg->n, st);
+    });
 }

@@ -1,8 +1,9 @@
 /*
  * swiglu_gemm: out [rows, n] = (silu(gate) * up) . w^T (+ bias), gate and up [rows, k], w [n, k]:
- * a SwiGLU FFN's activation and its down projection in one op. The activation is rounded to fp16
- * as swiglu stores it (ts::silu_mul, the same function), the product accumulates in fp32 and rounds
- * once, the bias added before that rounding.
+ * a SwiGLU FFN's activation and its down projection in one op, everything in the storage type T
+ * (fp16 or bf16, the kernels' last template argument; out_dtype is in_dtype). The activation is
+ * rounded to T as swiglu stores it (ts::silu_mul, the same function), the product accumulates in
+ * fp32 and rounds once, the bias added before that rounding.
  *
  * Decode (rows <= 4, k % 8 == 0, every pointer 16-byte aligned, a weight of at most 32 MiB, the
  * rows fit in shared memory): one kernel. Each block computes the activation rows into shared
@@ -14,13 +15,12 @@
 
 namespace {
 
-template <int MR>
+template <int MR, typename T>
 __global__ void __launch_bounds__(ts::kGemvThreads)
-    swiglu_gemv_kernel(__half *out, const __half *gate, const __half *up, const __half *w, const __half *bias, int rows,
-                       int k, int n) {
+    swiglu_gemv_kernel(T *out, const T *gate, const T *up, const T *w, const T *bias, int rows, int k, int n) {
     ts::pdl_wait();
     extern __shared__ uint4 smem_rows[];
-    __half *a = reinterpret_cast<__half *>(smem_rows);
+    T *a = reinterpret_cast<T *>(smem_rows);
     for (int c = threadIdx.x; c < rows * (k >> 3); c += blockDim.x) {
         float g[8], u[8];
         ts::load8(gate + (int64_t)c * 8, g);
@@ -30,21 +30,23 @@ __global__ void __launch_bounds__(ts::kGemvThreads)
         ts::store8(a + (int64_t)c * 8, g);
     }
     __syncthreads();
-    ts::gemv_smem<MR>(a, w, rows, k, n, ts::GemvBiasStore{out, bias, n});
+    ts::gemv_smem<MR>(a, w, rows, k, n, ts::GemvBiasStore<T>{out, bias, n});
 }
 
-template <int MR>
-int launch_gemv(const char *op, __half *out, const __half *gate, const __half *up, const __half *w,
-                const __half *bias, int rows, int k, int n, cudaStream_t stream) {
+template <int MR, typename T>
+int launch_gemv(const char *op, T *out, const T *gate, const T *up, const T *w, const T *bias, int rows, int k, int n,
+                cudaStream_t stream) {
     static std::atomic<int> shared_done{-1};
     static std::atomic<uint64_t> occupancy{0};
-    return ts::launch_gemv_kernel(op, swiglu_gemv_kernel<MR>, shared_done, occupancy, rows, k, n, stream,
-                                  ts::dims("rows=%d k=%d n=%d tile=%d", rows, k, n, MR), out, gate, up, w, bias, rows,
-                                  k, n);
+    return ts::launch_gemv_kernel<T>(op, swiglu_gemv_kernel<MR, T>, shared_done, occupancy, rows, k, n, stream,
+                                     ts::dims("rows=%d k=%d n=%d tile=%d in=%s", rows, k, n, MR,
+                                              ts::Storage<T>::name),
+                                     out, gate, up, w, bias, rows, k, n);
 }
 
-int launch_swiglu_gemm(__half *out, const __half *gate, const __half *up, const __half *w, const __half *bias, int rows,
-                       int k, int n, cudaStream_t stream) {
+template <typename T>
+int launch_swiglu_gemm(T *out, const T *gate, const T *up, const T *w, const T *bias, int rows, int k, int n,
+                       cudaStream_t stream) {
     const char *op = "swiglu_gemm";
     const bool aligned = ts::aligned16(gate) && ts::aligned16(up) && ts::aligned16(w);
     if (ts::gemv_invariant_applies(rows, k, aligned))
@@ -61,10 +63,10 @@ int launch_swiglu_gemm(__half *out, const __half *gate, const __half *up, const 
         }
     }
     void *ws = nullptr;
-    TS_CHECK(op, ts::workspace(op, ts::WS_FFN, (size_t)rows * k * sizeof(__half), &ws));
-    __half *act = static_cast<__half *>(ws);
+    TS_CHECK(op, ts::workspace(op, ts::WS_FFN, (size_t)rows * k * sizeof(T), &ws));
+    T *act = static_cast<T *>(ws);
     TS_CHECK(op, ts::launch_swiglu(op, act, gate, up, (int64_t)rows * k, stream));
-    return ts::gemm_nt(op, out, CUDA_R_16F, act, w, bias, rows, n, k, stream);
+    return ts::gemm_nt(op, out, false, act, w, bias, rows, n, k, stream);
 }
 
 } // namespace
@@ -79,8 +81,9 @@ extern "C" int ts_swiglu_gemm(void *out, const void *gate, const void *up, const
     v.ptr(w, "w");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    v.dtype_f16(cfg->in_dtype, "cfg->in_dtype");
-    v.dtype_f16(cfg->out_dtype, "cfg->out_dtype");
+    v.dtype_storage(cfg->in_dtype, "cfg->in_dtype");
+    v.dtype_storage(cfg->out_dtype, "cfg->out_dtype"); /* no fp32 out: the op feeds the residual stream */
+    ts::check_out_dtype(v, cfg);
     v.positive(cfg->m, "cfg->m");
     v.positive(cfg->n, "cfg->n");
     v.positive(cfg->k, "cfg->k");
@@ -91,7 +94,10 @@ extern "C" int ts_swiglu_gemm(void *out, const void *gate, const void *up, const
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
-    return launch_swiglu_gemm(static_cast<__half *>(out), static_cast<const __half *>(gate),
-                              static_cast<const __half *>(up), static_cast<const __half *>(w),
-                              static_cast<const __half *>(bias), cfg->m, cfg->k, cfg->n, st);
+    return ts::with_storage(cfg->in_dtype, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_swiglu_gemm(static_cast<T *>(out), static_cast<const T *>(gate), static_cast<const T *>(up),
+                                  static_cast<const T *>(w), static_cast<const T *>(bias), cfg->m, cfg->k, cfg->n,
+                                  st);
+    });
 }

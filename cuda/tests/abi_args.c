@@ -280,6 +280,124 @@ int main(void) {
     si.in_dtype = TS_I32;
     expect("softmax in_dtype i32", ts_softmax(P, P, &si, NULL), TS_ERR_UNSUPPORTED, "softmax", "in_dtype", NULL);
 
+    /* bf16 storage: every op that takes TS_F16 takes TS_BF16, so a bf16 config passes validation
+     * and stops only at the missing ts_init (nothing launched); a 16-bit out_dtype must be the
+     * in_dtype (no mixing of TS_F16 and TS_BF16), and the messages name the refused value. */
+    {
+        ts_elementwise_config b_ew = {TS_BF16, 1024};
+        expect("bf16 residual_add valid", ts_residual_add(P, P, P, &b_ew, NULL), TS_ERR_NOT_INITIALIZED, "residual_add",
+               "ts_init", NULL);
+        expect("bf16 swiglu valid", ts_swiglu(P, P, P, &b_ew, NULL), TS_ERR_NOT_INITIALIZED, "swiglu", "ts_init", NULL);
+        expect("bf16 gelu valid", ts_gelu(P, P, &b_ew, NULL), TS_ERR_NOT_INITIALIZED, "gelu", "ts_init", NULL);
+        expect("bf16 gelu_tanh valid", ts_gelu_tanh(P, P, &b_ew, NULL), TS_ERR_NOT_INITIALIZED, "gelu_tanh", "ts_init",
+               NULL);
+        ts_gelu_scale_config b_gs = {TS_BF16, 3072, TS_GELU_TANH, 0.5f};
+        expect("bf16 gelu_scale valid", ts_gelu_scale(P, P, &b_gs, NULL), TS_ERR_NOT_INITIALIZED, "gelu_scale",
+               "ts_init", NULL);
+        ts_norm_config b_nc = {TS_BF16, 4, 2048, 1e-5f};
+        expect("bf16 rmsnorm valid", ts_rmsnorm(P, P, P, &b_nc, NULL), TS_ERR_NOT_INITIALIZED, "rmsnorm", "ts_init", NULL);
+        expect("bf16 layernorm valid", ts_layernorm(P, P, P, P, &b_nc, NULL), TS_ERR_NOT_INITIALIZED, "layernorm",
+               "ts_init", NULL);
+        expect("bf16 layernorm_residual valid", ts_layernorm_residual(P, P2, P, P, P, P, &b_nc, NULL),
+               TS_ERR_NOT_INITIALIZED, "layernorm_residual", "ts_init", NULL);
+        expect("bf16 rmsnorm_residual valid", ts_rmsnorm_residual(P, P2, P, P, P, &b_nc, NULL), TS_ERR_NOT_INITIALIZED,
+               "rmsnorm_residual", "ts_init", NULL);
+        ts_rope_config b_rc = {TS_BF16, 7, 32, 64, 64, 5e5f, NULL, NULL, 0, 1.0f};
+        expect("bf16 rope valid", ts_rope(P, P, P, &b_rc, NULL), TS_ERR_NOT_INITIALIZED, "rope", "ts_init", NULL);
+        ts_attention_config b_ac = {TS_BF16, 1, 16, 32, 8, 64, 1, 0.125f};
+        expect("bf16 attention_prefill valid", ts_attention_prefill(P, P, P, P, &b_ac, NULL), TS_ERR_NOT_INITIALIZED,
+               "attention_prefill", "ts_init", NULL);
+        ts_decode_config b_dc = {TS_BF16, 2, 4096, 32, 8, 64, 0.125f};
+        expect("bf16 attention_decode valid", ts_attention_decode(P, P, P, P, P, &b_dc, NULL), TS_ERR_NOT_INITIALIZED,
+               "attention_decode", "ts_init", NULL);
+        ts_scores_config b_sc = {TS_BF16, 1, 16, 16, 32, 8, 64, 1, 0.125f};
+        expect("bf16 attention_scores_softmax valid", ts_attention_scores_softmax(P, P, P, &b_sc, NULL),
+               TS_ERR_NOT_INITIALIZED, "attention_scores_softmax", "ts_init", NULL);
+        ts_ffn_config b_fc = {TS_BF16, 4, 2048, 8192};
+        expect("bf16 swiglu_ffn valid", ts_swiglu_ffn(P, P, P, P, P, &b_fc, NULL), TS_ERR_NOT_INITIALIZED, "swiglu_ffn",
+               "ts_init", NULL);
+        expect("bf16 gemm_swiglu valid", ts_gemm_swiglu(P, P, P, &b_fc, NULL), TS_ERR_NOT_INITIALIZED, "gemm_swiglu",
+               "ts_init", NULL);
+        ts_norm_gemm_config b_ng = {TS_BF16, 1, 2048, 3072, 1e-5f};
+        expect("bf16 rmsnorm_gemm valid", ts_rmsnorm_gemm(P, P2, P, P, P, P, NULL, &b_ng, NULL), TS_ERR_NOT_INITIALIZED,
+               "rmsnorm_gemm", "ts_init", NULL);
+        expect("bf16 layernorm_gemm valid", ts_layernorm_gemm(P, NULL, P, NULL, P, P, P, P, &b_ng, NULL),
+               TS_ERR_NOT_INITIALIZED, "layernorm_gemm", "ts_init", NULL);
+        ts_gpt_ffn_config b_gf = {TS_BF16, 1, 768, 3072, TS_GELU_ERF};
+        expect("bf16 gpt_ffn valid", ts_gpt_ffn(P, P, P, P, P, P, &b_gf, NULL), TS_ERR_NOT_INITIALIZED, "gpt_ffn",
+               "ts_init", NULL);
+        ts_embedding_config b_ec = {TS_BF16, 8, 2048, 128256};
+        expect("bf16 embedding valid", ts_embedding(P, P, P, &b_ec, NULL), TS_ERR_NOT_INITIALIZED, "embedding", "ts_init",
+               NULL);
+        expect("bf16 pos_embedding valid", ts_pos_embedding(P, P, P, P, &b_ec, NULL), TS_ERR_NOT_INITIALIZED,
+               "pos_embedding", "ts_init", NULL);
+        ts_set_rows_config b_sr = {TS_BF16, 4096, 1, 1024};
+        expect("bf16 set_rows valid", ts_set_rows(P, P, rows, &b_sr, NULL), TS_ERR_NOT_INITIALIZED, "set_rows",
+               "ts_init", NULL);
+        ts_softmax_config b_sm = {TS_BF16, 2, 1001};
+        expect("bf16 softmax valid", ts_softmax(P, P, &b_sm, NULL), TS_ERR_NOT_INITIALIZED, "softmax", "ts_init", NULL);
+
+        /* gemm: bf16 in with bf16 or fp32 out; fp16 in still takes fp16 or fp32 out. */
+        ts_gemm_config b_g = {TS_BF16, TS_BF16, 1, 3072, 2048};
+        expect("bf16 gemm bf16 out valid", ts_gemm(P, P, P, P, &b_g, NULL), TS_ERR_NOT_INITIALIZED, "gemm", "ts_init",
+               NULL);
+        b_g.out_dtype = TS_F32;
+        expect("bf16 gemm f32 out valid", ts_gemm(P, P, P, NULL, &b_g, NULL), TS_ERR_NOT_INITIALIZED, "gemm", "ts_init",
+               NULL);
+        ts_gemm_config f_g = {TS_F16, TS_F32, 1, 3072, 2048};
+        expect("f16 gemm f32 out valid", ts_gemm(P, P, P, NULL, &f_g, NULL), TS_ERR_NOT_INITIALIZED, "gemm", "ts_init",
+               NULL);
+        /* The mixes: refused, naming the out_dtype's value and the in_dtype it does not match. */
+        ts_gemm_config mix = {TS_F16, TS_BF16, 1, 3072, 2048};
+        expect("gemm f16 in bf16 out", ts_gemm(P, P, P, NULL, &mix, NULL), TS_ERR_UNSUPPORTED, "gemm", "out_dtype",
+               "= 4 (TS_BF16)");
+        expect("gemm f16 in bf16 out names in_dtype", ts_gemm(P, P, P, NULL, &mix, NULL), TS_ERR_UNSUPPORTED, "gemm",
+               "in_dtype", "= 1 (TS_F16)");
+        mix.in_dtype = TS_BF16;
+        mix.out_dtype = TS_F16;
+        expect("gemm bf16 in f16 out", ts_gemm(P, P, P, NULL, &mix, NULL), TS_ERR_UNSUPPORTED, "gemm", "out_dtype",
+               "= 1 (TS_F16)");
+        expect("gemm bf16 in f16 out names in_dtype", ts_gemm(P, P, P, NULL, &mix, NULL), TS_ERR_UNSUPPORTED, "gemm",
+               "in_dtype", "= 4 (TS_BF16)");
+        /* swiglu_gemm: out_dtype is in_dtype, 16-bit only. */
+        ts_gemm_config b_sg = {TS_BF16, TS_BF16, 1, 2048, 8192};
+        expect("bf16 swiglu_gemm valid", ts_swiglu_gemm(P, P, P, P, P, &b_sg, NULL), TS_ERR_NOT_INITIALIZED,
+               "swiglu_gemm", "ts_init", NULL);
+        b_sg.out_dtype = TS_F16;
+        expect("swiglu_gemm bf16 in f16 out", ts_swiglu_gemm(P, P, P, P, NULL, &b_sg, NULL), TS_ERR_UNSUPPORTED,
+               "swiglu_gemm", "out_dtype", "= 1 (TS_F16)");
+        b_sg.in_dtype = TS_F16;
+        b_sg.out_dtype = TS_BF16;
+        expect("swiglu_gemm f16 in bf16 out", ts_swiglu_gemm(P, P, P, P, NULL, &b_sg, NULL), TS_ERR_UNSUPPORTED,
+               "swiglu_gemm", "out_dtype", "= 4 (TS_BF16)");
+        b_sg.in_dtype = TS_BF16;
+        b_sg.out_dtype = TS_F32;
+        expect("swiglu_gemm bf16 in f32 out", ts_swiglu_gemm(P, P, P, P, NULL, &b_sg, NULL), TS_ERR_UNSUPPORTED,
+               "swiglu_gemm", "out_dtype", "TS_F32");
+
+        /* A storage dtype is TS_F16 or TS_BF16: another known dtype is unsupported (the message
+         * names both that are), an unknown value invalid. */
+        ts_norm_config b_bad = b_nc;
+        b_bad.dtype = TS_F32;
+        expect("rmsnorm dtype f32", ts_rmsnorm(P, P, P, &b_bad, NULL), TS_ERR_UNSUPPORTED, "rmsnorm", "dtype",
+               "TS_F16 or TS_BF16");
+        b_bad.dtype = (ts_dtype)5;
+        expect("rmsnorm dtype 5", ts_rmsnorm(P, P, P, &b_bad, NULL), TS_ERR_INVALID_ARGUMENT, "rmsnorm", "dtype",
+               "= 5: not a ts_dtype");
+        ts_gemm_config g_bad = {(ts_dtype)5, TS_BF16, 1, 64, 64};
+        expect("gemm in_dtype 5", ts_gemm(P, P, P, NULL, &g_bad, NULL), TS_ERR_INVALID_ARGUMENT, "gemm", "in_dtype",
+               "5");
+        g_bad.in_dtype = TS_F32;
+        expect("gemm in_dtype f32", ts_gemm(P, P, P, NULL, &g_bad, NULL), TS_ERR_UNSUPPORTED, "gemm", "in_dtype",
+               "TS_F32");
+        ts_softmax_config s_bad = {TS_I32, 2, 64};
+        expect("softmax in_dtype i32 names the three", ts_softmax(P, P, &s_bad, NULL), TS_ERR_UNSUPPORTED, "softmax",
+               "in_dtype", "TS_F16, TS_BF16 or TS_F32");
+        ts_set_rows_config r_bad = {(ts_dtype)0, 16, 1, 64};
+        expect("set_rows dtype 0", ts_set_rows(P, P, rows, &r_bad, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "dtype",
+               "0");
+    }
+
     /* sampling */
     ts_sample_config smp = {4, 151936, 0.7f, 50, 0.9f, 42, 7};
     int32_t *tok = (int32_t *)P;

@@ -56,6 +56,10 @@ func (e *ArgError) Unwrap() error { return ErrInvalidArgument }
 type Check struct {
 	op  string
 	err error
+	// store is the storage dtype of the call's 16-bit operands, set by Storage from the
+	// operand named storeArg.
+	store    tensor.DType
+	storeArg string
 }
 
 // Validate starts the checks of one call of op.
@@ -143,14 +147,50 @@ func (c *Check) Shape(arg string, b Buffer, want []int, why string) {
 	}
 }
 
-// OptionalF16 checks an operand that may be absent (a bias): nil passes, else it must be fp16
-// of shape want.
-func (c *Check) OptionalF16(arg string, b Buffer, want []int, why string) {
+// Optional checks an operand that may be absent (a bias): nil passes, else it must be in the
+// call's storage dtype (Same) and of shape want.
+func (c *Check) Optional(arg string, b Buffer, want []int, why string) {
 	if b == nil {
 		return
 	}
-	c.DType(arg, b, tensor.F16)
+	c.Same(arg, b)
 	c.Shape(arg, b, want, why)
+}
+
+// Storage checks the call's first 16-bit operand: fp16 or bf16, which then is the storage
+// dtype every other 16-bit operand must share (Same).
+func (c *Check) Storage(arg string, b Buffer) {
+	c.DType(arg, b, tensor.F16, tensor.BF16)
+	if c.store == tensor.Invalid && b != nil && b.DType().IsFloat16Bit() {
+		c.store, c.storeArg = b.DType(), arg
+	}
+}
+
+// Stored is the storage dtype Storage recorded (F16 when it refused its operand, so that the
+// checks after it still name a dtype).
+func (c *Check) Stored() tensor.DType {
+	if c.store == tensor.Invalid {
+		return tensor.F16
+	}
+	return c.store
+}
+
+// Same fails unless b has the call's storage dtype: a bf16 weight with fp16 activations is a
+// mix no kernel takes, and converting silently would hide a loader bug.
+func (c *Check) Same(arg string, b Buffer) {
+	if !c.Present(arg, b) {
+		return
+	}
+	if dt := c.Stored(); b.DType() != dt {
+		c.fail(arg, describe(b), "dtype must be %v, the storage dtype of %s", dt, c.storeArgName())
+	}
+}
+
+func (c *Check) storeArgName() string {
+	if c.storeArg == "" {
+		return "the call"
+	}
+	return c.storeArg
 }
 
 // That fails with reason unless ok; value names the offending value.

@@ -9,20 +9,23 @@ import (
 )
 
 // The shape and parameter checks of every op, shared by all backends so that each refuses
-// exactly the same calls with exactly the same messages. Checks of index values that live
+// exactly the same calls with exactly the same messages. Activations and weights are stored in
+// fp16 or bf16 (Check.Storage): the first 16-bit operand of a call sets the storage dtype and
+// every other one must match it (Check.Same); outputs that may be fp32 (gemm's, the logits) say
+// so. Checks of index values that live
 // in buffers (positions, ids, cache_lens, rows) are the backends' own: only they can read them.
 
 func fmtF(v float32) string { return strconv.FormatFloat(float64(v), 'g', -1, 32) }
 
 func fmtI(v int) string { return strconv.Itoa(v) }
 
-// CheckUnary validates an fp16 elementwise op out = f(x).
+// CheckUnary validates a 16-bit (fp16 or bf16) elementwise op out = f(x).
 func CheckUnary(op string, out, x Buffer) error {
 	c := Validate(op)
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.MinRank("x", x, 1)
 	if c.Err() == nil {
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, x.Shape(), "the shape of x")
 	}
 	return c.Err()
@@ -39,15 +42,15 @@ func CheckGELUScale(out, x Buffer, scale float32) error {
 	return CheckUnary("gelu_scale", out, x)
 }
 
-// CheckBinary validates an fp16 elementwise op of two tensors of one shape.
+// CheckBinary validates a 16-bit elementwise op of two tensors of one shape and dtype.
 func CheckBinary(op, aName, bName string, out, a, b Buffer) error {
 	c := Validate(op)
-	c.DType(aName, a, tensor.F16)
+	c.Storage(aName, a)
 	c.MinRank(aName, a, 1)
 	if c.Err() == nil {
-		c.DType(bName, b, tensor.F16)
+		c.Same(bName, b)
 		c.Shape(bName, b, a.Shape(), "the shape of "+aName)
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, a.Shape(), "the shape of "+aName)
 	}
 	return c.Err()
@@ -55,7 +58,7 @@ func CheckBinary(op, aName, bName string, out, a, b Buffer) error {
 
 // checkNorm validates x [T, H], out like x, eps, and each [H] parameter vector.
 func checkNorm(c *Check, out, x Buffer, eps float32, params map[string]Buffer) {
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 2)
 	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
 	if c.Err() != nil {
@@ -67,10 +70,10 @@ func checkNorm(c *Check, out, x Buffer, eps float32, params map[string]Buffer) {
 		if !ok {
 			continue
 		}
-		c.DType(name, p, tensor.F16)
+		c.Same(name, p)
 		c.Shape(name, p, []int{h}, "the hidden size of x")
 	}
-	c.DType("out", out, tensor.F16)
+	c.Same("out", out)
 	c.Shape("out", out, x.Shape(), "the shape of x")
 }
 
@@ -104,9 +107,9 @@ func checkNormResidual(op string, sum, out, x, residual Buffer, eps float32, par
 	c := Validate(op)
 	checkNorm(c, out, x, eps, params)
 	if c.Err() == nil {
-		c.DType("residual", residual, tensor.F16)
+		c.Same("residual", residual)
 		c.Shape("residual", residual, x.Shape(), "the shape of x")
-		c.DType("sum", sum, tensor.F16)
+		c.Same("sum", sum)
 		c.Shape("sum", sum, x.Shape(), "the shape of x")
 	}
 	return c.Err()
@@ -115,7 +118,7 @@ func checkNormResidual(op string, sum, out, x, residual Buffer, eps float32, par
 // CheckRoPE validates RoPE on x [T, heads, HeadDim].
 func CheckRoPE(out, x, positions Buffer, cfg RoPEConfig) error {
 	c := Validate("rope")
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 3)
 	c.That(cfg.HeadDim > 0 && cfg.HeadDim%2 == 0, "head_dim", fmtI(cfg.HeadDim), "must be positive and even")
 	c.That(cfg.RopeDim > 0 && cfg.RopeDim%2 == 0 && cfg.RopeDim <= cfg.HeadDim, "rope_dim", fmtI(cfg.RopeDim),
@@ -125,7 +128,7 @@ func CheckRoPE(out, x, positions Buffer, cfg RoPEConfig) error {
 		c.That(x.Shape()[2] == cfg.HeadDim, "x", describe(x), "last dim must equal head_dim (%d)", cfg.HeadDim)
 		c.DType("positions", positions, tensor.I32)
 		c.Shape("positions", positions, x.Shape()[:1], "one position per token of x")
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, x.Shape(), "the shape of x")
 	}
 	f := cfg.AttentionFactor
@@ -163,17 +166,17 @@ func checkHeads(c *Check, cfg AttentionConfig) {
 func CheckAttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error {
 	c := Validate("attention_prefill")
 	checkHeads(c, cfg)
-	c.DType("q", q, tensor.F16)
+	c.Storage("q", q)
 	c.Rank("q", q, 4)
 	if c.Err() == nil {
 		b, s := q.Shape()[0], q.Shape()[1]
 		c.Shape("q", q, []int{b, s, cfg.NumHeads, cfg.HeadDim}, "[batch, seq, n_heads, head_dim]")
 		kv := []int{b, s, cfg.NumKVHeads, cfg.HeadDim}
-		c.DType("k", k, tensor.F16)
+		c.Same("k", k)
 		c.Shape("k", k, kv, "[batch, seq, n_kv_heads, head_dim] of q")
-		c.DType("v", v, tensor.F16)
+		c.Same("v", v)
 		c.Shape("v", v, kv, "[batch, seq, n_kv_heads, head_dim] of q")
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, q.Shape(), "the shape of q")
 	}
 	return c.Err()
@@ -183,9 +186,9 @@ func CheckAttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error {
 func CheckAttentionScoresSoftmax(probs, q, k Buffer, cfg AttentionConfig) error {
 	c := Validate("attention_scores_softmax")
 	checkHeads(c, cfg)
-	c.DType("q", q, tensor.F16)
+	c.Storage("q", q)
 	c.Rank("q", q, 4)
-	c.DType("k", k, tensor.F16)
+	c.Same("k", k)
 	c.Rank("k", k, 4)
 	if c.Err() == nil {
 		b, sq, sk := q.Shape()[0], q.Shape()[1], k.Shape()[1]
@@ -202,20 +205,20 @@ func CheckAttentionScoresSoftmax(probs, q, k Buffer, cfg AttentionConfig) error 
 func CheckAttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg AttentionConfig) error {
 	c := Validate("attention_decode")
 	checkHeads(c, cfg)
-	c.DType("q", q, tensor.F16)
+	c.Storage("q", q)
 	c.Rank("q", q, 3)
-	c.DType("k_cache", kCache, tensor.F16)
+	c.Same("k_cache", kCache)
 	c.Rank("k_cache", kCache, 4)
 	if c.Err() == nil {
 		b, l := q.Shape()[0], kCache.Shape()[1]
 		c.Shape("q", q, []int{b, cfg.NumHeads, cfg.HeadDim}, "[batch, n_heads, head_dim]")
 		cache := []int{b, l, cfg.NumKVHeads, cfg.HeadDim}
 		c.Shape("k_cache", kCache, cache, "[batch, max_len, n_kv_heads, head_dim]")
-		c.DType("v_cache", vCache, tensor.F16)
+		c.Same("v_cache", vCache)
 		c.Shape("v_cache", vCache, cache, "the shape of k_cache")
 		c.DType("cache_lens", cacheLens, tensor.I32)
 		c.Shape("cache_lens", cacheLens, []int{b}, "one length per sequence")
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, q.Shape(), "the shape of q")
 	}
 	return c.Err()
@@ -226,11 +229,11 @@ func CheckEmbedding(out, ids, table Buffer) error {
 	c := Validate("embedding")
 	c.DType("ids", ids, tensor.I32)
 	c.MinRank("ids", ids, 1)
-	c.DType("table", table, tensor.F16)
+	c.Storage("table", table)
 	c.Rank("table", table, 2)
 	if c.Err() == nil {
 		want := append(append([]int{}, ids.Shape()...), table.Shape()[1])
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, want, "the shape of ids plus the hidden size of table")
 	}
 	return c.Err()
@@ -240,7 +243,7 @@ func CheckEmbedding(out, ids, table Buffer) error {
 // row of src. The index values are the backends' to check.
 func CheckSetRows(dst, src, rows Buffer) error {
 	c := Validate("set_rows")
-	c.DType("dst", dst, tensor.F16, tensor.F32)
+	c.DType("dst", dst, tensor.F16, tensor.BF16, tensor.F32)
 	c.MinRank("dst", dst, 1)
 	if c.Err() == nil {
 		per := tensor.NumElements(dst.Shape()[1:])
@@ -261,15 +264,15 @@ func CheckSetRows(dst, src, rows Buffer) error {
 // CheckPosEmbedding validates the learned position embedding add.
 func CheckPosEmbedding(out, x, table, positions Buffer) error {
 	c := Validate("pos_embedding")
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 2)
-	c.DType("table", table, tensor.F16)
+	c.Same("table", table)
 	c.Rank("table", table, 2)
 	if c.Err() == nil {
 		c.That(table.Shape()[1] == x.Shape()[1], "table", describe(table), "hidden size must equal x's (%d)", x.Shape()[1])
 		c.DType("positions", positions, tensor.I32)
 		c.Shape("positions", positions, x.Shape()[:1], "one position per token of x")
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, x.Shape(), "the shape of x")
 	}
 	return c.Err()
@@ -278,15 +281,15 @@ func CheckPosEmbedding(out, x, table, positions Buffer) error {
 // CheckGemm validates out = x · wᵀ + bias.
 func CheckGemm(out, x, w, bias Buffer) error {
 	c := Validate("gemm")
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 2)
-	c.DType("w", w, tensor.F16)
+	c.Same("w", w)
 	c.Rank("w", w, 2)
 	if c.Err() == nil {
 		m, k, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
 		c.That(w.Shape()[1] == k, "w", describe(w), "want [N, %d]: its last dim must equal x's K", k)
-		c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")
-		c.DType("out", out, tensor.F16, tensor.F32)
+		c.Optional("bias", bias, []int{n}, "one bias per output feature (rows of w)")
+		c.DType("out", out, c.Stored(), tensor.F32)
 		c.Shape("out", out, []int{m, n}, "[rows of x, rows of w]")
 	}
 	return c.Err()
@@ -295,15 +298,15 @@ func CheckGemm(out, x, w, bias Buffer) error {
 // CheckGemmSwiGLU validates the fused gate/up projection and activation.
 func CheckGemmSwiGLU(out, x, wGateUp Buffer) error {
 	c := Validate("gemm_swiglu")
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 2)
-	c.DType("w_gate_up", wGateUp, tensor.F16)
+	c.Same("w_gate_up", wGateUp)
 	c.Rank("w_gate_up", wGateUp, 2)
 	if c.Err() == nil {
 		t, h, f2 := x.Shape()[0], x.Shape()[1], wGateUp.Shape()[0]
 		c.That(f2%2 == 0, "w_gate_up", tensor.ShapeString(wGateUp.Shape()), "its rows must be even: the ffn gate rows, then the ffn up rows")
 		c.Shape("w_gate_up", wGateUp, []int{f2, h}, "[2 ffn, hidden of x]")
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, []int{t, f2 / 2}, "[rows of x, ffn]")
 	}
 	return c.Err()
@@ -323,30 +326,30 @@ func CheckLayerNormGemm(out, sum, x, residual, gamma, beta, w, bias Buffer, eps 
 // vecs, named by names.
 func checkNormGemm(op string, out, sum, x, residual, w, bias Buffer, eps float32, names []string, vecs ...Buffer) error {
 	c := Validate(op)
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 2)
 	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
 	c.That((sum == nil) == (residual == nil), "sum", fmt.Sprintf("given %v, residual given %v", sum != nil, residual != nil),
 		"give both (a residual add) or neither")
-	c.DType("w", w, tensor.F16)
+	c.Same("w", w)
 	c.Rank("w", w, 2)
 	if c.Err() != nil {
 		return c.Err()
 	}
 	t, h, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
 	for i, v := range vecs {
-		c.DType(names[i], v, tensor.F16)
+		c.Same(names[i], v)
 		c.Shape(names[i], v, []int{h}, "the hidden size of x")
 	}
 	c.Shape("w", w, []int{n, h}, "[N, hidden of x]")
-	c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")
+	c.Optional("bias", bias, []int{n}, "one bias per output feature (rows of w)")
 	if residual != nil {
-		c.DType("residual", residual, tensor.F16)
+		c.Same("residual", residual)
 		c.Shape("residual", residual, x.Shape(), "the shape of x")
-		c.DType("sum", sum, tensor.F16)
+		c.Same("sum", sum)
 		c.Shape("sum", sum, x.Shape(), "the shape of x")
 	}
-	c.DType("out", out, tensor.F16)
+	c.Same("out", out)
 	c.Shape("out", out, []int{t, n}, "[rows of x, rows of w]")
 	return c.Err()
 }
@@ -354,19 +357,19 @@ func checkNormGemm(op string, out, sum, x, residual, w, bias Buffer, eps float32
 // CheckSwiGLUGemm validates the fused activation and down projection.
 func CheckSwiGLUGemm(out, gate, up, w, bias Buffer) error {
 	c := Validate("swiglu_gemm")
-	c.DType("gate", gate, tensor.F16)
+	c.Storage("gate", gate)
 	c.Rank("gate", gate, 2)
-	c.DType("w", w, tensor.F16)
+	c.Same("w", w)
 	c.Rank("w", w, 2)
 	if c.Err() != nil {
 		return c.Err()
 	}
 	t, k, n := gate.Shape()[0], gate.Shape()[1], w.Shape()[0]
-	c.DType("up", up, tensor.F16)
+	c.Same("up", up)
 	c.Shape("up", up, gate.Shape(), "the shape of gate")
 	c.Shape("w", w, []int{n, k}, "[N, the width of gate]")
-	c.OptionalF16("bias", bias, []int{n}, "one bias per output feature (rows of w)")
-	c.DType("out", out, tensor.F16)
+	c.Optional("bias", bias, []int{n}, "one bias per output feature (rows of w)")
+	c.Same("out", out)
 	c.Shape("out", out, []int{t, n}, "[rows of gate, rows of w]")
 	return c.Err()
 }
@@ -374,20 +377,20 @@ func CheckSwiGLUGemm(out, gate, up, w, bias Buffer) error {
 // CheckGPTFFN validates GPT-2's fused MLP.
 func CheckGPTFFN(out, x, w1, b1, w2, b2 Buffer) error {
 	c := Validate("gpt_ffn")
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 2)
-	c.DType("w1", w1, tensor.F16)
+	c.Same("w1", w1)
 	c.Rank("w1", w1, 2)
 	if c.Err() != nil {
 		return c.Err()
 	}
 	t, h, f := x.Shape()[0], x.Shape()[1], w1.Shape()[0]
 	c.Shape("w1", w1, []int{f, h}, "[ffn, hidden of x]")
-	c.DType("w2", w2, tensor.F16)
+	c.Same("w2", w2)
 	c.Shape("w2", w2, []int{h, f}, "[hidden, ffn] of w1")
-	c.OptionalF16("b1", b1, []int{f}, "one bias per row of w1")
-	c.OptionalF16("b2", b2, []int{h}, "one bias per row of w2")
-	c.DType("out", out, tensor.F16)
+	c.Optional("b1", b1, []int{f}, "one bias per row of w1")
+	c.Optional("b2", b2, []int{h}, "one bias per row of w2")
+	c.Same("out", out)
 	c.Shape("out", out, []int{t, h}, "the shape of x")
 	return c.Err()
 }
@@ -395,18 +398,18 @@ func CheckGPTFFN(out, x, w1, b1, w2, b2 Buffer) error {
 // CheckSwiGLUFFN validates the gated FFN.
 func CheckSwiGLUFFN(out, x, wGate, wUp, wDown Buffer) error {
 	c := Validate("swiglu_ffn")
-	c.DType("x", x, tensor.F16)
+	c.Storage("x", x)
 	c.Rank("x", x, 2)
-	c.DType("w_gate", wGate, tensor.F16)
+	c.Same("w_gate", wGate)
 	c.Rank("w_gate", wGate, 2)
 	if c.Err() == nil {
 		t, h, f := x.Shape()[0], x.Shape()[1], wGate.Shape()[0]
 		c.Shape("w_gate", wGate, []int{f, h}, "[ffn, hidden of x]")
-		c.DType("w_up", wUp, tensor.F16)
+		c.Same("w_up", wUp)
 		c.Shape("w_up", wUp, []int{f, h}, "the shape of w_gate")
-		c.DType("w_down", wDown, tensor.F16)
+		c.Same("w_down", wDown)
 		c.Shape("w_down", wDown, []int{h, f}, "[hidden, ffn] of w_gate")
-		c.DType("out", out, tensor.F16)
+		c.Same("out", out)
 		c.Shape("out", out, []int{t, h}, "the shape of x")
 	}
 	return c.Err()
@@ -415,7 +418,7 @@ func CheckSwiGLUFFN(out, x, wGate, wUp, wDown Buffer) error {
 // CheckSoftmax validates a row softmax into fp32.
 func CheckSoftmax(out, x Buffer) error {
 	c := Validate("softmax")
-	c.DType("x", x, tensor.F16, tensor.F32)
+	c.DType("x", x, tensor.F16, tensor.BF16, tensor.F32)
 	c.MinRank("x", x, 1)
 	if c.Err() == nil {
 		c.DType("out", out, tensor.F32)

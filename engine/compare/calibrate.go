@@ -5,10 +5,12 @@ import (
 	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// CalibratedTap returns the tolerance of a tap derived from its static taps: entry (the floor)
-// and cal, the error the set's fp16 calibration implementation makes at this tap
+// CalibratedTap returns the tolerance of a tap derived from its static taps: entry (the floor,
+// scaled to the set's storage dtype dt by TapFloor) and cal, the error the set's calibration
+// implementation (fp16 or bf16, as dt) makes at this tap
 // (golden.Calibration), under tap_calibration's factor f:
 //
 //	nmse       = max(floor, f²·cal.nmse)          squared error: the square of the amplitude factor
@@ -23,8 +25,8 @@ import (
 // metrics judge a tap kind), and none is ever tighter than its floor. The returned Why is the
 // floor's followed by what calibration raised, so a failure report says where its limit came
 // from.
-func (t *Tolerances) CalibratedTap(name string, cal *golden.TapError) (Tolerance, error) {
-	floor, err := t.Tap(name)
+func (t *Tolerances) CalibratedTap(name string, cal *golden.TapError, dt tensor.DType) (Tolerance, error) {
+	floor, err := t.TapFloor(name, dt)
 	if err != nil {
 		return Tolerance{}, err
 	}
@@ -93,7 +95,7 @@ func (t *Tolerances) CalibratedTap(name string, cal *golden.TapError) (Tolerance
 		}
 	}
 	if len(raised) > 0 {
-		tol.Why = fmt.Sprintf("%s; calibrated (x%g the fp16 implementation's error): %s", floor.Why, f, strings.Join(raised, ", "))
+		tol.Why = fmt.Sprintf("%s; calibrated (x%g the %s implementation's error): %s", floor.Why, f, dt, strings.Join(raised, ", "))
 	}
 	return tol, nil
 }

@@ -37,7 +37,7 @@ func TestCalibratedTapDerivation(t *testing.T) {
 	// A deep-layer tap whose fp16 drift exceeds what the floor allows: nmse and 1-cos scale
 	// with factor², atol_rms with factor; atol and rtol stay the floor's.
 	deep := golden.TapError{NMSE: 1e-5, OneMinusCos: 5e-6, MaxErrRMS: 0.02}
-	tol, err := tols.CalibratedTap("decode.3.layers.27.ffn_act", &deep)
+	tol, err := tols.CalibratedTap("decode.3.layers.27.ffn_act", &deep, tensor.F16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestCalibratedTapDerivation(t *testing.T) {
 
 	// A shallow tap with a tiny calibrated error: every limit stays at its floor (never tighter).
 	shallow := golden.TapError{NMSE: 1e-8, OneMinusCos: 5e-9, MaxErrRMS: 1e-4}
-	tol, err = tols.CalibratedTap("prefill.layers.0.ffn_act", &shallow)
+	tol, err = tols.CalibratedTap("prefill.layers.0.ffn_act", &shallow, tensor.F16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestCalibratedTapDerivation(t *testing.T) {
 		t.Errorf("shallow tap: nmse %v min_cosine %v atol_rms %v", *tol.NMSE, *tol.MinCosine, *tol.AtolRMS)
 	}
 	// atol_rms has a floor of 0 where the entry sets none: a zero calibration adds nothing.
-	tol, _ = tols.CalibratedTap("prefill.layers.0.ffn_act", &golden.TapError{})
+	tol, _ = tols.CalibratedTap("prefill.layers.0.ffn_act", &golden.TapError{}, tensor.F16)
 	if *tol.AtolRMS != 0 || tol.Why != "floor" {
 		t.Errorf("zero calibration: atol_rms %v why %q", *tol.AtolRMS, tol.Why)
 	}
@@ -67,7 +67,7 @@ func TestCalibratedTapDerivation(t *testing.T) {
 	// Logits: kl with factor², the atol_rms floor kept when larger, every top-k tie margin at
 	// least 2·factor·max_abs (two logits each off by factor·max_abs swap a gap below that).
 	logits := golden.TapError{NMSE: 1e-6, OneMinusCos: 5e-7, MaxErrRMS: 1e-4, MaxAbs: f64(0.02), KL: f64(3e-5)}
-	tol, err = tols.CalibratedTap("decode.0.logits", &logits)
+	tol, err = tols.CalibratedTap("decode.0.logits", &logits, tensor.F16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestCalibratedTapDerivation(t *testing.T) {
 		t.Errorf("logits top_k: %+v", tol.TopK)
 	}
 	small := golden.TapError{MaxAbs: f64(0.005), KL: f64(0)}
-	tol, _ = tols.CalibratedTap("prefill.logits", &small)
+	tol, _ = tols.CalibratedTap("prefill.logits", &small, tensor.F16)
 	if tol.TopK[0].TieMargin != 0.08 || !near(tol.TopK[1].TieMargin, 0.04) {
 		t.Errorf("tie margins keep their floors: %+v", tol.TopK)
 	}
@@ -90,7 +90,7 @@ func TestCalibratedTapDerivation(t *testing.T) {
 	}
 
 	// max_abs widens only where the calibration has one; an exact tap stays exact.
-	tol, _ = tols.CalibratedTap("prefill.embed", &golden.TapError{NMSE: 1e-7})
+	tol, _ = tols.CalibratedTap("prefill.embed", &golden.TapError{NMSE: 1e-7}, tensor.F16)
 	if *tol.MaxAbs != 0 {
 		t.Errorf("embed max_abs %v", *tol.MaxAbs)
 	}
@@ -115,7 +115,7 @@ func TestCalibratedTapErrors(t *testing.T) {
 		if tc.src != calibratedTols {
 			tt = mustTols(t, tc.src)
 		}
-		if _, err := tt.CalibratedTap(tc.tap, tc.cal); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := tt.CalibratedTap(tc.tap, tc.cal, tensor.F16); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error saying %q", name, err, tc.want)
 		}
 	}
@@ -149,7 +149,7 @@ func TestCalibratedTapInCompare(t *testing.T) {
 		t.Fatalf("the floor should reject this error:\n%s", r.Table())
 	}
 	cal := golden.TapError{NMSE: 3.2e-5, OneMinusCos: 1.6e-5, MaxErrRMS: 0.012}
-	tol, err := tols.CalibratedTap("prefill.layers.27.ffn_act", &cal)
+	tol, err := tols.CalibratedTap("prefill.layers.27.ffn_act", &cal, tensor.F16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestLayerDiffTableShowsDerivedLimits(t *testing.T) {
 	w := tensor.FromF32([]int{1, 4}, []float32{1, 2, 3, 4})
 	row := func(name string, cal golden.TapError) TapResult {
 		floor, _ := tols.Tap(name)
-		tol, err := tols.CalibratedTap(name, &cal)
+		tol, err := tols.CalibratedTap(name, &cal, tensor.F16)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,7 +210,7 @@ tap_calibration: {factor: 4, why: x}
 		t.Fatalf("floor without a tie margin should fail the swap at 400%%:\n%s", r.Table())
 	}
 	cal := golden.TapError{MaxAbs: f64(0.012), KL: f64(0)} // tie margin 2 x 4 x 0.012 = 0.096
-	tol, err := tols.CalibratedTap("decode.3.logits", &cal)
+	tol, err := tols.CalibratedTap("decode.3.logits", &cal, tensor.F16)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +221,48 @@ tap_calibration: {factor: 4, why: x}
 	far[4], far[6] = 1.0, 2.6 // the 7th logit, 1.6 below the 5th, promoted into the top 5
 	if r, _ := Compare(tensor.FromF32([]int{1, 8}, far), w, tol); r.Pass() {
 		t.Errorf("a swap across a real gap passes:\n%s", r.Table())
+	}
+}
+
+// TestTapFloorBF16: a bf16 set's floors are the fp16 floors scaled by tap_dtype_scale (amplitude
+// by the factor, squared metrics by its square); without an entry a bf16 set is refused.
+func TestTapFloorBF16(t *testing.T) {
+	tols := mustTols(t, calibratedTols+`tap_dtype_scale:
+  bf16: {factor: 8, why: "u ratio"}
+`)
+	fl, err := tols.TapFloor("logits", tensor.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"atol", *fl.Atol, 8e-2}, {"rtol", *fl.Rtol, 1.6e-2}, {"atol_rms", *fl.AtolRMS, 8e-3},
+		{"nmse", *fl.NMSE, 64 * 2e-5}, {"1 - min_cosine", 1 - *fl.MinCosine, 64 * 2e-5}, {"max_kl", *fl.MaxKL, 64 * 2e-4},
+		{"tie_margin", fl.TopK[0].TieMargin, 0.64}, {"top1 min", fl.TopK[0].Min, 1},
+	} {
+		if !near(c.got, c.want) {
+			t.Errorf("bf16 %s floor = %g, want %g", c.name, c.got, c.want)
+		}
+	}
+	if same, _ := tols.TapFloor("logits", tensor.F16); *same.Rtol != 2e-3 {
+		t.Errorf("fp16 floor changed: rtol %g", *same.Rtol)
+	}
+	if exact, _ := tols.TapFloor("embed", tensor.BF16); *exact.MaxAbs != 0 {
+		t.Errorf("an exact floor (max_abs 0) must stay exact in bf16, got %g", *exact.MaxAbs)
+	}
+	// The calibrated limits then build on the scaled floor.
+	tol, err := tols.CalibratedTap("decode.0.ffn_act", &golden.TapError{NMSE: 1e-9}, tensor.BF16)
+	if err != nil || !near(*tol.NMSE, 64*2e-5) || !strings.Contains(tol.Why, "bf16 floor") {
+		t.Errorf("CalibratedTap(bf16) = %+v, %v: want the scaled floor's nmse 1.28e-3", tol, err)
+	}
+	if _, err := mustTols(t, calibratedTols).TapFloor("logits", tensor.BF16); err == nil || !strings.Contains(err.Error(), "tap_dtype_scale.bf16") {
+		t.Errorf("bf16 floor without tap_dtype_scale: err %v, want one naming tap_dtype_scale.bf16", err)
+	}
+	for _, bad := range []string{"  f16: {factor: 8, why: \"x\"}\n", "  bf16: {factor: 0.5, why: \"x\"}\n", "  bf16: {factor: 8}\n"} {
+		if _, err := ParseTolerances([]byte(calibratedTols+"tap_dtype_scale:\n"+bad), "t.yaml"); err == nil {
+			t.Errorf("tap_dtype_scale %q accepted", bad)
+		}
 	}
 }

@@ -113,6 +113,9 @@ type Tolerances struct {
 	Taps map[string]Tolerance `yaml:"taps,omitempty"`
 	// TapCalibration says how a tap's limits follow its set's calibration.
 	TapCalibration *TapCalibration `yaml:"tap_calibration,omitempty"`
+	// TapDTypeScale scales the taps: floors of a set stored in another dtype than fp16, whose
+	// floors are stated in fp16's unit roundoff (by dtype name: bf16).
+	TapDTypeScale map[string]DTypeScale `yaml:"tap_dtype_scale,omitempty"`
 
 	path string
 }
@@ -126,6 +129,14 @@ type Tolerances struct {
 // conditioning (fp16 drift of a 28-layer model is not that of a 2-layer one) and stay tight
 // where the drift is small.
 type TapCalibration struct {
+	Factor float64 `yaml:"factor"`
+	Why    string  `yaml:"why"`
+}
+
+// DTypeScale is one tap_dtype_scale entry: the ratio of the dtype's unit roundoff to fp16's.
+// Amplitude limits of a floor (atol, rtol, atol_rms, max_abs, tie margins) scale by Factor,
+// squared ones (nmse, 1 - min_cosine, max_kl) by Factor².
+type DTypeScale struct {
 	Factor float64 `yaml:"factor"`
 	Why    string  `yaml:"why"`
 }
@@ -174,8 +185,55 @@ func ParseTolerances(data []byte, name string) (*Tolerances, error) {
 	if c := t.TapCalibration; c != nil && !(c.Factor >= 1 && c.Factor <= 16 && c.Why != "") {
 		return nil, fmt.Errorf("%s: tap_calibration: want a factor in [1, 16] and a rationale (why)", name)
 	}
+	for _, dt := range sortedKeys(t.TapDTypeScale) {
+		d, err := tensor.ParseDType(dt)
+		s := t.TapDTypeScale[dt]
+		switch {
+		case err != nil || d != tensor.BF16:
+			return nil, fmt.Errorf("%s: tap_dtype_scale.%s: only bf16 is scaled (fp16 is the floors' own unit)", name, dt)
+		case !(s.Factor > 1 && s.Factor <= 64 && s.Why != ""):
+			return nil, fmt.Errorf("%s: tap_dtype_scale.%s: want a factor in (1, 64] and a rationale (why)", name, dt)
+		}
+	}
 	t.path = name
 	return &t, nil
+}
+
+// TapFloor is the taps: entry of a tap kind for a set stored in dt: the entry itself for fp16,
+// scaled by tap_dtype_scale for bf16 (amplitude limits by its factor, squared ones by its
+// square). A bf16 set without a tap_dtype_scale entry is an error: fp16 floors would fail a
+// correct bf16 engine at its first tap.
+func (t *Tolerances) TapFloor(name string, dt tensor.DType) (Tolerance, error) {
+	floor, err := t.Tap(name)
+	if err != nil || dt == tensor.F16 {
+		return floor, err
+	}
+	s, ok := t.TapDTypeScale[dt.String()]
+	if !ok {
+		return Tolerance{}, fmt.Errorf("%s: a %s model set needs tap_dtype_scale.%s: the taps: floors are stated in fp16's unit roundoff", t.path, dt, dt)
+	}
+	f := s.Factor
+	scale := func(p *float64, by float64) *float64 {
+		if p == nil {
+			return nil
+		}
+		v := *p * by
+		return &v
+	}
+	out := floor
+	out.Atol, out.Rtol, out.AtolRMS, out.MaxAbs = scale(floor.Atol, f), scale(floor.Rtol, f), scale(floor.AtolRMS, f), scale(floor.MaxAbs, f)
+	out.NMSE, out.MaxKL = scale(floor.NMSE, f*f), scale(floor.MaxKL, f*f)
+	if floor.MinCosine != nil {
+		c := 1 - (1-*floor.MinCosine)*f*f
+		out.MinCosine = &c
+	}
+	out.TopK = make([]TopKLimit, len(floor.TopK))
+	for i, k := range floor.TopK {
+		out.TopK[i] = k
+		out.TopK[i].TieMargin = k.TieMargin * f
+	}
+	out.Why = fmt.Sprintf("%s; %s floor (x%g amplitude, x%g squared: %s)", floor.Why, dt, f, f*f, s.Why)
+	return out, nil
 }
 
 // Kernel returns the tolerance of op for outputs of dtype dt.

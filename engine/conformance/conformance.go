@@ -401,12 +401,13 @@ func (c *call) alloc(dt tensor.DType, shape []int) backend.Buffer {
 	return buf
 }
 
-// like allocates an fp16 output of buf's shape.
+// like allocates an output of buf's dtype and shape (a 16-bit op writes its inputs' storage
+// dtype, fp16 or bf16).
 func (c *call) like(buf backend.Buffer) backend.Buffer {
 	if c.err != nil {
 		return nil
 	}
-	return c.alloc(tensor.F16, buf.Shape())
+	return c.alloc(buf.DType(), buf.Shape())
 }
 
 // dim returns dimension i of buf, failing the call (not panicking) when a golden set's

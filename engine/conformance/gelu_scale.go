@@ -67,7 +67,12 @@ func init() {
 		if c.err != nil {
 			return
 		}
-		w, err := c.b.Upload(tensor.FromF16([]int{1, 1}, []float16.Float16{float16.Fromfloat32(g.scale)}))
+		// w = [[scale]] in the storage dtype of x (a gemm takes one dtype).
+		wt := tensor.FromF16([]int{1, 1}, []float16.Float16{float16.Fromfloat32(g.scale)})
+		if g.x.DType() == tensor.BF16 {
+			wt = tensor.FromBF16([]int{1, 1}, []tensor.BFloat16{tensor.BF16FromFloat32(g.scale)})
+		}
+		w, err := c.b.Upload(wt)
 		if err != nil {
 			c.fail(fmt.Errorf("upload w = [[scale]]: %w", err))
 			return

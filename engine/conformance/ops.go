@@ -117,7 +117,7 @@ func (r *rmsnormGemmCall) rest(c *call) *rmsnormGemmCall {
 	if c.err != nil {
 		return r
 	}
-	r.out = c.alloc(tensor.F16, []int{t, n})
+	r.out = c.alloc(r.x.DType(), []int{t, n})
 	if r.p.HasResidual {
 		r.sum = c.like(r.x)
 	}
@@ -147,7 +147,7 @@ func loadSwiGLUGemm(c *call) *swigluGemmCall {
 		g.bias = c.input("bias")
 	}
 	if t, n := c.dim("gate", g.gate, 0), c.dim("w", g.w, 0); c.err == nil {
-		g.out = c.alloc(tensor.F16, []int{t, n})
+		g.out = c.alloc(g.gate.DType(), []int{t, n})
 	}
 	return g
 }
@@ -296,7 +296,7 @@ func init() {
 		if c.err != nil {
 			return
 		}
-		out := c.alloc(tensor.F16, []int{c.dim("x", x, 0), c.dim("w_gate_up", w, 0) / 2})
+		out := c.alloc(x.DType(), []int{c.dim("x", x, 0), c.dim("w_gate_up", w, 0) / 2})
 		c.do(func() error { return c.b.GemmSwiGLU(out, x, w) })
 		c.output("out", out)
 	})
@@ -317,7 +317,8 @@ func init() {
 		if err == nil {
 			var wu backend.Buffer
 			if wu, err = mem.Rows(w, f, f); err == nil {
-				g, u, out := c.alloc(tensor.F16, []int{t, f}), c.alloc(tensor.F16, []int{t, f}), c.alloc(tensor.F16, []int{t, f})
+				dt := x.DType()
+				g, u, out := c.alloc(dt, []int{t, f}), c.alloc(dt, []int{t, f}), c.alloc(dt, []int{t, f})
 				c.do(func() error {
 					if err := c.b.Gemm(g, x, wg, nil); err != nil {
 						return err
@@ -404,7 +405,7 @@ func init() {
 		g := loadGPTFFN(c)
 		var h, a backend.Buffer
 		if f := c.dim("w1", g.w1, 0); c.err == nil {
-			h, a = c.alloc(tensor.F16, []int{g.x.Shape()[0], f}), c.alloc(tensor.F16, []int{g.x.Shape()[0], f})
+			h, a = c.alloc(g.x.DType(), []int{g.x.Shape()[0], f}), c.alloc(g.x.DType(), []int{g.x.Shape()[0], f})
 		}
 		c.do(func() error {
 			if err := c.b.Gemm(h, g.x, g.w1, g.b1); err != nil {
@@ -456,7 +457,7 @@ func init() {
 		h := c.dim("table", table, 1)
 		var out backend.Buffer
 		if c.err == nil {
-			out = c.alloc(tensor.F16, append(append([]int{}, ids.Shape()...), h))
+			out = c.alloc(table.DType(), append(append([]int{}, ids.Shape()...), h))
 		}
 		c.do(func() error { return c.b.Embedding(out, ids, table) })
 		c.output("out", out)

@@ -66,6 +66,8 @@ func RandomInputs(seed uint64, specs []InputSpec) map[string]*tensor.Tensor {
 			switch in.DType {
 			case tensor.F16:
 				t.F16[i] = float16.Fromfloat32(float32(v))
+			case tensor.BF16:
+				t.BF16[i] = tensor.BF16FromFloat32(float32(v))
 			case tensor.F32:
 				t.F32[i] = float32(v)
 			case tensor.I32:

@@ -53,9 +53,15 @@ func scoresSoftmaxUnfused(c *call) {
 	// headRows copies head h of batch b out of a token-major [batch, seq, heads, d] tensor.
 	headRows := func(t *tensor.Tensor, b, h, heads int) backend.Buffer {
 		seq := t.Shape[1]
-		rows := tensor.New(tensor.F16, seq, d)
+		rows := tensor.New(t.DType, seq, d)
 		for i := 0; i < seq; i++ {
-			copy(rows.F16[i*d:(i+1)*d], t.F16[((b*seq+i)*heads+h)*d:][:d])
+			from := ((b*seq+i)*heads + h) * d
+			switch t.DType {
+			case tensor.BF16:
+				copy(rows.BF16[i*d:(i+1)*d], t.BF16[from:][:d])
+			default:
+				copy(rows.F16[i*d:(i+1)*d], t.F16[from:][:d])
+			}
 		}
 		buf, err := c.b.Upload(rows)
 		if err != nil {

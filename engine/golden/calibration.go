@@ -13,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // A model set's calibration.json (docs/golden-format.md, "Calibration") records, for every tap
@@ -103,6 +105,8 @@ func ParseCalibration(data []byte, path string) (*Calibration, error) {
 	}
 	if f.Implementation == "" {
 		bad("implementation missing")
+	} else if _, err := (&Calibration{Implementation: f.Implementation}).DType(); err != nil {
+		bad("%v", err)
 	}
 	if len(f.Taps) == 0 {
 		bad("taps: empty")
@@ -222,4 +226,23 @@ func (s *Set) Calibration() (*Calibration, error) {
 		return nil, fmt.Errorf("%s: %d taps for the set's %d (extra: %s): regenerate with %s", path, len(c.Order), len(taps), c.Order[len(taps)], s.regenerateHint())
 	}
 	return c, nil
+}
+
+// Calibration implementations by storage dtype: the generator's forward rounds every stored
+// value to fp16 or to bf16 (tools/gen-golden/models.py, CALIBRATION_IMPLEMENTATION).
+const (
+	CalibrationF16  = "transformers-fp32-rounded-fp16"
+	CalibrationBF16 = "transformers-fp32-rounded-bf16"
+)
+
+// DType is the storage dtype the calibration's implementation rounds to, from Implementation;
+// an implementation this reader does not know is an error naming it.
+func (c *Calibration) DType() (tensor.DType, error) {
+	switch c.Implementation {
+	case CalibrationF16:
+		return tensor.F16, nil
+	case CalibrationBF16:
+		return tensor.BF16, nil
+	}
+	return tensor.Invalid, fmt.Errorf("calibration implementation %q: want %q or %q", c.Implementation, CalibrationF16, CalibrationBF16)
 }

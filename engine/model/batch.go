@@ -53,7 +53,7 @@ func (m *Model) NewBatch(n, cacheLen int) (*Batch, error) {
 	c := &m.Cfg
 	b := &Batch{m: m, n: n, maxLen: cacheLen, pos: make([]int, n), steps: make([]int, n)}
 	for range m.Layers {
-		cache, err := newCache(m.be, m.mem, n, cacheLen, c.KVHeads, c.HeadDim)
+		cache, err := newCache(m.be, m.mem, c.StorageDType(), n, cacheLen, c.KVHeads, c.HeadDim)
 		if err != nil {
 			b.Close()
 			return nil, err

@@ -23,6 +23,9 @@ type SetParams struct {
 	GreedyTokens  int       `json:"greedy_tokens"`
 	MarginEpsilon float64   `json:"margin_epsilon"`
 	Sample        SampleRun `json:"sample"`
+	// DType is the storage dtype the set's calibration models and the engine runs it in:
+	// "f16" or "bf16" (bf16 sets store a BF16 checkpoint).
+	DType string `json:"dtype"`
 	// HParams are the reference's hyper-parameters by name, as transformers parsed them
 	// (compared with the loader's by CheckHParams). Required: DecodeParams refuses a set
 	// without them, which LoadSet reports as one to regenerate.
@@ -37,6 +40,20 @@ type SampleRun struct {
 	TopP        float32 `json:"top_p"`
 	Seed        uint64  `json:"seed"`
 	Tokens      int     `json:"tokens"`
+}
+
+// StorageDType parses DType, refusing anything but f16 and bf16 by name (a set without it
+// predates bf16 and is refused with a request to regenerate it).
+func (p *SetParams) StorageDType() (tensor.DType, error) {
+	switch p.DType {
+	case "f16":
+		return tensor.F16, nil
+	case "bf16":
+		return tensor.BF16, nil
+	case "":
+		return tensor.Invalid, fmt.Errorf("params.dtype is missing: the set predates bf16 support; regenerate it with `python3 tools/gen-golden models`")
+	}
+	return tensor.Invalid, fmt.Errorf("params.dtype = %q: want \"f16\" or \"bf16\"", p.DType)
 }
 
 // Config is the sampler config of step j.
@@ -60,7 +77,11 @@ func LoadSet(be backend.Backend, set *golden.Set) (*Model, *SetParams, error) {
 			return nil, nil, err
 		}
 	}
-	m, err := Load(be, set.Dir, len(p.PromptIDs)+p.GreedyTokens)
+	dt, err := p.StorageDType()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", set.ID(), err)
+	}
+	m, err := LoadAs(be, set.Dir, len(p.PromptIDs)+p.GreedyTokens, dt)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -188,7 +209,11 @@ func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Toleranc
 		}
 	}
 	_, kind := golden.SplitSequence(name)
-	floor, err := tols.Tap(kind)
+	dt, err := cal.DType()
+	if err != nil {
+		return compare.TapResult{}, fmt.Errorf("%s: %w", set.ID(), err)
+	}
+	floor, err := tols.TapFloor(kind, dt)
 	if err != nil {
 		return compare.TapResult{}, err
 	}
@@ -196,7 +221,7 @@ func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Toleranc
 	if !ok { // Set.Calibration checked it lists every tap
 		return compare.TapResult{}, fmt.Errorf("%s: no calibration for tap %s", set.ID(), name)
 	}
-	tol, err := tols.CalibratedTap(kind, &ce)
+	tol, err := tols.CalibratedTap(kind, &ce, dt)
 	if err != nil {
 		return compare.TapResult{}, fmt.Errorf("%s: %w", set.ID(), err)
 	}

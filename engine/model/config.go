@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
@@ -32,6 +34,12 @@ type Config struct {
 	AttnBias     bool // q/k/v projections carry biases
 	// SlidingWindow is the number of most recent keys a query may see; 0 means unlimited.
 	SlidingWindow int
+	// DType is the storage dtype the model runs in (weights, activations, KV cache; the
+	// logits stay fp32): BF16 when config.json says torch_dtype (transformers 5: dtype)
+	// "bfloat16", as most hub checkpoints do, else F16 (float16, and float32 checkpoints, which
+	// run in fp16). A golden set overrides it with its own params.dtype (LoadSet). The zero
+	// value (a Config built by hand) means F16.
+	DType tensor.DType
 }
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
@@ -69,6 +77,10 @@ type rawConfig struct {
 	ReorderAndUpcastAttn  *bool    `json:"reorder_and_upcast_attn"`
 	TieWordEmbeddings     *bool    `json:"tie_word_embeddings"`
 	VocabSize             *int     `json:"vocab_size"`
+	// both families: the checkpoint's dtype (transformers 5 writes "dtype", older ones
+	// "torch_dtype")
+	TorchDType *string `json:"torch_dtype"`
+	DTypeKey   *string `json:"dtype"`
 }
 
 // LoadConfig reads dir/config.json.
@@ -215,6 +227,9 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("config: num_key_value_heads = %d does not divide num_attention_heads = %d", c.KVHeads, c.Heads)
 	}
 	c.HeadDim = c.Hidden / c.Heads
+	if c.DType, err = storageDType(&r); err != nil {
+		return nil, err
+	}
 	if c.RopeTheta != 0 {
 		if c.HeadDim%2 != 0 {
 			return nil, fmt.Errorf("config: head dim %d is odd: RoPE needs pairs", c.HeadDim)
@@ -266,4 +281,31 @@ func ropeTheta(r *rawConfig) (float32, error) {
 		return 0, fmt.Errorf("config: rope_theta = %v: must be finite and > 1", *theta)
 	}
 	return float32(*theta), nil
+}
+
+// storageDType maps config.json's torch_dtype (or dtype) to the dtype the model runs in (see
+// Config.DType). A name that is not a floating dtype transformers knows is an error naming it.
+func storageDType(r *rawConfig) (tensor.DType, error) {
+	key, v := "torch_dtype", r.TorchDType
+	if v == nil {
+		key, v = "dtype", r.DTypeKey
+	}
+	if v == nil {
+		return tensor.F16, nil
+	}
+	switch *v {
+	case "bfloat16":
+		return tensor.BF16, nil
+	case "float16", "float32", "auto":
+		return tensor.F16, nil
+	}
+	return tensor.Invalid, fmt.Errorf("config: %s = %q: want bfloat16, float16 or float32", key, *v)
+}
+
+// StorageDType is the run dtype of c: F16 for a Config without one.
+func (c *Config) StorageDType() tensor.DType {
+	if c.DType == tensor.Invalid {
+		return tensor.F16
+	}
+	return c.DType
 }

@@ -107,6 +107,12 @@ func castTo(dt tensor.DType, t *tensor.Tensor) (*tensor.Tensor, error) {
 			h[i] = float16.Fromfloat32(v)
 		}
 		return tensor.FromF16(t.Shape, h), nil
+	case tensor.BF16:
+		o := tensor.New(tensor.BF16, t.Shape...)
+		for i, v := range t.Float32() {
+			o.BF16[i] = tensor.BF16FromFloat32(v)
+		}
+		return o, nil
 	}
 	return nil, fmt.Errorf("cannot write a %s reference into a %s buffer", t.DType, dt)
 }

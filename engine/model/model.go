@@ -54,12 +54,26 @@ type Model struct {
 	Fused bool
 }
 
-// Load reads dir/config.json and the safetensors checkpoint in dir and uploads the weights.
-// maxLen is the KV cache length (prompt plus every decoded token).
+// Load reads dir/config.json and the safetensors checkpoint in dir and uploads the weights, in
+// the storage dtype config.json names (Config.DType). maxLen is the KV cache length (prompt plus
+// every decoded token).
 func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
+	return LoadAs(be, dir, maxLen, tensor.Invalid)
+}
+
+// LoadAs is Load running in storage dtype dt (F16 or BF16) whatever config.json says; Invalid
+// keeps config.json's.
+func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model, error) {
 	cfg, err := LoadConfig(dir)
 	if err != nil {
 		return nil, err
+	}
+	switch dt {
+	case tensor.Invalid:
+	case tensor.F16, tensor.BF16:
+		cfg.DType = dt
+	default:
+		return nil, fmt.Errorf("model: storage dtype %s: want f16 or bf16", dt)
 	}
 	if limit, why := cfg.PositionLimit(); maxLen < 1 || maxLen > limit {
 		return nil, fmt.Errorf("model: cache length %d: must be in 1..%d (%s)", maxLen, limit, why)
@@ -126,7 +140,7 @@ func Load(be backend.Backend, dir string, maxLen int) (*Model, error) {
 func (m *Model) allocState() error {
 	c := &m.Cfg
 	for _, l := range m.Layers {
-		cache, err := newCache(m.be, m.mem, 1, m.MaxLen, c.KVHeads, c.HeadDim)
+		cache, err := newCache(m.be, m.mem, c.StorageDType(), 1, m.MaxLen, c.KVHeads, c.HeadDim)
 		if err != nil {
 			return err
 		}

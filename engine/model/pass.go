@@ -29,7 +29,9 @@ func recoverPass(err *error) {
 }
 
 // alloc returns an fp16 activation buffer, returned to the pool when the pass ends.
-func (p *pass) alloc(shape ...int) backend.Buffer { return p.allocT(tensor.F16, shape...) }
+func (p *pass) alloc(shape ...int) backend.Buffer {
+	return p.allocT(p.m.Cfg.StorageDType(), shape...)
+}
 
 // allocT returns a buffer of dtype dt from the model's pool: after the first pass of a shape,
 // passes allocate nothing (a device allocation, and the free that synchronises the device,
@@ -147,17 +149,17 @@ func (m *Model) store(name string, t *tensor.Tensor) {
 // position; the model's own fused decode step appends its key and value rows (adjacent in its
 // q/k/v projection's output) with one set_rows through kvRows, at rows pos and maxLen + pos.
 type kvCache struct {
-	kv           backend.Buffer // f16 [2, slots x maxLen x nKV x D]
+	kv           backend.Buffer // the storage dtype, [2, slots x maxLen x nKV x D]
 	keys, values backend.Buffer // views [1, slots x maxLen x nKV x D]: the parents of the views below
 	k, v         backend.Buffer // views [slots, maxLen, nKV, D]: attention's operands
 	kRows, vRows backend.Buffer // views [slots x maxLen, nKV, D]: set_rows targets
 	kvRows       backend.Buffer // view [2 x slots x maxLen, nKV, D]: a single-sequence decode step's one set_rows target
 }
 
-func newCache(be backend.Backend, mem backend.Memory, slots, maxLen, nKV, D int) (*kvCache, error) {
+func newCache(be backend.Backend, mem backend.Memory, dt tensor.DType, slots, maxLen, nKV, D int) (*kvCache, error) {
 	c := &kvCache{}
 	var err error
-	if c.kv, err = be.Alloc(tensor.F16, 2, slots*maxLen*nKV*D); err != nil {
+	if c.kv, err = be.Alloc(dt, 2, slots*maxLen*nKV*D); err != nil {
 		return nil, err
 	}
 	views := []struct {

@@ -145,9 +145,10 @@ const maxLoadWorkers = 16
 // into several engine weights when names has several), the check that a tied checkpoint's
 // stored head copies the embedding (tiedTo set), or an error planning found (err set).
 type loadJob struct {
-	hfName    string // the name in the checkpoint
-	name      string // the table's name (the one errors use; hfName may lack the gpt2 prefix)
-	dtype     string // safetensors dtype of hfName
+	hfName    string       // the name in the checkpoint
+	name      string       // the table's name (the one errors use; hfName may lack the gpt2 prefix)
+	dtype     string       // safetensors dtype of hfName
+	target    tensor.DType // the storage dtype it is converted to (Config.StorageDType)
 	shape     []int
 	transpose bool
 	names     []string // engine weights, in row order
@@ -194,7 +195,7 @@ func planLoad(c *Config, ck *safetensors.Checkpoint, table []weight) []loadJob {
 			if want := w.Shape(c); !tensor.SameShape(info.Shape, want) {
 				return append(jobs, loadJob{err: fmt.Errorf("model: tensor %s has shape %s, the config wants %s", name, tensor.ShapeString(info.Shape), tensor.ShapeString(want))})
 			}
-			j := loadJob{hfName: hfName, name: name, dtype: info.DType, shape: info.Shape, transpose: w.Transpose, names: []string{sub(w.Into)}}
+			j := loadJob{hfName: hfName, name: name, dtype: info.DType, target: c.StorageDType(), shape: info.Shape, transpose: w.Transpose, names: []string{sub(w.Into)}}
 			if w.Split != nil {
 				j.names, j.rows = nil, w.SplitRows(c)
 				for _, s := range w.Split {
@@ -207,7 +208,7 @@ func planLoad(c *Config, ck *safetensors.Checkpoint, table []weight) []loadJob {
 	return jobs
 }
 
-// prepare does a job's host work: read, convert to fp16, transpose, split. It only reads ck,
+// prepare does a job's host work: read, convert to the storage dtype, transpose, split. It only reads ck,
 // so workers run it concurrently.
 func prepare(ck *safetensors.Checkpoint, j *loadJob) ([]*tensor.Tensor, error) {
 	if j.err != nil {
@@ -216,7 +217,11 @@ func prepare(ck *safetensors.Checkpoint, j *loadJob) ([]*tensor.Tensor, error) {
 	if j.tiedTo != "" {
 		return nil, checkTiedCopy(ck, j.hfName, j.tiedTo)
 	}
-	t, err := readF16(ck, j)
+	read := readF16
+	if j.target == tensor.BF16 {
+		read = readBF16
+	}
+	t, err := read(ck, j)
 	if err != nil {
 		return nil, err
 	}
@@ -252,6 +257,34 @@ func readF16(ck *safetensors.Checkpoint, j *loadJob) (*tensor.Tensor, error) {
 	// float16.Float16 is a uint16: the converted bits are the tensor's storage as they are.
 	f16 := unsafe.Slice((*float16.Float16)(unsafe.Pointer(unsafe.SliceData(bits))), len(bits))
 	return tensor.FromF16(j.shape, f16), nil
+}
+
+// readBF16 reads a job's tensor as bf16: a BF16 tensor's bits as they are stored (what the
+// reference upcasts exactly), F16 and F32 values rounded to the nearest bf16 (bf16 has fp32's
+// range, so nothing overflows; fp16's 10 mantissa bits lose 3).
+func readBF16(ck *safetensors.Checkpoint, j *loadJob) (*tensor.Tensor, error) {
+	if j.dtype == "BF16" {
+		bits, _, err := ck.Uint16s(j.hfName)
+		if err != nil {
+			return nil, err
+		}
+		bf := unsafe.Slice((*tensor.BFloat16)(unsafe.Pointer(unsafe.SliceData(bits))), len(bits))
+		return tensor.FromBF16(j.shape, bf), nil
+	}
+	t, err := ck.Tensor(j.hfName)
+	if err != nil {
+		return nil, err
+	}
+	switch t.DType {
+	case tensor.F16, tensor.F32:
+		v := t.Float32()
+		o := tensor.New(tensor.BF16, t.Shape...)
+		for k, x := range v {
+			o.BF16[k] = tensor.BF16FromFloat32(x)
+		}
+		return o, nil
+	}
+	return nil, fmt.Errorf("model: tensor %s has dtype %s, want a float type", j.name, t.DType)
 }
 
 // loadWeightsWith is loadWeights with the number of workers given (tests vary it).
@@ -377,7 +410,7 @@ func checkTiedCopy(ck *safetensors.Checkpoint, name, tiedTo string) error {
 func sameValues(a, b *tensor.Tensor) bool {
 	bits := func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }
 	return a.DType == b.DType && tensor.SameShape(a.Shape, b.Shape) &&
-		slices.Equal(a.F16, b.F16) && slices.EqualFunc(a.F32, b.F32, bits) && slices.Equal(a.I32, b.I32)
+		slices.Equal(a.F16, b.F16) && slices.Equal(a.BF16, b.BF16) && slices.EqualFunc(a.F32, b.F32, bits) && slices.Equal(a.I32, b.I32)
 }
 
 // toF16 converts a checkpoint tensor to the fp16 the kernels take. BF16 and F32 values are
@@ -403,8 +436,8 @@ func toF16(t *tensor.Tensor, name string) (*tensor.Tensor, error) {
 func transpose(t *tensor.Tensor) *tensor.Tensor {
 	const tile = 64 // 64×64 fp16: 8 KiB of source and of destination, well inside L1
 	r, c := t.Shape[0], t.Shape[1]
-	o := tensor.New(tensor.F16, c, r)
-	src, dst := t.F16, o.F16
+	o := tensor.New(t.DType, c, r)
+	src, dst := bits16(t), bits16(o)
 	for a0 := 0; a0 < r; a0 += tile {
 		a1 := min(a0+tile, r)
 		for b0 := 0; b0 < c; b0 += tile {
@@ -430,8 +463,26 @@ func splitRows(t *tensor.Tensor, rows []int) []*tensor.Tensor {
 	for _, n := range rows {
 		shape := append([]int{n}, t.Shape[1:]...)
 		lo, hi := off*row, (off+n)*row
-		out = append(out, tensor.FromF16(shape, t.F16[lo:hi:hi]))
+		part := &tensor.Tensor{DType: t.DType, Shape: shape}
+		if t.DType == tensor.BF16 {
+			part.BF16 = t.BF16[lo:hi:hi]
+		} else {
+			part.F16 = t.F16[lo:hi:hi]
+		}
+		out = append(out, part)
 		off += n
 	}
 	return out
+}
+
+// bits16 is the storage of a 16-bit float tensor (F16 or BF16) as its raw bits, shared, for
+// the conversions that move elements without looking at their values.
+func bits16(t *tensor.Tensor) []uint16 {
+	switch t.DType {
+	case tensor.F16:
+		return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(t.F16))), len(t.F16))
+	case tensor.BF16:
+		return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(t.BF16))), len(t.BF16))
+	}
+	panic("model: bits16 of " + t.DType.String())
 }

@@ -11,6 +11,9 @@ const (
 	F16
 	F32
 	I32
+	// BF16 is bfloat16 (BFloat16), appended after I32 so that the existing values keep
+	// their numbers.
+	BF16
 )
 
 func (d DType) String() string {
@@ -21,6 +24,8 @@ func (d DType) String() string {
 		return "f32"
 	case I32:
 		return "i32"
+	case BF16:
+		return "bf16"
 	}
 	return "invalid"
 }
@@ -28,7 +33,7 @@ func (d DType) String() string {
 // Size is the number of bytes per element; 0 for Invalid.
 func (d DType) Size() int {
 	switch d {
-	case F16:
+	case F16, BF16:
 		return 2
 	case F32, I32:
 		return 4
@@ -46,6 +51,8 @@ func ParseDType(s string) (DType, error) {
 		return F32, nil
 	case "i32":
 		return I32, nil
+	case "bf16":
+		return BF16, nil
 	}
-	return Invalid, fmt.Errorf("unknown dtype %q (want f16, f32 or i32)", s)
+	return Invalid, fmt.Errorf("unknown dtype %q (want f16, bf16, f32 or i32)", s)
 }

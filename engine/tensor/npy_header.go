@@ -27,7 +27,9 @@ const (
 	npyMaxPayload = int64(1) << 40
 )
 
-var npyDescr = map[string]DType{"<f2": F16, "<f4": F32, "<i4": I32}
+// bf16 travels as '<u2', its raw bits: numpy has no bfloat16, and no golden file holds real
+// uint16 data, so the descr is unambiguous (a manifest must still say "bf16" for it).
+var npyDescr = map[string]DType{"<f2": F16, "<f4": F32, "<i4": I32, "<u2": BF16}
 
 func npyDescrOf(dt DType) string {
 	switch dt {
@@ -37,6 +39,8 @@ func npyDescrOf(dt DType) string {
 		return "<f4"
 	case I32:
 		return "<i4"
+	case BF16:
+		return "<u2"
 	}
 	return ""
 }

@@ -24,7 +24,7 @@ func ReadNPY(path string) (*Tensor, error) {
 	return DecodeNPY(f, path)
 }
 
-// DecodeNPY decodes a .npy stream holding a little-endian f16, f32 or i32 array in C order.
+// DecodeNPY decodes a .npy stream holding a little-endian f16, f32, i32 or bf16 ('<u2') array in C order.
 // The stream must end exactly where the payload does: trailing bytes mean the header's shape
 // and the data disagree, which for a golden file is corruption, not slack. name prefixes every
 // error. Memory use is bounded by the bytes actually present, never by what the header claims.
@@ -43,7 +43,7 @@ func decodeNPY(r io.Reader) (*Tensor, error) {
 	}
 	dt, ok := npyDescr[hdr.descr]
 	if !ok {
-		return nil, fmt.Errorf("%w %s (want <f2, <f4 or <i4)", ErrUnsupportedDType, quoteDescr(hdr.descr))
+		return nil, fmt.Errorf("%w %s (want <f2, <f4, <i4, or <u2 for bf16)", ErrUnsupportedDType, quoteDescr(hdr.descr))
 	}
 	if hdr.fortran {
 		return nil, fmt.Errorf("%w (want C order: save np.ascontiguousarray(a))", ErrFortranOrder)
@@ -67,6 +67,11 @@ func decodeNPY(r io.Reader) (*Tensor, error) {
 		t.F16 = make([]float16.Float16, len(payload)/2)
 		for i := range t.F16 {
 			t.F16[i] = float16.Frombits(binary.LittleEndian.Uint16(payload[2*i:]))
+		}
+	case BF16:
+		t.BF16 = make([]BFloat16, len(payload)/2)
+		for i := range t.BF16 {
+			t.BF16[i] = BFloat16(binary.LittleEndian.Uint16(payload[2*i:]))
 		}
 	case F32:
 		err = readViaNPYIO(rd, hdr.shape, &t.F32)

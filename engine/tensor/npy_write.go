@@ -63,6 +63,8 @@ func EncodeNPY(w io.Writer, t *Tensor) error {
 		switch t.DType {
 		case F16:
 			buf = binary.LittleEndian.AppendUint16(buf, t.F16[i].Bits())
+		case BF16:
+			buf = binary.LittleEndian.AppendUint16(buf, t.BF16[i].Bits())
 		case F32:
 			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(t.F32[i]))
 		case I32:
@@ -95,7 +97,7 @@ func (t *Tensor) validate() error {
 	if got, want := t.Len(), NumElements(t.Shape); got != want {
 		return fmt.Errorf("tensor %v holds %d elements, its shape needs %d", t, got, want)
 	}
-	if len(t.F16)+len(t.F32)+len(t.I32) != t.Len() {
+	if len(t.F16)+len(t.BF16)+len(t.F32)+len(t.I32) != t.Len() {
 		return fmt.Errorf("tensor %v holds data in a slice other than its dtype's", t)
 	}
 	return nil

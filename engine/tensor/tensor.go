@@ -17,6 +17,7 @@ type Tensor struct {
 	DType DType
 	Shape []int
 	F16   []float16.Float16
+	BF16  []BFloat16
 	F32   []float32
 	I32   []int32
 }
@@ -49,6 +50,8 @@ func New(dt DType, shape ...int) *Tensor {
 	switch dt {
 	case F16:
 		t.F16 = make([]float16.Float16, n)
+	case BF16:
+		t.BF16 = make([]BFloat16, n)
 	case F32:
 		t.F32 = make([]float32, n)
 	case I32:
@@ -99,6 +102,8 @@ func (t *Tensor) Len() int {
 	switch t.DType {
 	case F16:
 		return len(t.F16)
+	case BF16:
+		return len(t.BF16)
 	case F32:
 		return len(t.F32)
 	case I32:
@@ -118,18 +123,23 @@ func (t *Tensor) Clone() *Tensor {
 		DType: t.DType,
 		Shape: cloneShape(t.Shape),
 		F16:   slices.Clone(t.F16),
+		BF16:  slices.Clone(t.BF16),
 		F32:   slices.Clone(t.F32),
 		I32:   slices.Clone(t.I32),
 	}
 }
 
-// Float32 returns the elements in a new slice. Widening f16 is exact; i32 values beyond 2^24
+// Float32 returns the elements in a new slice. Widening f16 and bf16 is exact; i32 values beyond 2^24
 // lose precision, which is acceptable for the comparisons this feeds.
 func (t *Tensor) Float32() []float32 {
 	out := make([]float32, t.Len())
 	switch t.DType {
 	case F16:
 		for i, v := range t.F16 {
+			out[i] = v.Float32()
+		}
+	case BF16:
+		for i, v := range t.BF16 {
 			out[i] = v.Float32()
 		}
 	case F32:
@@ -148,6 +158,10 @@ func (t *Tensor) Float64() []float64 {
 	switch t.DType {
 	case F16:
 		for i, v := range t.F16 {
+			out[i] = float64(v.Float32())
+		}
+	case BF16:
+		for i, v := range t.BF16 {
 			out[i] = float64(v.Float32())
 		}
 	case F32:

@@ -22,8 +22,8 @@ import (
 var _ = Describe("tolerance tightness", harness.Tightness, func() {
 	DescribeTable("rejects a deliberately broken kernel",
 		func(op string, broken backend.Backend, mustCatch string) {
-			sets := setsOf(op, "committed")
-			Expect(sets).NotTo(BeEmpty(), "no committed golden cases for %s", op)
+			sets := storageSets(op, tensor.F16)
+			Expect(sets).NotTo(BeEmpty(), "no committed fp16 golden cases for %s", op)
 			var rejected, margins []string
 			for _, s := range sets {
 				verdicts, err := conformance.Check(broken, s, tols)
@@ -537,9 +537,9 @@ func (k ropeFP32Angle) RoPE(out, x, positions backend.Buffer, cfg backend.RoPECo
 			c, sn := math.Cos(angle), math.Sin(angle)
 			for h := 0; h < heads; h++ {
 				base := (tok*heads + h) * d
-				a, b := float64(t.F16[base+i].Float32()), float64(t.F16[base+i+half].Float32())
-				t.F16[base+i] = float16.Fromfloat32(float32(a*c - b*sn))
-				t.F16[base+i+half] = float16.Fromfloat32(float32(b*c + a*sn))
+				a, b := float64(elem(t, base+i)), float64(elem(t, base+i+half))
+				setElem(t, base+i, float32(a*c-b*sn))
+				setElem(t, base+i+half, float32(b*c+a*sn))
 			}
 		}
 	}
@@ -590,12 +590,13 @@ func (k decodeWrongGQA) AttentionDecode(out, q, kc, vc, lens backend.Buffer, cfg
 	return k.Backend.AttentionDecode(out, q, wk, wv, lens, cfg)
 }
 
-// gemmF16Accumulation sums the products of each output in fp16 (rounding after every add),
-// as a kernel with an fp16 accumulator does. The fp32-output path is left correct.
+// gemmF16Accumulation sums the products of each output in the 16-bit storage dtype (rounding
+// after every add), as a kernel with an fp16 (or bf16) accumulator does. The fp32-output path is
+// left correct.
 type gemmF16Accumulation struct{ *cpu.Backend }
 
 func (k gemmF16Accumulation) Gemm(out, x, w, bias backend.Buffer) error {
-	if out.DType() != tensor.F16 {
+	if !out.DType().IsFloat16Bit() {
 		return k.Backend.Gemm(out, x, w, bias)
 	}
 	xt, err := k.Download(x)
@@ -607,15 +608,16 @@ func (k gemmF16Accumulation) Gemm(out, x, w, bias backend.Buffer) error {
 		return err
 	}
 	m, kk, n := xt.Shape[0], xt.Shape[1], wt.Shape[0]
-	res := tensor.New(tensor.F16, m, n)
+	dt := out.DType()
+	xv, wv := xt.Float32(), wt.Float32()
+	res := tensor.New(dt, m, n)
 	for i := 0; i < m; i++ {
 		for j := 0; j < n; j++ {
-			acc := float16.Fromfloat32(0)
+			var acc float32
 			for l := 0; l < kk; l++ {
-				p := xt.F16[i*kk+l].Float32() * wt.F16[j*kk+l].Float32()
-				acc = float16.Fromfloat32(acc.Float32() + p)
+				acc = tensor.Round(dt, acc+xv[i*kk+l]*wv[j*kk+l])
 			}
-			res.F16[i*n+j] = acc
+			setElem(res, i*n+j, acc)
 		}
 	}
 	if bias != nil {
@@ -623,9 +625,10 @@ func (k gemmF16Accumulation) Gemm(out, x, w, bias backend.Buffer) error {
 		if err != nil {
 			return err
 		}
+		bv := bt.Float32()
 		for i := 0; i < m; i++ {
 			for j := 0; j < n; j++ {
-				res.F16[i*n+j] = float16.Fromfloat32(res.F16[i*n+j].Float32() + bt.F16[j].Float32())
+				setElem(res, i*n+j, elem(res, i*n+j)+bv[j])
 			}
 		}
 	}

@@ -246,7 +246,8 @@ func findSet(name string) *golden.Set {
 // fullSize lists the models whose sets exist only where they were generated: the full-size
 // tier (`make golden-full`) and the random-init deep check (randinitModel).
 var fullSize = map[string]bool{"qwen2.5-0.5b": true, "phi3-mini-4k": true, "gpt2-124m": true, "llama3.2-1b": true,
-	"llama3.1-8b-l2": true, "phi3.5-mini": true, "qwen2.5-7b-yarn-l2": true, randinitModel: true}
+	"llama3.1-8b-l2": true, "phi3.5-mini": true, "qwen2.5-7b-yarn-l2": true, randinitModel: true,
+	"qwen2.5-0.5b-bf16": true, "llama3.2-1b-bf16": true}
 
 // randinitModel is a Qwen2.5-1.5B-shaped checkpoint with transformers' own random
 // initialisation (28 layers, nearly flat logits over 151936 tokens): deep-layer drift that only
@@ -313,6 +314,16 @@ var brokenVariants = []broken{
 		func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }},
 	{"phi3-mini-4k", "gate and up projections swapped in layer 31", "prefill.layers.31.ffn_gate",
 		func(m *model.Model) { f := m.Layers[31].MLP; f.Gate, f.Up = f.Up, f.Gate }},
+	// bf16 sets: the limits follow bf16's coarser rounding (scaled floors, a bf16 calibration);
+	// a wrong weight or recipe still fails at its own tap.
+	{"qwen2-tiny-bf16", "k and v biases swapped in layer 1", "prefill.layers.1.k",
+		func(m *model.Model) { a := m.Layers[1].Attn; a.Bk, a.Bv = a.Bv, a.Bk }},
+	{"llama3-tiny-bf16", "llama3 RoPE scaling dropped (default frequencies)", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeScaling = nil }},
+	{"qwen2.5-0.5b-bf16", "q bias dropped in layer 23", "prefill.layers.23.q",
+		func(m *model.Model) { m.Layers[23].Attn.Bq = nil }},
+	{"llama3.2-1b-bf16", "gate and up projections swapped in layer 15", "prefill.layers.15.ffn_gate",
+		func(m *model.Model) { f := m.Layers[15].MLP; f.Gate, f.Up = f.Up, f.Gate }},
 	// Random init has zero biases and unit norm weights, so its bugs are structural.
 	{randinitModel, "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",
 		func(m *model.Model) { m.Cfg.RopeTheta = 1e4 }},

@@ -20,7 +20,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"f16": torch.float16, "f32": torch.float32, "i32": torch.int32}
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
 FLUSH_BYTES = 256 << 20  # several times the L2 of any current GPU (H100: 50 MiB)
 ROPE_MAX_POS = 8192      # rope positions are drawn in [0, 8192): the cos/sin cache rows
 
@@ -302,7 +302,7 @@ def set_rows(t, p):
 def gemm(t, p):
     x, w = t.randn("x"), t.weight("w")
     bias = t.randn("bias") if p.get("has_bias") else None
-    if p.get("out_dtype", "f16") == "f16":
+    if p.get("out_dtype", "f16") in ("f16", "bf16"):  # the output in the inputs' dtype
         return (lambda: F.linear(x, w, bias)), "F.linear(x, w%s)" % (", bias" if bias is not None else "")
     # fp32 output: torch.mm/addmm take out_dtype=float32 for fp16 inputs on CUDA (fp32 epilogue,
     # no fp16 rounding), like the kernel. Older builds and the CPU lack it: fall back to an fp16

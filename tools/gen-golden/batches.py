@@ -60,6 +60,7 @@ BY_NAME = {b.name: b for b in BATCHES}
 assert len(BY_NAME) == len(BATCHES)
 for _b in BATCHES:
     assert _b.model in models.BY_NAME and models.BY_NAME[_b.model].tier == _b.tier, _b
+    assert models.BY_NAME[_b.model].dtype == "f16", _b  # the calibration here rounds to fp16
     assert 1 <= _b.batch <= len(LENGTHS), _b
 
 
@@ -187,7 +188,7 @@ def run_sequence(model, family, cfg, prompt, pool, weights_f16, phase):
 
     def rounded():
         return models.run_rounded(model, family, cfg, prompt, feed, DECODE_STEPS, pool=pool,
-                                  weights_f16=True)
+                                  weights_stored=True)
 
     lockstep = models.Lockstep(2) if pool is not None and threads > 1 and weights_f16 else None
     cal_taps = None
@@ -205,7 +206,7 @@ def run_sequence(model, family, cfg, prompt, pool, weights_f16, phase):
             # reloads the model before the next sequence)
             with phase("run_rounded"):
                 cal_taps = models.run_rounded(model, family, cfg, prompt, tokens, DECODE_STEPS,
-                                              pool=pool, weights_f16=weights_f16)
+                                              pool=pool, weights_stored=weights_f16)
     return taps, tokens, margins, cal_taps
 
 
@@ -247,6 +248,10 @@ def build(spec, out_root, models_root):
     with open(os.path.join(model_dir, "config.json"), "rb") as f:
         cfg = json.loads(f.read())
     family = mm["params"]["family"]
+    if mm["params"].get("dtype", "f16") != "f16":
+        # the calibration here rounds to fp16 (models.run_rounded's default) and says so
+        raise SystemExit("batch set %s: model set %s is %s; batch sets of bf16 model sets are not "
+                         "implemented" % (spec.name, spec.model, mm["params"]["dtype"]))
     if models.FAMILY_OF_MODEL_TYPE.get(cfg.get("model_type")) != family or \
             family != models.BY_NAME[spec.model].family:
         raise SystemExit("%s: model_type %r is not family %s" % (model_dir, cfg.get("model_type"),

@@ -3,9 +3,18 @@
 Every op function takes a Draw (the case's random source) plus the case's keyword arguments and
 returns (params, inputs, expected):
   params   -- exactly the manifest params docs/golden-format.md lists for the op, in its order;
-  inputs   -- {name: tensor} in file order; f16 (or f32 / i32) values the kernel receives;
-  expected -- {name: float64 tensor}, computed from the inputs upcast to fp64 with no fp16
-              rounding in between (the writer casts to f32 at the very end).
+  inputs   -- {name: tensor} in file order; f16 or bf16 (or f32 / i32) values the kernel
+              receives;
+  expected -- {name: float64 tensor}, computed from the inputs upcast to fp64 with no rounding
+              to the 16-bit storage type in between, except where the op's contract rounds (the
+              writer casts to f32 at the very end).
+
+Every op takes `dtype`, the 16-bit storage type of its case: "f16" (the default) or "bf16"
+(softmax and set_rows also "f32"). Inputs are drawn in fp64 and rounded to fp32, then to that
+type (to_f16, to_bf16); each intermediate rounding of the op's contract (the stored sum of the
+residual norms, the normalised row of rmsnorm_gemm / layernorm_gemm, the activation of
+swiglu_gemm / gpt_ffn) rounds to it too. dtype is no manifest param: the input files' dtype says
+it. bf16 cases are named "bf16-..." (checked below).
 """
 
 import hashlib
@@ -17,10 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-F16, F32, F64, I32 = torch.float16, torch.float32, torch.float64, torch.int32
+F16, BF16, F32, F64, I32 = torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32
 
 MASTER_SEED = 20261121
-POISON = 1e4  # what attention_decode caches hold at and beyond cache_lens[b]; exact in fp16
+# What attention_decode caches hold at and beyond cache_lens[b]; exact in fp16, 9984 in bf16
+# (the nearest bf16 value, which those cases store).
+POISON = 1e4
 
 
 def case_seed(op, case):
@@ -60,6 +71,27 @@ def to_f16(t):
     if not torch.isfinite(h).all():
         raise ValueError("input overflows fp16")
     return h
+
+
+def to_bf16(t):
+    """The bf16 input a kernel receives: the fp64 draw rounded to fp32, then to bf16 (round to
+    nearest even, as __float2bfloat16_rn; bf16 has fp32's exponent range and 8 significant
+    bits)."""
+    h = t.to(F32).to(BF16)
+    if not torch.isfinite(h).all():
+        raise ValueError("input overflows bf16")
+    return h
+
+
+# A case's storage type (the `dtype` of every op) -> the rounding to it.
+STORAGE = {"f16": to_f16, "bf16": to_bf16}
+
+
+def storage(dtype):
+    """The rounding to a case's 16-bit storage type ("f16" or "bf16")."""
+    if dtype not in STORAGE:
+        raise ValueError("storage dtype %r (want f16 or bf16)" % (dtype,))
+    return STORAGE[dtype]
 
 
 # Input distributions for the case table: each returns draw(r, shape) -> float64 tensor.
@@ -134,6 +166,17 @@ def row_scales(lo, hi, dist=None):
     return draw
 
 
+def with_large(dist, frac, lo, hi):
+    """dist with a fraction of its values replaced by random-sign log-uniform magnitudes in
+    [lo, hi] (beyond fp16's 65504 for the bf16 cases: bf16 has fp32's range)."""
+    big = log_magnitude(lo, hi)
+
+    def draw(r, shape):
+        x = dist(r, shape)
+        return torch.where(r.rand(shape) < frac, big(r, shape), x).to(F64)
+    return draw
+
+
 def constant_rows(rows, dist=None):
     """dist (default N(0, 1)) with the listed rows (first dim) set to one repeated value: a
     zero-variance row, where LayerNorm returns beta and RMSNorm sign(x) * weight."""
@@ -147,14 +190,14 @@ def constant_rows(rows, dist=None):
     return draw
 
 
-def norm_weight(r, n):
+def norm_weight(r, n, cast=to_f16):
     """RMSNorm weight / LayerNorm gamma: near one, like trained models."""
-    return to_f16(1.0 + 0.1 * r.randn((n,)))
+    return cast(1.0 + 0.1 * r.randn((n,)))
 
 
-def linear_weight(r, out_features, in_features):
+def linear_weight(r, out_features, in_features, cast=to_f16):
     """std 1/sqrt(in_features), so activations stay O(1) through the layer."""
-    return to_f16(r.randn((out_features, in_features)) / math.sqrt(in_features))
+    return cast(r.randn((out_features, in_features)) / math.sqrt(in_features))
 
 
 def d(t):
@@ -165,43 +208,50 @@ def d(t):
 # One reference per op (docs/golden-format.md, "Ops")
 
 
-def residual_add(r, *, shape, inplace, dist=normal()):
-    x, residual = to_f16(dist(r, shape)), to_f16(dist(r, shape))
+def residual_add(r, *, shape, inplace, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, residual = cast(dist(r, shape)), cast(dist(r, shape))
     return {"inplace": inplace}, {"x": x, "residual": residual}, {"out": d(x) + d(residual)}
 
 
-def rmsnorm(r, *, T, H, eps, dist=normal()):
-    x, weight = to_f16(dist(r, (T, H))), norm_weight(r, H)
+def rmsnorm(r, *, T, H, eps, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, weight = cast(dist(r, (T, H))), norm_weight(r, H, cast)
     out = F.rms_norm(d(x), (H,), d(weight), eps)
     return {"eps": eps}, {"x": x, "weight": weight}, {"out": out}
 
 
-def layernorm(r, *, T, H, eps, dist=normal()):
-    x = to_f16(dist(r, (T, H)))
-    gamma, beta = norm_weight(r, H), to_f16(0.1 * r.randn((H,)))
+def layernorm(r, *, T, H, eps, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    gamma, beta = norm_weight(r, H, cast), cast(0.1 * r.randn((H,)))
     out = F.layer_norm(d(x), (H,), d(gamma), d(beta), eps)
     return {"eps": eps}, {"x": x, "gamma": gamma, "beta": beta}, {"out": out}
 
 
-def layernorm_residual(r, *, T, H, eps, dist=normal()):
-    x, residual = to_f16(dist(r, (T, H))), to_f16(dist(r, (T, H)))
-    gamma, beta = norm_weight(r, H), to_f16(0.1 * r.randn((H,)))
+def layernorm_residual(r, *, T, H, eps, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, residual = cast(dist(r, (T, H))), cast(dist(r, (T, H)))
+    gamma, beta = norm_weight(r, H, cast), cast(0.1 * r.randn((H,)))
     s = d(x) + d(residual)
-    # The fused kernel stores the sum in fp16 and normalises that stored value, exactly like the
-    # unfused residual_add -> layernorm pair; the contract therefore rounds the sum once here.
-    out = F.layer_norm(d(to_f16(s)), (H,), d(gamma), d(beta), eps)
+    # The fused kernel stores the sum in fp16 (bf16) and normalises that stored value, exactly
+    # like the unfused residual_add -> layernorm pair; the contract therefore rounds the sum once
+    # here.
+    out = F.layer_norm(d(cast(s)), (H,), d(gamma), d(beta), eps)
     inputs = {"x": x, "residual": residual, "gamma": gamma, "beta": beta}
     return {"eps": eps}, inputs, {"sum": s, "out": out}
 
 
-def rmsnorm_residual(r, *, T, H, eps, inplace, dist=normal()):
-    x, residual = to_f16(dist(r, (T, H))), to_f16(dist(r, (T, H)))
-    weight = norm_weight(r, H)
+def rmsnorm_residual(r, *, T, H, eps, inplace, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, residual = cast(dist(r, (T, H))), cast(dist(r, (T, H)))
+    weight = norm_weight(r, H, cast)
     s = d(x) + d(residual)
-    # As layernorm_residual: the kernel stores the sum in fp16 (one rounding of the fp32 add, which
-    # to_f16 reproduces: the fp64 sum of two fp16 values is exact) and normalises that stored
-    # value, exactly like the unfused residual_add -> rmsnorm pair.
-    out = F.rms_norm(d(to_f16(s)), (H,), d(weight), eps)
+    # As layernorm_residual: the kernel stores the sum in fp16 (bf16) (one rounding of the fp32
+    # add, which to_f16 / to_bf16 reproduce: the fp64 sum of two fp16 or two bf16 values is exact,
+    # so its rounding to fp32 is the kernel's fp32 add) and normalises that stored value, exactly
+    # like the unfused residual_add -> rmsnorm pair.
+    out = F.rms_norm(d(cast(s)), (H,), d(weight), eps)
     inputs = {"x": x, "residual": residual, "weight": weight}
     return {"eps": eps, "inplace": inplace}, inputs, {"sum": s, "out": out}
 
@@ -455,12 +505,13 @@ def check_rope_scaling(name, cfg, sc):
 
 
 def rope(r, *, nH, nKV, D, positions, base=None, rope_dim=None, dist=normal(), scaling=None,
-         long_from=None):
+         long_from=None, dtype="f16"):
     """scaling: a PUBLISHED_ROPE name (models.py) whose tables the case uses, with its own base;
     long_from (longrope only) defaults to the config's original_max_position_embeddings."""
+    cast = storage(dtype)
     rope_dim = D if rope_dim is None else rope_dim
     T = len(positions)
-    q, k = to_f16(dist(r, (T, nH, D))), to_f16(dist(r, (T, nKV, D)))
+    q, k = cast(dist(r, (T, nH, D))), cast(dist(r, (T, nKV, D)))
     pos = torch.tensor(positions, dtype=I32)
     inputs = {"q": q, "k": k, "positions": pos}
     if scaling is None:
@@ -497,10 +548,12 @@ def sdpa(q, k, v, *, causal, scale):
                                               enable_gqa=True)
 
 
-def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal()):
+def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal(),
+                      dtype="f16"):
+    cast = storage(dtype)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    q, k = to_f16(qk(r, (B, S, nH, D))), to_f16(qk(r, (B, S, nKV, D)))
-    v = to_f16(vdist(r, (B, S, nKV, D)))
+    q, k = cast(qk(r, (B, S, nH, D))), cast(qk(r, (B, S, nKV, D)))
+    v = cast(vdist(r, (B, S, nKV, D)))
     # Files use [B, S, heads, D]; SDPA wants [B, heads, S, D].
     out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
                causal=causal, scale=scale).transpose(1, 2)
@@ -508,10 +561,12 @@ def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=No
     return params, {"q": q, "k": k, "v": v}, {"out": out}
 
 
-def attention_scores_softmax(r, *, B, Sq, Sk, nH, nKV, D, causal=True, scale=None, qk=normal()):
+def attention_scores_softmax(r, *, B, Sq, Sk, nH, nKV, D, causal=True, scale=None, qk=normal(),
+                             dtype="f16"):
     """softmax(scale q k^T + causal mask) per head in fp64, the queries the last Sq positions."""
+    cast = storage(dtype)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    q, k = to_f16(qk(r, (B, Sq, nH, D))), to_f16(qk(r, (B, Sk, nKV, D)))
+    q, k = cast(qk(r, (B, Sq, nH, D))), cast(qk(r, (B, Sk, nKV, D)))
     qh = d(q).transpose(1, 2)                                          # [B, nH, Sq, D]
     kh = d(k).transpose(1, 2).repeat_interleave(nH // nKV, dim=1)      # [B, nH, Sk, D]
     s = (qh @ kh.transpose(-1, -2)) * scale
@@ -522,14 +577,17 @@ def attention_scores_softmax(r, *, B, Sq, Sk, nH, nKV, D, causal=True, scale=Non
     return params, {"q": q, "k": k}, {"probs": torch.softmax(s, dim=-1)}
 
 
-def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal(), qk=normal()):
+def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal(), qk=normal(),
+                     dtype="f16"):
+    cast = storage(dtype)
     B = len(cache_lens)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    q = to_f16(qk(r, (B, nH, D)))
-    k_cache, v_cache = to_f16(qk(r, (B, L, nKV, D))), to_f16(vdist(r, (B, L, nKV, D)))
+    q = cast(qk(r, (B, nH, D)))
+    k_cache, v_cache = cast(qk(r, (B, L, nKV, D))), cast(vdist(r, (B, L, nKV, D)))
     for b, n in enumerate(cache_lens):
         assert 1 <= n <= L
-        k_cache[b, n:] = POISON  # a kernel that reads past cache_lens[b] gets visibly wrong
+        # a kernel that reads past cache_lens[b] gets visibly wrong (bf16 stores 9984)
+        k_cache[b, n:] = POISON
         v_cache[b, n:] = POISON
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
@@ -543,135 +601,146 @@ def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()
     return params, inputs, {"out": out}
 
 
-def swiglu(r, *, T, ffn, gate=normal()):
-    g, up = to_f16(gate(r, (T, ffn))), to_f16(r.randn((T, ffn)))
+def swiglu(r, *, T, ffn, gate=normal(), up_std=1.0, dtype="f16"):
+    """up_std scales up (1 for every fp16 case: the same draws times 1.0)."""
+    cast = storage(dtype)
+    g, up = cast(gate(r, (T, ffn))), cast(up_std * r.randn((T, ffn)))
     return {}, {"gate": g, "up": up}, {"out": F.silu(d(g)) * d(up)}
 
 
-def gemm_swiglu(r, *, T, H, ffn, dist=normal()):
+def gemm_swiglu(r, *, T, H, ffn, dist=normal(), dtype="f16"):
     """silu(x Wg^T) * (x Wu^T) over the stacked weight [Wg; Wu] (Phi-3's gate_up_proj)."""
-    x = to_f16(dist(r, (T, H)))
-    w = torch.cat([linear_weight(r, ffn, H), linear_weight(r, ffn, H)])
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    w = torch.cat([linear_weight(r, ffn, H, cast), linear_weight(r, ffn, H, cast)])
     acc = d(x) @ d(w).T
     return {}, {"x": x, "w_gate_up": w}, {"out": F.silu(acc[:, :ffn]) * acc[:, ffn:]}
 
 
-def _norm_gemm(r, T, H, N, bias, residual, eps, dist, draw_norm, norm):
-    """A pre-norm and the projection after it: norm(s, vectors) of x (or of the fp16 sum x +
-    residual, itself an output), rounded to fp16 as the norm op stores it, then x' W^T (+ bias)
-    in fp64. draw_norm(r) draws the norm's vectors ({name: f16 [H]}) after x and residual and
-    before W, in that order."""
-    x = to_f16(dist(r, (T, H)))
+def _norm_gemm(r, T, H, N, bias, residual, eps, dist, draw_norm, norm, cast):
+    """A pre-norm and the projection after it: norm(s, vectors) of x (or of the stored sum x +
+    residual, itself an output), rounded to the storage type (cast: to_f16 or to_bf16) as the norm
+    op stores it, then x' W^T (+ bias) in fp64. draw_norm(r) draws the norm's vectors ({name:
+    [H]} of the storage type) after x and residual and before W, in that order."""
+    x = cast(dist(r, (T, H)))
     inputs, outs = {"x": x}, {}
     s = d(x)
     if residual:
-        res = to_f16(dist(r, (T, H)))
+        res = cast(dist(r, (T, H)))
         inputs["residual"] = res
-        s = d(to_f16(d(x) + d(res)))
+        s = d(cast(d(x) + d(res)))
         outs["sum"] = d(x) + d(res)
     vecs = draw_norm(r)
-    w = linear_weight(r, N, H)
+    w = linear_weight(r, N, H, cast)
     inputs.update(vecs, w=w)
-    h = d(to_f16(norm(s, {k: d(v) for k, v in vecs.items()})))
+    h = d(cast(norm(s, {k: d(v) for k, v in vecs.items()})))
     out = h @ d(w).T
     if bias:
-        inputs["bias"] = to_f16(r.randn((N,)))
+        inputs["bias"] = cast(r.randn((N,)))
         out = out + d(inputs["bias"])
     outs["out"] = out
     return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
 
 
-def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal()):
+def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal(), dtype="f16"):
     """The RMSNorm families' pre-norm and the projection after it (_norm_gemm)."""
+    cast = storage(dtype)
     return _norm_gemm(r, T, H, N, bias, residual, eps, dist,
-                      lambda r: {"weight": norm_weight(r, H)},
-                      lambda s, v: F.rms_norm(s, (H,), v["weight"], eps))
+                      lambda r: {"weight": norm_weight(r, H, cast)},
+                      lambda s, v: F.rms_norm(s, (H,), v["weight"], eps), cast)
 
 
-def layernorm_gemm(r, *, T, H, N, bias, residual, eps=1e-5, dist=normal()):
+def layernorm_gemm(r, *, T, H, N, bias, residual, eps=1e-5, dist=normal(), dtype="f16"):
     """A LayerNorm family's pre-norm and the projection after it (GPT-2's ln_1 and c_attn;
     _norm_gemm)."""
+    cast = storage(dtype)
     return _norm_gemm(r, T, H, N, bias, residual, eps, dist,
-                      lambda r: {"gamma": norm_weight(r, H), "beta": to_f16(0.1 * r.randn((H,)))},
-                      lambda s, v: F.layer_norm(s, (H,), v["gamma"], v["beta"], eps))
+                      lambda r: {"gamma": norm_weight(r, H, cast),
+                                 "beta": cast(0.1 * r.randn((H,)))},
+                      lambda s, v: F.layer_norm(s, (H,), v["gamma"], v["beta"], eps), cast)
 
 
-def swiglu_gemm(r, *, T, ffn, N, bias=False, gate=normal(2.0)):
-    """(silu(gate) * up) rounded to fp16 as swiglu stores it, then a W^T (+ bias) in fp64: a SwiGLU
-    FFN's activation and its down projection."""
-    g, up = to_f16(gate(r, (T, ffn))), to_f16(normal()(r, (T, ffn)))
-    w = linear_weight(r, N, ffn)
+def swiglu_gemm(r, *, T, ffn, N, bias=False, gate=normal(2.0), dtype="f16"):
+    """(silu(gate) * up) rounded to fp16 (bf16) as swiglu stores it, then a W^T (+ bias) in fp64:
+    a SwiGLU FFN's activation and its down projection."""
+    cast = storage(dtype)
+    g, up = cast(gate(r, (T, ffn))), cast(normal()(r, (T, ffn)))
+    w = linear_weight(r, N, ffn, cast)
     inputs = {"gate": g, "up": up, "w": w}
-    out = d(to_f16(F.silu(d(g)) * d(up))) @ d(w).T
+    out = d(cast(F.silu(d(g)) * d(up))) @ d(w).T
     if bias:
-        inputs["bias"] = to_f16(r.randn((N,)))
+        inputs["bias"] = cast(r.randn((N,)))
         out = out + d(inputs["bias"])
     return {"has_bias": bias}, inputs, {"out": out}
 
 
-def gpt_ffn(r, *, T, H, ffn, gelu, bias=True, dist=normal(), b1=(0.0, 1.0), b2_std=1.0):
-    """GPT-2's MLP: gelu(x W1^T + b1) rounded to fp16 once, then a W2^T + b2, in fp64. b1 is
-    drawn as (mean, std); a mean of -3 with small x puts every pre-activation in the negative
+def gpt_ffn(r, *, T, H, ffn, gelu, bias=True, dist=normal(), b1=(0.0, 1.0), b2_std=1.0,
+            dtype="f16"):
+    """GPT-2's MLP: gelu(x W1^T + b1) rounded to fp16 (bf16) once, then a W2^T + b2, in fp64. b1
+    is drawn as (mean, std); a mean of -3 with small x puts every pre-activation in the negative
     tail, where erf and tanh GELU differ by ~10% (4e-4 absolute)."""
-    x = to_f16(dist(r, (T, H)))
-    w1, w2 = linear_weight(r, ffn, H), linear_weight(r, H, ffn)
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    w1, w2 = linear_weight(r, ffn, H, cast), linear_weight(r, H, ffn, cast)
     inputs = {"x": x, "w1": w1, "w2": w2}
     pre = d(x) @ d(w1).T
     if bias:
-        inputs["b1"] = to_f16(b1[0] + b1[1] * r.randn((ffn,)))
-        inputs["b2"] = to_f16(b2_std * r.randn((H,)))
+        inputs["b1"] = cast(b1[0] + b1[1] * r.randn((ffn,)))
+        inputs["b2"] = cast(b2_std * r.randn((H,)))
         pre = pre + d(inputs["b1"])
-    act = d(to_f16(F.gelu(pre, approximate="tanh" if gelu == "tanh" else "none")))
+    act = d(cast(F.gelu(pre, approximate="tanh" if gelu == "tanh" else "none")))
     out = act @ d(w2).T
     if bias:
         out = out + d(inputs["b2"])
     return {"gelu": gelu, "has_bias": bias}, inputs, {"out": out}
 
 
-def swiglu_ffn(r, *, T, H, ffn, dist=normal()):
-    x = to_f16(dist(r, (T, H)))
-    w_gate, w_up = linear_weight(r, ffn, H), linear_weight(r, ffn, H)
-    w_down = linear_weight(r, H, ffn)
+def swiglu_ffn(r, *, T, H, ffn, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    w_gate, w_up = linear_weight(r, ffn, H, cast), linear_weight(r, ffn, H, cast)
+    w_down = linear_weight(r, H, ffn, cast)
     act = F.silu(d(x) @ d(w_gate).T) * (d(x) @ d(w_up).T)
     inputs = {"x": x, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}
     return {}, inputs, {"out": act @ d(w_down).T}
 
 
-def gelu(r, *, T, H, dist=gelu_inputs(), inplace=False):
+def gelu(r, *, T, H, dist=gelu_inputs(), inplace=False, dtype="f16"):
     """inplace: the kernel writes out over x (the activation of an FFN in its own buffer)."""
-    x = to_f16(dist(r, (T, H)))
+    x = storage(dtype)(dist(r, (T, H)))
     return {"inplace": inplace}, {"x": x}, {"out": F.gelu(d(x))}
 
 
-def gelu_tanh(r, *, T, H, dist=gelu_inputs(), inplace=False):
-    x = to_f16(dist(r, (T, H)))
+def gelu_tanh(r, *, T, H, dist=gelu_inputs(), inplace=False, dtype="f16"):
+    x = storage(dtype)(dist(r, (T, H)))
     return {"inplace": inplace}, {"x": x}, {"out": F.gelu(d(x), approximate="tanh")}
 
 
-def gelu_scale(r, *, T, H, gelu, scale, dist=gelu_inputs(), inplace=False):
+def gelu_scale(r, *, T, H, gelu, scale, dist=gelu_inputs(), inplace=False, dtype="f16"):
     """GELU (erf or tanh) times scale, in fp64 with no rounding between the two: the kernel keeps
     the GELU in fp32 through the product. scale is taken as the float32 the kernel receives (the
     params store that value), so a scale not exact in fp32 is no error of the kernel's."""
     s = float(torch.tensor(scale, dtype=F32))
-    x = to_f16(dist(r, (T, H)))
+    x = storage(dtype)(dist(r, (T, H)))
     out = F.gelu(d(x), approximate="tanh" if gelu == "tanh" else "none") * s
     return {"gelu": gelu, "scale": s, "inplace": inplace}, {"x": x}, {"out": out}
 
 
-def pos_embedding(r, *, H, P, positions):
+def pos_embedding(r, *, H, P, positions, dtype="f16"):
+    cast = storage(dtype)
     T = len(positions)
-    x, table = to_f16(r.randn((T, H))), to_f16(r.randn((P, H)))
+    x, table = cast(r.randn((T, H))), cast(r.randn((P, H)))
     pos = torch.tensor(positions, dtype=I32)
     assert 0 <= min(positions) and max(positions) < P
     out = d(x) + d(table)[pos.long()]
     return {}, {"x": x, "table": table, "positions": pos}, {"out": out}
 
 
-def embedding(r, *, V, H, T):
+def embedding(r, *, V, H, T, dtype="f16"):
     ids = r.randint(0, V, (T,))
     if T > 1:  # always touch the first and the last row of the table
         ids[0], ids[-1] = V - 1, 0
-    table = to_f16(r.randn((V, H)))
+    table = storage(dtype)(r.randn((V, H)))
     return {}, {"ids": ids, "table": table}, {"out": d(table)[ids.long()]}
 
 
@@ -679,7 +748,7 @@ def set_rows(r, *, R, row, rows, dtype="f16"):
     """The KV-cache append: dst [R, *row] with src [T, *row] written at the distinct rows."""
     T = len(rows)
     assert len(set(rows)) == T and 0 <= min(rows) and max(rows) < R, rows
-    cast = to_f16 if dtype == "f16" else (lambda t: t.to(F32))
+    cast = (lambda t: t.to(F32)) if dtype == "f32" else storage(dtype)
     dst, src = cast(r.randn((R,) + tuple(row))), cast(r.randn((T,) + tuple(row)))
     idx = torch.tensor(rows, dtype=I32)
     out = d(dst).clone()
@@ -687,12 +756,17 @@ def set_rows(r, *, R, row, rows, dtype="f16"):
     return {}, {"dst": dst, "src": src, "rows": idx}, {"out": out}
 
 
-def gemm(r, *, M, N, K, has_bias, out_dtype, dist=normal()):
-    x, w = to_f16(dist(r, (M, K))), linear_weight(r, N, K)
+def gemm(r, *, M, N, K, has_bias, out_dtype, dist=normal(), dtype="f16"):
+    """out_dtype: the kernel's output, the input's 16-bit type or f32 (f16 in: f16 or f32; bf16
+    in: bf16 or f32)."""
+    if out_dtype not in (dtype, "f32"):
+        raise ValueError("gemm: %s in, %s out" % (dtype, out_dtype))
+    cast = storage(dtype)
+    x, w = cast(dist(r, (M, K))), linear_weight(r, N, K, cast)
     out = d(x) @ d(w).T
     inputs = {"x": x, "w": w}
     if has_bias:
-        inputs["bias"] = to_f16(r.randn((N,)))
+        inputs["bias"] = cast(r.randn((N,)))
         out = out + d(inputs["bias"])
     return {"has_bias": has_bias, "out_dtype": out_dtype}, inputs, {"out": out}
 
@@ -724,7 +798,7 @@ def all_but_one(rows):
 
 def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
     x = dist(r, (T, N))
-    x = to_f16(x) if dtype == "f16" else x.to(F32)
+    x = x.to(F32) if dtype == "f32" else storage(dtype)(x)
     if mask is not None:
         m = mask(r, (T, N))
         assert not m.all(dim=-1).any(), "a softmax row must keep at least one finite value"
@@ -1259,6 +1333,236 @@ CASES += _cases(COMMITTED, "attention_scores_softmax", [
     ("gemma-mqa_d256_s5", dict(GEMMA_MQA, B=1, Sq=5, Sk=5)),
 ])
 
+# ---------------------------------------------------------------------------------------------
+# bf16 storage (docs/golden-format.md, "bf16"): cases named "bf16-...", every 16-bit input bf16
+# and every rounding of the op's contract to bf16. The CUDA library dispatches on shape and
+# alignment exactly as for fp16 (engine/backend/cuda/pathtable.go, each path instantiated for
+# both types), so the committed bf16 cases below are the fewest and smallest that together take
+# every path of every op once more, aligned and (the suites' second run) one element off a
+# 16-byte boundary, which takes the generic / scalar paths; each row's comment names the path it
+# is there for. Model dims of Llama-3.2-1B (hidden 2048, 32 q / 8 kv heads of 64, ffn 8192,
+# rope llama3, eps 1e-5) and Qwen2.5-0.5B where the size allows (weight-heavy ops keep the
+# hidden size and cut the other dimension), an outlier-channel case for the norms and gemm, and
+# magnitudes beyond fp16's range (bf16's is fp32's) where a kernel that went through fp16 would
+# overflow. vec<4> / vec<8> of the row kernels take their narrowest widths (4104, 8200: the
+# committed tier's budget); the full tier has the real sizes.
+
+
+def _bf16_cases(tier, op, rows):
+    """A table's rows as bf16 cases: the name gets the "bf16-" prefix, the kwargs dtype "bf16"."""
+    return [Case(op, "bf16-" + name, tier, dict(kw, dtype="bf16")) for name, kw in rows]
+
+
+LLAMA32_1B = dict(nH=32, nKV=8, D=64)
+LARGE_1E6 = log_magnitude(1e4, 1e6)  # every |x| in [1e4, 1e6]: most of them beyond fp16's range
+
+CASES += _bf16_cases(COMMITTED, "residual_add", [
+    ("llama3.2-1b_t1", dict(shape=(1, 2048), inplace=False)),             # binary_kernel<true>
+    # sums up to 2e6; an odd row (the scalar tail), in place
+    ("large-mag-1e6_odd-h1001_t2_inplace", dict(shape=(2, 1001), inplace=True,
+                                                dist=uniform(-1e6, 1e6))),
+])
+CASES += _bf16_cases(COMMITTED, "rmsnorm", [
+    ("outliers-x20_llama3.2-1b_t2", dict(T=2, H=2048, eps=1e-5, dist=OUTLIERS)),  # vec<1>
+    ("llama3.2-3b-h3072_t1", dict(T=1, H=3072, eps=1e-5)),                       # vec<2>
+    ("h4104_t1", dict(T=1, H=4104, eps=1e-5)),                                   # vec<4>
+    ("h8200_t1", dict(T=1, H=8200, eps=1e-5)),                                   # vec<8>
+    ("large-mag-1e6_prime-h1009_t1", dict(T=1, H=1009, eps=1e-5, dist=LARGE_1E6)),  # generic
+])
+CASES += _bf16_cases(COMMITTED, "rmsnorm_residual", [
+    ("outliers-x20_llama3.2-1b_t1_inplace", dict(T=1, H=2048, eps=1e-5, inplace=True,
+                                                 dist=OUTLIERS)),                # vec<1>
+    ("llama3.2-3b-h3072_t1", dict(T=1, H=3072, eps=1e-5, inplace=False)),        # vec<2>
+    ("h4104_t1_inplace", dict(T=1, H=4104, eps=1e-5, inplace=True)),             # vec<4>
+    ("h8200_t1", dict(T=1, H=8200, eps=1e-5, inplace=False)),                    # vec<8>
+    ("large-mag-1e6_prime-h1009_t1", dict(T=1, H=1009, eps=1e-5, inplace=False,
+                                          dist=LARGE_1E6)),                      # generic
+])
+CASES += _bf16_cases(COMMITTED, "layernorm", [
+    ("outliers-x20_gpt2_t1", dict(T=1, H=768, eps=1e-5, dist=OUTLIERS)),         # vec<1>
+    ("phi2-h2560_t1", dict(T=1, H=2560, eps=1e-5)),                              # vec<2>
+    ("h4104_t1", dict(T=1, H=4104, eps=1e-5)),                                   # vec<4>
+    ("h8200_t1", dict(T=1, H=8200, eps=1e-5)),                                   # vec<8>
+    ("large-mag-1e6_prime-h1009_t1", dict(T=1, H=1009, eps=1e-5, dist=LARGE_1E6)),  # generic
+])
+CASES += _bf16_cases(COMMITTED, "layernorm_residual", [
+    ("outliers-x20_gpt2_t1", dict(T=1, H=768, eps=1e-5, dist=OUTLIERS)),         # vec<1>
+    ("phi2-h2560_t1", dict(T=1, H=2560, eps=1e-5)),                              # vec<2>
+    ("h4104_t1", dict(T=1, H=4104, eps=1e-5)),                                   # vec<4>
+    ("h8200_t1", dict(T=1, H=8200, eps=1e-5)),                                   # vec<8>
+    ("large-mag-1e6_prime-h1009_t1", dict(T=1, H=1009, eps=1e-5, dist=LARGE_1E6)),  # generic
+])
+CASES += _bf16_cases(COMMITTED, "rope", [
+    # rope_kernel<true>: Llama-3.2-1B's heads and published llama3 table, ragged positions
+    ("llama3.2-1b-llama3_ragged-pos0-to-131071_t3",
+     dict(LLAMA32_1B, scaling="llama3.2-1b", positions=[0, 131071, 65536])),
+    ("outliers-x20_qwen2.5-0.5b_base1e6_pos32765-32767",
+     dict(QWEN, base=1e6, positions=NEAR_2_15[5:], dist=outlier_channels((5, 40), 20.0))),
+    # rope_kernel<false>: rope_dim/2 = 12, head_dim 80
+    ("scalar-r24-d80_base1e4_pos131069-131071", dict(nH=4, nKV=2, D=80, rope_dim=24, base=1e4,
+                                                     positions=NEAR_2_17[5:])),
+])
+CASES += _bf16_cases(COMMITTED, "attention_prefill", [
+    # <64, 1> and <64, 2> (non-causal) at Llama-3.2-1B's and Qwen2.5-0.5B's heads
+    ("llama3.2-1b_s3", dict(LLAMA32_1B, B=1, S=3)),
+    ("noncausal_qwen2.5-0.5b_s4", dict(QWEN, B=1, S=4, causal=False)),
+    ("d32-gqa2_s7", dict(nH=4, nKV=2, D=32, B=1, S=7)),                           # <32, 1>
+    ("noncausal_d32-gqa2_s6", dict(nH=2, nKV=1, D=32, B=1, S=6, causal=False)),   # <32, 2>
+    ("phi2-d80_s7", dict(nH=2, nKV=2, D=80, B=1, S=7)),                           # <80, 1>
+    ("noncausal_d80_s7", dict(nH=2, nKV=2, D=80, B=1, S=7, causal=False)),        # <80, 2>
+    ("phi3-mini-d96_s8", dict(nH=2, nKV=2, D=96, B=1, S=8)),                      # <96, 1>
+    ("noncausal_d96_b2_s5", dict(nH=1, nKV=1, D=96, B=2, S=5, causal=False)),     # <96, 2>
+    # <128, 1>: scores to ~1000 (q and k sharing outlier channels of ~60)
+    ("logit-growth-scores950_d128-gqa2_s8", dict(nH=2, nKV=1, D=128, B=1, S=8, qk=LOGIT_GROWTH)),
+    # <128, 2>: v with outlier channels
+    ("noncausal_outlier-v_d128-gqa2_s9", dict(nH=2, nKV=1, D=128, B=1, S=9, causal=False,
+                                              vdist=outlier_channels((7, 90), 20.0))),
+    ("d160_s5", dict(nH=2, nKV=2, D=160, B=1, S=5)),                              # <160, 1>
+    ("d192-gqa2_s6", dict(nH=2, nKV=1, D=192, B=1, S=6)),                         # <192, 1>
+    ("gemma-mqa_d256_s5", dict(nH=2, nKV=1, D=256, B=1, S=5, scale=224 ** -0.5)),  # <256, 1>
+])
+CASES += _bf16_cases(COMMITTED, "attention_decode", [
+    ("llama3.2-1b_len13", dict(LLAMA32_1B, L=16, cache_lens=[13])),              # mma<64, 8, 2>
+    ("d64-gqa16_len9", dict(nH=16, nKV=1, D=64, L=12, cache_lens=[9])),          # mma<64, 16, 2>
+    ("d32-gqa8_lens1-9", dict(nH=8, nKV=1, D=32, L=12, cache_lens=[1, 9])),      # mma<32, 8, 2>
+    ("d32-gqa16_len9", dict(nH=16, nKV=1, D=32, L=12, cache_lens=[9])),          # mma<32, 16, 2>
+    ("phi3-mini-d96-mha_len9", dict(nH=2, nKV=2, D=96, L=12, cache_lens=[9])),    # mma<96, 8, 1>
+    ("d96-gqa16_len9", dict(nH=16, nKV=1, D=96, L=12, cache_lens=[9])),          # mma<96, 16, 1>
+    # mma<128, 8, 1>: scores to ~1000
+    ("logit-growth-scores950_d128-gqa4_len33", dict(nH=4, nKV=1, D=128, L=36, cache_lens=[33],
+                                                    qk=LOGIT_GROWTH)),
+    # mma<128, 16, 1>: Llama-3.1-405B's 16 query heads per KV head
+    ("llama3.1-405b-gqa16_d128_len9", dict(nH=16, nKV=1, D=128, L=12, cache_lens=[9])),
+    ("phi2-d80-mha_len9", dict(nH=1, nKV=1, D=80, L=12, cache_lens=[9])),        # split<1>
+    # split<2> with a cache long enough to split (max_len > 64): the combine kernel
+    ("d80-gqa2_len70", dict(nH=2, nKV=1, D=80, L=72, cache_lens=[70])),
+    ("d256-gqa4_len9", dict(nH=4, nKV=1, D=256, L=12, cache_lens=[9])),          # split<4>
+    ("gemma-mqa_d256_len9", dict(GEMMA_MQA, L=12, cache_lens=[9],
+                                 scale=224 ** -0.5)),                            # split<8>
+])
+CASES += _bf16_cases(COMMITTED, "attention_scores_softmax", [
+    ("llama3.2-1b_s4", dict(LLAMA32_1B, B=1, Sq=4, Sk=4)),
+    ("qwen2.5-0.5b-chunk_q3-k40", dict(QWEN, B=1, Sq=3, Sk=40)),
+])
+CASES += _bf16_cases(COMMITTED, "swiglu", [
+    ("qwen2.5-0.5b_t1", dict(T=1, ffn=4864)),                         # binary_kernel<true>
+    # gate in [-30, 30], up ~ N(0, 1e4^2): products past fp16's range, an odd row
+    ("large-mag_odd-h1001_t2", dict(T=2, ffn=1001, gate=uniform(-30.0, 30.0), up_std=1e4)),
+])
+CASES += _bf16_cases(COMMITTED, "gelu", [
+    ("gpt2-ffn_t1", dict(T=1, H=3072)),                               # unary_kernel<true>
+    # a tenth of the values |x| in [1e5, 1e6]; an odd row, in place
+    ("large-mag-1e6_odd-h1001_t2_inplace", dict(T=2, H=1001, inplace=True,
+                                                dist=with_large(gelu_inputs(), 0.1, 1e5, 1e6))),
+])
+CASES += _bf16_cases(COMMITTED, "gelu_tanh", [
+    ("gpt2-ffn_t1", dict(T=1, H=3072)),
+    ("large-mag-1e6_odd-h1001_t2_inplace", dict(T=2, H=1001, inplace=True,
+                                                dist=with_large(gelu_inputs(), 0.1, 1e5, 1e6))),
+])
+CASES += _bf16_cases(COMMITTED, "gelu_scale", [
+    ("gpt2-ffn_t1_erf_s0.125", dict(T=1, H=3072, gelu="erf", scale=0.125)),      # GeluScaleErfOp
+    # GeluScaleTanhOp: outputs to ~9e5 (x up to 300, scale -3000), an odd row, in place
+    ("large-out_odd-h1001_t1_tanh_s-3000_inplace",
+     dict(T=1, H=1001, gelu="tanh", scale=-3000.0, inplace=True,
+          dist=with_large(gelu_inputs(), 0.1, 30.0, 300.0))),
+])
+CASES += _bf16_cases(COMMITTED, "softmax", [
+    ("attn-causal_t8", dict(T=8, N=128, dtype="bf16", mask=causal_mask(120))),   # <bf16, true>
+    ("odd_t2", dict(T=2, N=1001, dtype="bf16", mask=random_mask(0.02))),         # <bf16, false>
+    # rows around +1e5, -1e5 (past fp16's range), spread over +-1e4, 9e4
+    ("large-mag_t4", dict(T=4, N=256, dtype="bf16",
+                          dist=row_offsets([1e5, -1e5, None, 9e4], 300.0),
+                          mask=all_but_one([1]))),
+])
+CASES += _bf16_cases(COMMITTED, "pos_embedding", [
+    ("gpt2-p4_t4", dict(H=768, P=4, positions=[3, 0, 2, 2])),                    # <true>
+    ("odd-h1001-p4_t2", dict(H=1001, P=4, positions=[3, 1])),                    # <false>
+])
+CASES += _bf16_cases(COMMITTED, "embedding", [
+    ("llama3.2-1b-v4_t2", dict(V=4, H=2048, T=2)),                               # <uint4>
+    ("even-h1002-v4_t2", dict(V=4, H=1002, T=2)),                                # <unsigned int>
+])  # <unsigned short>: both one element off a 16-byte boundary
+CASES += _bf16_cases(COMMITTED, "set_rows", [
+    # <uint4>: Llama-3.2-1B's KV row (8 heads of 64), scattered rows
+    ("llama3.2-1b_l8_scattered-t3", dict(R=8, row=(8, 64), rows=[6, 0, 3], dtype="bf16")),
+    ("odd-3x50_l8_t3", dict(R=8, row=(3, 50), rows=[7, 4, 1], dtype="bf16")),    # <unsigned int>
+    ("odd-h129_l4_t2", dict(R=4, row=(129,), rows=[3, 1], dtype="bf16")),        # <unsigned short>
+])
+CASES += _bf16_cases(COMMITTED, "gemm", [
+    ("llama3.2-1b-k2048-n8_decode-m1", dict(M=1, N=8, K=2048, has_bias=False,
+                                            out_dtype="bf16")),                  # gemv<1>
+    ("qwen2.5-0.5b-k896-n8_m2_bias", dict(M=2, N=8, K=896, has_bias=True,
+                                          out_dtype="bf16")),                    # gemv<2>
+    ("k768-n8_m3", dict(M=3, N=8, K=768, has_bias=False, out_dtype="bf16")),     # gemv<4>
+    # cublasLt's bias epilogue (bias_add_kernel<bf16> without cublasLt)
+    ("qwen2.5-0.5b-k896-n16_m7_bias", dict(M=7, N=16, K=896, has_bias=True, out_dtype="bf16")),
+    # fp32 out with a bias: cublasGemmEx, then bias_add_kernel<float>
+    ("outliers-x20_m8-n16-k896_f32", dict(M=8, N=16, K=896, has_bias=True, out_dtype="f32",
+                                          dist=OUTLIERS)),
+    # cublasGemmEx, no bias, odd sizes: |x| up to 1e5, outputs past fp16's range, in bf16
+    ("large-mag-x1e5_prime-m5-n31-k131", dict(M=5, N=31, K=131, has_bias=False, out_dtype="bf16",
+                                              dist=uniform(-1e5, 1e5))),
+])
+CASES += _bf16_cases(COMMITTED, "gemm_swiglu", [
+    ("llama3.2-1b-h2048-f8_decode-t1", dict(T=1, H=2048, ffn=8)),
+    ("outliers-x20_qwen2.5-0.5b-h896-f8_t6", dict(T=6, H=896, ffn=8, dist=OUTLIERS)),
+])
+CASES += _bf16_cases(COMMITTED, "swiglu_ffn", [
+    ("qwen2.5-0.5b-h896-f8_decode-t1", dict(T=1, H=896, ffn=8)),                 # gemv<1>
+    ("h256-f8_t4", dict(T=4, H=256, ffn=8)),                                     # gemv<4>
+    ("prime-h127-f29_t3", dict(T=3, H=127, ffn=29)),                             # cublasGemmEx
+])
+CASES += _bf16_cases(COMMITTED, "rmsnorm_gemm", [
+    ("llama3.2-1b-h2048-n4_decode-t1", dict(T=1, H=2048, N=4, bias=False, residual=True,
+                                            eps=1e-5)),                          # gemv<1>
+    ("qwen2.5-0.5b-h896-n4_t2_bias", dict(T=2, H=896, N=4, bias=True, residual=True)),  # gemv<2>
+    ("qwen2.5-0.5b-h896-n4_t3_no-residual", dict(T=3, H=896, N=4, bias=False,
+                                                 residual=False)),               # gemv<4>
+    # rmsnorm_residual_vec<1> into the workspace, then cublasLt with the bias
+    ("outliers-x20_h896-n8_t5_bias", dict(T=5, H=896, N=8, bias=True, residual=True,
+                                          dist=OUTLIERS)),
+    # rmsnorm_residual_vec<2> (2048 < hidden <= 4096), cublasGemmEx
+    ("h2056-n2_t5", dict(T=5, H=2056, N=2, bias=False, residual=True, eps=1e-5)),
+    # rmsnorm_vec<1>, no residual
+    ("h896-n4_prefill-t5_no-residual", dict(T=5, H=896, N=4, bias=False, residual=False)),
+])
+CASES += _bf16_cases(COMMITTED, "layernorm_gemm", [
+    ("gpt2-h768-n4_decode-t1_bias", dict(T=1, H=768, N=4, bias=True, residual=True)),  # gemv<1>
+    ("h768-n4_t2", dict(T=2, H=768, N=4, bias=False, residual=True)),            # gemv<2>
+    ("h768-n4_t3_bias_no-residual", dict(T=3, H=768, N=4, bias=True, residual=False)),  # gemv<4>
+    # layernorm_residual_vec<1>, cublasLt with the bias; outliers
+    ("outliers-x20_h768-n8_t5_bias", dict(T=5, H=768, N=8, bias=True, residual=True,
+                                          dist=outlier_channels((3, 100, 517), 20.0))),
+    ("h2056-n2_t5", dict(T=5, H=2056, N=2, bias=False, residual=True)),          # residual_vec<2>
+    # layernorm_vec<1>, no residual; a mean of 300 (bf16's spacing there is 2)
+    ("mean-offset300_h768-n4_prefill-t5_no-residual",
+     dict(T=5, H=768, N=4, bias=True, residual=False, dist=normal(1.0, mean=300.0))),
+])
+CASES += _bf16_cases(COMMITTED, "swiglu_gemm", [
+    ("llama3.2-1b-f8-n2048_decode-t1", dict(T=1, ffn=8, N=2048)),                # gemv<1>
+    ("qwen2.5-0.5b-f8-n896_t2", dict(T=2, ffn=8, N=896)),                        # gemv<2>
+    ("gate-std8-f32-n128_t4", dict(T=4, ffn=32, N=128, gate=normal(8.0))),       # gemv<4>
+    # binary_kernel<true> into the workspace, cublasLt with the bias (cublasGemmEx and
+    # bias_add_kernel without cublasLt)
+    ("prefill-f16-n256_t6_bias", dict(T=6, ffn=16, N=256, bias=True)),
+])
+CASES += _bf16_cases(COMMITTED, "gpt_ffn", [
+    # gelu_gemv<1, true>, gemv<1> (the down projection with its bias)
+    ("h256-f16_decode-t1", dict(T=1, H=256, ffn=16, gelu="tanh")),
+    ("no-bias_h128-f16_t2_erf", dict(T=2, H=128, ffn=16, gelu="erf", bias=False)),  # <2, false>
+    ("h128-f16_t2_tanh", dict(T=2, H=128, ffn=16, gelu="tanh")),      # <2, true>, gemv<2>
+    # gelu_gemv<4, false>, gemv<4>: every pre-activation in the GELU's negative tail
+    ("gelu-tail_h128-f16_t3_erf", dict(T=3, H=128, ffn=16, gelu="erf", dist=normal(0.1),
+                                       b1=(-3.0, 0.3), b2_std=0.0)),
+    # gelu_gemv<8, false>; the down projection by cuBLAS with cublasLt's bias
+    ("h128-f16_t5_erf", dict(T=5, H=128, ffn=16, gelu="erf")),
+    ("outliers-x20_h256-f16_t12", dict(T=12, H=256, ffn=16, gelu="tanh",
+                                       dist=outlier_channels((3, 100, 201), 20.0))),  # <16, true>
+    ("prefill-h128-f16_t17", dict(T=17, H=128, ffn=16, gelu="tanh")),             # bias_gelu<true>
+    ("prime-h127-f29_t3_erf", dict(T=3, H=127, ffn=29, gelu="erf")),              # bias_gelu<false>
+])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -1411,12 +1715,109 @@ CASES += _cases(FULL, "pos_embedding", [
     ("gpt2-p1024_2seq-t5", dict(H=768, P=1024, positions=[0, 1, 2, 3, 4, 0, 1, 2, 3, 4])),
 ])
 
+# Full tier, bf16: twins of the main full-tier cases at model sizes, and Llama-3.2-1B's (the bf16
+# model set llama3.2-1b-bf16) where the fp16 tier has only other models.
+LLAMA32_1B_KV = (8, 64)
+for _op in ("residual_add", "rmsnorm", "layernorm", "layernorm_residual", "gelu", "gelu_tanh",
+            "swiglu"):
+    CASES += _bf16_cases(FULL, _op, [
+        ("big-2048x8192", dict(shape=BIG, inplace=False) if _op == "residual_add" else
+         dict(T=BIG[0], ffn=BIG[1]) if _op == "swiglu" else
+         dict(T=BIG[0], H=BIG[1]) if _op.startswith("gelu") else
+         dict(T=BIG[0], H=BIG[1], eps=1e-5)),
+    ])
+CASES += _bf16_cases(FULL, "rmsnorm_residual", [
+    ("big-4096x4096", dict(T=4096, H=4096, eps=1e-5, inplace=False)),
+])
+CASES += _bf16_cases(FULL, "gelu_scale", [
+    ("big-2048x8192_erf_s0.125", dict(T=BIG[0], H=BIG[1], gelu="erf", scale=0.125)),
+])
+CASES += _bf16_cases(FULL, "rope", [
+    ("qwen2.5-0.5b_t2048", dict(QWEN, base=1e6, positions=list(range(2048)))),
+    ("llama3.2-1b-llama3_pos129024-131071_t2048",
+     dict(LLAMA32_1B, scaling="llama3.2-1b", positions=list(range(129024, 131072)))),
+    ("llama3.1-8b-llama3_pos129024-131071_t2048",
+     dict(LLAMA3, scaling="llama3.1-8b", positions=list(range(129024, 131072)))),
+])
+CASES += _bf16_cases(FULL, "softmax", [
+    ("qwen2.5-vocab_t32", dict(T=32, N=151936, dtype="bf16", dist=normal(3.0),
+                               mask=random_mask(0.01))),
+])
+CASES += _bf16_cases(FULL, "gemm_swiglu", [
+    ("qwen2.5-0.5b_decode-t1", dict(T=1, H=896, ffn=4864)),
+    ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),
+    ("llama3.2-1b_decode-t1", dict(T=1, H=2048, ffn=8192)),
+    ("llama3.2-1b_t16", dict(T=16, H=2048, ffn=8192)),
+])
+CASES += _bf16_cases(FULL, "attention_scores_softmax", [
+    ("qwen2.5-0.5b_s512", dict(QWEN, B=1, Sq=512, Sk=512)),
+    ("llama3.2-1b_s512", dict(LLAMA32_1B, B=1, Sq=512, Sk=512)),
+])
+CASES += _bf16_cases(FULL, "rmsnorm_gemm", [
+    ("qwen2.5-0.5b-qkv_decode-t1", dict(T=1, H=896, N=1152, bias=True, residual=True)),
+    ("qwen2.5-0.5b-qkv_prefill-t2048", dict(T=2048, H=896, N=1152, bias=True, residual=True)),
+    ("llama3.2-1b-qkv_decode-t1", dict(T=1, H=2048, N=3072, bias=False, residual=True, eps=1e-5)),
+    ("llama3.2-1b-gate-up_decode-t1", dict(T=1, H=2048, N=16384, bias=False, residual=True,
+                                           eps=1e-5)),
+    ("llama3.2-1b-qkv_prefill-t2048", dict(T=2048, H=2048, N=3072, bias=False, residual=True,
+                                           eps=1e-5)),
+])
+CASES += _bf16_cases(FULL, "layernorm_gemm", [
+    ("gpt2-qkv_decode-t1", dict(T=1, H=768, N=2304, bias=True, residual=True)),
+    ("gpt2-qkv_prefill-t1024", dict(T=1024, H=768, N=2304, bias=True, residual=True)),
+])
+CASES += _bf16_cases(FULL, "swiglu_gemm", [
+    ("qwen2.5-0.5b_decode-t1", dict(T=1, ffn=4864, N=896)),
+    ("llama3.2-1b_decode-t1", dict(T=1, ffn=8192, N=2048)),
+    ("llama3.2-1b_t16", dict(T=16, ffn=8192, N=2048)),
+])
+CASES += _bf16_cases(FULL, "gpt_ffn", [
+    ("gpt2_decode-t1", dict(T=1, H=768, ffn=3072, gelu="tanh")),
+    ("gpt2_prefill-t1024", dict(T=1024, H=768, ffn=3072, gelu="tanh")),
+])
+CASES += _bf16_cases(FULL, "swiglu_ffn", [
+    ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),
+    ("llama3.2-1b_t4", dict(T=4, H=2048, ffn=8192)),
+])
+CASES += _bf16_cases(FULL, "gemm", [
+    ("llama3.2-1b-qkv_proj_m8", dict(M=8, N=3072, K=2048, has_bias=False, out_dtype="bf16")),
+    ("llama3.2-1b-gate_up_m8", dict(M=8, N=16384, K=2048, has_bias=False, out_dtype="bf16")),
+    ("llama3.2-1b-down_proj_m4", dict(M=4, N=2048, K=8192, has_bias=False, out_dtype="bf16")),
+    ("qwen2.5-0.5b-lm_head_m1_f32", dict(M=1, N=151936, K=896, has_bias=False,
+                                         out_dtype="f32")),
+])
+CASES += _bf16_cases(FULL, "attention_decode", [
+    ("qwen2.5-0.5b_len4096", dict(QWEN, L=4096, cache_lens=[4096])),
+    ("llama3.2-1b_len4096", dict(LLAMA32_1B, L=4096, cache_lens=[4096])),
+    ("llama3.2-1b_b4_len4096", dict(LLAMA32_1B, L=4096, cache_lens=[4096, 4096, 4096, 4096])),
+    ("phi2-b17-mha_d80_lens495-2047",
+     dict(PHI2, nH=32, nKV=32, L=2048, cache_lens=[2047 - 97 * i for i in range(17)])),
+    ("phi3-mini_b16_lens61-256", dict(PHI3, L=256, cache_lens=[256 - 13 * i for i in range(16)])),
+])
+CASES += _bf16_cases(FULL, "attention_prefill", [
+    ("qwen2.5-0.5b_s2048", dict(QWEN, B=1, S=2048)),
+    ("llama3.2-1b_s2048", dict(LLAMA32_1B, B=1, S=2048)),
+])
+CASES += _bf16_cases(FULL, "embedding", [
+    ("qwen2.5-0.5b-full-vocab_t16", dict(V=151936, H=896, T=16)),
+    ("llama3.2-1b-v1024_t8", dict(V=1024, H=2048, T=8)),
+])
+CASES += _bf16_cases(FULL, "set_rows", [
+    ("llama3.2-1b_l4096_decode-row3001", dict(R=4096, row=LLAMA32_1B_KV, rows=[3001],
+                                              dtype="bf16")),
+])
+CASES += _bf16_cases(FULL, "pos_embedding", [
+    ("gpt2-p1024_t8", dict(H=768, P=1024, positions=list(range(8)))),
+])
+
 
 _NAME = re.compile(r"^[a-z0-9._-]+$")
 _seen = set()
 for _c in CASES:
     assert _c.op in OPS and _NAME.match(_c.name), _c
     assert (_c.op, _c.name) not in _seen, "duplicate case %s/%s" % (_c.op, _c.name)
+    # bf16 storage exactly in the cases named bf16-... (the Go side and the docs rely on it)
+    assert _c.name.startswith("bf16-") == (_c.kwargs.get("dtype") == "bf16"), _c
     _seen.add((_c.op, _c.name))
 
 

@@ -17,9 +17,12 @@ FORMAT_VERSION = 1
 GENERATOR_NAME = "gen-golden"
 GENERATOR_VERSION = "1.0.0"
 
-# torch dtype -> (contract dtype name, numpy dtype). Nothing else may be written.
+# torch dtype -> (contract dtype name, numpy dtype). Nothing else may be written. numpy has no
+# bfloat16: a bf16 tensor is stored as its raw bits, little-endian uint16 ('<u2'), and only the
+# manifest's "bf16" says what they are (docs/golden-format.md, "bf16 storage").
 DTYPES = {
     torch.float16: ("f16", "<f2"),
+    torch.bfloat16: ("bf16", "<u2"),
     torch.float32: ("f32", "<f4"),
     torch.int32: ("i32", "<i4"),
 }
@@ -49,7 +52,12 @@ def npy_bytes(t):
     """Serialise one tensor as a .npy (format 1.0, C order, little-endian) and return the bytes."""
     if t.dtype not in DTYPES:
         raise TypeError("cannot write dtype %s" % t.dtype)
-    arr = np.ascontiguousarray(t.detach().cpu().contiguous().numpy(), dtype=DTYPES[t.dtype][1])
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.bfloat16:
+        # the bits, reinterpreted (not converted): numpy has no bfloat16
+        arr = np.ascontiguousarray(t.view(torch.int16).numpy().view(np.uint16), dtype="<u2")
+    else:
+        arr = np.ascontiguousarray(t.numpy(), dtype=DTYPES[t.dtype][1])
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
     data = buf.getvalue()
@@ -79,7 +87,7 @@ def write_tensor(directory, name, t, role):
 def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     """Write one golden set into case_dir (removed first, so no stale file survives).
 
-    inputs: ordered {name: tensor in f16/f32/i32}; expected: ordered {name: float64 tensor},
+    inputs: ordered {name: tensor in f16/bf16/f32/i32}; expected: ordered {name: float64 tensor},
     cast to f32 here. Returns (number of files, total bytes) including manifest.json.
     """
     if os.path.lexists(case_dir):

@@ -3,12 +3,13 @@ decoding through the KV cache (docs/golden-format.md, "Model sets").
 
 One set per model: golden/models/<model>/ (committed tiny variants) or
 golden/.cache/models/<model>/ (full size, or a real checkpoint given with --checkpoint). A set holds
-the checkpoint the Go side loads (config.json + model.safetensors, fp16 for synthetic ones), the
+the checkpoint the Go side loads (config.json + model.safetensors, fp16 or bf16 for synthetic
+ones: the set's params.dtype), the
 prompt, the taps of the prefill and of the first `decode_steps` decode steps, the 32 greedy
 tokens with their top-2 margins and top-5 lists, 32 tokens of seeded generation from the same
 prompt (docs/sampling.md, through sampling.py) with their model margins, and calibration.json: the
-per-tap error of the same forward rounded to fp16 where the engine rounds, from which the Go side
-derives each tap's limits.
+per-tap error of the same forward rounded to fp16 (bf16 for a bf16 set) where the engine rounds,
+from which the Go side derives each tap's limits.
 
 The reference is transformers itself (Qwen2ForCausalLM, Phi3ForCausalLM, LlamaForCausalLM,
 GPT2LMHeadModel) loaded with from_pretrained from the set's own checkpoint files, upcast to fp32,
@@ -22,6 +23,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import threading
@@ -37,7 +39,15 @@ import kernels
 import manifest
 import sampling
 
-F16, F32, F64, I32 = torch.float16, torch.float32, torch.float64, torch.int32
+F16, BF16, F32, F64, I32 = torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int32
+
+# A set's dtype (params.dtype: what the engine runs it in, what its synthetic checkpoint stores and
+# what its calibration rounds to) -> the torch dtype, the safetensors dtype, config.json's
+# torch_dtype.
+DTYPES = ("f16", "bf16")
+TORCH_DTYPE = {"f16": F16, "bf16": BF16}
+ST_NAME = {"f16": "F16", "bf16": "BF16"}
+CONFIG_DTYPE = {"f16": "float16", "bf16": "bfloat16"}
 
 CASE = "greedy32"
 PROMPT_LEN = 16
@@ -57,7 +67,8 @@ SYNTHETIC, CHECKPOINT = "synthetic", "checkpoint"
 # meta-llama/Llama-3.2-1B, meta-llama/Llama-3.1-8B, microsoft/Phi-3.5-mini-instruct,
 # Qwen/Qwen2.5-7B-Instruct with its model card's YaRN rope_scaling) with the fields
 # that only matter for remote code or provenance dropped (_name_or_path, auto_map,
-# transformers_version) and torch_dtype set to what the synthetic checkpoint stores (float16).
+# transformers_version) and torch_dtype set to what the synthetic checkpoint stores (float16; the
+# bf16 sets' copies, bf16_config, bfloat16).
 # Field names follow the hub files (rope_theta at the top level, GPT-2's n_embd/n_layer/...);
 # transformers 5.17 maps them onto its config classes (rope_theta -> rope_parameters).
 
@@ -295,6 +306,12 @@ PHI35_TINY = derived(PHI35_MINI, hidden_size=96, intermediate_size=128, num_hidd
                                    "short_factor": kernels.PHI35_SHORT_FACTOR[::2]})
 QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).items()))
 
+
+def bf16_config(cfg):
+    """The config of a bf16 set: the same model, torch_dtype "bfloat16" (what its checkpoint
+    stores, as on the hub: Qwen2.5 and Llama 3 ship bf16)."""
+    return derived(cfg, torch_dtype=CONFIG_DTYPE["bf16"])
+
 # margin_epsilon (logit units): the reference's top-2 margin below which a differing greedy token
 # is accepted (together with the top-5 cross-check). Synthetic logits have std ~4 by construction
 # (see init_specs), median top-2 margin ~0.7-1. To size it, the same transformers forward was run
@@ -304,8 +321,19 @@ QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).it
 # gpt2-124m and 0.039 for qwen2.5-0.5b (24 layers). Committed sets use 0.1 (> 3x the worst tiny
 # drift); full-size and real-checkpoint sets use 0.2 (5x Qwen's, room for Phi-3's 32 layers). The
 # selftest re-measures the drift and fails if it reaches half the epsilon.
-ModelSpec = namedtuple("ModelSpec", "name family tier config decode_steps margin_epsilon")
+#
+# bf16 sets (dtype "bf16") store 8 significant bits instead of 11: the same drift measured with
+# bf16 weights and activations (transformers in torch.bfloat16, logits included) was 0.18 on
+# qwen2-tiny-bf16 and 0.15 on llama3-tiny-bf16, and 0.15-0.28 on the six fp16 tiny configs run in
+# bf16 (about 8x their fp16 drift, as the unit roundoffs 2^-8 / 2^-11 predict); 0.28 on
+# qwen2.5-0.5b-bf16 and 0.34 on llama3.2-1b-bf16. bf16 sets use EPSILON_BF16_COMMITTED 0.5 (2.8x
+# the committed bf16 sets' drift, 1.8x the worst tiny config's) and EPSILON_BF16_FULL 0.8
+# (full-size and bf16 checkpoint sets: 2.4x Llama's), which the selftest holds to the same rule
+# (at least twice the bf16 drift).
+ModelSpec = namedtuple("ModelSpec", "name family tier config decode_steps margin_epsilon dtype",
+                       defaults=("f16",))
 EPSILON_COMMITTED, EPSILON_FULL = 0.1, 0.2
+EPSILON_BF16_COMMITTED, EPSILON_BF16_FULL = 0.5, 0.8
 
 MODELS = [
     ModelSpec("qwen2-tiny", "qwen2", COMMITTED, QWEN2_TINY, 8, EPSILON_COMMITTED),
@@ -314,11 +342,20 @@ MODELS = [
     ModelSpec("llama3-tiny", "llama", COMMITTED, LLAMA3_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("phi3.5-tiny", "phi3", COMMITTED, PHI35_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen2-yarn-tiny", "qwen2", COMMITTED, QWEN2_YARN_TINY, 8, EPSILON_COMMITTED),
+    # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
+    ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16"),
+    ModelSpec("llama3-tiny-bf16", "llama", COMMITTED, bf16_config(LLAMA3_TINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16"),
     ModelSpec("qwen2.5-0.5b", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL),
     ModelSpec("phi3-mini-4k", "phi3", FULL, PHI3_MINI_4K, 8, EPSILON_FULL),
     ModelSpec("gpt2-124m", "gpt2", FULL, GPT2_124M, 8, EPSILON_FULL),
     ModelSpec("llama3.2-1b", "llama", FULL, LLAMA32_1B, 8, EPSILON_FULL),
     ModelSpec("phi3.5-mini", "phi3", FULL, PHI35_MINI, 8, EPSILON_FULL),
+    ModelSpec("qwen2.5-0.5b-bf16", "qwen2", FULL, bf16_config(QWEN25_05B), 8, EPSILON_BF16_FULL,
+              "bf16"),
+    ModelSpec("llama3.2-1b-bf16", "llama", FULL, bf16_config(LLAMA32_1B), 8, EPSILON_BF16_FULL,
+              "bf16"),
 ]
 FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama"}
 ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
@@ -326,6 +363,7 @@ ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMH
 # Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
 # synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
 CHECKPOINT_EPSILON = EPSILON_FULL
+CHECKPOINT_EPSILON_BF16 = EPSILON_BF16_FULL  # a bf16 checkpoint set (set_dtype)
 CHECKPOINT_DECODE_STEPS = 8
 
 
@@ -352,6 +390,10 @@ MODELS += [
 ]
 BY_NAME = {m.name: m for m in MODELS}
 assert len(BY_NAME) == len(MODELS)
+for _m in MODELS:  # a bf16 set is named so, and its config says what its checkpoint stores
+    assert _m.dtype in DTYPES, _m.name
+    assert re.sub(r"-l\d+$", "", _m.name).endswith("-bf16") == (_m.dtype == "bf16"), _m.name
+    assert _m.config["torch_dtype"] == CONFIG_DTYPE[_m.dtype], _m.name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,8 +457,8 @@ def rope_theta(cfg):
 # ---------------------------------------------------------------------------------------------
 # Synthetic weights
 #
-# Init (fp64 draws, rounded to fp32 then fp16 like every kernel input; fp16 on disk is exactly
-# what both the Go side and the reference load):
+# Init (fp64 draws, rounded to fp32 then fp16 like every kernel input, or bf16 for a bf16 set; the
+# 16-bit values on disk are exactly what both the Go side and the reference load):
 #   token embedding (embed_tokens / wte), GPT-2 positions (wpe), untied lm_head:
 #       N(0, (4/sqrt(H))^2): after the final norm (elements ~1) logits have std ~4, so greedy
 #       choices are mostly clear (median top-2 margin ~0.7-1) while small margins still occur;
@@ -496,9 +538,10 @@ def init_specs(family, cfg):
     return specs
 
 
-def draw_tensor(seed, name, shape, init, chunk=None):
-    """One synthetic fp16 tensor: the float64 draw scaled as `init` says, rounded to fp32 and then
-    to fp16 (kernels.to_f16). Its definition is draw_tensor_whole; this computes the same bytes
+def draw_tensor(seed, name, shape, init, chunk=None, dtype="f16"):
+    """One synthetic fp16 (dtype "bf16": bf16) tensor: the float64 draw scaled as `init` says,
+    rounded to fp32 and then to fp16 (kernels.to_f16; bf16: kernels.to_bf16, round to nearest
+    even). Its definition is draw_tensor_whole; this computes the same bytes
     DRAW_CHUNK values at a time, in cache, where the whole-tensor form streams a float64 buffer
     through memory five times (uniforms, Box-Muller, scale, two roundings): 1.9x faster on two
     cores (200M values, 3.2 -> 1.7 s). On a 16-core GPU host the draw alone of Phi-3-mini's
@@ -522,7 +565,7 @@ def draw_tensor(seed, name, shape, init, chunk=None):
         raise KeyError(init.kind)
     g = torch.Generator(device="cpu").manual_seed(tensor_seed(seed, name))
     n = int(np.prod(shape, dtype=np.int64))
-    h = torch.empty(shape, dtype=F16)
+    h = torch.empty(shape, dtype=TORCH_DTYPE[dtype])
     flat = h.view(-1)
     b64, b32 = torch.empty(chunk, dtype=F64), torch.empty(chunk, dtype=F32)
     i = 0
@@ -539,12 +582,12 @@ def draw_tensor(seed, name, shape, init, chunk=None):
         y.copy_(x)
         flat[i:i + m].copy_(y)
         i += m
-    if not np.isfinite(h.numpy()).all():
-        raise ValueError("%s overflows fp16" % name)
+    if not torch.isfinite(h).all():
+        raise ValueError("%s overflows %s" % (name, dtype))
     return h
 
 
-def draw_tensor_whole(seed, name, shape, init):
+def draw_tensor_whole(seed, name, shape, init, dtype="f16"):
     """draw_tensor's definition, one whole-tensor float64 draw (the selftest's reference)."""
     x = kernels.Draw(tensor_seed(seed, name)).randn(shape)
     if init.kind in ("normal", "bias"):
@@ -553,7 +596,7 @@ def draw_tensor_whole(seed, name, shape, init):
         x = 1.0 + init.std * x
     else:
         raise KeyError(init.kind)
-    return kernels.to_f16(x)
+    return kernels.storage(dtype)(x)
 
 
 # Values a draw_tensor chunk holds: a multiple of 16 (see draw_tensor); 2 MiB of float64, which
@@ -572,8 +615,9 @@ CHUNK = 1 << 20
 # header length, the JSON header (keys "__metadata__" first, then tensors in sorted name order,
 # compact separators, padded with spaces to a multiple of 8), then the tensors' bytes in the same
 # sorted order, contiguous, no gaps. Metadata is {"format": "pt"}, nothing else (no timestamps).
+# Synthetic checkpoints hold F16 or BF16 tensors (a set's dtype), all of one dtype.
 
-ST_DTYPES = {F16: ("F16", "<f2"), F32: ("F32", "<f4")}
+ST_BYTES = {"F16": 2, "BF16": 2, "F32": 4}
 
 
 def safetensors_header(entries):
@@ -581,7 +625,7 @@ def safetensors_header(entries):
     header = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, dtype, shape in sorted(entries):
-        n = int(np.prod(shape, dtype=np.int64)) * (2 if dtype == "F16" else 4)
+        n = int(np.prod(shape, dtype=np.int64)) * ST_BYTES[dtype]
         header[name] = {"dtype": dtype, "shape": [int(s) for s in shape],
                         "data_offsets": [offset, offset + n]}
         offset += n
@@ -597,9 +641,10 @@ def _pwrite_all(fd, data, offset):
         view, offset = view[n:], offset + n
 
 
-def write_safetensors(path, entries, pool=None):
-    """Write a safetensors file of fp16 tensors: entries [(name, shape, make)], make() returning
-    the tensor's values (an fp16 torch tensor of that shape). Returns the file's sha256.
+def write_safetensors(path, entries, pool=None, dtype="f16"):
+    """Write a safetensors file of fp16 tensors (dtype "bf16": bf16): entries [(name, shape,
+    make)], make() returning the tensor's values (a torch tensor of that dtype and shape).
+    Returns the file's sha256.
 
     Without a pool the tensors are made and written one after the other. With a pool (from
     one_thread_workers) each tensor is made and written at its offset by a pool thread, and
@@ -607,7 +652,8 @@ def write_safetensors(path, entries, pool=None):
     tensor has its own seed (tensor_seed) and a float64 draw, so the bytes do not depend on which
     thread made what, nor on how many there are."""
     ordered = sorted(entries, key=lambda e: e[0])
-    head = safetensors_header([(n, "F16", s) for n, s, _ in ordered])
+    want = TORCH_DTYPE[dtype]
+    head = safetensors_header([(n, ST_NAME[dtype], s) for n, s, _ in ordered])
     offsets, end = [], len(head)
     for _, shape, _ in ordered:
         offsets.append(end)
@@ -616,9 +662,10 @@ def write_safetensors(path, entries, pool=None):
     def job(i):
         name, shape, make = ordered[i]
         t = make()
-        if t.dtype != F16 or tuple(t.shape) != tuple(shape):
-            raise RuntimeError("%s: %s %s for shape %s" % (name, t.dtype, tuple(t.shape), shape))
-        data = np.ascontiguousarray(t.numpy(), dtype="<f2")
+        if t.dtype != want or tuple(t.shape) != tuple(shape):
+            raise RuntimeError("%s: %s %s for %s %s" % (name, t.dtype, tuple(t.shape), want, shape))
+        # the 16-bit patterns, little-endian (numpy has no bfloat16: its bits as uint16)
+        data = np.ascontiguousarray(t.contiguous().view(torch.int16).numpy(), dtype="<i2")
         _pwrite_all(fd, data, offsets[i])
         return data
 
@@ -671,12 +718,17 @@ def sha256_file(path):
 def write_synthetic_checkpoint(set_dir, spec, seed, pool=None):
     """config.json + model.safetensors into set_dir (tensors drawn on `pool` when given).
     Returns [(name, file, sha256)]."""
+    if spec.config.get("torch_dtype") != CONFIG_DTYPE[spec.dtype]:
+        raise RuntimeError("%s: torch_dtype %r for a %s set" % (spec.name,
+                                                                spec.config.get("torch_dtype"),
+                                                                spec.dtype))
     cfg_data = config_bytes(spec.config)
     with open(os.path.join(set_dir, "config.json"), "wb") as f:
         f.write(cfg_data)
-    entries = [(n, s, lambda n=n, s=s, i=i: draw_tensor(seed, n, s, i))
+    entries = [(n, s, lambda n=n, s=s, i=i: draw_tensor(seed, n, s, i, dtype=spec.dtype))
                for n, s, i in init_specs(spec.family, spec.config)]
-    digest = write_safetensors(os.path.join(set_dir, "model.safetensors"), entries, pool)
+    digest = write_safetensors(os.path.join(set_dir, "model.safetensors"), entries, pool,
+                               spec.dtype)
     return [("config", "config.json", hashlib.sha256(cfg_data).hexdigest()),
             ("model", "model.safetensors", digest)]
 
@@ -1694,7 +1746,11 @@ def run_sampled(model, prompt, seed, n_tokens=SAMPLE_TOKENS):
 
 
 # ---------------------------------------------------------------------------------------------
-# Calibration: the error an fp16 implementation of the same forward makes
+# Calibration: the error an fp16 (bf16) implementation of the same forward makes
+#
+# A bf16 set (params.dtype "bf16") is calibrated the same way with every "fp16" below read as
+# "bf16": bf16-valued weights (a BF16 checkpoint upcast exactly) and round_bf16 at the same
+# points; its calibration.json says "transformers-fp32-rounded-bf16".
 #
 # Tap tolerances are derived per set from calibration.json (docs/golden-format.md, "Calibration"):
 # the error that an independent fp16 implementation of the same forward makes against the fp32
@@ -1724,12 +1780,16 @@ def run_sampled(model, prompt, seed, n_tokens=SAMPLE_TOKENS):
 CALIBRATION_FILE = "calibration.json"
 CALIBRATION_VERSION = 1
 CALIBRATION_IMPLEMENTATION = "transformers-fp32-rounded-fp16"
+# calibration.json's "implementation" by the set's dtype (fp16 sets keep the name they always had)
+CALIBRATION_IMPLEMENTATIONS = {"f16": CALIBRATION_IMPLEMENTATION,
+                               "bf16": "transformers-fp32-rounded-bf16"}
 # calibration.json keys of each tap, in order; the logits add the last two.
 CALIBRATION_KEYS = ["nmse", "one_minus_cos", "max_err_rms"]
 CALIBRATION_LOGIT_KEYS = ["max_abs", "kl"]
 # A calibration is the error of a correct implementation: an nmse this large at any tap means the
 # rounded forward computes something else (a hook on the wrong module, a transformers change), and
-# limits derived from it would pass bugs. fp16 drift of a real model stays orders below it.
+# limits derived from it would pass bugs. fp16 drift of a real model stays orders below it (bf16's,
+# ~8x the amplitude and so ~64x the nmse, still two orders).
 CALIBRATION_MAX_NMSE = 1e-2
 
 
@@ -1738,16 +1798,25 @@ def round_f16(t):
     return t.to(F16).to(t.dtype)
 
 
+def round_bf16(t):
+    """t rounded to the nearest bf16 value (ties to even; fp32's range), in t's dtype."""
+    return t.to(BF16).to(t.dtype)
+
+
+ROUNDING = {"f16": round_f16, "bf16": round_bf16}
+
+
 class Rounder(TapCapture):
-    """Forward hooks that make the reference model the calibration's fp16 implementation (see the
-    section comment) and record the rounded taps under the reference's names and shapes."""
+    """Forward hooks that make the reference model the calibration's fp16 (dtype "bf16": bf16)
+    implementation (see the section comment) and record the rounded taps under the reference's
+    names and shapes."""
 
     label = "calibration "
 
-    def __init__(self, model, family, d, rounding=None):
+    def __init__(self, model, family, d, rounding=None, dtype="f16"):
         super().__init__(model, family, d)
         # The selftest passes an identity to prove the hooks change nothing but the rounding.
-        self.round = round_f16 if rounding is None else rounding
+        self.round = ROUNDING[dtype] if rounding is None else rounding
         self.x = self.s = self.m = None  # layer input, resid_attn and ffn_out of the running layer
 
     def _heads(self, name, heads, x):
@@ -1910,31 +1979,33 @@ class Rounder(TapCapture):
 
     @contextmanager
     def rope_rounding(self, modeling):
-        """RoPE's outputs rounded (and recorded): the KV cache then holds fp16 keys."""
+        """RoPE's outputs rounded (and recorded): the KV cache then holds fp16 (bf16) keys."""
         with self.rope_taps(modeling, self.round):
             yield
 
 
 def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None, pool=None,
-                weights_f16=False):
+                weights_stored=False, dtype="f16"):
     """The calibration forward: prefill and decode steps 0..decode_steps-1 teacher-forced on the
-    reference's greedy tokens (as the engine's tap comparison runs), with its own KV cache.
-    Rounds the model's parameters to fp16 in place first (on the pool's threads when given): call
-    it after every reference run. weights_f16 says every parameter already is an fp16 value (an
-    fp16 checkpoint, upcast exactly: check_loaded_weights), so the rounding, a no-op on them, is
-    skipped (a pass over the 15 GB of Phi-3-mini's fp32 weights). `rounding` replaces round_f16
-    (the selftest's identity run). Returns {tap file stem: f32 tensor}."""
+    reference's greedy tokens (as the engine's tap comparison runs), with its own KV cache, every
+    stored value rounded to `dtype` ("f16" or "bf16", the set's). Rounds the model's parameters
+    to that type in place first (on the pool's threads when given): call it after every reference
+    run. weights_stored says every parameter already is a value of that type (a checkpoint of
+    it, upcast exactly: check_loaded_weights), so the rounding, a no-op on them, is skipped (a
+    pass over the 15 GB of Phi-3-mini's fp32 weights). `rounding` replaces round_f16 /
+    round_bf16 (the selftest's identity run). Returns {tap file stem: f32 tensor}."""
     d = dims(family, cfg)
-    rnd = Rounder(model, family, d, rounding)
+    rnd = Rounder(model, family, d, rounding, dtype)
+    low = TORCH_DTYPE[dtype]
 
     @torch.no_grad()
     def round_in_place(prm):
-        if rounding is None and prm.is_contiguous():  # round_f16 by chunks (f16 -> f32 is exact)
+        if rounding is None and prm.is_contiguous():  # the rounding by chunks (-> f32 is exact)
             for c in prm.view(-1).split(CHUNK):
-                c.copy_(c.to(F16))
+                c.copy_(c.to(low))
         else:
             prm.copy_(rnd.round(prm))
-    if rounding is not None or not weights_f16:
+    if rounding is not None or not weights_stored:
         for _ in (map if pool is None else pool.map)(round_in_place, list(model.parameters())):
             pass
     rnd.install()
@@ -2014,11 +2085,12 @@ def _tap_record(name, got, want):
 CALIBRATION_POOL_MIN = 1 << 15
 
 
-def calibration_bytes(ref_taps, cal_taps, pool=None):
-    """calibration.json: one line per tap, in the manifest's tap order. tap_error's float64 sums
-    depend on the thread count (ATen splits a sum into one value by it), so every record is
-    computed on one thread: on this one, or in parallel on a pool from one_thread_workers. The
-    bytes are the same either way."""
+def calibration_bytes(ref_taps, cal_taps, pool=None, dtype="f16"):
+    """calibration.json of a set of `dtype` ("f16" or "bf16": its "implementation",
+    CALIBRATION_IMPLEMENTATIONS): one line per tap, in the manifest's tap order. tap_error's
+    float64 sums depend on the thread count (ATen splits a sum into one value by it), so every
+    record is computed on one thread: on this one, or in parallel on a pool from
+    one_thread_workers. The bytes are the same either way."""
     names = list(ref_taps)
     if pool is None:
         with intra_op_threads(1):
@@ -2035,14 +2107,14 @@ def calibration_bytes(ref_taps, cal_taps, pool=None):
     for name, rec in zip(names, recs):
         logits = name.endswith(".logits")
         if rec["nmse"] > CALIBRATION_MAX_NMSE:
-            raise RuntimeError("calibration of %s: nmse %.3g > %g: the fp16 forward does not "
+            raise RuntimeError("calibration of %s: nmse %.3g > %g: the %s forward does not "
                                "compute what the reference does" % (name, rec["nmse"],
-                                                                     CALIBRATION_MAX_NMSE))
+                                                                     CALIBRATION_MAX_NMSE, dtype))
         keys = CALIBRATION_KEYS + (CALIBRATION_LOGIT_KEYS if logits else [])
         fields = ", ".join('"%s": %s' % (k, sig3_up(rec[k])) for k in keys)
         lines.append('    {"tap": %s, %s}' % (json.dumps(name), fields))
     text = '{\n  "version": %d,\n  "implementation": %s,\n  "taps": [\n%s\n  ]\n}\n' % (
-        CALIBRATION_VERSION, json.dumps(CALIBRATION_IMPLEMENTATION), ",\n".join(lines))
+        CALIBRATION_VERSION, json.dumps(CALIBRATION_IMPLEMENTATIONS[dtype]), ",\n".join(lines))
     return text.encode("ascii")
 
 
@@ -2084,6 +2156,21 @@ def build_set(set_dir, **kwargs):
         raise
 
 
+def set_dtype(stored, spec=None):
+    """A set's dtype (params.dtype) from the dtypes its checkpoint stores (check_loaded_weights):
+    a synthetic set's is its spec's, which its checkpoint must store exactly; a real checkpoint
+    whose floating tensors are all BF16 is a bf16 set (run, rounded and calibrated in bf16, as it
+    was trained and shipped), any other (F16, F32, mixed) an fp16 set as before: its values
+    rounded to fp16 where they are not fp16 already."""
+    if spec is not None:
+        if stored != {TORCH_DTYPE[spec.dtype]}:
+            raise RuntimeError("%s: the checkpoint stores %s, want %s only"
+                               % (spec.name, sorted(map(str, stored)), spec.dtype))
+        return spec.dtype
+    floating = {t for t in stored if t.is_floating_point}
+    return "bf16" if floating == {BF16} else "f16"
+
+
 def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margin_epsilon,
                spec=None, checkpoint=None, pool=None, ahead=None):
     if checkpoint is not None:
@@ -2114,8 +2201,12 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     with phase("load_model"):
         model = load_model(set_dir, family, threads=threads)
     with phase("check_loaded_weights"):
-        weights_f16 = check_loaded_weights(model, set_dir, pool) == {F16}
+        stored = check_loaded_weights(model, set_dir, pool)
         hparams = reference_hparams(model, family)
+    dtype = set_dtype(stored, spec)
+    weights_stored = stored == {TORCH_DTYPE[dtype]}
+    if source == CHECKPOINT and dtype == "bf16":
+        margin_epsilon = CHECKPOINT_EPSILON_BF16
     s_seed = sample_seed(name)
 
     feed = TokenFeed()  # the greedy tokens as they are chosen, for a calibration in lockstep
@@ -2131,12 +2222,12 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
 
     def rounded():
         return run_rounded(model, family, cfg, prompt, feed, decode_steps, pool=pool,
-                           weights_f16=True)
+                           weights_stored=True, dtype=dtype)
 
     # With a pool the references run in lockstep (run_lockstep), one after the other without.
-    # The calibration forward joins them where the weights are its own already (an fp16
-    # checkpoint: no rounding in place), teacher-forced on the greedy tokens as they come.
-    jobs = [greedy, seeded] + ([rounded] if weights_f16 else [])
+    # The calibration forward joins them where the weights are its own already (a checkpoint of
+    # the set's dtype: no rounding in place), teacher-forced on the greedy tokens as they come.
+    jobs = [greedy, seeded] + ([rounded] if weights_stored else [])
     lockstep = Lockstep(len(jobs)) if pool is not None and threads > 1 else None
     cal_taps = None
     with split_linears(model, pool, threads, lockstep):
@@ -2158,19 +2249,20 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
             file=PHASE_STREAM, flush=True)
     if cal_taps is None:
         with split_linears(model, pool, threads):
-            # Last: the calibration rounds the model's weights to fp16 in place.
+            # Last: the calibration rounds the model's weights to fp16 (bf16) in place.
             with phase("run_rounded"):
                 cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps,
-                                       pool=pool, weights_f16=weights_f16)
+                                       pool=pool, weights_stored=weights_stored, dtype=dtype)
     del model
     with phase("calibration"):
-        cal = calibration_bytes(taps, cal_taps, pool)
+        cal = calibration_bytes(taps, cal_taps, pool, dtype)
         with open(os.path.join(set_dir, CALIBRATION_FILE), "wb") as f:
             f.write(cal)
 
     params = {
         "family": family,
         "source": source,
+        "dtype": dtype,
         "prompt_ids": [int(t) for t in prompt],
         "decode_steps": decode_steps,
         "greedy_tokens": GREEDY_TOKENS,

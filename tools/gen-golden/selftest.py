@@ -4,7 +4,10 @@ Every committed case is built in memory and its expected outputs are recomputed 
 float64 straight from the formulas (explicit softmax for attention, math.erf for GELU, ...), with
 no torch in the loop. On top of that: properties each edge case exists for (a wrong eps must be
 visibly wrong, poison must sit where the kernel must not read, ...), seed stability, and a
-write / read-back round trip of the file format.
+write / read-back round trip of the file format. bf16 cases (named bf16-...) are checked the same
+way: their inputs read from the raw bits (numpy has no bfloat16) must be bf16 values, every
+16-bit input of the case bf16 and of no other case, the contract's intermediate roundings done
+here to bf16 by bit arithmetic, and the .npy files hold the bits as '<u2'.
 """
 
 import hashlib
@@ -15,13 +18,23 @@ import tempfile
 import time
 
 import numpy as np
+import torch
 
 import kernels
 import manifest
 
 
+def bf16_bits_to_f64(bits):
+    """bf16 bits (uint16) as float64: the bits are the top half of the fp32 value."""
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32) \
+        .astype(np.float64)
+
+
 def a(t):
-    """A tensor as a numpy float64 array (for inputs) or int array (for ids/positions)."""
+    """A tensor as a numpy float64 array (for inputs) or int array (for ids/positions). bf16 is
+    read from its bits, not through torch's conversion."""
+    if t.dtype == torch.bfloat16:
+        return bf16_bits_to_f64(t.contiguous().view(torch.int16).numpy().view(np.uint16))
     arr = t.numpy()
     return arr if arr.dtype.kind == "i" else arr.astype(np.float64)
 
@@ -37,6 +50,17 @@ def f16(x):
     kernels (fp32 math) and torch's fp64-to-fp16 cast both round, so a value within an fp32
     rounding of an fp16 tie goes to even, not to the side fp64 would pick."""
     return x.astype(np.float32).astype(np.float16).astype(np.float64)
+
+
+def bf16(x):
+    """The bf16 rounding (through fp32, as f16), by bit arithmetic on the fp32 value: round to
+    nearest even at bit 16 (__float2bfloat16_rn for finite values)."""
+    u = np.asarray(x, dtype=np.float64).astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+ROUND = {"f16": f16, "bf16": bf16}
 
 
 def np_silu(x):
@@ -82,8 +106,9 @@ def np_attention(q, k, v, scale, causal):
     return out
 
 
-def reference(op, p, i):
-    """Expected outputs from numpy, given params p and numpy inputs i."""
+def reference(op, p, i, rnd=f16):
+    """Expected outputs from numpy, given params p and numpy inputs i; rnd rounds to the case's
+    16-bit storage type where the op's contract rounds (f16 or bf16)."""
     if op == "residual_add":
         return {"out": i["x"] + i["residual"]}
     if op == "rmsnorm":
@@ -93,12 +118,11 @@ def reference(op, p, i):
         return {"out": np_layernorm(i["x"], i["gamma"], i["beta"], p["eps"])}
     if op == "layernorm_residual":
         s = i["x"] + i["residual"]
-        s16 = s.astype(np.float16).astype(np.float64)
+        s16 = rnd(s)
         return {"sum": s, "out": np_layernorm(s16, i["gamma"], i["beta"], p["eps"])}
     if op == "rmsnorm_residual":
-        # The kernel's arithmetic: an fp32 add of the two fp16 inputs, rounded to fp16.
-        s16 = (i["x"].astype(np.float32) + i["residual"].astype(np.float32)).astype(np.float16)
-        s16 = s16.astype(np.float64)
+        # The kernel's arithmetic: an fp32 add of the two 16-bit inputs, rounded to their type.
+        s16 = rnd((i["x"].astype(np.float32) + i["residual"].astype(np.float32)).astype(np.float64))
         out = s16 / np.sqrt((s16 * s16).mean(-1, keepdims=True) + p["eps"]) * i["weight"]
         return {"sum": i["x"] + i["residual"], "out": out}
     if op == "rope":
@@ -137,24 +161,24 @@ def reference(op, p, i):
         outs, s = {}, i["x"]
         if p["has_residual"]:
             outs["sum"] = i["x"] + i["residual"]
-            s = f16(outs["sum"])
-        h = f16(s / np.sqrt((s * s).mean(-1, keepdims=True) + p["eps"]) * i["weight"])
+            s = rnd(outs["sum"])
+        h = rnd(s / np.sqrt((s * s).mean(-1, keepdims=True) + p["eps"]) * i["weight"])
         outs["out"] = h @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)
         return outs
     if op == "layernorm_gemm":
         outs, s = {}, i["x"]
         if p["has_residual"]:
             outs["sum"] = i["x"] + i["residual"]
-            s = f16(outs["sum"])
-        h = f16(np_layernorm(s, i["gamma"], i["beta"], p["eps"]))
+            s = rnd(outs["sum"])
+        h = rnd(np_layernorm(s, i["gamma"], i["beta"], p["eps"]))
         outs["out"] = h @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)
         return outs
     if op == "swiglu_gemm":
-        act = f16(np_silu(i["gate"]) * i["up"])
+        act = rnd(np_silu(i["gate"]) * i["up"])
         return {"out": act @ i["w"].T + (i["bias"] if p["has_bias"] else 0.0)}
     if op == "gpt_ffn":
         pre = i["x"] @ i["w1"].T + (i["b1"] if p["has_bias"] else 0.0)
-        act = f16(reference("gelu_tanh" if p["gelu"] == "tanh" else "gelu", {}, {"x": pre})["out"])
+        act = rnd(reference("gelu_tanh" if p["gelu"] == "tanh" else "gelu", {}, {"x": pre})["out"])
         return {"out": act @ i["w2"].T + (i["b2"] if p["has_bias"] else 0.0)}
     if op == "attention_scores_softmax":
         q, k = i["q"], i["k"]
@@ -185,9 +209,14 @@ def reference(op, p, i):
     raise KeyError(op)
 
 
-def properties(case, p, i):
-    """What each edge case is there for must actually hold in its data."""
-    op, name = case.op, case.name
+def properties(case, p, i, dtype="f16"):
+    """What each edge case is there for must actually hold in its data. A bf16 case is judged
+    by its name without the "bf16-" prefix where the fp16 case it mirrors has a property, and
+    by bf16_properties."""
+    op = case.op
+    name = case.name[len("bf16-"):] if dtype == "bf16" else case.name
+    if dtype == "bf16":
+        bf16_properties(case, name, p, i)
     if op == "rmsnorm" and name.startswith("small-rms"):
         x = i["x"]
         ms = (x * x).mean(-1)
@@ -210,7 +239,7 @@ def properties(case, p, i):
         assert np.all(np.abs(i["x"]) >= 256), "%s: x^2 must overflow fp16" % name
     if op in ("layernorm", "layernorm_gemm") and name.startswith("mean-offset"):
         assert np.all(np.abs(i["x"].mean(-1)) > 250)
-    if op in ("gelu", "gelu_tanh") and name != "large-mag":
+    if op in ("gelu", "gelu_tanh") and not name.startswith("large-mag"):
         x = i["x"]
         assert np.mean((x >= -4) & (x <= -1)) > 0.2, "%s: too few negative-tail values" % name
     if op in ("gelu", "gelu_tanh") and name == "large-mag":
@@ -222,16 +251,18 @@ def properties(case, p, i):
         assert np.float32(p["scale"]) == p["scale"], "%s: scale must be the float32 the kernel gets" % name
         if name.startswith("large-mag"):
             assert np.any(x == 0) and np.abs(x).max() > 20, name
-        else:
+        elif not name.startswith("large-out"):
             assert np.mean((x >= -4) & (x <= -1)) > 0.2, "%s: too few negative-tail values" % name
     if op == "residual_add" and name == "large-mag":
         s = i["x"] + i["residual"]
         assert np.abs(i["x"]).max() > 2e4 and np.abs(s).max() < 65504
     if op == "attention_decode":
+        poison = ROUND[dtype](np.float64(kernels.POISON))  # 1e4; 9984 in bf16
+        assert dtype == "bf16" or poison == kernels.POISON
         for b, n in enumerate(i["cache_lens"]):
             for c in ("k_cache", "v_cache"):
-                assert np.all(i[c][b, n:] == kernels.POISON), "%s: poison missing" % name
-                assert not np.any(i[c][b, :n] == kernels.POISON)
+                assert np.all(i[c][b, n:] == poison), "%s: poison missing" % name
+                assert not np.any(i[c][b, :n] == poison)
     if op == "attention_prefill" and name.startswith("large-mag"):
         s = np.einsum("bshd,bthd->bhst", i["q"][:, :, :2], i["k"][:, :, :1]) * p["scale"]
         assert np.abs(s).max() > 11.1, "%s: scores must overflow exp in fp16" % name  # e^11 > 65504
@@ -251,6 +282,28 @@ def properties(case, p, i):
         assert all(0 <= v < i["dst"].shape[0] for v in rows)
         # Every written row must differ from what dst held there, or a skipped write would pass.
         assert all(np.any(i["dst"][v] != i["src"][k]) for k, v in enumerate(rows))
+
+
+F16_MAX = 65504.0
+
+
+def bf16_properties(case, name, p, i):
+    """What the bf16 cases are there for: every one named "large-..." reaches past fp16's range
+    (bf16's is fp32's) in its inputs or its output, where a kernel that went through fp16 would
+    overflow; the outlier cases have their channels; gemm writes bf16 or f32."""
+    op = case.op
+    if name.startswith("large-"):
+        ref = reference(op, p, i, bf16)
+        peak = max([float(np.abs(v[np.isfinite(v)]).max()) for v in i.values()
+                    if v.dtype.kind == "f"] +
+                   [float(np.abs(v).max()) for v in ref.values()])
+        assert peak > 1.5 * F16_MAX, "bf16-%s: nothing beyond fp16's range (%g)" % (name, peak)
+    if op == "gemm":
+        assert p["out_dtype"] in ("bf16", "f32"), "bf16-%s: out_dtype %s" % (name, p["out_dtype"])
+    if "outliers-x20" in name:
+        x = i["x"] if "x" in i else i["q"]
+        col = np.abs(x.reshape(-1, x.shape[-1])).mean(0)
+        assert (col > 15).sum() >= 2 and np.median(col) < 2, "bf16-%s: no outlier channels" % name
 
 
 def rope_properties(name, p, i):
@@ -297,11 +350,37 @@ def rope_properties(name, p, i):
         assert np.abs(got - w).max() > 0.05 * scale, "%s: a %s rotation would pass" % (name, what)
 
 
+def storage_dtype(case, inputs):
+    """The case's 16-bit storage type from its inputs, checked: bf16 exactly in the cases named
+    bf16-..., every 16-bit input of a case the same type, the f32 inputs only where the op takes
+    them (rope's divisors, softmax and set_rows of f32), and every bf16 input a bf16 value
+    (its bits read as fp32 round to themselves; torch reads the same values)."""
+    half = {n: t.dtype for n, t in inputs.items() if t.dtype in (torch.float16, torch.bfloat16)}
+    kinds = set(half.values())
+    assert len(kinds) <= 1, "%s/%s: mixed 16-bit inputs %s" % (case.op, case.name, half)
+    bf = kinds == {torch.bfloat16}
+    assert bf == case.name.startswith("bf16-"), "%s/%s: bf16 inputs %s" % (case.op, case.name, bf)
+    for n, t in inputs.items():
+        if t.dtype == torch.float32:
+            assert (case.op, n) in (("rope", "freq_divisor"), ("rope", "long_divisor")) or \
+                (case.op in ("softmax", "set_rows") and not half), "%s/%s: %s is f32" % (
+                    case.op, case.name, n)
+        if t.dtype == torch.bfloat16:
+            v = a(t)
+            assert np.array_equal(bf16(v), v), "%s/%s: %s" % (case.op, case.name, n)
+            assert np.array_equal(v, t.to(torch.float64).numpy()), "%s/%s: %s bits" % (
+                case.op, case.name, n)
+    if not kinds:
+        return "f32"
+    return "bf16" if bf else "f16"
+
+
 def check_case(case):
     seed, params, inputs, expected = kernels.build(case)
+    dtype = storage_dtype(case, inputs)
     ins = {n: a(t) for n, t in inputs.items()}
-    properties(case, params, ins)
-    ref = reference(case.op, params, ins)
+    properties(case, params, ins, "bf16" if dtype == "bf16" else "f16")
+    ref = reference(case.op, params, ins, bf16 if dtype == "bf16" else f16)
     assert list(ref) == list(expected), "%s/%s: outputs %s vs %s" % (
         case.op, case.name, list(ref), list(expected))
     worst = 0.0
@@ -325,8 +404,10 @@ def check_round_trip():
     """Write a few sets, read them back the way a reader would, and regenerate identically."""
     picks = [c for c in kernels.cases_for(kernels.COMMITTED)
              if (c.op, c.name) in {("rope", "partial-r32-d64_t3"), ("gemm", "odd-m3-n257-k1001"),
-                                   ("softmax", "attn-causal-f16_t8")}]
-    assert len(picks) == 3
+                                   ("softmax", "attn-causal-f16_t8"),
+                                   ("rmsnorm_residual", "bf16-outliers-x20_llama3.2-1b_t1_inplace"),
+                                   ("set_rows", "bf16-odd-3x50_l8_t3")}]
+    assert len(picks) == 5
     with tempfile.TemporaryDirectory() as tmp:
         for c in picks:
             digests = []
@@ -352,9 +433,19 @@ def check_round_trip():
                     assert data.startswith(b"\x93NUMPY\x01\x00")
                     assert hashlib.sha256(data).hexdigest() == e["sha256"]
                     arr = np.load(os.path.join(d, e["file"]), allow_pickle=False)
-                    want = {"f16": "<f2", "f32": "<f4", "i32": "<i4"}[e["dtype"]]
+                    want = {"f16": "<f2", "bf16": "<u2", "f32": "<f4", "i32": "<i4"}[e["dtype"]]
                     assert arr.dtype.str == want and list(arr.shape) == e["shape"]
                     assert arr.flags.c_contiguous
+                    # the header names the stored type literally ('<u2' for bf16 bits)
+                    assert ("'descr': '%s'" % want).encode() in data[:128], e["file"]
+                    if e["role"] == "input":
+                        t = inputs[e["name"]]
+                        assert e["dtype"] == manifest.DTYPES[t.dtype][0]
+                        if e["dtype"] == "bf16":  # the bits, read back, are the input's values
+                            assert np.array_equal(bf16_bits_to_f64(arr), a(t)), e["file"]
+                            assert np.array_equal(arr, t.view(torch.int16).numpy().view(np.uint16))
+                        else:
+                            assert np.array_equal(arr, t.numpy()), e["file"]
                     assert (e["role"] == "expected") == (e["dtype"] == "f32" and
                                                          e["name"] in expected)
                 digests.append(h.hexdigest())

@@ -206,7 +206,8 @@ def check_reference(s, taps, prompts):
                                                       for i in range(N)]
         check([int(np.argmax(x)) for x in chosen] == tokens.tolist(),
               "%sgreedy_tokens are not the argmax of the stored logits" % pre)
-        rounded = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N, weights_f16=True)
+        rounded = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N,
+                                     weights_stored=True)
         for k, v in rounded.items():
             if not k.endswith(".logits"):
                 check(torch.equal(models.round_f16(v), v),

@@ -8,10 +8,10 @@ must be byte-identical), then read back from its files only:
   - hparams (transformers' parsed hyper-parameters) agree with config.json read by the contract's
     keys and defaults, the RoPE tables with kernels.rope_scaling's formulas within 1e-5;
   - checkpoint: the safetensors header is the fixed layout the writer promises (metadata
-    {"format": "pt"} only, sorted names, contiguous offsets, F16), the safetensors library reads
-    back exactly the drawn weights, and transformers' config class sees the distinguishing
-    features (GQA 7:1 / 4:1, fused projections, head_dim, tied heads, no biases, eps, theta, the
-    RoPE type; LongRoPE's switch among the stored decode steps);
+    {"format": "pt"} only, sorted names, contiguous offsets, F16, or BF16 for a bf16 set), the
+    safetensors library reads back exactly the drawn weights, and transformers' config class
+    sees the distinguishing features (GQA 7:1 / 4:1, fused projections, head_dim, tied heads, no
+    biases, eps, theta, the RoPE type; LongRoPE's switch among the stored decode steps);
   - an independent float64 numpy forward (prefill, then decode through its own KV cache) from
     config.json + model.safetensors reproduces every tap within fp32 noise;
   - q_rope / k_rope are the RoPE of q / k at the right positions (fp64 rotate_half formula with
@@ -28,15 +28,20 @@ must be byte-identical), then read back from its files only:
     and transformers' generate() produces the same 32 tokens (with GenerationMixin's
     prepare_inputs_for_generation: Phi-3's own recomputes the cache at the LongRoPE switch,
     which is reported, not checked);
-  - the margin epsilon is at least twice the top-2-margin drift of an fp16 run of the same model;
+  - the margin epsilon is at least twice the top-2-margin drift of an fp16 run of the same model
+    (a bf16 set: of a bf16 run);
   - seeded generation: token 0 and its margin follow exactly from prefill.logits, every sampled
-    token from a cache-free forward over the sampled sequence (sampling.py), and the fp16 run,
+    token from a cache-free forward over the sampled sequence (sampling.py), and the fp16 (bf16)
+    run,
     teacher-forced on the sampled tokens, samples the reference token at every step whose margin
     reaches the epsilon (so sample_margin is honest);
-  - calibration.json is what the rounded fp16 forward makes of the set's own stored taps (rebuilt
-    from the checkpoint and compared byte for byte), its hooks change nothing but the rounding (an
-    identity rounding reproduces the reference taps), its taps are fp16 values and its residual
-    adds the rounded sums of the rounded taps before them.
+  - calibration.json is what the rounded fp16 forward (a bf16 set: bf16) makes of the set's own
+    stored taps (rebuilt from the checkpoint and compared byte for byte), its hooks change nothing
+    but the rounding (an identity rounding reproduces the reference taps), its taps are fp16
+    (bf16) values and its residual adds the rounded sums of the rounded taps before them;
+  - params.dtype: a synthetic set's checkpoint stores that type only, its config.json says so
+    (torch_dtype) and its name ends in -bf16 exactly when it is bf16; a real checkpoint's is bf16
+    exactly when all its floating tensors are BF16 (models.set_dtype).
 The full tier's worker threads are checked on the tiny sets too: built again with a pool, every
 linear layer split into 64-feature slices and the greedy and seeded references in lockstep
 (models.Lockstep, also checked alone for pairing, leaving and failing), they are byte-identical.
@@ -64,8 +69,8 @@ import sampling
 
 NPY_MAGIC = b"\x93NUMPY\x01\x00"
 NP_DTYPE = {"f16": "<f2", "f32": "<f4", "i32": "<i4"}
-PARAM_KEYS = ["family", "source", "prompt_ids", "decode_steps", "greedy_tokens", "margin_epsilon",
-              "sample", "hparams"]
+PARAM_KEYS = ["family", "source", "dtype", "prompt_ids", "decode_steps", "greedy_tokens",
+              "margin_epsilon", "sample", "hparams"]
 SAMPLE_KEYS = ["temperature", "top_k", "top_p", "seed", "tokens"]
 # fp32 reference vs float64 numpy: relative to the tap's largest magnitude.
 TAP_RTOL = 2e-4
@@ -159,6 +164,19 @@ def check_format(s):
     check(p["family"] in ("qwen2", "phi3", "llama", "gpt2")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
+    check(p["dtype"] in models.DTYPES, "dtype %r" % (p["dtype"],))
+    st = safetensors_dtypes(s.dir)
+    if p["source"] == "synthetic":
+        check(st == {models.ST_NAME[p["dtype"]]}, "a %s set's checkpoint stores %s"
+              % (p["dtype"], sorted(st)))
+        check(s.cfg.get("torch_dtype") == models.CONFIG_DTYPE[p["dtype"]],
+              "config.json torch_dtype %r for a %s set" % (s.cfg.get("torch_dtype"), p["dtype"]))
+        check(re.sub(r"-l\d+$", "", m["model"]).endswith("-bf16") == (p["dtype"] == "bf16"),
+              "a synthetic set is named -bf16 exactly when it is bf16")
+    else:
+        floating = {d for d in st if d in ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")}
+        check(p["dtype"] == ("bf16" if floating == {"BF16"} else "f16"),
+              "a checkpoint of %s is dtype %s" % (sorted(st), p["dtype"]))
     check(p["decode_steps"] >= 8 and p["greedy_tokens"] == 32, "decode_steps/greedy_tokens")
     check(len(p["prompt_ids"]) == models.PROMPT_LEN, "prompt length")
     check(0 < p["margin_epsilon"] < 1, "margin_epsilon")
@@ -270,6 +288,18 @@ def check_hparams(s):
               "hparams.%s = %r, config.json says %r" % (k, hp[k], want[k]))
 
 
+def safetensors_dtypes(d):
+    """The dtypes the safetensors files of a set directory store (from their headers)."""
+    out = set()
+    for fname in sorted(os.listdir(d)):
+        if fname.endswith(".safetensors"):
+            with open(os.path.join(d, fname), "rb") as f:
+                n = struct.unpack("<Q", f.read(8))[0]
+                h = json.loads(f.read(n))
+            out |= {v["dtype"] for k, v in h.items() if k != "__metadata__"}
+    return out
+
+
 def check_safetensors(s, spec=None):
     """Header layout; with a spec, the values are exactly the seeded draws."""
     path = os.path.join(s.dir, "model.safetensors")
@@ -283,16 +313,17 @@ def check_safetensors(s, spec=None):
           "metadata must be {'format': 'pt'} only")
     names = list(h)[1:]
     check(names == sorted(names), "tensors not in sorted order")
+    st = models.ST_NAME[s.p["dtype"]]
     off = 0
     for k in names:
         e = h[k]
-        check(e["dtype"] == "F16", "%s: dtype %s" % (k, e["dtype"]))
+        check(e["dtype"] == st, "%s: dtype %s, want %s" % (k, e["dtype"], st))
         nbytes = 2 * int(np.prod(e["shape"], dtype=np.int64))
         check(e["data_offsets"] == [off, off + nbytes], "%s: offsets not contiguous" % k)
         off += nbytes
     check(8 + n + off == size, "file size does not match the header")
     check(head == models.safetensors_header(
-        [(k, "F16", h[k]["shape"]) for k in names])[8:], "header bytes are not canonical")
+        [(k, st, h[k]["shape"]) for k in names])[8:], "header bytes are not canonical")
     if spec is None:
         return
     from safetensors.torch import load_file
@@ -301,8 +332,9 @@ def check_safetensors(s, spec=None):
     check(sorted(loaded) == sorted(n for n, _, _ in specs), "tensor names")
     seed = models.set_seed(spec.name)
     for name, shape, init in specs:
-        want = models.draw_tensor_whole(seed, name, shape, init)
-        check(torch.equal(loaded[name], want), "%s: values are not the seeded draw" % name)
+        want = models.draw_tensor_whole(seed, name, shape, init, spec.dtype)
+        check(loaded[name].dtype == want.dtype and torch.equal(loaded[name], want),
+              "%s: values are not the seeded draw" % name)
 
 
 def check_config(s, spec):
@@ -804,33 +836,34 @@ def check_sampled(s):
 
 
 def fp16_logits(s, tokens):
-    """fp16 and fp32 logits of the same model, teacher-forced on `tokens` (the predictions for
-    tokens[0..31]): [32, V] each, as float32 arrays."""
+    """fp16 (a bf16 set: bf16) and fp32 logits of the same model, teacher-forced on `tokens` (the
+    predictions for tokens[0..31]): [32, V] each, as float32 arrays."""
     prompt = np.array(s.p["prompt_ids"])
     seq = torch.tensor(np.concatenate([prompt, tokens[:-1]])[None], dtype=torch.int64)
+    low = models.TORCH_DTYPE[s.p["dtype"]]
     out = {}
-    for dt in (torch.float16, torch.float32):
+    for dt in (low, torch.float32):
         model = models.load_model(s.dir, s.family, dtype=dt)
         with torch.no_grad(), cached_rope(model):
             out[dt] = model(input_ids=seq).logits[0, len(prompt) - 1:].float().numpy()
         del model
-    return out[torch.float16], out[torch.float32]
+    return out[low], out[torch.float32]
 
 
 def fp16_drift(s):
     """Largest change of the reference's top-2 margin when the same model runs in fp16 (weights
-    and activations), teacher-forced on the reference tokens; and, teacher-forced on the sampled
-    tokens, whether the fp16 model samples the reference token at every step whose sample margin
-    reaches the epsilon (the margin is honest). Returns (drift, comparable steps, fp16 agreeing
-    at all steps)."""
+    and activations; a bf16 set: in bf16), teacher-forced on the reference tokens; and,
+    teacher-forced on the sampled tokens, whether the fp16 (bf16) model samples the reference
+    token at every step whose sample margin reaches the epsilon (the margin is honest). Returns
+    (drift, comparable steps, fp16 / bf16 agreeing at all steps)."""
     tokens, top5 = s.a("greedy_tokens"), s.a("greedy_top5")
     l16, l32 = (x.astype(np.float64) for x in fp16_logits(s, tokens))
     i = np.arange(32)
     m16 = l16[i, top5[:, 0]] - l16[i, top5[:, 1]]
     m32 = l32[i, top5[:, 0]] - l32[i, top5[:, 1]]
     drift = float(np.abs(m16 - m32).max())
-    msg = "fp16 drift of the top-2 margin %.4f is more than half the margin epsilon %g" % (
-        drift, s.p["margin_epsilon"])
+    msg = "%s drift of the top-2 margin %.4f is more than half the margin epsilon %g" % (
+        s.p["dtype"], drift, s.p["margin_epsilon"])
     if s.p["source"] == "synthetic":
         check(drift * 2 <= s.p["margin_epsilon"], msg)
     elif drift * 2 > s.p["margin_epsilon"]:
@@ -845,8 +878,9 @@ def fp16_drift(s):
         t16 = sampling.sample_row(l16[j], T, k, p, seed, j, row=0).token
         agree += int(t16 == tokens[j])
         if margins[j] >= eps and t16 != tokens[j]:
-            msg = ("sample step %d: the fp16 model samples %d, the reference %d, although the "
-                   "margin %.4f reaches the epsilon %g" % (j, t16, tokens[j], margins[j], eps))
+            msg = ("sample step %d: the %s model samples %d, the reference %d, although the "
+                   "margin %.4f reaches the epsilon %g" % (j, s.p["dtype"], t16, tokens[j],
+                                                           margins[j], eps))
             if s.p["source"] == "synthetic":
                 raise Fail(msg)
             print("warning: %s: %s (a real checkpoint: the epsilon is a default)" % (s.dir, msg))
@@ -862,13 +896,15 @@ def check_calibration(s):
     fresh model from the set's checkpoint, teacher-forced on its greedy tokens, against its
     stored taps. The hooks are shown to change nothing but the rounding (an identity rounding
     reproduces the stored reference taps), every rounded tap but the logits to be fp16 values,
-    and both residual adds to be the rounded sums of the rounded taps before them. Returns the
+    and both residual adds to be the rounded sums of the rounded taps before them. A bf16 set's
+    calibration rounds to bf16 (and says so) and is checked to be bf16-valued. Returns the
     largest calibrated nmse and its tap."""
     with open(os.path.join(s.dir, models.CALIBRATION_FILE), "rb") as f:
         raw = f.read()
     cal = json.loads(raw)
     check(list(cal) == ["version", "implementation", "taps"] and cal["version"] == 1
-          and cal["implementation"] == models.CALIBRATION_IMPLEMENTATION, "calibration header")
+          and cal["implementation"] == models.CALIBRATION_IMPLEMENTATIONS[s.p["dtype"]],
+          "calibration header")
     taps = [e["name"] for e in s.m["files"] if e["name"].startswith(("prefill.", "decode."))]
     check([t["tap"] for t in cal["taps"]] == taps, "calibration lists the set's taps in order")
     lines = raw.decode("ascii").splitlines()[4:-2]
@@ -887,8 +923,10 @@ def check_calibration(s):
     N = s.p["decode_steps"]
     ref = {n: torch.from_numpy(s.a(n)) for n in taps}
 
+    dtype = s.p["dtype"]
     model = models.load_model(s.dir, s.family)
-    same = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N, rounding=lambda t: t)
+    same = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N, rounding=lambda t: t,
+                              dtype=dtype)
     for n in taps:
         rel = close(same[n].numpy(), ref[n].numpy().astype(np.float64), TAP_RTOL)
         check(rel <= 1e-5, "%s: the calibration forward without rounding is not the reference "
@@ -896,23 +934,33 @@ def check_calibration(s):
     del model, same
 
     model = models.load_model(s.dir, s.family)
-    rounded = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N)
+    rounded = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N, dtype=dtype)
     del model
-    check(models.calibration_bytes(ref, rounded) == raw,
+    check(models.calibration_bytes(ref, rounded, dtype=dtype) == raw,
           "calibration.json is not what the rounded forward makes of the stored taps")
-    f16 = models.round_f16
+    # the rounding of the set's dtype: bf16 taps are checked by bit arithmetic too (the top 16
+    # bits of each fp32 value, nothing below them: an fp16 rounding keeps 11 significant bits),
+    # and fp16 taps must not all be bf16 values (which a bf16 rounding would give)
+    f16 = models.ROUNDING[dtype]
+    finer = 0
     for n, t in rounded.items():
         if not n.endswith(".logits"):
-            check(torch.equal(f16(t), t), "%s: the calibration tap is not fp16-valued" % n)
+            check(torch.equal(f16(t), t), "%s: the calibration tap is not %s-valued" % (n, dtype))
+            if dtype == "bf16":
+                check(not (t.contiguous().view(torch.int32) & 0xFFFF).any(),
+                      "%s: the calibration tap has bits below bf16's" % n)
+            else:
+                finer += int((models.round_bf16(t) != t).sum())
+    check(dtype == "bf16" or finer > 0, "the fp16 calibration taps are all bf16 values")
     for prefix in ["prefill"] + ["decode.%d" % i for i in range(N)]:
         t = lambda n: rounded[prefix + "." + n]  # noqa: E731
         prev = t("embed")
         for i in range(s.dims.L):
             p = "layers.%d." % i
             check(torch.equal(t(p + "resid_attn"), f16(prev + t(p + "attn_out"))),
-                  "%s.%sresid_attn is not fp16(x + attn_out)" % (prefix, p))
+                  "%s.%sresid_attn is not %s(x + attn_out)" % (prefix, p, dtype))
             check(torch.equal(t(p + "resid_ffn"), f16(t(p + "resid_attn") + t(p + "ffn_out"))),
-                  "%s.%sresid_ffn is not fp16(resid_attn + ffn_out)" % (prefix, p))
+                  "%s.%sresid_ffn is not %s(resid_attn + ffn_out)" % (prefix, p, dtype))
             prev = t(p + "resid_ffn")
     worst = max(cal["taps"], key=lambda e: e["nmse"])
     return worst["nmse"], worst["tap"]
@@ -944,12 +992,13 @@ def check_set(d, spec=None):
         switch = " (longrope: short %s, long %s)" % (
             ", ".join(k for k, v in tables.items() if v == "short"), ", ".join(long) or "nowhere")
     print("%-14s taps vs numpy fp64 %.1e, rope %.1e%s, chain %.1e, decode vs no-cache %.1e; "
-          "margins min %.3f median %.3f (%d < eps %g); fp16 margin drift %.4f; sampled: "
-          "margins vs no-cache %.1e, %d/32 steps >= eps, fp16 samples the same token at %d/32; "
+          "margins min %.3f median %.3f (%d < eps %g); %s margin drift %.4f; sampled: "
+          "margins vs no-cache %.1e, %d/32 steps >= eps, %s samples the same token at %d/32; "
           "calibration: worst nmse %.3g at %s"
           % (s.m["model"], res["numpy"], rope_err, switch, res["chain"], res["decode"],
              float(mg.min()), float(np.median(mg)), int((mg < s.p["margin_epsilon"]).sum()),
-             s.p["margin_epsilon"], drift, res["sampled"], comparable, agree,
+             s.p["margin_epsilon"], s.p["dtype"], drift, res["sampled"], comparable,
+             s.p["dtype"], agree,
              res["calibration"][0], res["calibration"][1]), flush=True)
 
 
@@ -964,11 +1013,18 @@ def check_chunked_draw():
     for n in sizes:
         for init in inits:
             for c in (chunk, 16, models.DRAW_CHUNK):
-                got = models.draw_tensor(7, "w%d" % n, (n,), init, chunk=c)
-                want = models.draw_tensor_whole(7, "w%d" % n, (n,), init)
-                check(torch.equal(got.view(torch.int16), want.view(torch.int16)),
-                      "chunked draw of %d values (%s, chunk %d) differs from the whole draw"
-                      % (n, init.kind, c))
+                for dtype in models.DTYPES:
+                    got = models.draw_tensor(7, "w%d" % n, (n,), init, chunk=c, dtype=dtype)
+                    want = models.draw_tensor_whole(7, "w%d" % n, (n,), init, dtype)
+                    check(got.dtype == want.dtype == models.TORCH_DTYPE[dtype]
+                          and torch.equal(got.view(torch.int16), want.view(torch.int16)),
+                          "chunked %s draw of %d values (%s, chunk %d) differs from the whole "
+                          "draw" % (dtype, n, init.kind, c))
+    # a bf16 draw is the fp16 one's float64 values rounded to bf16 instead (the same draws)
+    w16 = models.draw_tensor_whole(7, "m", (37, 29), inits[0]).float()
+    wbf = models.draw_tensor_whole(7, "m", (37, 29), inits[0], "bf16").float()
+    check(not torch.equal(w16, wbf) and (w16 - wbf).abs().max() <= 2 ** -8 * w16.abs().max(),
+          "the bf16 draw is not the fp16 draw's values in bf16")
     got = models.draw_tensor(7, "m", (37, 29), inits[0], chunk=chunk)
     check(torch.equal(got, models.draw_tensor_whole(7, "m", (37, 29), inits[0])), "2-D draw")
     try:
@@ -976,8 +1032,8 @@ def check_chunked_draw():
         check(False, "a chunk that is not a multiple of 16 must be refused")
     except ValueError:
         pass
-    print("models: chunked checkpoint draws equal whole draws (%d sizes, 3 inits, 3 chunks)"
-          % len(sizes))
+    print("models: chunked checkpoint draws equal whole draws (%d sizes, 3 inits, 3 chunks, "
+          "fp16 and bf16)" % len(sizes))
 
 
 def check_lockstep_pairing():
@@ -1129,6 +1185,7 @@ def run(set_dirs=None):
           "a tiny model of every family")
     check({kernels.rope_scaling(m.config).rope_type for m in specs if m.family != "gpt2"}
           == {"default", "llama3", "yarn", "longrope"}, "a tiny model of every RoPE type")
+    check({m.dtype for m in specs} == set(models.DTYPES), "a tiny model of every dtype")
     with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
         for rep in ("a", "b"):
             for spec in specs:

@@ -52,8 +52,8 @@ var catalogue = []Mutant{
 	},
 	{
 		ID: "go-rmsnorm-residual-unrounded-sum", Side: SideGo, File: "engine/backend/cpu/norm.go",
-		Bug:         "fused add+RMSNorm normalises the fp32 sum instead of the fp16 sum it stores",
-		Original:    "xv[i] = tensor.RoundF16(xv[i] + rv[i])\n\t}\n\tstore(ts[0], xv)\n\trmsNormRows",
+		Bug:         "fused add+RMSNorm normalises the fp32 sum instead of the rounded sum it stores",
+		Original:    "xv[i] = tensor.Round(ts[2].DType, xv[i]+rv[i])\n\t}\n\tstore(ts[0], xv)\n\trmsNormRows",
 		Replacement: "xv[i] += rv[i]\n\t}\n\tstore(ts[0], xv)\n\trmsNormRows",
 		Suites:      kernels, Labels: "op:rmsnorm_residual",
 	},
@@ -494,8 +494,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-rmsnorm-eps-outside-sqrt", Side: SideCUDA, File: "cuda/internal.h",
 		Bug:         "RMSNorm (register path) adds eps outside the square root",
-		Original:    "const __half *weight, __half *out_row, float *scratch) {\n    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);\n#pragma unroll",
-		Replacement: "const __half *weight, __half *out_row, float *scratch) {\n    const float inv = 1.0f / (sqrtf(block_sum(ss, scratch) / (float)hidden) + eps);\n#pragma unroll",
+		Original:    "const T *weight, T *out_row, float *scratch) {\n    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);\n#pragma unroll",
+		Replacement: "const T *weight, T *out_row, float *scratch) {\n    const float inv = 1.0f / (sqrtf(block_sum(ss, scratch) / (float)hidden) + eps);\n#pragma unroll",
 		Suites:      kernels, Labels: "op:rmsnorm || op:rmsnorm_residual",
 	},
 	{
@@ -539,8 +539,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-elementwise-tail-dropped", Side: SideCUDA, File: "cuda/elementwise.cuh",
 		Bug:         "vectorised binary elementwise kernels drop the scalar tail (n % 8 elements)",
-		Original:    `for (int64_t i = start + tid; i < n; i += T) out[i] = __float2half_rn(f(__half2float(a[i]), __half2float(b[i])));`,
-		Replacement: `for (int64_t i = start + tid; i < (VEC ? start : n); i += T) out[i] = __float2half_rn(f(__half2float(a[i]), __half2float(b[i])));`,
+		Original:    `for (int64_t i = start + tid; i < n; i += NT) out[i] = from_float<T>(f(to_float(a[i]), to_float(b[i])));`,
+		Replacement: `for (int64_t i = start + tid; i < (VEC ? start : n); i += NT) out[i] = from_float<T>(f(to_float(a[i]), to_float(b[i])));`,
 		Suites:      kernels, Labels: "op:residual_add || op:swiglu",
 	},
 	{
@@ -709,8 +709,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-gemv-bias-dropped", Side: SideCUDA, File: "cuda/gemv.cuh",
 		Bug:         "the decode gemv (gemm, rmsnorm_gemm, swiglu_gemm) stores the product without its bias",
-		Original:    `out[(int64_t)m * n + j] = __float2half_rn(bias ? acc + __half2float(bias[j]) : acc);`,
-		Replacement: `out[(int64_t)m * n + j] = __float2half_rn(acc);`,
+		Original:    `out[(int64_t)m * n + j] = from_float<T>(bias ? acc + to_float(bias[j]) : acc);`,
+		Replacement: `out[(int64_t)m * n + j] = from_float<T>(acc);`,
 		Suites:      kernels, Labels: "op:gemm || op:rmsnorm_gemm || op:swiglu_gemm",
 	},
 	{
@@ -719,6 +719,25 @@ var catalogue = []Mutant{
 		Original:    `ex2_approx(g * -1.44269504088896341f)`,
 		Replacement: `ex2_approx(g * 1.44269504088896341f)`,
 		Suites:      kernels, Labels: "op:swiglu || op:swiglu_ffn || op:gemm_swiglu",
+	},
+	{
+		ID: "cuda-bf16-store-truncates", Side: SideCUDA, File: "cuda/internal.h",
+		Bug: "bf16 stores truncate (keep the top 16 bits of the fp32) instead of rounding to nearest even",
+		// The classic fp32 -> bf16 shortcut: every bf16 store (and bf16 attention's P) up to a
+		// whole ulp low in magnitude. One such store stays inside residual_add's and swiglu's bf16
+		// limits (an ulp is their rtol); the fused residual norms truncate the sum, normalise it
+		// and truncate again, which their bf16 cases reject (seen on an H100). fp16 unaffected.
+		Original:    "__nv_bfloat16 from_float<__nv_bfloat16>(float v) {\n    return __float2bfloat16_rn(v);\n}\ntemplate <>\n__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {\n    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);\n    return *reinterpret_cast<const uint32_t *>(&h);\n}",
+		Replacement: "__nv_bfloat16 from_float<__nv_bfloat16>(float v) {\n    return __ushort_as_bfloat16((unsigned short)(__float_as_uint(v) >> 16));\n}\ntemplate <>\n__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {\n    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);\n}",
+		Suites:      kernels, Labels: "op:rmsnorm_residual || op:layernorm_residual", Focus: "bf16-",
+	},
+	{
+		ID: "cuda-prefill-bf16-scores-as-fp16", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
+		Bug: "bf16 attention prefill computes S = Q K^T with the fp16 mma (an instance left hard-coded): bf16 bits read as fp16",
+		// A dispatch bug only the bf16 cases can see: for fp16 the replacement is the same code.
+		Original:    "ts::mma16816<T>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);\n                        ts::mma16816<T>(s[mt][2 * np + 1],",
+		Replacement: "ts::mma16816<__half>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);\n                        ts::mma16816<__half>(s[mt][2 * np + 1],",
+		Suites:      kernels, Labels: "op:attention_prefill", Focus: "bf16-",
 	},
 	{
 		ID: "cuda-sample-step-off-by-one", Side: SideCUDA, File: "cuda/kernels/sample.cu",

@@ -182,7 +182,7 @@ func newerObjects(dir string, t time.Time) []string {
 	return res
 }
 
-func (c *cudaRunner) suite(s, filter, sanitizer, lib, tag string, slot int) suiteRun {
+func (c *cudaRunner) suite(s, filter, focus, sanitizer, lib, tag string, slot int) suiteRun {
 	env := []string{
 		"TOUCHSTONE_BACKEND=cuda",
 		"TOUCHSTONE_REQUIRE_GPU=1",
@@ -213,6 +213,7 @@ func (c *cudaRunner) suite(s, filter, sanitizer, lib, tag string, slot int) suit
 		Dir:       c.repo,
 		Env:       env,
 		Filter:    filter,
+		Focus:     focus,
 		Report:    filepath.Join(reports, tag+"-"+s+".json"),
 		Log:       filepath.Join(reports, tag+"-"+s+".log"),
 		Timeout:   c.timeout,
@@ -225,7 +226,8 @@ type baselineRun struct{ suite, filter, sanitizer string }
 
 // runBaseline runs the committed tier of every suite the mutants use with the unmutated
 // library, and, for each mutant run under a sanitizer, its suites under that sanitizer with
-// its filter: a hazard already there would otherwise kill the mutant.
+// its filter: a hazard already there would otherwise kill the mutant. A mutant's focus only
+// narrows specs the plain committed run covers, so it needs no run of its own.
 func (c *cudaRunner) runBaseline(ctx context.Context, ms []Mutant, todo []int, lib string) error {
 	var runs []baselineRun
 	for _, i := range todo {
@@ -243,7 +245,7 @@ func (c *cudaRunner) runBaseline(ctx context.Context, ms []Mutant, todo []int, l
 	start := time.Now()
 	var bad, names []string
 	for k, b := range runs {
-		r, err := c.suite(b.suite, b.filter, b.sanitizer, lib, fmt.Sprintf("baseline%d", k), 0).run(ctx)
+		r, err := c.suite(b.suite, b.filter, "", b.sanitizer, lib, fmt.Sprintf("baseline%d", k), 0).run(ctx)
 		name := b.suite
 		if b.sanitizer != "" || b.filter != labelFilter("", false) {
 			name += " (" + strings.TrimSpace(b.sanitizer+" "+b.filter) + ")"
@@ -265,7 +267,7 @@ func (c *cudaRunner) runOne(ctx context.Context, o *Outcome, m Mutant, slot int)
 	lib := libPath(filepath.Join(c.work, m.ID))
 	var results []suiteResult
 	for _, s := range m.suites() {
-		r, err := c.suite(s, m.filter(), m.Sanitizer, lib, m.ID, slot).run(ctx)
+		r, err := c.suite(s, m.filter(), m.Focus, m.Sanitizer, lib, m.ID, slot).run(ctx)
 		if err != nil {
 			o.Status, o.Detail = Errored, err.Error()
 			return

@@ -115,7 +115,7 @@ func (g *goRunner) runBaseline(ctx context.Context, ms []Mutant, todo []int) err
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[k], errs[k] = g.suite(tree, s, labelFilter("", false)).run(ctx)
+			results[k], errs[k] = g.suite(tree, s, labelFilter("", false), "").run(ctx)
 		}()
 	}
 	wg.Wait()
@@ -156,13 +156,14 @@ func (g *goRunner) build(ctx context.Context, tree string, suites []string) (str
 	return string(out), err
 }
 
-func (g *goRunner) suite(tree, s, filter string) suiteRun {
+func (g *goRunner) suite(tree, s, filter, focus string) suiteRun {
 	return suiteRun{
 		Suite:   s,
 		Binary:  filepath.Join(binDir(tree), s+".test"),
 		Dir:     suiteDir(tree, s),
 		Env:     g.goEnv(tree),
 		Filter:  filter,
+		Focus:   focus,
 		Report:  filepath.Join(binDir(tree), s+".json"),
 		Log:     filepath.Join(binDir(tree), s+".log"),
 		Timeout: g.timeout,
@@ -190,7 +191,7 @@ func (g *goRunner) runOne(ctx context.Context, tree string, m Mutant) (o Outcome
 	}
 	var results []suiteResult
 	for _, s := range m.suites() {
-		r, err := g.suite(tree, s, m.filter()).run(ctx)
+		r, err := g.suite(tree, s, m.filter(), m.Focus).run(ctx)
 		if err != nil {
 			o.Status, o.Detail = Errored, err.Error()
 			return o
@@ -221,11 +222,19 @@ func judge(o *Outcome, m Mutant, results []suiteResult) {
 	case len(o.CaughtBy) > 0:
 		o.Status = Caught
 	case ran == 0:
-		o.Status, o.Detail = Errored, fmt.Sprintf("label filter %q selected no spec of %v", m.filter(), m.suites())
+		o.Status, o.Detail = Errored, fmt.Sprintf("label filter %q%s selected no spec of %v", m.filter(), focusNote(m), m.suites())
 	default:
 		o.Status = Survived
-		o.Detail = fmt.Sprintf("%d specs of %v passed with the mutant planted (filter %q)", ran, m.suites(), m.filter())
+		o.Detail = fmt.Sprintf("%d specs of %v passed with the mutant planted (filter %q%s)", ran, m.suites(), m.filter(), focusNote(m))
 	}
+}
+
+// focusNote names a mutant's focus for its outcome's detail ("" without one).
+func focusNote(m Mutant) string {
+	if m.Focus == "" {
+		return ""
+	}
+	return fmt.Sprintf(", focus %q", m.Focus)
 }
 
 // specRank orders the specs that caught a mutant for the report: conformance specs (a kernel

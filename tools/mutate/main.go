@@ -262,6 +262,9 @@ func printList(ms []Mutant) {
 		if labels == "" {
 			labels = "-"
 		}
+		if m.Focus != "" {
+			labels += " focus:" + m.Focus
+		}
 		desc := m.Bug
 		if m.Equivalent != "" {
 			desc += " [equivalent: " + m.Equivalent + "]"

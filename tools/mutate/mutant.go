@@ -38,6 +38,10 @@ type Mutant struct {
 	// Labels is a Ginkgo label filter narrowing those suites for speed, ANDed with the
 	// committed-tier filter; "" runs every committed spec of them.
 	Labels string
+	// Focus, when set, is a Ginkgo focus regular expression (--ginkgo.focus) that narrows the
+	// labelled specs further by their text, which holds each golden case's name: "bf16-" runs
+	// only the bf16 cases, the ones a bf16-only bug can fail.
+	Focus string
 	// Sanitizer, CUDA side only, runs the mutant's suites under `compute-sanitizer --tool
 	// <Sanitizer>` (as dist/run sanitize does), and its errors count as a kill: a missing
 	// barrier makes wrong numbers only when the warps happen to interleave badly, and racecheck
@@ -132,6 +136,9 @@ func validate(cat []Mutant) error {
 			if !slices.Contains(allSuites, s) {
 				bad("unknown suite %q (have %v)", s, allSuites)
 			}
+		}
+		if _, err := regexp.Compile(m.Focus); err != nil {
+			bad("focus %q is not a regular expression: %v", m.Focus, err)
 		}
 		if m.Sanitizer != "" && (m.Side != SideCUDA || !slices.Contains(sanitizerTools, m.Sanitizer)) {
 			bad("sanitizer %q: only CUDA mutants run under compute-sanitizer, with one of %v", m.Sanitizer, sanitizerTools)

@@ -78,6 +78,7 @@ func TestValidateRejectsMalformedMutants(t *testing.T) {
 		"no-op edit":          {ID: "go-x", Side: SideGo, File: good.File, Original: "a", Replacement: "a", Bug: "x"},
 		"multi-line bug":      {ID: "go-x", Side: SideGo, File: good.File, Original: "a", Replacement: "b", Bug: "x\ny"},
 		"unknown suite":       {ID: "go-x", Side: SideGo, File: good.File, Original: "a", Replacement: "b", Bug: "x", Suites: []string{"kernel"}},
+		"bad focus":           {ID: "go-x", Side: SideGo, File: good.File, Original: "a", Replacement: "b", Bug: "x", Focus: "bf16-("},
 	} {
 		if err := validate([]Mutant{m}); err == nil {
 			t.Errorf("%s: accepted", what)

@@ -42,6 +42,7 @@ type suiteRun struct {
 	Dir     string   // working directory
 	Env     []string // added to the environment (later entries win)
 	Filter  string
+	Focus   string // a Ginkgo focus regular expression on spec text, or "" for none
 	Report  string // where the JSON report goes
 	Log     string // stdout and stderr
 	Timeout time.Duration
@@ -89,6 +90,9 @@ func (r suiteRun) command() (string, []string) {
 		"--ginkgo.silence-skips",
 		"--ginkgo.seed=1", // the same spec order and cross-backend inputs in every run
 		"-test.timeout=0", // ours is the limit: a hung mutant is killed by the context
+	}
+	if r.Focus != "" {
+		args = append(args, "--ginkgo.focus="+r.Focus)
 	}
 	if r.Sanitizer == "" {
 		return r.Binary, args

@@ -20,6 +20,14 @@ func TestSuiteCommand(t *testing.T) {
 		!slices.Contains(args, "--ginkgo.json-report=/w/r.json") || !slices.Contains(args, "--ginkgo.seed=1") {
 		t.Errorf("plain run: %s %q", name, args)
 	}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--ginkgo.focus") }) {
+		t.Errorf("a run without a focus passes one: %q", args)
+	}
+	r.Focus = "bf16-"
+	if _, args = r.command(); !slices.Contains(args, "--ginkgo.focus=bf16-") {
+		t.Errorf("focused run: %q", args)
+	}
+	r.Focus = ""
 	r.Sanitizer = "racecheck"
 	name, args = r.command()
 	want := []string{"--tool", "racecheck", "--error-exitcode", "86", "--kernel-name-exclude", "kns=nvjet", "/d/bin/kernels.test"}

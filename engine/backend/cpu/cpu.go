@@ -1,7 +1,8 @@
 // Package cpu is the pure-Go backend: CI's backend and a second opinion on the GPU.
 //
-// It computes in fp32 from fp16 inputs and rounds to fp16 exactly where the CUDA kernels
-// store fp16 (each op's output, and the intermediates of fused ops), so its numbers are
+// It computes in fp32 from 16-bit inputs (fp16 or bf16, the storage dtype of the call) and
+// rounds to that dtype exactly where the CUDA kernels store it (each op's output, and the
+// intermediates of fused ops), so its numbers are
 // the ones a correct GPU kernel should land near. Speed is secondary to being obviously
 // right: loops are plain and follow the formulas of docs/golden-format.md.
 package cpu
@@ -91,7 +92,7 @@ func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Buffer, error) {
 			return nil, fmt.Errorf("cpu: alloc %s%s: negative dimension", dt, tensor.ShapeString(shape))
 		}
 	}
-	if dt != tensor.F16 && dt != tensor.F32 && dt != tensor.I32 {
+	if dt != tensor.F16 && dt != tensor.BF16 && dt != tensor.F32 && dt != tensor.I32 {
 		return nil, fmt.Errorf("cpu: alloc: unsupported dtype %s", dt)
 	}
 	return b.own(tensor.New(dt, shape...)), nil
@@ -153,16 +154,20 @@ func store(t *tensor.Tensor, vals []float32) {
 		for i, v := range vals {
 			t.F16[i] = f16(v)
 		}
+	case tensor.BF16:
+		for i, v := range vals {
+			t.BF16[i] = tensor.BF16FromFloat32(v)
+		}
 	default:
 		panic("cpu: store into " + t.DType.String())
 	}
 }
 
-// roundF16 rounds every value to fp16 in place: the points where a CUDA kernel stores an
-// intermediate as half.
-func roundF16(vals []float32) {
+// roundTo rounds every value to the storage dtype dt (fp16 or bf16) in place: the points
+// where a CUDA kernel stores an intermediate in its 16-bit storage type.
+func roundTo(dt tensor.DType, vals []float32) {
 	for i, v := range vals {
-		vals[i] = tensor.RoundF16(v)
+		vals[i] = tensor.Round(dt, v)
 	}
 }
 

@@ -6,7 +6,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/backend"
 )
 
-// unary validates and runs an fp16 -> fp16 elementwise op.
+// unary validates and runs a 16-bit elementwise op (fp16 or bf16 in and out).
 func unary(op string, out, x backend.Buffer, f func(float32) float32) error {
 	if err := backend.CheckUnary(op, out, x); err != nil {
 		return err
@@ -23,7 +23,7 @@ func unary(op string, out, x backend.Buffer, f func(float32) float32) error {
 	return nil
 }
 
-// binary validates and runs an elementwise op of two fp16 tensors of one shape.
+// binary validates and runs an elementwise op of two 16-bit tensors of one shape and dtype.
 func binary(op, aName, bName string, out, a, b backend.Buffer, f func(a, b float32) float32) error {
 	if err := backend.CheckBinary(op, aName, bName, out, a, b); err != nil {
 		return err

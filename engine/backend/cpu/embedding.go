@@ -28,7 +28,7 @@ func (*Backend) Embedding(out, ids, table backend.Buffer) error {
 		return err
 	}
 	for t, id := range ts[1].I32 {
-		copy(ts[0].F16[t*h:(t+1)*h], ts[2].F16[int(id)*h:(int(id)+1)*h])
+		copyElems(ts[0], t*h, ts[2], int(id)*h, h)
 	}
 	return nil
 }
@@ -46,10 +46,10 @@ func (*Backend) PosEmbedding(out, x, table, positions backend.Buffer) error {
 	if err := checkRows("pos_embedding", "positions", ts[3].I32, ts[2].Shape[0]); err != nil {
 		return err
 	}
-	xv, tab := ts[1].Float32(), ts[2].F16
+	xv, tab := ts[1].Float32(), ts[2].Float32()
 	for t, p := range ts[3].I32 {
 		for i := 0; i < h; i++ {
-			xv[t*h+i] += tab[int(p)*h+i].Float32()
+			xv[t*h+i] += tab[int(p)*h+i]
 		}
 	}
 	store(ts[0], xv)

@@ -6,7 +6,7 @@ import (
 )
 
 // RMSNormGemm normalises the rows (after the residual add, when given) as RMSNorm would, rounds
-// them to fp16 as RMSNorm stores them, and projects them with fp32 accumulation and the bias
+// them to the storage dtype as RMSNorm stores them, and projects them with fp32 accumulation and the bias
 // before the one rounding of out.
 func (*Backend) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buffer, eps float32) error {
 	if err := backend.CheckRMSNormGemm(out, sum, x, residual, normW, w, bias, eps); err != nil {
@@ -29,7 +29,7 @@ func (*Backend) LayerNormGemm(out, sum, x, residual, gamma, beta, w, bias backen
 
 // normGemm is a fused norm and projection on validated arguments: the rows of x (plus residual,
 // rounded and stored in sum, when given) normalised in place by norm (which gets the norm's
-// vectors), rounded to fp16 as the norm op stores them, then projected with fp32 accumulation
+// vectors), rounded to the storage dtype as the norm op stores them, then projected with fp32 accumulation
 // and the bias before the one rounding of out.
 func normGemm(op string, out, sum, x, residual, w, bias backend.Buffer,
 	norm func(xv []float32, h int, vecs []*tensor.Tensor), vecs ...backend.Buffer) error {
@@ -42,14 +42,12 @@ func normGemm(op string, out, sum, x, residual, w, bias backend.Buffer,
 	if ts[3] != nil {
 		rv := ts[3].Float32()
 		for i := range xv {
-			xv[i] = tensor.RoundF16(xv[i] + rv[i])
+			xv[i] = tensor.Round(ts[2].DType, xv[i]+rv[i])
 		}
 		store(ts[1], xv)
 	}
 	norm(xv, h, ts[6:])
-	for i, v := range xv {
-		xv[i] = tensor.RoundF16(v)
-	}
+	roundTo(ts[2].DType, xv)
 	res := matmulT(xv, ts[4].Float32(), t, h, n)
 	if ts[5] != nil {
 		addBias(res, ts[5].Float32())
@@ -78,7 +76,7 @@ func (*Backend) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {
 		gelu = geluTanh
 	}
 	for i, v := range act {
-		act[i] = tensor.RoundF16(gelu(v))
+		act[i] = tensor.Round(ts[1].DType, gelu(v))
 	}
 	res := matmulT(act, ts[4].Float32(), t, f, h)
 	if ts[5] != nil {
@@ -88,7 +86,7 @@ func (*Backend) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error {
 	return nil
 }
 
-// SwiGLUGemm rounds the activation to fp16 as SwiGLU stores it and projects it with fp32
+// SwiGLUGemm rounds the activation to the storage dtype as SwiGLU stores it and projects it with fp32
 // accumulation and the bias before the one rounding of out.
 func (*Backend) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
 	if err := backend.CheckSwiGLUGemm(out, gate, up, w, bias); err != nil {
@@ -102,7 +100,7 @@ func (*Backend) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
 	g, u := ts[1].Float32(), ts[2].Float32()
 	act := make([]float32, len(g))
 	for i := range g {
-		act[i] = tensor.RoundF16(swiglu(g[i], u[i]))
+		act[i] = tensor.Round(ts[1].DType, swiglu(g[i], u[i]))
 	}
 	res := matmulT(act, ts[3].Float32(), t, k, n)
 	if ts[4] != nil {

@@ -78,7 +78,7 @@ func (*Backend) GemmSwiGLU(out, x, wGateUp backend.Buffer) error {
 }
 
 // SwiGLUFFN runs gate and up projections, the SwiGLU activation and the down projection,
-// rounding each intermediate to fp16 as the unfused sequence of kernels would.
+// rounding each intermediate to the storage dtype as the unfused sequence of kernels would.
 func (*Backend) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
 	if err := backend.CheckSwiGLUFFN(out, x, wGate, wUp, wDown); err != nil {
 		return err
@@ -91,12 +91,13 @@ func (*Backend) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
 	xv := ts[1].Float32()
 	gate := matmulT(xv, ts[2].Float32(), t, h, f)
 	up := matmulT(xv, ts[3].Float32(), t, h, f)
-	roundF16(gate)
-	roundF16(up)
+	dt := ts[1].DType
+	roundTo(dt, gate)
+	roundTo(dt, up)
 	for i := range gate {
 		gate[i] = swiglu(gate[i], up[i])
 	}
-	roundF16(gate)
+	roundTo(dt, gate)
 	store(ts[0], matmulT(gate, ts[4].Float32(), t, f, h))
 	return nil
 }

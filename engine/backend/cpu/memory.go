@@ -15,6 +15,8 @@ func slice(t *tensor.Tensor, lo, hi int, shape []int) *tensor.Tensor {
 	switch t.DType {
 	case tensor.F16:
 		v.F16 = t.F16[lo:hi:hi]
+	case tensor.BF16:
+		v.BF16 = t.BF16[lo:hi:hi]
 	case tensor.F32:
 		v.F32 = t.F32[lo:hi:hi]
 	case tensor.I32:
@@ -61,15 +63,7 @@ func (*Backend) WriteRows(dst backend.Buffer, off int, src backend.Buffer) error
 	if err := backend.CheckWriteRows(d.DType, d.Shape, off, s.DType, s.Shape); err != nil {
 		return err
 	}
-	n := tensor.NumElements(s.Shape)
-	switch d.DType {
-	case tensor.F16:
-		copy(d.F16[off:off+n], s.F16)
-	case tensor.F32:
-		copy(d.F32[off:off+n], s.F32)
-	case tensor.I32:
-		copy(d.I32[off:off+n], s.I32)
-	}
+	copyElems(d, off, s, 0, tensor.NumElements(s.Shape))
 	return nil
 }
 
@@ -83,7 +77,25 @@ func (*Backend) Write(dst backend.Buffer, t *tensor.Tensor) error {
 		return err
 	}
 	copy(ts[0].F16, t.F16)
+	copy(ts[0].BF16, t.BF16)
 	copy(ts[0].F32, t.F32)
 	copy(ts[0].I32, t.I32)
 	return nil
+}
+
+// copyElems copies n elements bit for bit from src (from element from) into dst (from element
+// to); the two share a dtype (the callers validated it).
+func copyElems(dst *tensor.Tensor, to int, src *tensor.Tensor, from, n int) {
+	switch dst.DType {
+	case tensor.F16:
+		copy(dst.F16[to:to+n], src.F16[from:from+n])
+	case tensor.BF16:
+		copy(dst.BF16[to:to+n], src.BF16[from:from+n])
+	case tensor.F32:
+		copy(dst.F32[to:to+n], src.F32[from:from+n])
+	case tensor.I32:
+		copy(dst.I32[to:to+n], src.I32[from:from+n])
+	default:
+		panic("cpu: copy of " + dst.DType.String())
+	}
 }

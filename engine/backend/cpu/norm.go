@@ -72,7 +72,7 @@ func layerNormRows(xv []float32, h int, gamma, beta []float32, eps float32) {
 	}
 }
 
-// LayerNormResidual stores sum = x + residual in fp16 and normalises that stored sum,
+// LayerNormResidual stores sum = x + residual in the storage dtype and normalises that stored sum,
 // exactly as ResidualAdd followed by LayerNorm would.
 func (*Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buffer, eps float32) error {
 	if err := backend.CheckLayerNormResidual(sum, out, x, residual, gamma, beta, eps); err != nil {
@@ -84,7 +84,7 @@ func (*Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buf
 	}
 	xv, rv := ts[2].Float32(), ts[3].Float32()
 	for i := range xv {
-		xv[i] = tensor.RoundF16(xv[i] + rv[i])
+		xv[i] = tensor.Round(ts[2].DType, xv[i]+rv[i])
 	}
 	store(ts[0], xv)
 	layerNormRows(xv, ts[2].Shape[1], ts[4].Float32(), ts[5].Float32(), eps)
@@ -92,7 +92,7 @@ func (*Backend) LayerNormResidual(sum, out, x, residual, gamma, beta backend.Buf
 	return nil
 }
 
-// RMSNormResidual stores sum = x + residual in fp16 and normalises that stored sum, exactly
+// RMSNormResidual stores sum = x + residual in the storage dtype and normalises that stored sum, exactly
 // as ResidualAdd followed by RMSNorm would. Every input is read before any output is written,
 // so sum may be x or residual.
 func (*Backend) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, eps float32) error {
@@ -105,7 +105,7 @@ func (*Backend) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, ep
 	}
 	xv, rv, w := ts[2].Float32(), ts[3].Float32(), ts[4].Float32()
 	for i := range xv {
-		xv[i] = tensor.RoundF16(xv[i] + rv[i])
+		xv[i] = tensor.Round(ts[2].DType, xv[i]+rv[i])
 	}
 	store(ts[0], xv)
 	rmsNormRows(xv, ts[2].Shape[1], w, eps)

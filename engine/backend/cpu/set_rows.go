@@ -25,12 +25,7 @@ func (*Backend) SetRows(dst, src, rows backend.Buffer) error {
 	n := tensor.NumElements(ts[0].Shape[1:])
 	for i, v := range ts[2].I32 {
 		to, from := int(v)*n, i*n
-		switch ts[0].DType {
-		case tensor.F16:
-			copy(ts[0].F16[to:to+n], ts[1].F16[from:from+n])
-		case tensor.F32:
-			copy(ts[0].F32[to:to+n], ts[1].F32[from:from+n])
-		}
+		copyElems(ts[0], to, ts[1], from, n)
 	}
 	return nil
 }

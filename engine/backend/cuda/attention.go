@@ -21,7 +21,7 @@ func (b *Backend) AttentionPrefill(out, q, k, v backend.Buffer, cfg backend.Atte
 	}
 	c := dims{op: op}
 	ccfg := C.ts_attention_config{
-		dtype:      C.TS_F16,
+		dtype:      dtype(d[1].dt),
 		batch:      c.int("batch", d[1].shape[0]),
 		seq_len:    c.int("seq_len", d[1].shape[1]),
 		n_heads:    c.int("n_heads", cfg.NumHeads),
@@ -52,7 +52,7 @@ func (b *Backend) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buff
 	}
 	c := dims{op: op}
 	ccfg := C.ts_decode_config{
-		dtype:      C.TS_F16,
+		dtype:      dtype(d[1].dt),
 		batch:      c.int("batch", d[1].shape[0]),
 		max_len:    c.int("max_len", d[2].shape[1]),
 		n_heads:    c.int("n_heads", cfg.NumHeads),
@@ -79,7 +79,7 @@ func (b *Backend) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend
 	}
 	c := dims{op: op}
 	ccfg := C.ts_scores_config{
-		dtype:      C.TS_F16,
+		dtype:      dtype(d[1].dt),
 		batch:      c.int("batch", d[1].shape[0]),
 		seq_q:      c.int("seq_q", d[1].shape[1]),
 		seq_k:      c.int("seq_k", d[2].shape[1]),

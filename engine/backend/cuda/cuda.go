@@ -315,7 +315,7 @@ func (b *Backend) alloc(op string, dt tensor.DType, shape []int, src unsafe.Poin
 	if err := b.enter(op); err != nil {
 		return nil, err
 	}
-	if dt != tensor.F16 && dt != tensor.F32 && dt != tensor.I32 {
+	if dt != tensor.F16 && dt != tensor.BF16 && dt != tensor.F32 && dt != tensor.I32 {
 		return nil, fmt.Errorf("cuda %s: unsupported dtype %s", op, dt)
 	}
 	for _, n := range shape {
@@ -371,6 +371,8 @@ func hostData(t *tensor.Tensor) unsafe.Pointer {
 	switch {
 	case t.DType == tensor.F16 && len(t.F16) > 0:
 		return unsafe.Pointer(&t.F16[0])
+	case t.DType == tensor.BF16 && len(t.BF16) > 0:
+		return unsafe.Pointer(&t.BF16[0])
 	case t.DType == tensor.F32 && len(t.F32) > 0:
 		return unsafe.Pointer(&t.F32[0])
 	case t.DType == tensor.I32 && len(t.I32) > 0:
@@ -505,6 +507,8 @@ func dtype(dt tensor.DType) C.ts_dtype {
 	switch dt {
 	case tensor.F16:
 		return C.TS_F16
+	case tensor.BF16:
+		return C.TS_BF16
 	case tensor.F32:
 		return C.TS_F32
 	case tensor.I32:

@@ -12,7 +12,7 @@ import (
 
 // elementwise is the config of an fp16 op over every element of x.
 func elementwise(x *buffer) C.ts_elementwise_config {
-	return C.ts_elementwise_config{dtype: C.TS_F16, n: C.int64_t(tensor.NumElements(x.shape))}
+	return C.ts_elementwise_config{dtype: dtype(x.dt), n: C.int64_t(tensor.NumElements(x.shape))}
 }
 
 // ResidualAdd computes out = x + residual; out may be x.
@@ -84,7 +84,7 @@ func (b *Backend) GELUScale(out, x backend.Buffer, tanh bool, scale float32) err
 		return err
 	}
 	cfg := C.ts_gelu_scale_config{
-		dtype: C.TS_F16,
+		dtype: dtype(d[1].dt),
 		n:     C.int64_t(tensor.NumElements(d[1].shape)),
 		gelu:  C.TS_GELU_ERF,
 		scale: C.float(scale),

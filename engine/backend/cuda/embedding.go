@@ -24,7 +24,7 @@ func (b *Backend) Embedding(out, ids, table backend.Buffer) error {
 	}
 	c := dims{op: op}
 	cfg := C.ts_embedding_config{
-		dtype:      C.TS_F16,
+		dtype:      dtype(d[2].dt),
 		tokens:     c.int("tokens", tensor.NumElements(d[1].shape)), // ids may have any rank
 		hidden:     c.int("hidden", d[2].shape[1]),
 		table_rows: c.int("table_rows", d[2].shape[0]),
@@ -49,7 +49,7 @@ func (b *Backend) PosEmbedding(out, x, table, positions backend.Buffer) error {
 	}
 	c := dims{op: op}
 	cfg := C.ts_embedding_config{
-		dtype:      C.TS_F16,
+		dtype:      dtype(d[1].dt),
 		tokens:     c.int("tokens", d[1].shape[0]),
 		hidden:     c.int("hidden", d[1].shape[1]),
 		table_rows: c.int("table_rows", d[2].shape[0]),

@@ -35,7 +35,7 @@ func (b *Backend) RMSNormGemm(out, sum, x, residual, normW, w, bias backend.Buff
 func normGemmConfig(op string, x, w *buffer, eps float32) (C.ts_norm_gemm_config, error) {
 	c := dims{op: op}
 	cfg := C.ts_norm_gemm_config{
-		dtype:  C.TS_F16,
+		dtype:  dtype(x.dt),
 		rows:   c.int("rows", x.shape[0]),
 		hidden: c.int("hidden", x.shape[1]),
 		n:      c.int("n", w.shape[0]),
@@ -87,7 +87,7 @@ func (b *Backend) GPTFFN(out, x, w1, b1, w2, b2 backend.Buffer, tanh bool) error
 	}
 	c := dims{op: op}
 	cfg := C.ts_gpt_ffn_config{
-		dtype:  C.TS_F16,
+		dtype:  dtype(d[1].dt),
 		rows:   c.int("rows", d[1].shape[0]),
 		hidden: c.int("hidden", d[1].shape[1]),
 		ffn:    c.int("ffn", d[2].shape[0]),
@@ -116,8 +116,8 @@ func (b *Backend) SwiGLUGemm(out, gate, up, w, bias backend.Buffer) error {
 	}
 	c := dims{op: op}
 	cfg := C.ts_gemm_config{
-		in_dtype:  C.TS_F16,
-		out_dtype: C.TS_F16,
+		in_dtype:  dtype(d[1].dt),
+		out_dtype: dtype(d[0].dt),
 		m:         c.int("m", d[1].shape[0]),
 		n:         c.int("n", d[3].shape[0]),
 		k:         c.int("k", d[1].shape[1]),

@@ -22,7 +22,7 @@ func (b *Backend) Gemm(out, x, w, bias backend.Buffer) error {
 	}
 	c := dims{op: op}
 	cfg := C.ts_gemm_config{
-		in_dtype:  C.TS_F16,
+		in_dtype:  dtype(d[1].dt),
 		out_dtype: dtype(d[0].dt),
 		m:         c.int("m", d[1].shape[0]),
 		n:         c.int("n", d[2].shape[0]),
@@ -49,7 +49,7 @@ func (b *Backend) GemmSwiGLU(out, x, wGateUp backend.Buffer) error {
 	}
 	c := dims{op: op}
 	cfg := C.ts_ffn_config{
-		dtype:  C.TS_F16,
+		dtype:  dtype(d[1].dt),
 		rows:   c.int("rows", d[1].shape[0]),
 		hidden: c.int("hidden", d[1].shape[1]),
 		ffn:    c.int("ffn", d[2].shape[0]/2),
@@ -75,7 +75,7 @@ func (b *Backend) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
 	}
 	c := dims{op: op}
 	cfg := C.ts_ffn_config{
-		dtype:  C.TS_F16,
+		dtype:  dtype(d[1].dt),
 		rows:   c.int("rows", d[1].shape[0]),
 		hidden: c.int("hidden", d[1].shape[1]),
 		ffn:    c.int("ffn", d[2].shape[0]),

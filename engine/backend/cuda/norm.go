@@ -12,7 +12,7 @@ import (
 // normConfig is the config of a norm over the rows of x [rows, hidden].
 func normConfig(op string, x *buffer, eps float32) (C.ts_norm_config, error) {
 	c := dims{op: op}
-	cfg := C.ts_norm_config{dtype: C.TS_F16, rows: c.int("rows", x.shape[0]), hidden: c.int("hidden", x.shape[1]), eps: C.float(eps)}
+	cfg := C.ts_norm_config{dtype: dtype(x.dt), rows: c.int("rows", x.shape[0]), hidden: c.int("hidden", x.shape[1]), eps: C.float(eps)}
 	return cfg, c.err
 }
 

@@ -8,14 +8,14 @@ import (
 )
 
 func TestParseRecordedPaths(t *testing.T) {
-	got, err := parseRecordedPaths("rope\trope_kernel<true>\t3\ngemm\tcublasGemmEx\t1\nrope\tfault:position\t2\n")
+	got, err := parseRecordedPaths("rope\trope_kernel<true, __nv_bfloat16>\t3\ngemm\tcublasGemmEx\t1\nrope\tfault:position\t2\n")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[backend.PathKey]int64{
-		{Op: "rope", What: "rope_kernel<true>"}: 3,
-		{Op: "gemm", What: "cublasGemmEx"}:      1,
-		{Op: "rope", What: "fault:position"}:    2,
+		{Op: "rope", What: "rope_kernel<true, __nv_bfloat16>"}: 3,
+		{Op: "gemm", What: "cublasGemmEx"}:                     1,
+		{Op: "rope", What: "fault:position"}:                   2,
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %v, want %v", got, want)
@@ -59,7 +59,29 @@ func TestPathCoverage(t *testing.T) {
 	}
 }
 
-// The table names every op of the library, each path once, each with its condition.
+// A row with the storage-type placeholder becomes its fp16 and its bf16 instance; others stay.
+func TestWithStorageTwins(t *testing.T) {
+	got := withStorageTwins([]KernelPath{
+		{Op: "gemm", What: "gemv_kernel<1, ts::GemvBiasStore<{T}>, {T}>", When: "m == 1"},
+		{Op: "gemm", What: "cublasGemmEx", When: "no bias"},
+	})
+	want := []KernelPath{
+		{Op: "gemm", What: "gemv_kernel<1, ts::GemvBiasStore<__half>, __half>", When: "m == 1"},
+		{Op: "gemm", What: "gemv_kernel<1, ts::GemvBiasStore<__nv_bfloat16>, __nv_bfloat16>", When: "bf16 storage (TS_BF16), m == 1"},
+		{Op: "gemm", What: "cublasGemmEx", When: "no bias"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("row %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+}
+
+// The table names every op of the library, each path once, each with its condition; every
+// 16-bit kernel has its fp16 and its bf16 instance.
 func TestKernelPathTable(t *testing.T) {
 	known := map[string]bool{"sample": true, "philox": true}
 	for _, op := range backend.Ops {
@@ -79,6 +101,19 @@ func TestKernelPathTable(t *testing.T) {
 		}
 		seen[p.Key()] = true
 		perOp[p.Op]++
+		if strings.Contains(p.What, storageType) {
+			t.Errorf("%v: the storage-type placeholder was not expanded", p)
+		}
+	}
+	for _, p := range KernelPaths {
+		for _, pair := range [][2]string{{"__half", "__nv_bfloat16"}, {"__nv_bfloat16", "__half"}} {
+			if strings.Contains(p.What, pair[0]) {
+				twin := backend.PathKey{Op: p.Op, What: strings.ReplaceAll(p.What, pair[0], pair[1])}
+				if !seen[twin] {
+					t.Errorf("%v: no %s twin (%s): write the row once with %s", p, pair[1], twin.What, storageType)
+				}
+			}
+		}
 	}
 	for op := range known {
 		if perOp[op] == 0 {
@@ -90,7 +125,7 @@ func TestKernelPathTable(t *testing.T) {
 // RecordPaths and RecordedPaths reach the library (the fake returns FAKETS_PATHS).
 func TestRecordedPathsThroughTheLibrary(t *testing.T) {
 	b := openFake(t)
-	t.Setenv("FAKETS_PATHS", "rmsnorm\trmsnorm_vec_kernel<4>\t2\n")
+	t.Setenv("FAKETS_PATHS", "rmsnorm\trmsnorm_vec_kernel<4, __half>\t2\n")
 	if err := b.RecordPaths(true); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +133,7 @@ func TestRecordedPathsThroughTheLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[backend.PathKey{Op: "rmsnorm", What: "rmsnorm_vec_kernel<4>"}] != 2 || len(got) != 1 {
+	if got[backend.PathKey{Op: "rmsnorm", What: "rmsnorm_vec_kernel<4, __half>"}] != 2 || len(got) != 1 {
 		t.Errorf("got %v", got)
 	}
 	if err := b.RecordPaths(false); err != nil {

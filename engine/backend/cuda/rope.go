@@ -25,7 +25,7 @@ func (b *Backend) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEConfig)
 	}
 	c := dims{op: op}
 	ccfg := C.ts_rope_config{
-		dtype:     C.TS_F16,
+		dtype:     dtype(d[1].dt),
 		tokens:    c.int("tokens", d[1].shape[0]),
 		heads:     c.int("heads", d[1].shape[1]),
 		head_dim:  c.int("head_dim", cfg.HeadDim),
