@@ -99,7 +99,8 @@ int ts_memory_in_use(int64_t *bytes);
 int ts_release_workspaces(void);
 /* Path recording, for coverage tests: while on, each kernel launch, library call and device
  * fault read back is counted under "<op>\t<what>", where what is the kernel's demangled name
- * without its parameter list (e.g. rmsnorm_vec_kernel<4, __half>), the library call (cublasGemmEx) or
+ * without its parameter list (e.g. rmsnorm_vec_kernel<4, __nv_bfloat16>: a kernel of 16-bit data
+ * names its storage type, __half or __nv_bfloat16), the library call (cublasGemmEx) or
  * "fault:<kind>" (rope's fault:position). on = 1 clears the counts and starts; 0 stops. Needs no
  * ts_init. */
 int ts_record_paths(int on);

@@ -127,7 +127,7 @@ func (k residualTruncated) ResidualAdd(out, x, residual backend.Buffer) error {
 	for i := range res.BF16 {
 		res.BF16[i] = truncBF16(xv[i] + rv[i]) // the fp32 add of two bf16 values is exact
 	}
-	return copyInto(k, out, res)
+	return copyInto(k.Backend, out, res) // not k: copyInto adds through ResidualAdd
 }
 
 // gemmTruncated computes the product exactly as the fp32-output path does, then stores it
