@@ -5,7 +5,7 @@
  *
  * It only has to exercise the Go side: every entry point appends one line to $FAKETS_LOG
  * ("ts_rmsnorm dtype=1 rows=4 ..."), so tests can count calls into the library and check
- * the configs Go built; residual_add really adds (fp16), gelu copies x to out, sample picks
+ * the configs Go built; residual_add really adds (fp16 and bf16), gelu copies x to out, sample picks
  * the argmax when greedy (else writes nothing), philox computes the real stream, the other
  * ops only log. Behaviour is switched at run time by the environment, read on every call
  * (Go's os.Setenv reaches C's environment when cgo is in use):
@@ -117,6 +117,22 @@ static void oob(const char *name, void *out, void *sum, size_t bytes) {
     } else {
         p[-1 - i] = 0x00;
     }
+}
+
+/* ---- bf16 <-> fp32, for residual_add (round to nearest even; no NaN input in the tests) ---- */
+
+static float b2f(uint16_t b) {
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static uint16_t f2b(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
 }
 
 /* ---- fp16 <-> fp32, for residual_add ---- */
@@ -446,10 +462,14 @@ int ts_residual_add(void *out, const void *x, const void *residual, const ts_ele
     NEED("residual_add", out);
     NEED("residual_add", x);
     NEED("residual_add", residual);
-    if (cfg->dtype != TS_F16) return fail(TS_ERR_UNSUPPORTED, "residual_add: cfg->dtype: only TS_F16 is implemented");
+    if (cfg->dtype != TS_F16 && cfg->dtype != TS_BF16)
+        return fail(TS_ERR_UNSUPPORTED, "residual_add: cfg->dtype: only TS_F16 and TS_BF16 are implemented");
     const uint16_t *a = x, *b = residual;
     uint16_t *o = out;
-    for (int64_t i = 0; i < cfg->n; i++) o[i] = f2h(h2f(a[i]) + h2f(b[i]));
+    if (cfg->dtype == TS_BF16)
+        for (int64_t i = 0; i < cfg->n; i++) o[i] = f2b(b2f(a[i]) + b2f(b[i]));
+    else
+        for (int64_t i = 0; i < cfg->n; i++) o[i] = f2h(h2f(a[i]) + h2f(b[i]));
     oob("ts_residual_add", out, NULL, (size_t)cfg->n * 2);
     return TS_OK;
 }
