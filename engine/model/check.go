@@ -108,6 +108,13 @@ func compareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Toleranc
 	if err != nil {
 		return nil, err
 	}
+	// The limits derive from the calibration's dtype: a model running in another would be
+	// judged by the wrong floors (fp16's are 8x tighter than bf16's).
+	if dt, err := cal.DType(); err != nil {
+		return nil, fmt.Errorf("%s: %w", set.ID(), err)
+	} else if dt != m.Cfg.StorageDType() {
+		return nil, fmt.Errorf("%s: the model runs in %s but the set's calibration is of a %s implementation (params.dtype %q)", set.ID(), m.Cfg.StorageDType(), dt, p.DType)
+	}
 	var bare []string
 	var expected []golden.File
 	for _, f := range set.Files(golden.RoleExpected) {

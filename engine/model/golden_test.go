@@ -3,12 +3,14 @@ package model_test
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/model"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // TestGoldenTapsSmoke runs each committed tiny model's prefill and first decode step on the
@@ -102,5 +104,30 @@ func TestSeededRejectsAWrongSeed(t *testing.T) {
 	steps, err := model.Seeded(m, set, p)
 	if err == nil && len(steps) == p.Sample.Tokens && !steps[len(steps)-1].Accepted {
 		t.Error("free-running comparison reported a wrong seed's tokens all equal")
+	}
+}
+
+// A bf16 set is judged only with the model running in bf16, and an fp16 set in fp16: running a
+// set in the other dtype would judge it by the other dtype's limits, and is refused by name.
+func TestCompareTapsRefusesTheOtherDType(t *testing.T) {
+	for name, other := range map[string]tensor.DType{"llama3-tiny-bf16": tensor.F16, "qwen2-tiny": tensor.BF16} {
+		set, err := golden.Load(filepath.Join("..", "..", "golden", "models", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, p, err := model.LoadSet(cpu.New(), set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own.Close()
+		m, err := model.LoadAs(cpu.New(), set.Dir, 48, other)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = model.CompareTaps(m, set, p, nil)
+		m.Close()
+		if err == nil || !strings.Contains(err.Error(), "calibration is of a") {
+			t.Errorf("%s run in %s: err %v, want a refusal naming the calibration's dtype", name, other, err)
+		}
 	}
 }

@@ -1,17 +1,13 @@
 package kernels_test
 
 import (
-	"fmt"
 	"math"
-	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	"github.com/x448/float16"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
-	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 	"github.com/touchstone-llm/touchstone/suites/internal/harness"
@@ -24,26 +20,7 @@ import (
 var _ = Describe("tolerance tightness, bf16", harness.Tightness, func() {
 	DescribeTable("rejects a deliberately broken bf16 kernel",
 		func(op string, broken backend.Backend, mustCatch string) {
-			sets := storageSets(op, tensor.BF16)
-			Expect(sets).NotTo(BeEmpty(), "no committed bf16 golden cases for %s", op)
-			var rejected, margins []string
-			for _, s := range sets {
-				verdicts, err := conformance.Check(broken, s, tols)
-				Expect(err).NotTo(HaveOccurred(), "the broken variant must run, and be rejected by comparison")
-				worst := 0.0
-				for _, v := range verdicts {
-					if !v.Pass() {
-						worst = math.Max(worst, v.Result.MaxBudget())
-					}
-				}
-				if worst > 0 {
-					rejected = append(rejected, s.Manifest.Case)
-					margins = append(margins, fmt.Sprintf("%s (%.3gx its budget)", s.Manifest.Case, worst))
-				}
-			}
-			AddReportEntry("rejected by", strings.Join(margins, ", "))
-			Expect(rejected).To(ContainElement(ContainSubstring(mustCatch)),
-				"the %s case of %s must reject this bug; rejected by: %v", mustCatch, op, rejected)
+			expectRejected(op, tensor.BF16, broken, mustCatch)
 		},
 		Entry("residual_add: the bf16 store truncates toward zero instead of rounding", "residual_add", residualTruncated{cpu.New()}, "bf16-"),
 		Entry("gemm: the bf16 output truncated toward zero", "gemm", gemmTruncated{cpu.New()}, "bf16-"),

@@ -22,28 +22,7 @@ import (
 var _ = Describe("tolerance tightness", harness.Tightness, func() {
 	DescribeTable("rejects a deliberately broken kernel",
 		func(op string, broken backend.Backend, mustCatch string) {
-			sets := storageSets(op, tensor.F16)
-			Expect(sets).NotTo(BeEmpty(), "no committed fp16 golden cases for %s", op)
-			var rejected, margins []string
-			for _, s := range sets {
-				verdicts, err := conformance.Check(broken, s, tols)
-				Expect(err).NotTo(HaveOccurred(), "the broken variant must run, and be rejected by comparison")
-				// The margin of a rejection is the budget its worst check used: 1.3 is a
-				// bug caught by 30%, 1e3 one no tolerance change could ever let through.
-				worst := 0.0
-				for _, v := range verdicts {
-					if !v.Pass() {
-						worst = math.Max(worst, v.Result.MaxBudget())
-					}
-				}
-				if worst > 0 {
-					rejected = append(rejected, s.Manifest.Case)
-					margins = append(margins, fmt.Sprintf("%s (%.3gx its budget)", s.Manifest.Case, worst))
-				}
-			}
-			AddReportEntry("rejected by", strings.Join(margins, ", "))
-			Expect(rejected).To(ContainElement(ContainSubstring(mustCatch)),
-				"the %s case of %s must reject this bug; rejected by: %v", mustCatch, op, rejected)
+			expectRejected(op, tensor.F16, broken, mustCatch)
 		},
 		Entry("residual_add: half2 path drops the odd tail element", "residual_add", residualTailDropped{cpu.New()}, "odd"),
 		Entry("rmsnorm: eps 1e-5 where 1e-6 is asked and vice versa", "rmsnorm", rmsnormWrongEps{cpu.New()}, "small-rms"),
@@ -102,6 +81,33 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		Entry("softmax: -inf logits read as 0", "softmax", softmaxInfAsZero{cpu.New()}, "f16"),
 	)
 })
+
+// expectRejected runs the broken variant over op's committed cases stored in dt and expects the
+// mustCatch case among those that reject it, reporting by how many times its budget each did.
+func expectRejected(op string, dt tensor.DType, broken backend.Backend, mustCatch string) {
+	sets := storageSets(op, dt)
+	Expect(sets).NotTo(BeEmpty(), "no committed %s golden cases for %s", dt, op)
+	var rejected, margins []string
+	for _, s := range sets {
+		verdicts, err := conformance.Check(broken, s, tols)
+		Expect(err).NotTo(HaveOccurred(), "the broken variant must run, and be rejected by comparison")
+		// The margin of a rejection is the budget its worst check used: 1.3 is a bug caught
+		// by 30%, 1e3 one no tolerance change could ever let through.
+		worst := 0.0
+		for _, v := range verdicts {
+			if !v.Pass() {
+				worst = math.Max(worst, v.Result.MaxBudget())
+			}
+		}
+		if worst > 0 {
+			rejected = append(rejected, s.Manifest.Case)
+			margins = append(margins, fmt.Sprintf("%s (%.3gx its budget)", s.Manifest.Case, worst))
+		}
+	}
+	AddReportEntry("rejected by", strings.Join(margins, ", "))
+	Expect(rejected).To(ContainElement(ContainSubstring(mustCatch)),
+		"the %s case of %s must reject this bug; rejected by: %v", mustCatch, op, rejected)
+}
 
 // mutated downloads buf, lets f change the host copy and uploads the result: the broken
 // variants corrupt what a buggy kernel would effectively read, then run the correct op.
