@@ -24,7 +24,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
 FUZZTIME     ?= 20s
 
 .PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify \
-        cuda cuda-test fused-bytes bundle bundle-check bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
+        cuda cuda-test fused-bytes bundle bundle-check bundle-devices-check bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
 # Where `make cuda` builds libtouchstone_cuda.so (relative to cuda/, or absolute): a second
@@ -89,16 +89,22 @@ cuda:
 	$(MAKE) -C cuda CUDA_ARCH=$(CUDA_ARCH) BUILD=$(CUDA_BUILD)
 
 # The C ABI's own tests, straight against the library: argument checks (no GPU needed) and
-# the sticky-error, graph-capture and workspace-growth contracts (on a GPU; exit 2 = no device, reported as not run).
+# the sticky-error, graph-capture and workspace-growth contracts (on a GPU; exit 2 = no device,
+# reported as not run), and devices (every call on the library's device from any thread; two
+# GPUs, else not run; it calls the CUDA runtime itself, so nvcc links it).
+NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 cuda-test: cuda
 	@for t in abi_args sticky graph workspace; do \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/$$t.c -Lcuda/build -ltouchstone_cuda \
 	    -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/$$t || exit 1; \
 	done
+	$(NVCC) -x c -Xcompiler -std=c11,-Wall,-Wextra,-Werror -cudart shared -Icuda/include cuda/tests/devices.c \
+	  -Lcuda/build -ltouchstone_cuda -Xlinker -rpath,$(CURDIR)/cuda/build -lpthread -o cuda/build/devices
 	cuda/build/abi_args
 	cuda/build/sticky; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/graph; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/workspace; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
+	cuda/build/devices; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 
 # The DRAM bytes each fused op and its unfused composition move at decode shapes, counted by
 # Nsight Compute (docs/PERF.md, "Fused ops: bytes moved"); a GPU host with ncu.
@@ -130,6 +136,21 @@ bundle-check: bundle
 	  --label-filter='op:residual_add || (model:qwen2-tiny && !tightness) || (sampling && !model)'
 	$(GO) run ./tools/bundle/reportcheck -reports build/bundle-check \
 	  -suite "Kernel conformance" -suite "Model conformance" -suite "Seeded sampling"
+	@$(MAKE) --no-print-directory bundle-devices-check
+
+# ginkgo -p over two devices, through the bundle's ginkgo and kernel suite, on the fake library
+# (engine/backend/cuda/testdata/fakets.c, reporting two devices): each process must open its own
+# device, (process-1) mod 2, as its backend report entry says. The same check on a GPU host:
+# dist/run -p --procs=2, then reportcheck -devices 2 (README, "Several GPUs").
+bundle-devices-check:
+	@rm -rf build/bundle-devices && mkdir -p build/bundle-devices/fake
+	$(CC) -shared -fPIC -O1 -Wall -Werror -Icuda/include -o build/bundle-devices/fake/libtouchstone_cuda.so \
+	  engine/backend/cuda/testdata/fakets.c -lm
+	TOUCHSTONE_BACKEND=cuda TOUCHSTONE_CUDA_LIB=$(CURDIR)/build/bundle-devices/fake/libtouchstone_cuda.so FAKETS_DEVICES=2 \
+	  TOUCHSTONE_GOLDEN=$(CURDIR)/golden TOUCHSTONE_UNSUPPORTED=fail \
+	  dist/bin/ginkgo -p --procs=2 --no-color --succinct --fail-on-empty --label-filter='op:residual_add && !device-memory' \
+	  --json-report=report.json --junit-report=junit.xml --output-dir=build/bundle-devices dist/suites/kernels/kernels.test
+	$(GO) run ./tools/bundle/reportcheck -reports build/bundle-devices -suite "Kernel conformance" -devices 2
 
 # dist/ as one compressed artifact (about a third of its size) for GPU runners that receive
 # an upload: unpack with `tar -xJf build/dist.tar.xz` in the repository root.

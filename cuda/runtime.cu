@@ -61,7 +61,6 @@ std::string g_sticky_msg;
 
 thread_local char tl_error[2048] = "";
 thread_local char tl_dims[512] = "";
-thread_local int tl_device = -1;
 
 bool is_sticky(cudaError_t e) {
     switch (e) {
@@ -247,10 +246,12 @@ int sticky_status() {
 int ready(const char *op, void *stream_arg, cudaStream_t *stream) {
     if (!g.initialized.load(std::memory_order_acquire))
         return set_error(TS_ERR_NOT_INITIALIZED, "%s: the library is not initialized: call ts_init first", op);
-    if (tl_device != g.device) {
-        TS_CHECK(op, cudaSetDevice(g.device));
-        tl_device = g.device;
-    }
+    /* The current device is per host thread, and a Go caller's OS thread changes between calls
+     * (goroutines move) and may have run anything since: every entry makes the library's device
+     * current. cudaGetDevice reads a thread-local, so asking costs next to nothing; a cached
+     * per-thread flag would miss a cudaSetDevice made by other code on the same thread. */
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != g.device) TS_CHECK(op, cudaSetDevice(g.device));
     if (stream) *stream = stream_arg ? static_cast<cudaStream_t>(stream_arg) : g.stream;
     return TS_OK;
 }
@@ -491,7 +492,6 @@ int init_locked(int device) {
         return set_error(TS_ERR_NO_DEVICE, "ts_init: device = %d: must be in [0, %d) (the CUDA devices visible)", device,
                          count);
     TS_CHECK(op, cudaSetDevice(device));
-    tl_device = device;
     g.device = device;
     TS_CHECK(op, cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
     TS_CHECK(op, cublasCreate(&g.blas));
@@ -577,10 +577,7 @@ int ts_init(int device) {
     std::lock_guard<std::mutex> lk(g.mu);
     if (g.initialized.load()) {
         if (g.device == device) {
-            if (tl_device != device) {
-                TS_CHECK("ts_init", cudaSetDevice(device));
-                tl_device = device;
-            }
+            TS_CHECK("ts_init", cudaSetDevice(device));
             return TS_OK;
         }
         return set_error(TS_ERR_INVALID_ARGUMENT,

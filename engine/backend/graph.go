@@ -11,6 +11,10 @@ type Graphs interface {
 	// Synchronize) fails during a capture: buffers are made before and read after. If record
 	// returns an error, or the capture fails, Capture returns it and no graph.
 	Capture(record func(Backend) error) (Graph, error)
+	// LiveGraphs counts the graphs captured and not yet freed: with LiveBuffers, what a
+	// leak check judges of this process's own, since device-wide memory moves with whatever
+	// else shares the GPU.
+	LiveGraphs() int64
 }
 
 // Graph is a recorded sequence of ops.

@@ -13,8 +13,9 @@ type Options struct {
 	// Device is the ordinal to open (TOUCHSTONE_DEVICE); -1 lets the backend choose, which
 	// for a GPU backend means one device per parallel Ginkgo process.
 	Device int
-	// Process is the 1-based Ginkgo parallel process number (GINKGO_PARALLEL_PROCESS), 0
-	// outside Ginkgo.
+	// Process is the 1-based number of this process among parallel test processes (Ginkgo's
+	// GinkgoParallelProcess(), which Ginkgo passes as a flag, never in the environment), 0
+	// outside a parallel run.
 	Process int
 }
 
@@ -90,10 +91,16 @@ func RequireGPU(getenv func(string) string) bool {
 // FromEnv opens the backend the environment asks for. With TOUCHSTONE_REQUIRE_GPU=1 any
 // outcome other than a GPU backend is an error, so a GPU runner can never pass by quietly
 // testing the CPU.
-func FromEnv() (*Selection, error) { return Select(os.Getenv) }
+func FromEnv() (*Selection, error) { return Select(os.Getenv, 0) }
 
-// Select is FromEnv with an injectable environment, for tests.
-func Select(getenv func(string) string) (*Selection, error) {
+// ForProcess is FromEnv for parallel process p (1-based): without TOUCHSTONE_DEVICE a GPU
+// backend opens device (p-1) mod count, so `ginkgo -p` spreads its processes over the GPUs.
+// The test suites pass GinkgoParallelProcess(): Ginkgo hands each process its number as a
+// command-line flag, so the environment alone cannot tell processes apart.
+func ForProcess(p int) (*Selection, error) { return Select(os.Getenv, p) }
+
+// Select is ForProcess with an injectable environment, for tests.
+func Select(getenv func(string) string, process int) (*Selection, error) {
 	requested := getenv(EnvBackend)
 	if requested == "" {
 		requested = "auto"
@@ -107,10 +114,8 @@ func Select(getenv func(string) string) (*Selection, error) {
 		}
 		opts.Device = d
 	}
-	if s := getenv("GINKGO_PARALLEL_PROCESS"); s != "" {
-		if p, err := strconv.Atoi(s); err == nil && p > 0 {
-			opts.Process = p
-		}
+	if process > 0 {
+		opts.Process = process
 	}
 
 	switch requested {

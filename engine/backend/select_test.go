@@ -12,7 +12,7 @@ func env(kv map[string]string) func(string) string { return func(k string) strin
 
 func TestSelectCPU(t *testing.T) {
 	for _, e := range []map[string]string{{"TOUCHSTONE_BACKEND": "cpu"}, {}} {
-		sel, err := backend.Select(env(e))
+		sel, err := backend.Select(env(e), 0)
 		if err != nil {
 			t.Fatalf("%v: %v", e, err)
 		}
@@ -23,7 +23,7 @@ func TestSelectCPU(t *testing.T) {
 }
 
 func TestAutoFallbackExplainsWhy(t *testing.T) {
-	sel, err := backend.Select(env(map[string]string{}))
+	sel, err := backend.Select(env(map[string]string{}), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestGPUDemandsFailLoudly(t *testing.T) {
 		"unknown backend":      {"TOUCHSTONE_BACKEND": "rocm"},
 		"bad device":           {"TOUCHSTONE_DEVICE": "gpu0"},
 	} {
-		if _, err := backend.Select(env(e)); err == nil {
+		if _, err := backend.Select(env(e), 0); err == nil {
 			t.Errorf("%s: selected a backend", name)
 		} else if !strings.Contains(err.Error(), "TOUCHSTONE_") && !strings.Contains(err.Error(), "rocm") {
 			t.Errorf("%s: error does not name the setting: %v", name, err)

@@ -278,6 +278,13 @@ var catalogue = []Mutant{
 	},
 	// ---- Go: batched decode (engine/model/batch.go) --------------------------------------
 	{
+		ID: "go-model-graph-leak", Side: SideGo, File: "engine/model/graph.go",
+		Bug:         "releasing a captured pass hands its buffers back but never frees its graph (a leak per Close or recapture)",
+		Original:    "\tc.g.Free()\n\tc.g = nil",
+		Replacement: "\tc.g = nil",
+		Suites:      models, Labels: "device-memory",
+	},
+	{
 		ID: "go-batch-cache-row-neighbour", Side: SideGo, File: "engine/model/batch.go",
 		Bug:         "a batched decode step appends each sequence's key and value to the next sequence's cache slot",
 		Original:    `in[i], in[b.n+i], in[2*b.n+i], in[3*b.n+i] = tok, pos+1, pos, int32(i*b.maxLen)+pos`,

@@ -29,6 +29,7 @@ type Backend struct {
 	// memory needs no release, but a model that forgets a buffer would leak device memory on
 	// the GPU, and CI (CPU only) must see that too.
 	liveBufs, liveBytes atomic.Int64
+	liveGraphs          atomic.Int64
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -20,12 +20,19 @@ func (b *Backend) Capture(record func(backend.Backend) error) (backend.Graph, er
 	if err != nil {
 		return nil, err
 	}
-	return &graph{calls: r.calls}, nil
+	b.liveGraphs.Add(1)
+	return &graph{b: b, calls: r.calls}, nil
 }
+
+// LiveGraphs counts the graphs captured and not yet freed.
+func (b *Backend) LiveGraphs() int64 { return b.liveGraphs.Load() }
 
 var _ backend.Graphs = (*Backend)(nil)
 
-type graph struct{ calls []func() error }
+type graph struct {
+	b     *Backend
+	calls []func() error
+}
 
 // Launch runs the recorded calls in order; the first error stops it.
 func (g *graph) Launch() error {
@@ -40,7 +47,13 @@ func (g *graph) Launch() error {
 	return nil
 }
 
-func (g *graph) Free() { g.calls = nil }
+// Free drops the recorded calls; a second Free is a no-op.
+func (g *graph) Free() {
+	if g.calls != nil {
+		g.b.liveGraphs.Add(-1)
+	}
+	g.calls = nil
+}
 
 // recorder is the backend a capture's ops are issued on: ops are checked and appended, views
 // are made at once (they are host bookkeeping), and whatever a device graph cannot record

@@ -71,6 +71,8 @@ type Backend struct {
 
 	liveBytes atomic.Int64
 	liveBufs  atomic.Int64
+	// liveGraphs counts captured graphs not yet freed (LiveGraphs).
+	liveGraphs atomic.Int64
 }
 
 var _ backend.Backend = (*Backend)(nil)

@@ -55,8 +55,12 @@ func (b *Backend) Capture(record func(backend.Backend) error) (backend.Graph, er
 	case endErr != nil:
 		return nil, endErr
 	}
+	b.liveGraphs.Add(1)
 	return &graph{b: b, g: g, ops: c.ops}, nil
 }
+
+// LiveGraphs counts the graphs captured and not yet freed.
+func (b *Backend) LiveGraphs() int64 { return b.liveGraphs.Load() }
 
 var _ backend.Graphs = (*Backend)(nil)
 
@@ -93,6 +97,7 @@ func (g *graph) Free() {
 	if g.g == nil {
 		return
 	}
+	g.b.liveGraphs.Add(-1)
 	if g.b.lib.poison.Load() == nil && !g.b.closed {
 		_ = g.b.status("graph_destroy", C.tsg_graph_destroy(g.b.lib.api, g.g, g.b.e), false)
 	}

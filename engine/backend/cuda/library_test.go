@@ -33,7 +33,7 @@ func TestOpenWithoutLibraryNamesPathAndMakeCuda(t *testing.T) {
 		}
 	}
 	// What auto-selection shows as its reason for falling back to the CPU.
-	sel, serr := backend.Select(func(k string) string { return map[string]string{EnvLib: missing, backend.EnvBackend: "cuda"}[k] })
+	sel, serr := backend.Select(func(k string) string { return map[string]string{EnvLib: missing, backend.EnvBackend: "cuda"}[k] }, 0)
 	if serr == nil || !strings.Contains(serr.Error(), missing) {
 		t.Errorf("TOUCHSTONE_BACKEND=cuda without a library: %v, %v", sel, serr)
 	}
@@ -245,5 +245,35 @@ func TestOpenLibraryBesideTheDefault(t *testing.T) {
 	}
 	if _, err := OpenLibrary(filepath.Join(t.TempDir(), "missing.so"), backend.Options{Device: -1}); !errors.Is(err, ErrLibrary) || !strings.Contains(err.Error(), "missing.so") {
 		t.Errorf("missing library: %v", err)
+	}
+}
+
+// A parallel process opens its own device: process p of a ginkgo -p run (the number the suites
+// pass, since Ginkgo gives it as a flag and not in the environment) initialises the library on
+// device (p-1) mod count, reports that device, and TOUCHSTONE_DEVICE still wins.
+func TestParallelProcessOpensItsOwnDevice(t *testing.T) {
+	for _, tc := range []struct {
+		process int
+		device  string
+		want    int
+	}{{2, "", 1}, {3, "", 0}, {2, "0", 0}} {
+		fakeEnv(t)
+		t.Setenv("FAKETS_DEVICES", "2")
+		t.Setenv(backend.EnvBackend, "cuda")
+		t.Setenv(backend.EnvDevice, tc.device)
+		sel, err := backend.ForProcess(tc.process)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sel.Backend.Info().Index; got != tc.want {
+			t.Errorf("process %d, TOUCHSTONE_DEVICE=%q: device %d, want %d", tc.process, tc.device, got, tc.want)
+		}
+		init := fmt.Sprintf("ts_init device=%d", tc.want)
+		if log := calls(t); !slices.Contains(log, init) {
+			t.Errorf("process %d: the library saw %q, want %q", tc.process, log, init)
+		}
+		if err := sel.Backend.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

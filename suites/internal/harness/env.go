@@ -21,7 +21,9 @@ import (
 // records the choice in the report. A failure to get the backend asked for fails the
 // suite: a GPU runner must never pass by testing nothing.
 func OpenBackend() backend.Backend {
-	sel, err := backend.FromEnv()
+	// Under ginkgo -p each process opens its own GPU (device (p-1) mod count unless
+	// TOUCHSTONE_DEVICE names one).
+	sel, err := backend.ForProcess(GinkgoParallelProcess())
 	if err != nil {
 		Fail("backend selection: " + err.Error())
 	}
@@ -87,7 +89,7 @@ func trackDeviceMemory(b backend.Backend) {
 		if err != nil {
 			Fail("device memory in use: " + err.Error())
 		}
-		summary := fmt.Sprintf("device memory in use: %d bytes before the suite, %d after (library workspaces and cuBLAS included); live buffers at the end: %d (%d bytes)",
+		summary := fmt.Sprintf("device memory in use (the whole device, information only): %d bytes before the suite, %d after (library workspaces and cuBLAS included); this process's live buffers at the end: %d (%d bytes)",
 			before, after, dm.LiveBuffers(), dm.LiveBytes())
 		// Printed, not only a report entry: suite-level cleanup entries are not shown otherwise.
 		fmt.Fprintln(os.Stdout, summary)

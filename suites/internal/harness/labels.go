@@ -23,9 +23,10 @@ var (
 	Benchmark = Label("benchmark")
 	// Tightness marks specs that prove a tolerance rejects a deliberately broken kernel.
 	Tightness = Label("tightness")
-	// DeviceMemory marks specs that compare the device memory in use (all processes) before
-	// and after: under compute-sanitizer, whose own tracking allocations grow it, they are
-	// left out (memcheck's leak check covers the library there).
+	// DeviceMemory marks the leak specs: this process's live buffers and graphs before and
+	// after, with the device's memory in use (all processes) reported beside them. Under
+	// compute-sanitizer, whose own tracking allocations grow memory, they are left out
+	// (memcheck's leak check covers the library there).
 	DeviceMemory = Label("device-memory")
 	// BatchInvariance marks the batch-invariance checks (a sequence alone and in batches, bit
 	// for bit), which the invariance mutants run by themselves.

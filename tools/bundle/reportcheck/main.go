@@ -4,7 +4,12 @@
 // directory overwrite each other's and the merged reports silently keep one; the bundle gives
 // each suite a directory of its own (dist/suites/<name>), and this is its check.
 //
-//	go run ./tools/bundle/reportcheck -reports DIR -suite "Kernel conformance" -suite ...
+// With -devices N (a run with ginkgo -p on N GPUs) it also checks that every suite's backend
+// report entries ("..., device D, Ginkgo process P") put process P on device (P-1) mod N and
+// that the run used all N devices (or as many as there were processes): processes that all
+// open device 0 share one GPU while the others idle.
+//
+//	go run ./tools/bundle/reportcheck -reports DIR -suite "Kernel conformance" -suite ... [-devices N]
 package main
 
 import (
@@ -14,6 +19,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strings"
 )
 
@@ -27,7 +34,13 @@ type jsonSuite struct {
 	SuiteDescription string
 	SuiteSucceeded   bool
 	SpecReports      []struct {
-		State string
+		State         string
+		ReportEntries []struct {
+			Name  string
+			Value struct {
+				Representation string
+			}
+		}
 	}
 }
 
@@ -38,8 +51,55 @@ type junitSuites struct {
 	} `xml:"testsuite"`
 }
 
-// check returns one problem per missing or empty suite in the reports under dir.
-func check(dir string, want []string) ([]string, error) {
+// backendDevice is what harness.OpenBackend writes of a GPU backend in its "backend" entry.
+var backendDevice = regexp.MustCompile(`device (\d+), Ginkgo process (\d+)`)
+
+// checkDevices returns one problem per suite whose backend entries put a process on another
+// device than (process-1) mod devices, or that used fewer devices than it had processes (up to
+// devices).
+func checkDevices(js []jsonSuite, devices int) []string {
+	var problems []string
+	for _, s := range js {
+		used := map[int]bool{}
+		procs := map[int]bool{}
+		for _, sp := range s.SpecReports {
+			for _, e := range sp.ReportEntries {
+				if e.Name != "backend" {
+					continue
+				}
+				m := backendDevice.FindStringSubmatch(e.Value.Representation)
+				if m == nil {
+					problems = append(problems, fmt.Sprintf("suite %q: backend entry %q names no device and process (not a GPU backend?)", s.SuiteDescription, e.Value.Representation))
+					continue
+				}
+				var d, p int
+				fmt.Sscan(m[1], &d)
+				fmt.Sscan(m[2], &p)
+				used[d], procs[p] = true, true
+				if want := (p - 1) % devices; d != want {
+					problems = append(problems, fmt.Sprintf("suite %q: Ginkgo process %d ran on device %d, want device %d of %d", s.SuiteDescription, p, d, want, devices))
+				}
+			}
+		}
+		if len(procs) == 0 {
+			problems = append(problems, fmt.Sprintf("suite %q: no backend report entry", s.SuiteDescription))
+			continue
+		}
+		if want := min(devices, len(procs)); len(used) < want {
+			var ds []int
+			for d := range used {
+				ds = append(ds, d)
+			}
+			sort.Ints(ds)
+			problems = append(problems, fmt.Sprintf("suite %q: %d processes used devices %v, want %d distinct devices", s.SuiteDescription, len(procs), ds, want))
+		}
+	}
+	return problems
+}
+
+// check returns one problem per missing or empty suite in the reports under dir and, with
+// devices > 0, per suite that did not spread its processes over the devices.
+func check(dir string, want []string, devices int) ([]string, error) {
 	var problems []string
 	raw, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
@@ -72,6 +132,9 @@ func check(dir string, want []string) ([]string, error) {
 	for _, s := range ju.Suites {
 		tests[s.Name] = s.Tests
 	}
+	if devices > 0 {
+		problems = append(problems, checkDevices(js, devices)...)
+	}
 	for _, name := range want {
 		if n, ok := ran[name]; !ok {
 			problems = append(problems, fmt.Sprintf("report.json has no suite %q (it has %d suites)", name, len(js)))
@@ -91,12 +154,13 @@ func main() {
 	dir := flag.String("reports", "build/reports", "the directory dist/run wrote its reports to")
 	var want list
 	flag.Var(&want, "suite", "a suite description that must be in both reports with specs run (repeatable)")
+	devices := flag.Int("devices", 0, "a ginkgo -p run on this many GPUs: each process on device (process-1) mod N, all N used")
 	flag.Parse()
 	if len(want) == 0 {
 		fmt.Fprintln(os.Stderr, "reportcheck: name the suites with -suite")
 		os.Exit(2)
 	}
-	problems, err := check(*dir, want)
+	problems, err := check(*dir, want, *devices)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reportcheck:", err)
 		os.Exit(2)
@@ -108,4 +172,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("reportcheck: %s: every suite (%s) in report.json and junit.xml with its specs\n", *dir, want.String())
+	if *devices > 0 {
+		fmt.Printf("reportcheck: every process on its own device of %d\n", *devices)
+	}
 }
