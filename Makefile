@@ -91,15 +91,17 @@ cuda:
 # The C ABI's own tests, straight against the library: argument checks (no GPU needed) and
 # the sticky-error, graph-capture and workspace-growth contracts (on a GPU; exit 2 = no device,
 # reported as not run), and devices (every call on the library's device from any thread; two
-# GPUs, else not run; it calls the CUDA runtime itself, so nvcc links it).
-NVCC ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+# GPUs, else not run; it calls the CUDA runtime itself, found beside nvcc as cuda/Makefile does).
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
+CUDA_HOME ?= $(abspath $(dir $(realpath $(shell command -v $(NVCC) 2>/dev/null || echo $(NVCC))))/..)
 cuda-test: cuda
 	@for t in abi_args sticky graph workspace; do \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/$$t.c -Lcuda/build -ltouchstone_cuda \
 	    -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/$$t || exit 1; \
 	done
-	$(NVCC) -x c -Xcompiler -std=c11,-Wall,-Wextra,-Werror -cudart shared -Icuda/include cuda/tests/devices.c \
-	  -Lcuda/build -ltouchstone_cuda -Xlinker -rpath,$(CURDIR)/cuda/build -lpthread -o cuda/build/devices
+	$(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include -I$(CUDA_HOME)/include cuda/tests/devices.c -Lcuda/build \
+	  -ltouchstone_cuda -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcudart -Wl,-rpath,$(CURDIR)/cuda/build \
+	  -Wl,-rpath,$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib -lpthread -o cuda/build/devices
 	cuda/build/abi_args
 	cuda/build/sticky; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/graph; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]

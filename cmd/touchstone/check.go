@@ -34,10 +34,16 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	kindFlag := fs.String("kind", "all", "what to check: kernels, models, sampling or all; a comma list selects several (-op selects kernels only)")
 	verbose := fs.Bool("v", false, "print every metric of every output, not just the one closest to its limit")
 	unsupportedFlag := fs.String("unsupported", "", "skip | fail: what a case the backend does not implement counts as; fail applies to ops the backend claims (default: $"+conformance.EnvUnsupported+", else skip)")
+	inconclusiveFlag := fs.String("inconclusive", "", "skip | fail: what a token check that decides too few of its steps counts as (default: $"+conformance.EnvInconclusive+", else skip)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	policy, err := unsupportedPolicy(*unsupportedFlag)
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
+	}
+	iPolicy, err := inconclusivePolicy(*inconclusiveFlag)
 	if err != nil {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
@@ -91,7 +97,18 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OP\tCASE\tOUTPUT\tMETRIC\tVALUE\tLIMIT\tHEADROOM\tSTATUS")
-	var passed, failed, errored, unsupported int
+	var passed, failed, errored, unsupported, inconclusiveSets int
+	// count adds a model or batch set's verdict to the summary.
+	count := func(o outcome) {
+		switch o {
+		case outcomePass:
+			passed++
+		case outcomeInconclusive:
+			inconclusiveSets++
+		default:
+			failed++
+		}
+	}
 	// notRun prints the row of a case that did not run, with the reason under it:
 	// UNSUPPORTED (neither passed nor failed), FAIL when the policy makes an unsupported
 	// call a failure, else ERROR.
@@ -175,12 +192,8 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			notRun("model", name, err)
 			continue
 		}
-		printModelRow(tw, stdout, name, v)
-		if v.pass() {
-			passed++
-		} else {
-			failed++
-		}
+		printModelRow(tw, stdout, name, v, iPolicy)
+		count(v.outcome(iPolicy))
 	}
 	// Batch sets: ragged sequences decoded together, every tap per sequence, and the
 	// batch-invariance verdict (checkbatches.go).
@@ -213,12 +226,8 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			notRun("batch", name, err)
 			continue
 		}
-		printBatchRow(tw, stdout, name, v)
-		if v.pass() {
-			passed++
-		} else {
-			failed++
-		}
+		printBatchRow(tw, stdout, name, v, iPolicy)
+		count(v.outcome(iPolicy))
 	}
 	// Seeded sampling (docs/sampling.md): one row per sampling set, whose cases must all
 	// draw the reference's tokens and Philox words.
@@ -246,8 +255,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	tw.Flush()
-	// Unsupported is always counted, even at 0, so a run that skipped cases says so.
-	fmt.Fprintf(stdout, "\n%d passed, %d failed, %d unsupported", passed, failed, unsupported)
+	// Unsupported and inconclusive are always counted, even at 0, so a run that skipped cases
+	// or decided too few tokens says so.
+	fmt.Fprintf(stdout, "\n%d passed, %d failed, %d unsupported, %d inconclusive", passed, failed, unsupported, inconclusiveSets)
 	if errored > 0 {
 		fmt.Fprintf(stdout, ", %d errors", errored)
 	}
@@ -321,6 +331,23 @@ func headroom(c compare.Check) string {
 
 // selectBackend opens the backend the environment asks for; tests swap in a wrapped one.
 var selectBackend = backend.FromEnv
+
+// inconclusivePolicy reads -inconclusive, or $TOUCHSTONE_INCONCLUSIVE when the flag is not
+// given.
+func inconclusivePolicy(flagValue string) (conformance.InconclusivePolicy, error) {
+	if flagValue != "" {
+		p, err := conformance.ParseInconclusivePolicy(flagValue)
+		if err != nil {
+			return p, fmt.Errorf("-inconclusive %w", err)
+		}
+		return p, nil
+	}
+	p, err := conformance.ParseInconclusivePolicy(os.Getenv(conformance.EnvInconclusive))
+	if err != nil {
+		return p, fmt.Errorf("%s=%w", conformance.EnvInconclusive, err)
+	}
+	return p, nil
+}
 
 // unsupportedPolicy reads -unsupported, or $TOUCHSTONE_UNSUPPORTED when the flag is not
 // given, so dist/run's fail holds for "dist/run check" too.

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +14,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
 	"github.com/touchstone-llm/touchstone/engine/backend/cuda"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // refusingAttention is the CPU backend with attention_prefill refused exactly as the CUDA
@@ -82,7 +87,7 @@ func TestCheckCountsUnsupportedApart(t *testing.T) {
 		t.Errorf("attention_prefill row status %q, want UNSUPPORTED\n%s", got, out)
 	}
 	for _, want := range []string{
-		"1 passed, 0 failed, 1 unsupported\n",
+		"1 passed, 0 failed, 1 unsupported, 0 inconclusive\n",
 		"    ", // the reason is indented under the row
 		"attention_prefill: cfg->head_dim = ",
 		"this build has no kernel for it [TS_ERR_UNSUPPORTED]",
@@ -122,7 +127,7 @@ func TestCheckUnsupportedFailSwitch(t *testing.T) {
 			if got := rowStatus(t, out, "attention_prefill"); got != "FAIL (unsupported)" {
 				t.Errorf("attention_prefill row status %q, want FAIL (unsupported)\n%s", got, out)
 			}
-			if !strings.Contains(out, "1 passed, 1 failed, 0 unsupported\n") || !strings.Contains(out, "[TS_ERR_UNSUPPORTED]") {
+			if !strings.Contains(out, "1 passed, 1 failed, 0 unsupported, 0 inconclusive\n") || !strings.Contains(out, "[TS_ERR_UNSUPPORTED]") {
 				t.Errorf("summary or reason missing:\n%s", out)
 			}
 		})
@@ -141,7 +146,7 @@ func TestCheckUnclaimedOpStaysUnsupported(t *testing.T) {
 	if got := rowStatus(t, out, "attention_prefill"); got != "UNSUPPORTED" {
 		t.Errorf("attention_prefill row status %q, want UNSUPPORTED\n%s", got, out)
 	}
-	if !strings.Contains(out, "op not supported by this backend") || !strings.Contains(out, "1 passed, 0 failed, 1 unsupported\n") {
+	if !strings.Contains(out, "op not supported by this backend") || !strings.Contains(out, "1 passed, 0 failed, 1 unsupported, 0 inconclusive\n") {
 		t.Errorf("reason or summary missing:\n%s", out)
 	}
 }
@@ -286,4 +291,90 @@ func (l layerNormWithoutBeta) LayerNorm(out, x, gamma, beta backend.Buffer, eps 
 	}
 	defer zero.Free()
 	return l.Backend.LayerNorm(out, x, gamma, zero, eps)
+}
+
+// rewriteMargins replaces a model set's stored margins (greedy_top2_margin or sample_margin)
+// with v everywhere and fixes the manifest's checksum, as a regenerated set with flat logits
+// would have them.
+func rewriteMargins(t *testing.T, dir, name string, v float32) {
+	t.Helper()
+	path := filepath.Join(dir, name+".npy")
+	old, err := tensor.ReadNPY(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := make([]float32, len(old.F32))
+	for i := range flat {
+		flat[i] = v
+	}
+	if err := tensor.WriteNPY(path, tensor.FromF32(old.Shape, flat)); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	mpath := filepath.Join(dir, "manifest.json")
+	raw, err := os.ReadFile(mpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // a uint64 seed must survive the round trip
+	if err := dec.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m["files"].([]any) {
+		if f := f.(map[string]any); f["name"] == name {
+			f["sha256"] = hex.EncodeToString(sum[:])
+		}
+	}
+	out, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mpath, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A token check whose reference margins are all below epsilon decides nothing: its row says
+// INCONCLUSIVE with the tally, the summary counts it apart, and -inconclusive=fail (or the
+// environment) makes it a failure.
+func TestCheckInconclusiveTokens(t *testing.T) {
+	root := modelRoot(t, "gpt2-tiny")
+	rewriteMargins(t, filepath.Join(root, "models", "gpt2-tiny"), "greedy_top2_margin", 0)
+	rewriteMargins(t, filepath.Join(root, "models", "gpt2-tiny"), "sample_margin", 1e6)
+	useBackend(t, cpu.New())
+	t.Setenv("TOUCHSTONE_INCONCLUSIVE", "")
+	code, out, errs := runCLI("check", "-golden", root, "-kind", "models")
+	if code != 1 || !strings.Contains(out, "0 passed, 0 failed, 0 unsupported, 1 inconclusive") {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	rows := modelRows(t, out, "gpt2-tiny")
+	if g := strings.Join(rows["greedy"], " "); !strings.Contains(g, "0 of 32 steps decisive") || !strings.HasSuffix(g, "INCONCLUSIVE") {
+		t.Errorf("greedy row %q", g)
+	}
+	if s := strings.Join(rows["seeded"], " "); !strings.Contains(s, "32 of 32 steps decisive") || !strings.HasSuffix(s, "PASS") {
+		t.Errorf("seeded row %q", s)
+	}
+	for _, tc := range []struct {
+		env   string
+		flags []string
+	}{{"", []string{"-inconclusive=fail"}}, {"fail", nil}} {
+		t.Setenv("TOUCHSTONE_INCONCLUSIVE", tc.env)
+		args := append([]string{"check", "-golden", root, "-kind", "models"}, tc.flags...)
+		code, out, _ := runCLI(args...)
+		rows := modelRows(t, out, "gpt2-tiny")
+		if code != 1 || !strings.Contains(out, "0 passed, 1 failed, 0 unsupported, 0 inconclusive") ||
+			!strings.HasSuffix(strings.Join(rows["greedy"], " "), "FAIL (inconclusive)") {
+			t.Errorf("env %q flags %v: exit %d\n%s", tc.env, tc.flags, code, out)
+		}
+	}
+	t.Setenv("TOUCHSTONE_INCONCLUSIVE", "maybe")
+	if code, _, errs := runCLI("check", "-golden", root); code != 2 || !strings.Contains(errs, "TOUCHSTONE_INCONCLUSIVE") {
+		t.Errorf("an unknown policy: exit %d %s", code, errs)
+	}
 }

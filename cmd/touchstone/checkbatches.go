@@ -7,6 +7,7 @@ import (
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/model"
 )
@@ -15,12 +16,14 @@ import (
 // and the batch-invariance verdict of the backend's current kernels.
 type batchVerdict struct {
 	tapSummary
-	tokensErr  error
+	tokens     tokenCheck
 	divergence *model.Divergence
 	cacheLen   int
 }
 
-func (v *batchVerdict) pass() bool { return v.tapsFailed == 0 && v.tokensErr == nil }
+func (v *batchVerdict) outcome(p conformance.InconclusivePolicy) outcome {
+	return worst(passOrFail(v.tapsFailed == 0), v.tokens.outcome(p))
+}
 
 // checkBatchSet runs batch set b on the model of its model set ms.
 func checkBatchSet(be backend.Backend, b, ms *golden.Set, tols *compare.Tolerances) (*batchVerdict, error) {
@@ -33,11 +36,12 @@ func checkBatchSet(be backend.Backend, b, ms *golden.Set, tols *compare.Toleranc
 	if err != nil {
 		return nil, err
 	}
-	rows, _, err := model.CompareBatchTaps(m, b, p, seqs, tols)
+	rows, steps, err := model.CompareBatchTaps(m, b, p, seqs, tols)
 	if rows == nil {
 		return nil, err
 	}
-	v := &batchVerdict{tapSummary: summarizeTaps(rows), tokensErr: err}
+	v := &batchVerdict{tapSummary: summarizeTaps(rows),
+		tokens: tokenCheck{err: err, tally: model.BatchTally(steps, p.MarginEpsilon), detail: fmt.Sprintf("%d sequences, teacher-forced", len(seqs))}}
 	prompts := make([][]int32, len(seqs))
 	for i, s := range seqs {
 		prompts[i] = s.Prompt
@@ -58,17 +62,17 @@ func checkBatchSet(be backend.Backend, b, ms *golden.Set, tols *compare.Toleranc
 // choices, and the batch-invariance verdict (a verdict of its own, not a failure: the default
 // kernels choose their split by the batch's size; TOUCHSTONE_BATCH_INVARIANT=1 selects kernels
 // that do not).
-func printBatchRow(tw *tabwriter.Writer, w io.Writer, name string, v *batchVerdict) {
+func printBatchRow(tw *tabwriter.Writer, w io.Writer, name string, v *batchVerdict, p conformance.InconclusivePolicy) {
 	v.printRows(tw, "batch", name)
-	fmt.Fprintf(tw, "batch\t%s\tgreedy\ttokens\t\t\t\t%s\n", name, passFail(v.tokensErr == nil))
+	fmt.Fprintf(tw, "batch\t%s\tgreedy\ttokens\t%s\t\t\t%s\n", name, v.tokens.value(), v.tokens.status(p))
 	verdict := fmt.Sprintf("bit-identical alone and in batches of 1..B (%d-token caches)", v.cacheLen)
 	label := "INVARIANT"
 	if v.divergence != nil {
 		verdict, label = v.divergence.String(), "VARIANT"
 	}
 	fmt.Fprintf(tw, "batch\t%s\tinvariance\tlogits\t%s\t\t\t%s\n", name, verdict, label)
-	if v.tokensErr != nil {
+	if v.tokens.err != nil {
 		tw.Flush()
-		fmt.Fprintf(w, "    %v\n", v.tokensErr)
+		fmt.Fprintf(w, "    %v\n", v.tokens.err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/touchstone-llm/touchstone/engine/compare"
+	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/model"
 )
@@ -14,13 +15,82 @@ import (
 // reaches, condensed.
 type modelVerdict struct {
 	tapSummary
-	greedy   string // "8 of 8 tokens", or why the greedy run stopped
-	greedyOK bool
-	seeded   string // "8 of 8 tokens (teacher-forced)", or the failures
-	seededOK bool
+	greedy, seeded tokenCheck
 }
 
-func (v *modelVerdict) pass() bool { return v.tapsFailed == 0 && v.greedyOK && v.seededOK }
+// outcome is the set's verdict: a failure anywhere fails it; otherwise a token check that
+// decided too few steps makes it inconclusive under the skip policy (a failure under fail).
+func (v *modelVerdict) outcome(p conformance.InconclusivePolicy) outcome {
+	return worst(passOrFail(v.tapsFailed == 0), v.greedy.outcome(p), v.seeded.outcome(p))
+}
+
+// outcome is a row's or a set's verdict in touchstone check.
+type outcome int
+
+const (
+	outcomePass outcome = iota
+	outcomeInconclusive
+	outcomeFail
+)
+
+func passOrFail(ok bool) outcome {
+	if ok {
+		return outcomePass
+	}
+	return outcomeFail
+}
+
+// worst is the verdict of several checks: any failure fails, else any inconclusive.
+func worst(os ...outcome) outcome {
+	w := outcomePass
+	for _, o := range os {
+		w = max(w, o)
+	}
+	return w
+}
+
+// tokenCheck is a greedy or seeded token check: what it compared, its tally of decisive
+// steps, and its error (a token differing at a decisive step) if any.
+type tokenCheck struct {
+	detail string // "32 of 32", or "12 of 32, then a tie (margin rule)"
+	tally  model.TokenTally
+	none   bool // the set stores no such run: nothing to decide
+	err    error
+}
+
+func (c tokenCheck) outcome(p conformance.InconclusivePolicy) outcome {
+	switch {
+	case c.err != nil:
+		return outcomeFail
+	case c.none || !c.tally.Inconclusive():
+		return outcomePass
+	case p == conformance.FailInconclusive:
+		return outcomeFail
+	}
+	return outcomeInconclusive
+}
+
+// status is the check's STATUS column.
+func (c tokenCheck) status(p conformance.InconclusivePolicy) string {
+	switch c.outcome(p) {
+	case outcomePass:
+		return "PASS"
+	case outcomeInconclusive:
+		return "INCONCLUSIVE"
+	}
+	if c.err == nil {
+		return "FAIL (inconclusive)"
+	}
+	return "FAIL"
+}
+
+// value is the check's VALUE column: what was compared and the decisive steps.
+func (c tokenCheck) value() string {
+	if c.none {
+		return c.detail
+	}
+	return c.detail + "; " + c.tally.String()
+}
 
 // tapSummary is a set's taps in the check table: how many, how many out of tolerance, the tap
 // using the largest share of its limit and the first out of tolerance in forward order.
@@ -86,21 +156,21 @@ func checkModelSet(m *model.Model, set *golden.Set, p *model.SetParams, tols *co
 	}
 	v := &modelVerdict{tapSummary: summarizeTaps(rows)}
 	steps, err := model.Greedy(m, set, p)
+	v.greedy = tokenCheck{err: err, tally: model.GreedyTally(steps, p.MarginEpsilon, p.GreedyTokens)}
 	switch {
 	case err != nil:
-		v.greedy = err.Error()
 	case len(steps) > 0 && steps[len(steps)-1].Accepted:
-		v.greedy, v.greedyOK = fmt.Sprintf("%d of %d, then a tie (margin rule)", len(steps)-1, p.GreedyTokens), true
+		v.greedy.detail = fmt.Sprintf("%d of %d, then a tie (margin rule)", len(steps)-1, p.GreedyTokens)
 	default:
-		v.greedy, v.greedyOK = fmt.Sprintf("%d of %d", len(steps), p.GreedyTokens), true
+		v.greedy.detail = fmt.Sprintf("%d of %d", len(steps), p.GreedyTokens)
 	}
 	if p.Sample.Tokens == 0 {
-		v.seeded, v.seededOK = "none stored", true
+		v.seeded = tokenCheck{detail: "none stored", none: true}
 		return v, nil
 	}
 	sampled, err := model.SeededTeacherForced(m, set, p)
+	v.seeded = tokenCheck{err: err, tally: model.SampledTally(sampled, p.MarginEpsilon, p.Sample.Tokens)}
 	if err != nil {
-		v.seeded = err.Error()
 		return v, nil
 	}
 	same := 0
@@ -109,9 +179,9 @@ func checkModelSet(m *model.Model, set *golden.Set, p *model.SetParams, tols *co
 			same++
 		}
 	}
-	v.seeded, v.seededOK = fmt.Sprintf("%d of %d, teacher-forced", same, len(sampled)), true
+	v.seeded.detail = fmt.Sprintf("%d of %d, teacher-forced", same, len(sampled))
 	if same < len(sampled) {
-		v.seeded += fmt.Sprintf(", %d differ where the margin rule accepts it", len(sampled)-same)
+		v.seeded.detail += fmt.Sprintf(", %d differ where the margin rule accepts it", len(sampled)-same)
 	}
 	return v, nil
 }
@@ -119,18 +189,18 @@ func checkModelSet(m *model.Model, set *golden.Set, p *model.SetParams, tols *co
 // printModelRow writes the set's rows in the check table's columns: its worst tap against its
 // limit, the taps out of tolerance (and the first of them), and the greedy and seeded
 // generations. A failure's explanation follows the table row it belongs to.
-func printModelRow(tw *tabwriter.Writer, w io.Writer, name string, v *modelVerdict) {
+func printModelRow(tw *tabwriter.Writer, w io.Writer, name string, v *modelVerdict, p conformance.InconclusivePolicy) {
 	v.printRows(tw, "model", name)
 	for _, g := range []struct {
-		what, verdict string
-		ok            bool
-	}{{"greedy", v.greedy, v.greedyOK}, {"seeded", v.seeded, v.seededOK}} {
-		if g.ok {
-			fmt.Fprintf(tw, "model\t%s\t%s\ttokens\t%s\t\t\tPASS\n", name, g.what, g.verdict)
+		what string
+		c    tokenCheck
+	}{{"greedy", v.greedy}, {"seeded", v.seeded}} {
+		if g.c.err == nil {
+			fmt.Fprintf(tw, "model\t%s\t%s\ttokens\t%s\t\t\t%s\n", name, g.what, g.c.value(), g.c.status(p))
 			continue
 		}
-		fmt.Fprintf(tw, "model\t%s\t%s\ttokens\t\t\t\tFAIL\n", name, g.what)
+		fmt.Fprintf(tw, "model\t%s\t%s\ttokens\t%s\t\t\tFAIL\n", name, g.what, g.c.tally)
 		tw.Flush()
-		fmt.Fprintf(w, "    %s\n", g.verdict)
+		fmt.Fprintf(w, "    %v\n", g.c.err)
 	}
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -60,5 +61,16 @@ func TestParseUnsupportedPolicy(t *testing.T) {
 		if _, err := ParseUnsupportedPolicy(s); err == nil {
 			t.Errorf("%q accepted", s)
 		}
+	}
+}
+
+func TestParseInconclusivePolicy(t *testing.T) {
+	for in, want := range map[string]InconclusivePolicy{"": SkipInconclusive, "skip": SkipInconclusive, "fail": FailInconclusive} {
+		if got, err := ParseInconclusivePolicy(in); err != nil || got != want || (in != "" && got.String() != in) {
+			t.Errorf("ParseInconclusivePolicy(%q) = %v, %v", in, got, err)
+		}
+	}
+	if _, err := ParseInconclusivePolicy("pass"); err == nil || !strings.Contains(err.Error(), `"pass"`) {
+		t.Errorf("pass: %v", err)
 	}
 }

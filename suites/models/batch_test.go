@@ -101,8 +101,8 @@ func checkBatchTaps(s, b *golden.Set, fused bool) {
 			accepted++
 		}
 	}
-	AddReportEntry("worst tap budget", fmt.Sprintf("%s: %.1f%% of its budget (%d taps of %d sequences, fused decode %v); %d of %d greedy choices differ at a margin below %g",
-		worstName, 100*worst, len(rows), p.Batch, fused, accepted, len(steps), p.MarginEpsilon))
+	AddReportEntry("worst tap budget", fmt.Sprintf("%s: %.1f%% of its budget (%d taps of %d sequences, fused decode %v); %d of %d greedy choices differ at a margin below %g; greedy choices: %s",
+		worstName, 100*worst, len(rows), p.Batch, fused, accepted, len(steps), p.MarginEpsilon, model.BatchTally(steps, p.MarginEpsilon)))
 	if first := compare.FirstFailure(rows); first >= 0 {
 		Fail(fmt.Sprintf("%s: tap %s is out of tolerance (batched decode, fused %v); layer diff:\n%s", b.ID(), rows[first].Name, fused,
 			attachLayerDiff(b, rows)))

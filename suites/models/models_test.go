@@ -164,6 +164,7 @@ func checkGreedy(s *golden.Set) {
 	} else {
 		Expect(steps).To(HaveLen(p.GreedyTokens))
 	}
+	harness.Decided("greedy", model.GreedyTally(steps, p.MarginEpsilon, p.GreedyTokens))
 }
 
 // checkSeeded is the spec "seeded generation draws the reference's tokens".
@@ -179,6 +180,7 @@ func checkSeeded(s *golden.Set) {
 	} else {
 		Expect(steps).To(HaveLen(p.Sample.Tokens))
 	}
+	harness.Decided("seeded", model.SampledTally(steps, p.MarginEpsilon, p.Sample.Tokens))
 }
 
 // checkSeededTeacherForced draws with the reference's tokens fed back, so every step compares.
@@ -196,6 +198,7 @@ func checkSeededTeacherForced(s *golden.Set) {
 	}
 	AddReportEntry("seeded, teacher-forced", fmt.Sprintf("%d of %d steps drew the reference's token; %d differed at a margin below %g",
 		len(steps)-accepted, len(steps), accepted, p.MarginEpsilon))
+	harness.Decided("seeded, teacher-forced", model.SampledTally(steps, p.MarginEpsilon, p.Sample.Tokens))
 }
 
 // checkSeededDeterministic demands 20 runs of the same seeded generation be bit-identical.

@@ -15,6 +15,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
+	"github.com/touchstone-llm/touchstone/engine/model"
 )
 
 // OpenBackend selects the backend from TOUCHSTONE_BACKEND / TOUCHSTONE_REQUIRE_GPU and
@@ -71,6 +72,33 @@ func SkipUnsupported(err error) {
 		Skip("unsupported: "+err.Error(), 1)
 	}
 	Fail(fmt.Sprintf("unsupported, and %s=fail: %v", conformance.EnvUnsupported, err), 1)
+}
+
+// InconclusivePolicy reads TOUCHSTONE_INCONCLUSIVE: skip (the default) or fail. A value that
+// is neither fails the spec.
+func InconclusivePolicy() conformance.InconclusivePolicy {
+	p, err := conformance.ParseInconclusivePolicy(os.Getenv(conformance.EnvInconclusive))
+	if err != nil {
+		Fail(conformance.EnvInconclusive + "=" + err.Error())
+	}
+	return p
+}
+
+// Decided reports a token check's tally (its decisive steps) and applies the inconclusive
+// rule to a check that passed: one that decided fewer than model.MinDecisiveShare of its steps
+// is skipped with a message starting "inconclusive:", neither passed nor failed, or, under
+// TOUCHSTONE_INCONCLUSIVE=fail, fails saying so. Call it after the check's own expectations,
+// so a wrong token at a decisive step stays a failure.
+func Decided(what string, t model.TokenTally) {
+	AddReportEntry(what, t.String(), ReportEntryVisibilityAlways)
+	if !t.Inconclusive() {
+		return
+	}
+	msg := fmt.Sprintf("inconclusive: %s: %s", what, t)
+	if InconclusivePolicy() == conformance.SkipInconclusive {
+		Skip(msg, 1)
+	}
+	Fail(fmt.Sprintf("%s, and %s=fail", msg, conformance.EnvInconclusive), 1)
 }
 
 // trackDeviceMemory records device memory in use when the suite starts and, when it ends,
