@@ -81,6 +81,38 @@ func TestAllcloseUsesRelativeTerm(t *testing.T) {
 	}
 }
 
+// The reference's per-element allowance widens allclose at its elements only, and is refused
+// where it cannot apply.
+func TestCompareAllowing(t *testing.T) {
+	tol := Tolerance{Atol: ptr(0.1), Rtol: ptr(0), Why: "t"}
+	got, want := f32(1.3, 2.05, 3), f32(1, 2, 3)
+	if r, _ := Compare(got, want, tol); r.Pass() {
+		t.Fatal("an error of 0.3 passed atol 0.1")
+	}
+	r, err := CompareAllowing(got, want, f32(0.25, 0, 0), tol)
+	if err != nil || !r.Pass() {
+		t.Fatalf("allowance 0.25 at element 0: %v\n%s", err, r.Table())
+	}
+	// The allowance of one element does not carry to another.
+	if r, _ := CompareAllowing(f32(1, 2.3, 3), want, f32(0.25, 0, 0), tol); r.Pass() {
+		t.Fatal("element 0's allowance excused element 1")
+	}
+	for name, tc := range map[string]struct {
+		allowance *tensor.Tensor
+		tol       Tolerance
+		want      string
+	}{
+		"shape":       {f32(0, 0), tol, "allowance shape"},
+		"negative":    {f32(0, -1, 0), tol, "allowance element 1 is -1"},
+		"nan":         {f32(0, float32(math.NaN()), 0), tol, "allowance element 1 is NaN"},
+		"no allclose": {f32(0, 0, 0), Tolerance{NMSE: ptr(1), Why: "t"}, "needs an allclose tolerance"},
+	} {
+		if _, err := CompareAllowing(got, want, tc.allowance, tc.tol); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 func TestMismatchFractionAllowance(t *testing.T) {
 	got, want := f32(0, 0, 0, 5), f32(0, 0, 0, 0)
 	tol := Tolerance{Atol: ptr(0.1), Rtol: ptr(0), MaxMismatch: 0.25, Why: "t"}

@@ -96,8 +96,32 @@ const WorstCount = 5
 // the two cannot be compared at all (shape or dtype family differ), since that is a bug
 // in the caller or a stale golden set rather than a numerical difference.
 func Compare(got, want *tensor.Tensor, tol Tolerance) (*Result, error) {
+	return CompareAllowing(got, want, nil, tol)
+}
+
+// CompareAllowing is Compare with a per-element allowance from the reference added to each
+// element's allclose allowance (atol + atol_rms·rms(row) + rtol·|want| + allowance[i]): what
+// the reference knows a correct kernel may differ by at that element, such as a once-rounded
+// intermediate on the other side of a rounding boundary (golden.RoleAllowance). nil adds
+// nothing. It widens allclose only: nmse and cosine judge the whole tensor as before.
+func CompareAllowing(got, want, allowance *tensor.Tensor, tol Tolerance) (*Result, error) {
 	if got == nil || want == nil {
 		return nil, fmt.Errorf("compare: nil tensor")
+	}
+	var extra []float64
+	if allowance != nil {
+		if tol.Atol == nil {
+			return nil, fmt.Errorf("compare: a per-element allowance needs an allclose tolerance (atol, rtol)")
+		}
+		if !tensor.SameShape(allowance.Shape, want.Shape) {
+			return nil, fmt.Errorf("compare: allowance shape %s, reference has %s", tensor.ShapeString(allowance.Shape), tensor.ShapeString(want.Shape))
+		}
+		extra = allowance.Float64()
+		for i, v := range extra {
+			if !(v >= 0) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("compare: allowance element %d is %v: want finite and >= 0", i, v)
+			}
+		}
 	}
 	if !tensor.SameShape(got.Shape, want.Shape) {
 		return nil, fmt.Errorf("compare: shape %s, reference has %s", tensor.ShapeString(got.Shape), tensor.ShapeString(want.Shape))
@@ -148,6 +172,9 @@ func Compare(got, want *tensor.Tensor, tol Tolerance) (*Result, error) {
 			allow := *tol.Atol + *tol.Rtol*math.Abs(b)
 			if rowRMS != nil {
 				allow += *tol.AtolRMS * rowRMS[i/rowLen]
+			}
+			if extra != nil {
+				allow += extra[i]
 			}
 			switch {
 			case allow > 0:

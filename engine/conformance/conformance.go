@@ -25,6 +25,9 @@ type Output struct {
 	Name string // the expected file's name in the set, e.g. "out", "q_out"
 	Got  *tensor.Tensor
 	Want *tensor.Tensor
+	// Allowance is the reference's per-element allowance for this output, nil when the set
+	// has none (golden.RoleAllowance).
+	Allowance *tensor.Tensor
 }
 
 // runner executes one op through the backend, recording its outputs with c.output.
@@ -237,7 +240,13 @@ func pair(set *golden.Set, got map[string]*tensor.Tensor) ([]Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		outs = append(outs, Output{Name: f.Name, Got: g, Want: want})
+		o := Output{Name: f.Name, Got: g, Want: want}
+		if _, ok := set.File(f.Name + golden.AllowanceSuffix); ok {
+			if o.Allowance, err = set.Tensor(f.Name + golden.AllowanceSuffix); err != nil {
+				return nil, err
+			}
+		}
+		outs = append(outs, o)
 	}
 	if len(outs) != len(got) {
 		return nil, fmt.Errorf("%s: the set expects %d outputs, the %s runner produced %d", set.ID(), len(outs), m.Op, len(got))
@@ -264,7 +273,7 @@ func Judge(op string, outs []Output, tols *compare.Tolerances) ([]Verdict, error
 		if err != nil {
 			return nil, err
 		}
-		res, err := compare.Compare(o.Got, o.Want, tol)
+		res, err := compare.CompareAllowing(o.Got, o.Want, o.Allowance, tol)
 		if err != nil {
 			return nil, fmt.Errorf("%s output %s: %w", op, o.Name, err)
 		}

@@ -52,6 +52,13 @@ type Manifest struct {
 const (
 	RoleInput    = "input"
 	RoleExpected = "expected"
+	// RoleAllowance marks a kernel set's per-element allowance for one expected output, named
+	// <output>_allowance, of its shape, f32: what the reference knows a correct kernel may add
+	// to the output's error beyond the op's tolerance (docs/golden-format.md, "Allowances"),
+	// such as a once-rounded intermediate that lands on the other side of a rounding boundary.
+	RoleAllowance = "allowance"
+	// AllowanceSuffix ends an allowance file's name; the rest names its expected output.
+	AllowanceSuffix = "_allowance"
 	// RoleCheckpoint marks a model set's config.json and safetensors files: checked by
 	// sha256, read by the model loader, never decoded as .npy.
 	RoleCheckpoint = "checkpoint"

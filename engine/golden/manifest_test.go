@@ -109,6 +109,18 @@ func TestParseManifestErrors(t *testing.T) {
 		{"sha upper", edit(t, func(m map[string]any) { file(m, 2)["sha256"] = strings.ToUpper(sha) }), []string{`files[2] ("out"): sha256`, "lower-case hex"}},
 		{"sha short", edit(t, func(m map[string]any) { file(m, 2)["sha256"] = sha[:63] }), []string{"sha256"}},
 		{"sha missing", edit(t, func(m map[string]any) { delete(file(m, 2), "sha256") }), []string{"sha256"}},
+		{"allowance for nothing", edit(t, func(m map[string]any) {
+			m["files"] = append(m["files"].([]any), map[string]any{"name": "y_allowance", "file": "y_allowance.npy", "role": "allowance", "dtype": "f32", "shape": []any{4, 896}, "sha256": sha})
+		}), []string{`allowance for "y", which is no expected output`}},
+		{"allowance misnamed", edit(t, func(m map[string]any) {
+			m["files"] = append(m["files"].([]any), map[string]any{"name": "out_flip", "file": "out_flip.npy", "role": "allowance", "dtype": "f32", "shape": []any{4, 896}, "sha256": sha})
+		}), []string{`an allowance's name is <expected output>_allowance`}},
+		{"allowance shape", edit(t, func(m map[string]any) {
+			m["files"] = append(m["files"].([]any), map[string]any{"name": "out_allowance", "file": "out_allowance.npy", "role": "allowance", "dtype": "f32", "shape": []any{896}, "sha256": sha})
+		}), []string{`shape [896], its output "out" has [4 896]`}},
+		{"allowance dtype", edit(t, func(m map[string]any) {
+			m["files"] = append(m["files"].([]any), map[string]any{"name": "out_allowance", "file": "out_allowance.npy", "role": "allowance", "dtype": "f16", "shape": []any{4, 896}, "sha256": sha})
+		}), []string{`an allowance is f32`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := ParseManifest(tc.data, "golden/kernels/rmsnorm/c/manifest.json")
@@ -175,4 +187,21 @@ func TestParseManifestParamsOptional(t *testing.T) {
 	if _, err := ParseManifest(data, "m.json"); err != nil {
 		t.Errorf("no params: %v", err)
 	}
+}
+
+// A kernel set may carry an allowance for an expected output; other kinds may not.
+func TestParseManifestAllowance(t *testing.T) {
+	allowance := func(m map[string]any) {
+		m["files"] = append(m["files"].([]any), map[string]any{"name": "out_allowance", "file": "out_allowance.npy", "role": "allowance", "dtype": "f32", "shape": []any{4, 896}, "sha256": sha})
+	}
+	if _, err := ParseManifest(edit(t, allowance), "m.json"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ParseManifest(edit(t, func(m map[string]any) {
+		allowance(m)
+		m["kind"], m["model"] = "sampling", nil
+		delete(m, "op")
+		delete(m, "model")
+	}), "m.json")
+	wantErr(t, err, `role "allowance": only kernel sets hold allowance files`)
 }

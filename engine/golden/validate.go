@@ -3,6 +3,7 @@ package golden
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -106,12 +107,16 @@ func (m *Manifest) validateFiles() []error {
 		switch {
 		case f.Role == RoleInput || f.Role == RoleExpected:
 			roles[f.Role]++
+		case f.Role == RoleAllowance && m.Kind == KindKernel:
+			roles[f.Role]++
+		case f.Role == RoleAllowance:
+			bad("role %q: only kernel sets hold allowance files", f.Role)
 		case (checkpoint || calibration) && m.Kind == KindModel, calibration && m.Kind == KindBatch:
 			roles[f.Role]++
 		case checkpoint || calibration:
 			bad("role %q: only model sets hold %s files", f.Role, f.Role)
 		default:
-			bad("role %q: want %q, %q or (model sets) %q or %q", f.Role, RoleInput, RoleExpected, RoleCheckpoint, RoleCalibration)
+			bad("role %q: want %q, %q, (kernel sets) %q or (model sets) %q or %q", f.Role, RoleInput, RoleExpected, RoleAllowance, RoleCheckpoint, RoleCalibration)
 		}
 		if checkpoint || calibration {
 			// A checkpoint or calibration file is not a tensor: a dtype or shape would be a
@@ -131,6 +136,7 @@ func (m *Manifest) validateFiles() []error {
 			bad("sha256 %q: want 64 lower-case hex digits", f.SHA256)
 		}
 	}
+	errs = append(errs, m.validateAllowances()...)
 	// A kernel set without an expected output would pass any kernel, and one without inputs
 	// cannot drive one.
 	if m.Kind == KindKernel {
@@ -227,4 +233,34 @@ func isSHA256(s string) bool {
 		}
 	}
 	return true
+}
+
+// validateAllowances checks that every allowance names an expected output of its own shape and
+// is f32: an allowance for nothing, or of another shape, would widen a check nobody can see.
+func (m *Manifest) validateAllowances() []error {
+	var errs []error
+	expected := map[string]File{}
+	for _, f := range m.Files {
+		if f.Role == RoleExpected {
+			expected[f.Name] = f
+		}
+	}
+	for _, f := range m.Files {
+		if f.Role != RoleAllowance {
+			continue
+		}
+		out, ok := strings.CutSuffix(f.Name, AllowanceSuffix)
+		want, found := expected[out]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("files (%q): an allowance's name is <expected output>%s", f.Name, AllowanceSuffix))
+		case !found:
+			errs = append(errs, fmt.Errorf("files (%q): allowance for %q, which is no expected output of the set", f.Name, out))
+		case !slices.Equal(f.Shape, want.Shape):
+			errs = append(errs, fmt.Errorf("files (%q): shape %v, its output %q has %v", f.Name, f.Shape, out, want.Shape))
+		case f.DType != "f32":
+			errs = append(errs, fmt.Errorf("files (%q): dtype %q, an allowance is f32", f.Name, f.DType))
+		}
+	}
+	return errs
 }
