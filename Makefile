@@ -157,7 +157,7 @@ mutate-go:
 	  -markdown $(REPORTS)/mutate-go.md -json $(REPORTS)/mutate-go.json $(MUTATE_FLAGS)
 
 # CUDA side, on a GPU host without Go: the bundled binary builds each mutant's library with
-# make -C cuda and runs dist/bin/*.test against it (docs/gpu-notes.md, "Mutation testing").
+# make -C cuda and runs dist/bin/*.test against it (docs/gpu-runbook.md, "Mutation testing (CUDA side)").
 mutate-cuda:
 	dist/bin/mutate -side cuda \
 	  -markdown $(REPORTS)/mutate-cuda.md -json $(REPORTS)/mutate-cuda.json $(MUTATE_FLAGS)
