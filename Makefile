@@ -101,7 +101,7 @@ cuda-test: cuda
 	cuda/build/workspace; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 
 # The DRAM bytes each fused op and its unfused composition move at decode shapes, counted by
-# Nsight Compute (docs/PERF.md, "Fused ops: bytes moved"); a GPU host with ncu.
+# Nsight Compute (docs/PERF.md, "Bytes moved"); a GPU host with ncu.
 fused-bytes: cuda
 	$(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/fused_bytes.c -Lcuda/build -ltouchstone_cuda \
 	  -Wl,-rpath,$(CURDIR)/cuda/build -o cuda/build/fused_bytes
