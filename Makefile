@@ -109,7 +109,7 @@ cuda-test: cuda
 	cuda/build/devices; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 
 # The DRAM bytes each fused op and its unfused composition move at decode shapes, counted by
-# Nsight Compute (docs/PERF.md, "Fused ops: bytes moved"); a GPU host with ncu.
+# Nsight Compute (docs/PERF.md, "Bytes moved"); a GPU host with ncu.
 fused-bytes: cuda
 	$(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/fused_bytes.c -Lcuda/build -ltouchstone_cuda \
 	  -Wl,-rpath,$(CURDIR)/cuda/build -o cuda/build/fused_bytes
@@ -180,7 +180,7 @@ mutate-go:
 	  -markdown $(REPORTS)/mutate-go.md -json $(REPORTS)/mutate-go.json $(MUTATE_FLAGS)
 
 # CUDA side, on a GPU host without Go: the bundled binary builds each mutant's library with
-# make -C cuda and runs dist/bin/*.test against it (docs/gpu-notes.md, "Mutation testing").
+# make -C cuda and runs dist/bin/*.test against it (docs/gpu-runbook.md, "Mutation testing (CUDA side)").
 mutate-cuda:
 	dist/bin/mutate -side cuda \
 	  -markdown $(REPORTS)/mutate-cuda.md -json $(REPORTS)/mutate-cuda.json $(MUTATE_FLAGS)

@@ -20,7 +20,7 @@ namespace ts {
 
 constexpr int kElementwiseThreads = 256;
 /* 16-byte vectors per thread (all loaded before the first is used). Measured on an H100
- * (docs/PERF.md, "Elementwise grids"): one vector a thread on a grid that covers the tensor once
+ * (2026-11-24; docs/PERF.md, "Memory-bound kernels"): one vector a thread on a grid that covers the tensor once
  * (many waves of blocks) reaches 87-91% of copy bandwidth at 16M elements, two 84-90%, where a
  * persistent grid of every resident thread with 4 in flight reached 72-85% (8: slower still;
  * streaming cache hints, 128 or 512 threads a block changed nothing): with a fresh block taking

@@ -126,7 +126,7 @@ inline bool gemv_fits(int rows, int k) { return (int64_t)rows * k * 2 <= (int64_
 
 /* Where the projections of decode (gemm, rmsnorm_gemm, swiglu_gemm) take the gemv rather than
  * cuBLAS: up to 4 rows, k % 8 == 0, 16-byte aligned operands (aligned), a weight [n, k] of at
- * most 32 MiB. Measured on an H100 (docs/PERF.md): the gemv ran Qwen2.5's q/k/v and gate/up
+ * most 32 MiB. Measured on an H100 (docs/PERF.md, 2026-11-24): the gemv ran Qwen2.5's q/k/v and gate/up
  * projections (2.1 and 17 MB) in 6.6 and 12.4 us where the norm and cuBLAS took 10.9 and 15.2,
  * lost on Phi-3's 57 MB q/k/v (30.2 against 28.3 us), and was 1.4x and 2.3-4x slower than cuBLAS
  * at 8 and 16 rows (one shared-memory read per row per weight vector). 2 bytes a weight element:

@@ -81,8 +81,8 @@ void log_library_call(const char *op, const char *call, const char *dims);
  * ts::pdl_wait() (griddepcontrol.wait: the grid before it on the stream has completed and its
  * writes are visible). No kernel triggers its dependents early (griddepcontrol.launch_dependents),
  * so the next grid is launched as this one's blocks exit: its launch and block scheduling overlap
- * this grid's tail and memory flush instead of following them. Measured on an H100 (docs/PERF.md,
- * "Programmatic dependent launch"): Qwen2.5-0.5B decode 1.02 -> 0.945 ms/token; triggering at the
+ * this grid's tail and memory flush instead of following them. Measured on an H100 (2026-11-24; docs/PERF.md,
+ * "Whole models"): Qwen2.5-0.5B decode 1.02 -> 0.945 ms/token; triggering at the
  * start of each kernel made it slower (1.15), and prefetching the gemv weights into L2 before the
  * wait did not pay. Every block of every kernel runs the wait first (a grid whose blocks all
  * returned before it could complete before the grid it follows):

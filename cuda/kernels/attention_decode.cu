@@ -667,14 +667,14 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
  * merge of its warps, its partials' write and its share of the cross-split merge, which reads
  * them 8 at a time), so splits are long: 4 steps of every warp, or down to 2 while that still
  * leaves SMs without a block; never more than fill one wave. Measured on an H100 against
- * the earlier rule (fill one wave, one warp step a split at the shortest; docs/PERF.md):
+ * the earlier rule (fill one wave, one warp step a split at the shortest; docs/PERF.md, 2026-11-25):
  * Qwen2.5 GQA B=16 L=4096 8 splits (was 16) 0.0272 ms (0.0303), B=1 L=4096 16 (32) 0.0167
  * (0.0208), B=16 L=1024 4 (8) 0.0151 (0.0157); longer splits (8 steps) were slower at all three.
  *
  * More groups than a wave: one split each can leave a last wave partly full, the rest of the
  * GPU idle for a whole block as long as the cache: the first count up to 8 whose waves are >= 90%
  * full (Phi-3-mini at B=16: 512 groups in 1.3 waves of one split, 80% of copy bandwidth; three
- * splits fill 3.9 waves, 91%; docs/PERF.md). */
+ * splits fill 3.9 waves, 91%; docs/PERF.md, 2026-11-24). */
 inline int64_t decode_splits(int64_t groups, int64_t wave, int64_t sms, int64_t max_len, int64_t step_keys) {
     int64_t max_splits = ts::ceil_div(max_len, step_keys);
     if (max_splits > 65535) max_splits = 65535;

@@ -20,7 +20,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxHeadDim = 256;
-constexpr int kRows = 2; /* query rows per block, each key row read once for both: measured on an H100 against 1 and 8 (docs/PERF.md) */
+constexpr int kRows = 2; /* query rows per block, each key row read once for both: measured on an H100 against 1 and 8 (docs/PERF.md, 2026-11-24) */
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)

@@ -8,7 +8,7 @@
  * Decode (rows <= 16, hidden and ffn % 8 == 0, 16-byte aligned; wider than gemv_decode_applies's 4
  * rows and with no weight limit, because the GELU epilogue saves a launch besides: on an H100 the
  * fused op matched or beat its unfused form at 8 and 12 rows and at Phi-2's 52 MB up projection,
- * docs/PERF.md): one kernel copies x into shared
+ * docs/PERF.md, 2026-11-24): one kernel copies x into shared
  * memory and streams w1 with the bias and the GELU in its epilogue (gemv.cuh), then gemm's path
  * (its gemv at these shapes) does the down projection: two launches where the unfused composition
  * takes three.

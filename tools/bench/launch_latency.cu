@@ -1,5 +1,5 @@
 // Replay cost of a chain of dependent kernels in a CUDA graph, with and without programmatic
-// dependent launch (PDL): docs/gpu-notes.md, item 31. On a GPU host: nvcc -arch=sm_90 -O2 -o ll tools/bench/launch_latency.cu && ./ll
+// dependent launch (PDL): docs/gpu-runbook.md, "Profiling". On a GPU host: nvcc -arch=sm_90 -O2 -o ll tools/bench/launch_latency.cu && ./ll
 #include <cstdio>
 #include <vector>
 #include <algorithm>

@@ -497,7 +497,7 @@ var catalogue = []Mutant{
 		Suites:      sampling, Labels: "sampling",
 	},
 
-	// ---- CUDA: kernels (cuda/), run on a GPU host (docs/gpu-notes.md) ----------------------
+	// ---- CUDA: kernels (cuda/), run on a GPU host (docs/gpu-runbook.md) --------------------
 	{
 		ID: "cuda-rmsnorm-eps-outside-sqrt", Side: SideCUDA, File: "cuda/internal.h",
 		Bug:         "RMSNorm (register path) adds eps outside the square root",
