@@ -128,7 +128,9 @@ bundle:
 	$(GO) build -ldflags="-s -w" -o dist/bin/ginkgo github.com/onsi/ginkgo/v2/ginkgo
 	$(GO) build -ldflags="-s -w" -o dist/bin/touchstone ./cmd/touchstone
 	$(GO) build -ldflags="-s -w" -o dist/bin/mutate ./tools/mutate
+	$(GO) build -ldflags="-s -w" -o dist/bin/reportcheck ./tools/bundle/reportcheck
 	cp tools/bundle/run dist/run
+	cp tools/bundle/multigpu dist/multigpu
 
 # The bundle run on the CPU backend, its merged reports checked: every suite in report.json and
 # junit.xml by its name, with the specs it ran (a few specs of each suite).

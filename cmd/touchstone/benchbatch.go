@@ -82,8 +82,8 @@ func runBenchBatch(args []string, stdout, stderr io.Writer) int {
 		modes = append(modes, true)
 	}
 	info := prof.Info()
-	fmt.Fprintf(stdout, "device %s; every sequence %d prompt tokens, then %d decode steps of the whole batch; %d timed rounds after %d warm-up, CUDA events, medians\n\n",
-		info.Name, *prompt, *decode, *repeats, *warmup)
+	fmt.Fprintf(stdout, "device %d (%s; the peer runs on the same one); every sequence %d prompt tokens, then %d decode steps of the whole batch; %d timed rounds after %d warm-up, CUDA events, medians\n\n",
+		info.Index, info.Name, *prompt, *decode, *repeats, *warmup)
 	header := []string{"model", "batch", "kernels", "ours ms/step", "ours tok/s", "compile ms/step", "compile tok/s", "vs compile"}
 	var rows [][]string
 	status := 0

@@ -209,8 +209,8 @@ func runBenchModel(args []string, stdout, stderr io.Writer) int {
 	defer closeBackend()
 	opts := bench.ModelOptions{PromptLen: *prompt, DecodeSteps: *decode, Warmup: *warmup, Repeats: *repeats, Seed: 1}
 	info := prof.Info()
-	fmt.Fprintf(stdout, "device %s; prefill of %d tokens and %d decode steps after it, %d timed rounds after %d warm-up, CUDA events, medians\n\n",
-		info.Name, *prompt, *decode, *repeats, *warmup)
+	fmt.Fprintf(stdout, "device %d (%s; the peers run on the same one); prefill of %d tokens and %d decode steps after it, %d timed rounds after %d warm-up, CUDA events, medians\n\n",
+		info.Index, info.Name, *prompt, *decode, *repeats, *warmup)
 	var rows [][]string
 	var peerInfo []string
 	status := 0
