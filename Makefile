@@ -160,7 +160,7 @@ bundle-devices-check:
 # an upload: unpack with `tar -xJf build/dist.tar.xz` in the repository root.
 bundle-archive: bundle
 	@mkdir -p build
-	tar -cJf build/dist.tar.xz dist
+	tar -cf - dist | xz -9e -T0 > build/dist.tar.xz
 	@ls -l build/dist.tar.xz
 
 sanitize:

@@ -6,9 +6,10 @@
  * it current.
  *
  * The library is initialised on the last device from the main thread; then several fresh
- * threads at once, each with another device made current before every call, allocate, copy,
- * run an elementwise op (a kernel), a GEMM (the cuBLAS handle), a captured graph and a timer,
- * and read the results back. Each allocation must live on the library's device and the results
+ * threads, one after another (a capture on the library stream is process-wide, so they do not
+ * overlap), each with another device made current before every call, allocate, copy, run an
+ * elementwise op (a kernel), a GEMM (the cuBLAS handle), a captured graph and a timer, and read
+ * the results back. Each allocation must live on the library's device and the results
  * must be right; a quarter GiB allocated from those threads must not appear on the other
  * device.
  *
@@ -173,8 +174,10 @@ int main(void) {
     /* Contexts on both devices exist before the baseline, so creating one is not counted. */
     const size_t other_before = used_on(other_device);
     pthread_t t[THREADS];
-    for (int i = 0; i < THREADS; ++i) pthread_create(&t[i], NULL, worker, NULL);
-    for (int i = 0; i < THREADS; ++i) pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; ++i) {
+        pthread_create(&t[i], NULL, worker, NULL);
+        pthread_join(t[i], NULL);
+    }
     /* The quarter GiB buffers of the threads were allocated and freed between the two readings;
      * a leak onto the other device would show while they were live, so read it again with one
      * held. */
