@@ -5,28 +5,14 @@
     python3 tools/gen-golden models --checkpoint DIR --name NAME [--tier full] [--check]
     python3 tools/gen-golden batches [--tier committed|full] [--out DIR] [--set NAME]... [--check]
     python3 tools/gen-golden sampling [--out DIR] [--check]
-    python3 tools/gen-golden selftest [--only kernels|sampling|models|batches] [--set DIR]...
+    python3 tools/gen-golden selftest [--only imports|kernels|sampling|models|batches] [--set DIR]...
     python3 tools/gen-golden randinit --preset qwen2.5-1.5b --out DIR [--seed N] [--layers N] [--vocab N]
 """
 
 import os
 import sys
 
-# Pin torch's numerics before it is imported, so every host computes the same bits:
-#  - never touch a GPU, even where one is present: the reference is a CPU computation;
-#  - ATen's vectorised CPU kernels (erf, exp, reductions) differ in the last fp64 bits between
-#    the AVX2, AVX512 and default builds it picks at run time: always pick the default build;
-#  - MKL's BLAS (fp64 matmul, also inside SDPA) likewise picks code by CPU: ask for its
-#    conditional-numerical-reproducibility mode, which is the same on every x86-64 CPU.
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
-os.environ["ATEN_CPU_CAPABILITY"] = "default"
-os.environ["MKL_CBWR"] = "COMPATIBLE"
-os.environ["OMP_NUM_THREADS"] = "1"
-# transformers: never reach for the hub (nothing is reachable, and a cached download must not
-# change what a set is computed from), and never swap in hub kernels for the modeling code.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["USE_HUB_KERNELS"] = "0"
+import numerics  # first: the environment that pins the bits, before torch is imported
 
 import argparse  # noqa: E402
 import filecmp  # noqa: E402
@@ -34,31 +20,15 @@ import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import kernels  # noqa: E402
-import manifest  # noqa: E402
+from common import configs, manifest  # noqa: E402
+from kernels import cases as kernel_cases  # noqa: E402
+from kernels import ops as kernel_ops  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED_BUDGET = 35_750_000  # bytes, `du -sb golden/kernels` (30 MB until prefill needed multi-tile cases, 31 until layernorm_gemm, 32 until the scaled RoPE cases: +0.69 MB, 32.25 until the bf16 cases, 105 of them taking every kernel path once more in bf16: +3.36 MB)
 MODELS_COMMITTED_BUDGET = 11_000_000  # bytes, `du -sb golden/models` (4 MB until the RoPE-scaled tiny sets llama3-tiny, phi3.5-tiny and qwen2-yarn-tiny: +3.9 MB; 8 MB until the bf16 sets qwen2-tiny-bf16 and llama3-tiny-bf16: +2.94 MB)
 BATCHES_COMMITTED_BUDGET = 5_250_000  # bytes, `du -sb golden/batches` (4,778,257 measured for qwen2-tiny-b4, phi3.5-tiny-b3 and gpt2-tiny-b3: about 10% of room)
 SAMPLING_BUDGET = 4_000_000  # bytes, `du -sb golden/sampling`
-PINNED_TORCH = "2.11.0"
-PINNED_NUMPY = ("2.4.6", "2.5.2")
-PINNED_TRANSFORMERS = "5.17.0"
-
-
-def setup_torch():
-    # one thread: a fixed reduction order. The full model tier adds worker threads, each of which
-    # also runs torch on one thread (models.py, "Threads").
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    if torch.__version__.split("+")[0] != PINNED_TORCH or np.__version__ not in PINNED_NUMPY:
-        print("warning: torch %s / numpy %s differ from the pinned versions "
-              "(tools/gen-golden/requirements.txt); sets may not be byte-identical"
-              % (torch.__version__, np.__version__), file=sys.stderr)
 
 
 def generate(out, tier, ops, quiet=False):
@@ -67,10 +37,10 @@ def generate(out, tier, ops, quiet=False):
     n_sets = n_bytes = 0
     for op in ops:
         op_dir = os.path.join(out, "kernels", op)
-        cases = kernels.cases_for(tier, [op])
+        cases = kernel_cases.cases_for(tier, [op])
         for case in cases:
             t0 = time.time()
-            seed, params, inputs, expected = kernels.build(case)
+            seed, params, inputs, expected = kernel_cases.build(case)
             files, size = manifest.write_set(
                 os.path.join(op_dir, case.name), op=op, case=case.name, tier=tier, seed=seed,
                 params=params, inputs=inputs, expected=expected)
@@ -118,7 +88,7 @@ def check(out, tier, ops):
             fresh = list_files(fresh_dir)
             # Judge the sets this run writes plus those it would delete as stale; sets of the
             # other tier sharing the directory are not ours.
-            generated = {c.name for c in kernels.cases_for(tier, [op])}
+            generated = {c.name for c in kernel_cases.cases_for(tier, [op])}
             ours = generated | set(manifest.stale_case_dirs(have_dir, generated, tier))
             have = {p for p in list_files(have_dir) if p.split(os.sep)[0] in ours}
             problems += compare_trees(fresh_dir, have_dir, fresh, have)
@@ -126,15 +96,15 @@ def check(out, tier, ops):
 
 
 def cmd_kernels(args):
-    ops = list(kernels.OPS) if not args.op else args.op
+    ops = list(kernel_ops.OPS) if not args.op else args.op
     for op in ops:
-        if op not in kernels.OPS:
-            sys.exit("unknown op %r (known: %s)" % (op, ", ".join(kernels.OPS)))
+        if op not in kernel_ops.OPS:
+            sys.exit("unknown op %r (known: %s)" % (op, ", ".join(kernel_ops.OPS)))
     out = args.out
     if out is None:  # defaults are relative to the repository, not to the working directory
         out = os.path.join(REPO, "golden") if args.tier == "committed" \
             else os.path.join(REPO, "golden", ".cache")
-    setup_torch()
+    numerics.setup_torch()
     t0 = time.time()
 
     if args.check:
@@ -149,35 +119,24 @@ def cmd_kernels(args):
     return 0
 
 
-def setup_models():
-    """Model sets also need transformers (pinned) and oneDNN off: fp32 CPU matmuls must go through
-    the same MKL path (MKL_CBWR) on every host."""
-    import transformers
-    torch.backends.mkldnn.enabled = False
-    if transformers.__version__ != PINNED_TRANSFORMERS:
-        print("warning: transformers %s differs from the pinned %s (tools/gen-golden/"
-              "requirements.txt); model sets may not be byte-identical"
-              % (transformers.__version__, PINNED_TRANSFORMERS), file=sys.stderr)
-
-
 def model_jobs(args):
     """[(set name, build function(out_root, ahead=None), synthetic spec or None)] that a models
-    command covers (`ahead`: models.start_checkpoint's waiter for that set)."""
-    import models
+    command covers (`ahead`: model_build.start_checkpoint's waiter for that set)."""
+    from models import build as model_build
     if args.checkpoint:
         src = os.path.abspath(args.checkpoint)
         return [(args.name, lambda root, ahead=None:
-                 models.build_checkpoint(src, args.name, args.tier, root), None)]
-    specs = models.models_for(args.tier, args.model)
+                 model_build.build_checkpoint(src, args.name, args.tier, root), None)]
+    specs = configs.models_for(args.tier, args.model)
     if args.layers:
-        specs = [models.with_layers(s, args.layers) for s in specs]
-    return [(s.name, lambda root, ahead=None, s=s: models.build_synthetic(s, root, ahead), s)
+        specs = [configs.with_layers(s, args.layers) for s in specs]
+    return [(s.name, lambda root, ahead=None, s=s: model_build.build_synthetic(s, root, ahead), s)
             for s in specs]
 
 
 def generate_models(out, jobs, tier, prune, quiet=False, ahead=None):
     """Build every job's set under out; `ahead` is start_checkpoint's waiter for the first."""
-    import models
+    from models import build as model_build
     n_sets = n_bytes = 0
     for i, (name, build, _) in enumerate(jobs):
         t0 = time.time()
@@ -189,7 +148,7 @@ def generate_models(out, jobs, tier, prune, quiet=False, ahead=None):
                   % ("models/" + name, files, size, time.time() - t0), flush=True)
     if prune:
         mdir = os.path.join(out, "models")
-        for name in models.stale_model_dirs(mdir, {n for n, _, _ in jobs}, tier):
+        for name in model_build.stale_model_dirs(mdir, {n for n, _, _ in jobs}, tier):
             shutil.rmtree(os.path.join(mdir, name))
             if not quiet:
                 print("removed stale models/%s" % name)
@@ -197,14 +156,14 @@ def generate_models(out, jobs, tier, prune, quiet=False, ahead=None):
 
 
 def check_models(out, jobs, tier, prune):
-    import models
+    from models import build as model_build
     problems = []
     with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
         generate_models(tmp, jobs, tier, prune=False)
         have_root = os.path.join(out, "models")
         names = [n for n, _, _ in jobs]
         if prune:
-            names += models.stale_model_dirs(have_root, set(names), tier)
+            names += model_build.stale_model_dirs(have_root, set(names), tier)
         for name in names:
             fresh_dir = os.path.join(tmp, "models", name)
             have_dir = os.path.join(have_root, name)
@@ -213,7 +172,8 @@ def check_models(out, jobs, tier, prune):
 
 
 def cmd_models(args):
-    import models
+    from models import build as model_build
+    from models import reference
     if bool(args.checkpoint) != bool(args.name):
         sys.exit("--checkpoint DIR and --name NAME go together")
     if args.checkpoint and (args.model or args.layers):
@@ -223,11 +183,11 @@ def cmd_models(args):
     if args.tier is None:
         args.tier = "full" if args.checkpoint else "committed"
     for name in args.model or []:
-        if name not in models.BY_NAME:
-            sys.exit("unknown model %r (known: %s)" % (name, ", ".join(models.BY_NAME)))
-        if models.BY_NAME[name].tier != args.tier:
+        if name not in configs.BY_NAME:
+            sys.exit("unknown model %r (known: %s)" % (name, ", ".join(configs.BY_NAME)))
+        if configs.BY_NAME[name].tier != args.tier:
             sys.exit("model %s is in the %s tier (use --tier %s)"
-                     % (name, models.BY_NAME[name].tier, models.BY_NAME[name].tier))
+                     % (name, configs.BY_NAME[name].tier, configs.BY_NAME[name].tier))
     if args.layers is not None and args.layers < 1:
         sys.exit("--layers must be >= 1")
     out = args.out
@@ -235,19 +195,19 @@ def cmd_models(args):
         out = os.path.join(REPO, "golden") if args.tier == "committed" \
             else os.path.join(REPO, "golden", ".cache")
     t0 = time.time()
-    setup_torch()
-    models.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
+    numerics.setup_torch()
+    model_build.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
     jobs = model_jobs(args)
     # Only a run over the whole synthetic table of a tier may delete other sets as stale.
     prune = not (args.checkpoint or args.model or args.layers)
     ahead = None
     if not args.check and args.tier == "full" and jobs and jobs[0][2] is not None:
         # the first checkpoint is drawn in a forked process while transformers is imported here
-        ahead = models.start_checkpoint(jobs[0][2], out)
-    setup_models()
+        ahead = model_build.start_checkpoint(jobs[0][2], out)
+    numerics.setup_models()
     for _, _, spec in jobs:
         if spec is not None:
-            models.modeling_module(spec.family)
+            reference.modeling_module(spec.family)
     if ahead is not None:
         print("transformers imported in %.1fs beside the forked checkpoint writer" % (time.time() - t0),
               file=sys.stderr, flush=True)
@@ -310,7 +270,8 @@ def cmd_batches(args):
     """Batch sets (docs/golden-format.md, "Batch sets"): B sequences of different prompt lengths
     for the checkpoint of a model set of the same tier, which must exist under DIR/models/."""
     import batches
-    import models
+    from models import build as model_build
+    from models import reference
     for name in args.set or []:
         if name not in batches.BY_NAME:
             sys.exit("unknown batch set %r (known: %s)" % (name, ", ".join(batches.BY_NAME)))
@@ -322,15 +283,15 @@ def cmd_batches(args):
         out = os.path.join(REPO, "golden") if args.tier == "committed" \
             else os.path.join(REPO, "golden", ".cache")
     t0 = time.time()
-    setup_torch()
-    models.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
+    numerics.setup_torch()
+    model_build.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
     specs = batches.batches_for(args.tier, args.set)
     for spec in specs:  # before transformers is imported: a missing model set fails at once
         batches.read_model_set(spec, out)
     prune = not args.set  # only a run over the whole tier deletes stale sets
-    setup_models()
-    for family in sorted({models.BY_NAME[s.model].family for s in specs}):
-        models.modeling_module(family)
+    numerics.setup_models()
+    for family in sorted({configs.BY_NAME[s.model].family for s in specs}):
+        reference.modeling_module(family)
 
     if args.check:
         return report_check(check_batches(out, specs, args.tier, prune),
@@ -371,7 +332,7 @@ def cmd_sampling(args):
     """Sampling sets: one committed tier, golden/sampling/<set>/."""
     import sampling_sets
     out = args.out if args.out is not None else os.path.join(REPO, "golden")
-    setup_torch()
+    numerics.setup_torch()
     t0 = time.time()
     have_dir = os.path.join(out, "sampling")
     if args.check:
@@ -388,23 +349,26 @@ def cmd_sampling(args):
 
 
 def cmd_selftest(args):
-    setup_torch()
-    import selftest
+    numerics.setup_torch()
     rc = 0
     if args.set and args.only not in ("models", "batches"):
         sys.exit("--set DIR goes with --only models or --only batches")
-    if args.only in (None, "kernels"):
-        rc = selftest.run()
+    if args.only in (None, "imports"):
+        from selftest import imports as selftest_imports
+        rc = selftest_imports.run()
+    if rc == 0 and args.only in (None, "kernels"):
+        from selftest import kernels as selftest_kernels
+        rc = selftest_kernels.run()
     if rc == 0 and args.only in (None, "sampling"):
-        import selftest_sampling
+        from selftest import sampling as selftest_sampling
         rc = selftest_sampling.run()
     if rc == 0 and args.only in (None, "models"):
-        setup_models()
-        import selftest_models
+        numerics.setup_models()
+        from selftest import models as selftest_models
         rc = selftest_models.run(args.set if args.only == "models" else None)
     if rc == 0 and args.only in (None, "batches"):
-        setup_models()
-        import selftest_batches
+        numerics.setup_models()
+        from selftest import batches as selftest_batches
         rc = selftest_batches.run(args.set if args.only == "batches" else None)
     return rc
 
@@ -413,8 +377,8 @@ def cmd_randinit(args):
     """A checkpoint of a real model's shape with transformers' own random initialisation
     (randinit.py), for models --checkpoint."""
     import randinit
-    setup_torch()
-    setup_models()
+    numerics.setup_torch()
+    numerics.setup_models()
     t0 = time.time()
     cfg = randinit.build(args.preset, args.out, seed=args.seed, layers=args.layers,
                          vocab=args.vocab)
@@ -481,8 +445,9 @@ def main(argv=None):
                          "DIR; exit 1 listing differing, missing and extra files")
     sp.set_defaults(func=cmd_sampling)
     s = sub.add_parser("selftest", help="check the references against independent numpy code")
-    s.add_argument("--only", choices=("kernels", "sampling", "models", "batches"),
-                   help="run only the kernel, the sampling, the model or the batch checks")
+    s.add_argument("--only", choices=("imports", "kernels", "sampling", "models", "batches"),
+                   help="run only the import graph's, the kernel, the sampling, the model or the "
+                        "batch checks")
     s.add_argument("--set", action="append", metavar="DIR",
                    help="with --only models: check these existing model set directories (e.g. a "
                         "full-size or --layers set) instead of building the committed ones; with "
