@@ -242,10 +242,10 @@ def check_positions(spec, d):
                                                     spec.model, d.P))
 
 
-def build(spec, out_root, models_root):
-    """Write spec's set under out_root/batches/<name>/ (removed first; removed again if the build
-    fails) from the model set under models_root/models/<model>/. Returns (files, bytes)."""
-    set_dir = os.path.join(out_root, "batches", spec.name)
+def build(spec, set_dir, models_root):
+    """Write spec's set into set_dir (normally <out>/batches/<name>/; removed first, removed
+    again if the build fails) from the model set under models_root/models/<model>/. Returns
+    (files, bytes)."""
     model_dir, mm = read_model_set(spec, models_root)
     with open(os.path.join(model_dir, "config.json"), "rb") as f:
         cfg = json.loads(f.read())

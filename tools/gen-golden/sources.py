@@ -1,5 +1,7 @@
 """The generator's own source files and the imports between them, read with ast (nothing is
-imported): the import graph that the selftest checks for cycles and for its layering (LAYERS).
+imported): the import graph that the selftest checks for cycles and for its layering (LAYERS),
+and the hash of the files a kind of set is computed by (source_hash: part of every set's key in
+incremental.py).
 
 A module is named as Python imports it with tools/gen-golden on sys.path (`common.configs`,
 `models.build`, `batches`); a package by its folder (`models`, for models/__init__.py). Every
@@ -8,6 +10,7 @@ through a lazy import is still a cycle).
 """
 
 import ast
+import hashlib
 import os
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -138,3 +141,26 @@ def closure(graph, roots):
         seen.add(m)
         todo += graph[m]
     return sorted(seen)
+
+
+_GRAPHS = {}
+
+
+def source_files(roots, root=ROOT):
+    """The files (paths relative to root, sorted) of roots and every local module they import,
+    directly or not: what a set built by roots' code can depend on."""
+    if root not in _GRAPHS:
+        _GRAPHS[root] = (modules(root), import_graph(root))
+    mods, graph = _GRAPHS[root]
+    return sorted(os.path.relpath(mods[m], root) for m in closure(graph, roots))
+
+
+def source_hash(roots, root=ROOT):
+    """sha256 over source_files(roots): each file's path and the sha256 of its bytes. Any edit
+    of one of them, a comment included, changes it."""
+    h = hashlib.sha256()
+    for rel in source_files(roots, root):
+        with open(os.path.join(root, rel), "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+        h.update(("%s %s\n" % (rel.replace(os.sep, "/"), digest)).encode("utf-8"))
+    return h.hexdigest()

@@ -50,6 +50,15 @@ class PhaseTimer:
                   file=PHASE_STREAM, flush=True)
 
 
+def check_checkpoint_dir(checkpoint, set_dir):
+    """Exits when a real checkpoint directory and the set directory it goes to overlap (the set
+    directory is deleted first)."""
+    src, dst = os.path.realpath(checkpoint), os.path.realpath(set_dir)
+    if src == dst or src.startswith(dst + os.sep) or dst.startswith(src + os.sep):
+        raise SystemExit("--checkpoint %s overlaps the set directory %s (which is deleted "
+                         "first): give another --name or --out" % (checkpoint, set_dir))
+
+
 def build_set(set_dir, **kwargs):
     """Write one model set into set_dir (removed first; removed again if the build fails, so no
     half-written set is left behind). Returns (files, bytes)."""
@@ -81,10 +90,7 @@ def set_dtype(stored, spec=None):
 def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margin_epsilon,
                spec=None, checkpoint=None, pool=None, ahead=None):
     if checkpoint is not None:
-        src, dst = os.path.realpath(checkpoint), os.path.realpath(set_dir)
-        if src == dst or src.startswith(dst + os.sep) or dst.startswith(src + os.sep):
-            raise SystemExit("--checkpoint %s overlaps the set directory %s (which is deleted "
-                             "first): give another --name or --out" % (checkpoint, set_dir))
+        check_checkpoint_dir(checkpoint, set_dir)
     if ahead is None:
         if os.path.lexists(set_dir):
             shutil.rmtree(set_dir)
@@ -193,10 +199,11 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
                                         calibration=calibration, pool=pool)
 
 
-def build_synthetic(spec, out_root, ahead=None):
-    """Build spec's set under out_root; `ahead` is start_checkpoint's waiter for this set."""
+def build_synthetic(spec, set_dir, ahead=None):
+    """Build spec's set into set_dir (normally <out>/models/<name>; the incremental runner's
+    temporary sibling); `ahead` is start_checkpoint's waiter for this set."""
     seed = set_seed(spec.name)
-    return build_set(os.path.join(out_root, "models", spec.name), name=spec.name,
+    return build_set(set_dir, name=spec.name,
                      family=spec.family, tier=spec.tier, seed=seed, source=SYNTHETIC,
                      decode_steps=spec.decode_steps, margin_epsilon=spec.margin_epsilon,
                      spec=spec, ahead=ahead)
@@ -210,8 +217,8 @@ def _threads_now():
         return None
 
 
-def start_checkpoint(spec, out_root):
-    """Start writing spec's synthetic checkpoint (its set directory emptied first, the tier's
+def start_checkpoint(spec, set_dir):
+    """Start writing spec's synthetic checkpoint into set_dir (emptied first; the tier's
     worker threads) in a forked child process, so that this process can import transformers
     meanwhile: on hosts that run Python without writing bytecode the imports take ~14 s, the
     Phi-3-mini checkpoint ~18 s (docs/PERF.md). The child computes exactly what
@@ -222,7 +229,6 @@ def start_checkpoint(spec, out_root):
         return None
     import multiprocessing as mp
     import traceback
-    set_dir = os.path.join(out_root, "models", spec.name)
     ctx = mp.get_context("fork")
     rx, tx = ctx.Pipe(duplex=False)
 
@@ -256,14 +262,15 @@ def start_checkpoint(spec, out_root):
     return wait
 
 
-def build_checkpoint(src, name, tier, out_root):
+def build_checkpoint(src, name, tier, set_dir):
+    """Build the set `name` of a real checkpoint directory src into set_dir."""
     with open(os.path.join(src, "config.json")) as f:
         cfg = json.load(f)
     family = FAMILY_OF_MODEL_TYPE.get(cfg.get("model_type"))
     if family is None:
         raise SystemExit("%s: model_type %r is not one of %s"
                          % (src, cfg.get("model_type"), sorted(FAMILY_OF_MODEL_TYPE)))
-    return build_set(os.path.join(out_root, "models", name), name=name, family=family, tier=tier,
+    return build_set(set_dir, name=name, family=family, tier=tier,
                      seed=set_seed(name), source=CHECKPOINT,
                      decode_steps=CHECKPOINT_DECODE_STEPS,
                      margin_epsilon=CHECKPOINT_EPSILON, checkpoint=src)

@@ -276,7 +276,7 @@ def check_lockstep_build(tmp, specs, want):
     lockstep.Lockstep = Counted
     try:
         for spec in specs:
-            batches.build(spec, os.path.join(tmp, "lockstep"), tmp)
+            batches.build(spec, os.path.join(tmp, "lockstep", "batches", spec.name), tmp)
     finally:
         threads.TIER_THREADS[configs.COMMITTED], threads.SPLIT_MIN, threads.PAIR_SLICE_BYTES = saved
         lockstep.Lockstep = real
@@ -306,9 +306,9 @@ def run(set_dirs=None):
           "the committed batch sets")
     with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
         for name in sorted({s.model for s in specs}):
-            model_build.build_synthetic(configs.BY_NAME[name], tmp)
+            model_build.build_synthetic(configs.BY_NAME[name], os.path.join(tmp, "models", name))
         for spec in specs:
-            batches.build(spec, tmp, tmp)
+            batches.build(spec, os.path.join(tmp, "batches", spec.name), tmp)
         want = digests(os.path.join(tmp, "batches"))
         check_lockstep_build(tmp, specs, want)
         for spec in specs:

@@ -1151,7 +1151,7 @@ def check_lockstep_build(tmp, specs, want):
     lockstep.Lockstep = Counted
     try:
         for spec in specs:
-            model_build.build_synthetic(spec, os.path.join(tmp, "lockstep"))
+            model_build.build_synthetic(spec, os.path.join(tmp, "lockstep", "models", spec.name))
     finally:
         threads.TIER_THREADS[configs.COMMITTED], threads.SPLIT_MIN, threads.PAIR_SLICE_BYTES = saved
         lockstep.Lockstep = real
@@ -1194,7 +1194,7 @@ def run(set_dirs=None):
     with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
         for rep in ("a", "b"):
             for spec in specs:
-                model_build.build_synthetic(spec, os.path.join(tmp, rep))
+                model_build.build_synthetic(spec, os.path.join(tmp, rep, "models", spec.name))
         da, db = digests(os.path.join(tmp, "a")), digests(os.path.join(tmp, "b"))
         check(da == db, "two builds differ: %s" % sorted(
             k for k in set(da) | set(db) if da.get(k) != db.get(k))[:5])
