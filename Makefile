@@ -3,7 +3,9 @@
 #   make check        conformance table on the best available backend (the CPU without a GPU)
 #   make test         vet, formatting, unit tests and every Ginkgo suite on the CPU backend (CI)
 #   make golden       regenerate the committed golden sets (needs tools/gen-golden/requirements.txt)
-#   make golden-full  generate the full-scale tier into golden/.cache (GPU hosts)
+#   make golden-full  generate the full-scale tier into golden/.cache (GPU hosts); incremental:
+#                     a set whose generator inputs are unchanged is reused (SETS=..., FORCE=1)
+#   make golden-full-key   one hash of the full tier's generator inputs (a CI cache key)
 #   make cuda         build cuda/build/libtouchstone_cuda.so with nvcc (CUDA_ARCH ?= sm_90)
 #   make cuda-test    the C ABI's bad-argument tests against that library
 #   make bundle       precompiled suites + ginkgo + touchstone + runner in dist/ (for GPU hosts)
@@ -23,7 +25,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
                 --junit-report=junit.xml --json-report=report.json --output-dir=$(REPORTS)
 FUZZTIME     ?= 20s
 
-.PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-check golden-verify \
+.PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-full-key golden-check golden-verify \
         cuda cuda-test fused-bytes bundle bundle-check bundle-devices-check bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
@@ -68,12 +70,27 @@ golden:
 	$(PYTHON) tools/gen-golden batches --tier committed --out golden
 	$(PYTHON) tools/gen-golden sampling --out golden
 
-# Full-scale sets: ~2 GB of kernel cases, and Qwen2.5-0.5B, Phi-3-mini-4k (~17 GB of RAM to
-# generate) and GPT-2 124M model sets with synthetic weights.
+# Full-scale sets (tools/gen-golden/README.md, "Full tier"): 7.3 GB of kernel cases, nine model
+# sets with synthetic weights (Phi-3-mini-4k needs ~17 GB of RAM) and two batch sets, 35 GB in all.
+# Incremental: a set whose key (generator sources, spec, seed, library versions) is unchanged and
+# whose files verify is reused, so a second run takes seconds. SETS=pattern[,pattern] builds only
+# the sets those names or labels match (shell globs: an op, a model or batch set, a family,
+# kernels/models/batches, f16/bf16), e.g. `make golden-full SETS=rope,qwen2.5-0.5b`; FORCE=1
+# rebuilds them regardless of their keys.
+SETS        ?=
+FORCE       ?=
+FULL_FLAGS  := $(if $(SETS),--sets '$(SETS)') $(if $(FORCE),--force)
+
 golden-full:
-	$(PYTHON) tools/gen-golden kernels --tier full --out golden/.cache
-	$(PYTHON) tools/gen-golden models --tier full --out golden/.cache
-	$(PYTHON) tools/gen-golden batches --tier full --out golden/.cache
+	$(if $(SETS),@$(PYTHON) tools/gen-golden list --tier full --sets '$(SETS)' > /dev/null)
+	$(PYTHON) tools/gen-golden kernels --tier full --out golden/.cache $(FULL_FLAGS)
+	$(PYTHON) tools/gen-golden models --tier full --out golden/.cache $(FULL_FLAGS)
+	$(PYTHON) tools/gen-golden batches --tier full --out golden/.cache $(FULL_FLAGS)
+
+# The key of the whole full tier: changes exactly when `make golden-full` would rebuild a set.
+# A CI runner caches golden/.cache under it (tools/gen-golden/README.md, "Caching the full tier").
+golden-full-key:
+	@$(PYTHON) tools/gen-golden key --tier full
 
 # Regenerates into a temporary directory and fails if any committed byte differs.
 golden-check:

@@ -229,7 +229,7 @@ func (s *Set) Calibration() (*Calibration, error) {
 }
 
 // Calibration implementations by storage dtype: the generator's forward rounds every stored
-// value to fp16 or to bf16 (tools/gen-golden/models.py, CALIBRATION_IMPLEMENTATION).
+// value to fp16 or to bf16 (tools/gen-golden/models/calibration.py, CALIBRATION_IMPLEMENTATION).
 const (
 	CalibrationF16  = "transformers-fp32-rounded-fp16"
 	CalibrationBF16 = "transformers-fp32-rounded-bf16"

@@ -14,7 +14,7 @@ import (
 
 // The loader's RoPE-scaling tables for the published configs equal the divisor tables of the
 // committed rope cases, which the reference script computes in fp64 from the same configs and
-// checks against transformers' own inverse frequencies (tools/gen-golden/kernels.py): the
+// checks against transformers' own inverse frequencies (tools/gen-golden/common/rope_scaling.py): the
 // engine's recipe is the reference's, pair by pair, to one fp32 ulp.
 func TestRopeScalingMatchesTheReferenceTables(t *testing.T) {
 	llama := func(hidden, factor int) string {

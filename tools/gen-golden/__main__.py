@@ -4,29 +4,18 @@
     python3 tools/gen-golden models [--tier committed|full] [--out DIR] [--model NAME]... [--check]
     python3 tools/gen-golden models --checkpoint DIR --name NAME [--tier full] [--check]
     python3 tools/gen-golden batches [--tier committed|full] [--out DIR] [--set NAME]... [--check]
+        kernels, models, batches: [--sets PATTERN[,PATTERN]] [--force] [--no-verify]
+    python3 tools/gen-golden list [--tier full|committed] [--sets PATTERN[,PATTERN]] [--keys]
+    python3 tools/gen-golden key [--tier full|committed] [--sets PATTERN[,PATTERN]]
     python3 tools/gen-golden sampling [--out DIR] [--check]
-    python3 tools/gen-golden selftest [--only kernels|sampling|models|batches] [--set DIR]...
+    python3 tools/gen-golden selftest [--only imports|incremental|kernels|...] [--set DIR]...
     python3 tools/gen-golden randinit --preset qwen2.5-1.5b --out DIR [--seed N] [--layers N] [--vocab N]
 """
 
 import os
 import sys
 
-# Pin torch's numerics before it is imported, so every host computes the same bits:
-#  - never touch a GPU, even where one is present: the reference is a CPU computation;
-#  - ATen's vectorised CPU kernels (erf, exp, reductions) differ in the last fp64 bits between
-#    the AVX2, AVX512 and default builds it picks at run time: always pick the default build;
-#  - MKL's BLAS (fp64 matmul, also inside SDPA) likewise picks code by CPU: ask for its
-#    conditional-numerical-reproducibility mode, which is the same on every x86-64 CPU.
-os.environ["CUDA_VISIBLE_DEVICES"] = ""
-os.environ["ATEN_CPU_CAPABILITY"] = "default"
-os.environ["MKL_CBWR"] = "COMPATIBLE"
-os.environ["OMP_NUM_THREADS"] = "1"
-# transformers: never reach for the hub (nothing is reachable, and a cached download must not
-# change what a set is computed from), and never swap in hub kernels for the modeling code.
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
-os.environ["USE_HUB_KERNELS"] = "0"
+import numerics  # first: the environment that pins the bits, before torch is imported
 
 import argparse  # noqa: E402
 import filecmp  # noqa: E402
@@ -34,56 +23,24 @@ import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import kernels  # noqa: E402
-import manifest  # noqa: E402
+import incremental  # noqa: E402
+import sets  # noqa: E402
+from common import configs, manifest  # noqa: E402
+from kernels import cases as kernel_cases  # noqa: E402
+from kernels import ops as kernel_ops  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED_BUDGET = 35_750_000  # bytes, `du -sb golden/kernels` (30 MB until prefill needed multi-tile cases, 31 until layernorm_gemm, 32 until the scaled RoPE cases: +0.69 MB, 32.25 until the bf16 cases, 105 of them taking every kernel path once more in bf16: +3.36 MB)
 MODELS_COMMITTED_BUDGET = 11_000_000  # bytes, `du -sb golden/models` (4 MB until the RoPE-scaled tiny sets llama3-tiny, phi3.5-tiny and qwen2-yarn-tiny: +3.9 MB; 8 MB until the bf16 sets qwen2-tiny-bf16 and llama3-tiny-bf16: +2.94 MB)
 BATCHES_COMMITTED_BUDGET = 5_250_000  # bytes, `du -sb golden/batches` (4,778,257 measured for qwen2-tiny-b4, phi3.5-tiny-b3 and gpt2-tiny-b3: about 10% of room)
 SAMPLING_BUDGET = 4_000_000  # bytes, `du -sb golden/sampling`
-PINNED_TORCH = "2.11.0"
-PINNED_NUMPY = ("2.4.6", "2.5.2")
-PINNED_TRANSFORMERS = "5.17.0"
 
 
-def setup_torch():
-    # one thread: a fixed reduction order. The full model tier adds worker threads, each of which
-    # also runs torch on one thread (models.py, "Threads").
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    if torch.__version__.split("+")[0] != PINNED_TORCH or np.__version__ not in PINNED_NUMPY:
-        print("warning: torch %s / numpy %s differ from the pinned versions "
-              "(tools/gen-golden/requirements.txt); sets may not be byte-identical"
-              % (torch.__version__, np.__version__), file=sys.stderr)
-
-
-def generate(out, tier, ops, quiet=False):
-    """Write every case of `tier` for `ops` under out/kernels/<op>/<case>/ and delete stale
-    case directories of those ops. Returns (sets, bytes)."""
-    n_sets = n_bytes = 0
-    for op in ops:
-        op_dir = os.path.join(out, "kernels", op)
-        cases = kernels.cases_for(tier, [op])
-        for case in cases:
-            t0 = time.time()
-            seed, params, inputs, expected = kernels.build(case)
-            files, size = manifest.write_set(
-                os.path.join(op_dir, case.name), op=op, case=case.name, tier=tier, seed=seed,
-                params=params, inputs=inputs, expected=expected)
-            n_sets += 1
-            n_bytes += size
-            if not quiet:
-                print("%-50s %2d files %11d bytes %6.1fs"
-                      % (op + "/" + case.name, files, size, time.time() - t0), flush=True)
-        for name in manifest.stale_case_dirs(op_dir, {c.name for c in cases}, tier):
-            shutil.rmtree(os.path.join(op_dir, name))
-            if not quiet:
-                print("removed stale %s/%s" % (op, name))
-    return n_sets, n_bytes
+def default_out(tier):
+    """The default root of a tier: the repository's golden/ for committed, golden/.cache/ for
+    full (relative to the repository, not to the working directory)."""
+    return os.path.join(REPO, "golden") if tier == "committed" \
+        else os.path.join(REPO, "golden", ".cache")
 
 
 def list_files(root):
@@ -106,42 +63,102 @@ def compare_trees(fresh_dir, have_dir, fresh, have):
     return problems
 
 
-def check(out, tier, ops):
-    """Regenerate into a temporary directory and compare byte for byte with out. Returns the
-    list of problems (empty when out is exactly what generation produces)."""
+def check_jobs(out, jobs, tier, stale, prepare=None):
+    """Regenerate jobs into a temporary directory and compare byte for byte with out: each
+    job's set directory, and the directories `stale` (paths under out) that the same run
+    without --check would delete. Returns the list of problems (empty when out is exactly what
+    generation produces)."""
     problems = []
     with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
-        generate(tmp, tier, ops)
-        for op in ops:
-            fresh_dir = os.path.join(tmp, "kernels", op)
-            have_dir = os.path.join(out, "kernels", op)
-            fresh = list_files(fresh_dir)
-            # Judge the sets this run writes plus those it would delete as stale; sets of the
-            # other tier sharing the directory are not ours.
-            generated = {c.name for c in kernels.cases_for(tier, [op])}
-            ours = generated | set(manifest.stale_case_dirs(have_dir, generated, tier))
-            have = {p for p in list_files(have_dir) if p.split(os.sep)[0] in ours}
-            problems += compare_trees(fresh_dir, have_dir, fresh, have)
+        incremental.run(tmp, jobs, tier, reuse=False, prepare=prepare)
+        for rel in [j.rel for j in jobs] + list(stale):
+            fresh_dir, have_dir = os.path.join(tmp, rel), os.path.join(out, rel)
+            problems += compare_trees(fresh_dir, have_dir, list_files(fresh_dir),
+                                      list_files(have_dir))
     return problems
 
 
+def run_jobs(args, out, jobs, prepare=None):
+    """Write jobs' sets under out: the full tier reuses every set whose key is unchanged
+    (incremental.py) unless --force; one progress line a set. Returns the Summary."""
+    return incremental.run(out, jobs, args.tier, reuse=args.tier == "full", force=args.force,
+                           verify=not args.no_verify, prepare=prepare)
+
+
+def remove_stale(out, rels):
+    """Delete stale set directories (paths under out) and their key records."""
+    for rel in rels:
+        shutil.rmtree(os.path.join(out, rel))
+        incremental.drop_key(out, rel)
+        print("removed stale %s" % rel)
+
+
+def selected(jobs, args, kind):
+    """The jobs --sets selects; a note on stderr when it selects none of this kind."""
+    pats = incremental.patterns(args.sets)
+    chosen = incremental.select(jobs, pats)
+    if pats and not chosen:
+        print("%s: no set matches --sets %s" % (kind, ",".join(pats)), file=sys.stderr)
+    return chosen
+
+
+def families(jobs):
+    """The transformers families of model and batch jobs (real checkpoints: unknown)."""
+    out = set()
+    for j in jobs:
+        if j.kind == "models" and j.spec is not None:
+            out.add(j.spec.family)
+        elif j.kind == "batches":
+            out.add(configs.BY_NAME[j.spec.model].family)
+    return sorted(out)
+
+
+def transformers_prepare(fork=False):
+    """A prepare for incremental.run that imports transformers and the modeling modules the
+    jobs to build need, only when something is built; with fork (full-tier model sets) the
+    first one's checkpoint is drawn in a forked process meanwhile (build.start_checkpoint)."""
+    from models import build as model_build
+    from models import reference
+
+    def prepare(todo, first_dir):
+        t0 = time.time()
+        ahead = None
+        if fork and todo[0].kind == "models" and todo[0].spec is not None:
+            ahead = model_build.start_checkpoint(todo[0].spec, first_dir)
+        numerics.setup_models()
+        for family in families(todo):
+            reference.modeling_module(family)
+        if ahead is not None:
+            print("transformers imported in %.1fs beside the forked checkpoint writer"
+                  % (time.time() - t0), file=sys.stderr, flush=True)
+        return ahead
+    return prepare
+
+
 def cmd_kernels(args):
-    ops = list(kernels.OPS) if not args.op else args.op
+    ops = list(kernel_ops.OPS) if not args.op else args.op
     for op in ops:
-        if op not in kernels.OPS:
-            sys.exit("unknown op %r (known: %s)" % (op, ", ".join(kernels.OPS)))
-    out = args.out
-    if out is None:  # defaults are relative to the repository, not to the working directory
-        out = os.path.join(REPO, "golden") if args.tier == "committed" \
-            else os.path.join(REPO, "golden", ".cache")
-    setup_torch()
+        if op not in kernel_ops.OPS:
+            sys.exit("unknown op %r (known: %s)" % (op, ", ".join(kernel_ops.OPS)))
+    out = args.out if args.out is not None else default_out(args.tier)
+    numerics.setup_torch()
     t0 = time.time()
+    jobs = selected(sets.kernel_jobs(args.tier, ops), args, "kernels")
+    stale = []
+    if not args.sets:  # the listed ops' case directories that the table no longer has
+        for op in ops:
+            names = {c.name for c in kernel_cases.cases_for(args.tier, [op])}
+            op_dir = os.path.join(out, "kernels", op)
+            stale += ["kernels/%s/%s" % (op, n)
+                      for n in manifest.stale_case_dirs(op_dir, names, args.tier)]
 
     if args.check:
-        return report_check(check(out, args.tier, ops), os.path.join(out, "kernels"), t0)
+        return report_check(check_jobs(out, jobs, args.tier, stale), os.path.join(out, "kernels"),
+                            t0)
 
-    n_sets, n_bytes = generate(out, args.tier, ops)
-    print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
+    summary = run_jobs(args, out, jobs)
+    remove_stale(out, stale)
+    print(incremental.summary_line(summary))
     kdir = os.path.join(out, "kernels")
     if args.tier == "committed" and os.path.isdir(kdir):
         if not within_budget(kdir, COMMITTED_BUDGET, "committed golden sets"):
@@ -149,71 +166,8 @@ def cmd_kernels(args):
     return 0
 
 
-def setup_models():
-    """Model sets also need transformers (pinned) and oneDNN off: fp32 CPU matmuls must go through
-    the same MKL path (MKL_CBWR) on every host."""
-    import transformers
-    torch.backends.mkldnn.enabled = False
-    if transformers.__version__ != PINNED_TRANSFORMERS:
-        print("warning: transformers %s differs from the pinned %s (tools/gen-golden/"
-              "requirements.txt); model sets may not be byte-identical"
-              % (transformers.__version__, PINNED_TRANSFORMERS), file=sys.stderr)
-
-
-def model_jobs(args):
-    """[(set name, build function(out_root, ahead=None), synthetic spec or None)] that a models
-    command covers (`ahead`: models.start_checkpoint's waiter for that set)."""
-    import models
-    if args.checkpoint:
-        src = os.path.abspath(args.checkpoint)
-        return [(args.name, lambda root, ahead=None:
-                 models.build_checkpoint(src, args.name, args.tier, root), None)]
-    specs = models.models_for(args.tier, args.model)
-    if args.layers:
-        specs = [models.with_layers(s, args.layers) for s in specs]
-    return [(s.name, lambda root, ahead=None, s=s: models.build_synthetic(s, root, ahead), s)
-            for s in specs]
-
-
-def generate_models(out, jobs, tier, prune, quiet=False, ahead=None):
-    """Build every job's set under out; `ahead` is start_checkpoint's waiter for the first."""
-    import models
-    n_sets = n_bytes = 0
-    for i, (name, build, _) in enumerate(jobs):
-        t0 = time.time()
-        files, size = build(out, ahead if i == 0 else None)
-        n_sets += 1
-        n_bytes += size
-        if not quiet:
-            print("%-50s %3d files %11d bytes %6.1fs"
-                  % ("models/" + name, files, size, time.time() - t0), flush=True)
-    if prune:
-        mdir = os.path.join(out, "models")
-        for name in models.stale_model_dirs(mdir, {n for n, _, _ in jobs}, tier):
-            shutil.rmtree(os.path.join(mdir, name))
-            if not quiet:
-                print("removed stale models/%s" % name)
-    return n_sets, n_bytes
-
-
-def check_models(out, jobs, tier, prune):
-    import models
-    problems = []
-    with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
-        generate_models(tmp, jobs, tier, prune=False)
-        have_root = os.path.join(out, "models")
-        names = [n for n, _, _ in jobs]
-        if prune:
-            names += models.stale_model_dirs(have_root, set(names), tier)
-        for name in names:
-            fresh_dir = os.path.join(tmp, "models", name)
-            have_dir = os.path.join(have_root, name)
-            problems += compare_trees(fresh_dir, have_dir, list_files(fresh_dir), list_files(have_dir))
-    return problems
-
-
 def cmd_models(args):
-    import models
+    from models import build as model_build
     if bool(args.checkpoint) != bool(args.name):
         sys.exit("--checkpoint DIR and --name NAME go together")
     if args.checkpoint and (args.model or args.layers):
@@ -223,41 +177,39 @@ def cmd_models(args):
     if args.tier is None:
         args.tier = "full" if args.checkpoint else "committed"
     for name in args.model or []:
-        if name not in models.BY_NAME:
-            sys.exit("unknown model %r (known: %s)" % (name, ", ".join(models.BY_NAME)))
-        if models.BY_NAME[name].tier != args.tier:
+        if name not in configs.BY_NAME:
+            sys.exit("unknown model %r (known: %s)" % (name, ", ".join(configs.BY_NAME)))
+        if configs.BY_NAME[name].tier != args.tier:
             sys.exit("model %s is in the %s tier (use --tier %s)"
-                     % (name, models.BY_NAME[name].tier, models.BY_NAME[name].tier))
+                     % (name, configs.BY_NAME[name].tier, configs.BY_NAME[name].tier))
     if args.layers is not None and args.layers < 1:
         sys.exit("--layers must be >= 1")
-    out = args.out
-    if out is None:
-        out = os.path.join(REPO, "golden") if args.tier == "committed" \
-            else os.path.join(REPO, "golden", ".cache")
+    out = args.out if args.out is not None else default_out(args.tier)
     t0 = time.time()
-    setup_torch()
-    models.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
-    jobs = model_jobs(args)
+    numerics.setup_torch()
+    model_build.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
+    if args.checkpoint:
+        src = os.path.abspath(args.checkpoint)
+        model_build.check_checkpoint_dir(src, os.path.join(out, "models", args.name))
+        jobs = [sets.checkpoint_job(src, args.name, args.tier)]
+    else:
+        jobs = sets.model_jobs(args.tier, args.model, args.layers)
+    jobs = selected(jobs, args, "models")
     # Only a run over the whole synthetic table of a tier may delete other sets as stale.
-    prune = not (args.checkpoint or args.model or args.layers)
-    ahead = None
-    if not args.check and args.tier == "full" and jobs and jobs[0][2] is not None:
-        # the first checkpoint is drawn in a forked process while transformers is imported here
-        ahead = models.start_checkpoint(jobs[0][2], out)
-    setup_models()
-    for _, _, spec in jobs:
-        if spec is not None:
-            models.modeling_module(spec.family)
-    if ahead is not None:
-        print("transformers imported in %.1fs beside the forked checkpoint writer" % (time.time() - t0),
-              file=sys.stderr, flush=True)
+    stale = []
+    if not (args.checkpoint or args.model or args.layers or args.sets):
+        stale = ["models/" + n for n in model_build.stale_model_dirs(
+            os.path.join(out, "models"), {j.name for j in jobs}, args.tier)]
 
     if args.check:
-        return report_check(check_models(out, jobs, args.tier, prune),
-                            ", ".join(os.path.join(out, "models", n) for n, _, _ in jobs), t0)
+        return report_check(check_jobs(out, jobs, args.tier, stale, transformers_prepare()),
+                            ", ".join(os.path.join(out, j.rel) for j in jobs), t0)
 
-    n_sets, n_bytes = generate_models(out, jobs, args.tier, prune, ahead=ahead)
-    print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
+    # full tier: the first checkpoint to build is drawn in a forked process while transformers
+    # is imported here
+    summary = run_jobs(args, out, jobs, transformers_prepare(fork=args.tier == "full"))
+    remove_stale(out, stale)
+    print(incremental.summary_line(summary))
     mdir = os.path.join(out, "models")
     if args.tier == "committed" and os.path.isdir(mdir):
         if not within_budget(mdir, MODELS_COMMITTED_BUDGET, "committed model sets"):
@@ -265,83 +217,66 @@ def cmd_models(args):
     return 0
 
 
-def generate_batches(out, specs, tier, prune, models_root, quiet=False):
-    """Build every batch set of specs under out/batches/, reading the model sets under
-    models_root/models/; with prune, delete stale batch sets of the tier."""
-    import batches
-    n_sets = n_bytes = 0
-    for spec in specs:
-        t0 = time.time()
-        files, size = batches.build(spec, out, models_root)
-        n_sets += 1
-        n_bytes += size
-        if not quiet:
-            print("%-50s %4d files %11d bytes %6.1fs"
-                  % ("batches/" + spec.name, files, size, time.time() - t0), flush=True)
-    if prune:
-        bdir = os.path.join(out, "batches")
-        for name in batches.stale_batch_dirs(bdir, {s.name for s in specs}, tier):
-            shutil.rmtree(os.path.join(bdir, name))
-            if not quiet:
-                print("removed stale batches/%s" % name)
-    return n_sets, n_bytes
-
-
-def check_batches(out, specs, tier, prune):
-    """Regenerate into a temporary directory (from the model sets under out) and compare byte
-    for byte with out/batches/."""
-    import batches
-    problems = []
-    with tempfile.TemporaryDirectory(prefix="gen-golden-check-") as tmp:
-        generate_batches(tmp, specs, tier, prune=False, models_root=out)
-        have_root = os.path.join(out, "batches")
-        names = [s.name for s in specs]
-        if prune:
-            names += batches.stale_batch_dirs(have_root, set(names), tier)
-        for name in names:
-            fresh_dir = os.path.join(tmp, "batches", name)
-            have_dir = os.path.join(have_root, name)
-            problems += compare_trees(fresh_dir, have_dir, list_files(fresh_dir),
-                                      list_files(have_dir))
-    return problems
-
-
 def cmd_batches(args):
     """Batch sets (docs/golden-format.md, "Batch sets"): B sequences of different prompt lengths
     for the checkpoint of a model set of the same tier, which must exist under DIR/models/."""
     import batches
-    import models
+    from models import build as model_build
     for name in args.set or []:
         if name not in batches.BY_NAME:
             sys.exit("unknown batch set %r (known: %s)" % (name, ", ".join(batches.BY_NAME)))
         if batches.BY_NAME[name].tier != args.tier:
             sys.exit("batch set %s is in the %s tier (use --tier %s)"
                      % (name, batches.BY_NAME[name].tier, batches.BY_NAME[name].tier))
-    out = args.out
-    if out is None:  # as models: golden/ for committed, golden/.cache/ for full
-        out = os.path.join(REPO, "golden") if args.tier == "committed" \
-            else os.path.join(REPO, "golden", ".cache")
+    out = args.out if args.out is not None else default_out(args.tier)
     t0 = time.time()
-    setup_torch()
-    models.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
-    specs = batches.batches_for(args.tier, args.set)
-    for spec in specs:  # before transformers is imported: a missing model set fails at once
-        batches.read_model_set(spec, out)
-    prune = not args.set  # only a run over the whole tier deletes stale sets
-    setup_models()
-    for family in sorted({models.BY_NAME[s.model].family for s in specs}):
-        models.modeling_module(family)
+    numerics.setup_torch()
+    model_build.PHASE_STREAM = sys.stderr  # per-phase seconds of each set
+    jobs = selected(sets.batch_jobs(args.tier, args.set, models_root=out), args, "batches")
+    for job in jobs:  # before transformers is imported: a missing model set fails at once
+        batches.read_model_set(job.spec, out)
+    stale = []
+    if not (args.set or args.sets):  # only a run over the whole tier deletes stale sets
+        stale = ["batches/" + n for n in batches.stale_batch_dirs(
+            os.path.join(out, "batches"), {j.name for j in jobs}, args.tier)]
 
     if args.check:
-        return report_check(check_batches(out, specs, args.tier, prune),
-                            ", ".join(os.path.join(out, "batches", s.name) for s in specs), t0)
+        return report_check(check_jobs(out, jobs, args.tier, stale, transformers_prepare()),
+                            ", ".join(os.path.join(out, j.rel) for j in jobs), t0)
 
-    n_sets, n_bytes = generate_batches(out, specs, args.tier, prune, models_root=out)
-    print("total: %d sets, %d bytes, %.1fs" % (n_sets, n_bytes, time.time() - t0))
+    summary = run_jobs(args, out, jobs, transformers_prepare())
+    remove_stale(out, stale)
+    print(incremental.summary_line(summary))
     bdir = os.path.join(out, "batches")
     if args.tier == "committed" and os.path.isdir(bdir):
         if not within_budget(bdir, BATCHES_COMMITTED_BUDGET, "committed batch sets"):
             return 1
+    return 0
+
+
+def cmd_list(args):
+    """The sets of a tier that --sets selects (all of them without): kind, name, labels, and
+    with --keys each set's key. Exits 1 when nothing matches."""
+    jobs = incremental.select(sets.all_jobs(args.tier), incremental.patterns(args.sets))
+    for j in jobs:
+        print("%-8s %-58s %s%s" % (j.kind, j.name, ",".join(j.labels),
+                                   "  " + incremental.set_key(j, args.tier) if args.keys else ""))
+    if not jobs:
+        print("no %s-tier set matches --sets %s" % (args.tier, ",".join(
+            incremental.patterns(args.sets))), file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_key(args):
+    """One hash of every selected set's key: what a CI runner keys its cache of the tier's
+    directory (golden/.cache) by. It changes when any of those sets would be rebuilt."""
+    jobs = incremental.select(sets.all_jobs(args.tier), incremental.patterns(args.sets))
+    if not jobs:
+        print("no %s-tier set matches --sets %s" % (args.tier, ",".join(
+            incremental.patterns(args.sets))), file=sys.stderr)
+        return 1
+    print(incremental.combined_key(jobs, args.tier))
     return 0
 
 
@@ -371,7 +306,7 @@ def cmd_sampling(args):
     """Sampling sets: one committed tier, golden/sampling/<set>/."""
     import sampling_sets
     out = args.out if args.out is not None else os.path.join(REPO, "golden")
-    setup_torch()
+    numerics.setup_torch()
     t0 = time.time()
     have_dir = os.path.join(out, "sampling")
     if args.check:
@@ -388,23 +323,29 @@ def cmd_sampling(args):
 
 
 def cmd_selftest(args):
-    setup_torch()
-    import selftest
+    numerics.setup_torch()
     rc = 0
     if args.set and args.only not in ("models", "batches"):
         sys.exit("--set DIR goes with --only models or --only batches")
-    if args.only in (None, "kernels"):
-        rc = selftest.run()
+    if args.only in (None, "imports"):
+        from selftest import imports as selftest_imports
+        rc = selftest_imports.run()
+    if rc == 0 and args.only in (None, "incremental"):
+        from selftest import incremental as selftest_incremental
+        rc = selftest_incremental.run()
+    if rc == 0 and args.only in (None, "kernels"):
+        from selftest import kernels as selftest_kernels
+        rc = selftest_kernels.run()
     if rc == 0 and args.only in (None, "sampling"):
-        import selftest_sampling
+        from selftest import sampling as selftest_sampling
         rc = selftest_sampling.run()
     if rc == 0 and args.only in (None, "models"):
-        setup_models()
-        import selftest_models
+        numerics.setup_models()
+        from selftest import models as selftest_models
         rc = selftest_models.run(args.set if args.only == "models" else None)
     if rc == 0 and args.only in (None, "batches"):
-        setup_models()
-        import selftest_batches
+        numerics.setup_models()
+        from selftest import batches as selftest_batches
         rc = selftest_batches.run(args.set if args.only == "batches" else None)
     return rc
 
@@ -413,14 +354,38 @@ def cmd_randinit(args):
     """A checkpoint of a real model's shape with transformers' own random initialisation
     (randinit.py), for models --checkpoint."""
     import randinit
-    setup_torch()
-    setup_models()
+    numerics.setup_torch()
+    numerics.setup_models()
     t0 = time.time()
     cfg = randinit.build(args.preset, args.out, seed=args.seed, layers=args.layers,
                          vocab=args.vocab)
     print("%s: %s, %d layers, vocab %d, seed %d (%.1fs)" % (args.out, args.preset,
           cfg["num_hidden_layers"], cfg["vocab_size"], args.seed, time.time() - t0))
     return 0
+
+
+def add_selection(parser):
+    """--sets, --force and --no-verify of the kernels, models and batches commands."""
+    parser.add_argument("--sets", action="append", metavar="PATTERN[,PATTERN]",
+                        help="only the sets a pattern matches (shell globs, comma-separated, "
+                             "repeatable): a set's name (rope/qwen2.5-0.5b_t2048 or just its "
+                             "case name, qwen2.5-0.5b, qwen2.5-0.5b-b16) or directory "
+                             "(kernels/rope/...), or a label: kernels, models, batches, an op, a "
+                             "dtype (f16, bf16, f32), a model family (qwen2, phi3, llama, gpt2), "
+                             "a batch set's model set; no stale set is deleted")
+    parser.add_argument("--force", action="store_true",
+                        help="full tier: build every selected set, even one whose key is "
+                             "unchanged")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="full tier: reuse a set whose key is unchanged on its files' sizes "
+                             "alone, without recomputing their sha256")
+
+
+def add_tier_listing(parser):
+    parser.add_argument("--tier", choices=("committed", "full"), default="full")
+    parser.add_argument("--sets", action="append", metavar="PATTERN[,PATTERN]",
+                        help="only the sets a pattern matches (as the kernels, models and batches "
+                             "commands' --sets)")
 
 
 def main(argv=None):
@@ -437,6 +402,7 @@ def main(argv=None):
     k.add_argument("--check", action="store_true",
                    help="generate into a temporary directory and compare byte for byte with "
                         "DIR; exit 1 listing differing, missing and extra files")
+    add_selection(k)
     k.set_defaults(func=cmd_kernels)
     m = sub.add_parser("models", help="write model golden sets (synthetic checkpoints, or a real "
                                       "one with --checkpoint)")
@@ -458,6 +424,7 @@ def main(argv=None):
     m.add_argument("--check", action="store_true",
                    help="generate into a temporary directory and compare byte for byte with "
                         "DIR; exit 1 listing differing, missing and extra files")
+    add_selection(m)
     m.set_defaults(func=cmd_models)
     b = sub.add_parser("batches", help="write batch golden sets: ragged batched decode, one "
                                         "reference run per sequence on a model set's checkpoint")
@@ -471,7 +438,17 @@ def main(argv=None):
     b.add_argument("--check", action="store_true",
                    help="generate into a temporary directory (from DIR's model sets) and compare "
                         "byte for byte with DIR; exit 1 listing differing, missing and extra files")
+    add_selection(b)
     b.set_defaults(func=cmd_batches)
+    ls = sub.add_parser("list", help="list a tier's sets (kind, name, labels) that --sets "
+                                     "selects; exit 1 when none")
+    add_tier_listing(ls)
+    ls.add_argument("--keys", action="store_true", help="each set's key too")
+    ls.set_defaults(func=cmd_list)
+    ky = sub.add_parser("key", help="print one hash of the selected sets' keys: a CI cache key "
+                                    "for the tier's directory (golden/.cache)")
+    add_tier_listing(ky)
+    ky.set_defaults(func=cmd_key)
     sp = sub.add_parser("sampling", help="write the sampling golden sets (docs/sampling.md)")
     sp.add_argument("--out", metavar="DIR",
                     help="root directory; sets go to DIR/sampling/<set>/ (default: the "
@@ -481,8 +458,10 @@ def main(argv=None):
                          "DIR; exit 1 listing differing, missing and extra files")
     sp.set_defaults(func=cmd_sampling)
     s = sub.add_parser("selftest", help="check the references against independent numpy code")
-    s.add_argument("--only", choices=("kernels", "sampling", "models", "batches"),
-                   help="run only the kernel, the sampling, the model or the batch checks")
+    s.add_argument("--only", choices=("imports", "incremental", "kernels", "sampling", "models",
+                                      "batches"),
+                   help="run only the import graph's, the incremental runner's, the kernel, the "
+                        "sampling, the model or the batch checks")
     s.add_argument("--set", action="append", metavar="DIR",
                    help="with --only models: check these existing model set directories (e.g. a "
                         "full-size or --layers set) instead of building the committed ones; with "

@@ -3,11 +3,12 @@
 A batch set holds B sequences of different prompt lengths for the checkpoint of an existing model
 set: an engine prefills each sequence on its own, then decodes all B together, one token per
 sequence per step, and compares every tap of every sequence. The reference is one transformers
-run per sequence, exactly the model sets' (models.run_reference, models.run_rounded and
-models.calibration_bytes), with a prompt of the sequence's own: a sequence that reads another's
-KV-cache slot (or its positions, or its length) then cannot pass, since no two prompts share a
-prefix. The checkpoint is not copied: the manifest names the model set and the sha256 of each of
-its checkpoint files, so a reader can tell when the model set was regenerated since.
+run per sequence, exactly the model sets' (models/reference.py's run_reference, models/
+calibration.py's run_rounded and calibration_bytes), with a prompt of the sequence's own: a
+sequence that reads another's KV-cache slot (or its positions, or its length) then cannot pass,
+since no two prompts share a prefix. The checkpoint is not copied: the manifest names the model
+set and the sha256 of each of its checkpoint files, so a reader can tell when the model set was
+regenerated since.
 
     <out>/batches/<name>/ manifest.json, s<b>.prompt_ids.npy, s<b>.prefill.<tap>.npy,
                           s<b>.decode.<i>.<tap>.npy, s<b>.greedy_tokens.npy,
@@ -25,12 +26,12 @@ from contextlib import contextmanager
 
 import torch
 
-import kernels
-import manifest
-import models
+from common import configs, manifest, seeds
+from models import build as model_build
+from models import calibration, checkpoint, lockstep, reference, threads
 
 F16, F64, I32 = torch.float16, torch.float64, torch.int32
-COMMITTED, FULL = models.COMMITTED, models.FULL
+COMMITTED, FULL = configs.COMMITTED, configs.FULL
 
 CASE = "ragged"
 KIND = "batch"
@@ -59,8 +60,8 @@ BATCHES = [
 BY_NAME = {b.name: b for b in BATCHES}
 assert len(BY_NAME) == len(BATCHES)
 for _b in BATCHES:
-    assert _b.model in models.BY_NAME and models.BY_NAME[_b.model].tier == _b.tier, _b
-    assert models.BY_NAME[_b.model].dtype == "f16", _b  # the calibration here rounds to fp16
+    assert _b.model in configs.BY_NAME and configs.BY_NAME[_b.model].tier == _b.tier, _b
+    assert configs.BY_NAME[_b.model].dtype == "f16", _b  # the calibration here rounds to fp16
     assert 1 <= _b.batch <= len(LENGTHS), _b
 
 
@@ -78,19 +79,19 @@ def prompt_lens(spec):
 
 def set_seed(name):
     """The set's 32-bit seed: sha256("<master>:batches/<name>/ragged")[:4], big-endian (as
-    models.set_seed for model sets). Nothing is drawn from it: the prompts have seeds of their
+    generation.set_seed for model sets). Nothing is drawn from it: the prompts have seeds of their
     own."""
-    return kernels.case_seed("batches/" + name, CASE)
+    return seeds.case_seed("batches/" + name, CASE)
 
 
 def prompt_seed(name, b):
     """Sequence b's prompt seed: sha256("<master>:batches/<name>/s<b>")[:4], big-endian."""
-    return kernels.case_seed("batches", "%s/s%d" % (name, b))
+    return seeds.case_seed("batches", "%s/s%d" % (name, b))
 
 
 def prompt_ids(name, b, length, vocab_size):
     """Sequence b's prompt: `length` fp64 uniforms u from its own seed, ids = floor(u * V), the
-    draw models.prompt_ids makes from the model sets' one seed."""
+    draw generation.prompt_ids makes from the model sets' one seed."""
     g = torch.Generator(device="cpu").manual_seed(prompt_seed(name, b))
     u = torch.rand((length,), generator=g, dtype=F64)
     return torch.clamp((u * vocab_size).floor().to(torch.int64), 0, vocab_size - 1).to(I32)
@@ -129,7 +130,7 @@ def read_model_set(spec, models_root):
                          % (model_dir, cmd))
     for e in ckpt:
         path = os.path.join(model_dir, e["file"])
-        if not os.path.isfile(path) or models.sha256_file(path) != e["sha256"]:
+        if not os.path.isfile(path) or checkpoint.sha256_file(path) != e["sha256"]:
             raise SystemExit("%s: %s is missing or differs from its manifest's sha256; "
                              "regenerate the model set:\n  %s" % (model_dir, e["file"], cmd))
     return model_dir, m
@@ -148,7 +149,7 @@ def checkpoint_params(model_manifest):
 
 class Phases:
     """`with phases("name"):` adds a block's seconds to its phase; report() prints each phase's
-    total over the sequences to models.PHASE_STREAM, one line a phase, in first-use order."""
+    total over the sequences to model_build.PHASE_STREAM, one line a phase, in first-use order."""
 
     def __init__(self, name):
         self.name = name
@@ -163,60 +164,61 @@ class Phases:
             self.seconds[what] = self.seconds.get(what, 0.0) + time.perf_counter() - t0
 
     def report(self, n_seqs):
-        if models.PHASE_STREAM is None:
+        if model_build.PHASE_STREAM is None:
             return
         for what, sec in self.seconds.items():
             print("%s: %s %.1fs (%d sequences)" % (self.name, what, sec, n_seqs),
-                  file=models.PHASE_STREAM, flush=True)
+                  file=model_build.PHASE_STREAM, flush=True)
 
 
 def run_sequence(model, family, cfg, prompt, pool, weights_f16, phase):
     """One sequence's reference (prefill, DECODE_STEPS greedy decode steps, N_TOKENS greedy
-    tokens) and its calibration forward teacher-forced on those tokens, as models._build_set
-    runs them: with a pool, each linear layer's GEMM split over it and (fp16 weights) the two
-    forwards in lockstep, sharing each read of the weights; one after the other without.
+    tokens) and its calibration forward teacher-forced on those tokens, as models/build.py's
+    _build_set runs them: with a pool, each linear layer's GEMM split over it and (fp16 weights)
+    the two forwards in lockstep, sharing each read of the weights; one after the other without.
     `phase` times each part (Phases). Returns (taps, tokens, margins, calibration taps)."""
-    threads = 1 if pool is None else pool.size
-    feed = models.TokenFeed()
+    n_threads = 1 if pool is None else pool.size
+    feed = lockstep.TokenFeed()
 
     def greedy():
         try:
-            return models.run_reference(model, family, cfg, prompt, DECODE_STEPS,
-                                        n_tokens=N_TOKENS, feed=feed)
+            return reference.run_reference(model, family, cfg, prompt, DECODE_STEPS,
+                                           n_tokens=N_TOKENS, feed=feed)
         finally:
             feed.close()
 
     def rounded():
-        return models.run_rounded(model, family, cfg, prompt, feed, DECODE_STEPS, pool=pool,
-                                  weights_stored=True)
+        return calibration.run_rounded(model, family, cfg, prompt, feed, DECODE_STEPS, pool=pool,
+                                       weights_stored=True)
 
-    lockstep = models.Lockstep(2) if pool is not None and threads > 1 and weights_f16 else None
+    group = lockstep.Lockstep(2) if pool is not None and n_threads > 1 and weights_f16 else None
     cal_taps = None
-    with models.split_linears(model, pool, threads, lockstep):
-        if lockstep is not None:
+    with threads.split_linears(model, pool, n_threads, group):
+        if group is not None:
             with phase("run_reference + run_rounded (lockstep)"):
-                (taps, tokens, margins, _), cal_taps = models.run_lockstep(lockstep, greedy,
-                                                                           rounded)
+                (taps, tokens, margins, _), cal_taps = lockstep.run_lockstep(group, greedy,
+                                                                             rounded)
         else:
             with phase("run_reference"):
                 taps, tokens, margins, _ = greedy()
     if cal_taps is None:
-        with models.split_linears(model, pool, threads):
+        with threads.split_linears(model, pool, n_threads):
             # rounds the weights in place unless they are fp16 values already (then the caller
             # reloads the model before the next sequence)
             with phase("run_rounded"):
-                cal_taps = models.run_rounded(model, family, cfg, prompt, tokens, DECODE_STEPS,
-                                              pool=pool, weights_stored=weights_f16)
+                cal_taps = calibration.run_rounded(model, family, cfg, prompt, tokens,
+                                                   DECODE_STEPS, pool=pool,
+                                                   weights_stored=weights_f16)
     return taps, tokens, margins, cal_taps
 
 
 CAL_HEAD = '{\n  "version": %d,\n  "implementation": %s,\n  "taps": [\n' % (
-    models.CALIBRATION_VERSION, json.dumps(models.CALIBRATION_IMPLEMENTATION))
+    calibration.CALIBRATION_VERSION, json.dumps(calibration.CALIBRATION_IMPLEMENTATION))
 CAL_TAIL = "\n  ]\n}\n"
 
 
 def merge_calibration(parts):
-    """One calibration.json from the per-sequence ones (models.calibration_bytes, tap names
+    """One calibration.json from the per-sequence ones (calibration.calibration_bytes, tap names
     prefixed s<b>.): their tap lines in order, the bytes calibration_bytes writes for all the
     taps at once."""
     bodies = []
@@ -240,27 +242,27 @@ def check_positions(spec, d):
                                                     spec.model, d.P))
 
 
-def build(spec, out_root, models_root):
-    """Write spec's set under out_root/batches/<name>/ (removed first; removed again if the build
-    fails) from the model set under models_root/models/<model>/. Returns (files, bytes)."""
-    set_dir = os.path.join(out_root, "batches", spec.name)
+def build(spec, set_dir, models_root):
+    """Write spec's set into set_dir (normally <out>/batches/<name>/; removed first, removed
+    again if the build fails) from the model set under models_root/models/<model>/. Returns
+    (files, bytes)."""
     model_dir, mm = read_model_set(spec, models_root)
     with open(os.path.join(model_dir, "config.json"), "rb") as f:
         cfg = json.loads(f.read())
     family = mm["params"]["family"]
     if mm["params"].get("dtype", "f16") != "f16":
-        # the calibration here rounds to fp16 (models.run_rounded's default) and says so
+        # the calibration here rounds to fp16 (calibration.run_rounded's default) and says so
         raise SystemExit("batch set %s: model set %s is %s; batch sets of bf16 model sets are not "
                          "implemented" % (spec.name, spec.model, mm["params"]["dtype"]))
-    if models.FAMILY_OF_MODEL_TYPE.get(cfg.get("model_type")) != family or \
-            family != models.BY_NAME[spec.model].family:
+    if configs.FAMILY_OF_MODEL_TYPE.get(cfg.get("model_type")) != family or \
+            family != configs.BY_NAME[spec.model].family:
         raise SystemExit("%s: model_type %r is not family %s" % (model_dir, cfg.get("model_type"),
                                                                  family))
-    check_positions(spec, models.dims(family, cfg))
+    check_positions(spec, configs.dims(family, cfg))
     try:
-        # the tier's worker threads (models.py, "Threads"); torch itself on one thread throughout
-        with models.intra_op_threads(1), \
-                models.one_thread_workers(models.tier_threads(spec.tier)) as pool:
+        # the tier's worker threads (models/threads.py); torch itself on one thread throughout
+        with threads.intra_op_threads(1), \
+                threads.one_thread_workers(threads.tier_threads(spec.tier)) as pool:
             return _build(spec, set_dir, model_dir, mm, cfg, family, pool)
     except BaseException:
         if os.path.isdir(set_dir) and not os.path.exists(os.path.join(set_dir, "manifest.json")):
@@ -272,14 +274,14 @@ def _build(spec, set_dir, model_dir, mm, cfg, family, pool):
     if os.path.lexists(set_dir):
         shutil.rmtree(set_dir)
     os.makedirs(set_dir)
-    phase = models.PhaseTimer(spec.name)
-    threads = 1 if pool is None else pool.size
-    d = models.dims(family, cfg)
+    phase = model_build.PhaseTimer(spec.name)
+    n_threads = 1 if pool is None else pool.size
+    d = configs.dims(family, cfg)
     lens = prompt_lens(spec)
     with phase("load_model"):
-        model = models.load_model(model_dir, family, threads=threads)
+        model = reference.load_model(model_dir, family, threads=n_threads)
     with phase("check_loaded_weights"):
-        weights_f16 = models.check_loaded_weights(model, model_dir, pool) == {F16}
+        weights_f16 = reference.check_loaded_weights(model, model_dir, pool) == {F16}
 
     entries, total, cal_parts = [], 0, []
     phases = Phases(spec.name)
@@ -288,13 +290,13 @@ def _build(spec, set_dir, model_dir, mm, cfg, family, pool):
         if b > 0 and not weights_f16:
             # the calibration rounded the last sequence's weights to fp16 in place
             with phases("reload_model"):
-                model = models.load_model(model_dir, family, threads=threads)
+                model = reference.load_model(model_dir, family, threads=n_threads)
         prompt = prompt_ids(spec.name, b, P, d.V)
         taps, tokens, margins, cal_taps = run_sequence(model, family, cfg, prompt, pool,
                                                        weights_f16, phases)
         pre = tag + "."
         with phases("calibration"):
-            cal_parts.append(models.calibration_bytes(
+            cal_parts.append(calibration.calibration_bytes(
                 {pre + k: v for k, v in taps.items()},
                 {pre + k: cal_taps[k] for k in taps}, pool))
         del cal_taps
@@ -313,10 +315,10 @@ def _build(spec, set_dir, model_dir, mm, cfg, family, pool):
     phases.report(len(lens))
 
     cal = merge_calibration(cal_parts)
-    with open(os.path.join(set_dir, models.CALIBRATION_FILE), "wb") as f:
+    with open(os.path.join(set_dir, calibration.CALIBRATION_FILE), "wb") as f:
         f.write(cal)
     total += len(cal)
-    entries.append({"name": "calibration", "file": models.CALIBRATION_FILE,
+    entries.append({"name": "calibration", "file": calibration.CALIBRATION_FILE,
                     "role": "calibration", "sha256": hashlib.sha256(cal).hexdigest()})
     names, files = [e["name"] for e in entries], [e["file"] for e in entries]
     assert len(set(names)) == len(names) and len(set(files)) == len(files), "duplicate entry"

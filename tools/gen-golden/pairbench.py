@@ -1,6 +1,6 @@
 """Paired against single one-row linears at Phi-3-mini's layer shapes (4 layers, 1.8 GB of fp32)
 on a pool of 16 one-thread workers: the split_linears path that the full-tier references take,
-for each slice size of a lockstep pair (models.PAIR_SLICE_BYTES). Timings only; no set is
+for each slice size of a lockstep pair (models/threads.py, PAIR_SLICE_BYTES). Timings only; no set is
 written.
 
     python3 tools/gen-golden/pairbench.py
@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-import models  # noqa: E402
+from models import threads  # noqa: E402
 
 SHAPES = [(9216, 3072), (3072, 3072), (16384, 3072), (3072, 8192)] * 4  # qkv, o, gate_up, down
 SLICES = [128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20, 1 << 30]
@@ -41,31 +41,32 @@ def main():
     gb = sum(w.numel() for w in ws) * 4 / 1e9
     xa = {i: torch.randn(1, 1, i, generator=g) for i in (3072, 8192)}
     xb = {i: torch.randn(1, 1, i, generator=g) for i in (3072, 8192)}
-    group = models.group_op(models._group_linear)
-    with models.intra_op_threads(1), models.one_thread_workers(16) as pool:
+    group = threads.group_op(threads._group_linear)
+    with threads.intra_op_threads(1), threads.one_thread_workers(16) as pool:
         def singles():
             for w in ws:
-                bounds = models.split_bounds(w.shape[0], w.shape[1], 16)
+                bounds = threads.split_bounds(w.shape[0], w.shape[1], 16)
                 for x in (xa, xb):
-                    models.blocked(lambda x, lo, hi, w=w: F.linear(x, w[lo:hi]), None, bounds,
-                                   pool, [x[w.shape[1]]], w.shape[1])
+                    threads.blocked(lambda x, lo, hi, w=w: F.linear(x, w[lo:hi]), None, bounds,
+                                    pool, [x[w.shape[1]]], w.shape[1])
 
         def pairs():
             for w in ws:
-                bounds = models.split_bounds(w.shape[0], w.shape[1], 16)
-                models.blocked(None, lambda xs, lo, hi, step, w=w: group(xs, w, None, lo, hi, step),
-                               bounds, pool, [xa[w.shape[1]], xb[w.shape[1]]], w.shape[1])
+                bounds = threads.split_bounds(w.shape[0], w.shape[1], 16)
+                threads.blocked(None,
+                                lambda xs, lo, hi, step, w=w: group(xs, w, None, lo, hi, step),
+                                bounds, pool, [xa[w.shape[1]], xb[w.shape[1]]], w.shape[1])
 
         base = median_seconds(singles)
         print("weights %.2f GB; the two rows one pass each: %.3f s (%.1f GB/s of weight reads)"
               % (gb, base, 2 * gb / base))
-        kept = models.PAIR_SLICE_BYTES
+        kept = threads.PAIR_SLICE_BYTES
         for size in SLICES:
-            models.PAIR_SLICE_BYTES = size
+            threads.PAIR_SLICE_BYTES = size
             t = median_seconds(pairs)
             print("paired, slice %7d KiB: %.3f s (%.2fx)%s" % (size >> 10, t, base / t,
                                                                "  <- kept" if size == kept else ""))
-        models.PAIR_SLICE_BYTES = kept
+        threads.PAIR_SLICE_BYTES = kept
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Pure Python and numpy, no torch: Philox4x32-10, the uniform, argument validation
 token with everything the draw saw (the Philox words, the uniform, the candidate and nucleus
 sizes, the margins of docs/sampling.md and the tokens on either side of the nearest boundary).
 The golden sampling sets (sampling_sets.py) and the seeded generation of the model sets
-(models.py) both sample through `sample_row`.
+(models/reference.py) both sample through `sample_row`.
 
 Determinism. Every step uses only IEEE operations that are correctly rounded (+, -, *, /,
 comparisons, ldexp) in a fixed order, with one exception the spec allows, exp. numpy's float64 exp

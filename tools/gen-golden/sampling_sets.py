@@ -30,9 +30,8 @@ import shutil
 import numpy as np
 import torch
 
-import kernels
-import manifest
 import sampling
+from common import manifest, seeds
 from sampling import f32
 
 ROWS = 4
@@ -51,13 +50,13 @@ BY_NAME = {s[0]: s for s in SETS}
 
 
 def set_seed(name):
-    return kernels.case_seed("sampling", name)
+    return seeds.case_seed("sampling", name)
 
 
 def case_seed64(set_name, case_name):
     """A case's uint64 RNG key: sha256("<master>:sampling/<set>/<case>")[:8], big-endian, so both
     key words (seed mod 2^32 and seed >> 32) are exercised."""
-    text = "%d:sampling/%s/%s" % (kernels.MASTER_SEED, set_name, case_name)
+    text = "%d:sampling/%s/%s" % (seeds.MASTER_SEED, set_name, case_name)
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
 
 
@@ -68,7 +67,7 @@ def case_seed64(set_name, case_name):
 def make_logits(name):
     """The [ROWS, V] fp32 logits of a set."""
     _, V, row2 = BY_NAME[name]
-    r = kernels.Draw(set_seed(name))
+    r = seeds.Draw(set_seed(name))
     rows = []
     # 0: realistic
     rows.append((3.0 * r.randn((V,))).to(torch.float32))

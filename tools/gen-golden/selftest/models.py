@@ -6,7 +6,7 @@ must be byte-identical), then read back from its files only:
   - format: manifest keys and params, checkpoint entries (role "checkpoint", no dtype/shape),
     sha256 of every file, .npy headers, dtypes and shapes, no unlisted file;
   - hparams (transformers' parsed hyper-parameters) agree with config.json read by the contract's
-    keys and defaults, the RoPE tables with kernels.rope_scaling's formulas within 1e-5;
+    keys and defaults, the RoPE tables with rope_scaling.rope_scaling's formulas within 1e-5;
   - checkpoint: the safetensors header is the fixed layout the writer promises (metadata
     {"format": "pt"} only, sorted names, contiguous offsets, F16, or BF16 for a bf16 set), the
     safetensors library reads back exactly the drawn weights, and transformers' config class
@@ -41,10 +41,10 @@ must be byte-identical), then read back from its files only:
     (bf16) values and its residual adds the rounded sums of the rounded taps before them;
   - params.dtype: a synthetic set's checkpoint stores that type only, its config.json says so
     (torch_dtype) and its name ends in -bf16 exactly when it is bf16; a real checkpoint's is bf16
-    exactly when all its floating tensors are BF16 (models.set_dtype).
+    exactly when all its floating tensors are BF16 (model_build.set_dtype).
 The full tier's worker threads are checked on the tiny sets too: built again with a pool, every
 linear layer split into 64-feature slices and the greedy and seeded references in lockstep
-(models.Lockstep, also checked alone for pairing, leaving and failing), they are byte-identical.
+(lockstep.Lockstep, also checked alone for pairing, leaving and failing), they are byte-identical.
 `selftest --set DIR` runs the read-back checks on existing set directories instead (for example a
 full-size set, or a --layers smoke set).
 """
@@ -63,9 +63,11 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-import kernels
-import models
 import sampling
+from common import configs, dtypes, rope_scaling
+from models import build as model_build
+from models import calibration, checkpoint, generation, lockstep, reference, threads
+from models import taps as model_taps
 
 NPY_MAGIC = b"\x93NUMPY\x01\x00"
 NP_DTYPE = {"f16": "<f2", "f32": "<f4", "i32": "<i4"}
@@ -100,7 +102,7 @@ class Set:
         with open(os.path.join(d, "config.json")) as f:
             self.cfg = json.load(f)
         self.family = self.p["family"]
-        self.dims = models.dims(self.family, self.cfg)
+        self.dims = configs.dims(self.family, self.cfg)
         self.files = {e["name"]: e for e in self.m["files"]}
         self._arrays = {}
 
@@ -154,7 +156,7 @@ def check_format(s):
     check(s.raw.endswith(b"\n"), "manifest must end with a newline")
     check(list(m) == ["format_version", "generator", "kind", "model", "case", "tier", "seed",
                       "params", "files"], "manifest keys %s" % list(m))
-    check(m["format_version"] == 1 and m["kind"] == "model" and m["case"] == models.CASE,
+    check(m["format_version"] == 1 and m["kind"] == "model" and m["case"] == generation.CASE,
           "format_version/kind/case")
     check(0 <= m["seed"] < 2**32, "seed")
     check(list(m["generator"]) == ["name", "version", "torch", "transformers", "device"],
@@ -164,12 +166,12 @@ def check_format(s):
     check(p["family"] in ("qwen2", "phi3", "llama", "gpt2")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
-    check(p["dtype"] in models.DTYPES, "dtype %r" % (p["dtype"],))
+    check(p["dtype"] in configs.DTYPES, "dtype %r" % (p["dtype"],))
     st = safetensors_dtypes(s.dir)
     if p["source"] == "synthetic":
-        check(st == {models.ST_NAME[p["dtype"]]}, "a %s set's checkpoint stores %s"
+        check(st == {checkpoint.ST_NAME[p["dtype"]]}, "a %s set's checkpoint stores %s"
               % (p["dtype"], sorted(st)))
-        check(s.cfg.get("torch_dtype") == models.CONFIG_DTYPE[p["dtype"]],
+        check(s.cfg.get("torch_dtype") == configs.CONFIG_DTYPE[p["dtype"]],
               "config.json torch_dtype %r for a %s set" % (s.cfg.get("torch_dtype"), p["dtype"]))
         check(re.sub(r"-l\d+$", "", m["model"]).endswith("-bf16") == (p["dtype"] == "bf16"),
               "a synthetic set is named -bf16 exactly when it is bf16")
@@ -178,16 +180,17 @@ def check_format(s):
         check(p["dtype"] == ("bf16" if floating == {"BF16"} else "f16"),
               "a checkpoint of %s is dtype %s" % (sorted(st), p["dtype"]))
     check(p["decode_steps"] >= 8 and p["greedy_tokens"] == 32, "decode_steps/greedy_tokens")
-    check(len(p["prompt_ids"]) == models.PROMPT_LEN, "prompt length")
+    check(len(p["prompt_ids"]) == generation.PROMPT_LEN, "prompt length")
     check(0 < p["margin_epsilon"] < 1, "margin_epsilon")
     sp = p["sample"]
     check(list(sp) == SAMPLE_KEYS, "sample keys %s" % list(sp))
-    check(sp["temperature"] == models.SAMPLE_TEMPERATURE and sp["top_k"] == models.SAMPLE_TOP_K
-          and sp["top_p"] == models.SAMPLE_TOP_P and sp["tokens"] == models.SAMPLE_TOKENS,
+    check(sp["temperature"] == generation.SAMPLE_TEMPERATURE
+          and sp["top_k"] == generation.SAMPLE_TOP_K and sp["top_p"] == generation.SAMPLE_TOP_P
+          and sp["tokens"] == generation.SAMPLE_TOKENS,
           "sample config")
     check(float(np.float32(sp["temperature"])) == sp["temperature"]
           and float(np.float32(sp["top_p"])) == sp["top_p"], "sample floats are fp32 values")
-    check(sp["seed"] == models.sample_seed(m["model"]), "sample seed is the seed of the name")
+    check(sp["seed"] == generation.sample_seed(m["model"]), "sample seed is the seed of the name")
 
     listed = [e["file"] for e in m["files"]]
     check(len(set(listed)) == len(listed), "file listed twice")
@@ -196,7 +199,7 @@ def check_format(s):
     check([e["file"] for e in m["files"][:len(ckpt)]] == [e["file"] for e in ckpt],
           "checkpoint files come first")
     check({"config.json"} <= {e["file"] for e in ckpt}, "config.json is a checkpoint file")
-    check(m["files"][-1] == {"name": "calibration", "file": models.CALIBRATION_FILE,
+    check(m["files"][-1] == {"name": "calibration", "file": calibration.CALIBRATION_FILE,
                              "role": "calibration", "sha256": m["files"][-1].get("sha256")},
           "calibration.json is listed last, role calibration, no dtype/shape")
     for e in m["files"]:
@@ -216,11 +219,11 @@ def check_format(s):
 
     # the expected tensor list, in order
     d = s.dims
-    P, N = models.PROMPT_LEN, p["decode_steps"]
+    P, N = generation.PROMPT_LEN, p["decode_steps"]
     want = [("prompt_ids", "i32", [P], "input")]
     for prefix, T in [("prefill", P)] + [("decode.%d" % i, 1) for i in range(N)]:
-        for t in models.tap_names(s.family, d.L):
-            want.append(("%s.%s" % (prefix, t), "f32", list(models.tap_shape(t, d, T)),
+        for t in model_taps.tap_names(s.family, d.L):
+            want.append(("%s.%s" % (prefix, t), "f32", list(model_taps.tap_shape(t, d, T)),
                          "expected"))
     want += [("greedy_tokens", "i32", [32], "expected"),
              ("greedy_top2_margin", "f32", [32], "expected"),
@@ -233,7 +236,7 @@ def check_format(s):
                      if g != w)
         raise Fail("tensor list differs from the contract: got %s, want %s" % first)
     check(s.a("prompt_ids").tolist() == p["prompt_ids"], "prompt_ids.npy vs params")
-    check(p["prompt_ids"] == models.prompt_ids(d.V).tolist(), "prompt is the fixed draw")
+    check(p["prompt_ids"] == generation.prompt_ids(d.V).tolist(), "prompt is the fixed draw")
 
 
 def check_hparams(s):
@@ -241,7 +244,7 @@ def check_hparams(s):
     table of keys and defaults (docs/golden-format.md, "The checkpoint"): two routes to the same
     numbers, so a generator recording something other than the config's meaning fails here."""
     cfg, d, hp = s.cfg, s.dims, s.p["hparams"]
-    check(list(hp) == models.HPARAM_KEYS, "hparams keys %s" % list(hp))
+    check(list(hp) == reference.HPARAM_KEYS, "hparams keys %s" % list(hp))
     want = {"hidden_size": d.H, "num_layers": d.L, "num_heads": d.nH, "num_kv_heads": d.nKV,
             "head_dim": d.D, "intermediate_size": d.I, "vocab_size": d.V, "max_positions": d.P,
             "norm_eps": d.eps, "tied_head": d.tied}
@@ -251,16 +254,16 @@ def check_hparams(s):
                     activation=cfg.get("activation_function", "gelu_new"), sliding_window=None,
                     **{k: None for k in tables})
     else:
-        sc = kernels.rope_scaling(cfg)
+        sc = rope_scaling.rope_scaling(cfg)
         partial = cfg.get("partial_rotary_factor", 1.0)
         window = cfg.get("sliding_window")  # Llama: no such key, no window
         if s.family == "qwen2" and not cfg.get("use_sliding_window", False):
             window = None  # Qwen2 applies its window only with use_sliding_window
-        want.update(rope_theta=models.rope_theta(cfg), rope_type=sc.rope_type,
+        want.update(rope_theta=configs.rope_theta(cfg), rope_type=sc.rope_type,
                     rotary_dim=int(d.D * partial), partial_rotary_factor=float(partial),
                     activation=cfg.get("hidden_act", "silu"), sliding_window=window)
         # The tables: transformers' fp32 values against the contract's fp64 formula with fp32
-        # divisors (kernels.rope_scaling), relative 1e-5; the attention factor as fp32.
+        # divisors (rope_scaling.rope_scaling), relative 1e-5; the attention factor as fp32.
         for key, div in (("rope_inv_freq", sc.freq_divisor),
                          ("rope_long_inv_freq", sc.long_divisor)):
             got = hp[key]
@@ -273,7 +276,7 @@ def check_hparams(s):
             at = sc.long_from if key == "rope_long_inv_freq" else 0  # a position of that table
             want_inv = inv_freq(sc, np.array([at]))[0]
             rel = float(np.abs(np.array(got) / want_inv - 1).max())
-            check(rel <= kernels.INV_FREQ_RTOL, "hparams.%s off config.json's tables by %.3g"
+            check(rel <= rope_scaling.INV_FREQ_RTOL, "hparams.%s off config.json's tables by %.3g"
                   % (key, rel))
         af = hp["rope_attention_factor"]
         check(type(af) is float and np.float32(af) == np.float32(sc.attention_factor),
@@ -281,7 +284,7 @@ def check_hparams(s):
               % (af, sc.attention_factor))
         check(hp["rope_long_from"] == sc.long_from, "hparams.rope_long_from = %r, want %r"
               % (hp["rope_long_from"], sc.long_from))
-    for k in models.HPARAM_KEYS:
+    for k in reference.HPARAM_KEYS:
         if k in tables and s.family != "gpt2":
             continue  # checked above
         check(hp[k] == want[k] and type(hp[k]) is type(want[k]),
@@ -313,7 +316,7 @@ def check_safetensors(s, spec=None):
           "metadata must be {'format': 'pt'} only")
     names = list(h)[1:]
     check(names == sorted(names), "tensors not in sorted order")
-    st = models.ST_NAME[s.p["dtype"]]
+    st = checkpoint.ST_NAME[s.p["dtype"]]
     off = 0
     for k in names:
         e = h[k]
@@ -322,17 +325,17 @@ def check_safetensors(s, spec=None):
         check(e["data_offsets"] == [off, off + nbytes], "%s: offsets not contiguous" % k)
         off += nbytes
     check(8 + n + off == size, "file size does not match the header")
-    check(head == models.safetensors_header(
+    check(head == checkpoint.safetensors_header(
         [(k, st, h[k]["shape"]) for k in names])[8:], "header bytes are not canonical")
     if spec is None:
         return
     from safetensors.torch import load_file
     loaded = load_file(path)
-    specs = models.init_specs(spec.family, spec.config)
+    specs = checkpoint.init_specs(spec.family, spec.config)
     check(sorted(loaded) == sorted(n for n, _, _ in specs), "tensor names")
-    seed = models.set_seed(spec.name)
+    seed = generation.set_seed(spec.name)
     for name, shape, init in specs:
-        want = models.draw_tensor_whole(seed, name, shape, init, spec.dtype)
+        want = checkpoint.draw_tensor_whole(seed, name, shape, init, spec.dtype)
         check(loaded[name].dtype == want.dtype and torch.equal(loaded[name], want),
               "%s: values are not the seeded draw" % name)
 
@@ -366,7 +369,8 @@ def check_config(s, spec):
         w = s.weights()
         check("model.layers.0.self_attn.qkv_proj.weight" in w
               and "model.layers.0.mlp.gate_up_proj.weight" in w, "fused projections")
-        check(c.sliding_window > models.PROMPT_LEN + models.GREEDY_TOKENS, "window inactive")
+        check(c.sliding_window > generation.PROMPT_LEN + generation.GREEDY_TOKENS,
+              "window inactive")
     elif spec.family == "llama":
         check(type(c).__name__ == "LlamaConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -389,12 +393,12 @@ def check_config(s, spec):
               "Conv1D weight stored [in, out]")
         check(w["transformer.wpe.weight"].shape == (d.P, d.H), "learned positions")
     if spec.family != "gpt2":
-        sc = kernels.rope_scaling(s.cfg)
+        sc = rope_scaling.rope_scaling(s.cfg)
         check(c.rope_parameters["rope_type"] == sc.rope_type, "rope_type %s, config.json %s"
               % (c.rope_parameters["rope_type"], sc.rope_type))
         if sc.rope_type == "longrope":
             # the switch to the long factors happens inside the stored decode steps
-            P, N = models.PROMPT_LEN, spec.decode_steps
+            P, N = generation.PROMPT_LEN, spec.decode_steps
             check(P < sc.long_from <= P + N - 1, "long_from %d is not among the stored decode "
                   "positions %d..%d" % (sc.long_from, P, P + N - 1))
 
@@ -423,7 +427,7 @@ def gelu_new(x):
 
 def inv_freq(sc, pos, table=None):
     """[T, dim/2] fp64 inverse frequencies of the tokens at positions pos under sc (a
-    kernels.RopeScaling read from config.json): base^(-2i/dim) / div_i, div the fp32 divisor
+    rope_scaling.RopeScaling read from config.json): base^(-2i/dim) / div_i, div the fp32 divisor
     table the token uses (long_divisor at positions >= long_from, else freq_divisor; none for
     default RoPE). table ("short" or "long") forces one table for every token."""
     inv = sc.base ** (-np.arange(0, sc.dim, 2, dtype=np.float64) / sc.dim)
@@ -508,7 +512,7 @@ def np_pass(family, cfg, d, w, ids, pos, cache):
         v = v.reshape(T, d.nKV, d.D)
         taps[p + "attn_norm"], taps[p + "q"], taps[p + "k"], taps[p + "v"] = h, q, k, v
         if family != "gpt2":
-            sc = kernels.rope_scaling(cfg)
+            sc = rope_scaling.rope_scaling(cfg)
             inv = inv_freq(sc, pos)
             q, k = rope(q, pos, inv, sc.attention_factor), rope(k, pos, inv, sc.attention_factor)
             taps[p + "q_rope"], taps[p + "k_rope"] = q, k
@@ -571,7 +575,7 @@ def check_numpy_forward(s):
                for i in range(p["decode_steps"])]
     for prefix, ids, pos in passes:
         taps = np_pass(s.family, s.cfg, d, w, ids, pos, cache)
-        check(sorted(taps) == sorted(models.tap_names(s.family, d.L)), "numpy tap list")
+        check(sorted(taps) == sorted(model_taps.tap_names(s.family, d.L)), "numpy tap list")
         for t, want in taps.items():
             rel = close(s.a(prefix + "." + t), want, TAP_RTOL)
             check(rel <= TAP_RTOL, "%s.%s differs from the numpy forward (relative %.3g)"
@@ -590,7 +594,7 @@ def check_numpy_forward(s):
 
 def check_rope(s):
     """q_rope / k_rope = rotate_half RoPE of q / k at the pass's positions, with the scaled tables
-    and attention factor config.json gives (kernels.rope_scaling; LongRoPE: the long table for
+    and attention factor config.json gives (rope_scaling.rope_scaling; LongRoPE: the long table for
     the tokens at positions >= original_max_position_embeddings, which is what transformers'
     per-call switch gives a prefill of P <= original tokens and decode steps after it). Wrong
     variants must fail: no rotation, a position off by one, GPT-J pairing, and for scaled sets
@@ -599,10 +603,10 @@ def check_rope(s):
     Returns (worst relative error, {pass: table used})."""
     if s.family == "gpt2":
         return 0.0, {}
-    sc = kernels.rope_scaling(s.cfg)
+    sc = rope_scaling.rope_scaling(s.cfg)
     plain = sc._replace(freq_divisor=None, long_divisor=None, attention_factor=1.0)
     af = sc.attention_factor
-    P, worst, used = models.PROMPT_LEN, 0.0, {}
+    P, worst, used = generation.PROMPT_LEN, 0.0, {}
     unscaled_gap = 0.0
     passes = [("prefill", np.arange(P))]
     passes += [("decode.%d" % i, np.array([P + i])) for i in range(s.p["decode_steps"])]
@@ -739,7 +743,7 @@ def check_greedy(s):
         check(len(set(tokens.tolist())) >= 4, "greedy decoding collapsed to %d distinct tokens"
               % len(set(tokens.tolist())))
 
-    model = models.load_model(s.dir, s.family)
+    model = reference.load_model(s.dir, s.family)
     worst = 0.0
     with torch.no_grad():
         with cached_rope(model):
@@ -817,13 +821,13 @@ def check_sampled(s):
           "sample token 0 / margin do not follow from prefill.logits")
     prompt = np.array(s.p["prompt_ids"])
     seq = np.concatenate([prompt, tokens[:-1]])
-    model = models.load_model(s.dir, s.family)
+    model = reference.load_model(s.dir, s.family)
     with torch.no_grad(), cached_rope(model):
         logits = model(input_ids=torch.tensor(seq[None], dtype=torch.int64),
                        use_cache=False).logits[0, len(prompt) - 1:]
     del model
     worst = 0.0
-    for j in range(models.SAMPLE_TOKENS):
+    for j in range(generation.SAMPLE_TOKENS):
         r = sampling.sample_row(logits[j].numpy(), T, k, p, seed, j, row=0)
         mm = np.inf if r.model_margin is None else r.model_margin
         if margins[j] > 1e-3:
@@ -840,10 +844,10 @@ def fp16_logits(s, tokens):
     predictions for tokens[0..31]): [32, V] each, as float32 arrays."""
     prompt = np.array(s.p["prompt_ids"])
     seq = torch.tensor(np.concatenate([prompt, tokens[:-1]])[None], dtype=torch.int64)
-    low = models.TORCH_DTYPE[s.p["dtype"]]
+    low = dtypes.TORCH_DTYPE[s.p["dtype"]]
     out = {}
     for dt in (low, torch.float32):
-        model = models.load_model(s.dir, s.family, dtype=dt)
+        model = reference.load_model(s.dir, s.family, dtype=dt)
         with torch.no_grad(), cached_rope(model):
             out[dt] = model(input_ids=seq).logits[0, len(prompt) - 1:].float().numpy()
         del model
@@ -874,7 +878,7 @@ def fp16_drift(s):
     l16, _ = fp16_logits(s, tokens)
     eps = s.p["margin_epsilon"]
     agree = 0
-    for j in range(models.SAMPLE_TOKENS):
+    for j in range(generation.SAMPLE_TOKENS):
         t16 = sampling.sample_row(l16[j], T, k, p, seed, j, row=0).token
         agree += int(t16 == tokens[j])
         if margins[j] >= eps and t16 != tokens[j]:
@@ -899,19 +903,19 @@ def check_calibration(s):
     and both residual adds to be the rounded sums of the rounded taps before them. A bf16 set's
     calibration rounds to bf16 (and says so) and is checked to be bf16-valued. Returns the
     largest calibrated nmse and its tap."""
-    with open(os.path.join(s.dir, models.CALIBRATION_FILE), "rb") as f:
+    with open(os.path.join(s.dir, calibration.CALIBRATION_FILE), "rb") as f:
         raw = f.read()
     cal = json.loads(raw)
     check(list(cal) == ["version", "implementation", "taps"] and cal["version"] == 1
-          and cal["implementation"] == models.CALIBRATION_IMPLEMENTATIONS[s.p["dtype"]],
+          and cal["implementation"] == calibration.CALIBRATION_IMPLEMENTATIONS[s.p["dtype"]],
           "calibration header")
     taps = [e["name"] for e in s.m["files"] if e["name"].startswith(("prefill.", "decode."))]
     check([t["tap"] for t in cal["taps"]] == taps, "calibration lists the set's taps in order")
     lines = raw.decode("ascii").splitlines()[4:-2]
     check(len(lines) == len(taps), "one calibration entry a line")
     for line, t in zip(lines, cal["taps"]):
-        keys = models.CALIBRATION_KEYS + (models.CALIBRATION_LOGIT_KEYS
-                                          if t["tap"].endswith(".logits") else [])
+        keys = calibration.CALIBRATION_KEYS + (calibration.CALIBRATION_LOGIT_KEYS
+                                               if t["tap"].endswith(".logits") else [])
         check(list(t) == ["tap"] + keys, "%s: calibration keys %s" % (t["tap"], list(t)))
         for k in keys:
             text = re.search(r'"%s": ([^,}]*)' % k, line).group(1)
@@ -924,24 +928,24 @@ def check_calibration(s):
     ref = {n: torch.from_numpy(s.a(n)) for n in taps}
 
     dtype = s.p["dtype"]
-    model = models.load_model(s.dir, s.family)
-    same = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N, rounding=lambda t: t,
-                              dtype=dtype)
+    model = reference.load_model(s.dir, s.family)
+    same = calibration.run_rounded(model, s.family, s.cfg, prompt, tokens, N, rounding=lambda t: t,
+                                   dtype=dtype)
     for n in taps:
         rel = close(same[n].numpy(), ref[n].numpy().astype(np.float64), TAP_RTOL)
         check(rel <= 1e-5, "%s: the calibration forward without rounding is not the reference "
               "(relative %.3g): a hook changes more than the rounding" % (n, rel))
     del model, same
 
-    model = models.load_model(s.dir, s.family)
-    rounded = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N, dtype=dtype)
+    model = reference.load_model(s.dir, s.family)
+    rounded = calibration.run_rounded(model, s.family, s.cfg, prompt, tokens, N, dtype=dtype)
     del model
-    check(models.calibration_bytes(ref, rounded, dtype=dtype) == raw,
+    check(calibration.calibration_bytes(ref, rounded, dtype=dtype) == raw,
           "calibration.json is not what the rounded forward makes of the stored taps")
     # the rounding of the set's dtype: bf16 taps are checked by bit arithmetic too (the top 16
     # bits of each fp32 value, nothing below them: an fp16 rounding keeps 11 significant bits),
     # and fp16 taps must not all be bf16 values (which a bf16 rounding would give)
-    f16 = models.ROUNDING[dtype]
+    f16 = calibration.ROUNDING[dtype]
     finer = 0
     for n, t in rounded.items():
         if not n.endswith(".logits"):
@@ -950,7 +954,7 @@ def check_calibration(s):
                 check(not (t.contiguous().view(torch.int32) & 0xFFFF).any(),
                       "%s: the calibration tap has bits below bf16's" % n)
             else:
-                finer += int((models.round_bf16(t) != t).sum())
+                finer += int((calibration.round_bf16(t) != t).sum())
     check(dtype == "bf16" or finer > 0, "the fp16 calibration taps are all bf16 values")
     for prefix in ["prefill"] + ["decode.%d" % i for i in range(N)]:
         t = lambda n: rounded[prefix + "." + n]  # noqa: E731
@@ -1009,26 +1013,27 @@ def check_chunked_draw():
     chunk = 64
     sizes = [1, 5, 15, 16, 17, 31, 48, chunk - 1, chunk, chunk + 1, chunk + 15, chunk + 16,
              chunk + 17, 2 * chunk - 3, 3 * chunk, 3 * chunk + 9, 5 * chunk + 33, 1000]
-    inits = [models.Init("normal", 0.02), models.Init("bias", 0.5), models.Init("norm", 0.1)]
+    inits = [checkpoint.Init("normal", 0.02), checkpoint.Init("bias", 0.5),
+             checkpoint.Init("norm", 0.1)]
     for n in sizes:
         for init in inits:
-            for c in (chunk, 16, models.DRAW_CHUNK):
-                for dtype in models.DTYPES:
-                    got = models.draw_tensor(7, "w%d" % n, (n,), init, chunk=c, dtype=dtype)
-                    want = models.draw_tensor_whole(7, "w%d" % n, (n,), init, dtype)
-                    check(got.dtype == want.dtype == models.TORCH_DTYPE[dtype]
+            for c in (chunk, 16, checkpoint.DRAW_CHUNK):
+                for dtype in configs.DTYPES:
+                    got = checkpoint.draw_tensor(7, "w%d" % n, (n,), init, chunk=c, dtype=dtype)
+                    want = checkpoint.draw_tensor_whole(7, "w%d" % n, (n,), init, dtype)
+                    check(got.dtype == want.dtype == dtypes.TORCH_DTYPE[dtype]
                           and torch.equal(got.view(torch.int16), want.view(torch.int16)),
                           "chunked %s draw of %d values (%s, chunk %d) differs from the whole "
                           "draw" % (dtype, n, init.kind, c))
     # a bf16 draw is the fp16 one's float64 values rounded to bf16 instead (the same draws)
-    w16 = models.draw_tensor_whole(7, "m", (37, 29), inits[0]).float()
-    wbf = models.draw_tensor_whole(7, "m", (37, 29), inits[0], "bf16").float()
+    w16 = checkpoint.draw_tensor_whole(7, "m", (37, 29), inits[0]).float()
+    wbf = checkpoint.draw_tensor_whole(7, "m", (37, 29), inits[0], "bf16").float()
     check(not torch.equal(w16, wbf) and (w16 - wbf).abs().max() <= 2 ** -8 * w16.abs().max(),
           "the bf16 draw is not the fp16 draw's values in bf16")
-    got = models.draw_tensor(7, "m", (37, 29), inits[0], chunk=chunk)
-    check(torch.equal(got, models.draw_tensor_whole(7, "m", (37, 29), inits[0])), "2-D draw")
+    got = checkpoint.draw_tensor(7, "m", (37, 29), inits[0], chunk=chunk)
+    check(torch.equal(got, checkpoint.draw_tensor_whole(7, "m", (37, 29), inits[0])), "2-D draw")
     try:
-        models.draw_tensor(7, "w", (100,), inits[0], chunk=40)
+        checkpoint.draw_tensor(7, "w", (100,), inits[0], chunk=40)
         check(False, "a chunk that is not a multiple of 16 must be refused")
     except ValueError:
         pass
@@ -1037,7 +1042,7 @@ def check_chunked_draw():
 
 
 def check_lockstep_pairing():
-    """models.Lockstep on its own: two threads' matching calls are computed together, a thread
+    """lockstep.Lockstep on its own: two threads' matching calls are computed together, a thread
     left alone computes on its own, and calls out of step or a failed partner raise in both
     threads instead of hanging."""
     import threading
@@ -1046,7 +1051,7 @@ def check_lockstep_pairing():
         return [x * 2 for x in xs]
 
     def pair(calls_a, calls_b, fail_b=False):
-        ls, out = models.Lockstep(), {}
+        ls, out = lockstep.Lockstep(), {}
 
         def worker(key, calls, fail):
             try:
@@ -1081,7 +1086,7 @@ def check_lockstep_pairing():
     ls, out = pair([(m1, xa)] * 3, [(m1, xb)], fail_b=True)
     check(isinstance(out["a"], RuntimeError), "a failed partner must raise: %r" % (out["a"],))
     # three threads, one leaving after its first call: a group of 3, then groups of 2
-    ls, out = models.Lockstep(3), {}
+    ls, out = lockstep.Lockstep(3), {}
     calls = {"a": [(m1, xa), (m2, xa)], "b": [(m1, xb), (m2, xb)], "c": [(m1, xa + 5)]}
 
     def worker3(key):
@@ -1106,7 +1111,7 @@ def check_group_ops():
     16 rows; blocks and slices of 64 features, a last slice shorter."""
     import torch.nn.functional as F
     g = torch.Generator().manual_seed(5)
-    lin, mm = models.group_op(models._group_linear), models.group_op(models._group_addmm)
+    lin, mm = threads.group_op(threads._group_linear), threads.group_op(threads._group_addmm)
     for rows in (1, 16):
         for n_out, n_in in ((448, 96), (200, 160)):
             w = torch.randn(n_out, n_in, generator=g)
@@ -1125,31 +1130,31 @@ def check_group_ops():
             check(all(torch.equal(y, torch.addmm(b[64:], x, wt[:, 64:])) for y, x in zip(ys, x2s)),
                   "grouped addmm (%d rows, %dx%d) differs" % (rows, n_in, n_out))
     print("models: grouped slice ops give the unsplit ops' bytes (%s)"
-          % ("TorchScript" if lin is not models._group_linear else "Python"))
+          % ("TorchScript" if lin is not threads._group_linear else "Python"))
 
 
 def check_lockstep_build(tmp, specs, want):
     """The committed sets built with a pool of 4, every linear layer split and walked in 64-row
     slices, the greedy and seeded references in lockstep: the same bytes as the one-thread build
     (`want`, their digests), with every split call paired."""
-    saved = models.TIER_THREADS[models.COMMITTED], models.SPLIT_MIN, models.PAIR_SLICE_BYTES
+    saved = threads.TIER_THREADS[configs.COMMITTED], threads.SPLIT_MIN, threads.PAIR_SLICE_BYTES
     made = []
-    real = models.Lockstep
+    real = lockstep.Lockstep
 
     class Counted(real):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
-    models.TIER_THREADS[models.COMMITTED] = 4
-    models.SPLIT_MIN = 1 << 10
-    models.PAIR_SLICE_BYTES = 1  # one SPLIT_ALIGN slice at a time
-    models.Lockstep = Counted
+    threads.TIER_THREADS[configs.COMMITTED] = 4
+    threads.SPLIT_MIN = 1 << 10
+    threads.PAIR_SLICE_BYTES = 1  # one SPLIT_ALIGN slice at a time
+    lockstep.Lockstep = Counted
     try:
         for spec in specs:
-            models.build_synthetic(spec, os.path.join(tmp, "lockstep"))
+            model_build.build_synthetic(spec, os.path.join(tmp, "lockstep", "models", spec.name))
     finally:
-        models.TIER_THREADS[models.COMMITTED], models.SPLIT_MIN, models.PAIR_SLICE_BYTES = saved
-        models.Lockstep = real
+        threads.TIER_THREADS[configs.COMMITTED], threads.SPLIT_MIN, threads.PAIR_SLICE_BYTES = saved
+        lockstep.Lockstep = real
     got = digests(os.path.join(tmp, "lockstep"))
     check(got == want, "lockstep builds differ from the one-thread builds: %s" % sorted(
         k for k in set(got) | set(want) if got.get(k) != want.get(k))[:5])
@@ -1173,23 +1178,23 @@ def digests(root):
 def run(set_dirs=None):
     t0 = time.time()
     # The seed derivation is part of the golden data: changing it changes every set.
-    assert models.set_seed("qwen2-tiny") == 264523364, models.set_seed("qwen2-tiny")
+    assert generation.set_seed("qwen2-tiny") == 264523364, generation.set_seed("qwen2-tiny")
     if set_dirs:
         for d in set_dirs:
             check_set(d)
         print("selftest models OK: %d set(s), %.1fs" % (len(set_dirs), time.time() - t0))
         return 0
     check_chunked_draw()
-    specs = models.models_for(models.COMMITTED)
+    specs = configs.models_for(configs.COMMITTED)
     check({m.family for m in specs} == {"qwen2", "phi3", "llama", "gpt2"},
           "a tiny model of every family")
-    check({kernels.rope_scaling(m.config).rope_type for m in specs if m.family != "gpt2"}
+    check({rope_scaling.rope_scaling(m.config).rope_type for m in specs if m.family != "gpt2"}
           == {"default", "llama3", "yarn", "longrope"}, "a tiny model of every RoPE type")
-    check({m.dtype for m in specs} == set(models.DTYPES), "a tiny model of every dtype")
+    check({m.dtype for m in specs} == set(configs.DTYPES), "a tiny model of every dtype")
     with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
         for rep in ("a", "b"):
             for spec in specs:
-                models.build_synthetic(spec, os.path.join(tmp, rep))
+                model_build.build_synthetic(spec, os.path.join(tmp, rep, "models", spec.name))
         da, db = digests(os.path.join(tmp, "a")), digests(os.path.join(tmp, "b"))
         check(da == db, "two builds differ: %s" % sorted(
             k for k in set(da) | set(db) if da.get(k) != db.get(k))[:5])

@@ -20,8 +20,9 @@ import time
 import numpy as np
 import torch
 
-import kernels
-import manifest
+from common import manifest, seeds
+from kernels import cases as kernel_cases
+from kernels import ops as kernel_ops
 
 
 def bf16_bits_to_f64(bits):
@@ -257,8 +258,8 @@ def properties(case, p, i, dtype="f16"):
         s = i["x"] + i["residual"]
         assert np.abs(i["x"]).max() > 2e4 and np.abs(s).max() < 65504
     if op == "attention_decode":
-        poison = ROUND[dtype](np.float64(kernels.POISON))  # 1e4; 9984 in bf16
-        assert dtype == "bf16" or poison == kernels.POISON
+        poison = ROUND[dtype](np.float64(kernel_ops.POISON))  # 1e4; 9984 in bf16
+        assert dtype == "bf16" or poison == kernel_ops.POISON
         for b, n in enumerate(i["cache_lens"]):
             for c in ("k_cache", "v_cache"):
                 assert np.all(i[c][b, n:] == poison), "%s: poison missing" % name
@@ -376,7 +377,7 @@ def storage_dtype(case, inputs):
 
 
 def check_case(case):
-    seed, params, inputs, expected = kernels.build(case)
+    seed, params, inputs, expected = kernel_cases.build(case)
     dtype = storage_dtype(case, inputs)
     ins = {n: a(t) for n, t in inputs.items()}
     properties(case, params, ins, "bf16" if dtype == "bf16" else "f16")
@@ -402,7 +403,7 @@ def check_case(case):
 
 def check_round_trip():
     """Write a few sets, read them back the way a reader would, and regenerate identically."""
-    picks = [c for c in kernels.cases_for(kernels.COMMITTED)
+    picks = [c for c in kernel_cases.cases_for(kernel_cases.COMMITTED)
              if (c.op, c.name) in {("rope", "partial-r32-d64_t3"), ("gemm", "odd-m3-n257-k1001"),
                                    ("softmax", "attn-causal-f16_t8"),
                                    ("rmsnorm_residual", "bf16-outliers-x20_llama3.2-1b_t1_inplace"),
@@ -413,7 +414,7 @@ def check_round_trip():
             digests = []
             for rep in range(2):
                 d = os.path.join(tmp, c.op, c.name)
-                seed, params, inputs, expected = kernels.build(c)
+                seed, params, inputs, expected = kernel_cases.build(c)
                 manifest.write_set(d, op=c.op, case=c.name, tier=c.tier, seed=seed,
                                    params=params, inputs=inputs, expected=expected)
                 with open(os.path.join(d, "manifest.json"), "rb") as f:
@@ -455,14 +456,14 @@ def check_round_trip():
 def run():
     t0 = time.time()
     # The seed derivation is part of the golden data: changing it changes every set.
-    assert kernels.case_seed("rmsnorm", "qwen2.5-0.5b_t4") == 3317702193, \
-        kernels.case_seed("rmsnorm", "qwen2.5-0.5b_t4")
-    cases = kernels.cases_for(kernels.COMMITTED)
+    assert seeds.case_seed("rmsnorm", "qwen2.5-0.5b_t4") == 3317702193, \
+        seeds.case_seed("rmsnorm", "qwen2.5-0.5b_t4")
+    cases = kernel_cases.cases_for(kernel_cases.COMMITTED)
     per_op = {}
     for c in cases:
         worst = check_case(c)
         per_op.setdefault(c.op, []).append(worst)
-    for op in kernels.OPS:
+    for op in kernel_ops.OPS:
         n = len(per_op.get(op, []))
         assert n >= 4, "%s has only %d committed cases" % (op, n)
         print("%-20s %d cases match numpy (worst relative difference %.2g)"

@@ -15,7 +15,7 @@ lockstep; the two must be byte-identical). Each set is then read back from its f
   - the stored files are what the reference produces: a fresh transformers model from the model
     set's checkpoint, running the sequences in reverse order (so nothing depends on which ran
     before), gives every tap, greedy token and margin bit for bit; and calibration.json is
-    byte for byte models.calibration_bytes of all the sequences' taps at once (prefixed names),
+    byte for byte calibration.calibration_bytes of all the sequences' taps at once (prefixed names),
     its rounded taps fp16 values;
   - phi3.5-tiny-b3: sequence 0 reaches LongRoPE's original context during its stored decode
     steps and the others do not.
@@ -33,8 +33,10 @@ import numpy as np
 import torch
 
 import batches
-import kernels
-import models
+from common import configs, seeds
+from models import build as model_build
+from models import calibration, checkpoint, lockstep, reference, threads
+from models import taps as model_taps
 
 NPY_MAGIC = b"\x93NUMPY\x01\x00"
 NP_DTYPE = {"f16": "<f2", "f32": "<f4", "i32": "<i4"}
@@ -62,7 +64,7 @@ class BatchSet:
         with open(os.path.join(model_dir, "config.json")) as f:
             self.cfg = json.load(f)
         self.family = self.p["family"]
-        self.dims = models.dims(self.family, self.cfg)
+        self.dims = configs.dims(self.family, self.cfg)
         self.files = {e["name"]: e for e in self.m["files"]}
 
     def a(self, name):
@@ -104,7 +106,7 @@ def check_format(s):
     listed = [e["file"] for e in m["files"]]
     check(len(set(listed)) == len(listed), "file listed twice")
     check(set(os.listdir(s.dir)) == set(listed) | {"manifest.json"}, "unlisted or missing files")
-    check(m["files"][-1] == {"name": "calibration", "file": models.CALIBRATION_FILE,
+    check(m["files"][-1] == {"name": "calibration", "file": calibration.CALIBRATION_FILE,
                              "role": "calibration", "sha256": m["files"][-1].get("sha256")},
           "calibration.json is listed last, role calibration, no dtype/shape")
     for e in m["files"]:
@@ -127,9 +129,9 @@ def check_format(s):
     for b, P in enumerate(p["prompt_lens"]):
         want.append(("s%d.prompt_ids" % b, "i32", [P], "input"))
         for prefix, T in [("prefill", P)] + [("decode.%d" % i, 1) for i in range(N)]:
-            for t in models.tap_names(s.family, d.L):
+            for t in model_taps.tap_names(s.family, d.L):
                 want.append(("s%d.%s.%s" % (b, prefix, t), "f32",
-                             list(models.tap_shape(t, d, T)), "expected"))
+                             list(model_taps.tap_shape(t, d, T)), "expected"))
         want += [("s%d.greedy_tokens" % b, "i32", [N + 1], "expected"),
                  ("s%d.greedy_top2_margin" % b, "f32", [N + 1], "expected")]
     got = [(e["name"], e["dtype"], e["shape"], e["role"]) for e in m["files"][:-1]]
@@ -138,9 +140,9 @@ def check_format(s):
                      if g != w)
         raise Fail("file list differs from the contract: got %s, want %s" % first)
 
-    cal = json.loads(open(os.path.join(s.dir, models.CALIBRATION_FILE), "rb").read())
+    cal = json.loads(open(os.path.join(s.dir, calibration.CALIBRATION_FILE), "rb").read())
     check(list(cal) == ["version", "implementation", "taps"] and cal["version"] == 1
-          and cal["implementation"] == models.CALIBRATION_IMPLEMENTATION, "calibration header")
+          and cal["implementation"] == calibration.CALIBRATION_IMPLEMENTATION, "calibration header")
     taps = [e["name"] for e in m["files"] if ".prefill." in e["name"] or ".decode." in e["name"]]
     check([t["tap"] for t in cal["taps"]] == taps,
           "calibration lists every tap file of the set, in manifest order")
@@ -155,7 +157,7 @@ def check_checkpoint(s):
           "params.checkpoint %s is not the model set's %s" % (s.p["checkpoint"], ckpt))
     check([c["file"] for c in ckpt][:1] == ["config.json"], "config.json first")
     for c in ckpt:
-        check(models.sha256_file(os.path.join(s.model_dir, c["file"])) == c["sha256"],
+        check(checkpoint.sha256_file(os.path.join(s.model_dir, c["file"])) == c["sha256"],
               "%s: the model set's %s no longer hashes to its manifest's sha256"
               % (s.model_dir, c["file"]))
 
@@ -184,14 +186,14 @@ def check_reference(s, taps, prompts):
     """A fresh model runs every sequence (in reverse order) and reproduces the stored files bit
     for bit; calibration.json is calibration_bytes of all the sequences' taps at once."""
     N = s.p["decode_steps"]
-    model = models.load_model(s.model_dir, s.family)
-    f16 = models.check_loaded_weights(model, s.model_dir) == {torch.float16}
+    model = reference.load_model(s.model_dir, s.family)
+    f16 = reference.check_loaded_weights(model, s.model_dir) == {torch.float16}
     check(f16, "the model set's checkpoint is fp16 (no rounding between sequences)")
     ref, cal = {}, {}
     for b in reversed(range(len(prompts))):
         prompt = torch.from_numpy(prompts[b])
-        got, tokens, margins, _ = models.run_reference(model, s.family, s.cfg, prompt, N,
-                                                       n_tokens=N + 1)
+        got, tokens, margins, _ = reference.run_reference(model, s.family, s.cfg, prompt, N,
+                                                          n_tokens=N + 1)
         pre = "s%d." % b
         for k, v in got.items():
             check(same_bits(v.numpy(), s.a(pre + k)), "%s%s differs from a fresh run_reference"
@@ -206,19 +208,19 @@ def check_reference(s, taps, prompts):
                                                       for i in range(N)]
         check([int(np.argmax(x)) for x in chosen] == tokens.tolist(),
               "%sgreedy_tokens are not the argmax of the stored logits" % pre)
-        rounded = models.run_rounded(model, s.family, s.cfg, prompt, tokens, N,
-                                     weights_stored=True)
+        rounded = calibration.run_rounded(model, s.family, s.cfg, prompt, tokens, N,
+                                          weights_stored=True)
         for k, v in rounded.items():
             if not k.endswith(".logits"):
-                check(torch.equal(models.round_f16(v), v),
+                check(torch.equal(calibration.round_f16(v), v),
                       "%s%s: calibration tap not fp16" % (pre, k))
             cal[pre + k] = v
     del model
-    with open(os.path.join(s.dir, models.CALIBRATION_FILE), "rb") as f:
+    with open(os.path.join(s.dir, calibration.CALIBRATION_FILE), "rb") as f:
         raw = f.read()
     check(sorted(ref) == sorted(taps), "every tap was run")
     ordered = {k: ref[k] for k in taps}
-    check(models.calibration_bytes(ordered, {k: cal[k] for k in taps}) == raw,
+    check(calibration.calibration_bytes(ordered, {k: cal[k] for k in taps}) == raw,
           "calibration.json is not calibration_bytes of the sequences' taps")
 
 
@@ -260,24 +262,24 @@ def check_lockstep_build(tmp, specs, want):
     """The committed batch sets built with a pool of 4, every linear layer split and walked in
     64-row slices, each sequence's reference and calibration in lockstep: the same bytes as the
     one-thread build."""
-    saved = models.TIER_THREADS[models.COMMITTED], models.SPLIT_MIN, models.PAIR_SLICE_BYTES
+    saved = threads.TIER_THREADS[configs.COMMITTED], threads.SPLIT_MIN, threads.PAIR_SLICE_BYTES
     made = []
-    real = models.Lockstep
+    real = lockstep.Lockstep
 
     class Counted(real):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             made.append(self)
-    models.TIER_THREADS[models.COMMITTED] = 4
-    models.SPLIT_MIN = 1 << 10
-    models.PAIR_SLICE_BYTES = 1
-    models.Lockstep = Counted
+    threads.TIER_THREADS[configs.COMMITTED] = 4
+    threads.SPLIT_MIN = 1 << 10
+    threads.PAIR_SLICE_BYTES = 1
+    lockstep.Lockstep = Counted
     try:
         for spec in specs:
-            batches.build(spec, os.path.join(tmp, "lockstep"), tmp)
+            batches.build(spec, os.path.join(tmp, "lockstep", "batches", spec.name), tmp)
     finally:
-        models.TIER_THREADS[models.COMMITTED], models.SPLIT_MIN, models.PAIR_SLICE_BYTES = saved
-        models.Lockstep = real
+        threads.TIER_THREADS[configs.COMMITTED], threads.SPLIT_MIN, threads.PAIR_SLICE_BYTES = saved
+        lockstep.Lockstep = real
     got = digests(os.path.join(tmp, "lockstep", "batches"))
     check(got == want, "lockstep builds differ from the one-thread builds: %s" % sorted(
         k for k in set(got) | set(want) if got.get(k) != want.get(k))[:5])
@@ -293,7 +295,7 @@ def run(set_dirs=None):
     # The seed derivations are part of the golden data: changing them changes every set.
     assert batches.set_seed("qwen2-tiny-b4") == 1933848209, batches.set_seed("qwen2-tiny-b4")
     assert batches.prompt_seed("qwen2-tiny-b4", 0) == \
-        kernels.case_seed("batches", "qwen2-tiny-b4/s0")
+        seeds.case_seed("batches", "qwen2-tiny-b4/s0")
     if set_dirs:
         for d in set_dirs:
             check_set(d, model_dir_of(d))
@@ -304,9 +306,9 @@ def run(set_dirs=None):
           "the committed batch sets")
     with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
         for name in sorted({s.model for s in specs}):
-            models.build_synthetic(models.BY_NAME[name], tmp)
+            model_build.build_synthetic(configs.BY_NAME[name], os.path.join(tmp, "models", name))
         for spec in specs:
-            batches.build(spec, tmp, tmp)
+            batches.build(spec, os.path.join(tmp, "batches", spec.name), tmp)
         want = digests(os.path.join(tmp, "batches"))
         check_lockstep_build(tmp, specs, want)
         for spec in specs:

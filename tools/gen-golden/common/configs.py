@@ -1,0 +1,406 @@
+"""Every model configuration, in one place: the published config.json of the real checkpoints
+(PUBLISHED_ROPE: those whose RoPE tables the scaled `rope` kernel cases use too), the tiny variants
+of the committed tier, and the table of model sets (ModelSpec: name, family, tier, config, decode
+steps, margin epsilon, dtype). A new model set is a row of MODELS here (and its config, if new).
+Also the dimensions a forward reads from a config (dims). Plain Python: no torch, no transformers.
+"""
+
+import re
+from collections import namedtuple
+
+# A model set's dtype (params.dtype: what the engine runs it in, what its synthetic checkpoint
+# stores and what its calibration rounds to) and config.json's torch_dtype for it.
+DTYPES = ("f16", "bf16")
+CONFIG_DTYPE = {"f16": "float16", "bf16": "bfloat16"}
+COMMITTED, FULL = "committed", "full"
+
+# ---------------------------------------------------------------------------------------------
+# Configs. The full-size ones are the published config.json files of the real checkpoints
+# (Qwen/Qwen2.5-0.5B, microsoft/Phi-3-mini-4k-instruct, openai-community/gpt2,
+# meta-llama/Llama-3.2-1B, meta-llama/Llama-3.1-8B, microsoft/Phi-3.5-mini-instruct,
+# Qwen/Qwen2.5-7B-Instruct with its model card's YaRN rope_scaling) with the fields
+# that only matter for remote code or provenance dropped (_name_or_path, auto_map,
+# transformers_version) and torch_dtype set to what the synthetic checkpoint stores (float16; the
+# bf16 sets' copies, bf16_config, bfloat16).
+# Field names follow the hub files (rope_theta at the top level, GPT-2's n_embd/n_layer/...);
+# transformers 5.17 maps them onto its config classes (rope_theta -> rope_parameters).
+
+QWEN25_05B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "initializer_range": 0.02,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 24,
+    "model_type": "qwen2",
+    "num_attention_heads": 14,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "use_mrope": False,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+PHI3_MINI_4K = {
+    "architectures": ["Phi3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 32000,
+    "hidden_act": "silu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000,
+    "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "sliding_window": 2047,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 32064,
+}
+
+GPT2_124M = {
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.1,
+    "eos_token_id": 50256,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "resid_pdrop": 0.1,
+    "summary_activation": None,
+    "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": True,
+    "summary_type": "cls_index",
+    "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "torch_dtype": "float16",
+    "vocab_size": 50257,
+}
+
+
+# Llama 3 (meta-llama/Llama-3.2-1B, meta-llama/Llama-3.1-8B): Qwen2's layout without biases, RoPE
+# scaled with rope_type llama3 (three frequency bands around the original 8192-token context).
+LLAMA32_1B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "head_dim": 64,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 16,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+LLAMA31_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 128000,
+    "eos_token_id": 128001,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 128256,
+}
+
+# Qwen2.5-7B-Instruct with the YaRN recipe of its model card added (the hub config has no
+# rope_scaling; the card's uses the old "type" key): factor 4 over the original 32768 positions.
+QWEN_YARN4 = {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}
+QWEN25_7B_YARN = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "hidden_act": "silu",
+    "hidden_size": 3584,
+    "initializer_range": 0.02,
+    "intermediate_size": 18944,
+    "max_position_embeddings": 32768,
+    "max_window_layers": 28,
+    "model_type": "qwen2",
+    "num_attention_heads": 28,
+    "num_hidden_layers": 28,
+    "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": QWEN_YARN4,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 152064,
+}
+
+
+def derived(base, **overrides):
+    cfg = dict(base)
+    for k, v in overrides.items():
+        assert k in cfg, "override of unknown config key %s" % k
+        cfg[k] = v
+    return dict(sorted(cfg.items()))
+
+
+# microsoft/Phi-3.5-mini-instruct: Phi-3-mini's layout with LongRoPE to 131072 positions (the short
+
+# The published Phi-3.5-mini-instruct LongRoPE factors (48 = head_dim 96 / 2 pairs each).
+PHI35_LONG_FACTOR = [
+    1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601,
+    1.5899999141693115, 1.600000023841858, 1.6200000047683716, 2.620000123977661,
+    3.2300000190734863, 3.2300000190734863, 4.789999961853027, 7.400000095367432,
+    7.700000286102295, 9.09000015258789, 12.199999809265137, 17.670000076293945,
+    24.46000099182129, 28.57000160217285, 30.420001983642578, 30.840002059936523,
+    32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
+    50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305,
+    58.21000289916992, 60.1400032043457, 62.61000442504883, 62.62000274658203,
+    62.71000289916992, 63.1400032043457, 63.1400032043457, 63.77000427246094,
+    63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688,
+    64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
+    64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062]
+PHI35_SHORT_FACTOR = [
+    1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705,
+    1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0499999523162842,
+    1.0499999523162842, 1.0699999332427979, 1.0999999046325684, 1.1099998950958252,
+    1.1599998474121094, 1.1599998474121094, 1.1699998378753662, 1.2899998426437378,
+    1.339999794960022, 1.679999828338623, 1.7899998426437378, 1.8199998140335083,
+    1.8499997854232788, 1.8799997568130493, 1.9099997282028198, 1.9399996995925903,
+    1.9899996519088745, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+    2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0299997329711914,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+    2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+    2.0799996852874756, 2.0899996757507324, 2.189999580383301, 2.2199995517730713,
+    2.5899994373321533, 2.729999542236328, 2.749999523162842, 2.8399994373321533]
+
+# factors up to the original 4096, the long ones past it; original_max_position_embeddings at the
+# top level, as Phi-3 configs keep it).
+PHI35_MINI = derived(PHI3_MINI_4K, max_position_embeddings=131072,
+                     original_max_position_embeddings=4096, sliding_window=262144,
+                     rope_scaling={"rope_type": "longrope",
+                                   "long_factor": list(PHI35_LONG_FACTOR),
+                                   "short_factor": list(PHI35_SHORT_FACTOR)})
+
+# The published configs whose RoPE tables the scaled `rope` kernel cases use
+# (common/rope_scaling.published_rope).
+PUBLISHED_ROPE = {"llama3.1-8b": LLAMA31_8B, "llama3.2-1b": LLAMA32_1B,
+                  "qwen2.5-7b-yarn": QWEN25_7B_YARN, "phi3.5-mini": PHI35_MINI}
+
+
+# Tiny variants: 2 layers, small vocab, the distinguishing features kept. Head dims are multiples
+# of 8 (what the CUDA attention kernels support) and keep rope_dim/2 a multiple of 8 like the real
+# models, so RoPE runs the same kernel path as at full size.
+#  qwen2-tiny: GQA 7:1 with two KV heads (14 q / 2 kv, head_dim 16), Q/K/V bias, tied LM head,
+#              rope_theta 1e6, rms eps 1e-6, intermediate 160 (no power of two, like 4864).
+#  phi3-tiny:  fused qkv_proj and gate_up_proj, MHA (2 heads), head_dim 48 (no power of two, like
+#              96), rms eps 1e-5, untied LM head, rope_theta 1e4, sliding_window 2047 (inactive:
+#              sequences stay under 48 tokens).
+#  gpt2-tiny:  Conv1D (weights stored [in, out]), learned positions, LayerNorm with bias, gelu_new,
+#              tied LM head, odd vocab (503, like 50257).
+QWEN2_TINY = derived(QWEN25_05B, hidden_size=224, intermediate_size=160, num_hidden_layers=2,
+                     max_window_layers=2, vocab_size=384, bos_token_id=0, eos_token_id=0)
+PHI3_TINY = derived(PHI3_MINI_4K, hidden_size=96, intermediate_size=128, num_hidden_layers=2,
+                    num_attention_heads=2, num_key_value_heads=2, vocab_size=320, bos_token_id=1,
+                    eos_token_id=2, pad_token_id=2)
+GPT2_TINY = derived(GPT2_124M, n_embd=96, n_head=3, n_layer=2, n_positions=64, n_ctx=64,
+                    vocab_size=503, bos_token_id=502, eos_token_id=502)
+#  llama3-tiny:     Llama-3.2-1B's config cut down: no biases, GQA 4:1 (8 q / 2 kv heads), an
+#                   explicit head_dim 16, tied head, theta 5e5, eps 1e-5, the published llama3
+#                   scaling (factor 32 over 8192: at head_dim 16 pairs 0-3 keep their frequency, 4
+#                   is blended (divided by 3.29), 5-7 are divided by 32).
+#  phi3.5-tiny:     phi3-tiny's dimensions with Phi-3.5-mini's LongRoPE: every second published
+#                   factor (24 short, 24 long for head_dim 48), max_position_embeddings 640 and the
+#                   original context cut to 20, so the prefill (16 tokens) takes the short factors
+#                   and decode step 4 (position 20) onwards the long ones: transformers switches
+#                   when a pass's largest position + 1 exceeds the original (the cached keys keep
+#                   their short rotation); attention factor sqrt(1 + ln 32 / ln 20).
+#  qwen2-yarn-tiny: qwen2-tiny with Qwen's YaRN recipe (factor 4 over 32768, old "type" key): at
+#                   head_dim 16 pairs 0-2 keep their frequency, 3-4 are ramped, 5-7 divided by 4;
+#                   attention factor 0.1 ln 4 + 1.
+LLAMA3_TINY = derived(LLAMA32_1B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                      num_attention_heads=8, num_key_value_heads=2, head_dim=16, vocab_size=384,
+                      bos_token_id=382, eos_token_id=383)
+PHI35_TINY = derived(PHI35_MINI, hidden_size=96, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=2, num_key_value_heads=2, vocab_size=320, bos_token_id=1,
+                     eos_token_id=2, pad_token_id=2, max_position_embeddings=640,
+                     original_max_position_embeddings=20,
+                     rope_scaling={"rope_type": "longrope",
+                                   "long_factor": PHI35_LONG_FACTOR[::2],
+                                   "short_factor": PHI35_SHORT_FACTOR[::2]})
+QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).items()))
+
+
+def bf16_config(cfg):
+    """The config of a bf16 set: the same model, torch_dtype "bfloat16" (what its checkpoint
+    stores, as on the hub: Qwen2.5 and Llama 3 ship bf16)."""
+    return derived(cfg, torch_dtype=CONFIG_DTYPE["bf16"])
+
+# margin_epsilon (logit units): the reference's top-2 margin below which a differing greedy token
+# is accepted (together with the top-5 cross-check). Synthetic logits have std ~4 by construction
+# (see init_specs), median top-2 margin ~0.7-1. To size it, the same transformers forward was run
+# with fp16 weights and fp16 activations everywhere (logits included, so more lossy than an
+# implementation with fp32 logits), teacher-forced on the reference tokens: the largest change of
+# the top-2 margin over the 32 steps was 0.012-0.030 for the tiny sets (rms <= 0.011), 0.030 for
+# gpt2-124m and 0.039 for qwen2.5-0.5b (24 layers). Committed sets use 0.1 (> 3x the worst tiny
+# drift); full-size and real-checkpoint sets use 0.2 (5x Qwen's, room for Phi-3's 32 layers). The
+# selftest re-measures the drift and fails if it reaches half the epsilon.
+#
+# bf16 sets (dtype "bf16") store 8 significant bits instead of 11: the same drift measured with
+# bf16 weights and activations (transformers in torch.bfloat16, logits included) was 0.18 on
+# qwen2-tiny-bf16 and 0.15 on llama3-tiny-bf16, and 0.15-0.28 on the six fp16 tiny configs run in
+# bf16 (about 8x their fp16 drift, as the unit roundoffs 2^-8 / 2^-11 predict); 0.28 on
+# qwen2.5-0.5b-bf16 and 0.34 on llama3.2-1b-bf16. bf16 sets use EPSILON_BF16_COMMITTED 0.5 (2.8x
+# the committed bf16 sets' drift, 1.8x the worst tiny config's) and EPSILON_BF16_FULL 0.8
+# (full-size and bf16 checkpoint sets: 2.4x Llama's), which the selftest holds to the same rule
+# (at least twice the bf16 drift).
+ModelSpec = namedtuple("ModelSpec", "name family tier config decode_steps margin_epsilon dtype",
+                       defaults=("f16",))
+EPSILON_COMMITTED, EPSILON_FULL = 0.1, 0.2
+EPSILON_BF16_COMMITTED, EPSILON_BF16_FULL = 0.5, 0.8
+
+MODELS = [
+    ModelSpec("qwen2-tiny", "qwen2", COMMITTED, QWEN2_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("phi3-tiny", "phi3", COMMITTED, PHI3_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("gpt2-tiny", "gpt2", COMMITTED, GPT2_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("llama3-tiny", "llama", COMMITTED, LLAMA3_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("phi3.5-tiny", "phi3", COMMITTED, PHI35_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("qwen2-yarn-tiny", "qwen2", COMMITTED, QWEN2_YARN_TINY, 8, EPSILON_COMMITTED),
+    # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
+    ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16"),
+    ModelSpec("llama3-tiny-bf16", "llama", COMMITTED, bf16_config(LLAMA3_TINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16"),
+    ModelSpec("qwen2.5-0.5b", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL),
+    ModelSpec("phi3-mini-4k", "phi3", FULL, PHI3_MINI_4K, 8, EPSILON_FULL),
+    ModelSpec("gpt2-124m", "gpt2", FULL, GPT2_124M, 8, EPSILON_FULL),
+    ModelSpec("llama3.2-1b", "llama", FULL, LLAMA32_1B, 8, EPSILON_FULL),
+    ModelSpec("phi3.5-mini", "phi3", FULL, PHI35_MINI, 8, EPSILON_FULL),
+    ModelSpec("qwen2.5-0.5b-bf16", "qwen2", FULL, bf16_config(QWEN25_05B), 8, EPSILON_BF16_FULL,
+              "bf16"),
+    ModelSpec("llama3.2-1b-bf16", "llama", FULL, bf16_config(LLAMA32_1B), 8, EPSILON_BF16_FULL,
+              "bf16"),
+]
+FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama"}
+ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
+        "llama": "LlamaForCausalLM"}
+# Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
+# synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
+CHECKPOINT_EPSILON = EPSILON_FULL
+CHECKPOINT_EPSILON_BF16 = EPSILON_BF16_FULL  # a bf16 checkpoint set (set_dtype)
+CHECKPOINT_DECODE_STEPS = 8
+
+
+def models_for(tier, names=None):
+    return [m for m in MODELS if m.tier == tier and (not names or m.name in names)]
+
+
+def with_layers(spec, n_layers):
+    """A cut-down copy of a spec (smoke tests of the full-size code path): n_layers layers, named
+    <model>-l<n>; everything else unchanged."""
+    key = "n_layer" if spec.family == "gpt2" else "num_hidden_layers"
+    over = {key: n_layers}
+    if spec.family == "qwen2":
+        over["max_window_layers"] = min(spec.config["max_window_layers"], n_layers)
+    return spec._replace(name="%s-l%d" % (spec.name, n_layers),
+                         config=derived(spec.config, **over))
+
+
+# Full sets of the 8B-class configs cut to 2 layers (the embeddings and heads alone are 2 GB of
+# fp16): the real layer shapes and RoPE tables at a size the generator handles in a minute.
+MODELS += [
+    with_layers(ModelSpec("llama3.1-8b", "llama", FULL, LLAMA31_8B, 8, EPSILON_FULL), 2),
+    with_layers(ModelSpec("qwen2.5-7b-yarn", "qwen2", FULL, QWEN25_7B_YARN, 8, EPSILON_FULL), 2),
+]
+BY_NAME = {m.name: m for m in MODELS}
+assert len(BY_NAME) == len(MODELS)
+for _m in MODELS:  # a bf16 set is named so, and its config says what its checkpoint stores
+    assert _m.dtype in DTYPES, _m.name
+    assert re.sub(r"-l\d+$", "", _m.name).endswith("-bf16") == (_m.dtype == "bf16"), _m.name
+    assert _m.config["torch_dtype"] == CONFIG_DTYPE[_m.dtype], _m.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Dimensions
+
+
+Dims = namedtuple("Dims", "family H L nH nKV D I V P tied eps")
+
+
+def dims(family, cfg):
+    """The dimensions a forward needs, read from an HF config dict."""
+    if family == "gpt2":
+        H, nH = cfg["n_embd"], cfg["n_head"]
+        return Dims(family, H, cfg["n_layer"], nH, nH, H // nH, cfg.get("n_inner") or 4 * H,
+                    cfg["vocab_size"], cfg["n_positions"], cfg.get("tie_word_embeddings", True),
+                    cfg.get("layer_norm_epsilon", 1e-5))
+    H, nH = cfg["hidden_size"], cfg["num_attention_heads"]
+    nKV = cfg.get("num_key_value_heads") or nH
+    D = cfg.get("head_dim") or H // nH
+    return Dims(family, H, cfg["num_hidden_layers"], nH, nKV, D, cfg["intermediate_size"],
+                cfg["vocab_size"], cfg["max_position_embeddings"],
+                cfg.get("tie_word_embeddings", False), cfg["rms_norm_eps"])
+
+
+def rope_theta(cfg):
+    if "rope_theta" in cfg:
+        return float(cfg["rope_theta"])
+    return float(cfg["rope_parameters"]["rope_theta"])

@@ -1,0 +1,417 @@
+"""Kernel references: one small function per op (OPS); the cases are in cases.py.
+
+Every op function takes a Draw (the case's random source) plus the case's keyword arguments and
+returns (params, inputs, expected):
+  params   -- exactly the manifest params docs/golden-format.md lists for the op, in its order;
+  inputs   -- {name: tensor} in file order; f16 or bf16 (or f32 / i32) values the kernel
+              receives;
+  expected -- {name: float64 tensor}, computed from the inputs upcast to fp64 with no rounding
+              to the 16-bit storage type in between, except where the op's contract rounds (the
+              writer casts to f32 at the very end).
+
+Every op takes `dtype`, the 16-bit storage type of its case: "f16" (the default) or "bf16"
+(softmax and set_rows also "f32"). Inputs are drawn in fp64 and rounded to fp32, then to that
+type (to_f16, to_bf16); each intermediate rounding of the op's contract (the stored sum of the
+residual norms, the normalised row of rmsnorm_gemm / layernorm_gemm, the activation of
+swiglu_gemm / gpt_ffn) rounds to it too. dtype is no manifest param: the input files' dtype says
+it. bf16 cases are named "bf16-..." (checked below).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from common.dtypes import F32, F64, I32, storage
+from common.rope_scaling import published_rope, rope_inv_freq
+from kernels.inputs import gelu_inputs, linear_weight, norm_weight, normal
+
+# What attention_decode caches hold at and beyond cache_lens[b]; exact in fp16, 9984 in bf16
+# (the nearest bf16 value, which those cases store).
+POISON = 1e4
+
+
+def d(t):
+    return t.to(F64)
+
+
+# ---------------------------------------------------------------------------------------------
+# One reference per op (docs/golden-format.md, "Ops")
+
+
+def residual_add(r, *, shape, inplace, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, residual = cast(dist(r, shape)), cast(dist(r, shape))
+    return {"inplace": inplace}, {"x": x, "residual": residual}, {"out": d(x) + d(residual)}
+
+
+def rmsnorm(r, *, T, H, eps, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, weight = cast(dist(r, (T, H))), norm_weight(r, H, cast)
+    out = F.rms_norm(d(x), (H,), d(weight), eps)
+    return {"eps": eps}, {"x": x, "weight": weight}, {"out": out}
+
+
+def layernorm(r, *, T, H, eps, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    gamma, beta = norm_weight(r, H, cast), cast(0.1 * r.randn((H,)))
+    out = F.layer_norm(d(x), (H,), d(gamma), d(beta), eps)
+    return {"eps": eps}, {"x": x, "gamma": gamma, "beta": beta}, {"out": out}
+
+
+def layernorm_residual(r, *, T, H, eps, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, residual = cast(dist(r, (T, H))), cast(dist(r, (T, H)))
+    gamma, beta = norm_weight(r, H, cast), cast(0.1 * r.randn((H,)))
+    s = d(x) + d(residual)
+    # The fused kernel stores the sum in fp16 (bf16) and normalises that stored value, exactly
+    # like the unfused residual_add -> layernorm pair; the contract therefore rounds the sum once
+    # here.
+    out = F.layer_norm(d(cast(s)), (H,), d(gamma), d(beta), eps)
+    inputs = {"x": x, "residual": residual, "gamma": gamma, "beta": beta}
+    return {"eps": eps}, inputs, {"sum": s, "out": out}
+
+
+def rmsnorm_residual(r, *, T, H, eps, inplace, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x, residual = cast(dist(r, (T, H))), cast(dist(r, (T, H)))
+    weight = norm_weight(r, H, cast)
+    s = d(x) + d(residual)
+    # As layernorm_residual: the kernel stores the sum in fp16 (bf16) (one rounding of the fp32
+    # add, which to_f16 / to_bf16 reproduce: the fp64 sum of two fp16 or two bf16 values is exact,
+    # so its rounding to fp32 is the kernel's fp32 add) and normalises that stored value, exactly
+    # like the unfused residual_add -> rmsnorm pair.
+    out = F.rms_norm(d(cast(s)), (H,), d(weight), eps)
+    inputs = {"x": x, "residual": residual, "weight": weight}
+    return {"eps": eps, "inplace": inplace}, inputs, {"sum": s, "out": out}
+
+
+def rope_angles(positions, base, rope_dim, freq_divisor=None, long_divisor=None, long_from=None):
+    """theta [T, rope_dim/2] in fp64: pos * base^(-2i/rope_dim) / div_i, div the token's divisor
+    table: long_divisor for a token at a position >= long_from, else freq_divisor (no division
+    without one). The divisors are the fp32 inputs of the op, used exactly."""
+    inv = rope_inv_freq(base, rope_dim)[None, :]                            # [1, half]
+    if freq_divisor is not None:
+        div = d(freq_divisor)[None, :].expand(len(positions), -1)
+        if long_divisor is not None:
+            use_long = (positions.to(torch.int64) >= long_from)[:, None]
+            div = torch.where(use_long, d(long_divisor)[None, :], div)
+        inv = inv / div                                                     # [T, half]
+    return d(positions)[:, None] * inv
+
+
+def rope_ref(x, theta, rope_dim, attention_factor=None):
+    """NeoX / HF rotate_half RoPE in fp64 on x [T, heads, D] at angles theta [T, rope_dim/2]:
+    dim i pairs with i + rope_dim/2 (i < rope_dim/2); the rotated dims are multiplied by
+    attention_factor (scaled RoPE), dims >= rope_dim pass through unchanged (partial rotary)."""
+    half = rope_dim // 2
+    cos, sin = torch.cos(theta)[:, None, :], torch.sin(theta)[:, None, :]   # [T, 1, half]
+    x1, x2, rest = x[..., :half], x[..., half:rope_dim], x[..., rope_dim:]
+    rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    if attention_factor is not None:
+        rotated = rotated * attention_factor
+    return torch.cat((rotated, rest), dim=-1)
+
+
+def rope_hf(x, theta, rope_dim, attention_factor=1.0):
+    """The transformers formulation (cos and sin times attention_scaling, then q * cos +
+    rotate_half(q) * sin on the rotary dims), for the generation-time self-check only."""
+    emb = torch.cat((theta, theta), dim=-1)
+    cos = (emb.cos() * attention_factor)[:, None, :]
+    sin = (emb.sin() * attention_factor)[:, None, :]
+    xr = x[..., :rope_dim]
+    x1, x2 = xr[..., : rope_dim // 2], xr[..., rope_dim // 2:]
+    rotate_half = torch.cat((-x2, x1), dim=-1)
+    return torch.cat((xr * cos + rotate_half * sin, x[..., rope_dim:]), dim=-1)
+
+
+def f32(x):
+    """The fp32 value of a float (round to nearest even), as a Python float."""
+    return float(torch.tensor(x, dtype=F64).to(F32))
+
+
+def rope(r, *, nH, nKV, D, positions, base=None, rope_dim=None, dist=normal(), scaling=None,
+         long_from=None, dtype="f16"):
+    """scaling: a PUBLISHED_ROPE name (common/configs.py) whose tables the case uses, with its own
+    base; long_from (longrope only) defaults to the config's original_max_position_embeddings."""
+    cast = storage(dtype)
+    rope_dim = D if rope_dim is None else rope_dim
+    T = len(positions)
+    q, k = cast(dist(r, (T, nH, D))), cast(dist(r, (T, nKV, D)))
+    pos = torch.tensor(positions, dtype=I32)
+    inputs = {"q": q, "k": k, "positions": pos}
+    if scaling is None:
+        assert long_from is None
+        params = {"freq_base": float(base), "rope_dim": rope_dim, "head_dim": D}
+        theta, af = rope_angles(pos, base, rope_dim), None
+    else:
+        _, sc = published_rope(scaling)
+        assert base is None and rope_dim == D == sc.dim, (scaling, base, rope_dim, D, sc.dim)
+        params = {"freq_base": sc.base, "rope_dim": rope_dim, "head_dim": D,
+                  "attention_factor": f32(sc.attention_factor)}
+        inputs["freq_divisor"] = torch.tensor(sc.freq_divisor, dtype=F64).to(F32)
+        if sc.long_divisor is not None:
+            long_from = sc.long_from if long_from is None else long_from
+            params["long_from"] = int(long_from)
+            inputs["long_divisor"] = torch.tensor(sc.long_divisor, dtype=F64).to(F32)
+        else:
+            assert long_from is None, scaling
+        theta = rope_angles(pos, sc.base, rope_dim, inputs["freq_divisor"],
+                            inputs.get("long_divisor"), params.get("long_from"))
+        af = params["attention_factor"]
+    q_out, k_out = rope_ref(d(q), theta, rope_dim, af), rope_ref(d(k), theta, rope_dim, af)
+    for x, out in ((q, q_out), (k, k_out)):
+        err = (out - rope_hf(d(x), theta, rope_dim, 1.0 if af is None else af)).abs().max().item()
+        assert err < 1e-6, "rope reference disagrees with the HF formula (%g)" % err
+    return params, inputs, {"q_out": q_out, "k_out": k_out}
+
+
+def sdpa(q, k, v, *, causal, scale):
+    """torch SDPA on [B, heads, S, D] fp64 tensors. The math backend is pinned so the reduction
+    order does not depend on which fused CPU kernel torch would pick."""
+    with sdpa_kernel([SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
+                                              enable_gqa=True)
+
+
+def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal(),
+                      dtype="f16"):
+    cast = storage(dtype)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q, k = cast(qk(r, (B, S, nH, D))), cast(qk(r, (B, S, nKV, D)))
+    v = cast(vdist(r, (B, S, nKV, D)))
+    # Files use [B, S, heads, D]; SDPA wants [B, heads, S, D].
+    out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
+               causal=causal, scale=scale).transpose(1, 2)
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": causal, "scale": scale}
+    return params, {"q": q, "k": k, "v": v}, {"out": out}
+
+
+def attention_scores_softmax(r, *, B, Sq, Sk, nH, nKV, D, causal=True, scale=None, qk=normal(),
+                             dtype="f16"):
+    """softmax(scale q k^T + causal mask) per head in fp64, the queries the last Sq positions."""
+    cast = storage(dtype)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q, k = cast(qk(r, (B, Sq, nH, D))), cast(qk(r, (B, Sk, nKV, D)))
+    qh = d(q).transpose(1, 2)                                          # [B, nH, Sq, D]
+    kh = d(k).transpose(1, 2).repeat_interleave(nH // nKV, dim=1)      # [B, nH, Sk, D]
+    s = (qh @ kh.transpose(-1, -2)) * scale
+    if causal:
+        hidden = torch.arange(Sk)[None, :] > (Sk - Sq + torch.arange(Sq)[:, None])
+        s = s.masked_fill(hidden, float("-inf"))
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": causal, "scale": scale}
+    return params, {"q": q, "k": k}, {"probs": torch.softmax(s, dim=-1)}
+
+
+def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal(), qk=normal(),
+                     dtype="f16"):
+    cast = storage(dtype)
+    B = len(cache_lens)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q = cast(qk(r, (B, nH, D)))
+    k_cache, v_cache = cast(qk(r, (B, L, nKV, D))), cast(vdist(r, (B, L, nKV, D)))
+    for b, n in enumerate(cache_lens):
+        assert 1 <= n <= L
+        # a kernel that reads past cache_lens[b] gets visibly wrong (bf16 stores 9984)
+        k_cache[b, n:] = POISON
+        v_cache[b, n:] = POISON
+    out = torch.empty((B, nH, D), dtype=F64)
+    for b, n in enumerate(cache_lens):
+        qb = d(q[b])[None, :, None, :]                     # [1, nH, 1, D]: one query token
+        kb = d(k_cache[b, :n]).transpose(0, 1)[None]       # [1, nKV, n, D]
+        vb = d(v_cache[b, :n]).transpose(0, 1)[None]
+        out[b] = sdpa(qb, kb, vb, causal=False, scale=scale)[0, :, 0, :]
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache,
+              "cache_lens": torch.tensor(cache_lens, dtype=I32)}
+    return params, inputs, {"out": out}
+
+
+def swiglu(r, *, T, ffn, gate=normal(), up_std=1.0, dtype="f16"):
+    """up_std scales up (1 for every fp16 case: the same draws times 1.0)."""
+    cast = storage(dtype)
+    g, up = cast(gate(r, (T, ffn))), cast(up_std * r.randn((T, ffn)))
+    return {}, {"gate": g, "up": up}, {"out": F.silu(d(g)) * d(up)}
+
+
+def gemm_swiglu(r, *, T, H, ffn, dist=normal(), dtype="f16"):
+    """silu(x Wg^T) * (x Wu^T) over the stacked weight [Wg; Wu] (Phi-3's gate_up_proj)."""
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    w = torch.cat([linear_weight(r, ffn, H, cast), linear_weight(r, ffn, H, cast)])
+    acc = d(x) @ d(w).T
+    return {}, {"x": x, "w_gate_up": w}, {"out": F.silu(acc[:, :ffn]) * acc[:, ffn:]}
+
+
+def _norm_gemm(r, T, H, N, bias, residual, eps, dist, draw_norm, norm, cast):
+    """A pre-norm and the projection after it: norm(s, vectors) of x (or of the stored sum x +
+    residual, itself an output), rounded to the storage type (cast: to_f16 or to_bf16) as the norm
+    op stores it, then x' W^T (+ bias) in fp64. draw_norm(r) draws the norm's vectors ({name:
+    [H]} of the storage type) after x and residual and before W, in that order."""
+    x = cast(dist(r, (T, H)))
+    inputs, outs = {"x": x}, {}
+    s = d(x)
+    if residual:
+        res = cast(dist(r, (T, H)))
+        inputs["residual"] = res
+        s = d(cast(d(x) + d(res)))
+        outs["sum"] = d(x) + d(res)
+    vecs = draw_norm(r)
+    w = linear_weight(r, N, H, cast)
+    inputs.update(vecs, w=w)
+    h = d(cast(norm(s, {k: d(v) for k, v in vecs.items()})))
+    out = h @ d(w).T
+    if bias:
+        inputs["bias"] = cast(r.randn((N,)))
+        out = out + d(inputs["bias"])
+    outs["out"] = out
+    return {"eps": eps, "has_bias": bias, "has_residual": residual}, inputs, outs
+
+
+def rmsnorm_gemm(r, *, T, H, N, bias, residual, eps=1e-6, dist=normal(), dtype="f16"):
+    """The RMSNorm families' pre-norm and the projection after it (_norm_gemm)."""
+    cast = storage(dtype)
+    return _norm_gemm(r, T, H, N, bias, residual, eps, dist,
+                      lambda r: {"weight": norm_weight(r, H, cast)},
+                      lambda s, v: F.rms_norm(s, (H,), v["weight"], eps), cast)
+
+
+def layernorm_gemm(r, *, T, H, N, bias, residual, eps=1e-5, dist=normal(), dtype="f16"):
+    """A LayerNorm family's pre-norm and the projection after it (GPT-2's ln_1 and c_attn;
+    _norm_gemm)."""
+    cast = storage(dtype)
+    return _norm_gemm(r, T, H, N, bias, residual, eps, dist,
+                      lambda r: {"gamma": norm_weight(r, H, cast),
+                                 "beta": cast(0.1 * r.randn((H,)))},
+                      lambda s, v: F.layer_norm(s, (H,), v["gamma"], v["beta"], eps), cast)
+
+
+def swiglu_gemm(r, *, T, ffn, N, bias=False, gate=normal(2.0), dtype="f16"):
+    """(silu(gate) * up) rounded to fp16 (bf16) as swiglu stores it, then a W^T (+ bias) in fp64:
+    a SwiGLU FFN's activation and its down projection."""
+    cast = storage(dtype)
+    g, up = cast(gate(r, (T, ffn))), cast(normal()(r, (T, ffn)))
+    w = linear_weight(r, N, ffn, cast)
+    inputs = {"gate": g, "up": up, "w": w}
+    out = d(cast(F.silu(d(g)) * d(up))) @ d(w).T
+    if bias:
+        inputs["bias"] = cast(r.randn((N,)))
+        out = out + d(inputs["bias"])
+    return {"has_bias": bias}, inputs, {"out": out}
+
+
+def gpt_ffn(r, *, T, H, ffn, gelu, bias=True, dist=normal(), b1=(0.0, 1.0), b2_std=1.0,
+            dtype="f16"):
+    """GPT-2's MLP: gelu(x W1^T + b1) rounded to fp16 (bf16) once, then a W2^T + b2, in fp64. b1
+    is drawn as (mean, std); a mean of -3 with small x puts every pre-activation in the negative
+    tail, where erf and tanh GELU differ by ~10% (4e-4 absolute)."""
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    w1, w2 = linear_weight(r, ffn, H, cast), linear_weight(r, H, ffn, cast)
+    inputs = {"x": x, "w1": w1, "w2": w2}
+    pre = d(x) @ d(w1).T
+    if bias:
+        inputs["b1"] = cast(b1[0] + b1[1] * r.randn((ffn,)))
+        inputs["b2"] = cast(b2_std * r.randn((H,)))
+        pre = pre + d(inputs["b1"])
+    act = d(cast(F.gelu(pre, approximate="tanh" if gelu == "tanh" else "none")))
+    out = act @ d(w2).T
+    if bias:
+        out = out + d(inputs["b2"])
+    return {"gelu": gelu, "has_bias": bias}, inputs, {"out": out}
+
+
+def swiglu_ffn(r, *, T, H, ffn, dist=normal(), dtype="f16"):
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    w_gate, w_up = linear_weight(r, ffn, H, cast), linear_weight(r, ffn, H, cast)
+    w_down = linear_weight(r, H, ffn, cast)
+    act = F.silu(d(x) @ d(w_gate).T) * (d(x) @ d(w_up).T)
+    inputs = {"x": x, "w_gate": w_gate, "w_up": w_up, "w_down": w_down}
+    return {}, inputs, {"out": act @ d(w_down).T}
+
+
+def gelu(r, *, T, H, dist=gelu_inputs(), inplace=False, dtype="f16"):
+    """inplace: the kernel writes out over x (the activation of an FFN in its own buffer)."""
+    x = storage(dtype)(dist(r, (T, H)))
+    return {"inplace": inplace}, {"x": x}, {"out": F.gelu(d(x))}
+
+
+def gelu_tanh(r, *, T, H, dist=gelu_inputs(), inplace=False, dtype="f16"):
+    x = storage(dtype)(dist(r, (T, H)))
+    return {"inplace": inplace}, {"x": x}, {"out": F.gelu(d(x), approximate="tanh")}
+
+
+def gelu_scale(r, *, T, H, gelu, scale, dist=gelu_inputs(), inplace=False, dtype="f16"):
+    """GELU (erf or tanh) times scale, in fp64 with no rounding between the two: the kernel keeps
+    the GELU in fp32 through the product. scale is taken as the float32 the kernel receives (the
+    params store that value), so a scale not exact in fp32 is no error of the kernel's."""
+    s = float(torch.tensor(scale, dtype=F32))
+    x = storage(dtype)(dist(r, (T, H)))
+    out = F.gelu(d(x), approximate="tanh" if gelu == "tanh" else "none") * s
+    return {"gelu": gelu, "scale": s, "inplace": inplace}, {"x": x}, {"out": out}
+
+
+def pos_embedding(r, *, H, P, positions, dtype="f16"):
+    cast = storage(dtype)
+    T = len(positions)
+    x, table = cast(r.randn((T, H))), cast(r.randn((P, H)))
+    pos = torch.tensor(positions, dtype=I32)
+    assert 0 <= min(positions) and max(positions) < P
+    out = d(x) + d(table)[pos.long()]
+    return {}, {"x": x, "table": table, "positions": pos}, {"out": out}
+
+
+def embedding(r, *, V, H, T, dtype="f16"):
+    ids = r.randint(0, V, (T,))
+    if T > 1:  # always touch the first and the last row of the table
+        ids[0], ids[-1] = V - 1, 0
+    table = storage(dtype)(r.randn((V, H)))
+    return {}, {"ids": ids, "table": table}, {"out": d(table)[ids.long()]}
+
+
+def set_rows(r, *, R, row, rows, dtype="f16"):
+    """The KV-cache append: dst [R, *row] with src [T, *row] written at the distinct rows."""
+    T = len(rows)
+    assert len(set(rows)) == T and 0 <= min(rows) and max(rows) < R, rows
+    cast = (lambda t: t.to(F32)) if dtype == "f32" else storage(dtype)
+    dst, src = cast(r.randn((R,) + tuple(row))), cast(r.randn((T,) + tuple(row)))
+    idx = torch.tensor(rows, dtype=I32)
+    out = d(dst).clone()
+    out.index_copy_(0, idx.long(), d(src))
+    return {}, {"dst": dst, "src": src, "rows": idx}, {"out": out}
+
+
+def gemm(r, *, M, N, K, has_bias, out_dtype, dist=normal(), dtype="f16"):
+    """out_dtype: the kernel's output, the input's 16-bit type or f32 (f16 in: f16 or f32; bf16
+    in: bf16 or f32)."""
+    if out_dtype not in (dtype, "f32"):
+        raise ValueError("gemm: %s in, %s out" % (dtype, out_dtype))
+    cast = storage(dtype)
+    x, w = cast(dist(r, (M, K))), linear_weight(r, N, K, cast)
+    out = d(x) @ d(w).T
+    inputs = {"x": x, "w": w}
+    if has_bias:
+        inputs["bias"] = cast(r.randn((N,)))
+        out = out + d(inputs["bias"])
+    return {"has_bias": has_bias, "out_dtype": out_dtype}, inputs, {"out": out}
+
+
+def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
+    x = dist(r, (T, N))
+    x = x.to(F32) if dtype == "f32" else storage(dtype)(x)
+    if mask is not None:
+        m = mask(r, (T, N))
+        assert not m.all(dim=-1).any(), "a softmax row must keep at least one finite value"
+        x[m] = -math.inf
+    if not torch.isfinite(x).any(dim=-1).all():
+        raise ValueError("softmax row without a finite value")
+    return {}, {"x": x}, {"out": torch.softmax(d(x), dim=-1)}
+
+
+OPS = {f.__name__: f for f in (
+    residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
+    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
+    pos_embedding, embedding, set_rows, gemm, softmax)}

@@ -1,0 +1,387 @@
+"""The calibration (calibration.json): the error an fp16 (bf16) implementation of the same forward
+makes at every tap, from which the Go side derives each tap's limits (see below)."""
+
+import decimal
+import json
+import math
+from contextlib import contextmanager
+
+import torch
+
+from common.configs import dims
+from common.dtypes import BF16, F16, F64, TORCH_DTYPE
+from models.reference import CHUNK, modeling_module
+from models.taps import TapCapture
+from models.threads import intra_op_threads
+
+# ---------------------------------------------------------------------------------------------
+# Calibration: the error an fp16 (bf16) implementation of the same forward makes
+#
+# A bf16 set (params.dtype "bf16") is calibrated the same way with every "fp16" below read as
+# "bf16": bf16-valued weights (a BF16 checkpoint upcast exactly) and round_bf16 at the same
+# points; its calibration.json says "transformers-fp32-rounded-bf16".
+#
+# Tap tolerances are derived per set from calibration.json (docs/golden-format.md, "Calibration"):
+# the error that an independent fp16 implementation of the same forward makes against the fp32
+# reference at every tap. The implementation is transformers' own model on fp16-valued weights
+# (an fp16 checkpoint upcast exactly; other dtypes rounded to fp16 first, as the engine loads
+# them), run in fp32 with every value the engine stores as fp16 rounded to fp16 at the point the
+# engine stores it: each linear output (bias included), each norm, RoPE's q and k (so the KV cache
+# holds fp16), the attention output, the activation, the block outputs and both residual adds.
+# Logits stay fp32, as the engine's final GEMM writes them. Every op inside those points runs in
+# fp32 from fp16 inputs (softmax, the activation's product, the norm's statistics), which is what
+# an engine with fp32 accumulation does; so the error is the rounding any correct fp16 engine must
+# make, propagated through this model's own depth and conditioning.
+#
+# Why not transformers in torch.float16: on the CPU it rounds at points the engine does not
+# (attention scores, the norm's normalised x before its weight, silu(gate) before the product,
+# the bias after the GEMM), through fp16 CPU GEMM code whose accumulation differs by ATen build; the
+# hooks below keep the fp32 MKL path (MKL_CBWR, one thread) that the reference already uses, so the
+# calibration is byte-reproducible on every host exactly as the reference is.
+#
+# The residual adds are not modules, so they cannot be hooked directly: the output hook of the
+# attention block's last projection returns fp16(x + attn_out) - x, so the layer's own
+# `residual + hidden_states` yields the rounded sum (exactly, wherever that difference is an fp32
+# value, and the next norm's input is pinned to the rounded sum regardless), and the layer's
+# output hook replaces the second add by fp16(resid_attn + ffn_out) computed from the rounded
+# values, after checking that the layer computed the same sum.
+
+CALIBRATION_FILE = "calibration.json"
+CALIBRATION_VERSION = 1
+CALIBRATION_IMPLEMENTATION = "transformers-fp32-rounded-fp16"
+# calibration.json's "implementation" by the set's dtype (fp16 sets keep the name they always had)
+CALIBRATION_IMPLEMENTATIONS = {"f16": CALIBRATION_IMPLEMENTATION,
+                               "bf16": "transformers-fp32-rounded-bf16"}
+# calibration.json keys of each tap, in order; the logits add the last two.
+CALIBRATION_KEYS = ["nmse", "one_minus_cos", "max_err_rms"]
+CALIBRATION_LOGIT_KEYS = ["max_abs", "kl"]
+# A calibration is the error of a correct implementation: an nmse this large at any tap means the
+# rounded forward computes something else (a hook on the wrong module, a transformers change), and
+# limits derived from it would pass bugs. fp16 drift of a real model stays orders below it (bf16's,
+# ~8x the amplitude and so ~64x the nmse, still two orders).
+CALIBRATION_MAX_NMSE = 1e-2
+
+
+def round_f16(t):
+    """t rounded to the nearest fp16 value (ties to even; beyond 65504 to inf), in t's dtype."""
+    return t.to(F16).to(t.dtype)
+
+
+def round_bf16(t):
+    """t rounded to the nearest bf16 value (ties to even; fp32's range), in t's dtype."""
+    return t.to(BF16).to(t.dtype)
+
+
+ROUNDING = {"f16": round_f16, "bf16": round_bf16}
+
+
+class Rounder(TapCapture):
+    """Forward hooks that make the reference model the calibration's fp16 (dtype "bf16": bf16)
+    implementation (see the section comment) and record the rounded taps under the reference's
+    names and shapes."""
+
+    label = "calibration "
+
+    def __init__(self, model, family, d, rounding=None, dtype="f16"):
+        super().__init__(model, family, d)
+        # The selftest passes an identity to prove the hooks change nothing but the rounding.
+        self.round = ROUNDING[dtype] if rounding is None else rounding
+        self.x = self.s = self.m = None  # layer input, resid_attn and ffn_out of the running layer
+
+    def _heads(self, name, heads, x):
+        self.put(name, x.reshape(x.shape[0], x.shape[1], heads, self.d.D))
+
+    # -- hooks
+    def _round_out(self, module, record):
+        """Round the module's output; record(rounded) stores it."""
+        def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            r = self.round(out[0] if isinstance(out, tuple) else out)
+            record(r)
+            return (r,) + tuple(out[1:]) if isinstance(out, tuple) else r
+        self.handles.append(module.register_forward_hook(hook))
+
+    def _round_in(self, module, name):
+        """Round the module's (first, positional) input and record it."""
+        def hook(_m, args):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            x = self.round(args[0])
+            self.put(name, x)
+            return (x,) + tuple(args[1:])
+        self.handles.append(module.register_forward_pre_hook(hook))
+
+    def _enter(self, layer, i):
+        """The layer's input: the rounded residual stream (GPT-2's wte + wpe is rounded here)."""
+        def hook(_m, args, kwargs):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            if args:
+                x = self.round(args[0])
+                args = (x,) + tuple(args[1:])
+            else:
+                x = self.round(kwargs["hidden_states"])
+                kwargs = dict(kwargs, hidden_states=x)
+            self.layer, self.x = i, x
+            if i == 0:
+                self.put("embed", x)
+            return args, kwargs
+        self.handles.append(layer.register_forward_pre_hook(hook, with_kwargs=True))
+
+    def _attn_residual(self, proj, p):
+        """The attention block's last projection: its rounded output is attn_out; return
+        fp16(x + attn_out) - x so that the layer's residual add yields resid_attn rounded."""
+        def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            a = self.round(out)
+            self.s = self.round(self.x + a)
+            self.put(p + "attn_out", a)
+            self.put(p + "resid_attn", self.s)
+            return self.s - self.x
+        self.handles.append(proj.register_forward_hook(hook))
+
+    def _pin_in(self, norm):
+        """The second norm reads resid_attn exactly (the layer's add may miss it by an fp32 ulp
+        where fp16(x + a) - x is not an fp32 value)."""
+        def hook(_m, args):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            if not torch.allclose(args[0], self.s, rtol=1e-6, atol=1e-7):
+                raise RuntimeError("calibration: the layer's residual add is not the rounded sum")
+            return (self.s,) + tuple(args[1:])
+        self.handles.append(norm.register_forward_pre_hook(hook))
+
+    def _layer_out(self, layer, p):
+        def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            own = out[0] if isinstance(out, tuple) else out
+            want = self.s + self.m
+            if not torch.allclose(own, want, rtol=1e-5, atol=1e-6):
+                raise RuntimeError("calibration %s: the layer's output is not resid_attn + ffn_out"
+                                   % p)
+            r = self.round(want)
+            self.put(p + "resid_ffn", r)
+            return (r,) + tuple(out[1:]) if isinstance(out, tuple) else r
+        self.handles.append(layer.register_forward_hook(hook))
+
+    def _set_m(self, name):
+        def record(r):
+            self.m = r
+            self.put(name, r)
+        return record
+
+    def install(self):
+        d, m = self.d, self.model
+        put = self.put
+        if self.family in ("qwen2", "phi3", "llama"):
+            base = m.model
+            for i, layer in enumerate(base.layers):
+                p = "layers.%d." % i
+                att, mlp = layer.self_attn, layer.mlp
+                self._enter(layer, i)
+                self._round_out(layer.input_layernorm, lambda r, p=p: put(p + "attn_norm", r))
+                if self.family in ("qwen2", "llama"):
+                    self._round_out(att.q_proj, lambda r, p=p: self._heads(p + "q", d.nH, r))
+                    self._round_out(att.k_proj, lambda r, p=p: self._heads(p + "k", d.nKV, r))
+                    self._round_out(att.v_proj, lambda r, p=p: self._heads(p + "v", d.nKV, r))
+                else:
+                    qd, kvd = d.nH * d.D, d.nKV * d.D
+
+                    def qkv(r, p=p, qd=qd, kvd=kvd):
+                        self._heads(p + "q", d.nH, r[..., :qd])
+                        self._heads(p + "k", d.nKV, r[..., qd:qd + kvd])
+                        self._heads(p + "v", d.nKV, r[..., qd + kvd:])
+                    self._round_out(att.qkv_proj, qkv)
+                self._round_in(att.o_proj, p + "attn")
+                self._attn_residual(att.o_proj, p)
+                self._pin_in(layer.post_attention_layernorm)
+                self._round_out(layer.post_attention_layernorm, lambda r, p=p: put(p + "ffn_norm", r))
+                if self.family in ("qwen2", "llama"):
+                    self._round_out(mlp.gate_proj, lambda r, p=p: put(p + "ffn_gate", r))
+                    self._round_out(mlp.up_proj, lambda r, p=p: put(p + "ffn_up", r))
+                else:
+                    def gate_up(r, p=p):
+                        gate, up = r.chunk(2, dim=-1)
+                        put(p + "ffn_gate", gate)
+                        put(p + "ffn_up", up)
+                    self._round_out(mlp.gate_up_proj, gate_up)
+                self._round_in(mlp.down_proj, p + "ffn_act")
+                self._round_out(mlp, self._set_m(p + "ffn_out"))
+                self._layer_out(layer, p)
+            self._round_out(base.norm, lambda r: put("final_norm", r))
+        else:
+            base = m.transformer
+            for i, block in enumerate(base.h):
+                p = "layers.%d." % i
+                self._enter(block, i)
+                self._round_out(block.ln_1, lambda r, p=p: put(p + "attn_norm", r))
+
+                def c_attn(r, p=p):
+                    q, k, v = r.split(d.H, dim=2)
+                    self._heads(p + "q", d.nH, q)
+                    self._heads(p + "k", d.nKV, k)
+                    self._heads(p + "v", d.nKV, v)
+                self._round_out(block.attn.c_attn, c_attn)
+                self._round_in(block.attn.c_proj, p + "attn")
+                self._attn_residual(block.attn.c_proj, p)
+                self._pin_in(block.ln_2)
+                self._round_out(block.ln_2, lambda r, p=p: put(p + "ffn_norm", r))
+                self._round_out(block.mlp.c_fc, lambda r, p=p: put(p + "ffn_up", r))
+                self._round_in(block.mlp.c_proj, p + "ffn_act")
+                self._round_out(block.mlp, self._set_m(p + "ffn_out"))
+                self._layer_out(block, p)
+            self._round_out(base.ln_f, lambda r: put("final_norm", r))
+
+        def logits(_m, _args, out):  # fp32, as the engine's final GEMM writes them
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            put("logits", out)
+        self.handles.append(m.lm_head.register_forward_hook(logits))
+
+    def remove(self):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    @contextmanager
+    def rope_rounding(self, modeling):
+        """RoPE's outputs rounded (and recorded): the KV cache then holds fp16 (bf16) keys."""
+        with self.rope_taps(modeling, self.round):
+            yield
+
+
+def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None, pool=None,
+                weights_stored=False, dtype="f16"):
+    """The calibration forward: prefill and decode steps 0..decode_steps-1 teacher-forced on the
+    reference's greedy tokens (as the engine's tap comparison runs), with its own KV cache, every
+    stored value rounded to `dtype` ("f16" or "bf16", the set's). Rounds the model's parameters
+    to that type in place first (on the pool's threads when given): call it after every reference
+    run. weights_stored says every parameter already is a value of that type (a checkpoint of
+    it, upcast exactly: check_loaded_weights), so the rounding, a no-op on them, is skipped (a
+    pass over the 15 GB of Phi-3-mini's fp32 weights). `rounding` replaces round_f16 /
+    round_bf16 (the selftest's identity run). Returns {tap file stem: f32 tensor}."""
+    d = dims(family, cfg)
+    rnd = Rounder(model, family, d, rounding, dtype)
+    low = TORCH_DTYPE[dtype]
+
+    @torch.no_grad()
+    def round_in_place(prm):
+        if rounding is None and prm.is_contiguous():  # the rounding by chunks (-> f32 is exact)
+            for c in prm.view(-1).split(CHUNK):
+                c.copy_(c.to(low))
+        else:
+            prm.copy_(rnd.round(prm))
+    if rounding is not None or not weights_stored:
+        for _ in (map if pool is None else pool.map)(round_in_place, list(model.parameters())):
+            pass
+    rnd.install()
+    try:
+        with torch.no_grad(), rnd.rope_rounding(modeling_module(family)):
+            rnd.begin("prefill")
+            out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
+            rnd.end(len(prompt))
+            cache = out.past_key_values
+            for s in range(decode_steps):
+                rnd.begin("decode.%d" % s)
+                out = model(input_ids=torch.tensor([[int(tokens[s])]], dtype=torch.int64),
+                            past_key_values=cache, use_cache=True)
+                rnd.end(1)
+                cache = out.past_key_values
+    finally:
+        rnd.remove()
+    return rnd.taps
+
+
+def tap_error(got, want, logits):
+    """The calibration record of one tap: the metrics of engine/compare (Compare) of `got`
+    against `want`, in float64 (torch, ATEN_CPU_CAPABILITY=default: the same bits on every host).
+    Keys: CALIBRATION_KEYS, plus CALIBRATION_LOGIT_KEYS for logits."""
+    g, w = got.to(F64), want.to(F64)
+    if not (torch.isfinite(g).all() and torch.isfinite(w).all()):
+        raise RuntimeError("non-finite values: the fp16 forward overflows (or the reference does)")
+    e = g - w
+    err_sq, ref_sq = float((e * e).sum()), float((w * w).sum())
+    nmse = 0.0 if err_sq == 0 else (math.inf if ref_sq == 0 else err_sq / ref_sq)
+    gg, ww, dot = float((g * g).sum()), ref_sq, float((g * w).sum())
+    if err_sq == 0:
+        cos = 1.0  # not dot / (|g| |w|), whose last bit can leave 1 - cos = 2e-16 for equal vectors
+    elif gg == 0 or ww == 0:
+        cos = 0.0
+    else:
+        cos = dot / (math.sqrt(gg) * math.sqrt(ww))
+    n = w.shape[-1]
+    ew, rw = e.reshape(-1, n).abs(), w.reshape(-1, n)
+    rms = (rw * rw).mean(dim=1, keepdim=True).sqrt()
+    if bool(((rms == 0) & (ew > 0)).any()):
+        raise RuntimeError("an error in a row whose reference is all zeros")
+    rel = torch.where(rms > 0, ew / torch.where(rms > 0, rms, torch.ones_like(rms)), torch.zeros_like(ew))
+    rec = {"nmse": nmse, "one_minus_cos": max(0.0, 1.0 - cos), "max_err_rms": float(rel.max())}
+    if logits:
+        lw = torch.log_softmax(rw, dim=1)
+        lg = torch.log_softmax(g.reshape(-1, n), dim=1)
+        kl = (lw.exp() * (lw - lg)).sum(dim=1).clamp(min=0)
+        rec["max_abs"] = float(ew.max())
+        rec["kl"] = float(kl.mean())
+    return rec
+
+
+def sig3_up(v):
+    """v rounded up to 3 significant digits, as a JSON number ("1.23e-06", or "0"): a fixed
+    precision keeps regeneration byte-stable, and rounding up never understates an error."""
+    if v == 0:
+        return "0"
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError("calibration value %r" % v)
+    dv = decimal.Decimal(v)  # the exact binary value
+    exp = dv.adjusted() - 2
+    digits = int(dv.scaleb(-exp).to_integral_value(rounding=decimal.ROUND_CEILING))
+    if digits == 1000:
+        digits, exp = 100, exp + 1
+    return "%d.%02de%+03d" % (digits // 100, digits % 100, exp + 2)
+
+
+def _tap_record(name, got, want):
+    try:
+        return tap_error(got, want, name.endswith(".logits"))
+    except RuntimeError as e:
+        raise RuntimeError("calibration of %s: %s" % (name, e)) from None
+
+
+# Taps of at least this many values are calibrated on the pool (calibration_bytes).
+CALIBRATION_POOL_MIN = 1 << 15
+
+
+def calibration_bytes(ref_taps, cal_taps, pool=None, dtype="f16"):
+    """calibration.json of a set of `dtype` ("f16" or "bf16": its "implementation",
+    CALIBRATION_IMPLEMENTATIONS): one line per tap, in the manifest's tap order. tap_error's
+    float64 sums depend on the thread count (ATen splits a sum into one value by it), so every
+    record is computed on one thread: on this one, or in parallel on a pool from
+    one_thread_workers. The bytes are the same either way."""
+    names = list(ref_taps)
+    if pool is None:
+        with intra_op_threads(1):
+            recs = [_tap_record(n, cal_taps[n], ref_taps[n]) for n in names]
+    else:
+        # The big taps (prefill's) on the pool; the many small ones (a decode step's single row)
+        # on this thread meanwhile: thousands of tiny records spread over the pool's threads
+        # spend their time queueing for the GIL (4 s for Phi-3-mini's 4357 taps).
+        futures = {n: pool.submit(_tap_record, n, cal_taps[n], ref_taps[n]) for n in names
+                   if ref_taps[n].numel() >= CALIBRATION_POOL_MIN}
+        small = {n: _tap_record(n, cal_taps[n], ref_taps[n]) for n in names if n not in futures}
+        recs = [futures[n].result() if n in futures else small[n] for n in names]
+    lines = []
+    for name, rec in zip(names, recs):
+        logits = name.endswith(".logits")
+        if rec["nmse"] > CALIBRATION_MAX_NMSE:
+            raise RuntimeError("calibration of %s: nmse %.3g > %g: the %s forward does not "
+                               "compute what the reference does" % (name, rec["nmse"],
+                                                                     CALIBRATION_MAX_NMSE, dtype))
+        keys = CALIBRATION_KEYS + (CALIBRATION_LOGIT_KEYS if logits else [])
+        fields = ", ".join('"%s": %s' % (k, sig3_up(rec[k])) for k in keys)
+        lines.append('    {"tap": %s, %s}' % (json.dumps(name), fields))
+    text = '{\n  "version": %d,\n  "implementation": %s,\n  "taps": [\n%s\n  ]\n}\n' % (
+        CALIBRATION_VERSION, json.dumps(CALIBRATION_IMPLEMENTATIONS[dtype]), ",\n".join(lines))
+    return text.encode("ascii")

@@ -1,0 +1,306 @@
+"""The reference forward: transformers' model loaded from the set's checkpoint (upcast to fp32,
+eager attention, CPU), the check that it holds the checkpoint's values, the hyper-parameters as
+transformers parsed them, and greedy decoding (with every tap) and seeded generation through the KV
+cache."""
+
+import math
+import os
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+import sampling
+from common.configs import ARCH, dims
+from common.dtypes import F32, F64, I32
+from models.generation import GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, SAMPLE_TOP_K, \
+    SAMPLE_TOP_P
+from models.taps import Recorder, tap_names
+from models.threads import intra_op_threads
+
+
+# Elementwise passes over big tensors go CHUNK elements at a time: a whole-tensor temporary is
+# fresh memory every time (page faults, and munmap's TLB shootdowns across all threads), which
+# costs more than the arithmetic. The values are the same.
+CHUNK = 1 << 20
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference forward
+
+
+def modeling_module(family):
+    import importlib
+    return importlib.import_module("transformers.models.%s.modeling_%s" % (family, family))
+
+
+@contextmanager
+def loader_threads(n):
+    """transformers 5.17 materialises (reads and upcasts) the checkpoint's tensors on a pool of
+    core_model_loading.GLOBAL_WORKERS threads (min(4, cores)): n of them here instead, each with
+    one intra-op thread (ATen starts a new thread with the count last set, 1 here). An upcast to
+    fp32 is exact: this only changes the speed."""
+    try:
+        import transformers.core_model_loading as cml
+    except ImportError:
+        cml = None
+    before = getattr(cml, "GLOBAL_WORKERS", None)
+    if n <= 1 or before is None:
+        yield
+        return
+    cml.GLOBAL_WORKERS = n
+    try:
+        with intra_op_threads(1):
+            yield
+    finally:
+        cml.GLOBAL_WORKERS = before
+
+
+def load_model(set_dir, family, dtype=F32, threads=1):
+    """transformers' own loader on the set's checkpoint files, upcast to `dtype`, eager
+    attention (`threads` loader threads: loader_threads)."""
+    import transformers
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    with loader_threads(threads):
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True)
+    model.eval()
+    if type(model).__name__ != ARCH[family]:
+        raise RuntimeError("%s loaded as %s, want %s"
+                           % (set_dir, type(model).__name__, ARCH[family]))
+    if model.config._attn_implementation != "eager":
+        raise RuntimeError("attention implementation is %s, want eager"
+                           % model.config._attn_implementation)
+    return model
+
+
+def _upcast_equal(param, t):
+    """torch.equal(param, t.to(param.dtype)), CHUNK elements at a time."""
+    if param.shape != t.shape:
+        return False
+    return all(torch.equal(p, q.to(p.dtype)) for p, q in
+               zip(param.reshape(-1).split(CHUNK), t.reshape(-1).split(CHUNK)))
+
+
+def check_loaded_weights(model, set_dir, pool=None):
+    """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding.
+    With a pool (one_thread_workers) the tensors are compared in parallel. Returns the set of the
+    checkpoint's dtypes (torch dtypes)."""
+    from safetensors import safe_open
+    state = model.state_dict()
+    names, dtypes = [], set()
+    for fname in sorted(os.listdir(set_dir)):
+        if not fname.endswith(".safetensors"):
+            continue
+        with safe_open(os.path.join(set_dir, fname), framework="pt") as f:
+            compared = []
+            for name in f.keys():
+                t = f.get_tensor(name)
+                key = name if name in state else None
+                if key is None:  # real GPT-2 checkpoints store h.0... without "transformer."
+                    for prefix in ("transformer.", "model."):
+                        if prefix + name in state:
+                            key = prefix + name
+                if key is None:
+                    if name.endswith(".attn.bias") or name.endswith(".attn.masked_bias"):
+                        continue  # GPT-2 causal-mask buffers of old checkpoints
+                    raise RuntimeError("%s: %s is not a parameter of the model" % (fname, name))
+                compared.append((name, state[key], t))
+                names.append(key)
+                dtypes.add(t.dtype)
+            same = (map if pool is None else pool.map)(lambda c: _upcast_equal(c[1], c[2]),
+                                                       compared)
+            for (name, _, _), ok in zip(compared, same):
+                if not ok:
+                    raise RuntimeError("%s: %s differs after loading" % (fname, name))
+    # ... and every model tensor came from the checkpoint (transformers would initialise a missing
+    # one randomly); a tied head is the embedding's storage.
+    loaded = {state[k].data_ptr() for k in names}
+    missing = [k for k, v in state.items() if k not in names and v.data_ptr() not in loaded]
+    if missing:
+        raise RuntimeError("%s: not in the checkpoint: %s" % (set_dir, ", ".join(missing[:5])))
+    return dtypes
+
+
+# The reference's hyper-parameters (params.hparams), in this order: one set of names for every
+# family, null where a family has no such parameter (GPT-2 has no RoPE). The RoPE tables (the last
+# four, added with RoPE scaling) come after the keys that existed before them.
+HPARAM_KEYS = ["hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+               "intermediate_size", "vocab_size", "max_positions", "norm_eps", "rope_theta",
+               "rope_type", "rotary_dim", "partial_rotary_factor", "tied_head", "activation",
+               "sliding_window", "rope_inv_freq", "rope_long_inv_freq", "rope_attention_factor",
+               "rope_long_from"]
+
+
+def reference_rope(model):
+    """The RoPE tables of the loaded model's rotary embedding, as transformers computed them:
+    (rope_type, inv_freq, long_inv_freq, attention_factor, long_from). inv_freq is the table it
+    was built with (original_inv_freq: for longrope the short factors'; `inv_freq` itself is
+    swapped per forward call); long_inv_freq (longrope only) is what its forward switches to
+    when a pass's largest position + 1 exceeds original_max_position_embeddings, computed by the
+    same ROPE_INIT_FUNCTIONS call (seq_len = original + 1); long_from is that original (the first
+    position whose decode step uses the long table). Lists of the fp32 values as floats."""
+    rot = model.model.rotary_emb
+    rp = model.config.rope_parameters
+    if rot.rope_type != rp["rope_type"]:
+        raise RuntimeError("rotary embedding rope_type %r, config %r" % (rot.rope_type,
+                                                                         rp["rope_type"]))
+    inv = rot.original_inv_freq
+    if inv.dtype != F32:
+        raise RuntimeError("inv_freq is %s, want float32" % inv.dtype)
+    long_inv = long_from = None
+    if rot.rope_type == "longrope":
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        long_from = int(rp["original_max_position_embeddings"])
+        long_inv, af = ROPE_INIT_FUNCTIONS["longrope"](model.config, inv.device,
+                                                       seq_len=long_from + 1)
+        if af != rot.attention_scaling or long_inv.shape != inv.shape:
+            raise RuntimeError("longrope's long table disagrees with the rotary embedding")
+        long_inv = [float(v) for v in long_inv.tolist()]
+    return (rot.rope_type, [float(v) for v in inv.tolist()], long_inv,
+            float(rot.attention_scaling), long_from)
+
+
+def reference_hparams(model, family):
+    """The hyper-parameters as transformers itself parsed them: from the loaded model's config
+    object (its defaults and key mapping applied: rope_theta -> rope_parameters, n_inner None ->
+    4H) and, where the config leaves a value to the modeling code, from the modules that use it
+    (head_dim, the rotary dim and tables of the rotary embedding, GPT-2's inner size). Never
+    from config.json's dict: an engine that reads config.json differently from transformers must
+    show up by name."""
+    c = model.config
+    if family == "gpt2":
+        block = model.transformer.h[0]
+        hp = {
+            "hidden_size": c.n_embd, "num_layers": c.n_layer, "num_heads": c.n_head,
+            "num_kv_heads": block.attn.num_heads, "head_dim": block.attn.head_dim,
+            "intermediate_size": block.mlp.c_fc.nf, "vocab_size": c.vocab_size,
+            "max_positions": c.n_positions, "norm_eps": float(c.layer_norm_epsilon),
+            "rope_theta": None, "rope_type": None, "rotary_dim": None,
+            "partial_rotary_factor": None, "tied_head": bool(c.tie_word_embeddings),
+            "activation": c.activation_function, "sliding_window": None,
+            "rope_inv_freq": None, "rope_long_inv_freq": None, "rope_attention_factor": None,
+            "rope_long_from": None,
+        }
+        norms = [m.eps for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    else:
+        rp = c.rope_parameters
+        rope_type, inv, long_inv, attention_factor, long_from = reference_rope(model)
+        hp = {
+            "hidden_size": c.hidden_size, "num_layers": c.num_hidden_layers,
+            "num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
+            "head_dim": model.model.layers[0].self_attn.head_dim,
+            "intermediate_size": c.intermediate_size, "vocab_size": c.vocab_size,
+            "max_positions": c.max_position_embeddings, "norm_eps": float(c.rms_norm_eps),
+            "rope_theta": float(rp["rope_theta"]), "rope_type": rope_type,
+            "rotary_dim": 2 * int(model.model.rotary_emb.inv_freq.shape[0]),
+            "partial_rotary_factor": float(rp.get("partial_rotary_factor", 1.0)),
+            "tied_head": bool(c.tie_word_embeddings), "activation": c.hidden_act,
+            # LlamaConfig has no sliding_window at all: null, no window
+            "sliding_window": (None if getattr(c, "sliding_window", None) is None
+                               else int(c.sliding_window)),
+            "rope_inv_freq": inv, "rope_long_inv_freq": long_inv,
+            "rope_attention_factor": attention_factor, "rope_long_from": long_from,
+        }
+        norms = [m.variance_epsilon for m in model.modules() if hasattr(m, "variance_epsilon")]
+    for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+              "intermediate_size", "vocab_size", "max_positions"):
+        hp[k] = int(hp[k])
+    assert list(hp) == HPARAM_KEYS, list(hp)
+    # What the config says is what the modules use: every norm's eps, the tied head's storage.
+    if not norms or any(e != hp["norm_eps"] for e in norms):
+        raise RuntimeError("norm eps in the modules %s, config %r" % (sorted(set(norms)),
+                                                                      hp["norm_eps"]))
+    head, emb = model.get_output_embeddings().weight, model.get_input_embeddings().weight
+    if (head.data_ptr() == emb.data_ptr()) != hp["tied_head"]:
+        raise RuntimeError("tie_word_embeddings %s, but the LM head %s the embedding"
+                           % (hp["tied_head"], "is not" if hp["tied_head"] else "is"))
+    return hp
+
+
+def top_k_stable(logits, k):
+    """Indices of the k largest logits, ties to the lower index (numpy, exact). Only the values
+    at or above the k-th largest are sorted: the same indices as sorting the whole row."""
+    x = logits.numpy()
+    if x.shape[0] > k and not np.isnan(x).any():
+        kth = np.partition(x, x.shape[0] - k)[x.shape[0] - k]
+        idx = np.flatnonzero(x >= kth)
+    else:
+        idx = np.arange(x.shape[0])
+    order = idx[np.lexsort((idx, -x[idx].astype(np.float64)))]
+    return order[:k]
+
+
+def run_reference(model, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKENS, feed=None):
+    """Prefill + greedy decoding through the KV cache with taps. Returns (taps, tokens, margins,
+    top5) where taps is {file name stem: f32 tensor} in canonical order. Each token is also put
+    to `feed` (a TokenFeed) as it is chosen."""
+    d = dims(family, cfg)
+    assert 8 <= decode_steps <= n_tokens - 1
+    if len(prompt) + n_tokens > d.P:
+        raise RuntimeError("prompt + generation (%d) exceeds the model's %d positions"
+                           % (len(prompt) + n_tokens, d.P))
+    rec = Recorder(model, family, d)
+    rec.install()
+    tokens, margins, top5 = [], [], []
+    try:
+        with torch.no_grad(), rec.rope_capture(modeling_module(family)):
+            rec.begin("prefill")
+            out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
+            rec.end(len(prompt))
+            cache = out.past_key_values
+            logits = out.logits[0, -1]
+            # the logits tap is the very tensor the greedy choice reads
+            assert torch.equal(rec.taps["prefill.logits"][-1], logits), "prefill logits tap"
+            for i in range(n_tokens):
+                assert logits.dtype == F32
+                order = top_k_stable(logits, 5)
+                tok = int(order[0])
+                tokens.append(tok)
+                if feed is not None:
+                    feed.put(tok)
+                margins.append(float(logits[order[0]].double() - logits[order[1]].double()))
+                top5.append([int(j) for j in order])
+                if i == n_tokens - 1:
+                    break
+                # decode step i feeds tokens[i] at position len(prompt) + i
+                if i < decode_steps:
+                    rec.begin("decode.%d" % i)
+                out = model(input_ids=torch.tensor([[tok]], dtype=torch.int64),
+                            past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                logits = out.logits[0, -1]
+                if i < decode_steps:
+                    rec.end(1)
+                    assert torch.equal(rec.taps["decode.%d.logits" % i][0], logits), "logits tap"
+    finally:
+        rec.remove()
+    ordered = {}
+    for prefix in ["prefill"] + ["decode.%d" % s for s in range(decode_steps)]:
+        for name in tap_names(family, d.L):
+            ordered[prefix + "." + name] = rec.taps[prefix + "." + name]
+    return (ordered, torch.tensor(tokens, dtype=I32), torch.tensor(margins, dtype=F64),
+            torch.tensor(top5, dtype=I32))
+
+
+def run_sampled(model, prompt, seed, n_tokens=SAMPLE_TOKENS):
+    """Seeded generation through the KV cache from the same prompt: token j is sampled from the
+    fp32 logits that precede it (prefill row P-1 for j = 0, then the decode step that fed token
+    j-1) with sampling.py at step j, row 0, and fed back. Returns (tokens, model margins), the
+    margin in logit units (sampling.model_margin; +inf when nothing could change the token)."""
+    tokens, margins = [], []
+    with torch.no_grad():
+        out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
+        for j in range(n_tokens):
+            logits = out.logits[0, -1]
+            assert logits.dtype == F32
+            res = sampling.sample_row(logits.numpy(), SAMPLE_TEMPERATURE, SAMPLE_TOP_K,
+                                      SAMPLE_TOP_P, seed, j, row=0)
+            tokens.append(res.token)
+            margins.append(math.inf if res.model_margin is None else res.model_margin)
+            if j == n_tokens - 1:
+                break
+            out = model(input_ids=torch.tensor([[res.token]], dtype=torch.int64),
+                        past_key_values=out.past_key_values, use_cache=True)
+    return torch.tensor(tokens, dtype=I32), torch.tensor(margins, dtype=F64)
