@@ -181,7 +181,7 @@ def check_format(s):
               "a checkpoint of %s is dtype %s" % (sorted(st), p["dtype"]))
     check(p["decode_steps"] >= 8 and p["greedy_tokens"] == 32, "decode_steps/greedy_tokens")
     check(len(p["prompt_ids"]) == generation.PROMPT_LEN, "prompt length")
-    check(0 < p["margin_epsilon"] < 1, "margin_epsilon")
+    check(0 < p["margin_epsilon"] < 4, "margin_epsilon")
     sp = p["sample"]
     check(list(sp) == SAMPLE_KEYS, "sample keys %s" % list(sp))
     check(sp["temperature"] == generation.SAMPLE_TEMPERATURE
@@ -1014,7 +1014,7 @@ def check_chunked_draw():
     sizes = [1, 5, 15, 16, 17, 31, 48, chunk - 1, chunk, chunk + 1, chunk + 15, chunk + 16,
              chunk + 17, 2 * chunk - 3, 3 * chunk, 3 * chunk + 9, 5 * chunk + 33, 1000]
     inits = [checkpoint.Init("normal", 0.02), checkpoint.Init("bias", 0.5),
-             checkpoint.Init("norm", 0.1)]
+             checkpoint.Init("norm", 0.1), checkpoint.Init("norm", 0.3, 3.0)]
     for n in sizes:
         for init in inits:
             for c in (chunk, 16, checkpoint.DRAW_CHUNK):
