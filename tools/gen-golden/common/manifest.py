@@ -84,10 +84,15 @@ def write_tensor(directory, name, t, role):
     return entry, len(data)
 
 
+ALLOWANCE_SUFFIX = "_allowance"
+
+
 def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     """Write one golden set into case_dir (removed first, so no stale file survives).
 
-    inputs: ordered {name: tensor in f16/bf16/f32/i32}; expected: ordered {name: float64 tensor},
+    inputs: ordered {name: tensor in f16/bf16/f32/i32}; expected: ordered {name: float64 tensor}
+    (a name ending in _allowance is the per-element allowance of the output it names: role
+    allowance),
     cast to f32 here. Returns (number of files, total bytes) including manifest.json.
     """
     if os.path.lexists(case_dir):
@@ -97,7 +102,9 @@ def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     entries = []
     total = 0
     tensors = [(n, t, "input") for n, t in inputs.items()]
-    tensors += [(n, t.to(torch.float32), "expected") for n, t in expected.items()]
+    # <output>_allowance: the reference's per-element allowance for that output (role allowance)
+    tensors += [(n, t.to(torch.float32), "allowance" if n.endswith(ALLOWANCE_SUFFIX) else "expected")
+                for n, t in expected.items()]
     for name, t, role in tensors:
         entry, size = write_tensor(case_dir, name, t, role)
         entries.append(entry)

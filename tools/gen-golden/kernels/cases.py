@@ -748,6 +748,23 @@ CASES += _bf16_cases(COMMITTED, "swiglu_gemm", [
     # bias_add_kernel without cublasLt)
     ("prefill-f16-n256_t6_bias", dict(T=6, ffn=16, N=256, bias=True)),
 ])
+# gpt_ffn with a narrow intermediate (each output sums few activations, so one activation rounded
+# the other way is a visible share of its row: the case class the allowance exists for), written
+# apart from the cases above: GPT-2-large's hidden width 1280 (and 512, to keep the tier small),
+# both GELUs, with and without biases, prefill rows (cuBLAS, bias_gelu) and decode rows
+# (gelu_gemv), and a wide intermediate.
+CASES += _cases(COMMITTED, "gpt_ffn", [
+    ("narrow-h1280-f64_prefill-t24_tanh_no-bias", dict(T=24, H=1280, ffn=64, gelu="tanh",
+                                                        bias=False)),
+    ("narrow-h512-f16_prefill-t24_erf", dict(T=24, H=512, ffn=16, gelu="erf")),
+    ("narrow-h512-f32_decode-t4_tanh", dict(T=4, H=512, ffn=32, gelu="tanh")),
+    ("narrow-h512-f32_decode-t16_erf_no-bias", dict(T=16, H=512, ffn=32, gelu="erf", bias=False)),
+    ("wide-h128-f512_prefill-t24_tanh", dict(T=24, H=128, ffn=512, gelu="tanh")),
+])
+CASES += _bf16_cases(COMMITTED, "gpt_ffn", [
+    ("narrow-h512-f32_prefill-t24_tanh_no-bias", dict(T=24, H=512, ffn=32, gelu="tanh",
+                                                       bias=False)),
+])
 CASES += _bf16_cases(COMMITTED, "gpt_ffn", [
     # gelu_gemv<1, true>, gemv<1> (the down projection with its bias)
     ("h256-f16_decode-t1", dict(T=1, H=256, ffn=16, gelu="tanh")),
@@ -855,6 +872,14 @@ CASES += _cases(FULL, "gpt_ffn", [
     ("gpt2_decode-t8_erf", dict(T=8, H=768, ffn=3072, gelu="erf")),
     ("gpt2_prefill-t1024", dict(T=1024, H=768, ffn=3072, gelu="tanh")),
     ("phi2_decode-t1", dict(T=1, H=2560, ffn=10240, gelu="tanh")),
+    # GPT-2-large's hidden width with a narrow intermediate at 512 prefill rows (both GELUs, with
+    # and without biases), its decode rows, and its real intermediate (5120)
+    ("narrow-h1280-f64_prefill-t512_tanh", dict(T=512, H=1280, ffn=64, gelu="tanh")),
+    ("narrow-h1280-f64_prefill-t512_tanh_no-bias", dict(T=512, H=1280, ffn=64, gelu="tanh",
+                                                         bias=False)),
+    ("narrow-h1280-f64_prefill-t512_erf", dict(T=512, H=1280, ffn=64, gelu="erf")),
+    ("narrow-h1280-f64_decode-t8_tanh_no-bias", dict(T=8, H=1280, ffn=64, gelu="tanh", bias=False)),
+    ("gpt2-large_prefill-t512", dict(T=512, H=1280, ffn=5120, gelu="tanh")),
 ])
 CASES += _cases(FULL, "swiglu_ffn", [
     ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),
@@ -975,6 +1000,8 @@ CASES += _bf16_cases(FULL, "swiglu_gemm", [
 CASES += _bf16_cases(FULL, "gpt_ffn", [
     ("gpt2_decode-t1", dict(T=1, H=768, ffn=3072, gelu="tanh")),
     ("gpt2_prefill-t1024", dict(T=1024, H=768, ffn=3072, gelu="tanh")),
+    ("narrow-h1280-f64_prefill-t512_tanh_no-bias", dict(T=512, H=1280, ffn=64, gelu="tanh",
+                                                         bias=False)),
 ])
 CASES += _bf16_cases(FULL, "swiglu_ffn", [
     ("qwen2.5-0.5b_t16", dict(T=16, H=896, ffn=4864)),

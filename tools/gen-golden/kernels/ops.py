@@ -302,11 +302,38 @@ def swiglu_gemm(r, *, T, ffn, N, bias=False, gate=normal(2.0), dtype="f16"):
     return {"has_bias": bias}, inputs, {"out": out}
 
 
+# gpt_ffn's contract for the activation it rounds once (docs/golden-format.md, "Allowances"): the
+# pre-activation x W1^T + b1 accumulated in fp32, within PRE_ACCURACY_ULPS 2^-24 sqrt(H) (|pre| +
+# ||x * w1_j||_2) of the exact one (a 6-sigma bound of a round-to-nearest walk over H products is
+# sqrt(6H) 2^-24 ||x * w1_j||; 8 sqrt(H) also covers the truncating fp32 adds of tensor cores'
+# 16-product blocks, about H/16 of them), and the GELU in fp32 within GELU_REL_ACCURACY of the exact
+# one (cuda/kernels/gelu.cu: 1.2e-5 over every fp16 input). GELU_MAX_SLOPE bounds |GELU'| of both
+# forms (1.129 at x = sqrt(2)).
+PRE_ACCURACY_ULPS = 8.0
+GELU_REL_ACCURACY = 1.2e-5
+GELU_MAX_SLOPE = 1.13
+
+
+def rounded_activation_allowance(exact, pre_err, cast, w):
+    """The per-output allowance [T, N] of activations exact = gelu(pre) [T, F] (fp64, before their
+    one rounding by `cast`) that a kernel may round to a neighbouring value, then multiplies by
+    w [N, F]: where the contract's error of an activation (GELU_MAX_SLOPE pre_err, the
+    pre-activation's, plus GELU_REL_ACCURACY of it) reaches a rounding boundary, it may land on
+    either side, and each output of its row may move by that difference times |w|. Elsewhere
+    nothing: a kernel that rounds differently where the contract leaves no doubt still fails."""
+    err = GELU_MAX_SLOPE * pre_err + GELU_REL_ACCURACY * exact.abs()
+    rounded = d(cast(exact))
+    flip = torch.maximum((d(cast(exact - err)) - rounded).abs(), (d(cast(exact + err)) - rounded).abs())
+    return flip @ w.abs().T
+
+
 def gpt_ffn(r, *, T, H, ffn, gelu, bias=True, dist=normal(), b1=(0.0, 1.0), b2_std=1.0,
             dtype="f16"):
     """GPT-2's MLP: gelu(x W1^T + b1) rounded to fp16 (bf16) once, then a W2^T + b2, in fp64. b1
     is drawn as (mean, std); a mean of -3 with small x puts every pre-activation in the negative
-    tail, where erf and tanh GELU differ by ~10% (4e-4 absolute)."""
+    tail, where erf and tanh GELU differ by ~10% (4e-4 absolute). out_allowance is what a kernel
+    within the contract may add where an activation may round the other way
+    (rounded_activation_allowance)."""
     cast = storage(dtype)
     x = cast(dist(r, (T, H)))
     w1, w2 = linear_weight(r, ffn, H, cast), linear_weight(r, H, ffn, cast)
@@ -316,11 +343,15 @@ def gpt_ffn(r, *, T, H, ffn, gelu, bias=True, dist=normal(), b1=(0.0, 1.0), b2_s
         inputs["b1"] = cast(b1[0] + b1[1] * r.randn((ffn,)))
         inputs["b2"] = cast(b2_std * r.randn((H,)))
         pre = pre + d(inputs["b1"])
-    act = d(cast(F.gelu(pre, approximate="tanh" if gelu == "tanh" else "none")))
+    exact = F.gelu(pre, approximate="tanh" if gelu == "tanh" else "none")
+    act = d(cast(exact))
     out = act @ d(w2).T
     if bias:
         out = out + d(inputs["b2"])
-    return {"gelu": gelu, "has_bias": bias}, inputs, {"out": out}
+    pre_err = 2.0**-24 * PRE_ACCURACY_ULPS * math.sqrt(H) * (
+        pre.abs() + ((d(x) ** 2) @ (d(w1) ** 2).T).sqrt())
+    allowance = rounded_activation_allowance(exact, pre_err, cast, d(w2))
+    return {"gelu": gelu, "has_bias": bias}, inputs, {"out": out, "out_allowance": allowance}
 
 
 def swiglu_ffn(r, *, T, H, ffn, dist=normal(), dtype="f16"):
