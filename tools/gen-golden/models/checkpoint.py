@@ -46,36 +46,44 @@ def tensor_seed(seed, name):
 #       4 / rms(updates) logit-stds, and with small updates (HF's 0.02 init) greedy decoding
 #       repeats the fed token forever;
 #   norm weights (RMSNorm weight, LayerNorm gamma): 1 + 0.1 N(0, 1);
-#   the final norm (model.norm, GPT-2's ln_f weight and bias): FINAL_NORM_GAIN times that, so
-#       the logits have std ~4 FINAL_NORM_GAIN and the sampled distributions are as peaked as a
-#       trained model's (see FINAL_NORM_GAIN);
+#   the final norm (model.norm, GPT-2's ln_f weight and bias) in the committed tier:
+#       FINAL_NORM_GAIN times that, so the logits have std ~4 FINAL_NORM_GAIN and the sampled
+#       distributions are as peaked as a trained model's (see FINAL_NORM_GAIN);
 #   biases (Qwen2 q/k/v, GPT-2 Conv1D and LayerNorm beta): 0.1 N(0, 1) (a dropped bias is
 #       hundreds of fp16 ulps off).
 
 Init = namedtuple("Init", "kind std shift", defaults=(1.0,))  # kind: normal | norm | bias;
 # shift: what a norm weight is centred on
 RESID_GAIN = 16.0  # output-side std multiplier: residual stream rms ~10 after the last layer
-# The final norm's scale, and so the logits' (std ~12 instead of ~4). With logits of std ~4 a
-# seeded draw at temperature 0.8 picks among many tokens of a few percent each, so it lands within
-# the margin epsilon of an interval edge at a third of the steps (12-20 of 32 steps decisive on the
-# committed sets): flat distributions that decide nothing, unlike a trained model's, where the
-# chosen token usually holds most of the mass. x3 makes 24-31 of 32 seeded steps decisive on the
-# committed fp16 sets (x2: 23-31, x1: 12-28, measured with touchstone check's tallies). It cannot
-# help greedy decisions much: a margin and its numerical drift both scale with the logits, and
-# the margin epsilon follows the drift (common/configs.py).
+# The final norm's scale in the committed tier, and so the logits' (std ~12 instead of ~4). With
+# logits of std ~4 a seeded draw at temperature 0.8 picks among many tokens of a few percent each,
+# so it lands within the margin epsilon of an interval edge at a third of the steps (12-20 of 32
+# steps decisive on the committed sets): flat distributions that decide nothing, unlike a trained
+# model's, where the chosen token usually holds most of the mass. x3 makes 24-31 of 32 seeded
+# steps decisive on the committed fp16 sets (x2: 23-31, x1: 12-28, measured with touchstone
+# check's tallies). It cannot help greedy decisions much: a margin and its numerical drift both
+# scale with the logits, and the margin epsilon follows the drift (common/configs.py). The full
+# tier keeps x1: over 128k-152k-token vocabularies x3 still decided only 17-22 of 32 seeded steps
+# (H100, 2026-11-27), and a full batch set's logits then exceeded their single-step calibrated KL
+# limit by 7% at one of 52272 taps; a peaked full tier needs another construction.
 FINAL_NORM_GAIN = 3.0
 
 
-def init_specs(family, cfg):
+def final_norm_gain(tier):
+    """FINAL_NORM_GAIN for the committed tier, 1 for the full tier (see FINAL_NORM_GAIN)."""
+    return FINAL_NORM_GAIN if tier == "committed" else 1.0
+
+
+def init_specs(family, cfg, gain=1.0):
     """[(tensor name, shape, Init)] of a synthetic checkpoint, named as save_pretrained names them
-    (tied LM heads are not stored)."""
+    (tied LM heads are not stored); gain scales the final norm (final_norm_gain)."""
     d = dims(family, cfg)
     H, L, I, V = d.H, d.L, d.I, d.V
     emb = Init("normal", 4.0 / math.sqrt(H))
     w_in = Init("normal", 1.0 / math.sqrt(H))
     norm, bias = Init("norm", 0.1), Init("bias", 0.1)
-    final_norm = Init("norm", 0.1 * FINAL_NORM_GAIN, FINAL_NORM_GAIN)
-    final_bias = Init("bias", 0.1 * FINAL_NORM_GAIN)
+    final_norm = Init("norm", 0.1 * gain, gain)
+    final_bias = Init("bias", 0.1 * gain)
     attn_out = Init("normal", RESID_GAIN / math.sqrt(d.nH * d.D * 2 * L))
     ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
     specs = []
@@ -308,7 +316,7 @@ def write_synthetic_checkpoint(set_dir, spec, seed, pool=None):
     with open(os.path.join(set_dir, "config.json"), "wb") as f:
         f.write(cfg_data)
     entries = [(n, s, lambda n=n, s=s, i=i: draw_tensor(seed, n, s, i, dtype=spec.dtype))
-               for n, s, i in init_specs(spec.family, spec.config)]
+               for n, s, i in init_specs(spec.family, spec.config, final_norm_gain(spec.tier))]
     digest = write_safetensors(os.path.join(set_dir, "model.safetensors"), entries, pool,
                                spec.dtype)
     return [("config", "config.json", hashlib.sha256(cfg_data).hexdigest()),

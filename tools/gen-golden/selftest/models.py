@@ -331,7 +331,7 @@ def check_safetensors(s, spec=None):
         return
     from safetensors.torch import load_file
     loaded = load_file(path)
-    specs = checkpoint.init_specs(spec.family, spec.config)
+    specs = checkpoint.init_specs(spec.family, spec.config, checkpoint.final_norm_gain(spec.tier))
     check(sorted(loaded) == sorted(n for n, _, _ in specs), "tensor names")
     seed = generation.set_seed(spec.name)
     for name, shape, init in specs:
