@@ -38,38 +38,32 @@ func (t TokenTally) String() string {
 	return s
 }
 
-// GreedyTally tallies a greedy check of n steps from the steps Greedy compared.
-func GreedyTally(steps []GreedyStep, epsilon float64, n int) TokenTally {
+// tally counts, of the compared steps, those whose reference margin reaches epsilon; n is the
+// number of steps the check was asked to compare.
+func tally[S any](steps []S, margin func(S) float64, epsilon float64, n int) TokenTally {
 	t := TokenTally{Steps: n, Compared: len(steps)}
 	for _, s := range steps {
-		if s.Margin >= epsilon {
+		if margin(s) >= epsilon {
 			t.Decisive++
 		}
 	}
 	return t
+}
+
+// GreedyTally tallies a greedy check of n steps from the steps Greedy compared.
+func GreedyTally(steps []GreedyStep, epsilon float64, n int) TokenTally {
+	return tally(steps, func(s GreedyStep) float64 { return s.Margin }, epsilon, n)
 }
 
 // SampledTally tallies a seeded check of n steps from the steps Seeded or
 // SeededTeacherForced compared. A step without a decision (+Inf margin: the config leaves one
 // token) counts as decisive: any other token is a failure there.
 func SampledTally(steps []SampledStep, epsilon float64, n int) TokenTally {
-	t := TokenTally{Steps: n, Compared: len(steps)}
-	for _, s := range steps {
-		if s.Margin >= epsilon {
-			t.Decisive++
-		}
-	}
-	return t
+	return tally(steps, func(s SampledStep) float64 { return s.Margin }, epsilon, n)
 }
 
 // BatchTally tallies a batch set's greedy choices: every sequence at every point, each a
 // step.
 func BatchTally(steps []BatchTokenStep, epsilon float64) TokenTally {
-	t := TokenTally{Steps: len(steps), Compared: len(steps)}
-	for _, s := range steps {
-		if s.Margin >= epsilon {
-			t.Decisive++
-		}
-	}
-	return t
+	return tally(steps, func(s BatchTokenStep) float64 { return s.Margin }, epsilon, len(steps))
 }
