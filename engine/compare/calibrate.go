@@ -16,7 +16,9 @@ import (
 //	nmse       = max(floor, f²·cal.nmse)          squared error: the square of the amplitude factor
 //	min_cosine = min(floor, 1 − f²·cal.(1−cos))   1 − cos ≈ nmse/2 for small errors: also squared
 //	atol_rms   = max(floor or 0, f·cal.max_err_rms)   allclose: |err| ≤ atol + atol_rms·rms(row) + rtol·|want|
-//	max_kl     = max(floor, f²·cal.kl)            KL is quadratic in a small logit perturbation
+//	max_kl     = max(floor, f²·cal.kl)            KL is quadratic in a small logit perturbation; for
+//	                                              a model's logits cal.kl is its sequence's worst
+//	                                              step (golden.Calibration.SequenceKL)
 //	max_abs    = max(floor, f·cal.max_abs)        where the floor sets one and cal has one (logits)
 //	tie_margin = max(floor, 2·f·cal.max_abs)      per top_k entry: two logits each off by f·max_abs
 //	                                              can swap a pair whose reference gap is below twice that

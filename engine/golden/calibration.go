@@ -55,6 +55,26 @@ type Calibration struct {
 	// Order lists the taps in file order; Taps holds their records.
 	Order []string
 	Taps  map[string]TapError
+	// sequenceKL is the largest KL of any logits tap of each sequence, by the prefix of its
+	// taps' names ("" for a model set, "s<i>." for a batch set's sequence i): SequenceKL.
+	sequenceKL map[string]float64
+}
+
+// SequenceKL is the largest KL the calibration implementation made at any logits tap of the
+// sequence that tap name belongs to (the prefill's and every decode step's). KL at one step is
+// the implementation's logit error weighed by that step's distribution: at a near one-hot step
+// it is 1e-11, at a spread one 1e-5, from the same rounding. A logits limit derived from one
+// step's KL would follow that step's luck more than the implementation's accuracy, and a
+// correct kernel whose error lands differently fails it (a full batch set's logits at 17x one
+// step's calibrated KL, H100, 2026-11-27). The sequence's worst step is the implementation's KL.
+func (c *Calibration) SequenceKL(name string) float64 {
+	return c.sequenceKL[sequencePrefix(name)]
+}
+
+// sequencePrefix is the "s<i>." of a batch set's tap name, "" for any other.
+func sequencePrefix(name string) string {
+	_, tap := SplitSequence(name)
+	return name[:len(name)-len(tap)]
 }
 
 // calibrationFile is the JSON layout; pointers tell a missing key from a zero.
@@ -111,7 +131,7 @@ func ParseCalibration(data []byte, path string) (*Calibration, error) {
 	if len(f.Taps) == 0 {
 		bad("taps: empty")
 	}
-	c := &Calibration{Implementation: f.Implementation, Taps: map[string]TapError{}}
+	c := &Calibration{Implementation: f.Implementation, Taps: map[string]TapError{}, sequenceKL: map[string]float64{}}
 	if f.Version != nil {
 		c.Version = *f.Version
 	}
@@ -145,6 +165,8 @@ func ParseCalibration(data []byte, path string) (*Calibration, error) {
 		if isLogitsTap(t.Tap) {
 			a, k := value("max_abs", t.MaxAbs, math.MaxFloat64), value("kl", t.KL, math.MaxFloat64)
 			e.MaxAbs, e.KL = &a, &k
+			p := sequencePrefix(t.Tap)
+			c.sequenceKL[p] = max(c.sequenceKL[p], k)
 		} else if t.MaxAbs != nil || t.KL != nil {
 			bad("%s: max_abs and kl belong to logits taps only", label)
 		}

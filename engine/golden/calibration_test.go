@@ -223,3 +223,32 @@ func TestCalibrationRoleRules(t *testing.T) {
 		}
 	}
 }
+
+// A logits tap's KL for its limit is its sequence's worst step: per sequence of a batch set, the
+// whole set for a model set.
+func TestCalibrationSequenceKL(t *testing.T) {
+	logits := func(name string, kl string) string {
+		return `{"tap": "` + name + `", "nmse": 1e-06, "one_minus_cos": 5e-07, "max_err_rms": 4e-03, "max_abs": 1e-02, "kl": ` + kl + `}`
+	}
+	data := `{"version": 1, "implementation": "transformers-fp32-rounded-fp16", "taps": [` + strings.Join([]string{
+		logits("s0.prefill.logits", "2e-06"), logits("s0.decode.0.logits", "1e-11"), logits("s0.decode.1.logits", "3e-05"),
+		logits("s1.prefill.logits", "4e-07"), logits("s1.decode.0.logits", "5e-09"),
+		`{"tap": "s1.decode.0.layers.0.attn", "nmse": 1e-06, "one_minus_cos": 5e-07, "max_err_rms": 4e-03}`,
+	}, ", ") + `]}`
+	c, err := ParseCalibration([]byte(data), "c.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"s0.decode.0.logits": 3e-5, "s0.prefill.logits": 3e-5, "s1.decode.0.logits": 4e-7, "s2.decode.0.logits": 0} {
+		if got := c.SequenceKL(name); got != want {
+			t.Errorf("SequenceKL(%s) = %g, want %g", name, got, want)
+		}
+	}
+	m, err := ParseCalibration([]byte(docCalibration), "c.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.SequenceKL("prefill.logits"); got != 4.85e-6 {
+		t.Errorf("a model set's SequenceKL = %g", got)
+	}
+}

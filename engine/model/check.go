@@ -228,6 +228,10 @@ func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Toleranc
 	if !ok { // Set.Calibration checked it lists every tap
 		return compare.TapResult{}, fmt.Errorf("%s: no calibration for tap %s", set.ID(), name)
 	}
+	if ce.KL != nil { // a logits tap: its sequence's worst step (golden.Calibration.SequenceKL)
+		kl := cal.SequenceKL(name)
+		ce.KL = &kl
+	}
 	tol, err := tols.CalibratedTap(kind, &ce, dt)
 	if err != nil {
 		return compare.TapResult{}, fmt.Errorf("%s: %w", set.ID(), err)
