@@ -332,38 +332,31 @@ func headroom(c compare.Check) string {
 // selectBackend opens the backend the environment asks for; tests swap in a wrapped one.
 var selectBackend = backend.FromEnv
 
-// inconclusivePolicy reads -inconclusive, or $TOUCHSTONE_INCONCLUSIVE when the flag is not
-// given.
-func inconclusivePolicy(flagValue string) (conformance.InconclusivePolicy, error) {
+// policyFrom reads a skip|fail policy from flag -name when it is given, else from the
+// environment variable env, so that dist/run's setting holds for "dist/run check" too.
+func policyFrom[P any](name, flagValue, env string, parse func(string) (P, error)) (P, error) {
 	if flagValue != "" {
-		p, err := conformance.ParseInconclusivePolicy(flagValue)
+		p, err := parse(flagValue)
 		if err != nil {
-			return p, fmt.Errorf("-inconclusive %w", err)
+			return p, fmt.Errorf("-%s %w", name, err)
 		}
 		return p, nil
 	}
-	p, err := conformance.ParseInconclusivePolicy(os.Getenv(conformance.EnvInconclusive))
+	p, err := parse(os.Getenv(env))
 	if err != nil {
-		return p, fmt.Errorf("%s=%w", conformance.EnvInconclusive, err)
+		return p, fmt.Errorf("%s=%w", env, err)
 	}
 	return p, nil
 }
 
-// unsupportedPolicy reads -unsupported, or $TOUCHSTONE_UNSUPPORTED when the flag is not
-// given, so dist/run's fail holds for "dist/run check" too.
+// inconclusivePolicy reads -inconclusive, or $TOUCHSTONE_INCONCLUSIVE.
+func inconclusivePolicy(flagValue string) (conformance.InconclusivePolicy, error) {
+	return policyFrom("inconclusive", flagValue, conformance.EnvInconclusive, conformance.ParseInconclusivePolicy)
+}
+
+// unsupportedPolicy reads -unsupported, or $TOUCHSTONE_UNSUPPORTED.
 func unsupportedPolicy(flagValue string) (conformance.UnsupportedPolicy, error) {
-	if flagValue != "" {
-		p, err := conformance.ParseUnsupportedPolicy(flagValue)
-		if err != nil {
-			return p, fmt.Errorf("-unsupported %w", err)
-		}
-		return p, nil
-	}
-	p, err := conformance.ParseUnsupportedPolicy(os.Getenv(conformance.EnvUnsupported))
-	if err != nil {
-		return p, fmt.Errorf("%s=%w", conformance.EnvUnsupported, err)
-	}
-	return p, nil
+	return policyFrom("unsupported", flagValue, conformance.EnvUnsupported, conformance.ParseUnsupportedPolicy)
 }
 
 type multiFlag []string
