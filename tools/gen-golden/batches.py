@@ -343,10 +343,7 @@ def _build(spec, set_dir, model_dir, mm, cfg, family, pool):
         "params": params,
         "files": entries,
     }
-    text = manifest.manifest_text(doc).encode("ascii")
-    with open(os.path.join(set_dir, "manifest.json"), "wb") as f:
-        f.write(text)
-    return len(entries) + 1, total + len(text)
+    return len(entries) + 1, total + manifest.write_manifest(set_dir, doc)
 
 
 def stale_batch_dirs(batches_dir, keep, tier):

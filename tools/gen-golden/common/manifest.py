@@ -121,10 +121,7 @@ def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
         "params": params,
         "files": entries,
     }
-    text = manifest_text(manifest).encode("ascii")
-    with open(os.path.join(case_dir, "manifest.json"), "wb") as f:
-        f.write(text)
-    return len(entries) + 1, total + len(text)
+    return len(entries) + 1, total + write_manifest(case_dir, manifest)
 
 
 def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, tensors, calibration,
@@ -166,10 +163,7 @@ def write_model_set(set_dir, *, model, case, tier, seed, params, checkpoint, ten
         "params": params,
         "files": entries,
     }
-    text = manifest_text(manifest).encode("ascii")
-    with open(os.path.join(set_dir, "manifest.json"), "wb") as f:
-        f.write(text)
-    return len(entries) + 1, total + len(text)
+    return len(entries) + 1, total + write_manifest(set_dir, manifest)
 
 
 def write_sampling_set(set_dir, *, case, tier, seed, params, logits):
@@ -191,10 +185,15 @@ def write_sampling_set(set_dir, *, case, tier, seed, params, logits):
         "params": params,
         "files": [entry],
     }
+    return 2, size + write_manifest(set_dir, manifest)
+
+
+def write_manifest(set_dir, manifest):
+    """Write manifest.json into set_dir; returns its size in bytes."""
     text = manifest_text(manifest).encode("ascii")
     with open(os.path.join(set_dir, "manifest.json"), "wb") as f:
         f.write(text)
-    return 2, size + len(text)
+    return len(text)
 
 
 def manifest_text(manifest):
