@@ -30,6 +30,23 @@ type SetParams struct {
 	// (compared with the loader's by CheckHParams). Required: DecodeParams refuses a set
 	// without them, which LoadSet reports as one to regenerate.
 	HParams map[string]json.RawMessage `json:"hparams"`
+	// Peak is how a synthetic set's output rows were boosted so that every greedy and seeded
+	// step is decisive (docs/golden-format.md, "Peaked output rows"); absent for a real
+	// checkpoint. Informational: the margins the checks read are the set's own.
+	Peak *Peak `json:"peak,omitempty"`
+}
+
+// Peak is params.peak of a synthetic model set: the checkpoint tensor holding the output
+// projection, the rows (token ids) changed from the seeded draw, the margins the construction
+// aimed at and accepted (in units of margin_epsilon), its rounds, and the smallest margin of
+// its last run.
+type Peak struct {
+	Tensor         string  `json:"tensor"`
+	Rows           []int32 `json:"rows"`
+	Target         float64 `json:"target"`
+	Accept         float64 `json:"accept"`
+	Rounds         int     `json:"rounds"`
+	SmallestMargin float64 `json:"smallest_margin"`
 }
 
 // SampleRun is the seeded-sampling run of a model set: Tokens tokens drawn from the reference

@@ -14,9 +14,9 @@ from common import manifest
 from common.configs import CHECKPOINT_DECODE_STEPS, CHECKPOINT_EPSILON, CHECKPOINT_EPSILON_BF16, \
     FAMILY_OF_MODEL_TYPE, dims
 from common.dtypes import BF16, F32, TORCH_DTYPE
-from models import lockstep
+from models import lockstep, peak
 from models.calibration import CALIBRATION_FILE, calibration_bytes, run_rounded
-from models.checkpoint import place_checkpoint, write_synthetic_checkpoint
+from models.checkpoint import place_checkpoint, sha256_file, write_synthetic_checkpoint
 from models.generation import CASE, GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, \
     SAMPLE_TOP_K, SAMPLE_TOP_P, prompt_ids, sample_seed, set_seed
 from models.reference import check_loaded_weights, load_model, reference_hparams, run_reference, \
@@ -40,6 +40,11 @@ class PhaseTimer:
 
     def __init__(self, name):
         self.name = name
+
+    def log(self, line):
+        """One line about the set to PHASE_STREAM ("<set>: <line>")."""
+        if PHASE_STREAM is not None:
+            print("%s: %s" % (self.name, line), file=PHASE_STREAM, flush=True)
 
     @contextmanager
     def __call__(self, what):
@@ -111,6 +116,16 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         raise SystemExit("%s: model_type %r is not family %s" % (set_dir, mt, family))
     d = dims(family, cfg)
     prompt = prompt_ids(d.V)
+    s_seed = sample_seed(name)
+    peaked = None
+    if source == SYNTHETIC:
+        # the output rows boosted until every greedy and seeded step is decisive (models/peak.py)
+        with phase("peak"):
+            peaked = peak.peak_checkpoint(set_dir, family, d.tied, prompt, s_seed,
+                                          margin_epsilon, spec.dtype, pool=pool, threads=threads,
+                                          log=phase.log)
+        ckpt = [(n, f, sha256_file(os.path.join(set_dir, f)) if f == "model.safetensors"
+                 else h) for n, f, h in ckpt]
     with phase("load_model"):
         model = load_model(set_dir, family, threads=threads)
     with phase("check_loaded_weights"):
@@ -120,7 +135,6 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     weights_stored = stored == {TORCH_DTYPE[dtype]}
     if source == CHECKPOINT and dtype == "bf16":
         margin_epsilon = CHECKPOINT_EPSILON_BF16
-    s_seed = sample_seed(name)
 
     # the greedy tokens as they are chosen, for a calibration in lockstep
     feed = lockstep.TokenFeed()
@@ -185,6 +199,8 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
                    "top_p": SAMPLE_TOP_P, "seed": s_seed, "tokens": SAMPLE_TOKENS},
         "hparams": hparams,
     }
+    if peaked is not None:
+        params["peak"] = peaked
     tensors = [("prompt_ids", prompt, "input")]
     tensors += [(k, v, "expected") for k, v in taps.items()]
     tensors += [("greedy_tokens", tokens, "expected"),

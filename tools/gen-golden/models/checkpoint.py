@@ -51,6 +51,8 @@ def tensor_seed(seed, name):
 #       distributions are as peaked as a trained model's (see FINAL_NORM_GAIN);
 #   biases (Qwen2 q/k/v, GPT-2 Conv1D and LayerNorm beta): 0.1 N(0, 1) (a dropped bias is
 #       hundreds of fp16 ulps off).
+# After the draw, models/peak.py raises some output rows (params.peak) so that every greedy and
+# seeded step has a dominant token.
 
 Init = namedtuple("Init", "kind std shift", defaults=(1.0,))  # kind: normal | norm | bias;
 # shift: what a norm weight is centred on
@@ -65,7 +67,8 @@ RESID_GAIN = 16.0  # output-side std multiplier: residual stream rms ~10 after t
 # scale with the logits, and the margin epsilon follows the drift (common/configs.py). The full
 # tier keeps x1: over 128k-152k-token vocabularies x3 still decided only 17-22 of 32 seeded steps
 # (H100, 2026-11-27), and a full batch set's logits then exceeded their single-step calibrated KL
-# limit by 7% at one of 52272 taps; a peaked full tier needs another construction.
+# limit by 7% at one of 52272 taps. What makes every step of every set decisive is the peaked
+# output rows of models/peak.py, shaped after this draw.
 FINAL_NORM_GAIN = 3.0
 
 

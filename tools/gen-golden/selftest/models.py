@@ -162,7 +162,8 @@ def check_format(s):
     check(list(m["generator"]) == ["name", "version", "torch", "transformers", "device"],
           "generator keys %s" % list(m["generator"]))
     p = s.p
-    check(list(p) == PARAM_KEYS, "params keys %s" % list(p))
+    want_keys = PARAM_KEYS + (["peak"] if p.get("source") == "synthetic" else [])
+    check(list(p) == want_keys, "params keys %s, want %s" % (list(p), want_keys))
     check(p["family"] in ("qwen2", "phi3", "llama", "gpt2")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
@@ -175,6 +176,7 @@ def check_format(s):
               "config.json torch_dtype %r for a %s set" % (s.cfg.get("torch_dtype"), p["dtype"]))
         check(re.sub(r"-l\d+$", "", m["model"]).endswith("-bf16") == (p["dtype"] == "bf16"),
               "a synthetic set is named -bf16 exactly when it is bf16")
+        check_peak(s)
     else:
         floating = {d for d in st if d in ("F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2")}
         check(p["dtype"] == ("bf16" if floating == {"BF16"} else "f16"),
@@ -334,10 +336,38 @@ def check_safetensors(s, spec=None):
     specs = checkpoint.init_specs(spec.family, spec.config, checkpoint.final_norm_gain(spec.tier))
     check(sorted(loaded) == sorted(n for n, _, _ in specs), "tensor names")
     seed = generation.set_seed(spec.name)
+    pk = s.p["peak"]
     for name, shape, init in specs:
         want = checkpoint.draw_tensor_whole(seed, name, shape, init, spec.dtype)
-        check(loaded[name].dtype == want.dtype and torch.equal(loaded[name], want),
-              "%s: values are not the seeded draw" % name)
+        got = loaded[name]
+        check(got.dtype == want.dtype and got.shape == want.shape, "%s: dtype/shape" % name)
+        if name == pk["tensor"]:
+            # the peaked rows (models/peak.py) differ from the draw, every other row is the draw
+            differ = sorted(int(r) for r in (got != want).any(dim=1).nonzero().flatten())
+            check(differ == pk["rows"], "%s: rows %s differ from the seeded draw, params.peak "
+                  "lists %s" % (name, differ, pk["rows"]))
+            continue
+        check(torch.equal(got, want), "%s: values are not the seeded draw" % name)
+
+
+def check_peak(s):
+    """params.peak of a synthetic set (models/peak.py): the output projection's tensor, its
+    changed rows, and the promise kept: every greedy and seeded step is decisive."""
+    from models import peak
+    pk, d = s.p["peak"], s.dims
+    check(list(pk) == ["tensor", "rows", "target", "accept", "rounds", "smallest_margin"],
+          "peak keys %s" % list(pk))
+    check(pk["tensor"] == peak.head_tensor(s.p["family"], d.tied), "peak tensor %r" % pk["tensor"])
+    check(pk["rows"] == sorted(set(pk["rows"])) and all(0 <= r < d.V for r in pk["rows"]),
+          "peak rows: ascending, distinct, within the vocabulary")
+    check(pk["target"] in peak.PEAK_TARGETS and pk["accept"] == peak.PEAK_ACCEPT,
+          "peak target/accept")
+    eps = s.p["margin_epsilon"]
+    for key in ("greedy_top2_margin", "sample_margin"):
+        m = s.a(key)
+        check(np.all(m >= eps), "%s: steps %s are below the margin epsilon %g: the peaked "
+              "checkpoint does not decide every step" % (key, np.flatnonzero(m < eps).tolist(),
+                                                         eps))
 
 
 def check_config(s, spec):
