@@ -67,7 +67,7 @@ RIDGE = 1e-2  # of the mean |h|^2 (_duals)
 # drawn llama3-tiny-bf16 itself had 4: 352 repeated 25 times).
 MIN_DISTINCT_ANY = 4
 PEAK_ROUNDS = 30  # the tiny tied sets took up to 21 with other targets (4 or 5 epsilon)
-REPEAT_WINDOW = 4  # no step chooses a token among the last 4 of its context (_choice)
+REPEAT_WINDOW = 4  # a boosted step of a tied head raises none of its last 4 tokens (_choice)
 BOOST_MAX = 1e4  # logit units: no boost of a finite step comes near it
 
 
@@ -88,33 +88,34 @@ class _Step:
 
 def _generate(model, prompt, seed, captured):
     """The greedy and the seeded run (reference.run_reference's and run_sampled's choices,
-    without taps): [_Step] for each, h as float64."""
-    steps = []
+    without taps) as one batch of two sequences, so each step reads the weights once: [_Step]
+    for each run, h as float64. The batched forward may round a little differently from the
+    reference's two batch-1 runs; the build measures its margins on those, and the target
+    leaves room for it."""
+    assert GREEDY_TOKENS == SAMPLE_TOKENS
+    greedy, seeded = [], []
+    ids = [[int(t) for t in prompt] for _ in range(2)]
     with torch.no_grad():
-        for kind in ("greedy", "seeded"):
-            n = GREEDY_TOKENS if kind == "greedy" else SAMPLE_TOKENS
-            ids = [int(t) for t in prompt]
-            out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
-            for j in range(n):
-                logits = out.logits[0, -1]
-                assert logits.dtype == F32
-                h = captured[-1]
-                if kind == "greedy":
-                    order = reference.top_k_stable(logits, 2)
-                    tok = int(order[0])
-                    margin = float(logits[order[0]].double() - logits[order[1]].double())
-                else:
-                    res = sampling.sample_row(logits.numpy(), SAMPLE_TEMPERATURE, SAMPLE_TOP_K,
-                                              SAMPLE_TOP_P, seed, j, row=0)
-                    tok = res.token
-                    margin = math.inf if res.model_margin is None else res.model_margin
-                steps.append(_Step(tuple(ids), h, logits.clone(), tok, margin, kind, j))
-                if j == n - 1:
-                    break
-                ids.append(tok)
-                out = model(input_ids=torch.tensor([[tok]], dtype=torch.int64),
-                            past_key_values=out.past_key_values, use_cache=True)
-    return steps
+        out = model(input_ids=prompt.to(torch.int64)[None].expand(2, -1).contiguous(),
+                    use_cache=True)
+        for j in range(GREEDY_TOKENS):
+            logits = out.logits[:, -1]
+            assert logits.dtype == F32
+            hs = captured[-1]
+            order = reference.top_k_stable(logits[0], 2)
+            g = int(order[0])
+            margin = float(logits[0, order[0]].double() - logits[0, order[1]].double())
+            greedy.append(_Step(tuple(ids[0]), hs[0], logits[0].clone(), g, margin, "greedy", j))
+            x = logits[1].clone()
+            t, m = _draw(x.numpy(), None, 0.0, seed, j)
+            seeded.append(_Step(tuple(ids[1]), hs[1], x, t, m, "seeded", j))
+            if j == GREEDY_TOKENS - 1:
+                break
+            ids[0].append(g)
+            ids[1].append(t)
+            out = model(input_ids=torch.tensor([[g], [t]], dtype=torch.int64),
+                        past_key_values=out.past_key_values, use_cache=True)
+    return greedy + seeded
 
 
 def _greedy_boost(logits, tok, target):
@@ -125,35 +126,41 @@ def _greedy_boost(logits, tok, target):
 
 
 # The draw reads the top SAMPLE_TOP_K ranks and the next one (the neighbour gap of
-# sampling.model_margin): a boost search draws from the CANDIDATES largest logits and the token
-# (indices in ascending order, so ties keep their canonical order), not all 128k-152k, and its
-# result is confirmed on the whole row.
+# sampling.model_margin): the construction draws from the CANDIDATES largest logits and the
+# token it raises (indices in ascending order, so ties keep their canonical order), not all
+# 128k-152k; the same token and margin (the selftest compares the set's stored draws, made from
+# whole rows).
 CANDIDATES = 64
 assert CANDIDATES > SAMPLE_TOP_K + 1
 
 
 def _draw(x, tok, b, seed, step):
-    """The seeded draw of `step` from fp32 logits x (numpy) with x[tok] raised by b:
-    (index into x, margin)."""
-    x = x.copy()
-    x[tok] = np.float32(float(x[tok]) + b)
-    res = sampling.sample_row(x, SAMPLE_TEMPERATURE, SAMPLE_TOP_K, SAMPLE_TOP_P, seed, step,
+    """The seeded draw of `step` from fp32 logits x (numpy) with x[tok] raised by b (tok None:
+    as they are), from the CANDIDATES largest logits and tok: (token id, margin)."""
+    idx = np.argpartition(-x, CANDIDATES)[:CANDIDATES] if len(x) > CANDIDATES + 1 \
+        else np.arange(len(x))
+    if tok is not None:
+        idx = np.union1d(idx, [tok])
+    idx = np.sort(idx)
+    sub = x[idx].copy()
+    if tok is not None:
+        at = int(np.searchsorted(idx, tok))
+        sub[at] = np.float32(float(sub[at]) + b)
+    res = sampling.sample_row(sub, SAMPLE_TEMPERATURE, SAMPLE_TOP_K, SAMPLE_TOP_P, seed, step,
                               row=0)
-    return res.token, math.inf if res.model_margin is None else res.model_margin
+    return int(idx[res.token]), math.inf if res.model_margin is None else res.model_margin
 
 
 def _sampled_boost(logits, tok, seed, step, target, start=0.0):
     """The least increase of logits[tok] from `start` on (found by doubling, then bisection)
     after which the draw of `step` picks tok with a sampling margin of at least `target`."""
-    full = logits.numpy()
-    idx = np.union1d(np.argpartition(-full, CANDIDATES)[:CANDIDATES], [tok])
-    sub, at = full[idx], int(np.searchsorted(idx, tok))
+    x = logits.numpy()
 
-    def ok(b, x=sub, t=at):
-        got, m = _draw(x, t, b, seed, step)
-        return got == t and m >= target
+    def ok(b):
+        got, m = _draw(x, tok, b, seed, step)
+        return got == tok and m >= target
 
-    if ok(start, full, tok):
+    if ok(start):
         return start
     lo, hi = start, start + max(target, 0.25)
     while not ok(hi):
@@ -167,9 +174,6 @@ def _sampled_boost(logits, tok, seed, step, target, start=0.0):
             hi = mid
         else:
             lo = mid
-    if not ok(hi, full, tok):
-        raise RuntimeError("step %d: the draw from the top %d logits is not the whole row's"
-                           % (step, CANDIDATES))
     return hi
 
 
@@ -187,14 +191,16 @@ def _choice(s):
     raise AssertionError("no token outside the last %d" % REPEAT_WINDOW)
 
 
-def _boosts(steps, epsilon, seed, target):
+def _boosts(steps, epsilon, seed, target, tied):
     """{context: [h, token, boost]} for the distinct contexts of the runs' steps.
 
     The seeded run shares the greedy run's contexts until its first draw of another token, and
     step j of both uses the same draw, so each greedy step is judged as a seeded step too: its
     token is boosted until the draw picks it decisively, up to the first greedy step whose draw
     picks another token decisively (there the runs part, both decisive). A seeded step past that
-    point is boosted on its own. A boosted step may raise another token (_choice)."""
+    point is boosted on its own. With a tied head a boosted step may raise another token
+    (_choice)."""
+    choice = _choice if tied else (lambda s: s.token)
     accept, target = PEAK_ACCEPT * epsilon, target * epsilon
     by_context = {}
     parted = False
@@ -203,7 +209,7 @@ def _boosts(steps, epsilon, seed, target):
             continue
         tok, b = s.token, 0.0
         if s.margin < accept:
-            tok = _choice(s)
+            tok = choice(s)
             b = _greedy_boost(s.logits, tok, target)
         if not parted:
             t, m = _draw(s.logits.numpy(), tok, b, seed, s.step)
@@ -211,7 +217,7 @@ def _boosts(steps, epsilon, seed, target):
                 parted = True
             elif m < accept:
                 if b == 0.0:
-                    tok = _choice(s)
+                    tok = choice(s)
                     b = _greedy_boost(s.logits, tok, target)
                 b = _sampled_boost(s.logits, tok, seed, s.step, target, start=b)
         by_context[s.context] = [s.h, tok, b]
@@ -220,7 +226,7 @@ def _boosts(steps, epsilon, seed, target):
             continue
         tok, b = s.token, 0.0
         if s.margin < accept:
-            tok = _choice(s)
+            tok = choice(s)
             b = _sampled_boost(s.logits, tok, seed, s.step, target)
         by_context[s.context] = [s.h, tok, b]
     return by_context
@@ -238,14 +244,14 @@ def _duals(hs):
     return hs.T @ np.linalg.solve(gram + ridge * np.eye(len(hs)), np.eye(len(hs)))
 
 
-def _attempt(model, weight, prompt, seed, epsilon, dtype, target, captured, log):
+def _attempt(model, weight, prompt, seed, epsilon, dtype, target, tied, captured, log):
     """Rounds of boosts at one target from the model's current rows. Returns (rows changed,
     rounds, the last run's steps) when a run needs no boost, else None after PEAK_ROUNDS."""
     changed = set()
     for rounds in range(1, PEAK_ROUNDS + 1):
         captured.clear()
         steps = _generate(model, prompt, seed, captured)
-        by_context = _boosts(steps, epsilon, seed, target)
+        by_context = _boosts(steps, epsilon, seed, target, tied)
         boosted = [(c, e) for c, e in by_context.items() if e[2] > 0]
         if log is not None:
             log("peak target %g, round %d: smallest margin %.2f epsilon, %d of %d steps to boost"
@@ -267,7 +273,7 @@ def _attempt(model, weight, prompt, seed, epsilon, dtype, target, captured, log)
     return None
 
 
-def peak_head(model, prompt, seed, epsilon, dtype, log=None):
+def peak_head(model, prompt, seed, epsilon, dtype, tied, log=None):
     """Boost the model's output rows in place (fp32 parameter holding 16-bit values) until every
     greedy and seeded step's margin reaches PEAK_ACCEPT x epsilon and each run has at least
     MIN_DISTINCT distinct tokens, trying PEAK_TARGETS in order from the drawn rows (where none
@@ -277,7 +283,7 @@ def peak_head(model, prompt, seed, epsilon, dtype, log=None):
     head = model.get_output_embeddings()
     captured = []
     hook = head.register_forward_pre_hook(
-        lambda _m, args: captured.append(args[0][0, -1].detach().to(F64).numpy().copy()))
+        lambda _m, args: captured.append(args[0][:, -1].detach().to(F64).numpy().copy()))
     weight = head.weight
     drawn = weight.detach().clone()
     best = None  # (distinct, rows, target, rounds, smallest margin, rows' values)
@@ -285,7 +291,8 @@ def peak_head(model, prompt, seed, epsilon, dtype, log=None):
         for target in PEAK_TARGETS:
             with torch.no_grad():
                 weight.copy_(drawn)
-            done = _attempt(model, weight, prompt, seed, epsilon, dtype, target, captured, log)
+            done = _attempt(model, weight, prompt, seed, epsilon, dtype, target, tied, captured,
+                            log)
             if done is None:
                 continue
             rows, rounds, steps = done
@@ -336,7 +343,7 @@ def peak_checkpoint(set_dir, family, tied, prompt, seed, epsilon, dtype, pool=No
     "accept", "rounds", "smallest_margin"}."""
     model = reference.load_model(set_dir, family, threads=threads)
     with split_linears(model, pool, threads):
-        rows, target, rounds, worst = peak_head(model, prompt, seed, epsilon, dtype, log)
+        rows, target, rounds, worst = peak_head(model, prompt, seed, epsilon, dtype, tied, log)
     name = head_tensor(family, tied)
     if rows:
         w = model.get_output_embeddings().weight.detach().to(TORCH_DTYPE[dtype])
