@@ -60,7 +60,10 @@ func (b *plantedBug) RMSNormResidual(sum, out, x, residual, w backend.Buffer, ep
 
 func (b *plantedBug) LayerNormResidual(sum, out, x, residual, g, beta backend.Buffer, eps float32) error {
 	if b.hit("layernorm_residual") {
-		eps = 0.5
+		// A wrong eps moves the output by about eps / (2 var): the tiny GPT-2's residual
+		// stream has a variance near 80 at layer 1, where 0.5 moved ffn_norm by 0.3% (98% of
+		// its calibrated nmse budget, a bug the isolated replay could not be sure to show).
+		eps = 8
 	}
 	return b.Backend.LayerNormResidual(sum, out, x, residual, g, beta, eps)
 }

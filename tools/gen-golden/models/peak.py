@@ -58,7 +58,9 @@ from models.generation import (GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS,
 # the rounding of the rows and, with a tied head, the moves of the trajectory. A tied model's
 # trajectory is chaotic under the boosts (llama3-tiny-bf16 at target 3 settled on one token
 # repeated 32 times): where a target ends in a run with fewer than MIN_DISTINCT distinct tokens,
-# or does not settle in PEAK_ROUNDS, the next is tried from the drawn rows.
+# or does not settle in PEAK_ROUNDS, the next is tried from the drawn rows. An untied head keeps
+# the drawn model's tokens (phi3-mini-4k repeats its own: 5 distinct in 32), so the first target
+# that settles is taken there.
 PEAK_TARGETS, PEAK_ACCEPT = (3.0, 4.0, 5.0, 6.0), 2.0
 MIN_DISTINCT = 8
 RIDGE = 1e-2  # of the mean |h|^2 (_duals)
@@ -276,8 +278,9 @@ def _attempt(model, weight, prompt, seed, epsilon, dtype, target, tied, captured
 def peak_head(model, prompt, seed, epsilon, dtype, tied, log=None):
     """Boost the model's output rows in place (fp32 parameter holding 16-bit values) until every
     greedy and seeded step's margin reaches PEAK_ACCEPT x epsilon and each run has at least
-    MIN_DISTINCT distinct tokens, trying PEAK_TARGETS in order from the drawn rows (where none
-    does, the settled attempt with the most, at least MIN_DISTINCT_ANY). Returns
+    MIN_DISTINCT distinct tokens (an untied head: the first target that settles), trying
+    PEAK_TARGETS in order from the drawn rows (where none does, the settled attempt with the
+    most, at least MIN_DISTINCT_ANY). Returns
     (the sorted token ids of the rows changed, the target, rounds run, the smallest margin of the
     last run in units of epsilon)."""
     head = model.get_output_embeddings()
@@ -299,7 +302,9 @@ def peak_head(model, prompt, seed, epsilon, dtype, tied, log=None):
             distinct = min(len({s.token for s in steps if s.kind == k})
                            for k in ("greedy", "seeded"))
             worst = min(s.margin for s in steps) / epsilon
-            if distinct >= MIN_DISTINCT:
+            if distinct >= MIN_DISTINCT or not tied:
+                # an untied head keeps its tokens: its runs are the drawn model's, whatever the
+                # target, so another would only repeat them
                 return rows, target, rounds, worst
             if log is not None:
                 log("peak target %g: a run has only %d distinct tokens" % (target, distinct))
