@@ -112,7 +112,7 @@ cuda:
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)
 CUDA_HOME ?= $(abspath $(dir $(realpath $(shell command -v $(NVCC) 2>/dev/null || echo $(NVCC))))/..)
 cuda-test: cuda
-	@for t in abi_args sticky graph workspace; do \
+	@for t in abi_args sticky graph workspace deadline; do \
 	  $(CC) -std=c11 -Wall -Wextra -Werror -Icuda/include cuda/tests/$$t.c -Lcuda/build -ltouchstone_cuda \
 	    -Wl,-rpath,$(CURDIR)/cuda/build -lm -o cuda/build/$$t || exit 1; \
 	done
@@ -123,6 +123,7 @@ cuda-test: cuda
 	cuda/build/sticky; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/graph; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/workspace; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
+	cuda/build/deadline; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 	cuda/build/devices; st=$$?; [ $$st -eq 0 ] || [ $$st -eq 2 ]
 
 # The DRAM bytes each fused op and its unfused composition move at decode shapes, counted by

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -55,6 +56,28 @@ inline int check(const char *op, cublasStatus_t st, const char *expr, const char
 /* A status returned by one of our own helpers: already recorded, pass it through. */
 inline int check(const char *, int status, const char *, const char *, int) { return status; }
 
+/* Latches a failure that leaves the context unusable (a sticky CUDA error, a wait past its
+ * deadline): status and msg are returned by this and every later call. */
+int latch_failure(int status, const char *msg);
+
+/* ---- waits with a deadline (deadline.cu) -------------------------------------------------- */
+
+/* Every wait for the device goes through these: they poll an event recorded behind the work
+ * and return TS_ERR_TIMEOUT (latched) once the deadline passes, naming op and the launches
+ * since the last completed wait. wait_device drains the library stream and the legacy default
+ * stream, then synchronises the device. */
+int wait_stream(const char *op, cudaStream_t stream);
+int wait_device(const char *op, cudaStream_t library_stream);
+int wait_event(const char *op, cudaEvent_t event);
+/* Destroys the events kept for waits (ts_shutdown: the next ts_init may pick another device). */
+void release_wait_events();
+/* Records a launch for a timeout's message: a kernel, or a library call (kernel nullptr). */
+void note_launch(const char *op, const void *kernel, const char *call, const char *dims);
+/* Sets the deadline from ts_set_deadline or TOUCHSTONE_DEADLINE (what names the source). */
+int set_deadline(const char *op, const char *what, double seconds);
+/* "void (anonymous namespace)::k<8, __half>(__half*, ...)" -> "k<8, __half>". */
+std::string short_kernel_name(std::string name);
+
 /* The one error-check macro: every CUDA call, every cuBLAS call and every launch goes through
  * it. On failure it returns the status from the enclosing function. */
 #define TS_CHECK(op, call)                                                                   \
@@ -72,7 +95,7 @@ bool launch_noted();
 /* printf-style description of an op's dims for the debug log; "" when debug is off. */
 const char *dims(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_t smem, const char *dims);
-cudaError_t after_launch(const char *op, cudaStream_t stream);
+int after_launch(const char *op, cudaStream_t stream);
 /* cuBLAS calls are logged too (no grid: cuBLAS chooses). */
 void log_library_call(const char *op, const char *call, const char *dims);
 
@@ -124,6 +147,7 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
         if (::ts::launch_noted())                                                            \
             ::ts::log_launch((op), reinterpret_cast<const void *>(kernel), ts_grid_, ts_block_, \
                              (size_t)(smem), (dimstr));                                      \
+        ::ts::note_launch((op), reinterpret_cast<const void *>(kernel), nullptr, (dimstr));  \
         TS_CHECK((op), ::ts::launch_kernel(kernel, ts_grid_, ts_block_, (size_t)(smem), (stream), __VA_ARGS__)); \
         TS_CHECK((op), cudaGetLastError());                                                  \
         TS_CHECK((op), ::ts::after_launch((op), (stream)));                                  \
@@ -137,6 +161,7 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
         if (::ts::launch_noted())                                                            \
             ::ts::log_launch((op), reinterpret_cast<const void *>(kernel), ts_grid_, ts_block_, \
                              (size_t)(smem), (dimstr));                                      \
+        ::ts::note_launch((op), reinterpret_cast<const void *>(kernel), nullptr, (dimstr));  \
         kernel<<<ts_grid_, ts_block_, (smem), (stream)>>>(__VA_ARGS__);                      \
         TS_CHECK((op), cudaGetLastError());                                                  \
         TS_CHECK((op), ::ts::after_launch((op), (stream)));                                  \

@@ -58,6 +58,7 @@ std::atomic<const char *> g_last_op{"(none)"};
 std::mutex g_sticky_mu;
 std::atomic<bool> g_sticky{false};
 std::string g_sticky_msg;
+int g_sticky_status = TS_ERR_STICKY; /* TS_ERR_TIMEOUT after a wait past its deadline */
 
 thread_local char tl_error[2048] = "";
 thread_local char tl_dims[512] = "";
@@ -151,9 +152,10 @@ int cuda_failure(const char *op, cudaError_t err, const char *expr, const char *
                           op, expr, cudaGetErrorString(err), cudaGetErrorName(err), base_name(file), line,
                           g_last_op.load());
             g_sticky_msg = msg;
+            g_sticky_status = TS_ERR_STICKY;
             g_sticky.store(true);
         }
-        return set_error(TS_ERR_STICKY, "%s", g_sticky_msg.c_str());
+        return set_error(g_sticky_status, "%s", g_sticky_msg.c_str());
     }
     (void)cudaGetLastError(); /* clear a non-sticky error so the next call does not see it */
     int status = TS_ERR_CUDA;
@@ -226,22 +228,35 @@ void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_
 }
 
 void log_library_call(const char *op, const char *call, const char *d) {
+    note_launch(op, nullptr, call, d);
     record_path(op, call);
     if (debug_enabled()) std::fprintf(stderr, "touchstone: debug: %s: %s %s\n", op, call, d);
 }
 
-cudaError_t after_launch(const char *op, cudaStream_t stream) {
+int after_launch(const char *op, cudaStream_t stream) {
     g_last_op.store(op, std::memory_order_relaxed);
     /* A capturing stream cannot be waited for: ts_graph_launch synchronises instead. */
-    if (g_sync.load(std::memory_order_relaxed) && !capturing()) return cudaStreamSynchronize(stream);
-    return cudaSuccess;
+    if (g_sync.load(std::memory_order_relaxed) && !capturing()) return wait_stream(op, stream);
+    return TS_OK;
 }
 
 int sticky_status() {
     if (!g_sticky.load(std::memory_order_acquire)) return TS_OK;
     std::lock_guard<std::mutex> lk(g_sticky_mu);
-    return set_error(TS_ERR_STICKY, "%s", g_sticky_msg.c_str());
+    return set_error(g_sticky_status, "%s", g_sticky_msg.c_str());
 }
+
+int latch_failure(int status, const char *msg) {
+    std::lock_guard<std::mutex> lk(g_sticky_mu);
+    if (!g_sticky.load()) {
+        g_sticky_msg = msg;
+        g_sticky_status = status;
+        g_sticky.store(true, std::memory_order_release);
+    }
+    return set_error(g_sticky_status, "%s", g_sticky_msg.c_str());
+}
+
+std::string short_kernel_name(std::string name) { return short_name(std::move(name)); }
 
 int ready(const char *op, void *stream_arg, cudaStream_t *stream) {
     if (!g.initialized.load(std::memory_order_acquire))
@@ -358,7 +373,7 @@ int workspace(const char *op, Workspace slot, size_t bytes, void **ptr) {
                              op, (int)slot, bytes);
         if (g.ws[slot] != nullptr) {
             /* Earlier launches on any stream may still read the old buffer. */
-            TS_CHECK(op, cudaDeviceSynchronize());
+            TS_CHECK(op, wait_device(op, g.stream));
             TS_CHECK(op, cudaFree(g.ws[slot]));
             g.ws[slot] = nullptr;
             g.ws_bytes[slot] = 0;
@@ -386,7 +401,7 @@ int workspace(const char *op, Workspace slot, size_t bytes, void **ptr) {
         /* cudaMemset runs on the legacy default stream, which the library's non-blocking
          * stream does not wait for: without this the zeroing could land after the caller's
          * first kernel wrote the workspace (seen as an all-zero GEMM input with guards off). */
-        TS_CHECK(op, cudaDeviceSynchronize());
+        TS_CHECK(op, wait_device(op, g.stream));
         g.ws[slot] = p;
         g.ws_bytes[slot] = want;
         if (debug_enabled())
@@ -418,11 +433,11 @@ void record_fault(int kind) {
 int check_faults(const char *op, cudaStream_t st) {
     std::lock_guard<std::mutex> lk(g.mu);
     TS_CHECK(op, cudaMemcpyAsync(g.h_fault, g.d_fault, sizeof(FaultRecord), cudaMemcpyDeviceToHost, st));
-    TS_CHECK(op, cudaStreamSynchronize(st));
+    TS_CHECK(op, wait_stream(op, st));
     if (g.h_fault->claimed == 0) return TS_OK;
     const FaultRecord f = *g.h_fault;
     TS_CHECK(op, cudaMemsetAsync(g.d_fault, 0, sizeof(FaultRecord), st));
-    TS_CHECK(op, cudaStreamSynchronize(st));
+    TS_CHECK(op, wait_stream(op, st));
     std::memset(g.h_fault, 0, sizeof(FaultRecord));
     record_fault(f.kind);
     switch (f.kind) {
@@ -458,6 +473,7 @@ int check_faults(const char *op, cudaStream_t st) {
 }
 
 void release_locked() {
+    release_wait_events();
     for (int i = 0; i < WS_COUNT; ++i) {
         if (g.ws[i]) cudaFree(g.ws[i]);
         g.ws[i] = nullptr;
@@ -511,7 +527,7 @@ int init_locked(int device) {
     TS_CHECK(op, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     /* Programmatic dependent launch (internal.h): Hopper and later, unless TOUCHSTONE_PDL=0. */
     g_pdl.store(major >= 9 && !env_is("TOUCHSTONE_PDL", "0"));
-    TS_CHECK(op, cudaDeviceSynchronize());
+    TS_CHECK(op, wait_device(op, g.stream));
     return TS_OK;
 }
 
@@ -550,6 +566,8 @@ const char *ts_status_name(int status) {
         return "TS_ERR_INDEX";
     case TS_ERR_NO_DEVICE:
         return "TS_ERR_NO_DEVICE";
+    case TS_ERR_TIMEOUT:
+        return "TS_ERR_TIMEOUT";
     default:
         return "TS_ERR_UNKNOWN_STATUS";
     }
@@ -592,6 +610,14 @@ int ts_init(int device) {
                              "ts_init: TOUCHSTONE_BATCH_INVARIANT = \"%s\": want 1 (batch-invariant kernels) or 0", bi);
         g_batch_invariant.store(bi[0] == '1');
     }
+    if (const char *dl = std::getenv("TOUCHSTONE_DEADLINE"); dl != nullptr && *dl != '\0') {
+        char *end = nullptr;
+        const double seconds = std::strtod(dl, &end);
+        if (end == dl || *end != '\0')
+            return set_error(TS_ERR_INVALID_ARGUMENT,
+                             "ts_init: TOUCHSTONE_DEADLINE = \"%s\": want a number of seconds in (0, 86400]", dl);
+        TS_CHECK("ts_init", set_deadline("ts_init", "TOUCHSTONE_DEADLINE", seconds));
+    }
     const int status = init_locked(device);
     if (status != TS_OK) {
         if (!g_sticky.load()) release_locked();
@@ -612,11 +638,12 @@ int ts_shutdown(void) {
     std::lock_guard<std::mutex> lk(g.mu);
     if (!g.initialized.load()) return TS_OK;
     cudaError_t e = cudaSetDevice(g.device);
-    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    int status = e == cudaSuccess ? wait_device("ts_shutdown", g.stream)
+                                  : cuda_failure("ts_shutdown", e, "cudaSetDevice()", __FILE__, __LINE__);
     g.initialized.store(false);
-    if (e != cudaSuccess) {
-        const int status = cuda_failure("ts_shutdown", e, "cudaDeviceSynchronize()", __FILE__, __LINE__);
-        if (status == TS_ERR_STICKY) return status; /* the context is gone: release nothing */
+    if (status != TS_OK) {
+        /* the context is gone, or busy with a hung kernel: release nothing */
+        if (status == TS_ERR_STICKY || status == TS_ERR_TIMEOUT) return status;
         release_locked();
         return status;
     }
@@ -687,7 +714,7 @@ int ts_copy_bandwidth(double *gb_per_s) {
             TS_CHECK(op, cudaEventRecord(e0, st));
             TS_CHECK(op, cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st));
             TS_CHECK(op, cudaEventRecord(e1, st));
-            TS_CHECK(op, cudaEventSynchronize(e1));
+            TS_CHECK(op, wait_event(op, e1));
             float t = 0;
             TS_CHECK(op, cudaEventElapsedTime(&t, e0, e1));
             ms.push_back(t);
@@ -731,7 +758,7 @@ int ts_release_workspaces(void) {
     std::lock_guard<std::mutex> lk(g.mu);
     /* Launches on any stream may still use a workspace. The cuBLAS handle keeps a stale
      * workspace pointer, but every GEMM sets its workspace again before it runs. */
-    TS_CHECK(op, cudaDeviceSynchronize());
+    TS_CHECK(op, wait_device(op, g.stream));
     for (int i = 0; i < WS_COUNT; ++i) {
         if (g.ws[i] != nullptr) TS_CHECK(op, cudaFree(g.ws[i]));
         g.ws[i] = nullptr;
@@ -808,7 +835,7 @@ int ts_copy_to_device(void *dst, const void *src, size_t bytes, void *stream) {
     if (s != TS_OK) return s;
     TS_CHECK(op, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st));
     /* src is caller (Go) memory: do not return while the copy may still read it. */
-    TS_CHECK(op, cudaStreamSynchronize(st));
+    TS_CHECK(op, wait_stream(op, st));
     return TS_OK;
 }
 
@@ -827,7 +854,7 @@ int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream) {
     if (s != TS_OK) return s;
     if (bytes == 0) return TS_OK;
     TS_CHECK(op, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st));
-    TS_CHECK(op, cudaStreamSynchronize(st));
+    TS_CHECK(op, wait_stream(op, st));
     return TS_OK;
 }
 
@@ -882,7 +909,7 @@ int ts_timer_stop(ts_timer *timer, void *stream, float *ms) {
     int s = ready(op, stream, &st);
     if (s != TS_OK) return s;
     TS_CHECK(op, cudaEventRecord(timer->stop, st));
-    TS_CHECK(op, cudaEventSynchronize(timer->stop));
+    TS_CHECK(op, wait_event(op, timer->stop));
     TS_CHECK(op, cudaEventElapsedTime(ms, timer->start, timer->stop));
     return TS_OK;
 }

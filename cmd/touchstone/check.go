@@ -115,6 +115,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	notRun := func(op, name string, err error) {
 		status := "ERROR"
 		switch {
+		case errors.Is(err, backend.ErrHang):
+			// a kernel that never finished: a failure of its own kind (HANG)
+			status, failed = "HANG", failed+1
 		case policy.Skips(err):
 			status, unsupported = "UNSUPPORTED", unsupported+1
 		case errors.Is(err, backend.ErrUnsupported):

@@ -24,6 +24,14 @@
  *    ts_sample checks its logits the same way; a bad one is reported as TS_ERR_INVALID_ARGUMENT.
  *  - After a sticky CUDA error (an illegal address corrupts the context) every later call
  *    returns TS_ERR_STICKY with the message of the op that caused it; the process must restart.
+ *  - Every wait for the device (ts_synchronize, the copies back, the timers, a workspace that
+ *    grows, ts_release_workspaces, ts_shutdown, ts_copy_bandwidth, the waits of TOUCHSTONE_SYNC=1)
+ *    polls with a deadline (ts_set_deadline; TOUCHSTONE_DEADLINE seconds at ts_init; default
+ *    TS_DEFAULT_DEADLINE_S). A wait that passes it returns TS_ERR_TIMEOUT naming the call, the
+ *    last ops launched before it (op, kernel, dims with TOUCHSTONE_LOG=debug: the kernel that
+ *    hung is the last or one of those before it; TOUCHSTONE_SYNC=1 pins it on its own launch)
+ *    and the deadline. A kernel that never finishes keeps its context busy, so, as after a
+ *    sticky error, every later call returns TS_ERR_TIMEOUT with that message: restart.
  *  - Launch parameters are logged to stderr when TOUCHSTONE_LOG=debug.
  *  - Layouts are row-major (C order) and match docs/golden-format.md.
  */
@@ -37,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 12
+#define TS_ABI_VERSION 13
 
 typedef enum {
     TS_OK = 0,
@@ -49,8 +57,15 @@ typedef enum {
     TS_ERR_STICKY = -6,           /* the context is corrupted by an earlier fault: restart */
     TS_ERR_NOT_INITIALIZED = -7,  /* ts_init has not succeeded */
     TS_ERR_INDEX = -8,            /* a kernel saw an out-of-range index in device data */
-    TS_ERR_NO_DEVICE = -9         /* no CUDA device, or the ordinal does not exist */
+    TS_ERR_NO_DEVICE = -9,        /* no CUDA device, or the ordinal does not exist */
+    TS_ERR_TIMEOUT = -10          /* a wait for the device passed its deadline: a kernel hung; restart */
 } ts_status;
+
+/* The deadline of a wait for the device when neither ts_set_deadline nor TOUCHSTONE_DEADLINE
+ * sets one: far above the slowest legitimate wait of the conformance tiers (a whole full-size
+ * prefill, a graph of decode steps, a 1 GiB copy: well under a second on an H100), so only a
+ * kernel that does not finish reaches it, and short enough that a hung run ends soon. */
+#define TS_DEFAULT_DEADLINE_S 60.0
 
 typedef enum {
     TS_F16 = 1,  /* IEEE binary16 storage */
@@ -135,6 +150,16 @@ int ts_copy_to_host(void *dst, const void *src, size_t bytes, void *stream);
 int ts_copy_device(void *dst, const void *src, size_t bytes, void *stream);
 /* Waits for the stream; reports pending device faults (as ts_copy_to_host) and sticky errors. */
 int ts_synchronize(void *stream);
+
+/* The deadline of every wait for the device, in seconds (> 0, at most 86400): process-wide, read
+ * when a wait starts. Needs no ts_init; ts_init applies TOUCHSTONE_DEADLINE (seconds, a number
+ * in that range; anything else makes ts_init fail, naming it). */
+int ts_set_deadline(double seconds);
+int ts_deadline(double *seconds);
+/* For tests of the deadline: launches debug_hang_kernel, one block that spins on a device flag
+ * nothing sets, on the stream. The next wait for the stream passes its deadline and returns
+ * TS_ERR_TIMEOUT naming "debug_hang"; the kernel runs until the process exits. */
+int ts_debug_hang(void *stream);
 
 /* Timers for benchmarks: CUDA events recorded on a stream. */
 typedef struct ts_timer ts_timer;

@@ -480,6 +480,25 @@ int main(void) {
         fprintf(stderr, "FAIL batch-invariant mode round trip: on %d, off %d (%s)\n", bi_on, bi_off, ts_last_error());
     }
 
+    /* The deadline of the waits (deadline.cu): positive, at most a day; needs no ts_init. */
+    expect("deadline zero", ts_set_deadline(0.0), TS_ERR_INVALID_ARGUMENT, "ts_set_deadline", "seconds", "0");
+    expect("deadline negative", ts_set_deadline(-1.0), TS_ERR_INVALID_ARGUMENT, "ts_set_deadline", "seconds", "-1");
+    expect("deadline NaN", ts_set_deadline(NAN), TS_ERR_INVALID_ARGUMENT, "ts_set_deadline", "seconds", "nan");
+    expect("deadline past a day", ts_set_deadline(1e6), TS_ERR_INVALID_ARGUMENT, "ts_set_deadline", "seconds", "1e+06");
+    expect("deadline NULL out", ts_deadline(NULL), TS_ERR_INVALID_ARGUMENT, "ts_deadline", "seconds", "NULL");
+    double dl = 0;
+    checks++;
+    if (ts_deadline(&dl) != TS_OK || dl != TS_DEFAULT_DEADLINE_S || ts_set_deadline(2.5) != TS_OK ||
+        ts_deadline(&dl) != TS_OK || dl != 2.5 || ts_set_deadline(TS_DEFAULT_DEADLINE_S) != TS_OK) {
+        failures++;
+        fprintf(stderr, "FAIL deadline round trip: %g (%s)\n", dl, ts_last_error());
+    }
+    checks++;
+    if (strcmp(ts_status_name(TS_ERR_TIMEOUT), "TS_ERR_TIMEOUT") != 0) {
+        failures++;
+        fprintf(stderr, "FAIL status name of TS_ERR_TIMEOUT: %s\n", ts_status_name(TS_ERR_TIMEOUT));
+    }
+
     printf("%d passed, %d failed\n", checks - failures, failures);
     return failures == 0 ? 0 : 1;
 }

@@ -21,6 +21,12 @@ var ErrInvalidArgument = errors.New("invalid argument")
 // a backend claims, so a GPU runner cannot pass by skipping.
 var ErrUnsupported = errors.New("not supported by this backend")
 
+// ErrHang is wrapped by the error of a call that waited for the device past its deadline
+// (the CUDA library's TS_ERR_TIMEOUT): a kernel did not finish. It is a verdict of its own,
+// HANG, and a failure; the backend refuses every later call, since the hung kernel keeps the
+// device busy until the process exits.
+var ErrHang = errors.New("a kernel did not finish within the deadline")
+
 // UnsupportedError names the op, the argument and the value of a valid request that a
 // backend written in Go does not implement, as the CUDA library's TS_ERR_UNSUPPORTED
 // messages do ("attention_prefill: cfg->head_dim = 100: ..."), so both read alike.

@@ -21,6 +21,8 @@ var (
 	tols *compare.Tolerances
 )
 
+var _ = harness.AbortOnHang()
+
 var _ = BeforeSuite(func() {
 	dev = harness.OpenBackend()
 	var err error

@@ -17,6 +17,8 @@ func TestSampling(t *testing.T) {
 
 var dev backend.Backend
 
+var _ = harness.AbortOnHang()
+
 var _ = BeforeSuite(func() {
 	dev = harness.OpenBackend()
 })

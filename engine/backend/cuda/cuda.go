@@ -189,7 +189,7 @@ func (b *Backend) status(op string, st C.int, drained bool) error {
 		e.After = b.lastOp
 	}
 	switch int(st) {
-	case statusSticky:
+	case statusSticky, statusTimeout:
 		return b.lib.latch(e)
 	case statusCUDA:
 		// Some CUDA errors (an illegal address, a device assert) corrupt the context and
@@ -361,8 +361,10 @@ func (b *Backend) Download(buf backend.Buffer) (*tensor.Tensor, error) {
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	pin.Pin(dst)
-	st := C.tsg_copy_to_host(b.lib.api, dst, d.data, C.size_t(d.bytes), b.e)
-	if err := b.status("download", st, true); err != nil {
+	err = b.waiting("download", true, func() C.int {
+		return C.tsg_copy_to_host(b.lib.api, dst, d.data, C.size_t(d.bytes), b.e)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -389,7 +391,7 @@ func (b *Backend) Synchronize() error {
 	if err := b.enter("synchronize"); err != nil {
 		return err
 	}
-	return b.status("synchronize", C.tsg_synchronize(b.lib.api, b.e), true)
+	return b.waiting("synchronize", true, func() C.int { return C.tsg_synchronize(b.lib.api, b.e) })
 }
 
 // CopyBandwidthGBps is the device-to-device copy bandwidth in GB/s, counting bytes read plus

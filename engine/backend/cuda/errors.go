@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -33,6 +34,10 @@ var (
 	// ErrPoisoned: an earlier fault corrupted the CUDA context. The process must restart;
 	// until then every call fails at once without entering the library.
 	ErrPoisoned = errors.New("the GPU context is corrupted: restart the process")
+	// ErrHang: a wait for the device passed its deadline (TS_ERR_TIMEOUT): a kernel did not
+	// finish. It wraps ErrPoisoned: the hung kernel keeps the context busy, so, as after a
+	// sticky fault, every later call fails at once and the process must restart.
+	ErrHang = fmt.Errorf("%w (%w)", backend.ErrHang, ErrPoisoned)
 	// ErrClosed: the backend was closed.
 	ErrClosed = errors.New("backend closed")
 	// ErrOutOfBounds: an op wrote into the guard region around an output (guards on only).
@@ -63,6 +68,9 @@ func (e *StatusError) Error() string {
 	// The library's messages already start with the op ("rmsnorm: cfg->hidden = 0: ...");
 	// do not say it twice.
 	msg = strings.TrimPrefix(msg, e.Op+": ")
+	if e.Status == statusTimeout {
+		return "HANG: " + e.Op + ": " + msg
+	}
 	if e.Sticky {
 		s := "the GPU context is corrupted by " + e.Op + ": " + msg
 		if e.After != "" && e.After != e.Op {
@@ -75,6 +83,9 @@ func (e *StatusError) Error() string {
 
 // Unwrap gives the sentinel of the status.
 func (e *StatusError) Unwrap() error {
+	if e.Status == statusTimeout {
+		return ErrHang
+	}
 	if e.Sticky {
 		return ErrPoisoned
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -41,6 +42,7 @@ const (
 	statusSticky          = int(C.TS_ERR_STICKY)
 	statusIndex           = int(C.TS_ERR_INDEX)
 	statusNoDevice        = int(C.TS_ERR_NO_DEVICE)
+	statusTimeout         = int(C.TS_ERR_TIMEOUT)
 )
 
 // library is the loaded libtouchstone_cuda.so. The CUDA context behind it is per process,
@@ -58,6 +60,10 @@ type library struct {
 	// poison is the first error that reported a corrupted context. Once set, no call
 	// enters the library again: after a sticky fault CUDA calls may fail slowly or hang.
 	poison atomic.Pointer[StatusError]
+
+	// deadlineNs is the library's deadline for a wait (ts_deadline, read at init and set
+	// by SetDeadline), the base of the backend's own watchdog (Backend.waiting).
+	deadlineNs atomic.Int64
 }
 
 var (
@@ -242,6 +248,11 @@ func (l *library) acquire(b *Backend, device int) error {
 	if err := b.status("init", C.tsg_init(l.api, C.int(device), b.e), false); err != nil {
 		return err
 	}
+	var s C.double
+	if err := b.status("deadline", C.tsg_deadline(l.api, &s, b.e), false); err != nil {
+		return err
+	}
+	l.deadlineNs.Store(int64(float64(s) * float64(time.Second)))
 	l.opens++
 	l.device = device
 	return nil
@@ -259,6 +270,14 @@ func (l *library) release(b *Backend) error {
 		return nil
 	}
 	return b.status("close", C.tsg_shutdown(l.api, b.e), false)
+}
+
+// deadline is the library's deadline for a wait (TS_DEFAULT_DEADLINE_S before init).
+func (l *library) deadline() time.Duration {
+	if d := l.deadlineNs.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return time.Duration(float64(C.TS_DEFAULT_DEADLINE_S) * float64(time.Second))
 }
 
 // latch records e as the fault that corrupted the context. The first report is e itself;

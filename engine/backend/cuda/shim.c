@@ -145,6 +145,9 @@ int tsg_timer_stop(const tsg_api *a, ts_timer *t, float *ms, tsg_err *e) {
     return done(a, a->ts_timer_stop(t, NULL, ms), e);
 }
 int tsg_timer_destroy(const tsg_api *a, ts_timer *t, tsg_err *e) { return done(a, a->ts_timer_destroy(t), e); }
+int tsg_set_deadline(const tsg_api *a, double seconds, tsg_err *e) { return done(a, a->ts_set_deadline(seconds), e); }
+int tsg_deadline(const tsg_api *a, double *seconds, tsg_err *e) { return done(a, a->ts_deadline(seconds), e); }
+int tsg_debug_hang(const tsg_api *a, tsg_err *e) { return done(a, a->ts_debug_hang(NULL), e); }
 
 int tsg_graph_begin(const tsg_api *a, tsg_err *e) { return done(a, a->ts_graph_begin(NULL), e); }
 int tsg_graph_end(const tsg_api *a, ts_graph **g, tsg_err *e) { return done(a, a->ts_graph_end(NULL, g), e); }

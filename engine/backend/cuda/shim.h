@@ -47,6 +47,9 @@
     X(ts_timer_start, int, (ts_timer *, void *))                                                          \
     X(ts_timer_stop, int, (ts_timer *, void *, float *))                                                  \
     X(ts_timer_destroy, int, (ts_timer *))                                                                \
+    X(ts_set_deadline, int, (double))                                                                     \
+    X(ts_deadline, int, (double *))                                                                       \
+    X(ts_debug_hang, int, (void *))                                                                       \
     X(ts_graph_begin, int, (void *))                                                                      \
     X(ts_graph_end, int, (void *, ts_graph **))                                                           \
     X(ts_graph_launch, int, (ts_graph *, void *))                                                         \
@@ -146,6 +149,9 @@ int tsg_timer_create(const tsg_api *a, ts_timer **t, tsg_err *e);
 int tsg_timer_start(const tsg_api *a, ts_timer *t, tsg_err *e);
 int tsg_timer_stop(const tsg_api *a, ts_timer *t, float *ms, tsg_err *e);
 int tsg_timer_destroy(const tsg_api *a, ts_timer *t, tsg_err *e);
+int tsg_set_deadline(const tsg_api *a, double seconds, tsg_err *e);
+int tsg_deadline(const tsg_api *a, double *seconds, tsg_err *e);
+int tsg_debug_hang(const tsg_api *a, tsg_err *e);
 
 /* Graphs of the ops issued on the library stream (touchstone.h, "graphs"). */
 int tsg_graph_begin(const tsg_api *a, tsg_err *e);

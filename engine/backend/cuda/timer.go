@@ -48,7 +48,7 @@ func (tm *Timer) Stop() (time.Duration, error) {
 		return 0, err
 	}
 	var ms C.float
-	if err := tm.b.status("timer_stop", C.tsg_timer_stop(tm.b.lib.api, tm.t, &ms, tm.b.e), true); err != nil {
+	if err := tm.b.waiting("timer_stop", true, func() C.int { return C.tsg_timer_stop(tm.b.lib.api, tm.t, &ms, tm.b.e) }); err != nil {
 		return 0, err
 	}
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil

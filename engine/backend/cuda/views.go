@@ -91,5 +91,7 @@ func (b *Backend) Write(dst backend.Buffer, t *tensor.Tensor) error {
 	var pin runtime.Pinner
 	defer pin.Unpin()
 	pin.Pin(src)
-	return b.status(op, C.tsg_copy_to_device(b.lib.api, to.data, src, C.size_t(to.bytes), b.e), false)
+	return b.waiting(op, false, func() C.int {
+		return C.tsg_copy_to_device(b.lib.api, to.data, src, C.size_t(to.bytes), b.e)
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -74,6 +75,26 @@ func SkipUnsupported(err error) {
 	Fail(fmt.Sprintf("unsupported, and %s=fail: %v", conformance.EnvUnsupported, err), 1)
 }
 
+// AbortOnHang registers, for every spec of the suite that calls it at the top level
+// (`var _ = harness.AbortOnHang()`), a check after the spec: one that failed because a kernel
+// did not finish (an error wrapping backend.ErrHang, whose message says "HANG: ") aborts the
+// suite. The backend refuses every later call, so the other specs could only fail; the
+// suite ends with its reports written, the hung spec named in them.
+func AbortOnHang() bool {
+	AfterEach(func() {
+		r := CurrentSpecReport()
+		if r.Failed() && strings.Contains(r.Failure.Message, hangMarker) {
+			AbortSuite("HANG: a kernel did not finish within the deadline in \"" + r.FullText() +
+				"\"; the backend refuses every later call: the suite stops here")
+		}
+	})
+	return true
+}
+
+// hangMarker starts the message of a hang (cuda.StatusError of TS_ERR_TIMEOUT) and is in
+// every later refusal that carries it.
+const hangMarker = "HANG: "
+
 // InconclusivePolicy reads TOUCHSTONE_INCONCLUSIVE: skip (the default) or fail. A value that
 // is neither fails the spec.
 func InconclusivePolicy() conformance.InconclusivePolicy {
@@ -114,6 +135,11 @@ func trackDeviceMemory(b backend.Backend) {
 	}
 	DeferCleanup(func() {
 		after, err := dm.MemoryInUse()
+		if errors.Is(err, backend.ErrHang) {
+			// the hung spec failed already; the backend answers nothing more
+			AddReportEntry("device memory", "not measured: "+err.Error(), ReportEntryVisibilityAlways)
+			return
+		}
 		if err != nil {
 			Fail("device memory in use: " + err.Error())
 		}

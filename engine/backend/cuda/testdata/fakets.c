@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "touchstone.h"
 
@@ -43,6 +44,7 @@
 
 static char last_error[1024];
 static int latched;
+static int latched_status = TS_ERR_STICKY;
 static char latched_msg[1024];
 static int initialized;
 static int current_device = -1;
@@ -64,8 +66,9 @@ static void logf_(const char *fmt, ...) {
 static int fail(int status, const char *msg) {
     snprintf(last_error, sizeof last_error, "%s", msg);
     const char *latch = getenv("FAKETS_LATCH");
-    if (status == TS_ERR_STICKY || (latch != NULL && strcmp(latch, "1") == 0)) {
+    if (status == TS_ERR_STICKY || status == TS_ERR_TIMEOUT || (latch != NULL && strcmp(latch, "1") == 0)) {
         latched = 1;
+        latched_status = status == TS_ERR_TIMEOUT ? TS_ERR_TIMEOUT : TS_ERR_STICKY;
         snprintf(latched_msg, sizeof latched_msg, "%s", msg);
     }
     return status;
@@ -76,8 +79,13 @@ static int fail(int status, const char *msg) {
 static int enter(const char *name, int needs_init) {
     if (latched) {
         snprintf(last_error, sizeof last_error, "%s", latched_msg);
-        return TS_ERR_STICKY;
+        return latched_status;
     }
+    /* FAKETS_HANG=<function>: that call never returns, as a library without deadlines
+     * waiting for a kernel that never finishes would not. */
+    const char *hang = getenv("FAKETS_HANG");
+    if (hang != NULL && strcmp(hang, name) == 0)
+        for (;;) pause();
     const char *spec = getenv("FAKETS_FAIL");
     size_t n = strlen(name);
     if (spec != NULL && strncmp(spec, name, n) == 0 && spec[n] == ':') {
@@ -185,6 +193,7 @@ const char *ts_status_name(int status) {
     case TS_ERR_NOT_INITIALIZED: return "TS_ERR_NOT_INITIALIZED";
     case TS_ERR_INDEX: return "TS_ERR_INDEX";
     case TS_ERR_NO_DEVICE: return "TS_ERR_NO_DEVICE";
+    case TS_ERR_TIMEOUT: return "TS_ERR_TIMEOUT";
     }
     return "TS_ERR_UNKNOWN";
 }
@@ -268,6 +277,35 @@ int ts_release_workspaces(void) {
 int ts_record_paths(int on) {
     logf_("ts_record_paths on=%d", on);
     return enter("ts_record_paths", 0);
+}
+
+static double fake_deadline = TS_DEFAULT_DEADLINE_S;
+
+int ts_set_deadline(double seconds) {
+    logf_("ts_set_deadline seconds=%g", seconds);
+    int st = enter("ts_set_deadline", 0);
+    if (st) return st;
+    if (!(seconds > 0) || !(seconds <= 86400)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "ts_set_deadline: seconds = %g: must be in (0, 86400] seconds", seconds);
+        return fail(TS_ERR_INVALID_ARGUMENT, msg);
+    }
+    fake_deadline = seconds;
+    return TS_OK;
+}
+
+int ts_deadline(double *seconds) {
+    logf_("ts_deadline");
+    int st = enter("ts_deadline", 0);
+    if (st) return st;
+    *seconds = fake_deadline;
+    return TS_OK;
+}
+
+/* The hang itself is the next wait's: FAKETS_FAIL=ts_synchronize:-10:... plays it. */
+int ts_debug_hang(void *stream) {
+    logf_("ts_debug_hang stream=%d", stream != NULL);
+    return enter("ts_debug_hang", 0);
 }
 
 static int fake_batch_invariant;
