@@ -26,7 +26,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
 FUZZTIME     ?= 20s
 
 .PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-full-key golden-check golden-verify \
-        cuda cuda-test fused-bytes bundle bundle-check bundle-devices-check bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
+        cuda cuda-test fused-bytes bundle bundle-check bundle-devices-check bundle-hang-check bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
 # Where `make cuda` builds libtouchstone_cuda.so (relative to cuda/, or absolute): a second
@@ -147,6 +147,7 @@ bundle:
 	$(GO) build -ldflags="-s -w" -o dist/bin/touchstone ./cmd/touchstone
 	$(GO) build -ldflags="-s -w" -o dist/bin/mutate ./tools/mutate
 	$(GO) build -ldflags="-s -w" -o dist/bin/reportcheck ./tools/bundle/reportcheck
+	$(GO) build -ldflags="-s -w" -o dist/bin/resume ./tools/bundle/resume
 	cp tools/bundle/run dist/run
 	cp tools/bundle/multigpu dist/multigpu
 
@@ -159,6 +160,7 @@ bundle-check: bundle
 	$(GO) run ./tools/bundle/reportcheck -reports build/bundle-check \
 	  -suite "Kernel conformance" -suite "Model conformance" -suite "Seeded sampling"
 	@$(MAKE) --no-print-directory bundle-devices-check
+	@$(MAKE) --no-print-directory bundle-hang-check
 
 # ginkgo -p over two devices, through the bundle's ginkgo and kernel suite, on the fake library
 # (engine/backend/cuda/testdata/fakets.c, reporting two devices): each process must open its own
@@ -173,6 +175,23 @@ bundle-devices-check:
 	  dist/bin/ginkgo -p --procs=2 --no-color --succinct --fail-on-empty --label-filter='op:residual_add && !device-memory' \
 	  --json-report=report.json --junit-report=junit.xml --output-dir=build/bundle-devices dist/suites/kernels/kernels.test
 	$(GO) run ./tools/bundle/reportcheck -reports build/bundle-devices -suite "Kernel conformance" -devices 2
+
+# A kernel that never finishes costs its own spec, not the run: with the fake library the 6th
+# download never returns, the backend gives up at the deadline (1 s) plus its grace, the spec
+# fails as HANG and the suite aborts, and dist/run restarts it without the specs already
+# reported; the merged reports must hold every residual_add spec, exactly one of them HANG.
+bundle-hang-check:
+	@rm -rf build/bundle-hang && mkdir -p build/bundle-hang/fake build/bundle-hang/dist/suites
+	$(CC) -shared -fPIC -O1 -Wall -Werror -Icuda/include -o build/bundle-hang/fake/libtouchstone_cuda.so \
+	  engine/backend/cuda/testdata/fakets.c -lm
+	cp dist/run build/bundle-hang/dist/run && ln -s $(CURDIR)/dist/bin build/bundle-hang/dist/bin && \
+	  ln -s $(CURDIR)/dist/suites/kernels build/bundle-hang/dist/suites/kernels
+	TOUCHSTONE_BACKEND=cuda TOUCHSTONE_CUDA_LIB=$(CURDIR)/build/bundle-hang/fake/libtouchstone_cuda.so \
+	  TOUCHSTONE_DEADLINE=1 FAKETS_HANG=ts_copy_to_host:6 FAKETS_HANG_ONCE=$(CURDIR)/build/bundle-hang/hung \
+	  TOUCHSTONE_GOLDEN=$(CURDIR)/golden TOUCHSTONE_REPORTS=$(CURDIR)/build/bundle-hang/reports \
+	  build/bundle-hang/dist/run --no-color --succinct --label-filter='op:residual_add && !device-memory'; \
+	  st=$$?; [ $$st -eq 1 ] || { echo "bundle-hang-check: dist/run exited $$st, want 1 (one spec failed as HANG)"; exit 1; }
+	$(GO) run ./tools/bundle/reportcheck -reports build/bundle-hang/reports -suite "Kernel conformance" -hangs 1
 
 # dist/ as one compressed artifact (about a third of its size) for GPU runners that receive
 # an upload: unpack with `tar -xJf build/dist.tar.xz` in the repository root.

@@ -48,6 +48,11 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
 	}
+	resumeAt, carried, err := resumePoint(os.Getenv(envCheckResume))
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
+	}
 	if *backendName != "" {
 		os.Setenv(backend.EnvBackend, *backendName)
 	}
@@ -85,6 +90,12 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	defer sel.Backend.Close()
 	info := sel.Backend.Info()
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	if resumeAt > 0 {
+		// the rows of the cases before resumeAt were printed by the process that hung
+		fmt.Fprintf(tw, "(a new process after the hang: %s, from case %d on)\n", info.Name, resumeAt+1)
+		goto cases
+	}
 	fmt.Fprintf(stdout, "backend %s: %s\n", info.Backend, info.Name)
 	if sel.Fallback != "" {
 		fmt.Fprintf(stdout, "(auto fell back to cpu: %s)\n", sel.Fallback)
@@ -95,9 +106,17 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "golden  %s\n\n", root)
 
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "OP\tCASE\tOUTPUT\tMETRIC\tVALUE\tLIMIT\tHEADROOM\tSTATUS")
-	var passed, failed, errored, unsupported, inconclusiveSets int
+cases:
+	passed, failed, errored, unsupported, inconclusiveSets := carried.passed, carried.failed, carried.errored, carried.unsupported, carried.inconclusive
+	// ordinal counts the cases in the order every run visits them; next says whether the case
+	// it numbers is this process's to run (resumeAt: after a hang, check continues in a new
+	// process from the case after it).
+	ordinal := -1
+	next := func() bool {
+		ordinal++
+		return ordinal >= resumeAt
+	}
 	// count adds a model or batch set's verdict to the summary.
 	count := func(o outcome) {
 		switch o {
@@ -116,8 +135,16 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		status := "ERROR"
 		switch {
 		case errors.Is(err, backend.ErrHang):
-			// a kernel that never finished: a failure of its own kind (HANG)
-			status, failed = "HANG", failed+1
+			// a kernel that never finished: a failure of its own kind (HANG); the backend
+			// refuses every later call, so the rest runs in a new process (checkresume.go)
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tHANG\n", op, name)
+			tw.Flush()
+			fmt.Fprintf(stdout, "    %v\n", err)
+			resume := fmt.Sprintf("%d:%d:%d:%d:%d:%d", ordinal+1, passed, failed+1, errored, unsupported, inconclusiveSets)
+			if rerr := reexec(resume); rerr != nil {
+				fmt.Fprintf(stdout, "    (could not continue in a new process: %v; the later cases are not run)\n", rerr)
+			}
+			status, failed = "", failed+1
 		case policy.Skips(err):
 			status, unsupported = "UNSUPPORTED", unsupported+1
 		case errors.Is(err, backend.ErrUnsupported):
@@ -125,13 +152,16 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		default:
 			errored++
 		}
+		if status == "" {
+			return // the hang's row is printed
+		}
 		fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t%s\n", op, name, status)
 		tw.Flush()
 		fmt.Fprintf(stdout, "    %v\n", err)
 	}
 	for _, s := range sets {
 		m := s.Manifest
-		if m.Kind != golden.KindKernel || !kinds[golden.KindKernel] || (*tier != "all" && m.Tier != *tier) || (len(ops) > 0 && !slices.Contains(ops, m.Op)) {
+		if m.Kind != golden.KindKernel || !kinds[golden.KindKernel] || (*tier != "all" && m.Tier != *tier) || (len(ops) > 0 && !slices.Contains(ops, m.Op)) || !next() {
 			continue
 		}
 		name := m.Case
@@ -177,7 +207,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	// and seeded verdicts under it (checkmodels.go).
 	for _, s := range sets {
 		m := s.Manifest
-		if m.Kind != golden.KindModel || !kinds[golden.KindModel] || (*tier != "all" && m.Tier != *tier) {
+		if m.Kind != golden.KindModel || !kinds[golden.KindModel] || (*tier != "all" && m.Tier != *tier) || !next() {
 			continue
 		}
 		name := filepath.Base(s.Dir)
@@ -202,7 +232,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	// batch-invariance verdict (checkbatches.go).
 	for _, s := range sets {
 		m := s.Manifest
-		if m.Kind != golden.KindBatch || !kinds[golden.KindModel] || (*tier != "all" && m.Tier != *tier) {
+		if m.Kind != golden.KindBatch || !kinds[golden.KindModel] || (*tier != "all" && m.Tier != *tier) || !next() {
 			continue
 		}
 		name := filepath.Base(s.Dir)
@@ -235,7 +265,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	// Seeded sampling (docs/sampling.md): one row per sampling set, whose cases must all
 	// draw the reference's tokens and Philox words.
 	for _, s := range sets {
-		if s.Manifest.Kind != golden.KindSampling || !kinds[golden.KindSampling] || (*tier != "all" && s.Manifest.Tier != *tier) {
+		if s.Manifest.Kind != golden.KindSampling || !kinds[golden.KindSampling] || (*tier != "all" && s.Manifest.Tier != *tier) || !next() {
 			continue
 		}
 		rep, err := sample.CheckSet(sel.Backend, s)

@@ -401,7 +401,7 @@ func (b *Backend) CopyBandwidthGBps() (float64, error) {
 		return 0, err
 	}
 	var gbps C.double
-	if err := b.status("copy_bandwidth", C.tsg_copy_bandwidth(b.lib.api, &gbps, b.e), false); err != nil {
+	if err := b.waiting("copy_bandwidth", false, func() C.int { return C.tsg_copy_bandwidth(b.lib.api, &gbps, b.e) }); err != nil {
 		return 0, err
 	}
 	return float64(gbps), nil
@@ -427,7 +427,7 @@ func (b *Backend) ReleaseWorkspaces() error {
 	if err := b.enter("release_workspaces"); err != nil {
 		return err
 	}
-	return b.status("release_workspaces", C.tsg_release_workspaces(b.lib.api, b.e), true)
+	return b.waiting("release_workspaces", true, func() C.int { return C.tsg_release_workspaces(b.lib.api, b.e) })
 }
 
 // Close releases the device; the library shuts down when its last Backend closes. Buffers

@@ -71,6 +71,5 @@ func (b *Backend) waiting(op string, drained bool, call func() C.int) error {
 	if b.lastOp != "" {
 		msg += "; last op launched: " + b.lastOp
 	}
-	msg += "; restart the process"
 	return b.lib.latch(&StatusError{Op: op, Status: statusTimeout, Name: "TS_ERR_TIMEOUT", Message: msg, After: b.lastOp})
 }

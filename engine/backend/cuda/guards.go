@@ -57,9 +57,11 @@ func (b *Backend) checkGuards(op string, outputs []arg) error {
 		if d.guard == 0 {
 			continue
 		}
-		st := C.tsg_read_guards(b.lib.api, d.base, C.size_t(d.bytes), C.size_t(d.guard),
-			unsafe.Pointer(&before[0]), unsafe.Pointer(&after[0]), b.e)
-		if err := b.status(op, st, true); err != nil {
+		err := b.waiting(op, true, func() C.int {
+			return C.tsg_read_guards(b.lib.api, d.base, C.size_t(d.bytes), C.size_t(d.guard),
+				unsafe.Pointer(&before[0]), unsafe.Pointer(&after[0]), b.e)
+		})
+		if err != nil {
 			return err
 		}
 		where := guardDamage(before[:], after[:])
@@ -67,7 +69,7 @@ func (b *Backend) checkGuards(op string, outputs []arg) error {
 			continue
 		}
 		// Restore the pattern so the next op on this buffer is judged on its own writes.
-		st = C.tsg_fill_guards(b.lib.api, d.base, C.size_t(d.bytes), C.size_t(d.guard), C.int(guardPattern), b.e)
+		st := C.tsg_fill_guards(b.lib.api, d.base, C.size_t(d.bytes), C.size_t(d.guard), C.int(guardPattern), b.e)
 		if err := b.status(op, st, false); err != nil {
 			return err
 		}

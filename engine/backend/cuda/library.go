@@ -269,7 +269,7 @@ func (l *library) release(b *Backend) error {
 	if l.opens > 0 {
 		return nil
 	}
-	return b.status("close", C.tsg_shutdown(l.api, b.e), false)
+	return b.waiting("close", false, func() C.int { return C.tsg_shutdown(l.api, b.e) })
 }
 
 // deadline is the library's deadline for a wait (TS_DEFAULT_DEADLINE_S before init).

@@ -22,6 +22,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/touchstone-llm/touchstone/engine/conformance"
 )
 
 type list []string
@@ -33,8 +35,12 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 type jsonSuite struct {
 	SuiteDescription string
 	SuiteSucceeded   bool
+	PreRunStats      struct{ SpecsThatWillRun int }
 	SpecReports      []struct {
 		State         string
+		LeafNodeType  string
+		LeafNodeText  string
+		Failure       struct{ Message string }
 		ReportEntries []struct {
 			Name  string
 			Value struct {
@@ -97,9 +103,41 @@ func checkDevices(js []jsonSuite, devices int) []string {
 	return problems
 }
 
+// checkHangs returns one problem unless exactly hangs specs failed as HANG (the marker in their
+// failure), every other spec passed or was skipped for a reason of its own, and every spec the
+// label filter selected was reported (an abort leaves the rest skipped without a reason until
+// dist/run restarts the suite; a spec the filter left out is skipped without one too, so the
+// count of reported specs is what tells them apart).
+func checkHangs(js []jsonSuite, hangs int) []string {
+	var problems []string
+	n := 0
+	for _, s := range js {
+		reported := 0
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != "It" || (sp.State == "skipped" && sp.Failure.Message == "") {
+				continue
+			}
+			reported++
+			switch {
+			case strings.Contains(sp.Failure.Message, conformance.HangMarker):
+				n++
+			case sp.State != "passed" && sp.State != "skipped":
+				problems = append(problems, fmt.Sprintf("suite %q: %q %s: %s", s.SuiteDescription, sp.LeafNodeText, sp.State, sp.Failure.Message))
+			}
+		}
+		if reported != s.PreRunStats.SpecsThatWillRun {
+			problems = append(problems, fmt.Sprintf("suite %q: %d specs reported, the filter selected %d: the rest were never run", s.SuiteDescription, reported, s.PreRunStats.SpecsThatWillRun))
+		}
+	}
+	if n != hangs {
+		problems = append(problems, fmt.Sprintf("%d specs failed as HANG, want %d", n, hangs))
+	}
+	return problems
+}
+
 // check returns one problem per missing or empty suite in the reports under dir and, with
 // devices > 0, per suite that did not spread its processes over the devices.
-func check(dir string, want []string, devices int) ([]string, error) {
+func check(dir string, want []string, devices, hangs int) ([]string, error) {
 	var problems []string
 	raw, err := os.ReadFile(filepath.Join(dir, "report.json"))
 	if err != nil {
@@ -135,6 +173,9 @@ func check(dir string, want []string, devices int) ([]string, error) {
 	if devices > 0 {
 		problems = append(problems, checkDevices(js, devices)...)
 	}
+	if hangs >= 0 {
+		problems = append(problems, checkHangs(js, hangs)...)
+	}
 	for _, name := range want {
 		if n, ok := ran[name]; !ok {
 			problems = append(problems, fmt.Sprintf("report.json has no suite %q (it has %d suites)", name, len(js)))
@@ -155,12 +196,13 @@ func main() {
 	var want list
 	flag.Var(&want, "suite", "a suite description that must be in both reports with specs run (repeatable)")
 	devices := flag.Int("devices", 0, "a ginkgo -p run on this many GPUs: each process on device (process-1) mod N, all N used")
+	hangs := flag.Int("hangs", -1, "exactly this many specs failed as HANG, every other spec passed or was skipped with a reason, none left unreported")
 	flag.Parse()
 	if len(want) == 0 {
 		fmt.Fprintln(os.Stderr, "reportcheck: name the suites with -suite")
 		os.Exit(2)
 	}
-	problems, err := check(*dir, want, *devices)
+	problems, err := check(*dir, want, *devices, *hangs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "reportcheck:", err)
 		os.Exit(2)

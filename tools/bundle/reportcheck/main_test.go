@@ -20,7 +20,7 @@ func TestCheckFindsEverySuite(t *testing.T) {
 		{"SuiteDescription": "Seeded sampling", "SpecReports": [{"State": "failed"}, {"State": "skipped"}]}]`)
 	write(t, dir, "junit.xml", `<testsuites><testsuite name="Kernel conformance" tests="1"></testsuite>
 		<testsuite name="Seeded sampling" tests="2"></testsuite></testsuites>`)
-	problems, err := check(dir, []string{"Kernel conformance", "Seeded sampling"}, 0)
+	problems, err := check(dir, []string{"Kernel conformance", "Seeded sampling"}, 0, -1)
 	if err != nil || len(problems) != 0 {
 		t.Fatalf("%v %v", problems, err)
 	}
@@ -32,7 +32,7 @@ func TestCheckReportsALostSuiteAndAnEmptyOne(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "report.json", `[{"SuiteDescription": "Seeded sampling", "SpecReports": [{"State": "skipped"}]}]`)
 	write(t, dir, "junit.xml", `<testsuites><testsuite name="Seeded sampling" tests="0"></testsuite></testsuites>`)
-	problems, err := check(dir, []string{"Kernel conformance", "Seeded sampling"}, 0)
+	problems, err := check(dir, []string{"Kernel conformance", "Seeded sampling"}, 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,10 +48,10 @@ func TestCheckReportsALostSuiteAndAnEmptyOne(t *testing.T) {
 func TestCheckRefusesCorruptReports(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "report.json", `{not json`)
-	if _, err := check(dir, []string{"x"}, 0); err == nil || !strings.Contains(err.Error(), "report.json") {
+	if _, err := check(dir, []string{"x"}, 0, -1); err == nil || !strings.Contains(err.Error(), "report.json") {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := check(t.TempDir(), []string{"x"}, 0); err == nil {
+	if _, err := check(t.TempDir(), []string{"x"}, 0, -1); err == nil {
 		t.Fatal("a directory without reports passed")
 	}
 }
@@ -69,7 +69,7 @@ func TestDevicesCatchesProcessesSharingOneGPU(t *testing.T) {
 	dir := t.TempDir()
 	write(t, dir, "junit.xml", `<testsuites><testsuite name="Kernel conformance" tests="2"></testsuite></testsuites>`)
 	write(t, dir, "report.json", backendEntries("cuda: H100, device 0, Ginkgo process 1 (requested auto)", "cuda: H100, device 0, Ginkgo process 2 (requested auto)"))
-	problems, err := check(dir, []string{"Kernel conformance"}, 2)
+	problems, err := check(dir, []string{"Kernel conformance"}, 2, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +80,11 @@ func TestDevicesCatchesProcessesSharingOneGPU(t *testing.T) {
 		}
 	}
 	write(t, dir, "report.json", backendEntries("cuda: H100, device 0, Ginkgo process 1 (requested auto)", "cuda: H100, device 1, Ginkgo process 2 (requested auto)"))
-	if problems, err := check(dir, []string{"Kernel conformance"}, 2); err != nil || len(problems) != 0 {
+	if problems, err := check(dir, []string{"Kernel conformance"}, 2, -1); err != nil || len(problems) != 0 {
 		t.Fatalf("%v %v", problems, err)
 	}
 	write(t, dir, "report.json", backendEntries("cpu: Go (requested auto)"))
-	if problems, _ := check(dir, []string{"Kernel conformance"}, 2); len(problems) == 0 || !strings.Contains(problems[0], "names no device") {
+	if problems, _ := check(dir, []string{"Kernel conformance"}, 2, -1); len(problems) == 0 || !strings.Contains(problems[0], "names no device") {
 		t.Fatalf("a CPU run passed the device check: %v", problems)
 	}
 }

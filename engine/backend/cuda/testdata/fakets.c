@@ -45,6 +45,7 @@
 static char last_error[1024];
 static int latched;
 static int latched_status = TS_ERR_STICKY;
+static double fake_deadline = TS_DEFAULT_DEADLINE_S;
 static char latched_msg[1024];
 static int initialized;
 static int current_device = -1;
@@ -81,11 +82,23 @@ static int enter(const char *name, int needs_init) {
         snprintf(last_error, sizeof last_error, "%s", latched_msg);
         return latched_status;
     }
-    /* FAKETS_HANG=<function>: that call never returns, as a library without deadlines
-     * waiting for a kernel that never finishes would not. */
+    /* FAKETS_HANG=<function>[:<n>]: that call (only its n-th, counting from 1) never
+     * returns, as a library without deadlines waiting for a kernel that never finishes
+     * would not. FAKETS_HANG_ONCE=<file>: only if the file does not exist yet (it is created
+     * on hanging), so a process started after the hang runs clean. */
     const char *hang = getenv("FAKETS_HANG");
-    if (hang != NULL && strcmp(hang, name) == 0)
-        for (;;) pause();
+    size_t hn = strlen(name);
+    if (hang != NULL && strncmp(hang, name, hn) == 0 && (hang[hn] == '\0' || hang[hn] == ':')) {
+        static long hang_calls;
+        if (hang[hn] == '\0' || ++hang_calls == strtol(hang + hn + 1, NULL, 10)) {
+            const char *once = getenv("FAKETS_HANG_ONCE");
+            FILE *f = NULL;
+            if (once == NULL || *once == '\0' || (f = fopen(once, "wx")) != NULL) {
+                if (f != NULL) fclose(f);
+                for (;;) pause();
+            }
+        }
+    }
     const char *spec = getenv("FAKETS_FAIL");
     size_t n = strlen(name);
     if (spec != NULL && strncmp(spec, name, n) == 0 && spec[n] == ':') {
@@ -225,6 +238,15 @@ int ts_init(int device) {
         snprintf(msg, sizeof msg, "ts_init: device = %d: already initialised on device %d", device, current_device);
         return fail(TS_ERR_INVALID_ARGUMENT, msg);
     }
+    const char *dl = getenv("TOUCHSTONE_DEADLINE"); /* as the library reads it */
+    if (dl != NULL && *dl != '\0') {
+        double seconds = strtod(dl, NULL);
+        if (!(seconds > 0) || !(seconds <= 86400)) {
+            snprintf(msg, sizeof msg, "ts_init: TOUCHSTONE_DEADLINE = \"%s\": want a number of seconds in (0, 86400]", dl);
+            return fail(TS_ERR_INVALID_ARGUMENT, msg);
+        }
+        fake_deadline = seconds;
+    }
     initialized = 1;
     current_device = device;
     return TS_OK;
@@ -278,8 +300,6 @@ int ts_record_paths(int on) {
     logf_("ts_record_paths on=%d", on);
     return enter("ts_record_paths", 0);
 }
-
-static double fake_deadline = TS_DEFAULT_DEADLINE_S;
 
 int ts_set_deadline(double seconds) {
     logf_("ts_set_deadline seconds=%g", seconds);
