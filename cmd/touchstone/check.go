@@ -134,6 +134,9 @@ cases:
 	notRun := func(op, name string, err error) {
 		status := "ERROR"
 		switch {
+		case errors.Is(err, backend.ErrHang) && errors.As(err, new(*cuda.PoisonedError)):
+			// refused after the hang (only where a new process could not be started)
+			errored++
 		case errors.Is(err, backend.ErrHang):
 			// a kernel that never finished: a failure of its own kind (HANG); the backend
 			// refuses every later call, so the rest runs in a new process (checkresume.go)
