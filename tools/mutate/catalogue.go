@@ -527,6 +527,15 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:rmsnorm",
 	},
 	{
+		// A hang, not a wrong value: the run must report HANG naming the op within the
+		// deadline (TOUCHSTONE_DEADLINE, set to 20 s for mutant runs), not stall.
+		ID: "cuda-binary-tail-never-advances", Side: SideCUDA, File: "cuda/elementwise.cuh",
+		Bug:         "the scalar tail loop of the binary elementwise kernels never advances its index: a thread with a tail element spins forever",
+		Original:    "for (int64_t i = start + tid; i < n; i += NT) out[i] = from_float<T>(f(to_float(a[i]), to_float(b[i])));",
+		Replacement: "for (int64_t i = start + tid; i < n; i += NT * (i < start)) out[i] = from_float<T>(f(to_float(a[i]), to_float(b[i])));",
+		Suites:      kernels, Labels: "op:residual_add",
+	},
+	{
 		ID: "cuda-layernorm-var-about-zero", Side: SideCUDA, File: "cuda/internal.h",
 		Bug:         "LayerNorm (register path) takes the variance about zero, not about the mean",
 		Original:    `const float dv = v[k][j] - mean;`,

@@ -192,6 +192,9 @@ func (c *cudaRunner) suite(s, filter, focus, sanitizer, lib, tag string, slot in
 		"TOUCHSTONE_GUARDS=1",
 		"TOUCHSTONE_UNSUPPORTED=fail",
 		"TOUCHSTONE_GRAPHS=1",
+		// A mutant that hangs a kernel is a HANG verdict (caught), reached at the deadline: no
+		// legitimate wait of the committed tier comes near 20 s (60 s under a sanitizer).
+		"TOUCHSTONE_DEADLINE=" + map[bool]string{false: "20", true: "60"}[sanitizer != ""],
 	}
 	if c.gpus > 1 {
 		env = append(env, fmt.Sprintf("TOUCHSTONE_DEVICE=%d", slot))
