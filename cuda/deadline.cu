@@ -11,11 +11,7 @@
  */
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <cxxabi.h>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -41,19 +37,6 @@ std::mutex g_ring_mu;
 Launch g_ring[RING];
 long long g_launched = 0;  /* launches recorded so far */
 long long g_completed = 0; /* g_launched when the last wait completed */
-
-std::string kernel_name(const void *kernel) {
-    const char *mangled = nullptr;
-    if (kernel == nullptr || cudaFuncGetName(&mangled, kernel) != cudaSuccess || mangled == nullptr) {
-        (void)cudaGetLastError();
-        return "?";
-    }
-    int st = 0;
-    char *dem = abi::__cxa_demangle(mangled, nullptr, nullptr, &st);
-    std::string name = short_kernel_name(st == 0 && dem ? dem : mangled);
-    std::free(dem);
-    return name;
-}
 
 /* "rope (rope_kernel<__half>, dims ...), then gemm (cublasGemmEx)": the launches since the last
  * completed wait, oldest first, at most RING. */

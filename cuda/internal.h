@@ -75,8 +75,9 @@ void release_wait_events();
 void note_launch(const char *op, const void *kernel, const char *call, const char *dims);
 /* Sets the deadline from ts_set_deadline or TOUCHSTONE_DEADLINE (what names the source). */
 int set_deadline(const char *op, const char *what, double seconds);
-/* "void (anonymous namespace)::k<8, __half>(__half*, ...)" -> "k<8, __half>". */
-std::string short_kernel_name(std::string name);
+/* A kernel's name, demangled and without its parameter list, e.g. rmsnorm_vec_kernel<4, __half>
+ * ("?" when CUDA cannot name it): the launch log, path recording and hang messages use it. */
+std::string kernel_name(const void *kernel);
 
 /* The one error-check macro: every CUDA call, every cuBLAS call and every launch goes through
  * it. On failure it returns the status from the enclosing function. */

@@ -209,18 +209,21 @@ void record_path(const char *op, const std::string &what) {
 
 bool launch_noted() { return g_debug.load(std::memory_order_relaxed) || g_record.load(std::memory_order_relaxed); }
 
-void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_t smem, const char *d) {
-    /* The kernel's name, demangled and without its parameter list, e.g. rmsnorm_vec_kernel<4>. */
-    std::string name = "?";
+std::string kernel_name(const void *kernel) {
     const char *mangled = nullptr;
-    if (cudaFuncGetName(&mangled, kernel) == cudaSuccess && mangled != nullptr) {
-        int st = 0;
-        char *dem = abi::__cxa_demangle(mangled, nullptr, nullptr, &st);
-        name = short_name(st == 0 && dem ? dem : mangled);
-        std::free(dem);
-    } else {
+    if (kernel == nullptr || cudaFuncGetName(&mangled, kernel) != cudaSuccess || mangled == nullptr) {
         (void)cudaGetLastError();
+        return "?";
     }
+    int st = 0;
+    char *dem = abi::__cxa_demangle(mangled, nullptr, nullptr, &st);
+    std::string name = short_name(st == 0 && dem ? dem : mangled);
+    std::free(dem);
+    return name;
+}
+
+void log_launch(const char *op, const void *kernel, dim3 grid, dim3 block, size_t smem, const char *d) {
+    const std::string name = kernel_name(kernel);
     record_path(op, name);
     if (debug_enabled())
         std::fprintf(stderr, "touchstone: debug: %s: launch %s grid=(%u,%u,%u) block=(%u,%u,%u) smem=%zu %s\n", op,
@@ -256,7 +259,6 @@ int latch_failure(int status, const char *msg) {
     return set_error(g_sticky_status, "%s", g_sticky_msg.c_str());
 }
 
-std::string short_kernel_name(std::string name) { return short_name(std::move(name)); }
 
 int ready(const char *op, void *stream_arg, cudaStream_t *stream) {
     if (!g.initialized.load(std::memory_order_acquire))

@@ -132,22 +132,14 @@ cases:
 	// UNSUPPORTED (neither passed nor failed), FAIL when the policy makes an unsupported
 	// call a failure, else ERROR.
 	notRun := func(op, name string, err error) {
+		// A kernel that never finished: a failure of its own kind (HANG). The first report of
+		// it, not the later refusals (*cuda.PoisonedError): those are errors of cases that
+		// could not run, and only show where a new process could not be started.
+		hang := errors.Is(err, backend.ErrHang) && !errors.As(err, new(*cuda.PoisonedError))
 		status := "ERROR"
 		switch {
-		case errors.Is(err, backend.ErrHang) && errors.As(err, new(*cuda.PoisonedError)):
-			// refused after the hang (only where a new process could not be started)
-			errored++
-		case errors.Is(err, backend.ErrHang):
-			// a kernel that never finished: a failure of its own kind (HANG); the backend
-			// refuses every later call, so the rest runs in a new process (checkresume.go)
-			fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\tHANG\n", op, name)
-			tw.Flush()
-			fmt.Fprintf(stdout, "    %v\n", err)
-			resume := fmt.Sprintf("%d:%d:%d:%d:%d:%d", ordinal+1, passed, failed+1, errored, unsupported, inconclusiveSets)
-			if rerr := reexec(resume); rerr != nil {
-				fmt.Fprintf(stdout, "    (could not continue in a new process: %v; the later cases are not run)\n", rerr)
-			}
-			status, failed = "", failed+1
+		case hang:
+			status, failed = "HANG", failed+1
 		case policy.Skips(err):
 			status, unsupported = "UNSUPPORTED", unsupported+1
 		case errors.Is(err, backend.ErrUnsupported):
@@ -155,12 +147,17 @@ cases:
 		default:
 			errored++
 		}
-		if status == "" {
-			return // the hang's row is printed
-		}
 		fmt.Fprintf(tw, "%s\t%s\t\t\t\t\t\t%s\n", op, name, status)
 		tw.Flush()
 		fmt.Fprintf(stdout, "    %v\n", err)
+		if hang {
+			// the backend refuses every later call: the rest runs in a new process
+			// (checkresume.go)
+			resume := fmt.Sprintf("%d:%d:%d:%d:%d:%d", ordinal+1, passed, failed, errored, unsupported, inconclusiveSets)
+			if rerr := reexec(resume); rerr != nil {
+				fmt.Fprintf(stdout, "    (could not continue in a new process: %v; the later cases are not run)\n", rerr)
+			}
+		}
 	}
 	for _, s := range sets {
 		m := s.Manifest

@@ -27,6 +27,10 @@ var ErrUnsupported = errors.New("not supported by this backend")
 // device busy until the process exits.
 var ErrHang = errors.New("a kernel did not finish within the deadline")
 
+// HangMarker starts the message of a backend's error for a hang, and so every failure a hang
+// causes: the suites abort on it, dist/run's resume and reportcheck count it.
+const HangMarker = "HANG: "
+
 // UnsupportedError names the op, the argument and the value of a valid request that a
 // backend written in Go does not implement, as the CUDA library's TS_ERR_UNSUPPORTED
 // messages do ("attention_prefill: cfg->head_dim = 100: ..."), so both read alike.

@@ -8,7 +8,3 @@ const EnvResumeSkip = "TOUCHSTONE_RESUME_SKIP"
 // ResumeSkipMessage is the skip message of a spec that an earlier run of its suite reported;
 // tools/bundle/resume keeps that run's verdict when it merges the reports.
 const ResumeSkipMessage = "resumed after a hang: reported by an earlier run of this suite"
-
-// HangMarker starts the failure message of a spec whose kernel did not finish (the CUDA
-// backend's errors for TS_ERR_TIMEOUT, and the suite abort that follows).
-const HangMarker = "HANG: "

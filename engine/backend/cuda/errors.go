@@ -69,7 +69,7 @@ func (e *StatusError) Error() string {
 	// do not say it twice.
 	msg = strings.TrimPrefix(msg, e.Op+": ")
 	if e.Status == statusTimeout {
-		return "HANG: " + e.Op + ": " + msg
+		return backend.HangMarker + e.Op + ": " + msg
 	}
 	if e.Sticky {
 		s := "the GPU context is corrupted by " + e.Op + ": " + msg

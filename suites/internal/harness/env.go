@@ -94,7 +94,7 @@ func AbortOnHang() bool {
 	})
 	AfterEach(func() {
 		r := CurrentSpecReport()
-		if r.Failed() && strings.Contains(r.Failure.Message, conformance.HangMarker) {
+		if r.Failed() && strings.Contains(r.Failure.Message, backend.HangMarker) {
 			// AbortSuite's message replaces the spec's failure: keep the hang's own in it.
 			AbortSuite(r.Failure.Message + "\n(the backend refuses every later call: the suite stops at this spec, " +
 				"and dist/run restarts it without the specs already reported)")

@@ -23,7 +23,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/engine/backend"
 )
 
 type list []string
@@ -119,7 +119,7 @@ func checkHangs(js []jsonSuite, hangs int) []string {
 			}
 			reported++
 			switch {
-			case strings.Contains(sp.Failure.Message, conformance.HangMarker):
+			case strings.Contains(sp.Failure.Message, backend.HangMarker):
 				n++
 			case sp.State != "passed" && sp.State != "skipped":
 				problems = append(problems, fmt.Sprintf("suite %q: %q %s: %s", s.SuiteDescription, sp.LeafNodeText, sp.State, sp.Failure.Message))

@@ -38,6 +38,7 @@ import (
 	"github.com/onsi/ginkgo/v2/reporters"
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 )
 
@@ -91,7 +92,7 @@ func readReports(dir string) ([]types.Report, error) {
 // with the hang marker in its failure.
 func abortedByHang(r types.Report) bool {
 	for _, s := range r.SpecReports {
-		if s.State == types.SpecStateAborted && strings.Contains(s.Failure.Message, conformance.HangMarker) {
+		if s.State == types.SpecStateAborted && strings.Contains(s.Failure.Message, backend.HangMarker) {
 			return true
 		}
 	}
@@ -123,6 +124,16 @@ func readState(dir string, reports []types.Report) (state, error) {
 	return st, json.Unmarshal(data, &st)
 }
 
+// load reads the merged reports of dir and the state of its suites.
+func load(dir string) ([]types.Report, state, error) {
+	reports, err := readReports(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := readState(dir, reports)
+	return reports, st, err
+}
+
 func writeState(dir string, st state) error {
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
@@ -139,11 +150,7 @@ func plan(args []string) error {
 	if *work == "" {
 		*work = filepath.Join(*dir, "resume")
 	}
-	reports, err := readReports(*dir)
-	if err != nil {
-		return err
-	}
-	st, err := readState(*dir, reports)
+	reports, st, err := load(*dir)
 	if err != nil {
 		return err
 	}
@@ -186,11 +193,7 @@ func merge(args []string) error {
 	if *from == "" {
 		return errors.New("merge: -from is required")
 	}
-	main, err := readReports(*into)
-	if err != nil {
-		return err
-	}
-	st, err := readState(*into, main)
+	main, st, err := load(*into)
 	if err != nil {
 		return err
 	}

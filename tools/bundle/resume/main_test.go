@@ -10,6 +10,7 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 )
 
@@ -39,7 +40,7 @@ func TestPlanAndMerge(t *testing.T) {
 	dir := t.TempDir()
 	main := []types.Report{{SuitePath: "/d/suites/kernels", SuiteDescription: "Kernel conformance", SpecReports: []types.SpecReport{
 		spec("a", types.SpecStatePassed, ""),
-		spec("b", types.SpecStateAborted, conformance.HangMarker+"download: ..."),
+		spec("b", types.SpecStateAborted, backend.HangMarker+"download: ..."),
 		spec("c", types.SpecStateSkipped, ""),
 		spec("u", types.SpecStateSkipped, "unsupported: ..."),
 	}}, {SuitePath: "/d/suites/models", SuiteDescription: "Model conformance", SuiteSucceeded: true, SpecReports: []types.SpecReport{
