@@ -154,7 +154,7 @@ cases:
 			// the backend refuses every later call: the rest runs in a new process
 			// (checkresume.go)
 			resume := fmt.Sprintf("%d:%d:%d:%d:%d:%d", ordinal+1, passed, failed, errored, unsupported, inconclusiveSets)
-			if rerr := reexec(resume); rerr != nil {
+			if rerr := reexec(envCheckResume, resume); rerr != nil {
 				fmt.Fprintf(stdout, "    (could not continue in a new process: %v; the later cases are not run)\n", rerr)
 			}
 		}

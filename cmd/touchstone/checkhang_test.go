@@ -24,7 +24,7 @@ const hangChild = "TOUCHSTONE_CHECK_HANG_CHILD"
 func TestCheckHangContinuesInANewProcess(t *testing.T) {
 	if mode := os.Getenv(hangChild); mode != "" {
 		var resume string
-		reexec = func(r string) error { resume = r; return errors.New("a test does not exec") }
+		reexec = func(_, r string) error { resume = r; return errors.New("a test does not exec") }
 		code, out, errs := runCLI("check", "-golden", os.Getenv("CHECK_ROOT"), "-op", "residual_add")
 		fmt.Printf("CODE=%d\nRESUME=%s\n%s%s", code, resume, out, errs)
 		return
@@ -36,19 +36,7 @@ func TestCheckHangContinuesInANewProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := filepath.Join("..", "..", "golden")
-	root := t.TempDir()
-	copyFile(t, filepath.Join(src, "tolerances.yaml"), filepath.Join(root, "tolerances.yaml"))
-	cases := []string{"batch2x5-h896", "gpt2_t1", "large-mag"}
-	for _, c := range cases {
-		entries, err := os.ReadDir(filepath.Join(src, "kernels", "residual_add", c))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			copyFile(t, filepath.Join(src, "kernels", "residual_add", c, e.Name()), filepath.Join(root, "kernels", "residual_add", c, e.Name()))
-		}
-	}
+	root := residualAddRoot(t, "batch2x5-h896", "gpt2_t1", "large-mag")
 	child := func(extra ...string) string {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCheckHangContinuesInANewProcess$", "-test.count=1")
 		cmd.Env = append(os.Environ(), hangChild+"=1", "CHECK_ROOT="+root, "TOUCHSTONE_BACKEND=cuda",
@@ -72,4 +60,22 @@ func TestCheckHangContinuesInANewProcess(t *testing.T) {
 		strings.Count(second, "residual_add  ") != 1 {
 		t.Errorf("the second process (one case left, the counts summed):\n%s", second)
 	}
+}
+
+// residualAddRoot is a golden root holding the tolerances and the named residual_add cases.
+func residualAddRoot(t *testing.T, cases ...string) string {
+	t.Helper()
+	src := filepath.Join("..", "..", "golden")
+	root := t.TempDir()
+	copyFile(t, filepath.Join(src, "tolerances.yaml"), filepath.Join(root, "tolerances.yaml"))
+	for _, c := range cases {
+		entries, err := os.ReadDir(filepath.Join(src, "kernels", "residual_add", c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			copyFile(t, filepath.Join(src, "kernels", "residual_add", c, e.Name()), filepath.Join(root, "kernels", "residual_add", c, e.Name()))
+		}
+	}
+	return root
 }

@@ -33,12 +33,12 @@ func resumePoint(v string) (int, checkCounts, error) {
 }
 
 // reexec replaces the process with a new run of the same command line and environment plus
-// envCheckResume; a variable so tests can see what would run.
-var reexec = func(resume string) error {
+// name=value (envCheckResume, envCompareResume); a variable so tests can see what would run.
+var reexec = func(name, value string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	env := append(os.Environ(), envCheckResume+"="+resume)
+	env := append(os.Environ(), name+"="+value)
 	return syscall.Exec(exe, os.Args, env)
 }

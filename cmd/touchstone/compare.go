@@ -143,15 +143,10 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 		defer closeTimers(base, cand)
 	}
 
-	cases, err := abtest.RunKernelSets(base, cand, kernelSets, tols, abtest.RunOptions{Warmup: *warmup, Repeats: *repeats})
+	cases, err := runBothSides(base, cand, kernelSets, modelSets, tols, abtest.RunOptions{Warmup: *warmup, Repeats: *repeats}, stderr)
 	if err != nil {
 		return fail("%v", err)
 	}
-	modelCases, err := abtest.RunModelSets(base, cand, modelSets, tols, abtest.RunOptions{Warmup: *warmup, Repeats: *repeats})
-	if err != nil {
-		return fail("%v", err)
-	}
-	cases = append(cases, modelCases...)
 	report, err := abtest.Judge(base.Name, cand.Name, cases, opts)
 	if err != nil {
 		return fail("%v", err)
@@ -173,6 +168,43 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return report.ExitCode()
+}
+
+// runBothSides runs the kernel sets, then the model sets, from where an earlier process of
+// this comparison stopped (compareresume.go). At a hang it continues in a new process and
+// does not return, unless that cannot start.
+func runBothSides(base, cand abtest.Side, kernelSets, modelSets []*golden.Set, tols *compare.Tolerances, ro abtest.RunOptions, stderr io.Writer) ([]abtest.Case, error) {
+	progress, err := loadCompareProgress(len(kernelSets) + len(modelSets))
+	if err != nil {
+		return nil, err
+	}
+	cases := progress.Cases
+	ro.Resume = progress.Partial
+	offset := 0
+	for _, stage := range []struct {
+		sets []*golden.Set
+		run  func(abtest.Side, abtest.Side, []*golden.Set, *compare.Tolerances, abtest.RunOptions) ([]abtest.Case, error)
+	}{{kernelSets, abtest.RunKernelSets}, {modelSets, abtest.RunModelSets}} {
+		from := max(progress.Next-offset, 0)
+		if from < len(stage.sets) {
+			got, err := stage.run(base, cand, stage.sets[from:], tols, ro)
+			cases = append(cases, got...)
+			var stop *abtest.Stopped
+			if errors.As(err, &stop) {
+				fmt.Fprintf(stderr, "touchstone compare: HANG: the %s's %s of %s did not finish; the rest runs in a new process\n    %s\n", stop.Side, stop.During, stop.Case, stop.Message)
+				next := compareProgress{Sets: progress.Sets, Next: offset + from + stop.Next, Cases: cases, Partial: stop.Partial}
+				if rerr := continueCompare(next); rerr != nil {
+					return nil, fmt.Errorf("%w; could not continue in a new process: %v", err, rerr)
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+			ro.Resume = nil
+		}
+		offset += len(stage.sets)
+	}
+	return cases, nil
 }
 
 const unfusedSuffix = "+unfused"

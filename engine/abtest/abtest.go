@@ -20,6 +20,7 @@ const (
 	Fail        Status = "fail"        // an output outside its tolerance
 	Unsupported Status = "unsupported" // the backend does not implement the call
 	Errored     Status = "error"       // the run failed (a refused argument, a fault)
+	Hang        Status = "hang"        // a kernel did not finish within the deadline
 )
 
 // Measurement is one side's run of one case.
@@ -30,7 +31,7 @@ type Measurement struct {
 	Budget float64 `json:"budget"`
 	// Worst names that check, e.g. "out allclose".
 	Worst string `json:"worst,omitempty"`
-	// Error is the run's error, for Unsupported and Errored.
+	// Error is the run's error, for Unsupported, Errored and Hang.
 	Error string `json:"error,omitempty"`
 	// TimesMS are the timed runs in milliseconds, in the order they ran; empty when untimed.
 	// Where both sides have as many, the i-th of each ran back to back (paired).
@@ -42,6 +43,8 @@ type Case struct {
 	ID        string      `json:"id"`
 	Baseline  Measurement `json:"baseline"`
 	Candidate Measurement `json:"candidate"`
+	// Untimed says why a case both sides ran has no times (a hang while timing it).
+	Untimed string `json:"untimed,omitempty"`
 }
 
 // Options are the thresholds of the verdicts.
@@ -211,6 +214,8 @@ func describe(m Measurement) string {
 		return "unsupported (" + m.Error + ")"
 	case Errored:
 		return "errors (" + m.Error + ")"
+	case Hang:
+		return "hangs (" + m.Error + ")"
 	}
 	return string(m.Status)
 }

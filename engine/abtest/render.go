@@ -31,6 +31,9 @@ func (r *Report) Markdown() string {
 		if o.TooSlow {
 			spd = "**too slow**"
 		}
+		if o.Untimed != "" {
+			spd += " (" + o.Untimed + ")"
+		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", o.ID, cell(o.Baseline), cell(o.Candidate), acc,
 			ms(o.BaselineMS, o.Speed), ms(o.CandidateMS, o.Speed), ratio(o), noise(o), spd)
 	}

@@ -27,11 +27,37 @@ type Side struct {
 // RunOptions steer the runs.
 type RunOptions struct {
 	Warmup, Repeats int
+	// Resume is the first set's case with only its baseline measured, by an earlier process
+	// whose baseline hung (Stopped.Partial): the run measures its candidate and goes on.
+	Resume *Case
+}
+
+// Stopped is the error of a run that stopped at a hang: a kernel of one side did not finish
+// within its deadline (Status Hang). The hung kernel keeps the GPU busy, which both sides may
+// share, and its backend refuses every later call, so the sets after it, and the candidate's
+// run of the case when the baseline hung, must run in a new process. The cases returned with
+// it are complete.
+type Stopped struct {
+	// Next is the index in the sets of the first set not finished.
+	Next int
+	// Partial is set when the baseline hung: that case with only its baseline measured (pass
+	// it as RunOptions.Resume with the sets from Next).
+	Partial *Case
+	// Case is the ID of the case that hung, Side "baseline" or "candidate", and During
+	// "check" or "timing".
+	Case, Side, During string
+	// Message is the hang's error, naming the wait and the kernels last launched.
+	Message string
+}
+
+func (e *Stopped) Error() string {
+	return fmt.Sprintf("abtest: the %s hung during the %s of %s; the sets from %d on need a new process", e.Side, e.During, e.Case, e.Next)
 }
 
 // RunKernelSets runs every kernel set on both sides: each side's error against the golden,
 // then, where both sides can be timed and both ran, Repeats timed launches of each,
-// alternating which side goes first so that drift and order effects hit both alike.
+// alternating which side goes first so that drift and order effects hit both alike. At a
+// hang it returns the cases finished and a *Stopped.
 func RunKernelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances, o RunOptions) ([]Case, error) {
 	return runSets(base, cand, sets, o, func(side Side, s *golden.Set) Measurement { return measure(side, s, tols) }, timePair)
 }
@@ -45,10 +71,32 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 		return nil, fmt.Errorf("abtest: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
 	}
 	var cases []Case
-	for _, s := range sets {
-		c := Case{ID: s.ID(), Baseline: measureIt(base, s), Candidate: measureIt(cand, s)}
+	for i, s := range sets {
+		c := Case{ID: s.ID()}
+		if i == 0 && o.Resume != nil {
+			if o.Resume.ID != c.ID {
+				return nil, fmt.Errorf("abtest: resuming case %s, but the first set is %s", o.Resume.ID, c.ID)
+			}
+			c.Baseline = o.Resume.Baseline
+		} else {
+			c.Baseline = measureIt(base, s)
+			if c.Baseline.Status == Hang {
+				return cases, &Stopped{Next: i, Partial: &c, Case: c.ID, Side: "baseline", During: "check", Message: c.Baseline.Error}
+			}
+		}
+		c.Candidate = measureIt(cand, s)
+		if c.Candidate.Status == Hang {
+			return append(cases, c), &Stopped{Next: i + 1, Case: c.ID, Side: "candidate", During: "check", Message: c.Candidate.Error}
+		}
+		// Timed only when both ran in this process: after a resume the baseline's backend is
+		// a new one, which is as good a timer as any.
 		if timed && ran(c.Baseline) && ran(c.Candidate) {
 			tb, tc, err := timeIt(base, cand, s, o)
+			if errors.Is(err, backend.ErrHang) {
+				// Both ran their checks, so neither verdict changes; the case stays untimed.
+				c.Untimed = "hung while timed: " + err.Error()
+				return append(cases, c), &Stopped{Next: i + 1, Case: c.ID, Side: "baseline or candidate", During: "timing", Message: err.Error()}
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.ID(), err)
 			}
@@ -61,6 +109,17 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 
 func ran(m Measurement) bool { return m.Status == Pass || m.Status == Fail }
 
+// failed is the measurement of a run that did not finish with err.
+func failed(err error) Measurement {
+	switch {
+	case errors.Is(err, backend.ErrUnsupported):
+		return Measurement{Status: Unsupported, Error: err.Error()}
+	case errors.Is(err, backend.ErrHang):
+		return Measurement{Status: Hang, Error: err.Error()}
+	}
+	return Measurement{Status: Errored, Error: err.Error()}
+}
+
 // measure checks one set on a side and condenses the verdicts.
 func measure(side Side, s *golden.Set, tols *compare.Tolerances) Measurement {
 	check := conformance.Check
@@ -68,11 +127,8 @@ func measure(side Side, s *golden.Set, tols *compare.Tolerances) Measurement {
 		check = conformance.CheckUnfused
 	}
 	verdicts, err := check(side.Backend, s, tols)
-	switch {
-	case errors.Is(err, backend.ErrUnsupported):
-		return Measurement{Status: Unsupported, Error: err.Error()}
-	case err != nil:
-		return Measurement{Status: Errored, Error: err.Error()}
+	if err != nil {
+		return failed(err)
 	}
 	m := Measurement{Status: Pass}
 	for _, v := range verdicts {
@@ -199,12 +255,6 @@ func modelPass(m *model.Model, s *golden.Set, p *model.SetParams) (func() error,
 }
 
 func measureModel(b backend.Backend, s *golden.Set, tols *compare.Tolerances) Measurement {
-	failed := func(err error) Measurement {
-		if errors.Is(err, backend.ErrUnsupported) {
-			return Measurement{Status: Unsupported, Error: err.Error()}
-		}
-		return Measurement{Status: Errored, Error: err.Error()}
-	}
 	m, p, err := model.LoadSet(b, s)
 	if err != nil {
 		return failed(err)

@@ -1,6 +1,8 @@
 package abtest
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -175,5 +177,48 @@ func TestRunKernelSetsTimesBothSides(t *testing.T) {
 	}
 	if b, c := cases[0].Baseline.TimesMS, cases[0].Candidate.TimesMS; len(b) != 3 || len(c) != 3 || slices.Min(b) <= 0 || slices.Min(c) <= 0 {
 		t.Fatalf("%+v", cases[0])
+	}
+}
+
+// hangsOnCall is the cpu backend whose n-th GELU reports a hang, as the CUDA backend does when
+// a wait passes its deadline.
+type hangsOnCall struct {
+	*cpu.Backend
+	calls *int
+	n     int
+}
+
+func (h hangsOnCall) GELU(out, x backend.Buffer) error {
+	if *h.calls++; *h.calls == h.n {
+		return fmt.Errorf("gelu: synchronize: %w", backend.ErrHang)
+	}
+	return h.Backend.GELU(out, x)
+}
+
+// A hang stops the run where it happened: the candidate's hang finishes its case, the
+// baseline's leaves the case partial, and resuming from it measures the candidate only.
+func TestRunStopsAtAHang(t *testing.T) {
+	sets, tols := committedSets(t, "gelu")
+	if len(sets) < 3 {
+		t.Fatalf("%d gelu sets, want 3", len(sets))
+	}
+	calls := 0
+	cases, err := RunKernelSets(Side{Backend: cpu.New()}, Side{Backend: hangsOnCall{cpu.New(), &calls, 2}}, sets, tols, RunOptions{})
+	var stop *Stopped
+	if !errors.As(err, &stop) || stop.Next != 2 || stop.Partial != nil || stop.Side != "candidate" || len(cases) != 2 ||
+		cases[1].Candidate.Status != Hang || cases[0].Candidate.Status != Pass || !strings.Contains(stop.Message, "gelu: synchronize") {
+		t.Fatalf("candidate hang: %v, %+v", err, cases)
+	}
+	calls = 0
+	cases, err = RunKernelSets(Side{Backend: hangsOnCall{cpu.New(), &calls, 2}}, Side{Backend: cpu.New()}, sets, tols, RunOptions{})
+	if !errors.As(err, &stop) || stop.Next != 1 || stop.Partial == nil || stop.Partial.Baseline.Status != Hang || len(cases) != 1 {
+		t.Fatalf("baseline hang: %v, %+v", err, cases)
+	}
+	rest, err := RunKernelSets(Side{Backend: cpu.New()}, Side{Backend: cpu.New()}, sets[stop.Next:], tols, RunOptions{Resume: stop.Partial})
+	if err != nil || len(rest) != len(sets)-1 || rest[0].Baseline.Status != Hang || rest[0].Candidate.Status != Pass {
+		t.Fatalf("resumed: %v, %+v", err, rest)
+	}
+	if _, err := RunKernelSets(Side{Backend: cpu.New()}, Side{Backend: cpu.New()}, sets[stop.Next+1:], tols, RunOptions{Resume: stop.Partial}); err == nil {
+		t.Fatal("a resume on the wrong set was accepted")
 	}
 }

@@ -7,6 +7,7 @@
 //	dist/bin/mutate -side cuda                 the CUDA side on a GPU host, no Go toolchain
 //	go run ./tools/mutate -side cuda -compile-only -nvcc PATH   compile each CUDA mutant, run none
 //	go run ./tools/mutate -list | -check       the catalogue; whether every mutant still applies
+//	dist/bin/mutate -apply ID                  plant one mutant in this tree, to reproduce it by hand
 //
 // It exits 1 when a non-equivalent mutant survives or a mutant does not apply, build or run,
 // and 2 on a usage error or when the unmutated tree already fails.
@@ -22,6 +23,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -53,6 +55,7 @@ func realMain(args []string) int {
 	side := fl.String("side", "go", "which mutants: go (CPU backend, needs Go) or cuda (GPU host, needs make, nvcc and dist/); all with -list or -check")
 	only := fl.String("only", "", "comma-separated regular expressions of mutant ids to run (default: all of the side)")
 	list := fl.Bool("list", false, "print the catalogue and exit")
+	apply := fl.String("apply", "", "plant this one mutant in the repository's own tree (-repo) and exit, to reproduce it by hand (undo with git checkout)")
 	check := fl.Bool("check", false, "only check that every mutant's snippet occurs exactly once in the tree; build and run nothing")
 	md := fl.String("markdown", "", "also write the Markdown report to this file")
 	js := fl.String("json", "", "also write the JSON report to this file")
@@ -104,6 +107,9 @@ func realMain(args []string) int {
 	}
 	if *check {
 		return checkOnly(o.repo, ms)
+	}
+	if *apply != "" {
+		return applyOne(o.repo, *apply)
 	}
 	if o.jobs == 0 {
 		o.jobs = runtime.NumCPU()
@@ -272,4 +278,19 @@ func printList(ms []Mutant) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Side, m.File, strings.Join(m.suites(), ","), labels, desc)
 	}
 	w.Flush()
+}
+
+// applyOne plants the mutant id in the tree at repo.
+func applyOne(repo, id string) int {
+	i := slices.IndexFunc(catalogue, func(m Mutant) bool { return m.ID == id })
+	if i < 0 {
+		fmt.Fprintf(os.Stderr, "mutate: -apply %q: no such mutant (see -list)\n", id)
+		return 2
+	}
+	if _, err := plant(repo, catalogue[i]); err != nil {
+		fmt.Fprintf(os.Stderr, "mutate: -apply %s: %v\n", id, err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "mutate: planted %s in %s (%s)\n", id, filepath.Join(repo, catalogue[i].File), catalogue[i].Bug)
+	return 0
 }
