@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -159,6 +160,17 @@ cases:
 			}
 		}
 	}
+	// running is the case in progress. A call that never returns leaves this goroutine blocked
+	// for good; the CUDA backend's monitor then hands the hang to this handler, which prints
+	// the case's HANG row and continues in a new process as notRun does for a hang reported.
+	var running atomic.Pointer[[2]string]
+	cuda.OnStuck(func(err error) {
+		if c := running.Load(); c != nil {
+			notRun(c[0], c[1], err) // execs a new process
+		}
+		tw.Flush()
+		os.Exit(1)
+	})
 	for _, s := range sets {
 		m := s.Manifest
 		if m.Kind != golden.KindKernel || !kinds[golden.KindKernel] || (*tier != "all" && m.Tier != *tier) || (len(ops) > 0 && !slices.Contains(ops, m.Op)) || !next() {
@@ -168,6 +180,7 @@ cases:
 		if m.Tier != "committed" {
 			name += " [" + m.Tier + "]"
 		}
+		running.Store(&[2]string{m.Op, name})
 		verdicts, err := conformance.Check(sel.Backend, s, tols)
 		if err != nil {
 			notRun(m.Op, name, err)
@@ -214,6 +227,7 @@ cases:
 		if m.Tier != "committed" {
 			name += " [" + m.Tier + "]"
 		}
+		running.Store(&[2]string{"model", name})
 		mdl, p, err := model.LoadSet(sel.Backend, s)
 		if err != nil {
 			notRun("model", name, err)
@@ -239,6 +253,7 @@ cases:
 		if m.Tier != "committed" {
 			name += " [" + m.Tier + "]"
 		}
+		running.Store(&[2]string{"batch", name})
 		var ms *golden.Set
 		var p struct {
 			ModelSet string `json:"model_set"`
@@ -268,6 +283,7 @@ cases:
 		if s.Manifest.Kind != golden.KindSampling || !kinds[golden.KindSampling] || (*tier != "all" && s.Manifest.Tier != *tier) || !next() {
 			continue
 		}
+		running.Store(&[2]string{"sample", s.Manifest.Case})
 		rep, err := sample.CheckSet(sel.Backend, s)
 		if err != nil {
 			notRun("sample", s.Manifest.Case, err)

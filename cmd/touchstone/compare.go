@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/touchstone-llm/touchstone/engine/abtest"
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -181,6 +182,25 @@ func runBothSides(base, cand abtest.Side, kernelSets, modelSets []*golden.Set, t
 	cases := progress.Cases
 	ro.Resume = progress.Partial
 	offset := 0
+	// A call that never returns leaves this goroutine blocked for good: the CUDA backend's
+	// monitor hands the hang to this handler, which continues from the last position as a
+	// hang reported would.
+	var at atomic.Pointer[stuckPosition]
+	ro.Observe = func(p *abtest.Position) { at.Store(&stuckPosition{p, offset + max(progress.Next-offset, 0), cases}) }
+	cuda.OnStuck(func(err error) {
+		p := at.Load()
+		if p == nil {
+			fmt.Fprintf(stderr, "touchstone compare: %v\n", err)
+			os.Exit(2)
+		}
+		done, stop := p.pos.Hung(err)
+		fmt.Fprintf(stderr, "touchstone compare: HANG: the %s's %s of %s never returned; the rest runs in a new process\n    %s\n", stop.Side, stop.During, stop.Case, stop.Message)
+		next := compareProgress{Sets: progress.Sets, Next: p.base + stop.Next, Cases: append(p.before[:len(p.before):len(p.before)], done...), Partial: stop.Partial}
+		if rerr := continueCompare(next); rerr != nil {
+			fmt.Fprintf(stderr, "touchstone compare: could not continue in a new process: %v\n", rerr)
+		}
+		os.Exit(2)
+	})
 	for _, stage := range []struct {
 		sets []*golden.Set
 		run  func(abtest.Side, abtest.Side, []*golden.Set, *compare.Tolerances, abtest.RunOptions) ([]abtest.Case, error)
@@ -205,6 +225,14 @@ func runBothSides(base, cand abtest.Side, kernelSets, modelSets []*golden.Set, t
 		offset += len(stage.sets)
 	}
 	return cases, nil
+}
+
+// stuckPosition is where runBothSides is: the stage's position, the index of its first set
+// among all sets, and the cases of the stages before.
+type stuckPosition struct {
+	pos    *abtest.Position
+	base   int
+	before []abtest.Case
 }
 
 const unfusedSuffix = "+unfused"

@@ -30,6 +30,37 @@ type RunOptions struct {
 	// Resume is the first set's case with only its baseline measured, by an earlier process
 	// whose baseline hung (Stopped.Partial): the run measures its candidate and goes on.
 	Resume *Case
+	// Observe, when set, is told where the run is before each side's check and each timing:
+	// a call that never returns cannot stop the run from inside, so the caller's handler of
+	// such a hang (cuda.OnStuck) turns the last position into a Stopped (Position.Hung).
+	Observe func(*Position)
+}
+
+// Position is a point of a run: the cases finished, and the side and phase of the case at
+// Index about to run.
+type Position struct {
+	done         []Case
+	index        int
+	c            Case
+	side, during string
+}
+
+// Hung returns the cases finished and the Stopped of a hang err at p, as if the call in
+// progress had returned err.
+func (p *Position) Hung(err error) ([]Case, *Stopped) {
+	c := p.c
+	stop := &Stopped{Next: p.index + 1, Case: c.ID, Side: p.side, During: p.during, Message: err.Error()}
+	switch {
+	case p.during == "timing":
+		c.Untimed = "hung while timed: " + err.Error()
+	case p.side == "baseline":
+		c.Baseline = failed(err)
+		stop.Next, stop.Partial = p.index, &c
+		return p.done, stop
+	default:
+		c.Candidate = failed(err)
+	}
+	return append(p.done[:len(p.done):len(p.done)], c), stop
 }
 
 // Stopped is the error of a run that stopped at a hang: a kernel of one side did not finish
@@ -71,6 +102,11 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 		return nil, fmt.Errorf("abtest: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
 	}
 	var cases []Case
+	observe := func(i int, c Case, side, during string) {
+		if o.Observe != nil {
+			o.Observe(&Position{done: cases[:len(cases):len(cases)], index: i, c: c, side: side, during: during})
+		}
+	}
 	for i, s := range sets {
 		c := Case{ID: s.ID()}
 		if i == 0 && o.Resume != nil {
@@ -79,11 +115,13 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 			}
 			c.Baseline = o.Resume.Baseline
 		} else {
+			observe(i, c, "baseline", "check")
 			c.Baseline = measureIt(base, s)
 			if c.Baseline.Status == Hang {
 				return cases, &Stopped{Next: i, Partial: &c, Case: c.ID, Side: "baseline", During: "check", Message: c.Baseline.Error}
 			}
 		}
+		observe(i, c, "candidate", "check")
 		c.Candidate = measureIt(cand, s)
 		if c.Candidate.Status == Hang {
 			return append(cases, c), &Stopped{Next: i + 1, Case: c.ID, Side: "candidate", During: "check", Message: c.Candidate.Error}
@@ -91,6 +129,7 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 		// Timed only when both ran in this process: after a resume the baseline's backend is
 		// a new one, which is as good a timer as any.
 		if timed && ran(c.Baseline) && ran(c.Candidate) {
+			observe(i, c, "baseline or candidate", "timing")
 			tb, tc, err := timeIt(base, cand, s, o)
 			if errors.Is(err, backend.ErrHang) {
 				// Both ran their checks, so neither verdict changes; the case stays untimed.

@@ -90,6 +90,9 @@ func (r suiteRun) command() (string, []string) {
 		"--ginkgo.silence-skips",
 		"--ginkgo.seed=1", // the same spec order and cross-backend inputs in every run
 		"-test.timeout=0", // ours is the limit: a hung mutant is killed by the context
+		// a launch that never returns interrupts the suite (harness.AbortOnHang), whose
+		// blocked spec then has this long before its cleanup reports the hang
+		"--ginkgo.grace-period=5s",
 	}
 	if r.Focus != "" {
 		args = append(args, "--ginkgo.focus="+r.Focus)

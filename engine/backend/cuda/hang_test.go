@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
@@ -105,5 +106,61 @@ func TestNeverReturningCallIsAHang(t *testing.T) {
 	}
 	if c := callsSince(t, n); len(c) != 0 {
 		t.Errorf("calls after the hang reached the library: %q", c)
+	}
+}
+
+// A call with no wait of its own that never returns (a launch blocked behind a hung kernel)
+// cannot be abandoned by its caller: the monitor finds it in flight past the deadline plus
+// two graces, latches a hang naming the ABI function, and hands it to the stuck handler,
+// once; every later call is refused. The blocked goroutine stays blocked.
+func TestBlockedLaunchIsStuck(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		needFakes(t)
+		runChild(t, "TestBlockedLaunchIsStuck", "stuck")
+		return
+	}
+	defer t.Log("child ran: stuck")
+
+	b := openFake(t)
+	watchdogGrace, stuckPoll = 200*time.Millisecond, 50*time.Millisecond
+	if err := b.SetDeadline(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 2)
+	OnStuck(func(err error) { got <- err })
+	x := upload(t, b, halfs([]int{2, 4}, 1))
+	// calls that return are never reported
+	if err := b.ResidualAdd(x, x, x); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FAKETS_HANG", "ts_residual_add")
+	t0 := time.Now()
+	go b.ResidualAdd(x, x, x)
+	var err error
+	select {
+	case err = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no stuck report within 10 s")
+	}
+	waited := time.Since(t0)
+	if !errors.Is(err, ErrHang) || !errors.Is(err, backend.ErrHang) {
+		t.Fatalf("stuck: %v, want ErrHang", err)
+	}
+	if waited < 700*time.Millisecond || waited > 3*time.Second {
+		t.Errorf("reported after %v, want the deadline plus two graces (700ms) and a poll", waited)
+	}
+	for _, want := range []string{"HANG: ts_residual_add: the call did not return within", "blocked inside the CUDA library"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v does not say %q", err, want)
+		}
+	}
+	t.Setenv("FAKETS_HANG", "")
+	if err := b.Synchronize(); !errors.Is(err, ErrHang) {
+		t.Errorf("synchronize after the stuck call: %v", err)
+	}
+	select {
+	case err := <-got:
+		t.Errorf("a second report: %v", err)
+	case <-time.After(300 * time.Millisecond):
 	}
 }

@@ -131,6 +131,7 @@ func libraryLocked(path, key string) (*library, error) {
 		return nil, err
 	}
 	loaded[key] = l
+	startMonitor()
 	return l, nil
 }
 

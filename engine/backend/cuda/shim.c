@@ -2,8 +2,84 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+/* The calls in flight, one slot per OS thread that has called the library (freed when the
+ * thread exits): which function, and since when. A call can block inside the library without
+ * any wait of its own (a launch whose kernel is loaded lazily waits for the device, which a
+ * hung kernel keeps busy), so the Go side polls tsg_stuck for a call in flight for too long. */
+#define TSG_SLOTS 256
+static struct {
+    atomic_int used;
+    _Atomic(const tsg_api *) api;
+    _Atomic(const char *) name;
+    atomic_llong since; /* CLOCK_MONOTONIC ns at entry; 0 when not in a call */
+} slots[TSG_SLOTS];
+static pthread_key_t slot_key;
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+
+static void release_slot(void *v) {
+    int i = (int)(intptr_t)v - 1;
+    atomic_store(&slots[i].since, 0);
+    atomic_store(&slots[i].used, 0);
+}
+static void make_slot_key(void) { pthread_key_create(&slot_key, release_slot); }
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+/* this_slot is the calling thread's slot, claimed on its first call; -1 when all are taken
+ * (that thread's calls then go unwatched). */
+static int this_slot(void) {
+    pthread_once(&slot_once, make_slot_key);
+    intptr_t v = (intptr_t)pthread_getspecific(slot_key);
+    if (v != 0) return (int)v - 1;
+    for (int i = 0; i < TSG_SLOTS; ++i) {
+        int free_slot = 0;
+        if (atomic_compare_exchange_strong(&slots[i].used, &free_slot, 1)) {
+            pthread_setspecific(slot_key, (void *)(intptr_t)(i + 1));
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* enter marks the thread as inside name of library a until done() returns. */
+static void enter(const tsg_api *a, const char *name) {
+    int i = this_slot();
+    if (i >= 0) {
+        atomic_store(&slots[i].api, a);
+        atomic_store(&slots[i].name, name);
+        atomic_store(&slots[i].since, now_ns());
+    }
+}
+
+static void leave(void) {
+    intptr_t v = (intptr_t)pthread_getspecific(slot_key);
+    if (v != 0) atomic_store(&slots[v - 1].since, 0);
+}
+
+int tsg_stuck(const tsg_api *a, long long min_ns, char *name, size_t name_len, long long *elapsed_ns) {
+    const long long now = now_ns();
+    long long worst = -1;
+    for (int i = 0; i < TSG_SLOTS; ++i) {
+        const long long since = atomic_load(&slots[i].since);
+        if (since != 0 && atomic_load(&slots[i].api) == a && now - since >= min_ns && now - since > worst) {
+            worst = now - since;
+            const char *n = atomic_load(&slots[i].name);
+            snprintf(name, name_len, "%s", n != NULL ? n : "?");
+        }
+    }
+    *elapsed_ns = worst;
+    return worst >= 0;
+}
 
 int tsg_load(const char *path, tsg_api **out, int *version, char *detail, size_t detail_len) {
     *out = NULL;
@@ -55,6 +131,7 @@ int tsg_load(const char *path, tsg_api **out, int *version, char *detail, size_t
 
 /* done captures the message of a failed call while still on the thread that made it. */
 static int done(const tsg_api *a, int st, tsg_err *e) {
+    leave();
     if (st != TS_OK && e != NULL) {
         const char *msg = a->ts_last_error();
         const char *name = a->ts_status_name(st);
@@ -65,32 +142,62 @@ static int done(const tsg_api *a, int st, tsg_err *e) {
     return st;
 }
 
-int tsg_device_count(const tsg_api *a, int *count, tsg_err *e) { return done(a, a->ts_device_count(count), e); }
-int tsg_init(const tsg_api *a, int device, tsg_err *e) { return done(a, a->ts_init(device), e); }
-int tsg_shutdown(const tsg_api *a, tsg_err *e) { return done(a, a->ts_shutdown(), e); }
+int tsg_device_count(const tsg_api *a, int *count, tsg_err *e) {
+    enter(a, "ts_device_count");
+    return done(a, a->ts_device_count(count), e);
+}
+int tsg_init(const tsg_api *a, int device, tsg_err *e) {
+    enter(a, "ts_init");
+    return done(a, a->ts_init(device), e);
+}
+int tsg_shutdown(const tsg_api *a, tsg_err *e) {
+    enter(a, "ts_shutdown");
+    return done(a, a->ts_shutdown(), e);
+}
 int tsg_get_device_info(const tsg_api *a, ts_device_info *info, tsg_err *e) {
+    enter(a, "ts_get_device_info");
     return done(a, a->ts_get_device_info(info), e);
 }
 int tsg_copy_bandwidth(const tsg_api *a, double *gb_per_s, tsg_err *e) {
+    enter(a, "ts_copy_bandwidth");
     return done(a, a->ts_copy_bandwidth(gb_per_s), e);
 }
-int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e) { return done(a, a->ts_memory_in_use(bytes), e); }
-int tsg_release_workspaces(const tsg_api *a, tsg_err *e) { return done(a, a->ts_release_workspaces(), e); }
-int tsg_record_paths(const tsg_api *a, int on, tsg_err *e) { return done(a, a->ts_record_paths(on), e); }
-int tsg_set_batch_invariant(const tsg_api *a, int on, tsg_err *e) { return done(a, a->ts_set_batch_invariant(on), e); }
-int tsg_batch_invariant(const tsg_api *a, int *on, tsg_err *e) { return done(a, a->ts_batch_invariant(on), e); }
+int tsg_memory_in_use(const tsg_api *a, int64_t *bytes, tsg_err *e) {
+    enter(a, "ts_memory_in_use");
+    return done(a, a->ts_memory_in_use(bytes), e);
+}
+int tsg_release_workspaces(const tsg_api *a, tsg_err *e) {
+    enter(a, "ts_release_workspaces");
+    return done(a, a->ts_release_workspaces(), e);
+}
+int tsg_record_paths(const tsg_api *a, int on, tsg_err *e) {
+    enter(a, "ts_record_paths");
+    return done(a, a->ts_record_paths(on), e);
+}
+int tsg_set_batch_invariant(const tsg_api *a, int on, tsg_err *e) {
+    enter(a, "ts_set_batch_invariant");
+    return done(a, a->ts_set_batch_invariant(on), e);
+}
+int tsg_batch_invariant(const tsg_api *a, int *on, tsg_err *e) {
+    enter(a, "ts_batch_invariant");
+    return done(a, a->ts_batch_invariant(on), e);
+}
 int tsg_recorded_paths(const tsg_api *a, char *buf, size_t size, size_t *needed, tsg_err *e) {
+    enter(a, "ts_recorded_paths");
     return done(a, a->ts_recorded_paths(buf, size, needed), e);
 }
 int tsg_copy_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e) {
+    enter(a, "ts_copy_device");
     return done(a, a->ts_copy_device(dst, src, bytes, NULL), e);
 }
 
 int tsg_copy_to_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e) {
+    enter(a, "ts_copy_to_device");
     return done(a, a->ts_copy_to_device(dst, src, bytes, NULL), e);
 }
 
 int tsg_alloc(const tsg_api *a, void **base, size_t bytes, size_t guard, int pattern, const void *src, tsg_err *e) {
+    enter(a, "ts_alloc");
     *base = NULL;
     void *p = NULL;
     int st = a->ts_malloc(&p, bytes + 2 * guard);
@@ -113,17 +220,25 @@ int tsg_alloc(const tsg_api *a, void **base, size_t bytes, size_t guard, int pat
         return st;
     }
     *base = p;
-    return TS_OK;
+    return done(a, TS_OK, e);
 }
 
-int tsg_free(const tsg_api *a, void *base, tsg_err *e) { return done(a, a->ts_free(base), e); }
+int tsg_free(const tsg_api *a, void *base, tsg_err *e) {
+    enter(a, "ts_free");
+    return done(a, a->ts_free(base), e);
+}
 int tsg_copy_to_host(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e) {
+    enter(a, "ts_copy_to_host");
     return done(a, a->ts_copy_to_host(dst, src, bytes, NULL), e);
 }
-int tsg_synchronize(const tsg_api *a, tsg_err *e) { return done(a, a->ts_synchronize(NULL), e); }
+int tsg_synchronize(const tsg_api *a, tsg_err *e) {
+    enter(a, "ts_synchronize");
+    return done(a, a->ts_synchronize(NULL), e);
+}
 
 int tsg_read_guards(const tsg_api *a, const void *base, size_t bytes, size_t guard, void *before, void *after,
                     tsg_err *e) {
+    enter(a, "ts_read_guards");
     int st = a->ts_copy_to_host(before, base, guard, NULL);
     if (st == TS_OK) {
         st = a->ts_copy_to_host(after, (const char *)base + guard + bytes, guard, NULL);
@@ -132,6 +247,7 @@ int tsg_read_guards(const tsg_api *a, const void *base, size_t bytes, size_t gua
 }
 
 int tsg_fill_guards(const tsg_api *a, void *base, size_t bytes, size_t guard, int pattern, tsg_err *e) {
+    enter(a, "ts_fill_guards");
     int st = a->ts_memset(base, pattern, guard, NULL);
     if (st == TS_OK) {
         st = a->ts_memset((char *)base + guard + bytes, pattern, guard, NULL);
@@ -139,116 +255,173 @@ int tsg_fill_guards(const tsg_api *a, void *base, size_t bytes, size_t guard, in
     return done(a, st, e);
 }
 
-int tsg_timer_create(const tsg_api *a, ts_timer **t, tsg_err *e) { return done(a, a->ts_timer_create(t), e); }
-int tsg_timer_start(const tsg_api *a, ts_timer *t, tsg_err *e) { return done(a, a->ts_timer_start(t, NULL), e); }
+int tsg_timer_create(const tsg_api *a, ts_timer **t, tsg_err *e) {
+    enter(a, "ts_timer_create");
+    return done(a, a->ts_timer_create(t), e);
+}
+int tsg_timer_start(const tsg_api *a, ts_timer *t, tsg_err *e) {
+    enter(a, "ts_timer_start");
+    return done(a, a->ts_timer_start(t, NULL), e);
+}
 int tsg_timer_stop(const tsg_api *a, ts_timer *t, float *ms, tsg_err *e) {
+    enter(a, "ts_timer_stop");
     return done(a, a->ts_timer_stop(t, NULL, ms), e);
 }
-int tsg_timer_destroy(const tsg_api *a, ts_timer *t, tsg_err *e) { return done(a, a->ts_timer_destroy(t), e); }
-int tsg_set_deadline(const tsg_api *a, double seconds, tsg_err *e) { return done(a, a->ts_set_deadline(seconds), e); }
-int tsg_deadline(const tsg_api *a, double *seconds, tsg_err *e) { return done(a, a->ts_deadline(seconds), e); }
-int tsg_debug_hang(const tsg_api *a, tsg_err *e) { return done(a, a->ts_debug_hang(NULL), e); }
+int tsg_timer_destroy(const tsg_api *a, ts_timer *t, tsg_err *e) {
+    enter(a, "ts_timer_destroy");
+    return done(a, a->ts_timer_destroy(t), e);
+}
+int tsg_set_deadline(const tsg_api *a, double seconds, tsg_err *e) {
+    enter(a, "ts_set_deadline");
+    return done(a, a->ts_set_deadline(seconds), e);
+}
+int tsg_deadline(const tsg_api *a, double *seconds, tsg_err *e) {
+    enter(a, "ts_deadline");
+    return done(a, a->ts_deadline(seconds), e);
+}
+int tsg_debug_hang(const tsg_api *a, tsg_err *e) {
+    enter(a, "ts_debug_hang");
+    return done(a, a->ts_debug_hang(NULL), e);
+}
 
-int tsg_graph_begin(const tsg_api *a, tsg_err *e) { return done(a, a->ts_graph_begin(NULL), e); }
-int tsg_graph_end(const tsg_api *a, ts_graph **g, tsg_err *e) { return done(a, a->ts_graph_end(NULL, g), e); }
-int tsg_graph_launch(const tsg_api *a, ts_graph *g, tsg_err *e) { return done(a, a->ts_graph_launch(g, NULL), e); }
-int tsg_graph_destroy(const tsg_api *a, ts_graph *g, tsg_err *e) { return done(a, a->ts_graph_destroy(g), e); }
+int tsg_graph_begin(const tsg_api *a, tsg_err *e) {
+    enter(a, "ts_graph_begin");
+    return done(a, a->ts_graph_begin(NULL), e);
+}
+int tsg_graph_end(const tsg_api *a, ts_graph **g, tsg_err *e) {
+    enter(a, "ts_graph_end");
+    return done(a, a->ts_graph_end(NULL, g), e);
+}
+int tsg_graph_launch(const tsg_api *a, ts_graph *g, tsg_err *e) {
+    enter(a, "ts_graph_launch");
+    return done(a, a->ts_graph_launch(g, NULL), e);
+}
+int tsg_graph_destroy(const tsg_api *a, ts_graph *g, tsg_err *e) {
+    enter(a, "ts_graph_destroy");
+    return done(a, a->ts_graph_destroy(g), e);
+}
 
 int tsg_residual_add(const tsg_api *a, void *out, const void *x, const void *residual, const ts_elementwise_config *cfg,
                      tsg_err *e) {
+    enter(a, "ts_residual_add");
     return done(a, a->ts_residual_add(out, x, residual, cfg, NULL), e);
 }
 int tsg_rmsnorm(const tsg_api *a, void *out, const void *x, const void *weight, const ts_norm_config *cfg, tsg_err *e) {
+    enter(a, "ts_rmsnorm");
     return done(a, a->ts_rmsnorm(out, x, weight, cfg, NULL), e);
 }
 int tsg_layernorm(const tsg_api *a, void *out, const void *x, const void *gamma, const void *beta,
                   const ts_norm_config *cfg, tsg_err *e) {
+    enter(a, "ts_layernorm");
     return done(a, a->ts_layernorm(out, x, gamma, beta, cfg, NULL), e);
 }
 int tsg_layernorm_residual(const tsg_api *a, void *sum, void *out, const void *x, const void *residual,
                            const void *gamma, const void *beta, const ts_norm_config *cfg, tsg_err *e) {
+    enter(a, "ts_layernorm_residual");
     return done(a, a->ts_layernorm_residual(sum, out, x, residual, gamma, beta, cfg, NULL), e);
 }
 int tsg_rmsnorm_residual(const tsg_api *a, void *sum, void *out, const void *x, const void *residual,
                          const void *weight, const ts_norm_config *cfg, tsg_err *e) {
+    enter(a, "ts_rmsnorm_residual");
     return done(a, a->ts_rmsnorm_residual(sum, out, x, residual, weight, cfg, NULL), e);
 }
 int tsg_rope(const tsg_api *a, void *out, const void *x, const int32_t *positions, const ts_rope_config *cfg,
              tsg_err *e) {
+    enter(a, "ts_rope");
     return done(a, a->ts_rope(out, x, positions, cfg, NULL), e);
 }
 int tsg_attention_prefill(const tsg_api *a, void *out, const void *q, const void *k, const void *v,
                           const ts_attention_config *cfg, tsg_err *e) {
+    enter(a, "ts_attention_prefill");
     return done(a, a->ts_attention_prefill(out, q, k, v, cfg, NULL), e);
 }
 int tsg_attention_decode(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
                          const int32_t *cache_lens, const ts_decode_config *cfg, tsg_err *e) {
+    enter(a, "ts_attention_decode");
     return done(a, a->ts_attention_decode(out, q, k_cache, v_cache, cache_lens, cfg, NULL), e);
 }
 int tsg_swiglu(const tsg_api *a, void *out, const void *gate, const void *up, const ts_elementwise_config *cfg,
                tsg_err *e) {
+    enter(a, "ts_swiglu");
     return done(a, a->ts_swiglu(out, gate, up, cfg, NULL), e);
 }
 int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gate, const void *w_up,
                    const void *w_down, const ts_ffn_config *cfg, tsg_err *e) {
+    enter(a, "ts_swiglu_ffn");
     return done(a, a->ts_swiglu_ffn(out, x, w_gate, w_up, w_down, cfg, NULL), e);
 }
 int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg,
                     tsg_err *e) {
+    enter(a, "ts_gemm_swiglu");
     return done(a, a->ts_gemm_swiglu(out, x, w_gate_up, cfg, NULL), e);
 }
 int tsg_attention_scores_softmax(const tsg_api *a, void *probs, const void *q, const void *k,
                                  const ts_scores_config *cfg, tsg_err *e) {
+    enter(a, "ts_attention_scores_softmax");
     return done(a, a->ts_attention_scores_softmax(probs, q, k, cfg, NULL), e);
 }
 int tsg_rmsnorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual,
                      const void *norm_weight, const void *w, const void *bias, const ts_norm_gemm_config *cfg,
                      tsg_err *e) {
+    enter(a, "ts_rmsnorm_gemm");
     return done(a, a->ts_rmsnorm_gemm(out, sum, x, residual, norm_weight, w, bias, cfg, NULL), e);
 }
 int tsg_layernorm_gemm(const tsg_api *a, void *out, void *sum, const void *x, const void *residual, const void *gamma,
                        const void *beta, const void *w, const void *bias, const ts_norm_gemm_config *cfg, tsg_err *e) {
+    enter(a, "ts_layernorm_gemm");
     return done(a, a->ts_layernorm_gemm(out, sum, x, residual, gamma, beta, w, bias, cfg, NULL), e);
 }
 int tsg_swiglu_gemm(const tsg_api *a, void *out, const void *gate, const void *up, const void *w, const void *bias,
                     const ts_gemm_config *cfg, tsg_err *e) {
+    enter(a, "ts_swiglu_gemm");
     return done(a, a->ts_swiglu_gemm(out, gate, up, w, bias, cfg, NULL), e);
 }
 int tsg_gpt_ffn(const tsg_api *a, void *out, const void *x, const void *w1, const void *b1, const void *w2,
                 const void *b2, const ts_gpt_ffn_config *cfg, tsg_err *e) {
+    enter(a, "ts_gpt_ffn");
     return done(a, a->ts_gpt_ffn(out, x, w1, b1, w2, b2, cfg, NULL), e);
 }
 int tsg_gelu(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e) {
+    enter(a, "ts_gelu");
     return done(a, a->ts_gelu(out, x, cfg, NULL), e);
 }
 int tsg_gelu_tanh(const tsg_api *a, void *out, const void *x, const ts_elementwise_config *cfg, tsg_err *e) {
+    enter(a, "ts_gelu_tanh");
     return done(a, a->ts_gelu_tanh(out, x, cfg, NULL), e);
 }
 int tsg_gelu_scale(const tsg_api *a, void *out, const void *x, const ts_gelu_scale_config *cfg, tsg_err *e) {
+    enter(a, "ts_gelu_scale");
     return done(a, a->ts_gelu_scale(out, x, cfg, NULL), e);
 }
 int tsg_pos_embedding(const tsg_api *a, void *out, const void *x, const void *table, const int32_t *positions,
                       const ts_embedding_config *cfg, tsg_err *e) {
+    enter(a, "ts_pos_embedding");
     return done(a, a->ts_pos_embedding(out, x, table, positions, cfg, NULL), e);
 }
 int tsg_embedding(const tsg_api *a, void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg,
                   tsg_err *e) {
+    enter(a, "ts_embedding");
     return done(a, a->ts_embedding(out, ids, table, cfg, NULL), e);
 }
 int tsg_set_rows(const tsg_api *a, void *dst, const void *src, const int32_t *rows, const ts_set_rows_config *cfg,
                  tsg_err *e) {
+    enter(a, "ts_set_rows");
     return done(a, a->ts_set_rows(dst, src, rows, cfg, NULL), e);
 }
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e) {
+    enter(a, "ts_gemm");
     return done(a, a->ts_gemm(out, x, w, bias, cfg, NULL), e);
 }
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e) {
+    enter(a, "ts_softmax");
     return done(a, a->ts_softmax(out, x, cfg, NULL), e);
 }
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e) {
+    enter(a, "ts_sample");
     return done(a, a->ts_sample((int32_t *)tokens, (const float *)logits, cfg, NULL), e);
 }
 int tsg_philox(const tsg_api *a, void *out, const ts_philox_config *cfg, tsg_err *e) {
+    enter(a, "ts_philox");
     return done(a, a->ts_philox((uint32_t *)out, cfg, NULL), e);
 }

@@ -120,6 +120,11 @@ enum {
  * safely unloadable, and one load serves the whole process. */
 int tsg_load(const char *path, tsg_api **out, int *version, char *detail, size_t detail_len);
 
+/* Whether a call into library a has been in flight for at least min_ns (every tsg_ wrapper
+ * marks its thread from entry to return): 1 with the longest such call's ABI function in name
+ * and its time in *elapsed_ns, else 0. */
+int tsg_stuck(const tsg_api *a, long long min_ns, char *name, size_t name_len, long long *elapsed_ns);
+
 int tsg_device_count(const tsg_api *a, int *count, tsg_err *e);
 int tsg_init(const tsg_api *a, int device, tsg_err *e);
 int tsg_shutdown(const tsg_api *a, tsg_err *e);

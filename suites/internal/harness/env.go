@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 
 	. "github.com/onsi/ginkgo/v2"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
-	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"  // the always-available backend
-	_ "github.com/touchstone-llm/touchstone/engine/backend/cuda" // dlopens libtouchstone_cuda.so when asked for
+	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu" // the always-available backend
+	"github.com/touchstone-llm/touchstone/engine/backend/cuda"  // dlopens libtouchstone_cuda.so when asked for
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
@@ -86,22 +88,45 @@ func SkipUnsupported(err error) {
 // did not finish (an error wrapping backend.ErrHang, whose message says "HANG: ") aborts the
 // suite. The backend refuses every later call, so the other specs could only fail; the
 // suite ends with its reports written, the hung spec named in them.
+//
+// A call that never returns at all (a launch blocked behind a hung kernel) cannot fail its
+// spec: the CUDA backend's monitor hands it to the handler set here, which interrupts the
+// process as Ctrl-C would. Ginkgo then marks the spec interrupted, gives it its grace period
+// (--grace-period), runs the cleanup, where the check finds the hang and aborts the suite
+// with it, and writes the reports.
 func AbortOnHang() bool {
+	registerStuck.Do(func() {
+		cuda.OnStuck(func(err error) {
+			stuck.Store(&err)
+			fmt.Fprintf(os.Stderr, "\n%v\n(interrupting the suite: its reports are written after the grace period)\n", err)
+			syscall.Kill(os.Getpid(), syscall.SIGINT)
+		})
+	})
 	BeforeEach(func() {
 		if resumeSkips()[CurrentSpecReport().FullText()] {
 			Skip(conformance.ResumeSkipMessage)
 		}
 	})
 	AfterEach(func() {
+		const note = "\n(the backend refuses every later call: the suite stops at this spec, " +
+			"and dist/run restarts it without the specs already reported)"
+		if e := stuck.Load(); e != nil {
+			AbortSuite((*e).Error() + note)
+		}
 		r := CurrentSpecReport()
 		if r.Failed() && strings.Contains(r.Failure.Message, backend.HangMarker) {
 			// AbortSuite's message replaces the spec's failure: keep the hang's own in it.
-			AbortSuite(r.Failure.Message + "\n(the backend refuses every later call: the suite stops at this spec, " +
-				"and dist/run restarts it without the specs already reported)")
+			AbortSuite(r.Failure.Message + note)
 		}
 	})
 	return true
 }
+
+var (
+	registerStuck sync.Once
+	// stuck is the hang of a call that never returned (cuda.OnStuck).
+	stuck atomic.Pointer[error]
+)
 
 var resumeSkips = sync.OnceValue(func() map[string]bool {
 	path := os.Getenv(conformance.EnvResumeSkip)
