@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -39,6 +41,12 @@ var reexec = func(name, value string) error {
 	if err != nil {
 		return err
 	}
-	env := append(os.Environ(), name+"="+value)
-	return syscall.Exec(exe, os.Args, env)
+	return syscall.Exec(exe, os.Args, withEnv(os.Environ(), name, value))
+}
+
+// withEnv is environ with name set to value: replaced, not added, since a process started after
+// a hang has the variable already and a second entry would not be the one read.
+func withEnv(environ []string, name, value string) []string {
+	env := slices.DeleteFunc(slices.Clone(environ), func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+	return append(env, name+"="+value)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -43,5 +44,14 @@ func TestResumePointParses(t *testing.T) {
 	}
 	if p, _, err := resumePoint(""); err != nil || p != 0 {
 		t.Errorf("resumePoint of nothing: %d %v", p, err)
+	}
+}
+
+// A process continuing after a second hang replaces the resume point its parent gave it.
+func TestWithEnvReplaces(t *testing.T) {
+	got := withEnv([]string{"A=1", envCheckResume + "=2:1:1:0:0:0", "B=2"}, envCheckResume, "5:3:2:0:0:0")
+	want := []string{"A=1", "B=2", envCheckResume + "=5:3:2:0:0:0"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }

@@ -96,8 +96,14 @@ var _ = Describe("cross-backend check", harness.Kernel, harness.GPU, func() {
 		}
 	})
 
+	seen := map[string]int{}
 	for i, c := range crossCases {
-		It(fmt.Sprintf("%s agrees with the CPU backend on fresh random inputs", c.op), harness.Op(c.op), func() {
+		// spec names are unique: a restart after a hang skips the specs reported by name
+		name := c.op
+		if seen[c.op]++; seen[c.op] > 1 {
+			name = fmt.Sprintf("%s (case %d)", c.op, seen[c.op])
+		}
+		It(fmt.Sprintf("%s agrees with the CPU backend on fresh random inputs", name), harness.Op(c.op), func() {
 			if dev.Info().Backend == "cpu" {
 				Skip("the backend under test is the CPU backend itself")
 			}

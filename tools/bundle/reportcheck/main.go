@@ -17,9 +17,11 @@ import (
 	"encoding/xml"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -37,11 +39,12 @@ type jsonSuite struct {
 	SuiteSucceeded   bool
 	PreRunStats      struct{ SpecsThatWillRun int }
 	SpecReports      []struct {
-		State         string
-		LeafNodeType  string
-		LeafNodeText  string
-		Failure       struct{ Message string }
-		ReportEntries []struct {
+		State                   string
+		LeafNodeType            string
+		LeafNodeText            string
+		ContainerHierarchyTexts []string
+		Failure                 struct{ Message string }
+		ReportEntries           []struct {
 			Name  string
 			Value struct {
 				Representation string
@@ -135,6 +138,26 @@ func checkHangs(js []jsonSuite, hangs int) []string {
 	return problems
 }
 
+// checkUniqueNames returns a problem per spec name that two specs of a suite share: a suite
+// restarted after a hang skips the specs already reported by name, so it would skip both.
+func checkUniqueNames(js []jsonSuite) []string {
+	var problems []string
+	for _, s := range js {
+		seen := map[string]int{}
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType == "It" {
+				seen[strings.Join(append(slices.Clone(sp.ContainerHierarchyTexts), sp.LeafNodeText), " ")]++
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(seen)) {
+			if seen[name] > 1 {
+				problems = append(problems, fmt.Sprintf("suite %q: %d specs are named %q: a restart after a hang would skip all of them once one is reported", s.SuiteDescription, seen[name], name))
+			}
+		}
+	}
+	return problems
+}
+
 // check returns one problem per missing or empty suite in the reports under dir and, with
 // devices > 0, per suite that did not spread its processes over the devices.
 func check(dir string, want []string, devices, hangs int) ([]string, error) {
@@ -170,6 +193,7 @@ func check(dir string, want []string, devices, hangs int) ([]string, error) {
 	for _, s := range ju.Suites {
 		tests[s.Name] = s.Tests
 	}
+	problems = append(problems, checkUniqueNames(js)...)
 	if devices > 0 {
 		problems = append(problems, checkDevices(js, devices)...)
 	}
