@@ -56,6 +56,12 @@ type TopKLimit struct {
 	TieMargin float64 `yaml:"tie_margin,omitempty"`
 }
 
+// exact reports whether t asks for equality: max_abs 0 and no other limit.
+func (t Tolerance) exact() bool {
+	return t.MaxAbs != nil && *t.MaxAbs == 0 && t.Atol == nil && t.Rtol == nil && t.AtolRMS == nil &&
+		t.NMSE == nil && t.MinCosine == nil && t.MaxKL == nil && len(t.TopK) == 0
+}
+
 func (t Tolerance) validate() error {
 	if t.Why == "" {
 		return fmt.Errorf("no rationale (why)")

@@ -53,7 +53,11 @@ func (s *Set) readTensor(name string) (*tensor.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	if want, _ := tensor.ParseDType(f.DType); t.DType != want {
+	want, _ := tensor.ParseDType(f.DType)
+	if t.DType == tensor.U8 && want.IsFP8() {
+		t.DType = want // FP8 travels as '|u1' bytes; the manifest says which format they are
+	}
+	if t.DType != want {
 		return nil, fmt.Errorf("%s: holds %v, manifest says %s", path, t.DType, f.DType)
 	}
 	if !tensor.SameShape(t.Shape, f.Shape) {

@@ -51,7 +51,7 @@ func TestDecodeErrors(t *testing.T) {
 		class error
 		text  string
 	}{
-		{"f8", fixture(t, "bad_f8.npy"), ErrUnsupportedDType, "x.npy: unsupported dtype '<f8' (want <f2, <f4, <i4, or <u2 for bf16)"},
+		{"f8", fixture(t, "bad_f8.npy"), ErrUnsupportedDType, "x.npy: unsupported dtype '<f8' (want <f2, <f4, <i4, <u2 for bf16 or |u1 for fp8)"},
 		{"big-endian f2", fixture(t, "bad_big_endian.npy"), ErrUnsupportedDType, "'>f2'"},
 		{"bool", fixture(t, "bad_bool.npy"), ErrUnsupportedDType, "'|b1'"},
 		{"i8", rawNPY(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (1,), }", make([]byte, 8)), ErrUnsupportedDType, "'<i8'"},

@@ -29,7 +29,10 @@ const (
 
 // bf16 travels as '<u2', its raw bits: numpy has no bfloat16, and no golden file holds real
 // uint16 data, so the descr is unambiguous (a manifest must still say "bf16" for it).
-var npyDescr = map[string]DType{"<f2": F16, "<f4": F32, "<i4": I32, "<u2": BF16}
+//
+// FP8 travels as '|u1', its raw bytes, and decodes as U8: only the manifest knows whether the
+// bytes are f8e4m3 or f8e5m2 (golden.Set.Tensor relabels them).
+var npyDescr = map[string]DType{"<f2": F16, "<f4": F32, "<i4": I32, "<u2": BF16, "|u1": U8}
 
 func npyDescrOf(dt DType) string {
 	switch dt {
@@ -41,6 +44,8 @@ func npyDescrOf(dt DType) string {
 		return "<i4"
 	case BF16:
 		return "<u2"
+	case F8E4M3, F8E5M2, U8:
+		return "|u1"
 	}
 	return ""
 }

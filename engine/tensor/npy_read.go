@@ -24,7 +24,8 @@ func ReadNPY(path string) (*Tensor, error) {
 	return DecodeNPY(f, path)
 }
 
-// DecodeNPY decodes a .npy stream holding a little-endian f16, f32, i32 or bf16 ('<u2') array in C order.
+// DecodeNPY decodes a .npy stream holding a little-endian f16, f32, i32, bf16 ('<u2') or byte
+// ('|u1', FP8 bytes: U8) array in C order.
 // The stream must end exactly where the payload does: trailing bytes mean the header's shape
 // and the data disagree, which for a golden file is corruption, not slack. name prefixes every
 // error. Memory use is bounded by the bytes actually present, never by what the header claims.
@@ -43,7 +44,7 @@ func decodeNPY(r io.Reader) (*Tensor, error) {
 	}
 	dt, ok := npyDescr[hdr.descr]
 	if !ok {
-		return nil, fmt.Errorf("%w %s (want <f2, <f4, <i4, or <u2 for bf16)", ErrUnsupportedDType, quoteDescr(hdr.descr))
+		return nil, fmt.Errorf("%w %s (want <f2, <f4, <i4, <u2 for bf16 or |u1 for fp8)", ErrUnsupportedDType, quoteDescr(hdr.descr))
 	}
 	if hdr.fortran {
 		return nil, fmt.Errorf("%w (want C order: save np.ascontiguousarray(a))", ErrFortranOrder)
@@ -73,6 +74,8 @@ func decodeNPY(r io.Reader) (*Tensor, error) {
 		for i := range t.BF16 {
 			t.BF16[i] = BFloat16(binary.LittleEndian.Uint16(payload[2*i:]))
 		}
+	case U8:
+		t.F8 = payload
 	case F32:
 		err = readViaNPYIO(rd, hdr.shape, &t.F32)
 	case I32:

@@ -25,6 +25,10 @@ func sameBits(a, b *Tensor) bool {
 		return slices.EqualFunc(a.F32, b.F32, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 	case I32:
 		return slices.Equal(a.I32, b.I32)
+	case BF16:
+		return slices.Equal(a.BF16, b.BF16)
+	case F8E4M3, F8E5M2, U8:
+		return slices.Equal(a.F8, b.F8)
 	}
 	return false
 }

@@ -69,6 +69,8 @@ func EncodeNPY(w io.Writer, t *Tensor) error {
 			buf = binary.LittleEndian.AppendUint32(buf, math.Float32bits(t.F32[i]))
 		case I32:
 			buf = binary.LittleEndian.AppendUint32(buf, uint32(t.I32[i]))
+		case F8E4M3, F8E5M2, U8:
+			buf = append(buf, t.F8[i])
 		}
 		if len(buf) >= chunk*4-4 {
 			if err := flush(); err != nil {
@@ -97,7 +99,7 @@ func (t *Tensor) validate() error {
 	if got, want := t.Len(), NumElements(t.Shape); got != want {
 		return fmt.Errorf("tensor %v holds %d elements, its shape needs %d", t, got, want)
 	}
-	if len(t.F16)+len(t.BF16)+len(t.F32)+len(t.I32) != t.Len() {
+	if len(t.F16)+len(t.BF16)+len(t.F32)+len(t.I32)+len(t.F8) != t.Len() {
 		return fmt.Errorf("tensor %v holds data in a slice other than its dtype's", t)
 	}
 	return nil

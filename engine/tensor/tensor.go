@@ -20,6 +20,8 @@ type Tensor struct {
 	BF16  []BFloat16
 	F32   []float32
 	I32   []int32
+	// F8 holds the raw bytes of the FP8 types (F8E4M3, F8E5M2) and of U8.
+	F8 []uint8
 }
 
 // NumElements is the product of the dims (1 for a 0-d shape). It panics on a negative dim or
@@ -56,6 +58,8 @@ func New(dt DType, shape ...int) *Tensor {
 		t.F32 = make([]float32, n)
 	case I32:
 		t.I32 = make([]int32, n)
+	case F8E4M3, F8E5M2, U8:
+		t.F8 = make([]uint8, n)
 	default:
 		panic(fmt.Sprintf("tensor: New with dtype %v", dt))
 	}
@@ -108,6 +112,8 @@ func (t *Tensor) Len() int {
 		return len(t.F32)
 	case I32:
 		return len(t.I32)
+	case F8E4M3, F8E5M2, U8:
+		return len(t.F8)
 	}
 	return 0
 }
@@ -126,6 +132,7 @@ func (t *Tensor) Clone() *Tensor {
 		BF16:  slices.Clone(t.BF16),
 		F32:   slices.Clone(t.F32),
 		I32:   slices.Clone(t.I32),
+		F8:    slices.Clone(t.F8),
 	}
 }
 
@@ -146,6 +153,14 @@ func (t *Tensor) Float32() []float32 {
 		copy(out, t.F32)
 	case I32:
 		for i, v := range t.I32 {
+			out[i] = float32(v)
+		}
+	case F8E4M3, F8E5M2:
+		for i, v := range t.F8 {
+			out[i] = FP8ToFloat32(t.DType, v)
+		}
+	case U8:
+		for i, v := range t.F8 {
 			out[i] = float32(v)
 		}
 	}
@@ -170,6 +185,14 @@ func (t *Tensor) Float64() []float64 {
 		}
 	case I32:
 		for i, v := range t.I32 {
+			out[i] = float64(v)
+		}
+	case F8E4M3, F8E5M2:
+		for i, v := range t.F8 {
+			out[i] = float64(FP8ToFloat32(t.DType, v))
+		}
+	case U8:
+		for i, v := range t.F8 {
 			out[i] = float64(v)
 		}
 	}
