@@ -285,6 +285,10 @@ const char *dtype_name(int dtype) {
         return "TS_F32";
     case TS_I32:
         return "TS_I32";
+    case TS_F8E4M3:
+        return "TS_F8E4M3";
+    case TS_F8E5M2:
+        return "TS_F8E5M2";
     default:
         return "not a ts_dtype";
     }
@@ -312,7 +316,7 @@ void Validator::positive(int64_t v, const char *name) {
 void Validator::dtype_in(int dtype, const char *name, std::initializer_list<int> allowed) {
     for (int a : allowed)
         if (dtype == a) return;
-    if (dtype != TS_F16 && dtype != TS_BF16 && dtype != TS_F32 && dtype != TS_I32) {
+    if (dtype < TS_F16 || dtype > TS_F8E5M2) {
         fail(TS_ERR_INVALID_ARGUMENT, "%s = %d: not a ts_dtype", name, dtype);
         return;
     }

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 13
+#define TS_ABI_VERSION 14
 
 typedef enum {
     TS_OK = 0,
@@ -71,7 +71,9 @@ typedef enum {
     TS_F16 = 1,  /* IEEE binary16 storage */
     TS_F32 = 2,
     TS_I32 = 3,
-    TS_BF16 = 4  /* bfloat16 storage (the top 16 bits of an fp32) */
+    TS_BF16 = 4, /* bfloat16 storage (the top 16 bits of an fp32) */
+    TS_F8E4M3 = 5, /* FP8 E4M3 (torch.float8_e4m3fn): 1 byte, largest finite 448, no inf (docs/quantization.md) */
+    TS_F8E5M2 = 6  /* FP8 E5M2 (torch.float8_e5m2): 1 byte, largest finite 57344 */
 } ts_dtype;
 
 /* ---- runtime (runtime.cu) ------------------------------------------------------------ */
@@ -367,6 +369,20 @@ typedef struct {
     int n;
 } ts_softmax_config;
 
+/* quant_fp8: x [rows, hidden] (in_dtype TS_F16, TS_BF16 or TS_F32) into the f8e4m3 out [rows,
+ * hidden], bit for bit as docs/quantization.md defines it. Dynamic (scale NULL): each row in
+ * groups of group_size consecutive elements (group_size divides hidden: hidden is per token, 128
+ * the 1x128 groups of fine-grained FP8), a group's scale s = max(amax, 1e-10) / 448 (NaN when
+ * the group holds a NaN) written to the fp32 scales [rows, hidden / group_size], and
+ * q = e4m3(x / s), every division a correctly rounded fp32 one. Static (scale: one fp32 on the
+ * device, the per-tensor scale; scales NULL, group_size 0): q = e4m3(x / scale). */
+typedef struct {
+    ts_dtype in_dtype;
+    int rows;
+    int hidden;
+    int group_size;
+} ts_quant_config;
+
 /* sample: one token per row of fp32 logits [rows, vocab] into int32 tokens [rows], exactly as
  * docs/sampling.md defines it (Philox4x32-10 keyed by seed, counter (step, row); greedy when
  * temperature is 0; top-k, temperature, top-p, then the draw, in fp64 over the canonical
@@ -471,6 +487,8 @@ int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embe
 int ts_set_rows(void *dst, const void *src, const int32_t *rows, const ts_set_rows_config *cfg, void *stream);
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
+int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,
+                 void *stream);
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);
 int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream);
 

@@ -280,6 +280,35 @@ int main(void) {
     si.in_dtype = TS_I32;
     expect("softmax in_dtype i32", ts_softmax(P, P, &si, NULL), TS_ERR_UNSUPPORTED, "softmax", "in_dtype", NULL);
 
+    /* quant_fp8: dynamic needs scales and a group that divides hidden; static no group, no scales */
+    {
+        float *F = (float *)P;
+        ts_quant_config q = {TS_BF16, 3, 2048, 128};
+        expect("quant_fp8 valid", ts_quant_fp8(P, F, P, NULL, &q, NULL), TS_ERR_NOT_INITIALIZED, "quant_fp8", "ts_init",
+               NULL);
+        ts_quant_config qg = q;
+        qg.group_size = 100;
+        expect("quant_fp8 group 100", ts_quant_fp8(P, F, P, NULL, &qg, NULL), TS_ERR_INVALID_ARGUMENT, "quant_fp8",
+               "group_size", "100");
+        expect("quant_fp8 no scales", ts_quant_fp8(P, NULL, P, NULL, &q, NULL), TS_ERR_INVALID_ARGUMENT, "quant_fp8",
+               "scales", "NULL");
+        expect("quant_fp8 static with a group", ts_quant_fp8(P, NULL, P, F, &q, NULL), TS_ERR_INVALID_ARGUMENT,
+               "quant_fp8", "group_size", "128");
+        ts_quant_config qs = q;
+        qs.group_size = 0;
+        expect("quant_fp8 static with scales", ts_quant_fp8(P, F, P, F, &qs, NULL), TS_ERR_INVALID_ARGUMENT, "quant_fp8",
+               "scales", NULL);
+        expect("quant_fp8 static valid", ts_quant_fp8(P, NULL, P, F, &qs, NULL), TS_ERR_NOT_INITIALIZED, "quant_fp8",
+               "ts_init", NULL);
+        ts_quant_config qi = q;
+        qi.in_dtype = TS_F8E4M3;
+        expect("quant_fp8 in_dtype f8e4m3", ts_quant_fp8(P, F, P, NULL, &qi, NULL), TS_ERR_UNSUPPORTED, "quant_fp8",
+               "in_dtype", "TS_F8E4M3");
+        qi.in_dtype = (ts_dtype)9;
+        expect("quant_fp8 in_dtype 9", ts_quant_fp8(P, F, P, NULL, &qi, NULL), TS_ERR_INVALID_ARGUMENT, "quant_fp8",
+               "in_dtype", "9");
+    }
+
     /* bf16 storage: every op that takes TS_F16 takes TS_BF16, so a bf16 config passes validation
      * and stops only at the missing ts_init (nothing launched); a 16-bit out_dtype must be the
      * in_dtype (no mixing of TS_F16 and TS_BF16), and the messages name the refused value. */

@@ -160,6 +160,12 @@ type Kernels interface {
 	// Softmax normalises each row of x (fp16 or fp32) over its last dimension into the
 	// fp32 out. -inf entries get probability 0.
 	Softmax(out, x Buffer) error
+	// QuantFP8 quantises x [T, H] (f16, bf16 or f32) into the f8e4m3 out [T, H] exactly as
+	// docs/quantization.md defines it, bit for bit. Dynamic (scale nil): each row in groups of
+	// groupSize elements (H: per token; 128: the 1x128 groups of fine-grained FP8), the group's
+	// scale max(amax, 1e-10) / 448 written to the f32 scales [T, H/groupSize]. Static (scale
+	// the f32 [1] per-tensor scale, scales nil, groupSize 0): out = e4m3(x / scale).
+	QuantFP8(out, scales, x, scale Buffer, groupSize int) error
 }
 
 // SampleConfig configures seeded sampling as docs/sampling.md defines it.
@@ -208,6 +214,7 @@ var Ops = []string{
 	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
+	"quant_fp8",
 }
 
 // Timer brackets device work with device events, for benchmarks.

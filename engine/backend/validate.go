@@ -427,6 +427,36 @@ func CheckSoftmax(out, x Buffer) error {
 	return c.Err()
 }
 
+// CheckQuantFP8 validates an FP8 quantisation (Kernels.QuantFP8): x f16, bf16 or f32 [T, H],
+// out f8e4m3 [T, H]; dynamic (scale nil) with groupSize dividing H and scales f32
+// [T, H/groupSize]; static with the f32 scale [1], no scales and groupSize 0.
+func CheckQuantFP8(out, scales, x, scale Buffer, groupSize int) error {
+	c := Validate("quant_fp8")
+	c.DType("x", x, tensor.F16, tensor.BF16, tensor.F32)
+	c.Rank("x", x, 2)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	t, h := x.Shape()[0], x.Shape()[1]
+	c.DType("out", out, tensor.F8E4M3)
+	c.Shape("out", out, []int{t, h}, "the shape of x")
+	if scale == nil {
+		c.That(groupSize > 0 && h%groupSize == 0, "group_size", fmtI(groupSize), "must be positive and divide the hidden size %d of x (dynamic)", h)
+		if c.Err() == nil && c.Present("scales", scales) {
+			c.DType("scales", scales, tensor.F32)
+			c.Shape("scales", scales, []int{t, h / groupSize}, "[T, H / group_size]")
+		}
+		return c.Err()
+	}
+	c.That(groupSize == 0, "group_size", fmtI(groupSize), "must be 0 with a static scale (one per tensor)")
+	c.That(scales == nil, "scales", "a buffer", "must be nil with a static scale")
+	if c.Err() == nil {
+		c.DType("scale", scale, tensor.F32)
+		c.Shape("scale", scale, []int{1}, "[1] (one scale per tensor)")
+	}
+	return c.Err()
+}
+
 // IndexError reports an index value read from a buffer that is out of range.
 func IndexError(op, arg string, i, value int, reason string) error {
 	return &ArgError{Op: op, Arg: arg + "[" + fmtI(i) + "]", Value: fmtI(value), Reason: reason}

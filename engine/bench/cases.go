@@ -78,6 +78,15 @@ func Cases() []Case {
 			Bytes: 2*2*elems(rows, 32, 128)*f16 + 2*rows*i32},
 		{Name: "softmax 128x151936 f32", Op: "softmax", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F32, []int{128, 151936}, normal(3, 0))}, Bytes: 2 * elems(128, 151936) * f32},
+		// FP8 activation quantisation: DeepSeek-V3's hidden 7168 in 1x128 groups at a prefill of
+		// 4096 tokens, and per token at Llama-3-8B's 4096 for a decode batch of 16. Traffic: x
+		// read, one byte a value and one fp32 scale a group written.
+		{Name: "quant_fp8 dynamic g128 4096x7168 bf16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 128}`,
+			Inputs: []conformance.InputSpec{in("x", tensor.BF16, []int{4096, 7168}, normal(3, 0))},
+			Bytes:  elems(4096, 7168)*(f16+1) + elems(4096, 7168/128)*f32},
+		{Name: "quant_fp8 dynamic per-token 16x4096 f16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 4096}`,
+			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{16, 4096}, normal(3, 0))},
+			Bytes:  elems(16, 4096)*(f16+1) + 16*f32},
 		// One token per call at Qwen2.5's vocabulary: greedy, full-vocabulary nucleus, top-k.
 		sampleCase("sample greedy V=151936", 151936, `{"temperature": 0, "top_k": 0, "top_p": 1, "seed": 7}`),
 		sampleCase("sample T=0.8 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 0, "top_p": 0.95, "seed": 7}`),

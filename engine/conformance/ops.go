@@ -46,6 +46,13 @@ type gemmParams struct {
 	OutDType string `json:"out_dtype"`
 }
 
+// quantParams: mode "dynamic" with group_size (dividing the hidden size), or "static" (a
+// per-tensor scale input) without.
+type quantParams struct {
+	Mode      string `json:"mode"`
+	GroupSize *int   `json:"group_size,omitempty"`
+}
+
 type residualParams struct {
 	InPlace bool `json:"inplace"`
 }
@@ -499,5 +506,39 @@ func init() {
 		}
 		c.do(func() error { return c.b.Softmax(out, x) })
 		c.output("out", out)
+	})
+	register("quant_fp8", func(c *call) {
+		var p quantParams
+		c.params(&p)
+		x := c.input("x")
+		var out, scales, scale backend.Buffer
+		switch p.Mode {
+		case "dynamic":
+		case "static":
+			scale = c.input("scale")
+		default:
+			c.fail(fmt.Errorf("param mode = %q: want dynamic or static", p.Mode))
+		}
+		group := 0
+		switch {
+		case p.Mode == "dynamic" && p.GroupSize == nil:
+			c.fail(fmt.Errorf("params: a dynamic quantisation needs group_size"))
+		case p.Mode == "static" && p.GroupSize != nil:
+			c.fail(fmt.Errorf("params: group_size = %d with a static scale (one per tensor)", *p.GroupSize))
+		case p.GroupSize != nil:
+			group = *p.GroupSize
+		}
+		t, h := c.dim("x", x, 0), c.dim("x", x, 1)
+		if c.err == nil {
+			out = c.alloc(tensor.F8E4M3, []int{t, h})
+			if p.Mode == "dynamic" && group > 0 && h%group == 0 {
+				scales = c.alloc(tensor.F32, []int{t, h / group})
+			}
+		}
+		c.do(func() error { return c.b.QuantFP8(out, scales, x, scale, group) })
+		c.output("out", out)
+		if p.Mode == "dynamic" {
+			c.output("scales", scales)
+		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/backend/cpu"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 	"github.com/touchstone-llm/touchstone/suites/internal/harness"
 )
@@ -87,6 +88,11 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 func expectRejected(op string, dt tensor.DType, broken backend.Backend, mustCatch string) {
 	sets := storageSets(op, dt)
 	Expect(sets).NotTo(BeEmpty(), "no committed %s golden cases for %s", dt, op)
+	expectRejectedBy(op, sets, broken, mustCatch)
+}
+
+// expectRejectedBy is expectRejected over the given sets.
+func expectRejectedBy(op string, sets []*golden.Set, broken backend.Backend, mustCatch string) {
 	var rejected, margins []string
 	for _, s := range sets {
 		verdicts, err := conformance.Check(broken, s, tols)

@@ -61,6 +61,9 @@ var crossCases = []crossCase{
 	{"set_rows", `{}`, []conformance.InputSpec{in("dst", tensor.F16, []int{4096, 8, 128}, nil), in("src", tensor.F16, []int{333, 8, 128}, nil), in("rows", tensor.I32, []int{333}, conformance.OnePerBucket(4096, 333))}},
 	{"gemm", `{"has_bias": true, "out_dtype": "f16"}`, []conformance.InputSpec{in("x", tensor.F16, []int{77, 2048}, nil), in("w", tensor.F16, []int{1536, 2048}, normalGen(1/math.Sqrt(2048), 0)), in("bias", tensor.F16, []int{1536}, nil)}},
 	{"softmax", `{}`, []conformance.InputSpec{in("x", tensor.F32, []int{8, 100003}, normalGen(4, 0))}},
+	{"quant_fp8", `{"mode": "dynamic", "group_size": 128}`, []conformance.InputSpec{in("x", tensor.BF16, []int{333, 7168}, normalGen(3, 0))}},
+	{"quant_fp8", `{"mode": "dynamic", "group_size": 5120}`, []conformance.InputSpec{in("x", tensor.F16, []int{257, 5120}, nil)}},
+	{"quant_fp8", `{"mode": "static"}`, []conformance.InputSpec{in("x", tensor.F16, []int{129, 4096}, normalGen(200, 0)), in("scale", tensor.F32, []int{1}, nearOne)}},
 }
 
 // twoRoundings widens a tolerance for comparing two fp16 results with each other rather

@@ -337,6 +337,20 @@ def softmax(t, p):
         "torch.softmax(x, dim=-1, dtype=torch.float32)"
 
 
+def quant_fp8(t, p):
+    """The eager torch quantiser of docs/quantization.md: per-group amax, the floored scale, the
+    division, the saturating cast (what transformers' and vLLM's torch fallbacks compute)."""
+    x = t.randn("x", 3.0)
+    T, H = t.shape("x")
+    G = int(p["group_size"])
+
+    def call():
+        xg = x.float().view(T, H // G, G)
+        s = xg.abs().amax(-1, keepdim=True).clamp(min=1e-10) / 448.0
+        return (xg / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), s
+    return call, "x.view(T, H/G, G): s = abs.amax.clamp(1e-10) / 448; (x / s).clamp(+-448).to(float8_e4m3fn)"
+
+
 def sample(t, p):
     """The usual PyTorch sampling step (as in Hugging Face's warpers): argmax when greedy, else
     top-k, temperature, softmax, sort, cumsum for top-p, multinomial; the token stays on the
@@ -366,7 +380,7 @@ def sample(t, p):
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
-                               gemm, softmax, sample)}
+                               gemm, softmax, quant_fp8, sample)}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -16,6 +16,34 @@ var (
 var catalogue = []Mutant{
 	// ---- Go: CPU kernels (engine/backend/cpu), caught by the kernel suite ----------------
 	{
+		ID: "go-quant-fp8-reciprocal", Side: SideGo, File: "engine/backend/cpu/quant.go",
+		Bug:         "FP8 quantisation multiplies by the reciprocal of the scale (two roundings) instead of dividing",
+		Original:    "q[g*groupSize+i] = tensor.E4M3FromFloat32(v / s)",
+		Replacement: "q[g*groupSize+i] = tensor.E4M3FromFloat32(v * (1 / s))",
+		Suites:      kernels, Labels: "op:quant_fp8",
+	},
+	{
+		ID: "go-quant-fp8-no-eps", Side: SideGo, File: "engine/backend/cpu/quant.go",
+		Bug:         "FP8 quantisation drops the 1e-10 floor on a group's amax: an all-zero group divides by zero",
+		Original:    "return max(amax, quantEps) / tensor.E4M3Max",
+		Replacement: "return amax / tensor.E4M3Max",
+		Suites:      kernels, Labels: "op:quant_fp8",
+	},
+	{
+		ID: "go-fp8-ties-away", Side: SideGo, File: "engine/tensor/fp8.go",
+		Bug:         "the FP8 conversion rounds ties away from zero instead of to even",
+		Original:    "q := int(math.RoundToEven(math.Ldexp(a, mbits-e)))",
+		Replacement: "q := int(math.Round(math.Ldexp(a, mbits-e)))",
+		Suites:      kernels, Labels: "op:quant_fp8",
+	},
+	{
+		ID: "go-fp8-saturates-late", Side: SideGo, File: "engine/tensor/fp8.go",
+		Bug:         "the FP8 conversion saturates only past twice the largest finite value: the values between encode past the format's range",
+		Original:    "if a >= max {",
+		Replacement: "if a >= 2*max {",
+		Suites:      kernels, Labels: "op:quant_fp8",
+	},
+	{
 		ID: "go-rmsnorm-eps-outside-sqrt", Side: SideGo, File: "engine/backend/cpu/norm.go",
 		Bug:         "RMSNorm adds eps outside the square root: 1/(sqrt(ms) + eps)",
 		Original:    "inv := 1 / math.Sqrt(ss/float64(h)+float64(eps))\n\t\tfor i, v := range row {\n\t\t\trow[i] = float32(float64(v)*inv)",
@@ -525,6 +553,27 @@ var catalogue = []Mutant{
 		Original:    `for (int j = 0; j < 8; ++j) ss += v[k][j] * v[k][j];`,
 		Replacement: `for (int j = 0; j < 8; ++j) ss = __half2float(__float2half_rn(ss + v[k][j] * v[k][j]));`,
 		Suites:      kernels, Labels: "op:rmsnorm",
+	},
+	{
+		ID: "cuda-quant-fp8-reciprocal", Side: SideCUDA, File: "cuda/kernels/quant_fp8.cu",
+		Bug:         "dynamic FP8 quantisation multiplies by the reciprocal of the scale instead of dividing",
+		Original:    "if (i < group_size) out[base + i] = ts::e4m3(__fdiv_rn(v[k], s));",
+		Replacement: "if (i < group_size) out[base + i] = ts::e4m3(v[k] * (1.0f / s));",
+		Suites:      kernels, Labels: "op:quant_fp8",
+	},
+	{
+		ID: "cuda-fp8-no-satfinite", Side: SideCUDA, File: "cuda/fp8.cuh",
+		Bug:         "the e4m3 conversion without saturation: values past 448 and infinities become NaN",
+		Original:    "__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3)",
+		Replacement: "__nv_cvt_float_to_fp8(v, __NV_NOSAT, __NV_E4M3)",
+		Suites:      kernels, Labels: "op:quant_fp8",
+	},
+	{
+		ID: "cuda-quant-fp8-nan-dropped", Side: SideCUDA, File: "cuda/kernels/quant_fp8.cu",
+		Bug:         "a group's NaN is dropped from its amax (fmaxf ignores NaN): the scale stays finite",
+		Original:    "const float s = nan ? __int_as_float(0x7fffffff)",
+		Replacement: "const float s = false ? __int_as_float(0x7fffffff)",
+		Suites:      kernels, Labels: "op:quant_fp8",
 	},
 	{
 		// A hang, not a wrong value: the run must report HANG naming the op within the

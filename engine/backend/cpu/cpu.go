@@ -93,7 +93,7 @@ func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Buffer, error) {
 			return nil, fmt.Errorf("cpu: alloc %s%s: negative dimension", dt, tensor.ShapeString(shape))
 		}
 	}
-	if dt != tensor.F16 && dt != tensor.BF16 && dt != tensor.F32 && dt != tensor.I32 {
+	if dt != tensor.F16 && dt != tensor.BF16 && dt != tensor.F32 && dt != tensor.I32 && !dt.IsFP8() {
 		return nil, fmt.Errorf("cpu: alloc: unsupported dtype %s", dt)
 	}
 	return b.own(tensor.New(dt, shape...)), nil

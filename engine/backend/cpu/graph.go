@@ -198,6 +198,11 @@ func (r *recorder) Gemm(out, x, w, bias backend.Buffer) error {
 func (r *recorder) Softmax(out, x backend.Buffer) error {
 	return r.add(backend.CheckSoftmax(out, x), func() error { return r.be.Softmax(out, x) })
 }
+
+func (r *recorder) QuantFP8(out, scales, x, scale backend.Buffer, groupSize int) error {
+	return r.add(backend.CheckQuantFP8(out, scales, x, scale, groupSize),
+		func() error { return r.be.QuantFP8(out, scales, x, scale, groupSize) })
+}
 func (r *recorder) Sample(tokens, logits backend.Buffer, cfg backend.SampleConfig) error {
 	return r.add(backend.CheckSample(tokens, logits, cfg), func() error { return r.be.Sample(tokens, logits, cfg) })
 }

@@ -21,6 +21,8 @@ func slice(t *tensor.Tensor, lo, hi int, shape []int) *tensor.Tensor {
 		v.F32 = t.F32[lo:hi:hi]
 	case tensor.I32:
 		v.I32 = t.I32[lo:hi:hi]
+	case tensor.F8E4M3, tensor.F8E5M2, tensor.U8:
+		v.F8 = t.F8[lo:hi:hi]
 	}
 	return v
 }
@@ -80,6 +82,7 @@ func (*Backend) Write(dst backend.Buffer, t *tensor.Tensor) error {
 	copy(ts[0].BF16, t.BF16)
 	copy(ts[0].F32, t.F32)
 	copy(ts[0].I32, t.I32)
+	copy(ts[0].F8, t.F8)
 	return nil
 }
 
@@ -95,6 +98,8 @@ func copyElems(dst *tensor.Tensor, to int, src *tensor.Tensor, from, n int) {
 		copy(dst.F32[to:to+n], src.F32[from:from+n])
 	case tensor.I32:
 		copy(dst.I32[to:to+n], src.I32[from:from+n])
+	case tensor.F8E4M3, tensor.F8E5M2, tensor.U8:
+		copy(dst.F8[to:to+n], src.F8[from:from+n])
 	default:
 		panic("cpu: copy of " + dst.DType.String())
 	}

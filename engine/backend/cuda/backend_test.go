@@ -222,6 +222,12 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"gemm", "ts_gemm in_dtype=1 out_dtype=1 m=4 n=128 k=896 bias=0 stream=0", func() error { return b.Gemm(f16(4, 128), x, f16(128, 896), nil) }},
 		{"softmax", "ts_softmax in_dtype=2 rows=6 n=50 stream=0", func() error { return b.Softmax(f32(2, 3, 50), f32(2, 3, 50)) }},
 		{"softmax", "ts_softmax in_dtype=1 rows=2 n=50 stream=0", func() error { return b.Softmax(f32(2, 50), f16(2, 50)) }},
+		{"quant_fp8", "ts_quant_fp8 in_dtype=4 rows=3 hidden=2048 group_size=128 static=0 stream=0", func() error {
+			return b.QuantFP8(alloc(t, b, tensor.F8E4M3, 3, 2048), f32(3, 16), alloc(t, b, tensor.BF16, 3, 2048), nil, 128)
+		}},
+		{"quant_fp8", "ts_quant_fp8 in_dtype=2 rows=2 hidden=128 group_size=0 static=1 stream=0", func() error {
+			return b.QuantFP8(alloc(t, b, tensor.F8E4M3, 2, 128), nil, f32(2, 128), f32(1), 0)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

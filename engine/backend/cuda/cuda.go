@@ -317,7 +317,7 @@ func (b *Backend) alloc(op string, dt tensor.DType, shape []int, src unsafe.Poin
 	if err := b.enter(op); err != nil {
 		return nil, err
 	}
-	if dt != tensor.F16 && dt != tensor.BF16 && dt != tensor.F32 && dt != tensor.I32 {
+	if dt != tensor.F16 && dt != tensor.BF16 && dt != tensor.F32 && dt != tensor.I32 && !dt.IsFP8() {
 		return nil, fmt.Errorf("cuda %s: unsupported dtype %s", op, dt)
 	}
 	for _, n := range shape {
@@ -381,6 +381,8 @@ func hostData(t *tensor.Tensor) unsafe.Pointer {
 		return unsafe.Pointer(&t.F32[0])
 	case t.DType == tensor.I32 && len(t.I32) > 0:
 		return unsafe.Pointer(&t.I32[0])
+	case t.DType.IsFP8() && len(t.F8) > 0:
+		return unsafe.Pointer(&t.F8[0])
 	}
 	return nil
 }
@@ -517,6 +519,10 @@ func dtype(dt tensor.DType) C.ts_dtype {
 		return C.TS_F32
 	case tensor.I32:
 		return C.TS_I32
+	case tensor.F8E4M3:
+		return C.TS_F8E4M3
+	case tensor.F8E5M2:
+		return C.TS_F8E5M2
 	}
 	panic("cuda: no ts_dtype for " + dt.String()) // the shared checks admit no other dtype
 }

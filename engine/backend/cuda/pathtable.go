@@ -20,8 +20,8 @@ import (
 // expands it into both: the __half row as written and the __nv_bfloat16 row, whose When says
 // "bf16 storage"; the committed tier must take each (its fp16 and its bf16- cases). Rows
 // without {T} are one path whatever the dtype: library calls, which name no type (cuBLAS is told
-// it in an argument), the byte copies of embedding and set_rows, the fp32 softmax and sampling
-// kernels, and the device-side index checks.
+// it in an argument), the byte copies of embedding and set_rows, the fp32 softmax, quant_fp8 and
+// sampling kernels, and the device-side index checks.
 var KernelPaths = withStorageTwins([]KernelPath{
 	{Op: "rmsnorm", What: "rmsnorm_vec_kernel<1, {T}>", When: "row in registers, 1 vector of 8 values per thread: hidden % 8 == 0, hidden <= 2048, every pointer 16-byte aligned"},
 	{Op: "rmsnorm", What: "rmsnorm_vec_kernel<2, {T}>", When: "as vec<1> with 2048 < hidden <= 4096"},
@@ -118,6 +118,10 @@ var KernelPaths = withStorageTwins([]KernelPath{
 	{Op: "softmax", What: "softmax_kernel<float, false>", When: "fp32 in, n % 4 != 0 or off a 16-byte boundary"},
 	{Op: "softmax", What: "softmax_kernel<{T}, true>", When: "16-bit in, n % 4 == 0, aligned"},
 	{Op: "softmax", What: "softmax_kernel<{T}, false>", When: "16-bit in, n % 4 != 0 or off a boundary"},
+	{Op: "quant_fp8", What: "quant_dynamic_kernel<{T}>", When: "dynamic (no scale given): one block per group"},
+	{Op: "quant_fp8", What: "quant_dynamic_kernel<float>", When: "dynamic, fp32 in"},
+	{Op: "quant_fp8", What: "quant_static_kernel<{T}>", When: "static (a per-tensor scale)"},
+	{Op: "quant_fp8", What: "quant_static_kernel<float>", When: "static, fp32 in"},
 	{Op: "rope", What: "rope_kernel<true, {T}>", When: "rope_dim % 16 == 0, head_dim % 8 == 0, rope_dim <= 8192, 16-byte aligned: 8 pairs per vector"},
 	{Op: "rope", What: "rope_kernel<false, {T}>", When: "rope_dim % 16 != 0 (24 of 80, say), head_dim % 8 != 0, rope_dim > 8192 or a pointer off a boundary: pair by pair"},
 	{Op: "rope", What: "fault:position", When: "a negative position in device data, reported by either kernel"},

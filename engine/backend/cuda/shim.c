@@ -417,6 +417,11 @@ int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_con
     enter(a, "ts_softmax");
     return done(a, a->ts_softmax(out, x, cfg, NULL), e);
 }
+int tsg_quant_fp8(const tsg_api *a, void *out, float *scales, const void *x, const float *scale,
+                  const ts_quant_config *cfg, tsg_err *e) {
+    enter(a, "ts_quant_fp8");
+    return done(a, a->ts_quant_fp8(out, scales, x, scale, cfg, NULL), e);
+}
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e) {
     enter(a, "ts_sample");
     return done(a, a->ts_sample((int32_t *)tokens, (const float *)logits, cfg, NULL), e);

@@ -19,12 +19,24 @@ GENERATOR_VERSION = "1.0.0"
 
 # torch dtype -> (contract dtype name, numpy dtype). Nothing else may be written. numpy has no
 # bfloat16: a bf16 tensor is stored as its raw bits, little-endian uint16 ('<u2'), and only the
-# manifest's "bf16" says what they are (docs/golden-format.md, "bf16 storage").
+# manifest's "bf16" says what they are (docs/golden-format.md, "bf16 storage"). Nor has it FP8:
+# f8e4m3 and f8e5m2 tensors are their raw bytes ('|u1'), named by the manifest alone
+# (docs/quantization.md, "FP8 storage types").
 DTYPES = {
     torch.float16: ("f16", "<f2"),
     torch.bfloat16: ("bf16", "<u2"),
     torch.float32: ("f32", "<f4"),
     torch.int32: ("i32", "<i4"),
+    torch.float8_e4m3fn: ("f8e4m3", "|u1"),
+    torch.float8_e5m2: ("f8e5m2", "|u1"),
+}
+
+# The dtypes stored as their raw bits: torch dtype -> the integer type of the same width whose
+# view holds them (reinterpreted, not converted).
+RAW_BITS = {
+    torch.bfloat16: torch.int16,
+    torch.float8_e4m3fn: torch.uint8,
+    torch.float8_e5m2: torch.uint8,
 }
 
 NPY_V1_MAGIC = b"\x93NUMPY\x01\x00"
@@ -53,9 +65,9 @@ def npy_bytes(t):
     if t.dtype not in DTYPES:
         raise TypeError("cannot write dtype %s" % t.dtype)
     t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
-        # the bits, reinterpreted (not converted): numpy has no bfloat16
-        arr = np.ascontiguousarray(t.view(torch.int16).numpy().view(np.uint16), dtype="<u2")
+    if t.dtype in RAW_BITS:
+        # the bits, reinterpreted (not converted): numpy has no bfloat16 and no FP8
+        arr = np.ascontiguousarray(t.view(RAW_BITS[t.dtype]).numpy().view(DTYPES[t.dtype][1]))
     else:
         arr = np.ascontiguousarray(t.numpy(), dtype=DTYPES[t.dtype][1])
     buf = io.BytesIO()
@@ -90,10 +102,11 @@ ALLOWANCE_SUFFIX = "_allowance"
 def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     """Write one golden set into case_dir (removed first, so no stale file survives).
 
-    inputs: ordered {name: tensor in f16/bf16/f32/i32}; expected: ordered {name: float64 tensor}
-    (a name ending in _allowance is the per-element allowance of the output it names: role
-    allowance),
-    cast to f32 here. Returns (number of files, total bytes) including manifest.json.
+    inputs: ordered {name: tensor in f16/bf16/f32/i32}; expected: ordered {name: tensor}, a
+    float64 one (an fp64 reference) cast to f32 here, any other (an exact output: quant_fp8's
+    f8e4m3 bytes and f32 scales) written as it is; a name ending in _allowance is the
+    per-element allowance of the output it names (role allowance). Returns (number of files,
+    total bytes) including manifest.json.
     """
     if os.path.lexists(case_dir):
         shutil.rmtree(case_dir)
@@ -103,7 +116,8 @@ def write_set(case_dir, *, op, case, tier, seed, params, inputs, expected):
     total = 0
     tensors = [(n, t, "input") for n, t in inputs.items()]
     # <output>_allowance: the reference's per-element allowance for that output (role allowance)
-    tensors += [(n, t.to(torch.float32), "allowance" if n.endswith(ALLOWANCE_SUFFIX) else "expected")
+    tensors += [(n, t.to(torch.float32) if t.dtype == torch.float64 else t,
+                 "allowance" if n.endswith(ALLOWANCE_SUFFIX) else "expected")
                 for n, t in expected.items()]
     for name, t, role in tensors:
         entry, size = write_tensor(case_dir, name, t, role)

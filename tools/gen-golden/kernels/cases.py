@@ -2,6 +2,7 @@
 reference in ops.py), committed and full tier, fp16 and bf16 (named bf16-...). A new case is a
 row here; build(case) runs one."""
 
+import math
 import re
 from collections import namedtuple
 
@@ -9,9 +10,9 @@ import torch
 
 from common.dtypes import F64
 from common.seeds import Draw, case_seed
-from kernels.inputs import (all_but_one, causal_mask, constant_rows, gelu_inputs, log_magnitude,
-                            normal, outlier_channels, random_mask, row_offsets, row_scales,
-                            uniform, with_large, with_zeros)
+from kernels.inputs import (all_but_one, causal_mask, constant_rows, e4m3_boundaries, gelu_inputs,
+                            log_magnitude, normal, outlier_channels, random_mask, row_offsets,
+                            row_scales, table_rows, uniform, with_large, with_spans, with_zeros)
 from kernels.ops import OPS
 
 # ---------------------------------------------------------------------------------------------
@@ -783,6 +784,43 @@ CASES += _bf16_cases(COMMITTED, "gpt_ffn", [
     ("prime-h127-f29_t3_erf", dict(T=3, H=127, ffn=29, gelu="erf")),              # bias_gelu<false>
 ])
 
+# quant_fp8 (docs/quantization.md): dynamic per token (group_size H) and in the 1x128 groups of
+# fine-grained FP8 checkpoints, at Qwen2.5-0.5B's, Llama-3.2-1B's, Phi-3-mini's and Llama-3-8B's
+# hidden sizes, x in f16, bf16 and f32; outlier channels (x ~100 in four columns: each group's
+# scale follows its own values), an all-zero row and an all-zero group of +-0 (the amax floor);
+# static with scale 1 over every boundary of the conversion (E4M3_TABLE: the conversion
+# itself) and with a scale that is no power of two; +inf and NaN in a group (its scale inf or
+# NaN, its bytes what the formula gives); and reciprocal traps, values whose byte differs where
+# a kernel multiplies by 1 / s instead of dividing (random float32 draws almost never are one;
+# 16-bit ones sometimes divide to a tie exactly).
+E4M3_TABLE = e4m3_boundaries()
+E4M3_TABLE_ROWS = -(-len(E4M3_TABLE) // 128)
+QUANT_OUTLIERS = with_spans(constant_rows({2: 0.0}, outlier_channels((7, 1000, 1001, 2900), 100.0)),
+                            ((1, 256, (0.0, -0.0) * 64),))
+QUANT_NON_FINITE = with_spans(normal(), ((0, 40, (math.inf,)), (1, 200, (math.nan,))))
+CASES += _cases(COMMITTED, "quant_fp8", [
+    ("dynamic-per-token_qwen2.5-0.5b_t4", dict(T=4, H=896, mode="dynamic", group_size=896)),
+    ("dynamic-g128_outliers-x100_zero-row-and-group_phi3-mini_t5",
+     dict(T=5, H=3072, mode="dynamic", group_size=128, dist=QUANT_OUTLIERS)),
+    ("dynamic-g128_reciprocal-traps_h256_t2_f32",
+     dict(T=2, H=256, mode="dynamic", group_size=128, dtype="f32", traps=4)),
+    ("static_s1_e4m3-boundaries_h128_f32",
+     dict(T=E4M3_TABLE_ROWS, H=128, mode="static", scale=1.0, dtype="f32",
+          dist=table_rows(E4M3_TABLE))),
+    ("static_s0.0123_h1024_t8", dict(T=8, H=1024, mode="static", scale=0.0123)),
+    # row 0: +inf in group 0 (scale inf: its finite values give +-0, the inf inf / inf = NaN);
+    # row 1: NaN in group 1 (scale NaN, every byte NaN); row 2 and the other groups finite
+    ("dynamic-g128_inf-nan-groups_h256_t3_f32",
+     dict(T=3, H=256, mode="dynamic", group_size=128, dtype="f32", dist=QUANT_NON_FINITE)),
+    ("static_s0.0123_reciprocal-traps_h128_t1_f32",
+     dict(T=1, H=128, mode="static", scale=0.0123, dtype="f32", traps=16)),
+])
+CASES += _bf16_cases(COMMITTED, "quant_fp8", [
+    ("dynamic-g128_llama3.2-1b_t3", dict(T=3, H=2048, mode="dynamic", group_size=128)),
+    ("dynamic-per-token_llama3-8b_decode-t1", dict(T=1, H=4096, mode="dynamic", group_size=4096)),
+    ("static_s0.0123_h256_t2", dict(T=2, H=256, mode="static", scale=0.0123)),  # the bf16 static kernel
+])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -835,6 +873,10 @@ CASES += _cases(FULL, "gelu_scale", [
                                                      scale=-(2 ** -0.5), inplace=True)),
 ])
 CASES += _cases(FULL, "swiglu", [("big-2048x8192", dict(T=BIG[0], ffn=BIG[1]))])
+CASES += _cases(FULL, "quant_fp8", [
+    ("dynamic-per-token_big-2048x8192", dict(T=BIG[0], H=BIG[1], mode="dynamic",
+                                             group_size=BIG[1])),
+])
 CASES += _cases(FULL, "softmax", [
     ("qwen2.5-vocab-f32_t32", dict(T=32, N=151936, dtype="f32", dist=normal(3.0),
                                    mask=random_mask(0.01))),
@@ -957,6 +999,9 @@ for _op in ("residual_add", "rmsnorm", "layernorm", "layernorm_residual", "gelu"
 CASES += _bf16_cases(FULL, "rmsnorm_residual", [
     ("big-4096x4096", dict(T=4096, H=4096, eps=1e-5, inplace=False)),
 ])
+CASES += _bf16_cases(FULL, "quant_fp8", [
+    ("dynamic-g128_big-4096x4096", dict(T=4096, H=4096, mode="dynamic", group_size=128)),
+])
 CASES += _bf16_cases(FULL, "gelu_scale", [
     ("big-2048x8192_erf_s0.125", dict(T=BIG[0], H=BIG[1], gelu="erf", scale=0.125)),
 ])
@@ -1055,11 +1100,20 @@ def cases_for(tier, ops=None):
     return [c for c in CASES if c.tier == tier and (ops is None or c.op in ops)]
 
 
+# The ops whose expected outputs are exact (ops.py: given in their stored dtype, not fp64), and
+# those dtypes. They may hold what the contract gives for non-finite inputs (an inf or NaN
+# scale); an fp64 reference is always finite.
+EXACT_OPS = {"quant_fp8": (torch.float8_e4m3fn, torch.float32)}
+
+
 def build(case):
     """Run one case: returns (seed, params, inputs, expected)."""
     seed = case_seed(case.op, case.name)
     params, inputs, expected = OPS[case.op](Draw(seed), **case.kwargs)
     for name, t in expected.items():
+        if case.op in EXACT_OPS:
+            assert t.dtype in EXACT_OPS[case.op], (case.op, name, t.dtype)
+            continue
         assert t.dtype == F64, name
         assert torch.isfinite(t).all(), "%s/%s: %s not finite" % (case.op, case.name, name)
     return seed, params, inputs, expected

@@ -1,11 +1,12 @@
 """The inputs of the kernel cases: distributions (each returns draw(r, shape) -> float64 tensor,
-r a common.seeds.Draw), the weights of the norms and projections, and the softmax masks."""
+r a common.seeds.Draw), the weights of the norms and projections, the softmax masks, and the
+f8e4m3 conversion's boundary values."""
 
 import math
 
 import torch
 
-from common.dtypes import F64, to_f16
+from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, to_f16
 
 # Input distributions for the case table: each returns draw(r, shape) -> float64 tensor.
 
@@ -101,6 +102,69 @@ def constant_rows(rows, dist=None):
             x[i] = value
         return x
     return draw
+
+
+def with_spans(dist, spans):
+    """dist with fixed values written over parts of rows: spans is ((row, start, values), ...),
+    values a tuple of floats put at x[row, start:start + len(values)] (an all-zero quantisation
+    group, an inf or a NaN in one group)."""
+    def draw(r, shape):
+        x = dist(r, shape)
+        for row, start, values in spans:
+            x[row, start:start + len(values)] = torch.tensor(values, dtype=F64)
+        return x
+    return draw
+
+
+def table_rows(values):
+    """No randomness: the floats of `values` in row-major order, zeros after them (the shape
+    must hold them all)."""
+    def draw(r, shape):
+        x = torch.zeros(shape, dtype=F64)
+        assert len(values) <= x.numel(), (len(values), shape)
+        x.view(-1)[:len(values)] = torch.tensor(values, dtype=F64)
+        return x
+    return draw
+
+
+def f32_bits(u):
+    """The float32 whose bits are u, as a Python float (exact)."""
+    return torch.tensor([u], dtype=torch.int64).to(torch.int32).view(F32).item()
+
+
+def f32_next(v, toward):
+    """The float32 next to the float32 v in the direction of toward, as a Python float."""
+    return torch.nextafter(torch.tensor(v, dtype=F32), torch.tensor(toward, dtype=F32)).item()
+
+
+def e4m3_boundaries():
+    """Every float32 at which the f8e4m3 conversion (docs/quantization.md, e4m3) can go wrong, as
+    a tuple of Python floats, each exactly a float32: the 254 finite values themselves (both
+    zeros), the midpoint of each pair of neighbours (a tie: to even) and its float32 neighbours
+    below and above (nearest), the range's edge (448 to 480 in steps that saturate, inf, the
+    largest float32s), the NaNs of both signs, and the underflow: below, at and above half the
+    smallest subnormal, float32 subnormals. Built with torch's decoding of the codes; the
+    selftest decodes them from the bit layout."""
+    finite = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(F8E4M3).to(F32)
+    finite = finite[~torch.isnan(finite)]
+    pos = torch.unique(finite[finite >= 0])                # 0, 2^-9, ..., 448: sorted
+    mid = (pos[1:] + pos[:-1]) / 2                         # exact: 5 significant bits
+    near = [torch.nextafter(mid, torch.full_like(mid, d)) for d in (-math.inf, math.inf)]
+    up = math.inf
+    # (448, 464) rounds to 448, 464 ties to 448 (even), above it torch's unclamped conversion
+    # gives NaN; the clamp makes all of them 448
+    edge = [E4M3_MAX, f32_next(E4M3_MAX, up), 456.0, f32_next(464.0, 0.0), 464.0,
+            f32_next(464.0, up), 470.0, f32_next(480.0, 0.0), 480.0, f32_next(480.0, up), 1e6,
+            3.4e38, f32_bits(0x7F7FFFFF), up]
+    # half the smallest subnormal (2^-10) ties to 0; float32 subnormals and its smallest normal
+    tiny = [2.0**-149, 2.0**-126, 2.0**-11, f32_next(2.0**-10, 0.0), 2.0**-10,
+            f32_next(2.0**-10, 1.0)]
+    values = [float(v) for v in finite.tolist()]
+    for v in torch.cat([mid] + near).tolist() + edge + tiny:
+        v = float(torch.tensor(v, dtype=F32))              # 1e6, 3.4e38: their float32
+        values += [v, -v]
+    values += [f32_bits(0x7FC00000), f32_bits(0xFFC00000)]  # +NaN, -NaN
+    return tuple(values)
 
 
 def norm_weight(r, n, cast=to_f16):

@@ -7,12 +7,13 @@ returns (params, inputs, expected):
               receives;
   expected -- {name: float64 tensor}, computed from the inputs upcast to fp64 with no rounding
               to the 16-bit storage type in between, except where the op's contract rounds (the
-              writer casts to f32 at the very end).
+              writer casts to f32 at the very end); an exact op's outputs (quant_fp8) are
+              given in their stored dtype instead and written as they are.
 
 Every op takes `dtype`, the 16-bit storage type of its case: "f16" (the default) or "bf16"
-(softmax and set_rows also "f32"). Inputs are drawn in fp64 and rounded to fp32, then to that
-type (to_f16, to_bf16); each intermediate rounding of the op's contract (the stored sum of the
-residual norms, the normalised row of rmsnorm_gemm / layernorm_gemm, the activation of
+(softmax, set_rows and quant_fp8 also "f32"). Inputs are drawn in fp64 and rounded to fp32, then
+to that type (to_f16, to_bf16); each intermediate rounding of the op's contract (the stored sum
+of the residual norms, the normalised row of rmsnorm_gemm / layernorm_gemm, the activation of
 swiglu_gemm / gpt_ffn) rounds to it too. dtype is no manifest param: the input files' dtype says
 it. bf16 cases are named "bf16-..." (checked below).
 """
@@ -23,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from common.dtypes import F32, F64, I32, storage
+from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, storage, to_e4m3
 from common.rope_scaling import published_rope, rope_inv_freq
 from kernels.inputs import gelu_inputs, linear_weight, norm_weight, normal
 
@@ -442,7 +443,96 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
     return {}, {"x": x}, {"out": torch.softmax(d(x), dim=-1)}
 
 
+# ---------------------------------------------------------------------------------------------
+# FP8 quantisation (docs/quantization.md). The arithmetic is exact (a maximum, two correctly
+# rounded float32 divisions, one conversion), so the expected outputs are what a kernel must
+# write, bit for bit: the f8e4m3 bytes and the float32 scales, not fp64 references.
+
+# The floor of a group's amax, so an all-zero group gets a finite scale; torch casts the scalar
+# to the tensor's float32 (1.0000000133514320e-10), which is the spec's "1e-10 as float32".
+QUANT_AMAX_FLOOR = 1e-10
+
+
+def quant_groups(x, G):
+    """Dynamic quantisation of x [T, H] in groups of G consecutive elements of a row: (q f8e4m3
+    [T, H], scales f32 [T, H // G]). Everything in float32 on the CPU, where torch divides
+    (on a GPU torch multiplies by the reciprocal of a scalar divisor such as 448, rounding
+    twice): the amax (NaN when the group holds one), its floor, s = amax / 448 and x / s."""
+    T, H = x.shape
+    xg = x.to(F32).view(T, H // G, G)
+    s = xg.abs().amax(-1, keepdim=True).clamp(min=QUANT_AMAX_FLOOR) / E4M3_MAX
+    return to_e4m3(xg / s).view(T, H), s.view(T, H // G)
+
+
+def reciprocal_traps(r, s, count):
+    """Up to `count` float32 values v, random signs, for which e4m3(v / s) != e4m3(v * (1 / s)):
+    quotients within a few ulps of a midpoint between two f8e4m3 neighbours, where the product
+    with the reciprocal (rounded twice) lands on the other side. A kernel that multiplies by
+    1 / s fails on them; random float32 draws rarely hit one (16-bit inputs more often: their
+    quotient may be a tie exactly). s: a float32 scalar tensor. None found
+    (some scales have none): an empty tensor."""
+    pos = torch.arange(0x7F, dtype=torch.int32).to(torch.uint8).view(F8E4M3).to(F32)
+    mid = (pos[1:] + pos[:-1]) / 2                       # codes 0..0x7E are increasing
+    near = (mid * s).view(torch.int32)
+    cands = torch.cat([(near + k).view(F32) for k in range(-4, 5)])
+    differs = to_e4m3(cands / s).view(torch.uint8) != to_e4m3(cands * (1 / s)).view(torch.uint8)
+    found = torch.unique(cands[differs])
+    if found.numel() == 0:
+        return found
+    pick = found[r.randint(0, found.numel(), (count,)).long()]
+    return torch.where(r.rand((count,)) < 0.5, -pick, pick)
+
+
+def plant_reciprocal_traps(r, x, G, per_group):
+    """x (float32 [T, H]) with per_group reciprocal_traps of each group's scale written at random
+    places of the group other than its largest |x|: the traps stay below the amax (|v / s| <
+    448), so every scale is unchanged (checked)."""
+    T, H = x.shape
+    x = x.clone()
+    _, scales = quant_groups(x, G)
+    for t in range(T):
+        for g in range(H // G):
+            traps = reciprocal_traps(r, scales[t, g], per_group)
+            group = x[t, g * G:(g + 1) * G]
+            top = int(group.abs().argmax())
+            cols = [int(c) for c in r.rand((G,)).argsort() if int(c) != top][:traps.numel()]
+            group[cols] = traps
+    assert torch.equal(quant_groups(x, G)[1], scales), "a trap moved a scale"
+    return x
+
+
+def quant_fp8(r, *, T, H, mode, group_size=None, scale=None, dist=normal(), traps=0,
+              dtype="f16"):
+    """FP8 E4M3 activation quantisation of x [T, H] (f16, bf16 or f32; f32 keeps inf and NaN):
+    dynamic, a float32 scale per group of group_size elements of a row (G = H: per token;
+    quant_groups), or static, q = e4m3(x / scale) with the given scale (its float32, an input
+    tensor [1] as a checkpoint's activation scale is). Static cases have no group_size.
+    traps (f32 only): reciprocal_traps planted, that many per group (dynamic) or in the whole
+    tensor (static)."""
+    x = dist(r, (T, H))
+    x = x.to(F32) if dtype == "f32" else storage(dtype)(x)
+    if traps and dtype != "f32":
+        raise ValueError("quant_fp8: traps need f32 inputs (a 16-bit x would round them)")
+    if mode == "dynamic":
+        if scale is not None or not (isinstance(group_size, int) and group_size > 0 and
+                                     H % group_size == 0):
+            raise ValueError("quant_fp8 dynamic: group_size %r of %d, scale %r"
+                             % (group_size, H, scale))
+        if traps:
+            x = plant_reciprocal_traps(r, x, group_size, traps)
+        q, scales = quant_groups(x, group_size)
+        return {"mode": mode, "group_size": group_size}, {"x": x}, {"out": q, "scales": scales}
+    if mode != "static" or group_size is not None or scale is None or not scale > 0:
+        raise ValueError("quant_fp8 %s: group_size %r, scale %r" % (mode, group_size, scale))
+    s = torch.tensor([scale], dtype=F64).to(F32)
+    if traps:
+        x = x.clone()
+        v = reciprocal_traps(r, s[0], traps)
+        x.view(-1)[r.rand((T * H,)).argsort()[:v.numel()]] = v
+    return {"mode": mode}, {"x": x, "scale": s}, {"out": to_e4m3(x.to(F32) / s)}
+
+
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
-    pos_embedding, embedding, set_rows, gemm, softmax)}
+    pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8)}

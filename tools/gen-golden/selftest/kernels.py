@@ -7,9 +7,12 @@ visibly wrong, poison must sit where the kernel must not read, ...), seed stabil
 write / read-back round trip of the file format. bf16 cases (named bf16-...) are checked the same
 way: their inputs read from the raw bits (numpy has no bfloat16) must be bf16 values, every
 16-bit input of the case bf16 and of no other case, the contract's intermediate roundings done
-here to bf16 by bit arithmetic, and the .npy files hold the bits as '<u2'.
+here to bf16 by bit arithmetic, and the .npy files hold the bits as '<u2'. quant_fp8 is exact:
+its committed sets, read from disk, are recomputed bit for bit by a numpy f8e4m3 codec written
+from the bit layout, and broken variants of each of its steps must disagree with them.
 """
 
+import functools
 import hashlib
 import json
 import math
@@ -359,6 +362,276 @@ def rope_properties(name, p, i):
         assert np.abs(got - w).max() > 0.05 * scale, "%s: a %s rotation would pass" % (name, what)
 
 
+# ---------------------------------------------------------------------------------------------
+# quant_fp8 (docs/quantization.md) in numpy, no torch: the f8e4m3 codec from its bit layout,
+# the group amax, and numpy's float32 divisions (IEEE, correctly rounded like torch's CPU ones).
+
+E4M3_NAN = 0x7F
+F32_448 = 0x43E00000  # the float32 bits of 448, the largest f8e4m3 value
+
+
+def e4m3_decode(codes):
+    """float64 values of f8e4m3 bytes from the layout S.EEEE.MMM, bias 7: (1 + m/8) 2^(e-7),
+    (m/8) 2^-6 for e = 0, NaN for S.1111.111 (docs/quantization.md, "FP8 storage types")."""
+    c = np.asarray(codes, dtype=np.int64)
+    e, m = (c >> 3) & 0xF, c & 0x7
+    mag = np.where(e == 0, m / 8.0 * 2.0**-6, (1.0 + m / 8.0) * np.exp2(e - 7.0))
+    v = np.where(c & 0x80, -mag, mag)
+    return np.where((c & 0x7F) == E4M3_NAN, np.nan, v)
+
+
+def e4m3_encode(v, ties="even", saturate=True, subnormals=True, nan_sign=False):
+    """f8e4m3 bytes of float32 values by integer arithmetic on their bits: |v| clamped to 448,
+    its significand cut to 3 bits at its own exponent (to a multiple of 2^-9 below 2^-6, the
+    subnormals), rounded to nearest with ties to the even code; NaN 0x7F. The keywords make the
+    broken variants the committed sets must reject: ties "away" from zero or to "zero"
+    (truncation), no saturation (torch's own conversion: a code past 0x7E is NaN), subnormals
+    flushed to zero, a NaN's sign kept."""
+    bits = np.asarray(v, dtype=np.float32).view(np.uint32).astype(np.int64)
+    sign = (bits >> 31) << 7
+    mag = bits & 0x7FFFFFFF
+    nan = mag > 0x7F800000
+    if saturate:
+        mag = np.minimum(mag, F32_448)
+    exp, frac = mag >> 23, mag & 0x7FFFFF
+    normal = exp >= 121                                  # |v| >= 2^-6
+    # normal: the top 3 fraction bits below an exponent rebased to bias 7, 20 bits cut; below
+    # 2^-6: the significand in units of 2^-9, shifted right by 141 - exp (at most 40: all gone)
+    sig = np.where(exp > 0, frac | 0x800000, frac)
+    shift = np.where(normal, 20, np.minimum(141 - np.maximum(exp, 1), 40))
+    code = np.where(normal, ((exp - 120) << 3) | (frac >> 20), sig >> shift)
+    rest, half = sig & ((1 << shift) - 1), 1 << (shift - 1)
+    if ties == "even":
+        up = (rest > half) | ((rest == half) & ((code & 1) == 1))
+    elif ties == "away":
+        up = rest >= half
+    else:
+        up = np.zeros_like(rest, dtype=bool)
+    code = code + up
+    if not saturate:
+        code = np.minimum(code, E4M3_NAN)
+    if not subnormals:
+        code = np.where(normal, code, 0)
+    out = np.where(nan, E4M3_NAN | (sign if nan_sign else 0), code | sign)
+    return out.astype(np.uint8)
+
+
+def e4m3_nearest(v):
+    """The definition itself, to check e4m3_encode on the conversion table: the f8e4m3 value
+    nearest to the float64 |v| (clamped to 448) among the decoded finite codes, a tie to the
+    even code, v's sign; NaN 0x7F."""
+    v = np.asarray(v, dtype=np.float64)
+    table = e4m3_decode(np.arange(0x7F))                 # 0 .. 448, increasing
+    a = np.minimum(np.abs(np.nan_to_num(v)), 448.0)
+    hi = np.clip(np.searchsorted(table, a), 1, 0x7E)
+    lo = hi - 1
+    dlo, dhi = a - table[lo], table[hi] - a
+    code = np.where((dlo < dhi) | ((dlo == dhi) & (lo % 2 == 0)), lo, hi)
+    code = np.where(np.signbit(v), code | 0x80, code)
+    return np.where(np.isnan(v), E4M3_NAN, code).astype(np.uint8)
+
+
+def group_scales(xg, floor=True, reciprocal_448=False, nan_max=True):
+    """The float32 scale of each group (the last axis of xg): max(amax, 1e-10 as float32) / 448.
+    The keywords make broken variants: no floor (0 / 0 for a zero group), a product with 1/448,
+    an amax that skips NaN (CUDA's fmaxf)."""
+    amax = np.max(np.abs(xg), axis=-1) if nan_max else np.fmax.reduce(np.abs(xg), axis=-1)
+    if floor:
+        amax = np.maximum(amax, np.float32(1e-10))
+    if reciprocal_448:
+        return amax * (np.float32(1) / np.float32(448))
+    return amax / np.float32(448)
+
+
+def np_quant_fp8(p, i, encode=e4m3_encode, divide=np.divide, scales=group_scales):
+    """quant_fp8's outputs from params p and float32 inputs i: {"out": bytes, "scales": f32}
+    (dynamic) or {"out": bytes} (static). encode, divide and scales are replaced by the broken
+    variants."""
+    x = np.asarray(i["x"], dtype=np.float32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if p["mode"] == "static":
+            return {"out": encode(divide(x, i["scale"].astype(np.float32)[0]))}
+        T, H = x.shape
+        xg = x.reshape(T, H // p["group_size"], p["group_size"])
+        s = scales(xg).astype(np.float32)
+        return {"out": encode(divide(xg, s[..., None])).reshape(T, H), "scales": s}
+
+
+def same_bits(a, b):
+    """Equal shapes and bytes, where a NaN equals any NaN (the spec fixes a NaN byte of f8e4m3,
+    not the payload of a NaN scale)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype == np.float32:
+        both = np.isnan(a) & np.isnan(b)
+        return np.array_equal(np.where(both, 0, a.view(np.uint32)),
+                              np.where(both, 0, b.view(np.uint32)))
+    return np.array_equal(a, b)
+
+
+# Broken implementations the committed quant_fp8 sets must reject, each a realistic mistake.
+QUANT_BROKEN = {
+    "ties away from zero": dict(encode=functools.partial(e4m3_encode, ties="away")),
+    "truncation": dict(encode=functools.partial(e4m3_encode, ties="zero")),
+    "no saturation (NaN from 464 up)": dict(encode=functools.partial(e4m3_encode, saturate=False)),
+    "subnormals flushed": dict(encode=functools.partial(e4m3_encode, subnormals=False)),
+    "a NaN's sign kept": dict(encode=functools.partial(e4m3_encode, nan_sign=True)),
+    "x * (1 / s)": dict(divide=lambda x, s: x * (np.float32(1) / s)),
+    "x / s in float64, not rounded to float32": dict(
+        encode=e4m3_nearest, divide=lambda x, s: x.astype(np.float64) / np.asarray(s, np.float64)),
+    "s = amax * (1 / 448)": dict(scales=functools.partial(group_scales, reciprocal_448=True)),
+    "no amax floor": dict(scales=functools.partial(group_scales, floor=False)),
+    "an amax that skips NaN": dict(scales=functools.partial(group_scales, nan_max=False)),
+}
+
+
+def check_quant_fp8(where, p, i, got):
+    """One quant_fp8 case (float32 inputs i, outputs got: out bytes, scales f32) against
+    np_quant_fp8, bit for bit; and what the case exists for holds in its data. Returns the
+    broken variants (QUANT_BROKEN) that disagree with it."""
+    name = where.rsplit("/", 1)[-1]
+    name = name[len("bf16-"):] if name.startswith("bf16-") else name
+    want = np_quant_fp8(p, i)
+    assert list(got) == list(want), "%s: outputs %s" % (where, list(got))
+    for n in want:
+        assert same_bits(got[n], want[n]), "%s: %s differs from numpy at %d elements" % (
+            where, n, int((got[n] != want[n]).sum()))
+    quant_properties(where, name, p, i, got)
+    return {what for what, kw in QUANT_BROKEN.items()
+            if not all(same_bits(w, got[n]) for n, w in np_quant_fp8(p, i, **kw).items())}
+
+
+def quant_properties(where, name, p, i, got):
+    """The params and name agree, and each edge case's data holds its edge."""
+    x = i["x"]
+    T, H = x.shape
+    assert name.startswith(p["mode"]), "%s: mode %s" % (where, p["mode"])
+    if p["mode"] == "dynamic":
+        G = p["group_size"]
+        assert list(p) == ["mode", "group_size"] and H % G == 0 and "scale" not in i, where
+        assert ("per-token" in name) == (G == H) and ("g128" in name) == (G == 128), where
+    else:
+        assert list(p) == ["mode"] and i["scale"].shape == (1,), where
+        tag = name.split("_")[1]                         # static_s<scale>_...
+        assert tag.startswith("s") and np.float32(float(tag[1:])) == i["scale"][0] > 0, where
+    if "e4m3-boundaries" in name:
+        e4m3_table_properties(where, x, i["scale"])
+    if "zero-row" in name:
+        groups = x.reshape(T, H // p["group_size"], p["group_size"])
+        zero_rows = np.all(x == 0, axis=-1)
+        zero_groups = np.all(groups == 0, axis=-1) & ~zero_rows[:, None]
+        assert zero_rows.any() and zero_groups.any(), "%s: no zero row or group" % where
+        assert np.signbit(groups[zero_groups]).any(), "%s: the zero group holds no -0" % where
+        s = got["scales"]
+        assert (s.max(-1) > 10 * np.where(s > 1e-9, s, np.inf).min(-1))[~zero_rows].all(), \
+            "%s: outlier channels do not set their groups apart" % where
+    if "inf-nan" in name:
+        b = got["out"].reshape(T, H // p["group_size"], p["group_size"])
+        s = got["scales"]
+        inf = np.isinf(x.reshape(b.shape)).any(-1)
+        nan = np.isnan(x.reshape(b.shape)).any(-1)
+        assert inf.sum() == 1 and nan.sum() == 1 and np.isinf(s[inf]).all() and \
+            np.isnan(s[nan]).all(), where
+        # the inf group: finite values give +0 and -0, the inf itself inf / inf = NaN
+        assert set(np.unique(b[inf]).tolist()) == {0x00, 0x80, E4M3_NAN}, where
+        assert np.all(b[nan] == E4M3_NAN), where
+    if "reciprocal-traps" in name:
+        traps = int((np_quant_fp8(p, i, **QUANT_BROKEN["x * (1 / s)"])["out"] != got["out"]).sum())
+        assert traps >= 8, "%s: %d reciprocal traps" % (where, traps)
+
+
+def e4m3_table_properties(where, x, scale):
+    """The conversion table (scale 1) holds every boundary docs/quantization.md lists, by bits:
+    each finite code's value, each midpoint of neighbours and its float32 neighbours, both NaNs,
+    +-inf, 448 to 480 and past, 2^-10 and around it; and the bit encoder here agrees with the
+    definition (e4m3_nearest) on every one of them."""
+    assert scale[0] == 1.0, where
+    have = set(x.view(np.uint32).ravel().tolist())
+
+    def f32(v):
+        return np.asarray(v, dtype=np.float32)
+
+    finite = e4m3_decode(np.arange(256))
+    finite = finite[~np.isnan(finite)]
+    pos = np.unique(np.abs(finite))
+    mid = f32((pos[1:] + pos[:-1]) / 2)
+    assert np.array_equal(mid.astype(np.float64), (pos[1:] + pos[:-1]) / 2), "a midpoint rounds"
+    need = [f32(finite), mid, np.nextafter(mid, f32(np.inf)), np.nextafter(mid, f32(0)),
+            f32([448, 456, 464, 470, 480, 1e6, 3.4e38, np.inf, 2.0**-10, 2.0**-11, 2.0**-149]),
+            np.nextafter(f32([448, 464, 480, 2.0**-10]), f32(np.inf)),
+            np.nextafter(f32([464, 480, 2.0**-10]), f32(0))]
+    for v in need:
+        for signed in (v, -v):
+            missing = set(signed.view(np.uint32).ravel().tolist()) - have
+            assert not missing, "%s: lacks %s" % (where, sorted(missing)[:4])
+    assert {0x7FC00000, 0xFFC00000} <= have, "%s: +NaN and -NaN" % where
+    assert np.array_equal(e4m3_encode(x), e4m3_nearest(x.astype(np.float64))), \
+        "%s: the bit encoder is not the nearest value, ties to even" % where
+
+
+def read_set(case_dir):
+    """A kernel set as a reader sees it: (manifest, {name: array}) with 16-bit floats and f32 as
+    float32 (bf16 from its bits), f8e4m3 as its bytes, every file's sha256 and .npy descr
+    checked against the manifest."""
+    with open(os.path.join(case_dir, "manifest.json"), "rb") as f:
+        m = json.loads(f.read())
+    descr = {"f16": "<f2", "bf16": "<u2", "f32": "<f4", "i32": "<i4", "f8e4m3": "|u1"}
+    arrays = {}
+    for e in m["files"]:
+        path = os.path.join(case_dir, e["file"])
+        with open(path, "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == e["sha256"], path
+        arr = np.load(path, allow_pickle=False)
+        assert arr.dtype.str == descr[e["dtype"]] and list(arr.shape) == e["shape"], path
+        if e["dtype"] == "bf16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        elif e["dtype"] == "f16":
+            arr = arr.astype(np.float32)
+        arrays[e["name"]] = arr
+    assert set(os.listdir(case_dir)) == {e["file"] for e in m["files"]} | {"manifest.json"}
+    return m, arrays
+
+
+def check_e4m3_decoding():
+    """All 256 codes decoded from the bit layout are torch's float8_e4m3fn values, NaN where
+    torch has NaN (0x7F and 0xFF only)."""
+    mine = e4m3_decode(np.arange(256))
+    theirs = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn) \
+        .to(torch.float64).numpy()
+    assert np.array_equal(np.isnan(mine), np.isnan(theirs)), "NaN codes differ"
+    assert np.flatnonzero(np.isnan(mine)).tolist() == [0x7F, 0xFF]
+    assert np.array_equal(mine.view(np.uint64)[~np.isnan(mine)],
+                          theirs.view(np.uint64)[~np.isnan(theirs)]), "a decoded value differs"
+    assert mine[0x7E] == 448 and mine[0x01] == 2.0**-9 and mine[0x80] == 0 and \
+        np.signbit(mine[0x80])
+
+
+def check_quant_fp8_sets():
+    """The committed quant_fp8 sets on disk (golden/kernels/quant_fp8), read as a reader does,
+    exactly the committed case table, recomputed by np_quant_fp8 bit for bit; every broken
+    variant of QUANT_BROKEN rejected by at least one of them."""
+    check_e4m3_decoding()
+    op_dir = os.path.join(os.path.dirname(__file__), "..", "..", "..", "golden", "kernels",
+                          "quant_fp8")
+    names = {c.name for c in kernel_cases.cases_for(kernel_cases.COMMITTED, ["quant_fp8"])}
+    assert set(os.listdir(op_dir)) == names, "golden/kernels/quant_fp8 is not the case table " \
+        "(run: python3 tools/gen-golden kernels --op quant_fp8)"
+    caught = {what: [] for what in QUANT_BROKEN}
+    for name in sorted(names):
+        m, arrays = read_set(os.path.join(op_dir, name))
+        assert m["op"] == "quant_fp8" and m["case"] == name and m["tier"] == "committed", name
+        roles = {e["name"]: e["role"] for e in m["files"]}
+        ins = {n: v for n, v in arrays.items() if roles[n] == "input"}
+        got = {n: v for n, v in arrays.items() if roles[n] == "expected"}
+        for what in check_quant_fp8("quant_fp8/" + name, m["params"], ins, got):
+            caught[what].append(name)
+    for what, by in caught.items():
+        assert by, "quant_fp8: no committed set rejects %s" % what
+        print("quant_fp8 rejects %-42s in %d set(s), e.g. %s" % (what, len(by), by[0]))
+    print("quant_fp8: %d committed sets on disk match numpy bit for bit; 256 codes decode as "
+          "torch's" % len(names))
+
+
 def storage_dtype(case, inputs):
     """The case's 16-bit storage type from its inputs, checked: bf16 exactly in the cases named
     bf16-..., every 16-bit input of a case the same type, the f32 inputs only where the op takes
@@ -371,9 +644,10 @@ def storage_dtype(case, inputs):
     assert bf == case.name.startswith("bf16-"), "%s/%s: bf16 inputs %s" % (case.op, case.name, bf)
     for n, t in inputs.items():
         if t.dtype == torch.float32:
-            assert (case.op, n) in (("rope", "freq_divisor"), ("rope", "long_divisor")) or \
-                (case.op in ("softmax", "set_rows") and not half), "%s/%s: %s is f32" % (
-                    case.op, case.name, n)
+            assert (case.op, n) in (("rope", "freq_divisor"), ("rope", "long_divisor"),
+                                    ("quant_fp8", "scale")) or \
+                (case.op in ("softmax", "set_rows", "quant_fp8") and not half), \
+                "%s/%s: %s is f32" % (case.op, case.name, n)
         if t.dtype == torch.bfloat16:
             v = a(t)
             assert np.array_equal(bf16(v), v), "%s/%s: %s" % (case.op, case.name, n)
@@ -387,6 +661,12 @@ def storage_dtype(case, inputs):
 def check_case(case):
     seed, params, inputs, expected = kernel_cases.build(case)
     dtype = storage_dtype(case, inputs)
+    if case.op == "quant_fp8":
+        got = {n: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.numpy()
+               for n, t in expected.items()}
+        check_quant_fp8(case.op + "/" + case.name, params,
+                        {n: a(t).astype(np.float32) for n, t in inputs.items()}, got)
+        return 0.0
     ins = {n: a(t) for n, t in inputs.items()}
     properties(case, params, ins, "bf16" if dtype == "bf16" else "f16")
     ref = reference(case.op, params, ins, bf16 if dtype == "bf16" else f16)
@@ -415,8 +695,10 @@ def check_round_trip():
              if (c.op, c.name) in {("rope", "partial-r32-d64_t3"), ("gemm", "odd-m3-n257-k1001"),
                                    ("softmax", "attn-causal-f16_t8"),
                                    ("rmsnorm_residual", "bf16-outliers-x20_llama3.2-1b_t1_inplace"),
-                                   ("set_rows", "bf16-odd-3x50_l8_t3")}]
-    assert len(picks) == 5
+                                   ("set_rows", "bf16-odd-3x50_l8_t3"),
+                                   ("quant_fp8", "static_s1_e4m3-boundaries_h128_f32"),
+                                   ("quant_fp8", "bf16-dynamic-g128_llama3.2-1b_t3")}]
+    assert len(picks) == 7
     with tempfile.TemporaryDirectory() as tmp:
         for c in picks:
             digests = []
@@ -442,7 +724,8 @@ def check_round_trip():
                     assert data.startswith(b"\x93NUMPY\x01\x00")
                     assert hashlib.sha256(data).hexdigest() == e["sha256"]
                     arr = np.load(os.path.join(d, e["file"]), allow_pickle=False)
-                    want = {"f16": "<f2", "bf16": "<u2", "f32": "<f4", "i32": "<i4"}[e["dtype"]]
+                    want = {"f16": "<f2", "bf16": "<u2", "f32": "<f4", "i32": "<i4",
+                            "f8e4m3": "|u1", "f8e5m2": "|u1"}[e["dtype"]]
                     assert arr.dtype.str == want and list(arr.shape) == e["shape"]
                     assert arr.flags.c_contiguous
                     # the header names the stored type literally ('<u2' for bf16 bits)
@@ -454,8 +737,15 @@ def check_round_trip():
                             assert np.array_equal(bf16_bits_to_f64(arr), a(t)), e["file"]
                             assert np.array_equal(arr, t.view(torch.int16).numpy().view(np.uint16))
                         else:
-                            assert np.array_equal(arr, t.numpy()), e["file"]
-                    assert (e["role"] != "input") == (e["dtype"] == "f32" and e["name"] in expected)
+                            # the bytes: every NaN of quant_fp8's conversion table and its sign
+                            assert arr.tobytes() == t.numpy().tobytes(), e["file"]
+                    else:  # fp64 references as f32, exact outputs as built (f8e4m3: the bytes)
+                        t = expected[e["name"]]
+                        assert e["dtype"] == ("f32" if t.dtype == torch.float64 else
+                                              manifest.DTYPES[t.dtype][0]), e["file"]
+                        if e["dtype"] == "f8e4m3":
+                            assert np.array_equal(arr, t.view(torch.uint8).numpy()), e["file"]
+                    assert (e["role"] != "input") == (e["name"] in expected)
                     assert (e["role"] == "allowance") == e["name"].endswith("_allowance")
                 digests.append(h.hexdigest())
             assert digests[0] == digests[1], "%s/%s: regeneration differs" % (c.op, c.name)
@@ -531,6 +821,7 @@ def run():
               % (op, n, max(per_op[op])))
     check_round_trip()
     print("round trip: manifests, sha256, .npy headers and regeneration OK")
+    check_quant_fp8_sets()
     check_gpt_ffn_allowance()
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))
     return 0

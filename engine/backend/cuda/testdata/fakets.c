@@ -823,6 +823,18 @@ int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *str
     return TS_OK;
 }
 
+int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,
+                 void *stream) {
+    logf_("ts_quant_fp8 in_dtype=%d rows=%d hidden=%d group_size=%d static=%d stream=%d", cfg->in_dtype, cfg->rows,
+          cfg->hidden, cfg->group_size, scale != NULL, stream != NULL);
+    int st = enter("ts_quant_fp8", 1);
+    if (st) return st;
+    NEED("quant_fp8", out);
+    NEED("quant_fp8", x);
+    if (scale == NULL) NEED("quant_fp8", scales);
+    return TS_OK;
+}
+
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream) {
     logf_("ts_sample rows=%d vocab=%d temperature=%g top_k=%d top_p=%g seed=%llu step=%llu stream=%d", cfg->rows,
           cfg->vocab, cfg->temperature, cfg->top_k, cfg->top_p, (unsigned long long)cfg->seed,
