@@ -383,6 +383,19 @@ typedef struct {
     int group_size;
 } ts_quant_config;
 
+/* gemm_fp8: out [m, n] (out_dtype TS_F16 or TS_BF16) = dequant(x) [m, k] . dequant(w)^T for the
+ * f8e4m3 x and w [n, k] (the w8a8 GEMM of FP8 checkpoints), fp32 accumulation; a value
+ * dequantises as float(q) * scale. block_scales 1: x_scales [m, k/128] (1x128 groups, k % 128 == 0)
+ * and w_scales [ceil(n/128), k/128] (128x128 blocks, transformers' weight_scale_inv); 0: per
+ * token x_scales [m, 1] and per output channel w_scales [n, 1] (compressed-tensors' FP8-dynamic). */
+typedef struct {
+    ts_dtype out_dtype;
+    int m;
+    int n;
+    int k;
+    int block_scales;
+} ts_gemm_fp8_config;
+
 /* sample: one token per row of fp32 logits [rows, vocab] into int32 tokens [rows], exactly as
  * docs/sampling.md defines it (Philox4x32-10 keyed by seed, counter (step, row); greedy when
  * temperature is 0; top-k, temperature, top-p, then the draw, in fp64 over the canonical
@@ -489,6 +502,8 @@ int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
 int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,
                  void *stream);
+int ts_gemm_fp8(void *out, const void *x, const float *x_scales, const void *w, const float *w_scales,
+                const ts_gemm_fp8_config *cfg, void *stream);
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);
 int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream);
 

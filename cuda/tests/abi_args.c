@@ -307,6 +307,28 @@ int main(void) {
         qi.in_dtype = (ts_dtype)9;
         expect("quant_fp8 in_dtype 9", ts_quant_fp8(P, F, P, NULL, &qi, NULL), TS_ERR_INVALID_ARGUMENT, "quant_fp8",
                "in_dtype", "9");
+
+        /* gemm_fp8: block scales need k % 128 == 0; a 16-bit out_dtype; block_scales 0 or 1 */
+        ts_gemm_fp8_config g8 = {TS_BF16, 4, 200, 512, 1};
+        expect("gemm_fp8 valid", ts_gemm_fp8(P, P, F, P, F, &g8, NULL), TS_ERR_NOT_INITIALIZED, "gemm_fp8", "ts_init",
+               NULL);
+        ts_gemm_fp8_config gk = g8;
+        gk.k = 200;
+        expect("gemm_fp8 block k 200", ts_gemm_fp8(P, P, F, P, F, &gk, NULL), TS_ERR_INVALID_ARGUMENT, "gemm_fp8", "k",
+               "200");
+        gk.block_scales = 0;
+        expect("gemm_fp8 channel k 200", ts_gemm_fp8(P, P, F, P, F, &gk, NULL), TS_ERR_NOT_INITIALIZED, "gemm_fp8",
+               "ts_init", NULL);
+        ts_gemm_fp8_config gb = g8;
+        gb.block_scales = 2;
+        expect("gemm_fp8 block_scales 2", ts_gemm_fp8(P, P, F, P, F, &gb, NULL), TS_ERR_INVALID_ARGUMENT, "gemm_fp8",
+               "block_scales", "2");
+        ts_gemm_fp8_config go = g8;
+        go.out_dtype = TS_F32;
+        expect("gemm_fp8 out f32", ts_gemm_fp8(P, P, F, P, F, &go, NULL), TS_ERR_UNSUPPORTED, "gemm_fp8", "out_dtype",
+               NULL);
+        expect("gemm_fp8 no w_scales", ts_gemm_fp8(P, P, F, P, NULL, &g8, NULL), TS_ERR_INVALID_ARGUMENT, "gemm_fp8",
+               "w_scales", "NULL");
     }
 
     /* bf16 storage: every op that takes TS_F16 takes TS_BF16, so a bf16 config passes validation

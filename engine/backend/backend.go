@@ -166,6 +166,12 @@ type Kernels interface {
 	// scale max(amax, 1e-10) / 448 written to the f32 scales [T, H/groupSize]. Static (scale
 	// the f32 [1] per-tensor scale, scales nil, groupSize 0): out = e4m3(x / scale).
 	QuantFP8(out, scales, x, scale Buffer, groupSize int) error
+	// GemmFP8 computes out [M, N] (f16 or bf16) = dequant(x) [M, K] · dequant(w)ᵀ for the
+	// f8e4m3 x and w [N, K], fp32 accumulation: the w8a8 GEMM of FP8 checkpoints. block: x's
+	// f32 scales are [M, K/128] (1x128 groups, K % 128 == 0) and w's [ceil(N/128), K/128]
+	// (128x128 blocks, transformers' weight_scale_inv); else per token [M, 1] and per output
+	// channel [N, 1] (compressed-tensors' FP8-dynamic). A value dequantises as float(q) · scale.
+	GemmFP8(out, x, xScales, w, wScales Buffer, block bool) error
 }
 
 // SampleConfig configures seeded sampling as docs/sampling.md defines it.
@@ -214,7 +220,7 @@ var Ops = []string{
 	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
-	"quant_fp8",
+	"quant_fp8", "gemm_fp8",
 }
 
 // Timer brackets device work with device events, for benchmarks.

@@ -457,6 +457,46 @@ func CheckQuantFP8(out, scales, x, scale Buffer, groupSize int) error {
 	return c.Err()
 }
 
+// FP8BlockSize is the side of the fine-grained FP8 scale blocks: 1x128 activation groups,
+// 128x128 weight blocks.
+const FP8BlockSize = 128
+
+// CheckGemmFP8 validates an FP8 GEMM (Kernels.GemmFP8): x f8e4m3 [M, K], w f8e4m3 [N, K], their
+// f32 scales in the block or per-channel layout, out f16 or bf16 [M, N].
+func CheckGemmFP8(out, x, xScales, w, wScales Buffer, block bool) error {
+	c := Validate("gemm_fp8")
+	c.DType("x", x, tensor.F8E4M3)
+	c.Rank("x", x, 2)
+	c.DType("w", w, tensor.F8E4M3)
+	c.Rank("w", w, 2)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	m, k, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
+	c.That(w.Shape()[1] == k, "w", describe(w), "want [N, %d]: its last dim must equal x's K", k)
+	c.DType("x_scales", xScales, tensor.F32)
+	c.DType("w_scales", wScales, tensor.F32)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	if block {
+		const b = FP8BlockSize
+		c.That(k%b == 0, "x", describe(x), "block scales need K %% %d == 0 (1x%d activation groups)", b, b)
+		if c.Err() == nil {
+			c.Shape("x_scales", xScales, []int{m, k / b}, "[M, K/128]: one scale per 1x128 group")
+			c.Shape("w_scales", wScales, []int{(n + b - 1) / b, k / b}, "[ceil(N/128), K/128]: one scale per 128x128 block")
+		}
+	} else {
+		c.Shape("x_scales", xScales, []int{m, 1}, "[M, 1]: one scale per token")
+		c.Shape("w_scales", wScales, []int{n, 1}, "[N, 1]: one scale per output channel")
+	}
+	if c.Err() == nil {
+		c.DType("out", out, tensor.F16, tensor.BF16)
+		c.Shape("out", out, []int{m, n}, "[rows of x, rows of w]")
+	}
+	return c.Err()
+}
+
 // IndexError reports an index value read from a buffer that is out of range.
 func IndexError(op, arg string, i, value int, reason string) error {
 	return &ArgError{Op: op, Arg: arg + "[" + fmtI(i) + "]", Value: fmtI(value), Reason: reason}

@@ -84,6 +84,9 @@ func Cases() []Case {
 		{Name: "quant_fp8 dynamic g128 4096x7168 bf16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 128}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.BF16, []int{4096, 7168}, normal(3, 0))},
 			Bytes:  elems(4096, 7168)*(f16+1) + elems(4096, 7168/128)*f32},
+		gemmFP8Case("gemm_fp8 block deepseek-v3 prefill M=4096 N=K=7168", 4096, 7168, 7168, true),
+		gemmFP8Case("gemm_fp8 block decode M=16 N=K=7168", 16, 7168, 7168, true),
+		gemmFP8Case("gemm_fp8 channel llama3-8b M=2048 N=K=4096", 2048, 4096, 4096, false),
 		{Name: "quant_fp8 dynamic per-token 16x4096 f16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 4096}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{16, 4096}, normal(3, 0))},
 			Bytes:  elems(16, 4096)*(f16+1) + 16*f32},
@@ -232,5 +235,21 @@ func gemm(name string, m, n, k int) Case {
 		Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{m, k}, nil), in("w", tensor.F16, []int{n, k}, normal(1/math.Sqrt(float64(k)), 0))},
 		Flops:  2 * elems(m, n, k),
 		Bytes:  elems(m, k)*f16 + elems(n, k)*f16 + elems(m, n)*outBytes,
+	}
+}
+
+// gemmFP8Case is an FP8 GEMM into bf16 with block (1x128, 128x128) or per-channel scales: FP8
+// values spread over the format, scales ~0.01 so the sums stay O(sqrt(K)).
+func gemmFP8Case(name string, m, n, k int, block bool) Case {
+	scales, xs, ws := "channel", []int{m, 1}, []int{n, 1}
+	if block {
+		scales, xs, ws = "block", []int{m, k / 128}, []int{(n + 127) / 128, k / 128}
+	}
+	sc := normal(0.001, 0.01)
+	return Case{Name: name, Op: "gemm_fp8", Params: fmt.Sprintf(`{"scales": %q, "out_dtype": "bf16"}`, scales),
+		Inputs: []conformance.InputSpec{in("x", tensor.F8E4M3, []int{m, k}, normal(100, 0)), in("x_scales", tensor.F32, xs, sc),
+			in("w", tensor.F8E4M3, []int{n, k}, normal(100, 0)), in("w_scales", tensor.F32, ws, sc)},
+		Flops: 2 * elems(m, n, k),
+		Bytes: elems(m, k) + elems(n, k) + elems(m, n)*f16 + int64(xs[0]*xs[1]+ws[0]*ws[1])*f32,
 	}
 }

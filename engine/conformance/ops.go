@@ -53,6 +53,13 @@ type quantParams struct {
 	GroupSize *int   `json:"group_size,omitempty"`
 }
 
+// gemmFP8Params: scales "block" (1x128 activation groups, 128x128 weight blocks) or
+// "channel" (per token, per output channel); out_dtype f16 or bf16.
+type gemmFP8Params struct {
+	Scales   string `json:"scales"`
+	OutDType string `json:"out_dtype"`
+}
+
 type residualParams struct {
 	InPlace bool `json:"inplace"`
 }
@@ -540,5 +547,24 @@ func init() {
 		if p.Mode == "dynamic" {
 			c.output("scales", scales)
 		}
+	})
+	register("gemm_fp8", func(c *call) {
+		var p gemmFP8Params
+		c.params(&p)
+		if p.Scales != "block" && p.Scales != "channel" {
+			c.fail(fmt.Errorf("param scales = %q: want block or channel", p.Scales))
+		}
+		dt, err := tensor.ParseDType(p.OutDType)
+		if err != nil || (dt != tensor.F16 && dt != tensor.BF16) {
+			c.fail(fmt.Errorf("param out_dtype = %q: want f16 or bf16", p.OutDType))
+		}
+		x, xs, w, ws := c.input("x"), c.input("x_scales"), c.input("w"), c.input("w_scales")
+		m, n := c.dim("x", x, 0), c.dim("w", w, 0)
+		var out backend.Buffer
+		if c.err == nil {
+			out = c.alloc(dt, []int{m, n})
+		}
+		c.do(func() error { return c.b.GemmFP8(out, x, xs, w, ws, p.Scales == "block") })
+		c.output("out", out)
 	})
 }

@@ -72,6 +72,10 @@ func RandomInputs(seed uint64, specs []InputSpec) map[string]*tensor.Tensor {
 				t.F32[i] = float32(v)
 			case tensor.I32:
 				t.I32[i] = int32(v)
+			case tensor.F8E4M3, tensor.F8E5M2:
+				// the draw converted as docs/quantization.md says (saturating): normal draws
+				// scaled by a generator into the format's range cover its exponents
+				t.F8[i] = tensor.FP8FromFloat32(in.DType, float32(v))
 			}
 		}
 		ts[in.Name] = t

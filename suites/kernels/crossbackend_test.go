@@ -63,6 +63,11 @@ var crossCases = []crossCase{
 	{"softmax", `{}`, []conformance.InputSpec{in("x", tensor.F32, []int{8, 100003}, normalGen(4, 0))}},
 	{"quant_fp8", `{"mode": "dynamic", "group_size": 128}`, []conformance.InputSpec{in("x", tensor.BF16, []int{333, 7168}, normalGen(3, 0))}},
 	{"quant_fp8", `{"mode": "dynamic", "group_size": 5120}`, []conformance.InputSpec{in("x", tensor.F16, []int{257, 5120}, nil)}},
+	// FP8 values spread over the format (std 100 of 448), scales ~0.01: products ~1, sums ~sqrt(K)
+	{"gemm_fp8", `{"scales": "block", "out_dtype": "bf16"}`, []conformance.InputSpec{in("x", tensor.F8E4M3, []int{77, 2048}, normalGen(100, 0)), in("x_scales", tensor.F32, []int{77, 16}, normalGen(0.001, 0.01)),
+		in("w", tensor.F8E4M3, []int{1000, 2048}, normalGen(100, 0)), in("w_scales", tensor.F32, []int{8, 16}, normalGen(0.001, 0.01))}},
+	{"gemm_fp8", `{"scales": "channel", "out_dtype": "f16"}`, []conformance.InputSpec{in("x", tensor.F8E4M3, []int{5, 1536}, normalGen(100, 0)), in("x_scales", tensor.F32, []int{5, 1}, normalGen(0.001, 0.01)),
+		in("w", tensor.F8E4M3, []int{1024, 1536}, normalGen(100, 0)), in("w_scales", tensor.F32, []int{1024, 1}, normalGen(0.001, 0.01))}},
 	{"quant_fp8", `{"mode": "static"}`, []conformance.InputSpec{in("x", tensor.F16, []int{129, 4096}, normalGen(200, 0)), in("scale", tensor.F32, []int{1}, nearOne)}},
 }
 

@@ -20,7 +20,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
+          "f8e4m3": torch.float8_e4m3fn}
 FLUSH_BYTES = 256 << 20  # several times the L2 of any current GPU (H100: 50 MiB)
 ROPE_MAX_POS = 8192      # rope positions are drawn in [0, 8192): the cos/sin cache rows
 
@@ -337,6 +338,46 @@ def softmax(t, p):
         "torch.softmax(x, dim=-1, dtype=torch.float32)"
 
 
+def gemm_fp8(t, p):
+    """torch._scaled_mm, the FP8 GEMM of PyTorch (cuBLASLt): per-token and per-channel scales
+    (row-wise), or 1x128 / 128x128 block scales where this build has them; else the dequantised
+    product in bf16 (what a PyTorch fallback does), said so in the description."""
+    x = (t.randn("x", 100.0).float().clamp(-448, 448)).to(torch.float8_e4m3fn)
+    w = (t.randn("w", 100.0).float().clamp(-448, 448)).to(torch.float8_e4m3fn)
+    xs = (torch.rand(t.shape("x_scales"), device=x.device) * 0.002 + 0.009).float()
+    ws = (torch.rand(t.shape("w_scales"), device=x.device) * 0.002 + 0.009).float()
+    out_dtype = DTYPES[p.get("out_dtype", "bf16")]
+    wt = w.t()
+    if p["scales"] == "channel":
+        cands = [("torch._scaled_mm(x, w.t(), scale_a=xs [M,1], scale_b=ws.t() [1,N], out_dtype)",
+                  lambda: torch._scaled_mm(x, wt, scale_a=xs, scale_b=ws.t(), out_dtype=out_dtype))]
+    else:
+        # block-wise scaling: scale_a [M, K/128], scale_b [K/128, N/128] (outer dims first)
+        xs_c, ws_t = xs.t().contiguous().t(), ws.t()
+        cands = [("torch._scaled_mm(x, w.t(), scale_a=xs [M,K/128], scale_b=ws.t() [K/128,N/128], out_dtype)",
+                  lambda: torch._scaled_mm(x, wt, scale_a=xs_c, scale_b=ws_t, out_dtype=out_dtype))]
+    K = t.shape("x")[1]
+
+    def dequant():
+        if p["scales"] == "channel":
+            xd, wd = x.to(out_dtype) * xs.to(out_dtype), w.to(out_dtype) * ws.to(out_dtype)
+        else:
+            xd = x.to(out_dtype) * xs.repeat_interleave(128, 1)[:, :K].to(out_dtype)
+            wd = w.to(out_dtype) * ws.repeat_interleave(128, 0).repeat_interleave(128, 1)[:w.shape[0], :K].to(out_dtype)
+        return xd @ wd.t()
+    cands.append(("dequantise to %s, then x @ w.t() [no FP8 GEMM for these scales here]" % p.get("out_dtype", "bf16"), dequant))
+    want = (x.shape[0], w.shape[0])
+    for desc, call in cands:
+        try:
+            out = call()
+            if tuple(out.shape) == want:
+                return call, desc
+            log("gemm_fp8: %s gave %s, trying the next" % (desc, tuple(out.shape)))
+        except Exception as e:  # noqa: BLE001 -- any failure means "not supported here"
+            log("gemm_fp8: %s unsupported (%s), trying the next" % (desc, str(e)[:120]))
+    raise RuntimeError("no FP8 GEMM call works")
+
+
 def quant_fp8(t, p):
     """The eager torch quantiser of docs/quantization.md: per-group amax, the floored scale, the
     division, the saturating cast (what transformers' and vLLM's torch fallbacks compute)."""
@@ -380,7 +421,7 @@ def sample(t, p):
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
-                               gemm, softmax, quant_fp8, sample)}
+                               gemm, softmax, quant_fp8, gemm_fp8, sample)}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -16,6 +16,20 @@ var (
 var catalogue = []Mutant{
 	// ---- Go: CPU kernels (engine/backend/cpu), caught by the kernel suite ----------------
 	{
+		ID: "go-gemm-fp8-channel-scale-of-row-0", Side: SideGo, File: "engine/backend/cpu/quant.go",
+		Bug:         "the per-channel FP8 GEMM dequantises every row with the first row's scale",
+		Original:    "s = scales[r]",
+		Replacement: "s = scales[0]",
+		Suites:      kernels, Labels: "op:gemm_fp8",
+	},
+	{
+		ID: "go-gemm-fp8-block-column", Side: SideGo, File: "engine/backend/cpu/quant.go",
+		Bug:         "the block FP8 GEMM takes every column's scale from the first 128-column block",
+		Original:    "s = scales[(r/rowsPerBlock)*cols+c/backend.FP8BlockSize]",
+		Replacement: "s = scales[(r/rowsPerBlock)*cols]",
+		Suites:      kernels, Labels: "op:gemm_fp8",
+	},
+	{
 		ID: "go-quant-fp8-reciprocal", Side: SideGo, File: "engine/backend/cpu/quant.go",
 		Bug:         "FP8 quantisation multiplies by the reciprocal of the scale (two roundings) instead of dividing",
 		Original:    "q[g*groupSize+i] = tensor.E4M3FromFloat32(v / s)",
@@ -553,6 +567,20 @@ var catalogue = []Mutant{
 		Original:    `for (int j = 0; j < 8; ++j) ss += v[k][j] * v[k][j];`,
 		Replacement: `for (int j = 0; j < 8; ++j) ss = __half2float(__float2half_rn(ss + v[k][j] * v[k][j]));`,
 		Suites:      kernels, Labels: "op:rmsnorm",
+	},
+	{
+		ID: "cuda-gemm-fp8-weight-block-first-k", Side: SideCUDA, File: "cuda/kernels/gemm_fp8.cu",
+		Bug:         "the block FP8 GEMM reads every k-step's weight scale from the first k-block",
+		Original:    "ws[(int64_t)(c / kBlock) * kb_count + kb]",
+		Replacement: "ws[(int64_t)(c / kBlock) * kb_count]",
+		Suites:      kernels, Labels: "op:gemm_fp8",
+	},
+	{
+		ID: "cuda-gemm-fp8-channel-weight-scale-dropped", Side: SideCUDA, File: "cuda/kernels/gemm_fp8.cu",
+		Bug:         "the per-channel FP8 GEMM forgets the weight's channel scale",
+		Original:    "acc[i][j] * xs[r] * ws[c]",
+		Replacement: "acc[i][j] * xs[r]",
+		Suites:      kernels, Labels: "op:gemm_fp8",
 	},
 	{
 		ID: "cuda-quant-fp8-reciprocal", Side: SideCUDA, File: "cuda/kernels/quant_fp8.cu",

@@ -199,6 +199,11 @@ func (r *recorder) Softmax(out, x backend.Buffer) error {
 	return r.add(backend.CheckSoftmax(out, x), func() error { return r.be.Softmax(out, x) })
 }
 
+func (r *recorder) GemmFP8(out, x, xScales, w, wScales backend.Buffer, block bool) error {
+	return r.add(backend.CheckGemmFP8(out, x, xScales, w, wScales, block),
+		func() error { return r.be.GemmFP8(out, x, xScales, w, wScales, block) })
+}
+
 func (r *recorder) QuantFP8(out, scales, x, scale backend.Buffer, groupSize int) error {
 	return r.add(backend.CheckQuantFP8(out, scales, x, scale, groupSize),
 		func() error { return r.be.QuantFP8(out, scales, x, scale, groupSize) })

@@ -51,3 +51,41 @@ func groupScale(group []float32) float32 {
 	}
 	return max(amax, quantEps) / tensor.E4M3Max
 }
+
+// GemmFP8 dequantises x and w (float(q) · scale, one fp32 rounding a value) and multiplies them
+// with fp32 accumulation: within the kernels' error of the exact product.
+func (*Backend) GemmFP8(out, x, xScales, w, wScales backend.Buffer, block bool) error {
+	if err := backend.CheckGemmFP8(out, x, xScales, w, wScales, block); err != nil {
+		return err
+	}
+	ts, err := tensors("gemm_fp8", out, x, xScales, w, wScales)
+	if err != nil {
+		return err
+	}
+	m, k, n := ts[1].Shape[0], ts[1].Shape[1], ts[3].Shape[0]
+	xd := dequantFP8(ts[1], ts[2].F32, block, 1)
+	wd := dequantFP8(ts[3], ts[4].F32, block, backend.FP8BlockSize)
+	store(ts[0], matmulT(xd, wd, m, k, n))
+	return nil
+}
+
+// dequantFP8 returns float(q) · scale for the f8e4m3 t [R, K]: with block scales the scale of
+// element (r, c) is scales[r / rowsPerBlock][c / 128] (rowsPerBlock 1 for activation groups,
+// 128 for weight blocks); else scales[r] (per row).
+func dequantFP8(t *tensor.Tensor, scales []float32, block bool, rowsPerBlock int) []float32 {
+	rows, k := t.Shape[0], t.Shape[1]
+	out := make([]float32, rows*k)
+	cols := k / backend.FP8BlockSize
+	for r := 0; r < rows; r++ {
+		for c := 0; c < k; c++ {
+			var s float32
+			if block {
+				s = scales[(r/rowsPerBlock)*cols+c/backend.FP8BlockSize]
+			} else {
+				s = scales[r]
+			}
+			out[r*k+c] = tensor.E4M3ToFloat32(t.F8[r*k+c]) * s
+		}
+	}
+	return out
+}

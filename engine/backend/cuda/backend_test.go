@@ -228,6 +228,14 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"quant_fp8", "ts_quant_fp8 in_dtype=2 rows=2 hidden=128 group_size=0 static=1 stream=0", func() error {
 			return b.QuantFP8(alloc(t, b, tensor.F8E4M3, 2, 128), nil, f32(2, 128), f32(1), 0)
 		}},
+		{"gemm_fp8", "ts_gemm_fp8 out_dtype=4 m=4 n=200 k=512 block=1 stream=0", func() error {
+			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }
+			return b.GemmFP8(alloc(t, b, tensor.BF16, 4, 200), f8(4, 512), f32(4, 4), f8(200, 512), f32(2, 4), true)
+		}},
+		{"gemm_fp8", "ts_gemm_fp8 out_dtype=1 m=1 n=320 k=256 block=0 stream=0", func() error {
+			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }
+			return b.GemmFP8(f16(1, 320), f8(1, 256), f32(1, 1), f8(320, 256), f32(320, 1), false)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

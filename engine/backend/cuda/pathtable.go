@@ -122,6 +122,7 @@ var KernelPaths = withStorageTwins([]KernelPath{
 	{Op: "quant_fp8", What: "quant_dynamic_kernel<float>", When: "dynamic, fp32 in"},
 	{Op: "quant_fp8", What: "quant_static_kernel<{T}>", When: "static (a per-tensor scale)"},
 	{Op: "quant_fp8", What: "quant_static_kernel<float>", When: "static, fp32 in"},
+	{Op: "gemm_fp8", What: "gemm_fp8_kernel<{T}>", When: "always: 64x64 output tiles on CUDA cores, k in steps of 64"},
 	{Op: "rope", What: "rope_kernel<true, {T}>", When: "rope_dim % 16 == 0, head_dim % 8 == 0, rope_dim <= 8192, 16-byte aligned: 8 pairs per vector"},
 	{Op: "rope", What: "rope_kernel<false, {T}>", When: "rope_dim % 16 != 0 (24 of 80, say), head_dim % 8 != 0, rope_dim > 8192 or a pointer off a boundary: pair by pair"},
 	{Op: "rope", What: "fault:position", When: "a negative position in device data, reported by either kernel"},

@@ -47,3 +47,31 @@ func (b *Backend) QuantFP8(out, scales, x, scale backend.Buffer, groupSize int) 
 	st := C.tsg_quant_fp8(b.lib.api, ptr(d[0]), scalesPtr, ptr(d[1]), scalePtr, &cfg, b.e)
 	return b.launched(op, st, written...)
 }
+
+// GemmFP8 is the w8a8 GEMM (ts_gemm_fp8) with block or per-channel scales.
+func (b *Backend) GemmFP8(out, x, xScales, w, wScales backend.Buffer, block bool) error {
+	const op = "gemm_fp8"
+	if err := backend.CheckGemmFP8(out, x, xScales, w, wScales, block); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"x", x}, arg{"x_scales", xScales}, arg{"w", w}, arg{"w_scales", wScales})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	cfg := C.ts_gemm_fp8_config{
+		out_dtype:    dtype(d[0].dt),
+		m:            c.int("m", d[1].shape[0]),
+		n:            c.int("n", d[3].shape[0]),
+		k:            c.int("k", d[1].shape[1]),
+		block_scales: 0,
+	}
+	if block {
+		cfg.block_scales = 1
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_gemm_fp8(b.lib.api, ptr(d[0]), ptr(d[1]), (*C.float)(ptr(d[2])), ptr(d[3]), (*C.float)(ptr(d[4])), &cfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}

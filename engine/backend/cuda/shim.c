@@ -422,6 +422,11 @@ int tsg_quant_fp8(const tsg_api *a, void *out, float *scales, const void *x, con
     enter(a, "ts_quant_fp8");
     return done(a, a->ts_quant_fp8(out, scales, x, scale, cfg, NULL), e);
 }
+int tsg_gemm_fp8(const tsg_api *a, void *out, const void *x, const float *x_scales, const void *w,
+                 const float *w_scales, const ts_gemm_fp8_config *cfg, tsg_err *e) {
+    enter(a, "ts_gemm_fp8");
+    return done(a, a->ts_gemm_fp8(out, x, x_scales, w, w_scales, cfg, NULL), e);
+}
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e) {
     enter(a, "ts_sample");
     return done(a, a->ts_sample((int32_t *)tokens, (const float *)logits, cfg, NULL), e);

@@ -92,6 +92,8 @@
     X(ts_gemm, int, (void *, const void *, const void *, const void *, const ts_gemm_config *, void *))  \
     X(ts_softmax, int, (void *, const void *, const ts_softmax_config *, void *))                         \
     X(ts_quant_fp8, int, (void *, float *, const void *, const float *, const ts_quant_config *, void *))  \
+    X(ts_gemm_fp8, int,                                                                                   \
+      (void *, const void *, const float *, const void *, const float *, const ts_gemm_fp8_config *, void *)) \
     X(ts_sample, int, (int32_t *, const float *, const ts_sample_config *, void *))                      \
     X(ts_philox, int, (uint32_t *, const ts_philox_config *, void *))
 
@@ -212,6 +214,8 @@ int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const vo
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e);
 int tsg_quant_fp8(const tsg_api *a, void *out, float *scales, const void *x, const float *scale,
                   const ts_quant_config *cfg, tsg_err *e);
+int tsg_gemm_fp8(const tsg_api *a, void *out, const void *x, const float *x_scales, const void *w,
+                 const float *w_scales, const ts_gemm_fp8_config *cfg, tsg_err *e);
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e);
 int tsg_philox(const tsg_api *a, void *out, const ts_philox_config *cfg, tsg_err *e);
 

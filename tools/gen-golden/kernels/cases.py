@@ -10,9 +10,10 @@ import torch
 
 from common.dtypes import F64
 from common.seeds import Draw, case_seed
-from kernels.inputs import (all_but_one, causal_mask, constant_rows, e4m3_boundaries, gelu_inputs,
-                            log_magnitude, normal, outlier_channels, random_mask, row_offsets,
-                            row_scales, table_rows, uniform, with_large, with_spans, with_zeros)
+from kernels.inputs import (all_but_one, block_magnitudes, causal_mask, constant_rows,
+                            e4m3_boundaries, gelu_inputs, log_magnitude, normal, outlier_channels,
+                            random_mask, row_offsets, row_scales, table_rows, uniform, with_large,
+                            with_spans, with_zeros)
 from kernels.ops import OPS
 
 # ---------------------------------------------------------------------------------------------
@@ -821,6 +822,39 @@ CASES += _bf16_cases(COMMITTED, "quant_fp8", [
     ("static_s0.0123_h256_t2", dict(T=2, H=256, mode="static", scale=0.0123)),  # the bf16 static kernel
 ])
 
+# gemm_fp8 (w8a8, docs/golden-format.md): fine-grained block scales (1x128 activation groups,
+# 128x128 weight blocks: DeepSeek-V3 and transformers' FineGrainedFP8) and per-channel scales
+# (per token x per output channel: compressed-tensors FP8-dynamic), both out dtypes. Decode and
+# prefill rows, a partial last weight row-block (N = 200), a decode row, activations with
+# outlier channels (x100 in two columns: their groups' scales ~30x the others' of the row),
+# weight blocks of very different magnitudes (factors log-uniform in [1/8, 8]: the four scales
+# span 7x, where N(0, 1/K) blocks differ by 10-20%), and DeepSeek-V3's hidden size as K (56
+# scale groups a row; N = 16, one partial row-block, to keep it small). No case is named bf16-:
+# that prefix means bf16 inputs (dtype="bf16"), and these are f8e4m3 and f32 whatever the
+# output; out_dtype names the output, and the name ends in _out-<out_dtype>.
+GEMM_FP8_OUTLIERS = outlier_channels((7, 300), 100.0)
+CASES += _cases(COMMITTED, "gemm_fp8", [
+    ("block_decode-m4-n256-k512_out-bf16",
+     dict(M=4, N=256, K=512, scales="block", out_dtype="bf16")),
+    ("block_m16-n384-k256_out-f16", dict(M=16, N=384, K=256, scales="block", out_dtype="f16")),
+    ("block_partial-row-block-n200_m3-k384_out-bf16",
+     dict(M=3, N=200, K=384, scales="block", out_dtype="bf16")),
+    ("channel_m8-n256-k512_out-bf16", dict(M=8, N=256, K=512, scales="channel", out_dtype="bf16")),
+    ("channel_decode-m1-n320-k256_out-f16",
+     dict(M=1, N=320, K=256, scales="channel", out_dtype="f16")),
+    ("block_outliers-x100_m5-n256-k512_out-bf16",
+     dict(M=5, N=256, K=512, scales="block", out_dtype="bf16", dist=GEMM_FP8_OUTLIERS)),
+    ("block_weight-blocks-x0.125-8_m4-n256-k256_out-f16",
+     dict(M=4, N=256, K=256, scales="block", out_dtype="f16",
+          wdist=block_magnitudes(128, 0.125, 8.0))),
+    ("block_deepseek-v3-k7168_m2-n16_out-bf16",
+     dict(M=2, N=16, K=7168, scales="block", out_dtype="bf16")),
+    # a K that is no multiple of 128 or 16 (per channel allows any), and one decode row with
+    # block scales
+    ("channel_odd-k200_m2-n64_out-bf16", dict(M=2, N=64, K=200, scales="channel", out_dtype="bf16")),
+    ("block_decode-m1-n128-k256_out-bf16", dict(M=1, N=128, K=256, scales="block", out_dtype="bf16")),
+])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -876,6 +910,16 @@ CASES += _cases(FULL, "swiglu", [("big-2048x8192", dict(T=BIG[0], ffn=BIG[1]))])
 CASES += _cases(FULL, "quant_fp8", [
     ("dynamic-per-token_big-2048x8192", dict(T=BIG[0], H=BIG[1], mode="dynamic",
                                              group_size=BIG[1])),
+])
+# DeepSeek-V3's hidden size (7168) as N and K: a prefill chunk and a decode batch with block
+# scales; Llama-3-8B-like 4096 x 4096 with per-channel scales.
+CASES += _cases(FULL, "gemm_fp8", [
+    ("block_deepseek-v3-h7168_prefill-m4096_out-bf16",
+     dict(M=4096, N=7168, K=7168, scales="block", out_dtype="bf16")),
+    ("block_deepseek-v3-h7168_decode-m16_out-bf16",
+     dict(M=16, N=7168, K=7168, scales="block", out_dtype="bf16")),
+    ("channel_m2048-n4096-k4096_out-bf16",
+     dict(M=2048, N=4096, K=4096, scales="channel", out_dtype="bf16")),
 ])
 CASES += _cases(FULL, "softmax", [
     ("qwen2.5-vocab-f32_t32", dict(T=32, N=151936, dtype="f32", dist=normal(3.0),

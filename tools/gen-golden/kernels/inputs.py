@@ -1,6 +1,6 @@
 """The inputs of the kernel cases: distributions (each returns draw(r, shape) -> float64 tensor,
-r a common.seeds.Draw), the weights of the norms and projections, the softmax masks, and the
-f8e4m3 conversion's boundary values."""
+r a common.seeds.Draw), the weights of the norms and projections (and FP8 weight blocks of
+different magnitudes), the softmax masks, and the f8e4m3 conversion's boundary values."""
 
 import math
 
@@ -175,6 +175,20 @@ def norm_weight(r, n, cast=to_f16):
 def linear_weight(r, out_features, in_features, cast=to_f16):
     """std 1/sqrt(in_features), so activations stay O(1) through the layer."""
     return cast(r.randn((out_features, in_features)) / math.sqrt(in_features))
+
+
+def block_magnitudes(block, lo, hi):
+    """A weight [N, K]: linear_weight's N(0, 1/K) with each block x block tile (the last ones
+    partial) multiplied by its own log-uniform factor in [lo, hi], drawn after the values: FP8
+    weight blocks whose scales differ as a trained checkpoint's do, so a kernel that reads
+    another block's scale is off by up to hi / lo."""
+    def draw(r, shape):
+        N, K = shape
+        w = r.randn(shape) / math.sqrt(K)
+        nb, kb = -(-N // block), -(-K // block)
+        f = torch.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * r.rand((nb, kb)))
+        return w * f.repeat_interleave(block, 0)[:N].repeat_interleave(block, 1)[:, :K]
+    return draw
 
 
 def causal_mask(start):

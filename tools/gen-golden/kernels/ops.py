@@ -3,15 +3,16 @@
 Every op function takes a Draw (the case's random source) plus the case's keyword arguments and
 returns (params, inputs, expected):
   params   -- exactly the manifest params docs/golden-format.md lists for the op, in its order;
-  inputs   -- {name: tensor} in file order; f16 or bf16 (or f32 / i32) values the kernel
-              receives;
+  inputs   -- {name: tensor} in file order; f16 or bf16 (or f32 / i32 / f8e4m3) values the
+              kernel receives;
   expected -- {name: float64 tensor}, computed from the inputs upcast to fp64 with no rounding
               to the 16-bit storage type in between, except where the op's contract rounds (the
               writer casts to f32 at the very end); an exact op's outputs (quant_fp8) are
               given in their stored dtype instead and written as they are.
 
-Every op takes `dtype`, the 16-bit storage type of its case: "f16" (the default) or "bf16"
-(softmax, set_rows and quant_fp8 also "f32"). Inputs are drawn in fp64 and rounded to fp32, then
+Every op but gemm_fp8 takes `dtype`, the 16-bit storage type of its case: "f16" (the default)
+or "bf16" (softmax, set_rows and quant_fp8 also "f32"); gemm_fp8's inputs are f8e4m3 and f32
+and its `out_dtype` param names its output. Inputs are drawn in fp64 and rounded to fp32, then
 to that type (to_f16, to_bf16); each intermediate rounding of the op's contract (the stored sum
 of the residual norms, the normalised row of rmsnorm_gemm / layernorm_gemm, the activation of
 swiglu_gemm / gpt_ffn) rounds to it too. dtype is no manifest param: the input files' dtype says
@@ -532,7 +533,86 @@ def quant_fp8(r, *, T, H, mode, group_size=None, scale=None, dist=normal(), trap
     return {"mode": mode}, {"x": x, "scale": s}, {"out": to_e4m3(x.to(F32) / s)}
 
 
+# ---------------------------------------------------------------------------------------------
+# FP8 GEMM (w8a8): f8e4m3 activations and weights with float32 scales, as serving engines run an
+# FP8 checkpoint. The inputs are made the way a checkpoint and an engine make them: the weight
+# quantised once, statically (quant_weight_blocks), the activations dynamically by quant_fp8's
+# spec (quant_groups). The expected output is the exact product of the dequantised operands, in
+# float64; the kernel's fp32 accumulation and its rounding to out_dtype are the tolerance's.
+
+# The side of the fine-grained FP8 blocks: 1x128 activation groups, 128x128 weight blocks
+# (DeepSeek-V3's and transformers' FineGrainedFP8 `weight_block_size` [128, 128]).
+FP8_BLOCK = 128
+
+
+def quant_weight_blocks(w, block_n, block_k):
+    """Static FP8 quantisation of a weight w [N, K] (float32) as an FP8 checkpoint stores it, in
+    blocks of block_n rows by block_k columns: block (i, j) holds rows block_n*i .. and columns
+    block_k*j .. (K % block_k == 0; the last row-block is partial when N % block_n != 0, its
+    amax over the rows it has), and with every value exactly as float32,
+        s    = max(amax of the block, 1e-10) / 448      (float32 division, correctly rounded)
+        q    = e4m3(w / s)                              (float32 division, correctly rounded)
+    quant_fp8's dynamic spec (docs/quantization.md) with a two-dimensional group. Returns (q
+    f8e4m3 [N, K], scales f32 [ceil(N / block_n), K / block_k]): s is the multiplier that
+    dequantises, float(q) * s (transformers' fine-grained `weight_scale_inv`). (128, 128): the
+    fine-grained FP8 layout; (1, K): one scale per output channel, the compressed-tensors
+    FP8-dynamic layout [N, 1], which is quant_groups(w, K) (gemm_fp8 checks that)."""
+    N, K = w.shape
+    if w.dtype != F32 or K % block_k:
+        raise ValueError("quant_weight_blocks: %s [%d, %d] in blocks of %d x %d"
+                         % (w.dtype, N, K, block_n, block_k))
+    nb, kb = -(-N // block_n), K // block_k
+    padded = torch.zeros((nb * block_n, K), dtype=F32)    # zero rows change no block's amax
+    padded[:N] = w
+    blocks = padded.view(nb, block_n, kb, block_k)
+    s = blocks.abs().amax(dim=(1, 3), keepdim=True).clamp(min=QUANT_AMAX_FLOOR) / E4M3_MAX
+    q = to_e4m3(blocks / s).view(nb * block_n, K)[:N].contiguous()
+    return q, s.view(nb, kb)
+
+
+def dequant_f64(q, scales, block_n, block_k):
+    """float(q) * s in float64 for q f8e4m3 [R, C] and scales [ceil(R / block_n), C / block_k]
+    (each element times the scale of the block holding it): exact, a 4-bit significand times a
+    float32 fits a float64."""
+    R, C = q.shape
+    s = d(scales).repeat_interleave(block_n, dim=0)[:R].repeat_interleave(block_k, dim=1)
+    return d(q.to(F32)) * s
+
+
+def gemm_fp8(r, *, M, N, K, scales, out_dtype, dist=normal(), wdist=None):
+    """The FP8 GEMM of a w8a8 serving engine: out [M, N] = (x * x_scales) (w * w_scales)^T with
+    x f8e4m3 [M, K], w f8e4m3 [N, K] and float32 scales, in float64 (no bias); the kernel
+    accumulates in fp32 and writes out_dtype ("f16" or "bf16", a param: no 16-bit input tells
+    it, and no case is named bf16-). scales:
+      "block"   -- x_scales [M, K/128] (1x128 activation groups), w_scales [ceil(N/128), K/128]
+                   (128x128 weight blocks, the last row-block partial when N % 128 != 0);
+                   K % 128 == 0;
+      "channel" -- x_scales [M, 1] (per token), w_scales [N, 1] (per output channel).
+    Draws, in this order: activations X [M, K] from dist (float64, rounded to float32), then a
+    weight W [N, K] from wdist (default: linear_weight's N(0, 1/K), rounded to float32). x and
+    x_scales are quant_fp8's dynamic quantisation of X (quant_groups, groups of 128 or G = K), w
+    and w_scales quant_weight_blocks of W (128 x 128 or 1 x K)."""
+    if scales not in ("block", "channel") or out_dtype not in ("f16", "bf16"):
+        raise ValueError("gemm_fp8: scales %r, out_dtype %r" % (scales, out_dtype))
+    if scales == "block" and K % FP8_BLOCK:
+        raise ValueError("gemm_fp8 block: K = %d is no multiple of %d" % (K, FP8_BLOCK))
+    X = dist(r, (M, K)).to(F32)
+    W = (wdist(r, (N, K)) if wdist is not None else
+         linear_weight(r, N, K, lambda t: t.to(F32))).to(F32)
+    if not (torch.isfinite(X).all() and torch.isfinite(W).all()):
+        raise ValueError("gemm_fp8: a non-finite activation or weight")
+    G, (bn, bk) = (FP8_BLOCK, (FP8_BLOCK, FP8_BLOCK)) if scales == "block" else (K, (1, K))
+    x, x_scales = quant_groups(X, G)
+    w, w_scales = quant_weight_blocks(W, bn, bk)
+    if scales == "channel":  # the per-channel weight scale is quant_fp8's per-token one of W
+        wq, ws = quant_groups(W, K)
+        assert torch.equal(wq.view(torch.uint8), w.view(torch.uint8)) and torch.equal(ws, w_scales)
+    out = dequant_f64(x, x_scales, 1, G) @ dequant_f64(w, w_scales, bn, bk).T
+    params = {"scales": scales, "out_dtype": out_dtype}
+    return params, {"x": x, "x_scales": x_scales, "w": w, "w_scales": w_scales}, {"out": out}
+
+
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
-    pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8)}
+    pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8)}

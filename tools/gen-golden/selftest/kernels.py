@@ -9,7 +9,10 @@ way: their inputs read from the raw bits (numpy has no bfloat16) must be bf16 va
 16-bit input of the case bf16 and of no other case, the contract's intermediate roundings done
 here to bf16 by bit arithmetic, and the .npy files hold the bits as '<u2'. quant_fp8 is exact:
 its committed sets, read from disk, are recomputed bit for bit by a numpy f8e4m3 codec written
-from the bit layout, and broken variants of each of its steps must disagree with them.
+from the bit layout, and broken variants of each of its steps must disagree with them. gemm_fp8's
+sets on disk are recomputed from that codec and their scales in float64, their x and w checked
+as quantisations (from the bytes alone, and bit for bit from the case's draws), an emulated fp32
+kernel must pass the op's tolerance and broken scale indexing fail it.
 """
 
 import functools
@@ -632,6 +635,275 @@ def check_quant_fp8_sets():
           "torch's" % len(names))
 
 
+# ---------------------------------------------------------------------------------------------
+# gemm_fp8 (docs/golden-format.md) in numpy, no torch in the arithmetic: the f8e4m3 bytes decoded
+# from the bit layout (e4m3_decode), every element times the scale of its group or block, a
+# float64 matmul. The stored x and w are checked as quantisations: from the bytes alone (the
+# largest element of every group and block maps to 448), and bit for bit from X and W drawn
+# again with the case's seed (x by quant_fp8's numpy twin, w by the same steps over 2-D blocks).
+
+FP8_BLOCK = 128
+
+
+def fp8_layout(p, K):
+    """(activation group G, weight block rows, weight block columns) of a gemm_fp8 case."""
+    return (FP8_BLOCK, FP8_BLOCK, FP8_BLOCK) if p["scales"] == "block" else (K, 1, K)
+
+
+def fp8_scale_maps(p, i, x_block=None, w_row_block=None, w_transposed=False):
+    """The scale of every element, (xs [M, K], ws [N, K]) in float64. The keywords make broken
+    variants: x_block(m, g) -> the index of the x_scales element read for group g of row m
+    ((m, g) when right); w_row_block(n, nb) -> the w_scales row read for weight row n (n // 128
+    when right, nb = ceil(N / 128)); w_transposed: w_scales read as if stored [K/128, nb]
+    (element (i, j) taken at flat index j * nb + i)."""
+    xsc, wsc = i["x_scales"].astype(np.float64), i["w_scales"].astype(np.float64)
+    M, K = i["x"].shape
+    N = i["w"].shape[0]
+    G, bn, bk = fp8_layout(p, K)
+    m, g = np.arange(M)[:, None], (np.arange(K) // G)[None, :]
+    xs = xsc[x_block(m, g)] if x_block is not None else xsc[m, g]
+    nb = wsc.shape[0]
+    rows = w_row_block(np.arange(N), nb) if w_row_block is not None else np.arange(N) // bn
+    n, kb = rows[:, None], (np.arange(K) // bk)[None, :]
+    ws = wsc.reshape(-1)[kb * nb + n] if w_transposed else wsc[n, kb]
+    return np.broadcast_to(xs, (M, K)), np.broadcast_to(ws, (N, K))
+
+
+def np_gemm_fp8(p, i, **broken):
+    """(out [M, N], sum_k |terms| [M, N]) in float64 from params p and inputs i (x, w: f8e4m3
+    bytes; x_scales, w_scales: float32): out = sum_k float(x[m, k]) xs(m, k) float(w[n, k])
+    ws(n, k). The dequantised operands are exact in float64 (4 significant bits times a
+    float32's 24); only the sums round, by at most K 2^-53 sum |terms|. broken: fp8_scale_maps'
+    keywords."""
+    xs, ws = fp8_scale_maps(p, i, **broken)
+    xd, wd = e4m3_decode(i["x"]) * xs, e4m3_decode(i["w"]) * ws
+    return xd @ wd.T, np.abs(xd) @ np.abs(wd).T
+
+
+def emulated_gemm_fp8(p, i):
+    """gemm_fp8 as a correct fp32 kernel computes it: per scale group of K (128, or the whole
+    row with per-channel scales) the FP8 products (exact in fp32) summed in fp32 (a BLAS sgemm),
+    times x scale * w scale (fp32), accumulated in fp32, rounded once to out_dtype."""
+    qx, qw = e4m3_decode(i["x"]).astype(np.float32), e4m3_decode(i["w"]).astype(np.float32)
+    xsc, wsc = i["x_scales"].astype(np.float32), i["w_scales"].astype(np.float32)
+    M, K = qx.shape
+    N = qw.shape[0]
+    G, bn, _ = fp8_layout(p, K)
+    acc = np.zeros((M, N), dtype=np.float32)
+    for g in range(K // G):
+        part = qx[:, g * G:(g + 1) * G] @ qw[:, g * G:(g + 1) * G].T
+        acc += part * (xsc[:, g][:, None] * wsc[np.arange(N) // bn, g][None, :])
+    return ROUND[p["out_dtype"]](acc.astype(np.float64))
+
+
+def np_quant_weight_blocks(W, bn, bk):
+    """quant_weight_blocks (kernels/ops.py) in numpy: quant_fp8's twin (group_scales,
+    e4m3_encode of a float32 division) over blocks of bn rows by bk columns, the last row-block
+    partial (padded with zero rows, which change no amax). Returns (bytes [N, K], float32
+    scales [ceil(N / bn), K / bk])."""
+    N, K = W.shape
+    nb, kb = -(-N // bn), K // bk
+    pad = np.zeros((nb * bn, K), dtype=np.float32)
+    pad[:N] = W
+    blocks = pad.reshape(nb, bn, kb, bk).transpose(0, 2, 1, 3).reshape(nb, kb, bn * bk)
+    s = group_scales(blocks).astype(np.float32)
+    q = e4m3_encode(np.divide(blocks, s[..., None]))
+    return q.reshape(nb, kb, bn, bk).transpose(0, 2, 1, 3).reshape(nb * bn, K)[:N], s
+
+
+def redrawn_quantisation(case):
+    """x, x_scales, w, w_scales of a gemm_fp8 case from its own draws, quantised here: X [M, K]
+    from the case's dist (gemm_fp8's default without one) rounded to float32, then W [N, K] from
+    its wdist (without one N(0, 1/K), linear_weight's) rounded to float32; x by np_quant_fp8
+    (dynamic, groups of 128 or K), w by np_quant_weight_blocks (128 x 128 or 1 x K)."""
+    kw = case.kwargs
+    M, N, K = kw["M"], kw["N"], kw["K"]
+    r = seeds.Draw(seeds.case_seed(case.op, case.name))
+    dist = kw.get("dist", kernel_ops.gemm_fp8.__kwdefaults__["dist"])
+    X = dist(r, (M, K)).to(torch.float32).numpy()
+    W = kw["wdist"](r, (N, K)) if kw.get("wdist") is not None else r.randn((N, K)) / math.sqrt(K)
+    W = W.to(torch.float32).numpy()
+    G, bn, bk = fp8_layout(kw, K)
+    xq = np_quant_fp8({"mode": "dynamic", "group_size": G}, {"x": X})
+    w, ws = np_quant_weight_blocks(W, bn, bk)
+    return {"x": xq["out"], "x_scales": xq["scales"], "w": w, "w_scales": ws}
+
+
+def tolerance_share(got, want, tol):
+    """The worst metric of a tolerance entry (golden/tolerances.yaml: allclose's atol, rtol,
+    atol_rms, max_mismatch; nmse; min_cosine; max_abs) as a share of its limit: > 1 fails."""
+    diff = np.abs(got - want)
+    shares = [0.0]
+    if "atol" in tol:
+        rms = np.sqrt((want ** 2).mean(-1, keepdims=True))
+        limit = tol["atol"] + tol.get("atol_rms", 0.0) * rms + tol["rtol"] * np.abs(want)
+        ratio = np.sort((diff / limit).ravel())[::-1]
+        shares.append(float(ratio[int(tol.get("max_mismatch", 0.0) * ratio.size)]))
+    if "nmse" in tol:
+        shares.append(float((diff ** 2).sum() / (want ** 2).sum()) / tol["nmse"])
+    if "min_cosine" in tol:
+        cos = float((got * want).sum() / np.sqrt((got ** 2).sum() * (want ** 2).sum()))
+        shares.append((1.0 - cos) / (1.0 - tol["min_cosine"]) if tol["min_cosine"] < 1 else
+                      (0.0 if cos >= 1 else math.inf))
+    if "max_abs" in tol:
+        worst = float(diff.max())
+        shares.append(worst / tol["max_abs"] if tol["max_abs"] > 0 else
+                      (0.0 if worst == 0 else math.inf))
+    return max(shares)
+
+
+def gemm_fp8_yardstick():
+    """The tolerance an emulated fp32 kernel must pass and the broken variants must fail:
+    golden/tolerances.yaml's gemm_fp8 entry, gemm's while it has none. Returns (op, entries)."""
+    import yaml
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "golden",
+                           "tolerances.yaml")) as f:
+        kernels = yaml.safe_load(f)["kernels"]
+    op = "gemm_fp8" if "gemm_fp8" in kernels else "gemm"
+    return op, kernels[op]
+
+
+def _scale_x_ignored(p, i):
+    return np_gemm_fp8(p, dict(i, x_scales=np.ones_like(i["x_scales"])))[0]
+
+
+def _one_weight_scale(p, i):
+    return np_gemm_fp8(p, dict(i, w_scales=np.full_like(i["w_scales"], i["w_scales"].flat[0])))[0]
+
+
+# Broken implementations the committed gemm_fp8 sets must reject (fail the yardstick's tolerance
+# in at least one set), each a realistic mistake: name -> (block scales only, out(p, i)). The
+# block-only ones change nothing with per-channel scales.
+GEMM_FP8_BROKEN = {
+    "w_scales row n % ceil(N/128), not n // 128 (a wrong block)":
+        (True, lambda p, i: np_gemm_fp8(p, i, w_row_block=lambda n, nb: n % nb)[0]),
+    "w_scales transposed (read as [K/128, ceil(N/128)])":
+        (True, lambda p, i: np_gemm_fp8(p, i, w_transposed=True)[0]),
+    "x_scales ignored": (False, _scale_x_ignored),
+    "weight blocks of 64 rows, not 128 (rows past the last block: its scale)":
+        (True, lambda p, i: np_gemm_fp8(p, i, w_row_block=lambda n, nb: np.minimum(n // 64,
+                                                                                  nb - 1))[0]),
+    "x_scales per token (group 0's for the whole row)":
+        (True, lambda p, i: np_gemm_fp8(p, i, x_block=lambda m, g: (m, g * 0))[0]),
+    "one weight scale (w_scales[0, 0]) for every element": (False, _one_weight_scale),
+}
+
+
+def check_gemm_fp8(where, case, p, i, got, tol):
+    """One gemm_fp8 set (inputs i: x, w as uint8 bytes, the scales float32; got: the stored
+    float32 out) against np_gemm_fp8: got is the float32 of a float64 sum of the same exact
+    terms, so within half a float32 ulp plus both float64 sums' error bounds (K 2^-53 sum |terms|
+    each) of ours. Then its properties and its quantisations (redrawn_quantisation, bit for
+    bit). Returns (worst relative difference, the emulated fp32 kernel's share of tol, {broken
+    variant: its share of tol}), tol the yardstick's entry for the case's out_dtype; the
+    variant's output is rounded to out_dtype as a kernel's would be."""
+    name = where.rsplit("/", 1)[-1]
+    want, mag = np_gemm_fp8(p, i)
+    K = i["x"].shape[1]
+    got = np.asarray(got, dtype=np.float32).astype(np.float64)
+    assert got.shape == want.shape and np.isfinite(got).all(), where
+    fp64 = 2.02 * K * 2.0**-53 * mag
+    bound = 2.0**-24 * (np.abs(want) + fp64) + fp64 + 2.0**-149
+    assert np.all(np.abs(got - want) <= bound), "%s: out differs from numpy by %g" % (
+        where, float(np.abs(got - want).max()))
+    gemm_fp8_properties(where, name, p, i)
+    for n, v in redrawn_quantisation(case).items():
+        assert same_bits(np.asarray(i[n]), v), "%s: %s is not the quantisation of the drawn %s" % (
+            where, n, "X" if n.startswith("x") else "W")
+    emulated = tolerance_share(emulated_gemm_fp8(p, i), want, tol)
+    broken = {what: tolerance_share(ROUND[p["out_dtype"]](out(p, i)), want, tol)
+              for what, (block_only, out) in GEMM_FP8_BROKEN.items()
+              if p["scales"] == "block" or not block_only}
+    worst = float((np.abs(got - want) / (np.abs(want) + 1e-30)).max())
+    return worst, emulated, broken
+
+
+def gemm_fp8_properties(where, name, p, i):
+    """The params, shapes and name agree; every scale is positive and finite; every byte a
+    finite f8e4m3 value (|v| <= 448, no NaN); every group and block holds a value of magnitude
+    448 (its largest element divided by amax / 448) or is all zero; and what each edge case is
+    there for holds in its data."""
+    assert list(p) == ["scales", "out_dtype"] and p["scales"] in ("block", "channel") and \
+        p["out_dtype"] in ("f16", "bf16"), "%s: params %s" % (where, p)
+    assert name.startswith(p["scales"] + "_") and name.endswith("_out-" + p["out_dtype"]) and \
+        not name.startswith("bf16-"), "%s: the name disagrees with %s" % (where, p)
+    x, w, xsc, wsc = i["x"], i["w"], i["x_scales"], i["w_scales"]
+    M, K = x.shape
+    N = w.shape[0]
+    G, bn, bk = fp8_layout(p, K)
+    assert x.dtype == w.dtype == np.uint8 and xsc.dtype == wsc.dtype == np.float32, where
+    assert w.shape[1] == K and K % G == 0, where
+    assert xsc.shape == (M, K // G) and wsc.shape == (-(-N // bn), K // bk), "%s: scales %s %s" % (
+        where, xsc.shape, wsc.shape)
+    for n, s in (("x_scales", xsc), ("w_scales", wsc)):
+        assert np.isfinite(s).all() and (s > 0).all(), "%s: %s not positive and finite" % (where, n)
+    xv, wv = e4m3_decode(x), e4m3_decode(w)
+    for n, v in (("x", xv), ("w", wv)):
+        assert not np.isnan(v).any() and (np.abs(v) <= 448).all(), "%s: %s holds NaN" % (where, n)
+    nb = -(-N // bn)
+    wpad = np.zeros((nb * bn, K))
+    wpad[:N] = np.abs(wv)
+    groups = {"x": np.abs(xv).reshape(M, K // G, G),
+              "w": wpad.reshape(nb, bn, K // bk, bk).transpose(0, 2, 1, 3).reshape(
+                  nb, K // bk, bn * bk)}
+    for n, g in groups.items():
+        amax = g.max(-1)
+        bad = int(((amax != 448) & (amax != 0)).sum())
+        assert not bad, "%s: %d group(s) of %s without a value of magnitude 448" % (where, bad, n)
+    if "partial" in name:
+        assert p["scales"] == "block" and N % FP8_BLOCK != 0, "%s: no partial row-block" % where
+    if "outliers" in name:
+        ratio = xsc.max(-1) / xsc.min(-1)
+        assert (ratio > 10).all(), "%s: groups of a row too alike (%.3g)" % (where, ratio.min())
+    if "weight-blocks" in name:
+        assert wsc.max() > 4 * wsc.min(), "%s: weight blocks too alike" % where
+    for tok in name.replace("_", "-").split("-"):        # m4, n256, k512: the shape
+        if tok[:1] in ("m", "n", "k") and tok[1:].isdigit():
+            dim = {"m": M, "n": N, "k": K}[tok[0]]
+            assert int(tok[1:]) == dim, "%s: %s but %s = %d" % (where, tok, tok[0].upper(), dim)
+
+
+def check_gemm_fp8_sets():
+    """The committed gemm_fp8 sets on disk, read as a reader does, exactly the committed case
+    table, each recomputed by np_gemm_fp8 (check_gemm_fp8); an emulated fp32 kernel passes the
+    yardstick's tolerance in every set, and each broken variant of GEMM_FP8_BROKEN fails it in
+    at least one."""
+    op_dir = os.path.join(os.path.dirname(__file__), "..", "..", "..", "golden", "kernels",
+                          "gemm_fp8")
+    table = {c.name: c for c in kernel_cases.cases_for(kernel_cases.COMMITTED, ["gemm_fp8"])}
+    assert os.path.isdir(op_dir) and set(os.listdir(op_dir)) == set(table), \
+        "golden/kernels/gemm_fp8 is not the case table " \
+        "(run: python3 tools/gen-golden kernels --op gemm_fp8)"
+    yard, tols = gemm_fp8_yardstick()
+    caught = {what: [] for what in GEMM_FP8_BROKEN}
+    for name in sorted(table):
+        m, arrays = read_set(os.path.join(op_dir, name))
+        assert m["op"] == "gemm_fp8" and m["case"] == name and m["tier"] == "committed", name
+        files = [(e["name"], e["role"], e["dtype"]) for e in m["files"]]
+        assert files == [("x", "input", "f8e4m3"), ("x_scales", "input", "f32"),
+                         ("w", "input", "f8e4m3"), ("w_scales", "input", "f32"),
+                         ("out", "expected", "f32")], "%s: files %s" % (name, files)
+        ins = {n: arrays[n] for n in ("x", "x_scales", "w", "w_scales")}
+        p = m["params"]
+        _, emulated, broken = check_gemm_fp8("gemm_fp8/" + name, table[name], p, ins,
+                                             arrays["out"], tols[p["out_dtype"]])
+        assert emulated <= 1, "gemm_fp8/%s: an fp32 kernel uses %.3g of %s's %s tolerance" % (
+            name, emulated, yard, p["out_dtype"])
+        for what, share in broken.items():
+            if share > 1:
+                caught[what].append((share, name))
+        print("gemm_fp8 %-50s fp32 kernel %.2f of %s.%s; broken variants (below, in order) %s" % (
+            name, emulated, yard, p["out_dtype"],
+            " ".join("x%.3g" % broken[w] if w in broken else "-" for w in GEMM_FP8_BROKEN)))
+    for what, by in caught.items():
+        assert by, "gemm_fp8: no committed set rejects %s" % what
+        share, name = max(by)
+        print("gemm_fp8 rejects %-72s in %d set(s), up to %.3g x the tolerance (%s)"
+              % (what, len(by), share, name))
+    print("gemm_fp8: %d committed sets on disk match numpy (%s's tolerances the yardstick)"
+          % (len(table), yard))
+
+
 def storage_dtype(case, inputs):
     """The case's 16-bit storage type from its inputs, checked: bf16 exactly in the cases named
     bf16-..., every 16-bit input of a case the same type, the f32 inputs only where the op takes
@@ -645,7 +917,8 @@ def storage_dtype(case, inputs):
     for n, t in inputs.items():
         if t.dtype == torch.float32:
             assert (case.op, n) in (("rope", "freq_divisor"), ("rope", "long_divisor"),
-                                    ("quant_fp8", "scale")) or \
+                                    ("quant_fp8", "scale"), ("gemm_fp8", "x_scales"),
+                                    ("gemm_fp8", "w_scales")) or \
                 (case.op in ("softmax", "set_rows", "quant_fp8") and not half), \
                 "%s/%s: %s is f32" % (case.op, case.name, n)
         if t.dtype == torch.bfloat16:
@@ -661,6 +934,15 @@ def storage_dtype(case, inputs):
 def check_case(case):
     seed, params, inputs, expected = kernel_cases.build(case)
     dtype = storage_dtype(case, inputs)
+    if case.op == "gemm_fp8":
+        assert dtype == "f32", "%s/%s: 16-bit inputs" % (case.op, case.name)
+        ins = {n: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.numpy()
+               for n, t in inputs.items()}
+        assert list(expected) == ["out"], (case.op, case.name, list(expected))
+        got = expected["out"].to(torch.float32).numpy()
+        _, tols = gemm_fp8_yardstick()
+        return check_gemm_fp8(case.op + "/" + case.name, case, params, ins, got,
+                              tols[params["out_dtype"]])[0]
     if case.op == "quant_fp8":
         got = {n: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.numpy()
                for n, t in expected.items()}
@@ -697,8 +979,9 @@ def check_round_trip():
                                    ("rmsnorm_residual", "bf16-outliers-x20_llama3.2-1b_t1_inplace"),
                                    ("set_rows", "bf16-odd-3x50_l8_t3"),
                                    ("quant_fp8", "static_s1_e4m3-boundaries_h128_f32"),
-                                   ("quant_fp8", "bf16-dynamic-g128_llama3.2-1b_t3")}]
-    assert len(picks) == 7
+                                   ("quant_fp8", "bf16-dynamic-g128_llama3.2-1b_t3"),
+                                   ("gemm_fp8", "block_partial-row-block-n200_m3-k384_out-bf16")}]
+    assert len(picks) == 8
     with tempfile.TemporaryDirectory() as tmp:
         for c in picks:
             digests = []
@@ -737,8 +1020,10 @@ def check_round_trip():
                             assert np.array_equal(bf16_bits_to_f64(arr), a(t)), e["file"]
                             assert np.array_equal(arr, t.view(torch.int16).numpy().view(np.uint16))
                         else:
-                            # the bytes: every NaN of quant_fp8's conversion table and its sign
-                            assert arr.tobytes() == t.numpy().tobytes(), e["file"]
+                            # the bytes: every NaN of quant_fp8's conversion table and its sign;
+                            # gemm_fp8's f8e4m3 inputs
+                            raw = t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+                            assert arr.tobytes() == raw.numpy().tobytes(), e["file"]
                     else:  # fp64 references as f32, exact outputs as built (f8e4m3: the bytes)
                         t = expected[e["name"]]
                         assert e["dtype"] == ("f32" if t.dtype == torch.float64 else
@@ -822,6 +1107,7 @@ def run():
     check_round_trip()
     print("round trip: manifests, sha256, .npy headers and regeneration OK")
     check_quant_fp8_sets()
+    check_gemm_fp8_sets()
     check_gpt_ffn_allowance()
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))
     return 0

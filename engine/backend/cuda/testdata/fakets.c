@@ -835,6 +835,20 @@ int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, co
     return TS_OK;
 }
 
+int ts_gemm_fp8(void *out, const void *x, const float *x_scales, const void *w, const float *w_scales,
+                const ts_gemm_fp8_config *cfg, void *stream) {
+    logf_("ts_gemm_fp8 out_dtype=%d m=%d n=%d k=%d block=%d stream=%d", cfg->out_dtype, cfg->m, cfg->n, cfg->k,
+          cfg->block_scales, stream != NULL);
+    int st = enter("ts_gemm_fp8", 1);
+    if (st) return st;
+    NEED("gemm_fp8", out);
+    NEED("gemm_fp8", x);
+    NEED("gemm_fp8", x_scales);
+    NEED("gemm_fp8", w);
+    NEED("gemm_fp8", w_scales);
+    return TS_OK;
+}
+
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream) {
     logf_("ts_sample rows=%d vocab=%d temperature=%g top_k=%d top_p=%g seed=%llu step=%llu stream=%d", cfg->rows,
           cfg->vocab, cfg->temperature, cfg->top_k, cfg->top_p, (unsigned long long)cfg->seed,
