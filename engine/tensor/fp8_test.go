@@ -87,3 +87,43 @@ func TestE4M3Float32Boundaries(t *testing.T) {
 		}
 	}
 }
+
+// nearestFP8 is the spec by brute force: the finite code nearest to v (saturated), ties to the
+// code with an even mantissa, NaN as 0x7F; an independent check of fp8FromFloat32's arithmetic.
+func nearestFP8(dt DType, v float32) uint8 {
+	if v != v {
+		return 0x7F
+	}
+	best, bestErr := -1, math.Inf(1)
+	for b := 0; b < 256; b++ {
+		f := float64(FP8ToFloat32(dt, uint8(b)))
+		if math.IsNaN(f) || math.IsInf(f, 0) || math.Signbit(f) != math.Signbit(float64(v)) {
+			continue
+		}
+		max := float64(E4M3Max)
+		if dt == F8E5M2 {
+			max = E5M2Max
+		}
+		target := math.Max(-max, math.Min(max, float64(v)))
+		err := math.Abs(f - target)
+		if err < bestErr || (err == bestErr && b&1 == 0) {
+			best, bestErr = b, err
+		}
+	}
+	return uint8(best)
+}
+
+// Random float32 values (every exponent, sign and mantissa) convert to the nearest code.
+func FuzzFP8MatchesNearestCode(f *testing.F) {
+	for _, v := range []float32{0, 1, 448, 464, 470, 1e-3, 1.0 / 1024, 57344, 61440, 1e30, -2.5} {
+		f.Add(math.Float32bits(v))
+	}
+	f.Fuzz(func(t *testing.T, bits uint32) {
+		v := math.Float32frombits(bits)
+		for _, dt := range []DType{F8E4M3, F8E5M2} {
+			if got, want := FP8FromFloat32(dt, v), nearestFP8(dt, v); got != want {
+				t.Fatalf("%v(%v = %#08x) = %#02x, the nearest code is %#02x", dt, v, bits, got, want)
+			}
+		}
+	})
+}
