@@ -43,14 +43,10 @@ func TestCheckHangContinuesInANewProcess(t *testing.T) {
 		{"ts_residual_add:2", "HANG: ts_residual_add: the call did not return within"},
 	} {
 		t.Run(tc.hang, func(t *testing.T) {
+			once := filepath.Join(t.TempDir(), "hung")
 			child := func(extra ...string) string {
-				cmd := exec.Command(os.Args[0], "-test.run=^TestCheckHangContinuesInANewProcess$", "-test.count=1")
-				cmd.Env = append(os.Environ(), hangChild+"=1", "CHECK_ROOT="+root, "TOUCHSTONE_BACKEND=cuda",
-					"TOUCHSTONE_CUDA_LIB="+fake, "TOUCHSTONE_DEADLINE=1", "TOUCHSTONE_GUARDS=0",
-					"FAKETS_HANG="+tc.hang, "FAKETS_HANG_ONCE="+filepath.Join(t.TempDir(), "hung"))
-				cmd.Env = append(cmd.Env, extra...)
-				out, _ := cmd.CombinedOutput()
-				return string(out)
+				return runHangChild("TestCheckHangContinuesInANewProcess", tc.hang, once, append([]string{hangChild + "=1",
+					"CHECK_ROOT=" + root, "TOUCHSTONE_BACKEND=cuda", "TOUCHSTONE_CUDA_LIB=" + fake}, extra...)...)
 			}
 			first := child()
 			m := regexp.MustCompile(`RESUME=(\S+)`).FindStringSubmatch(first)
@@ -68,6 +64,17 @@ func TestCheckHangContinuesInANewProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runHangChild runs the test binary's test in a child process with the fake library's hang
+// (FAKETS_HANG, only while the file once does not exist), a 1 s deadline, no guards and env,
+// and returns its output.
+func runHangChild(test, hang, once string, env ...string) string {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TOUCHSTONE_DEADLINE=1", "TOUCHSTONE_GUARDS=0", "FAKETS_HANG="+hang, "FAKETS_HANG_ONCE="+once)
+	cmd.Env = append(cmd.Env, env...)
+	out, _ := cmd.CombinedOutput()
+	return string(out)
 }
 
 // residualAddRoot is a golden root holding the tolerances and the named residual_add cases.

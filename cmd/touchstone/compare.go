@@ -182,23 +182,23 @@ func runBothSides(base, cand abtest.Side, kernelSets, modelSets []*golden.Set, t
 	cases := progress.Cases
 	ro.Resume = progress.Partial
 	offset := 0
+	// continueAfter hands the run to a new process after the hang stop of the stage whose first
+	// set has index base among all sets, with done the cases finished before it.
+	continueAfter := func(stop *abtest.Stopped, base int, done []abtest.Case) error {
+		fmt.Fprintf(stderr, "touchstone compare: HANG: the %s's %s of %s did not finish; the rest runs in a new process\n    %s\n", stop.Side, stop.During, stop.Case, stop.Message)
+		return continueCompare(compareProgress{Sets: progress.Sets, Next: base + stop.Next, Cases: done, Partial: stop.Partial})
+	}
 	// A call that never returns leaves this goroutine blocked for good: the CUDA backend's
 	// monitor hands the hang to this handler, which continues from the last position as a
 	// hang reported would.
 	var at atomic.Pointer[stuckPosition]
 	ro.Observe = func(p *abtest.Position) { at.Store(&stuckPosition{p, offset + max(progress.Next-offset, 0), cases}) }
 	cuda.OnStuck(func(err error) {
-		p := at.Load()
-		if p == nil {
-			fmt.Fprintf(stderr, "touchstone compare: %v\n", err)
-			os.Exit(2)
+		if p := at.Load(); p != nil {
+			done, stop := p.pos.Hung(err)
+			err = continueAfter(stop, p.base, append(p.before[:len(p.before):len(p.before)], done...))
 		}
-		done, stop := p.pos.Hung(err)
-		fmt.Fprintf(stderr, "touchstone compare: HANG: the %s's %s of %s never returned; the rest runs in a new process\n    %s\n", stop.Side, stop.During, stop.Case, stop.Message)
-		next := compareProgress{Sets: progress.Sets, Next: p.base + stop.Next, Cases: append(p.before[:len(p.before):len(p.before)], done...), Partial: stop.Partial}
-		if rerr := continueCompare(next); rerr != nil {
-			fmt.Fprintf(stderr, "touchstone compare: could not continue in a new process: %v\n", rerr)
-		}
+		fmt.Fprintf(stderr, "touchstone compare: %v (could not continue in a new process)\n", err)
 		os.Exit(2)
 	})
 	for _, stage := range []struct {
@@ -211,9 +211,7 @@ func runBothSides(base, cand abtest.Side, kernelSets, modelSets []*golden.Set, t
 			cases = append(cases, got...)
 			var stop *abtest.Stopped
 			if errors.As(err, &stop) {
-				fmt.Fprintf(stderr, "touchstone compare: HANG: the %s's %s of %s did not finish; the rest runs in a new process\n    %s\n", stop.Side, stop.During, stop.Case, stop.Message)
-				next := compareProgress{Sets: progress.Sets, Next: offset + from + stop.Next, Cases: cases, Partial: stop.Partial}
-				if rerr := continueCompare(next); rerr != nil {
+				if rerr := continueAfter(stop, offset+from, cases); rerr != nil {
 					return nil, fmt.Errorf("%w; could not continue in a new process: %v", err, rerr)
 				}
 			}

@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) gemm_fp8_kernel(T *out, const unsign
             for (int j = 0; j < 4; ++j) {
                 const int c = col0 + tx + 16 * j;
                 if (block) {
-                    if (r < m && c < n && kb < kb_count)
+                    if (r < m && c < n)
                         acc[i][j] += part[i][j] * xs[(int64_t)r * kb_count + kb] * ws[(int64_t)(c / kBlock) * kb_count + kb];
                 } else {
                     acc[i][j] += part[i][j];

@@ -47,18 +47,22 @@ type Position struct {
 
 // Hung returns the cases finished and the Stopped of a hang err at p, as if the call in
 // progress had returned err.
-func (p *Position) Hung(err error) ([]Case, *Stopped) {
+func (p *Position) Hung(err error) ([]Case, *Stopped) { return p.stop(failed(err)) }
+
+// stop is Hung for the measurement m of the hung side (its Error for a timing).
+func (p *Position) stop(m Measurement) ([]Case, *Stopped) {
 	c := p.c
-	stop := &Stopped{Next: p.index + 1, Case: c.ID, Side: p.side, During: p.during, Message: err.Error()}
+	stop := &Stopped{Next: p.index + 1, Case: c.ID, Side: p.side, During: p.during, Message: m.Error}
 	switch {
 	case p.during == "timing":
-		c.Untimed = "hung while timed: " + err.Error()
+		// Both ran their checks, so neither verdict changes; the case stays untimed.
+		c.Untimed = "hung while timed: " + m.Error
 	case p.side == "baseline":
-		c.Baseline = failed(err)
+		c.Baseline = m
 		stop.Next, stop.Partial = p.index, &c
 		return p.done, stop
 	default:
-		c.Candidate = failed(err)
+		c.Candidate = m
 	}
 	return append(p.done[:len(p.done):len(p.done)], c), stop
 }
@@ -102,10 +106,13 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 		return nil, fmt.Errorf("abtest: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
 	}
 	var cases []Case
-	observe := func(i int, c Case, side, during string) {
+	// at is the position before a call, told to o.Observe; a hang returned there stops the run
+	at := func(i int, c Case, side, during string) *Position {
+		p := &Position{done: cases[:len(cases):len(cases)], index: i, c: c, side: side, during: during}
 		if o.Observe != nil {
-			o.Observe(&Position{done: cases[:len(cases):len(cases)], index: i, c: c, side: side, during: during})
+			o.Observe(p)
 		}
+		return p
 	}
 	for i, s := range sets {
 		c := Case{ID: s.ID()}
@@ -115,26 +122,25 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 			}
 			c.Baseline = o.Resume.Baseline
 		} else {
-			observe(i, c, "baseline", "check")
-			c.Baseline = measureIt(base, s)
-			if c.Baseline.Status == Hang {
-				return cases, &Stopped{Next: i, Partial: &c, Case: c.ID, Side: "baseline", During: "check", Message: c.Baseline.Error}
+			p := at(i, c, "baseline", "check")
+			if c.Baseline = measureIt(base, s); c.Baseline.Status == Hang {
+				done, stop := p.stop(c.Baseline)
+				return done, stop
 			}
 		}
-		observe(i, c, "candidate", "check")
-		c.Candidate = measureIt(cand, s)
-		if c.Candidate.Status == Hang {
-			return append(cases, c), &Stopped{Next: i + 1, Case: c.ID, Side: "candidate", During: "check", Message: c.Candidate.Error}
+		p := at(i, c, "candidate", "check")
+		if c.Candidate = measureIt(cand, s); c.Candidate.Status == Hang {
+			done, stop := p.stop(c.Candidate)
+			return done, stop
 		}
 		// Timed only when both ran in this process: after a resume the baseline's backend is
 		// a new one, which is as good a timer as any.
 		if timed && ran(c.Baseline) && ran(c.Candidate) {
-			observe(i, c, "baseline or candidate", "timing")
+			p := at(i, c, "baseline or candidate", "timing")
 			tb, tc, err := timeIt(base, cand, s, o)
 			if errors.Is(err, backend.ErrHang) {
-				// Both ran their checks, so neither verdict changes; the case stays untimed.
-				c.Untimed = "hung while timed: " + err.Error()
-				return append(cases, c), &Stopped{Next: i + 1, Case: c.ID, Side: "baseline or candidate", During: "timing", Message: err.Error()}
+				done, stop := p.stop(Measurement{Error: err.Error()})
+				return done, stop
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.ID(), err)

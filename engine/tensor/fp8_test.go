@@ -70,6 +70,7 @@ func TestFP8DecodeRoundTrips(t *testing.T) {
 
 // The float32 values fp16 cannot hold: saturation past the largest finite value, the exact
 // tie at the top (464 rounds to 448, even), ties and near-ties below 2^-14, NaN's sign dropped.
+// The bytes are torch's (clamp(-448, 448).to(float8_e4m3fn), NaN as 0x7F), as printed by it.
 func TestE4M3Float32Boundaries(t *testing.T) {
 	nextUp := func(v float32) float32 { return math.Nextafter32(v, float32(math.Inf(1))) }
 	for _, c := range []struct {
