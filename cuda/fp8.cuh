@@ -27,4 +27,23 @@ __device__ __forceinline__ unsigned char e5m2(float v) {
 constexpr float kQuantEps = 1e-10f;
 constexpr float kE4M3Max = 448.0f;
 
+/* The dynamic quantisation of docs/quantization.md, shared by quant_fp8 and the fused
+ * quantisers (rmsnorm_quant_fp8, swiglu_quant_fp8), which must write the same bytes for the same
+ * values. A group's amax is taken over the bits of |v| (abs_bits): for non-negative floats the
+ * unsigned order is the numeric one, and every NaN's bits lie above +inf's, so the unsigned
+ * maximum is the amax with NaN propagating (fmaxf would drop it) and one max instruction a step. */
+__device__ __forceinline__ unsigned abs_bits(float v) { return __float_as_uint(v) & 0x7fffffffu; }
+
+/* A group's scale from the maximum of its abs_bits: NaN when the group holds a NaN, else
+ * max(amax, 1e-10) / 448 with a correctly rounded division (__fdiv_rn: the default division under
+ * --use_fast_math would not be one, and amax * (1 / 448) rounds twice). */
+__device__ __forceinline__ float quant_scale(unsigned amax_bits) {
+    if (amax_bits > 0x7f800000u) return __int_as_float(0x7fffffff);
+    return __fdiv_rn(fmaxf(__uint_as_float(amax_bits), kQuantEps), kE4M3Max);
+}
+
+/* q = e4m3(v / s), the division correctly rounded (v * (1 / s) rounds twice and moves values
+ * across an FP8 rounding boundary). */
+__device__ __forceinline__ unsigned char quant_code(float v, float s) { return e4m3(__fdiv_rn(v, s)); }
+
 } // namespace ts

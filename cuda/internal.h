@@ -341,8 +341,9 @@ int blocks_per_sm(const char *op, Kernel kernel, int threads, size_t smem, std::
     return TS_OK;
 }
 
-/* Called by ts_shutdown: forget cached cuBLASLt heuristics (gemm.cu). */
+/* Called by ts_shutdown: forget cached cuBLASLt heuristics (gemm.cu, gemm_fp8.cu). */
 void gemm_release();
+void gemm_fp8_release();
 
 /* Internal launchers shared between ops (each defined in its op's file, instantiated there for
  * both storage types). */

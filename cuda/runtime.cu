@@ -486,6 +486,7 @@ void release_locked() {
         g.ws_bytes[i] = 0;
     }
     gemm_release();
+    gemm_fp8_release();
     if (g.blas) cublasDestroy(g.blas);
     if (g.lt) cublasLtDestroy(g.lt);
     if (g.stream) cudaStreamDestroy(g.stream);

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 14
+#define TS_ABI_VERSION 15
 
 typedef enum {
     TS_OK = 0,
@@ -383,6 +383,18 @@ typedef struct {
     int group_size;
 } ts_quant_config;
 
+/* rmsnorm_quant_fp8: x [rows, hidden] in dtype (TS_F16 or TS_BF16), weight [hidden], the f8e4m3
+ * out [rows, hidden]; group_size as quant_fp8's (dynamic: a positive divisor of hidden, at most
+ * 8192 groups a row; static: 0). swiglu_quant_fp8 takes ts_quant_config: in_dtype the storage
+ * dtype of gate and up (TS_F16 or TS_BF16), hidden their width. */
+typedef struct {
+    ts_dtype dtype;
+    int rows;
+    int hidden;
+    int group_size;
+    float eps;
+} ts_norm_quant_config;
+
 /* gemm_fp8: out [m, n] (out_dtype TS_F16 or TS_BF16) = dequant(x) [m, k] . dequant(w)^T for the
  * f8e4m3 x and w [n, k] (the w8a8 GEMM of FP8 checkpoints), fp32 accumulation; a value
  * dequantises as float(q) * scale. block_scales 1: x_scales [m, k/128] (1x128 groups, k % 128 == 0)
@@ -504,6 +516,22 @@ int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, co
                  void *stream);
 int ts_gemm_fp8(void *out, const void *x, const float *x_scales, const void *w, const float *w_scales,
                 const ts_gemm_fp8_config *cfg, void *stream);
+/* The fused FP8 activation quantisers: the op before an FP8 GEMM and quant_fp8 in one pass. The
+ * intermediate y is rounded to the storage dtype exactly as the unfused op stores it, then
+ * quantised bit for bit as quant_fp8 quantises that y (docs/quantization.md, "Fused
+ * quantisers"): dynamic (scale NULL) into out and the fp32 scales [rows, hidden / group_size],
+ * or static (scale: one fp32 on the device; scales NULL, group_size 0).
+ * rmsnorm_quant_fp8: y = rmsnorm(s, weight) (rmsnorm's T((s * inv) * weight)); s = x, or with a
+ * residual (sum and residual both non-NULL) s = x + residual rounded to the storage dtype and
+ * stored in sum, which may equal x or residual (in place).
+ * Unfused equivalent: rmsnorm_residual(sum, y, x, residual, weight) (or rmsnorm(y, x, weight)),
+ * then quant_fp8(out, scales, y, scale). */
+int ts_rmsnorm_quant_fp8(void *out, float *scales, void *sum, const void *x, const void *residual, const void *weight,
+                         const float *scale, const ts_norm_quant_config *cfg, void *stream);
+/* swiglu_quant_fp8: y = silu(gate) * up (swiglu's) for gate, up [rows, hidden].
+ * Unfused equivalent: swiglu(y, gate, up), then quant_fp8(out, scales, y, scale). */
+int ts_swiglu_quant_fp8(void *out, float *scales, const void *gate, const void *up, const float *scale,
+                        const ts_quant_config *cfg, void *stream);
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);
 int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream);
 

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "blaslt.cuh"
 #include "gemv.cuh"
 
 namespace {
@@ -137,14 +138,6 @@ int gemm_ex(const char *op, void *out, bool out_f32, const T *x, const T *w, int
     return TS_OK;
 }
 
-/* Largest power of two (<= 256) dividing the address: what cublasLt may assume of a pointer. */
-uint32_t alignment_of(const void *p) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    uint32_t al = 256;
-    while (al > 1 && (a % al) != 0) al /= 2;
-    return al;
-}
-
 /* Heuristic results of cublasLt per storage type, shape and alignment; found == false: no
  * algorithm. The type is part of the key: an fp16 algorithm is no answer for bf16. */
 struct LtChoice {
@@ -154,20 +147,6 @@ struct LtChoice {
 using LtKey = std::tuple<int, int, int, int, uint32_t, uint32_t, uint32_t>;
 std::mutex g_lt_mu;
 std::map<LtKey, LtChoice> g_lt_cache;
-
-/* Owns the cublasLt descriptors of one call. */
-struct LtDescs {
-    cublasLtMatmulDesc_t op = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulPreference_t pref = nullptr;
-    ~LtDescs() {
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (c) cublasLtMatrixLayoutDestroy(c);
-        if (b) cublasLtMatrixLayoutDestroy(b);
-        if (a) cublasLtMatrixLayoutDestroy(a);
-        if (op) cublasLtMatmulDescDestroy(op);
-    }
-};
 
 /* T out = x . w^T + bias with the bias epilogue, everything in T (the epilogue's bias type is D's
  * by default). *unsupported = true (and TS_OK) when cublasLt has no algorithm for this problem:
@@ -179,9 +158,9 @@ int lt_gemm_bias(const char *op, T *out, const T *x, const T *w, const T *bias, 
     *unsupported = false;
     void *ws = nullptr;
     TS_CHECK(op, ts::workspace(op, ts::WS_CUBLASLT, kLtWorkspaceBytes, &ws));
-    const uint32_t al_w = alignment_of(w), al_x = alignment_of(x), al_out = alignment_of(out);
+    const uint32_t al_w = ts::alignment_of(w), al_x = ts::alignment_of(x), al_out = ts::alignment_of(out);
 
-    LtDescs d;
+    ts::LtDescs d;
     TS_CHECK(op, cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     TS_CHECK(op, cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));

@@ -2,13 +2,15 @@
  * quant_fp8: x [rows, hidden] (fp16, bf16 or fp32) into f8e4m3, bit for bit as
  * docs/quantization.md defines it (touchstone.h states the contract).
  *
- * Dynamic: one block per group (a row cut into groups of group_size). The block reads its group
- * once into registers (at most kMaxPerThread values a thread), takes the fp32 amax with warp
- * shuffles and shared memory, a NaN anywhere making the scale NaN (fmaxf alone would drop it),
- * then writes q = e4m3(x / s) with a correctly rounded division (__fdiv_rn: the default
- * division under --use_fast_math would not be, and x * (1/s) rounds twice). A group too long for
- * the registers (per-token groups past 256 x kMaxPerThread elements) re-reads x in the second
- * pass. Static: a grid-stride loop, q = e4m3(x / scale).
+ * Dynamic, group_size 128 (fine-grained FP8's 1x128 groups) with aligned x and out: a warp per
+ * group, four values a lane from one 8- or 16-byte load, the amax by shuffles alone, the four
+ * codes stored as one 32-bit word; eight groups a block. Any other dynamic case: one block per
+ * group (a row cut into groups of group_size), which reads its group once into registers (at
+ * most kMaxPerThread values a thread; a longer group re-reads x in the second pass) and takes
+ * the amax with a warp reduction and shared memory. Both take the amax as the largest bit
+ * pattern of |x| (a NaN anywhere makes the scale NaN), and the scale and codes from fp8.cuh
+ * (quant_scale, quant_code: correctly rounded divisions). Static: a grid-stride loop,
+ * q = e4m3(x / scale).
  */
 #include <algorithm>
 
@@ -24,6 +26,47 @@ __device__ __forceinline__ float load_x(const float *x, int64_t i) { return x[i]
 __device__ __forceinline__ float load_x(const __half *x, int64_t i) { return __half2float(x[i]); }
 __device__ __forceinline__ float load_x(const __nv_bfloat16 *x, int64_t i) { return __bfloat162float(x[i]); }
 
+__device__ __forceinline__ void load4(const float *p, float (&v)[4]) {
+    const float4 f = *reinterpret_cast<const float4 *>(p);
+    v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+}
+__device__ __forceinline__ void load4(const __half *p, float (&v)[4]) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+__device__ __forceinline__ void load4(const __nv_bfloat16 *p, float (&v)[4]) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x));
+    const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+}
+
+constexpr int kGroup128 = 128;
+constexpr int kGroupsPerBlock = kThreads / 32;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) quant_g128_kernel(unsigned char *out, float *scales, const T *x,
+                                                              int64_t groups) {
+    ts::pdl_wait();
+    const int64_t g = (int64_t)blockIdx.x * kGroupsPerBlock + threadIdx.x / 32;
+    if (g >= groups) return;
+    const int lane = threadIdx.x & 31;
+    const int64_t base = g * kGroup128 + lane * 4;
+    float v[4];
+    load4(x + base, v);
+    unsigned amax = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) amax = max(amax, ts::abs_bits(v[k]));
+    const float s = ts::quant_scale(__reduce_max_sync(0xffffffffu, amax));
+    if (lane == 0) scales[g] = s;
+    uint32_t codes = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) codes |= (uint32_t)ts::quant_code(v[k], s) << (8 * k);
+    *reinterpret_cast<uint32_t *>(out + base) = codes;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads) quant_dynamic_kernel(unsigned char *out, float *scales, const T *x,
                                                                  int group_size) {
@@ -31,48 +74,34 @@ __global__ void __launch_bounds__(kThreads) quant_dynamic_kernel(unsigned char *
     const int64_t g = blockIdx.x;
     const int64_t base = g * (int64_t)group_size;
     float v[kMaxPerThread];
-    float amax = 0.0f;
-    bool nan = false;
+    unsigned amax = 0; /* the largest abs_bits: the amax, NaN above every number (fp8.cuh) */
 #pragma unroll
     for (int k = 0; k < kMaxPerThread; ++k) {
         const int i = threadIdx.x + k * blockDim.x;
         v[k] = 0.0f;
         if (i < group_size) {
             v[k] = load_x(x, base + i);
-            nan |= v[k] != v[k];
-            amax = fmaxf(amax, fabsf(v[k]));
+            amax = max(amax, ts::abs_bits(v[k]));
         }
     }
-    for (int i = threadIdx.x + kMaxPerThread * blockDim.x; i < group_size; i += blockDim.x) {
-        const float w = load_x(x, base + i);
-        nan |= w != w;
-        amax = fmaxf(amax, fabsf(w));
-    }
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    nan = __any_sync(0xffffffffu, nan);
-    __shared__ float warp_max[kThreads / 32];
-    __shared__ int warp_nan[kThreads / 32];
+    for (int i = threadIdx.x + kMaxPerThread * blockDim.x; i < group_size; i += blockDim.x)
+        amax = max(amax, ts::abs_bits(load_x(x, base + i)));
+    amax = __reduce_max_sync(0xffffffffu, amax);
+    __shared__ unsigned warp_max[kThreads / 32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) {
-        warp_max[warp] = amax;
-        warp_nan[warp] = nan;
-    }
+    if (lane == 0) warp_max[warp] = amax;
     __syncthreads();
-    amax = 0.0f;
-    nan = false;
-    for (int w = 0; w < (int)(blockDim.x + 31) / 32; ++w) {
-        amax = fmaxf(amax, warp_max[w]);
-        nan |= warp_nan[w] != 0;
-    }
-    const float s = nan ? __int_as_float(0x7fffffff) : __fdiv_rn(fmaxf(amax, ts::kQuantEps), ts::kE4M3Max);
+    amax = 0;
+    for (int w = 0; w < (int)(blockDim.x + 31) / 32; ++w) amax = max(amax, warp_max[w]);
+    const float s = ts::quant_scale(amax);
     if (threadIdx.x == 0) scales[g] = s;
 #pragma unroll
     for (int k = 0; k < kMaxPerThread; ++k) {
         const int i = threadIdx.x + k * blockDim.x;
-        if (i < group_size) out[base + i] = ts::e4m3(__fdiv_rn(v[k], s));
+        if (i < group_size) out[base + i] = ts::quant_code(v[k], s);
     }
     for (int i = threadIdx.x + kMaxPerThread * blockDim.x; i < group_size; i += blockDim.x)
-        out[base + i] = ts::e4m3(__fdiv_rn(load_x(x, base + i), s));
+        out[base + i] = ts::quant_code(load_x(x, base + i), s);
 }
 
 template <typename T>
@@ -81,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) quant_static_kernel(unsigned char *o
     ts::pdl_wait();
     const float s = *scale;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = ts::e4m3(__fdiv_rn(load_x(x, i), s));
+        out[i] = ts::quant_code(load_x(x, i), s);
 }
 
 template <typename T>
@@ -91,6 +120,13 @@ int launch(unsigned char *out, float *scales, const T *x, const float *scale, co
     const char *name = ts::dtype_name(c.in_dtype);
     if (scale == nullptr) {
         const int64_t groups = (int64_t)c.rows * (c.hidden / c.group_size);
+        if (c.group_size == kGroup128 && ts::aligned16(x) && reinterpret_cast<uintptr_t>(out) % 4 == 0) {
+            const char *d = ts::dims("rows=%d hidden=%d group=128 in=%s", c.rows, c.hidden, name);
+            auto kernel = quant_g128_kernel<T>;
+            TS_LAUNCH(op, kernel, (unsigned)ts::ceil_div(groups, kGroupsPerBlock), kThreads, 0, stream, d, out, scales,
+                      x, groups);
+            return TS_OK;
+        }
         const int threads = c.group_size >= kThreads ? kThreads : ts::round_up(c.group_size, 32);
         const char *d = ts::dims("rows=%d hidden=%d group=%d in=%s", c.rows, c.hidden, c.group_size, name);
         auto kernel = quant_dynamic_kernel<T>;

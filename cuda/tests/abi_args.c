@@ -331,6 +331,67 @@ int main(void) {
                "w_scales", "NULL");
     }
 
+    /* rmsnorm_quant_fp8 and swiglu_quant_fp8: quant_fp8's rules for scale, scales and group_size,
+     * a storage dtype; sum and residual together or neither; at most 8192 groups a row */
+    {
+        float *F = (float *)P;
+        ts_norm_quant_config rq = {TS_BF16, 3, 2048, 128, 1e-5f};
+        expect("rmsnorm_quant_fp8 valid", ts_rmsnorm_quant_fp8(P, F, P2, P, P2, P, NULL, &rq, NULL),
+               TS_ERR_NOT_INITIALIZED, "rmsnorm_quant_fp8", "ts_init", NULL);
+        expect("rmsnorm_quant_fp8 in place, no residual", ts_rmsnorm_quant_fp8(P, F, NULL, P, NULL, P, NULL, &rq, NULL),
+               TS_ERR_NOT_INITIALIZED, "rmsnorm_quant_fp8", "ts_init", NULL);
+        expect("rmsnorm_quant_fp8 sum without residual", ts_rmsnorm_quant_fp8(P, F, P2, P, NULL, P, NULL, &rq, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_quant_fp8", "residual", "give both");
+        expect("rmsnorm_quant_fp8 null weight", ts_rmsnorm_quant_fp8(P, F, NULL, P, NULL, NULL, NULL, &rq, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_quant_fp8", "weight", NULL);
+        expect("rmsnorm_quant_fp8 no scales", ts_rmsnorm_quant_fp8(P, NULL, NULL, P, NULL, P, NULL, &rq, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_quant_fp8", "scales", "NULL");
+        ts_norm_quant_config rg = rq;
+        rg.group_size = 100;
+        expect("rmsnorm_quant_fp8 group 100", ts_rmsnorm_quant_fp8(P, F, NULL, P, NULL, P, NULL, &rg, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_quant_fp8", "group_size", "100");
+        rg.hidden = 16384;
+        rg.group_size = 1;
+        expect("rmsnorm_quant_fp8 16384 groups", ts_rmsnorm_quant_fp8(P, F, NULL, P, NULL, P, NULL, &rg, NULL),
+               TS_ERR_UNSUPPORTED, "rmsnorm_quant_fp8", "group_size", "8192");
+        expect("rmsnorm_quant_fp8 static with a group", ts_rmsnorm_quant_fp8(P, NULL, NULL, P, NULL, P, F, &rq, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_quant_fp8", "group_size", "128");
+        ts_norm_quant_config rs = rq;
+        rs.group_size = 0;
+        expect("rmsnorm_quant_fp8 static with scales", ts_rmsnorm_quant_fp8(P, F, NULL, P, NULL, P, F, &rs, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_quant_fp8", "scales", NULL);
+        expect("rmsnorm_quant_fp8 static valid", ts_rmsnorm_quant_fp8(P, NULL, NULL, P, NULL, P, F, &rs, NULL),
+               TS_ERR_NOT_INITIALIZED, "rmsnorm_quant_fp8", "ts_init", NULL);
+        ts_norm_quant_config re = rq;
+        re.eps = 0.0f;
+        expect("rmsnorm_quant_fp8 eps 0", ts_rmsnorm_quant_fp8(P, F, NULL, P, NULL, P, NULL, &re, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_quant_fp8", "eps", NULL);
+        re = rq;
+        re.dtype = TS_F32;
+        expect("rmsnorm_quant_fp8 dtype f32", ts_rmsnorm_quant_fp8(P, F, NULL, P, NULL, P, NULL, &re, NULL),
+               TS_ERR_UNSUPPORTED, "rmsnorm_quant_fp8", "dtype", "TS_F32");
+
+        ts_quant_config sq = {TS_F16, 2, 4864, 4864};
+        expect("swiglu_quant_fp8 valid", ts_swiglu_quant_fp8(P, F, P, P2, NULL, &sq, NULL), TS_ERR_NOT_INITIALIZED,
+               "swiglu_quant_fp8", "ts_init", NULL);
+        expect("swiglu_quant_fp8 null up", ts_swiglu_quant_fp8(P, F, P, NULL, NULL, &sq, NULL), TS_ERR_INVALID_ARGUMENT,
+               "swiglu_quant_fp8", "up", NULL);
+        ts_quant_config sg = sq;
+        sg.group_size = 100;
+        expect("swiglu_quant_fp8 group 100 of 4864", ts_swiglu_quant_fp8(P, F, P, P2, NULL, &sg, NULL),
+               TS_ERR_INVALID_ARGUMENT, "swiglu_quant_fp8", "group_size", "100");
+        ts_quant_config ss = sq;
+        ss.group_size = 0;
+        expect("swiglu_quant_fp8 static valid", ts_swiglu_quant_fp8(P, NULL, P, P2, F, &ss, NULL), TS_ERR_NOT_INITIALIZED,
+               "swiglu_quant_fp8", "ts_init", NULL);
+        expect("swiglu_quant_fp8 static with scales", ts_swiglu_quant_fp8(P, F, P, P2, F, &ss, NULL),
+               TS_ERR_INVALID_ARGUMENT, "swiglu_quant_fp8", "scales", NULL);
+        ts_quant_config sd = sq;
+        sd.in_dtype = TS_F32;
+        expect("swiglu_quant_fp8 in_dtype f32", ts_swiglu_quant_fp8(P, F, P, P2, NULL, &sd, NULL), TS_ERR_UNSUPPORTED,
+               "swiglu_quant_fp8", "in_dtype", "TS_F32");
+    }
+
     /* bf16 storage: every op that takes TS_F16 takes TS_BF16, so a bf16 config passes validation
      * and stops only at the missing ts_init (nothing launched); a 16-bit out_dtype must be the
      * in_dtype (no mixing of TS_F16 and TS_BF16), and the messages name the refused value. */
@@ -432,12 +493,15 @@ int main(void) {
         b_bad.dtype = TS_F32;
         expect("rmsnorm dtype f32", ts_rmsnorm(P, P, P, &b_bad, NULL), TS_ERR_UNSUPPORTED, "rmsnorm", "dtype",
                "TS_F16 or TS_BF16");
-        b_bad.dtype = (ts_dtype)5;
-        expect("rmsnorm dtype 5", ts_rmsnorm(P, P, P, &b_bad, NULL), TS_ERR_INVALID_ARGUMENT, "rmsnorm", "dtype",
-               "= 5: not a ts_dtype");
-        ts_gemm_config g_bad = {(ts_dtype)5, TS_BF16, 1, 64, 64};
-        expect("gemm in_dtype 5", ts_gemm(P, P, P, NULL, &g_bad, NULL), TS_ERR_INVALID_ARGUMENT, "gemm", "in_dtype",
-               "5");
+        b_bad.dtype = TS_F8E4M3;
+        expect("rmsnorm dtype f8e4m3", ts_rmsnorm(P, P, P, &b_bad, NULL), TS_ERR_UNSUPPORTED, "rmsnorm", "dtype",
+               "TS_F8E4M3");
+        b_bad.dtype = (ts_dtype)7;
+        expect("rmsnorm dtype 7", ts_rmsnorm(P, P, P, &b_bad, NULL), TS_ERR_INVALID_ARGUMENT, "rmsnorm", "dtype",
+               "= 7: not a ts_dtype");
+        ts_gemm_config g_bad = {(ts_dtype)7, TS_BF16, 1, 64, 64};
+        expect("gemm in_dtype 7", ts_gemm(P, P, P, NULL, &g_bad, NULL), TS_ERR_INVALID_ARGUMENT, "gemm", "in_dtype",
+               "7");
         g_bad.in_dtype = TS_F32;
         expect("gemm in_dtype f32", ts_gemm(P, P, P, NULL, &g_bad, NULL), TS_ERR_UNSUPPORTED, "gemm", "in_dtype",
                "TS_F32");

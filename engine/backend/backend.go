@@ -172,6 +172,20 @@ type Kernels interface {
 	// (128x128 blocks, transformers' weight_scale_inv); else per token [M, 1] and per output
 	// channel [N, 1] (compressed-tensors' FP8-dynamic). A value dequantises as float(q) · scale.
 	GemmFP8(out, x, xScales, w, wScales Buffer, block bool) error
+	// RMSNormQuantFP8 is the pre-norm of an FP8 model and the quantisation of its output for the
+	// FP8 projection after it: y = RMSNorm(s, weight, eps) rounded to the storage dtype as RMSNorm
+	// stores it, then out [T, H] (f8e4m3) and scales = QuantFP8(y), dynamic (scale nil, groupSize
+	// dividing H, scales f32 [T, H/groupSize]) or static (the f32 [1] scale, scales nil,
+	// groupSize 0). s = x, or with a residual (sum and residual both non-nil) s = x + residual
+	// rounded to the storage dtype and stored in sum, which may be x or residual (in place) but
+	// must not overlap out. Unfused equivalent: RMSNormResidual(sum, y, x, residual, weight, eps)
+	// (or RMSNorm(y, x, weight, eps)), then QuantFP8(out, scales, y, scale, groupSize).
+	RMSNormQuantFP8(out, scales, sum, x, residual, weight, scale Buffer, groupSize int, eps float32) error
+	// SwiGLUQuantFP8 is a SwiGLU activation quantised for the FP8 down projection after it:
+	// y = silu(gate) * up rounded to the storage dtype as SwiGLU stores it, for gate, up [T, F],
+	// then out [T, F] (f8e4m3) and scales = QuantFP8(y) as RMSNormQuantFP8's. Unfused
+	// equivalent: SwiGLU(y, gate, up), then QuantFP8(out, scales, y, scale, groupSize).
+	SwiGLUQuantFP8(out, scales, gate, up, scale Buffer, groupSize int) error
 }
 
 // SampleConfig configures seeded sampling as docs/sampling.md defines it.
@@ -220,7 +234,7 @@ var Ops = []string{
 	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
-	"quant_fp8", "gemm_fp8",
+	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8",
 }
 
 // Timer brackets device work with device events, for benchmarks.

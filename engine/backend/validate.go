@@ -437,22 +437,75 @@ func CheckQuantFP8(out, scales, x, scale Buffer, groupSize int) error {
 	if c.Err() != nil {
 		return c.Err()
 	}
-	t, h := x.Shape()[0], x.Shape()[1]
+	checkQuantOutputs(c, out, scales, scale, groupSize, "x", x.Shape()[0], x.Shape()[1])
+	return c.Err()
+}
+
+// checkQuantOutputs validates what an FP8 quantisation of a [t, h] operand (named by of) writes
+// and reads beside it: out f8e4m3 [t, h]; dynamic (scale nil) with groupSize dividing h and the
+// f32 scales [t, h/groupSize]; static with the f32 scale [1], no scales and groupSize 0.
+func checkQuantOutputs(c *Check, out, scales, scale Buffer, groupSize int, of string, t, h int) {
 	c.DType("out", out, tensor.F8E4M3)
-	c.Shape("out", out, []int{t, h}, "the shape of x")
+	c.Shape("out", out, []int{t, h}, "the shape of "+of)
 	if scale == nil {
-		c.That(groupSize > 0 && h%groupSize == 0, "group_size", fmtI(groupSize), "must be positive and divide the hidden size %d of x (dynamic)", h)
+		c.That(groupSize > 0 && h%groupSize == 0, "group_size", fmtI(groupSize), "must be positive and divide the hidden size %d of %s (dynamic)", h, of)
 		if c.Err() == nil && c.Present("scales", scales) {
 			c.DType("scales", scales, tensor.F32)
 			c.Shape("scales", scales, []int{t, h / groupSize}, "[T, H / group_size]")
 		}
-		return c.Err()
+		return
 	}
 	c.That(groupSize == 0, "group_size", fmtI(groupSize), "must be 0 with a static scale (one per tensor)")
 	c.That(scales == nil, "scales", "a buffer", "must be nil with a static scale")
 	if c.Err() == nil {
 		c.DType("scale", scale, tensor.F32)
 		c.Shape("scale", scale, []int{1}, "[1] (one scale per tensor)")
+	}
+}
+
+// CheckRMSNormQuantFP8 validates the fused RMSNorm and FP8 quantisation
+// (Kernels.RMSNormQuantFP8): x [T, H] in a storage dtype, weight [H] and, with a residual
+// (sum and residual both given), residual and sum like x; then the quantisation's out, scales
+// and scale as CheckQuantFP8's.
+func CheckRMSNormQuantFP8(out, scales, sum, x, residual, weight, scale Buffer, groupSize int, eps float32) error {
+	c := Validate("rmsnorm_quant_fp8")
+	c.Storage("x", x)
+	c.Rank("x", x, 2)
+	c.That(eps > 0 && !math.IsInf(float64(eps), 0), "eps", fmtF(eps), "must be positive and finite")
+	c.That((sum == nil) == (residual == nil), "sum", fmt.Sprintf("given %v, residual given %v", sum != nil, residual != nil),
+		"give both (a residual add) or neither")
+	if c.Err() != nil {
+		return c.Err()
+	}
+	t, h := x.Shape()[0], x.Shape()[1]
+	c.Same("weight", weight)
+	c.Shape("weight", weight, []int{h}, "the hidden size of x")
+	if residual != nil {
+		c.Same("residual", residual)
+		c.Shape("residual", residual, x.Shape(), "the shape of x")
+		c.Same("sum", sum)
+		c.Shape("sum", sum, x.Shape(), "the shape of x")
+	}
+	if c.Err() == nil {
+		checkQuantOutputs(c, out, scales, scale, groupSize, "x", t, h)
+	}
+	return c.Err()
+}
+
+// CheckSwiGLUQuantFP8 validates the fused SwiGLU and FP8 quantisation (Kernels.SwiGLUQuantFP8):
+// gate [T, F] in a storage dtype, up like gate, then the quantisation's out, scales and scale as
+// CheckQuantFP8's.
+func CheckSwiGLUQuantFP8(out, scales, gate, up, scale Buffer, groupSize int) error {
+	c := Validate("swiglu_quant_fp8")
+	c.Storage("gate", gate)
+	c.Rank("gate", gate, 2)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	c.Same("up", up)
+	c.Shape("up", up, gate.Shape(), "the shape of gate")
+	if c.Err() == nil {
+		checkQuantOutputs(c, out, scales, scale, groupSize, "gate", gate.Shape()[0], gate.Shape()[1])
 	}
 	return c.Err()
 }

@@ -87,9 +87,32 @@ func Cases() []Case {
 		gemmFP8Case("gemm_fp8 block deepseek-v3 prefill M=4096 N=K=7168", 4096, 7168, 7168, true),
 		gemmFP8Case("gemm_fp8 block decode M=16 N=K=7168", 16, 7168, 7168, true),
 		gemmFP8Case("gemm_fp8 channel llama3-8b M=2048 N=K=4096", 2048, 4096, 4096, false),
+		gemmFP8Case("gemm_fp8 block prefill M=512 N=K=4096", 512, 4096, 4096, true),
+		gemmFP8Case("gemm_fp8 channel llama3-8b decode M=1 N=14336 K=4096", 1, 14336, 4096, false),
+		gemmFP8Case("gemm_fp8 block llama3-8b decode M=4 N=4096 K=14336", 4, 4096, 14336, true),
 		{Name: "quant_fp8 dynamic per-token 16x4096 f16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 4096}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{16, 4096}, normal(3, 0))},
 			Bytes:  elems(16, 4096)*(f16+1) + 16*f32},
+		// The fused FP8 quantisers, against their eager torch composition: DeepSeek-V3's pre-norm
+		// with its residual add in 1x128 groups at a 4096-token prefill and Llama-3-8B's per token
+		// for a decode batch of 16; Llama-3-8B's SwiGLU activation (14336) in 1x128 groups at a
+		// 2048-token prefill and per token at decode. Traffic: the inputs read, the sum written
+		// (a residual), one byte a value and one fp32 scale a group written.
+		{Name: "rmsnorm_quant_fp8 g128 residual 4096x7168 bf16", Op: "rmsnorm_quant_fp8",
+			Params: `{"eps": 1e-6, "mode": "dynamic", "group_size": 128, "has_residual": true, "inplace": false}`,
+			Inputs: []conformance.InputSpec{in("x", tensor.BF16, []int{4096, 7168}, nil), in("residual", tensor.BF16, []int{4096, 7168}, nil),
+				in("weight", tensor.BF16, []int{7168}, ones)},
+			Bytes: elems(4096, 7168)*(3*f16+1) + elems(4096, 7168/128)*f32 + 7168*f16},
+		{Name: "rmsnorm_quant_fp8 per-token 16x4096 f16", Op: "rmsnorm_quant_fp8",
+			Params: `{"eps": 1e-5, "mode": "dynamic", "group_size": 4096, "has_residual": false, "inplace": false}`,
+			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{16, 4096}, nil), in("weight", tensor.F16, []int{4096}, ones)},
+			Bytes:  elems(16, 4096)*(f16+1) + 16*f32 + 4096*f16},
+		{Name: "swiglu_quant_fp8 g128 2048x14336 bf16", Op: "swiglu_quant_fp8", Params: `{"mode": "dynamic", "group_size": 128}`,
+			Inputs: []conformance.InputSpec{in("gate", tensor.BF16, []int{2048, 14336}, normal(2, 0)), in("up", tensor.BF16, []int{2048, 14336}, nil)},
+			Bytes:  elems(2048, 14336)*(2*f16+1) + elems(2048, 14336/128)*f32},
+		{Name: "swiglu_quant_fp8 per-token 16x14336 f16", Op: "swiglu_quant_fp8", Params: `{"mode": "dynamic", "group_size": 14336}`,
+			Inputs: []conformance.InputSpec{in("gate", tensor.F16, []int{16, 14336}, normal(2, 0)), in("up", tensor.F16, []int{16, 14336}, nil)},
+			Bytes:  elems(16, 14336)*(2*f16+1) + 16*f32},
 		// One token per call at Qwen2.5's vocabulary: greedy, full-vocabulary nucleus, top-k.
 		sampleCase("sample greedy V=151936", 151936, `{"temperature": 0, "top_k": 0, "top_p": 1, "seed": 7}`),
 		sampleCase("sample T=0.8 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 0, "top_p": 0.95, "seed": 7}`),

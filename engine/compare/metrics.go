@@ -11,7 +11,7 @@ import (
 
 // Check is one metric held against its limit.
 type Check struct {
-	Metric string // "max_abs", "allclose", "nmse", "cosine", "kl", "top5", "nan", "inf"
+	Metric string // "max_abs", "allclose", "nmse", "cosine", "kl", "top5", "nan", "inf", "steps", "mismatch"
 	// Value is the measured value. For allclose it is the worst element's
 	// |got-want| / (atol + atol_rms·rms(row) + rtol·|want|) against a limit of 1 when no
 	// mismatch is allowed, else the fraction of elements outside that allowance against
@@ -53,10 +53,12 @@ type Result struct {
 	// the tolerance sets no allclose), NaN and infinity mismatches first.
 	Worst []Element
 
-	// Mismatches counts the elements outside the allclose allowance (0 without allclose).
+	// Mismatches counts the elements outside the allclose allowance (0 without allclose), or
+	// under max_steps the codes that differ from the reference's.
 	Mismatches int
 
 	allowance bool // Excess is relative to an allclose allowance
+	codes     bool // compared as FP8 codes (max_steps): Excess is the distance in steps
 }
 
 // Pass reports whether every check passed.
@@ -128,6 +130,12 @@ func CompareAllowing(got, want, allowance *tensor.Tensor, tol Tolerance) (*Resul
 	}
 	if got.DType == tensor.I32 || want.DType == tensor.I32 {
 		return nil, fmt.Errorf("compare: integer tensors (%s vs %s) are compared for equality, not with tolerances", got.DType, want.DType)
+	}
+	if tol.MaxSteps != nil {
+		if allowance != nil {
+			return nil, fmt.Errorf("compare: max_steps takes no per-element allowance")
+		}
+		return compareCodes(got, want, tol)
 	}
 	g, w := got.Float64(), want.Float64()
 	r := &Result{Shape: got.Shape, N: len(g)}
@@ -240,6 +248,70 @@ func CompareAllowing(got, want, allowance *tensor.Tensor, tol Tolerance) (*Resul
 	return r, nil
 }
 
+// compareCodes is Compare under max_steps: got and want are FP8 codes of one format, each
+// element's distance the number of representable values between them (fp8Position), NaN
+// meeting NaN in place. Checks: nan (a NaN on one side only), steps (the largest distance, at
+// most MaxSteps) and mismatch (the share of codes that differ at all, at most MaxMismatch).
+func compareCodes(got, want *tensor.Tensor, tol Tolerance) (*Result, error) {
+	if !got.DType.IsFP8() || got.DType != want.DType {
+		return nil, fmt.Errorf("compare: max_steps compares FP8 codes of one format: got %s, reference %s", got.DType, want.DType)
+	}
+	r := &Result{Shape: got.Shape, N: len(got.F8)}
+	worst := worstList{keep: WorstCount}
+	nan, steps, differ := 0, 0, 0
+	for i, a := range got.F8 {
+		b := want.F8[i]
+		va, vb := tensor.FP8ToFloat32(got.DType, a), tensor.FP8ToFloat32(want.DType, b)
+		e := Element{Got: float64(va), Want: float64(vb), flat: i}
+		switch an, bn := va != va, vb != vb; {
+		case an && bn:
+			continue
+		case an || bn:
+			nan++
+			differ++
+			e.AbsErr, e.Excess = math.NaN(), math.Inf(1)
+			worst.offer(e)
+			continue
+		}
+		d := fp8Position(a) - fp8Position(b)
+		if d < 0 {
+			d = -d
+		}
+		if d == 0 {
+			continue
+		}
+		differ++
+		steps = max(steps, d)
+		e.AbsErr, e.Excess = math.Abs(e.Got-e.Want), float64(d)
+		worst.offer(e)
+	}
+	r.Mismatches = differ
+	frac := 0.0
+	if r.N > 0 {
+		frac = float64(differ) / float64(r.N)
+	}
+	r.Checks = append(r.Checks, upper("nan", float64(nan), 0), upper("steps", float64(steps), float64(*tol.MaxSteps)),
+		upper("mismatch", frac, tol.MaxMismatch))
+	for _, e := range worst.elems {
+		e.Index = got.Index(e.flat)
+		r.Worst = append(r.Worst, e)
+	}
+	r.codes = true
+	return r, nil
+}
+
+// fp8Position is a finite or infinite FP8 code's position on its format's number line: the
+// magnitude bits count the representable values up from zero in both formats (sign-magnitude
+// layout, e5m2's infinity one past its largest finite value), negated for a negative code, so
+// +0 and -0 are one position and neighbours differ by one.
+func fp8Position(b uint8) int {
+	m := int(b & 0x7F)
+	if b&0x80 != 0 {
+		return -m
+	}
+	return m
+}
+
 // RowRMS returns the length of the rows of a tensor of shape (its last dimension; the whole
 // tensor for a scalar) and the root mean square of each row of v over its finite entries (0 for
 // a row without any).
@@ -343,14 +415,20 @@ func (r *Result) Table() string {
 		}
 		fmt.Fprintf(&b, "  %-9s %14.6g %s%12.6g %7.1f%%  %s\n", c.Metric, c.Value, op, c.Limit, 100*c.Budget, verdict)
 	}
-	if r.Mismatches > 0 {
+	switch {
+	case r.Mismatches > 0 && r.codes:
+		fmt.Fprintf(&b, "  %d of %d FP8 codes differ from the reference's\n", r.Mismatches, r.N)
+	case r.Mismatches > 0:
 		fmt.Fprintf(&b, "  %d of %d elements outside atol + atol_rms·rms(row) + rtol·|want|\n", r.Mismatches, r.N)
 	}
 	if len(r.Worst) > 0 {
 		fmt.Fprintf(&b, "  worst elements of %s (%d compared):\n", tensor.ShapeString(r.Shape), r.N)
 		for _, e := range r.Worst {
 			fmt.Fprintf(&b, "    %-16s got %-14.7g want %-14.7g |err| %.3g", tensor.ShapeString(e.Index), e.Got, e.Want, e.AbsErr)
-			if r.allowance && !math.IsInf(e.Excess, 1) {
+			switch {
+			case r.codes && !math.IsInf(e.Excess, 1):
+				fmt.Fprintf(&b, " (%g steps)", e.Excess)
+			case r.allowance && !math.IsInf(e.Excess, 1):
 				fmt.Fprintf(&b, " (%.2fx allowance)", e.Excess)
 			}
 			b.WriteByte('\n')

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"sort"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 
@@ -31,8 +32,18 @@ type Tolerance struct {
 	// measures; a fixed atol would be too loose for small rows and fail correct kernels on
 	// rows with outlier channels. Needs atol and rtol.
 	AtolRMS *float64 `yaml:"atol_rms,omitempty"`
-	// MaxMismatch is the fraction of elements allowed to fail allclose (0: none).
+	// MaxMismatch is the fraction of elements allowed to fail allclose (0: none), or with
+	// MaxSteps the fraction of FP8 codes allowed to differ from the reference's at all.
 	MaxMismatch float64 `yaml:"max_mismatch,omitempty"`
+	// MaxSteps compares FP8 outputs (f8e4m3, f8e5m2) by their codes' positions on the format's
+	// number line, not by value: adjacent representable values are one step apart (+0 and -0
+	// are one position; a NaN code must meet a NaN code), and no code may lie more than
+	// MaxSteps from the reference's. With it MaxMismatch bounds the share of codes that differ
+	// at all. For an output that is an exact function (quant_fp8's) of an intermediate a kernel
+	// computes in its own order: where that intermediate lands on the other side of a rounding
+	// boundary, a code on an FP8 rounding boundary moves by one step, and nowhere else. A bug in
+	// the quantisation moves many codes, or a code by more. It takes no other limit.
+	MaxSteps *int `yaml:"max_steps,omitempty"`
 	// NMSE bounds sum((got-want)²) / sum(want²).
 	NMSE *float64 `yaml:"nmse,omitempty"`
 	// MinCosine is the least cosine similarity of got and want, flattened.
@@ -85,8 +96,19 @@ func (t Tolerance) validate() error {
 	if !(t.MaxMismatch >= 0 && t.MaxMismatch < 1) {
 		return fmt.Errorf("max_mismatch = %v: must be in [0, 1)", t.MaxMismatch)
 	}
-	if t.MaxMismatch > 0 && t.Atol == nil {
-		return fmt.Errorf("max_mismatch needs atol and rtol")
+	if t.MaxSteps != nil {
+		set++
+		switch {
+		case *t.MaxSteps < 0:
+			return fmt.Errorf("max_steps = %d: must be >= 0", *t.MaxSteps)
+		case set > 1 || t.MinCosine != nil || len(t.TopK) > 0:
+			return fmt.Errorf("max_steps compares FP8 codes, not values: it takes no other limit but max_mismatch")
+		case *t.MaxSteps > 0 && t.MaxMismatch == 0:
+			return fmt.Errorf("max_steps = %d needs max_mismatch, the share of codes that may move", *t.MaxSteps)
+		}
+	}
+	if t.MaxMismatch > 0 && t.Atol == nil && t.MaxSteps == nil {
+		return fmt.Errorf("max_mismatch needs atol and rtol, or max_steps")
 	}
 	if t.MinCosine != nil {
 		set++
@@ -112,7 +134,11 @@ func (t Tolerance) validate() error {
 // Tolerances is the parsed golden/tolerances.yaml.
 type Tolerances struct {
 	Version int `yaml:"version"`
-	// Kernels maps op -> output dtype (f16, f32) -> tolerance.
+	// Kernels maps op -> output dtype (f16, f32) -> tolerance. A key <dtype>@<storage>
+	// (f32@bf16) is that output dtype in a set whose 16-bit inputs are stored in storage (f16
+	// or bf16), for an output whose error is a unit of the storage type although it is not
+	// stored in it (the fused quantisers' fp32 scales, amax / 448 of a 16-bit amax): KernelFor
+	// takes it before the plain <dtype> entry.
 	Kernels map[string]map[string]Tolerance `yaml:"kernels"`
 	// Taps maps a model tap kind (attn_norm, q_rope, logits, ...) to its tolerance: the floor
 	// of the limits CalibratedTap derives from a set's calibration.
@@ -173,7 +199,7 @@ func ParseTolerances(data []byte, name string) (*Tolerances, error) {
 	}
 	for _, op := range sortedKeys(t.Kernels) {
 		for _, dt := range sortedKeys(t.Kernels[op]) {
-			if _, err := tensor.ParseDType(dt); err != nil {
+			if err := checkKernelKey(dt); err != nil {
 				return nil, fmt.Errorf("%s: kernels.%s.%s: %w", name, op, dt, err)
 			}
 			if err := t.Kernels[op][dt].validate(); err != nil {
@@ -240,6 +266,34 @@ func (t *Tolerances) TapFloor(name string, dt tensor.DType) (Tolerance, error) {
 	}
 	out.Why = fmt.Sprintf("%s; %s floor (x%g amplitude, x%g squared: %s)", floor.Why, dt, f, f*f, s.Why)
 	return out, nil
+}
+
+// checkKernelKey validates a kernels entry's key: an output dtype, or <dtype>@<storage> with a
+// 16-bit storage dtype.
+func checkKernelKey(key string) error {
+	out, storage, qualified := strings.Cut(key, "@")
+	if _, err := tensor.ParseDType(out); err != nil {
+		return err
+	}
+	if !qualified {
+		return nil
+	}
+	if st, err := tensor.ParseDType(storage); err != nil || !st.IsFloat16Bit() {
+		return fmt.Errorf("storage %q after @: want f16 or bf16, the storage dtype of a set's 16-bit inputs", storage)
+	}
+	return nil
+}
+
+// KernelFor returns the tolerance of op for outputs of dtype dt in a set whose 16-bit inputs are
+// stored in storage (tensor.Invalid: none): kernels.<op>.<dt>@<storage> where the file has it,
+// else kernels.<op>.<dt>.
+func (t *Tolerances) KernelFor(op string, dt, storage tensor.DType) (Tolerance, error) {
+	if storage.IsFloat16Bit() {
+		if tol, ok := t.Kernels[op][dt.String()+"@"+storage.String()]; ok {
+			return tol, nil
+		}
+	}
+	return t.Kernel(op, dt)
 }
 
 // Kernel returns the tolerance of op for outputs of dtype dt.

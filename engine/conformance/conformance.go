@@ -28,6 +28,20 @@ type Output struct {
 	// Allowance is the reference's per-element allowance for this output, nil when the set
 	// has none (golden.RoleAllowance).
 	Allowance *tensor.Tensor
+	// Storage is the dtype of the set's 16-bit inputs (tensor.Invalid: none), which picks a
+	// kernels.<op>.<dtype>@<storage> tolerance where there is one (compare.Tolerances.KernelFor).
+	Storage tensor.DType
+}
+
+// Storage is the storage dtype of a set: its first f16 or bf16 input's (tensor.Invalid when it
+// has none).
+func Storage(set *golden.Set) tensor.DType {
+	for _, f := range set.Files(golden.RoleInput) {
+		if dt, err := tensor.ParseDType(f.DType); err == nil && dt.IsFloat16Bit() {
+			return dt
+		}
+	}
+	return tensor.Invalid
 }
 
 // runner executes one op through the backend, recording its outputs with c.output.
@@ -231,6 +245,7 @@ func RunAt(b backend.Backend, set *golden.Set, place Placement) ([]Output, error
 func pair(set *golden.Set, got map[string]*tensor.Tensor) ([]Output, error) {
 	m := set.Manifest
 	var outs []Output
+	storage := Storage(set)
 	for _, f := range set.Files("expected") {
 		g, ok := got[f.Name]
 		if !ok {
@@ -240,7 +255,7 @@ func pair(set *golden.Set, got map[string]*tensor.Tensor) ([]Output, error) {
 		if err != nil {
 			return nil, err
 		}
-		o := Output{Name: f.Name, Got: g, Want: want}
+		o := Output{Name: f.Name, Got: g, Want: want, Storage: storage}
 		if _, ok := set.File(f.Name + golden.AllowanceSuffix); ok {
 			if o.Allowance, err = set.Tensor(f.Name + golden.AllowanceSuffix); err != nil {
 				return nil, err
@@ -269,7 +284,7 @@ func (v Verdict) Pass() bool { return v.Result.Pass() }
 func Judge(op string, outs []Output, tols *compare.Tolerances) ([]Verdict, error) {
 	verdicts := make([]Verdict, 0, len(outs))
 	for _, o := range outs {
-		tol, err := tols.Kernel(op, o.Got.DType)
+		tol, err := tols.KernelFor(op, o.Got.DType, o.Storage)
 		if err != nil {
 			return nil, err
 		}

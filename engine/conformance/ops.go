@@ -53,6 +53,17 @@ type quantParams struct {
 	GroupSize *int   `json:"group_size,omitempty"`
 }
 
+// normQuantParams are rmsnorm_quant_fp8's: eps, the quantisation's mode and group_size
+// (quantParams'), has_residual, and inplace (with a residual: sum written over residual, as a
+// decode step updates its residual stream).
+type normQuantParams struct {
+	Eps         float32 `json:"eps"`
+	Mode        string  `json:"mode"`
+	GroupSize   *int    `json:"group_size,omitempty"`
+	HasResidual bool    `json:"has_residual"`
+	InPlace     bool    `json:"inplace"`
+}
+
 // gemmFP8Params: scales "block" (1x128 activation groups, 128x128 weight blocks) or
 // "channel" (per token, per output channel); out_dtype f16 or bf16.
 type gemmFP8Params struct {
@@ -189,6 +200,113 @@ func loadGPTFFN(c *call) *gptFFNCall {
 		g.out = c.like(g.x)
 	}
 	return g
+}
+
+// quantMode checks a quantisation's mode and group_size (quantParams'): the group size of a
+// dynamic quantisation, or static (its scale an input).
+func (c *call) quantMode(mode string, groupSize *int) (group int, static bool) {
+	switch mode {
+	case "dynamic":
+	case "static":
+		static = true
+	default:
+		c.fail(fmt.Errorf("param mode = %q: want dynamic or static", mode))
+	}
+	switch {
+	case mode == "dynamic" && groupSize == nil:
+		c.fail(fmt.Errorf("params: a dynamic quantisation needs group_size"))
+	case mode == "static" && groupSize != nil:
+		c.fail(fmt.Errorf("params: group_size = %d with a static scale (one per tensor)", *groupSize))
+	case groupSize != nil:
+		group = *groupSize
+	}
+	return group, static
+}
+
+// quantOutputs allocates a quantisation's out f8e4m3 [t, h] and, dynamic with a group size
+// that divides h, its scales f32 [t, h/group] (another group size is the backend's to refuse).
+func (c *call) quantOutputs(t, h, group int, static bool) (out, scales backend.Buffer) {
+	if c.err != nil {
+		return nil, nil
+	}
+	out = c.alloc(tensor.F8E4M3, []int{t, h})
+	if !static && group > 0 && h%group == 0 {
+		scales = c.alloc(tensor.F32, []int{t, h / group})
+	}
+	return out, scales
+}
+
+// normQuantCall loads rmsnorm_quant_fp8's inputs and allocates its outputs, for the op and its
+// composition alike.
+type normQuantCall struct {
+	p                          normQuantParams
+	group                      int
+	static                     bool
+	x, residual, weight, scale backend.Buffer
+	out, scales, sum           backend.Buffer
+}
+
+func loadRMSNormQuant(c *call) *normQuantCall {
+	r := &normQuantCall{}
+	c.params(&r.p)
+	r.group, r.static = c.quantMode(r.p.Mode, r.p.GroupSize)
+	if r.p.InPlace && !r.p.HasResidual {
+		c.fail(fmt.Errorf("params: inplace writes sum over residual: it needs has_residual"))
+	}
+	r.x = c.input("x")
+	if r.p.HasResidual {
+		r.residual = c.input("residual")
+	}
+	r.weight = c.input("weight")
+	if r.static {
+		r.scale = c.input("scale")
+	}
+	r.out, r.scales = c.quantOutputs(c.dim("x", r.x, 0), c.dim("x", r.x, 1), r.group, r.static)
+	switch {
+	case r.p.HasResidual && r.p.InPlace:
+		r.sum = r.residual
+	case r.p.HasResidual:
+		r.sum = c.like(r.x)
+	}
+	return r
+}
+
+func (r *normQuantCall) outputs(c *call) {
+	c.output("out", r.out)
+	if !r.static {
+		c.output("scales", r.scales)
+	}
+	if r.sum != nil {
+		c.output("sum", r.sum)
+	}
+}
+
+// swigluQuantCall is the same for swiglu_quant_fp8.
+type swigluQuantCall struct {
+	group           int
+	static          bool
+	gate, up, scale backend.Buffer
+	out, scales     backend.Buffer
+}
+
+func loadSwiGLUQuant(c *call) *swigluQuantCall {
+	var p quantParams
+	c.params(&p)
+	g := &swigluQuantCall{}
+	g.group, g.static = c.quantMode(p.Mode, p.GroupSize)
+	g.gate, g.up = c.input("gate"), c.input("up")
+	if g.static {
+		g.scale = c.input("scale")
+	}
+	g.out, g.scales = c.quantOutputs(c.dim("gate", g.gate, 0), c.dim("gate", g.gate, 1), g.group, g.static)
+	return g
+}
+
+func (g *swigluQuantCall) outputs(c *call) {
+	c.output("out", g.out)
+	if !g.static {
+		c.output("scales", g.scales)
+	}
 }
 
 func init() {
@@ -517,34 +635,16 @@ func init() {
 	register("quant_fp8", func(c *call) {
 		var p quantParams
 		c.params(&p)
+		group, static := c.quantMode(p.Mode, p.GroupSize)
 		x := c.input("x")
-		var out, scales, scale backend.Buffer
-		switch p.Mode {
-		case "dynamic":
-		case "static":
+		var scale backend.Buffer
+		if static {
 			scale = c.input("scale")
-		default:
-			c.fail(fmt.Errorf("param mode = %q: want dynamic or static", p.Mode))
 		}
-		group := 0
-		switch {
-		case p.Mode == "dynamic" && p.GroupSize == nil:
-			c.fail(fmt.Errorf("params: a dynamic quantisation needs group_size"))
-		case p.Mode == "static" && p.GroupSize != nil:
-			c.fail(fmt.Errorf("params: group_size = %d with a static scale (one per tensor)", *p.GroupSize))
-		case p.GroupSize != nil:
-			group = *p.GroupSize
-		}
-		t, h := c.dim("x", x, 0), c.dim("x", x, 1)
-		if c.err == nil {
-			out = c.alloc(tensor.F8E4M3, []int{t, h})
-			if p.Mode == "dynamic" && group > 0 && h%group == 0 {
-				scales = c.alloc(tensor.F32, []int{t, h / group})
-			}
-		}
+		out, scales := c.quantOutputs(c.dim("x", x, 0), c.dim("x", x, 1), group, static)
 		c.do(func() error { return c.b.QuantFP8(out, scales, x, scale, group) })
 		c.output("out", out)
-		if p.Mode == "dynamic" {
+		if !static {
 			c.output("scales", scales)
 		}
 	})
@@ -567,4 +667,44 @@ func init() {
 		c.do(func() error { return c.b.GemmFP8(out, x, xs, w, ws, p.Scales == "block") })
 		c.output("out", out)
 	})
+	register("rmsnorm_quant_fp8", func(c *call) {
+		r := loadRMSNormQuant(c)
+		c.do(func() error {
+			return c.b.RMSNormQuantFP8(r.out, r.scales, r.sum, r.x, r.residual, r.weight, r.scale, r.group, r.p.Eps)
+		})
+		r.outputs(c)
+	})
+	// Unfused: rmsnorm_residual (or rmsnorm) into y, then quant_fp8 of y.
+	unfused["rmsnorm_quant_fp8"] = func(c *call) {
+		r := loadRMSNormQuant(c)
+		y := c.like(r.x)
+		c.do(func() error {
+			if r.residual != nil {
+				if err := c.b.RMSNormResidual(r.sum, y, r.x, r.residual, r.weight, r.p.Eps); err != nil {
+					return err
+				}
+			} else if err := c.b.RMSNorm(y, r.x, r.weight, r.p.Eps); err != nil {
+				return err
+			}
+			return c.b.QuantFP8(r.out, r.scales, y, r.scale, r.group)
+		})
+		r.outputs(c)
+	}
+	register("swiglu_quant_fp8", func(c *call) {
+		g := loadSwiGLUQuant(c)
+		c.do(func() error { return c.b.SwiGLUQuantFP8(g.out, g.scales, g.gate, g.up, g.scale, g.group) })
+		g.outputs(c)
+	})
+	// Unfused: swiglu into y, then quant_fp8 of y.
+	unfused["swiglu_quant_fp8"] = func(c *call) {
+		g := loadSwiGLUQuant(c)
+		y := c.like(g.gate)
+		c.do(func() error {
+			if err := c.b.SwiGLU(y, g.gate, g.up); err != nil {
+				return err
+			}
+			return c.b.QuantFP8(g.out, g.scales, y, g.scale, g.group)
+		})
+		g.outputs(c)
+	}
 }

@@ -392,6 +392,53 @@ def quant_fp8(t, p):
     return call, "x.view(T, H/G, G): s = abs.amax.clamp(1e-10) / 448; (x / s).clamp(+-448).to(float8_e4m3fn)"
 
 
+def _quant_e4m3(y, p, scale=None):
+    """quant_fp8's eager quantiser of y [T, H], dynamic in groups of p's group_size (with the
+    scales) or static with scale."""
+    if p["mode"] == "static":
+        return (y.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    T, H = y.shape
+    G = int(p["group_size"])
+    yg = y.float().view(T, H // G, G)
+    s = yg.abs().amax(-1, keepdim=True).clamp(min=1e-10) / 448.0
+    return (yg / s).clamp(-448.0, 448.0).to(torch.float8_e4m3fn), s
+
+
+def _static_scale(t, p, like):
+    return torch.full((1,), 0.008, dtype=torch.float32, device=like.device) \
+        if p["mode"] == "static" else None
+
+
+def rmsnorm_quant_fp8(t, p):
+    """The unfused eager composition the fused kernel replaces (what vLLM runs without its
+    rms_norm_dynamic_per_token_quant): the residual add, F.rms_norm in the storage dtype, then
+    quant_fp8's eager quantiser; the sum is an output too."""
+    x, w = t.randn("x"), 1 + 0.1 * t.randn("weight")
+    r = t.randn("residual") if p["has_residual"] else None
+    H, eps, scale = x.shape[-1], p["eps"], _static_scale(t, p, x)
+
+    def call():
+        s = x
+        if r is not None:
+            if p["inplace"]:  # residual grows by x on every call, as rmsnorm_residual's case
+                s = r.add_(x)
+            else:
+                s = x + r
+        return s, _quant_e4m3(F.rms_norm(s, (H,), w, eps), p, scale)
+    add = "" if r is None else "s = residual.add_(x); " if p["inplace"] else "s = x + residual; "
+    return call, "%sF.rms_norm(s, (%d,), weight, %r), then quant_fp8's eager quantiser (%s)" % (
+        add, H, eps, p["mode"])
+
+
+def swiglu_quant_fp8(t, p):
+    """The unfused eager composition: swiglu's F.silu(gate) * up in the storage dtype, then
+    quant_fp8's eager quantiser."""
+    g, u = t.randn("gate", 2.0), t.randn("up")
+    scale = _static_scale(t, p, g)
+    return ((lambda: _quant_e4m3(F.silu(g) * u, p, scale)),
+            "F.silu(gate) * up, then quant_fp8's eager quantiser (%s)" % p["mode"])
+
+
 def sample(t, p):
     """The usual PyTorch sampling step (as in Hugging Face's warpers): argmax when greedy, else
     top-k, temperature, softmax, sort, cumsum for top-p, multinomial; the token stays on the
@@ -421,7 +468,7 @@ def sample(t, p):
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
-                               gemm, softmax, quant_fp8, gemm_fp8, sample)}
+                               gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, sample)}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -208,6 +208,18 @@ func (r *recorder) QuantFP8(out, scales, x, scale backend.Buffer, groupSize int)
 	return r.add(backend.CheckQuantFP8(out, scales, x, scale, groupSize),
 		func() error { return r.be.QuantFP8(out, scales, x, scale, groupSize) })
 }
+
+func (r *recorder) RMSNormQuantFP8(out, scales, sum, x, residual, weight, scale backend.Buffer, groupSize int, eps float32) error {
+	return r.add(backend.CheckRMSNormQuantFP8(out, scales, sum, x, residual, weight, scale, groupSize, eps),
+		func() error {
+			return r.be.RMSNormQuantFP8(out, scales, sum, x, residual, weight, scale, groupSize, eps)
+		})
+}
+
+func (r *recorder) SwiGLUQuantFP8(out, scales, gate, up, scale backend.Buffer, groupSize int) error {
+	return r.add(backend.CheckSwiGLUQuantFP8(out, scales, gate, up, scale, groupSize),
+		func() error { return r.be.SwiGLUQuantFP8(out, scales, gate, up, scale, groupSize) })
+}
 func (r *recorder) Sample(tokens, logits backend.Buffer, cfg backend.SampleConfig) error {
 	return r.add(backend.CheckSample(tokens, logits, cfg), func() error { return r.be.Sample(tokens, logits, cfg) })
 }

@@ -21,23 +21,30 @@ func (*Backend) QuantFP8(out, scales, x, scale backend.Buffer, groupSize int) er
 	if err != nil {
 		return err
 	}
-	q, xv := ts[0].F8, ts[2].Float32()
+	quantRows(ts[0], ts[1], ts[2].Float32(), ts[3], groupSize)
+	return nil
+}
+
+// quantRows is QuantFP8 on validated arguments, x given as its float32 values xv: into the
+// f8e4m3 out, dynamic (scale nil) with the group scales into scales, or static. The fused
+// quantisers (RMSNormQuantFP8, SwiGLUQuantFP8) quantise their rounded intermediate with it.
+func quantRows(out, scales *tensor.Tensor, xv []float32, scale *tensor.Tensor, groupSize int) {
+	q := out.F8
 	if scale != nil {
-		s := ts[3].F32[0]
+		s := scale.F32[0]
 		for i, v := range xv {
 			q[i] = tensor.E4M3FromFloat32(v / s)
 		}
-		return nil
+		return
 	}
-	for g := range ts[1].F32 {
+	for g := range scales.F32 {
 		group := xv[g*groupSize : (g+1)*groupSize]
 		s := groupScale(group)
-		ts[1].F32[g] = s
+		scales.F32[g] = s
 		for i, v := range group {
 			q[g*groupSize+i] = tensor.E4M3FromFloat32(v / s)
 		}
 	}
-	return nil
 }
 
 // groupScale is max(amax, 1e-10) / 448 in float32, NaN when the group holds one.

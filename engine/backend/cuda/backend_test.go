@@ -236,6 +236,21 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }
 			return b.GemmFP8(f16(1, 320), f8(1, 256), f32(1, 1), f8(320, 256), f32(320, 1), false)
 		}},
+		{"rmsnorm_quant_fp8", "ts_rmsnorm_quant_fp8 dtype=4 rows=3 hidden=2048 group_size=128 eps=1e-05 residual=1 static=0 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			r := bf(3, 2048)
+			return b.RMSNormQuantFP8(alloc(t, b, tensor.F8E4M3, 3, 2048), f32(3, 16), r, bf(3, 2048), r, bf(2048), nil, 128, 1e-5)
+		}},
+		{"rmsnorm_quant_fp8", "ts_rmsnorm_quant_fp8 dtype=1 rows=4 hidden=896 group_size=0 eps=1e-06 residual=0 static=1 stream=0", func() error {
+			return b.RMSNormQuantFP8(alloc(t, b, tensor.F8E4M3, 4, 896), nil, nil, x, nil, f16(896), f32(1), 0, 1e-6)
+		}},
+		{"swiglu_quant_fp8", "ts_swiglu_quant_fp8 in_dtype=1 rows=4 hidden=896 group_size=896 static=0 stream=0", func() error {
+			return b.SwiGLUQuantFP8(alloc(t, b, tensor.F8E4M3, 4, 896), f32(4, 1), x, f16(4, 896), nil, 896)
+		}},
+		{"swiglu_quant_fp8", "ts_swiglu_quant_fp8 in_dtype=4 rows=2 hidden=8192 group_size=0 static=1 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			return b.SwiGLUQuantFP8(alloc(t, b, tensor.F8E4M3, 2, 8192), nil, bf(2, 8192), bf(2, 8192), f32(1), 0)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

@@ -427,6 +427,16 @@ int tsg_gemm_fp8(const tsg_api *a, void *out, const void *x, const float *x_scal
     enter(a, "ts_gemm_fp8");
     return done(a, a->ts_gemm_fp8(out, x, x_scales, w, w_scales, cfg, NULL), e);
 }
+int tsg_rmsnorm_quant_fp8(const tsg_api *a, void *out, float *scales, void *sum, const void *x, const void *residual,
+                          const void *weight, const float *scale, const ts_norm_quant_config *cfg, tsg_err *e) {
+    enter(a, "ts_rmsnorm_quant_fp8");
+    return done(a, a->ts_rmsnorm_quant_fp8(out, scales, sum, x, residual, weight, scale, cfg, NULL), e);
+}
+int tsg_swiglu_quant_fp8(const tsg_api *a, void *out, float *scales, const void *gate, const void *up,
+                         const float *scale, const ts_quant_config *cfg, tsg_err *e) {
+    enter(a, "ts_swiglu_quant_fp8");
+    return done(a, a->ts_swiglu_quant_fp8(out, scales, gate, up, scale, cfg, NULL), e);
+}
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e) {
     enter(a, "ts_sample");
     return done(a, a->ts_sample((int32_t *)tokens, (const float *)logits, cfg, NULL), e);

@@ -94,6 +94,11 @@
     X(ts_quant_fp8, int, (void *, float *, const void *, const float *, const ts_quant_config *, void *))  \
     X(ts_gemm_fp8, int,                                                                                   \
       (void *, const void *, const float *, const void *, const float *, const ts_gemm_fp8_config *, void *)) \
+    X(ts_rmsnorm_quant_fp8, int,                                                                          \
+      (void *, float *, void *, const void *, const void *, const void *, const float *,                 \
+       const ts_norm_quant_config *, void *))                                                            \
+    X(ts_swiglu_quant_fp8, int,                                                                           \
+      (void *, float *, const void *, const void *, const float *, const ts_quant_config *, void *))     \
     X(ts_sample, int, (int32_t *, const float *, const ts_sample_config *, void *))                      \
     X(ts_philox, int, (uint32_t *, const ts_philox_config *, void *))
 
@@ -216,6 +221,10 @@ int tsg_quant_fp8(const tsg_api *a, void *out, float *scales, const void *x, con
                   const ts_quant_config *cfg, tsg_err *e);
 int tsg_gemm_fp8(const tsg_api *a, void *out, const void *x, const float *x_scales, const void *w,
                  const float *w_scales, const ts_gemm_fp8_config *cfg, tsg_err *e);
+int tsg_rmsnorm_quant_fp8(const tsg_api *a, void *out, float *scales, void *sum, const void *x, const void *residual,
+                          const void *weight, const float *scale, const ts_norm_quant_config *cfg, tsg_err *e);
+int tsg_swiglu_quant_fp8(const tsg_api *a, void *out, float *scales, const void *gate, const void *up,
+                         const float *scale, const ts_quant_config *cfg, tsg_err *e);
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e);
 int tsg_philox(const tsg_api *a, void *out, const ts_philox_config *cfg, tsg_err *e);
 

@@ -822,6 +822,57 @@ CASES += _bf16_cases(COMMITTED, "quant_fp8", [
     ("static_s0.0123_h256_t2", dict(T=2, H=256, mode="static", scale=0.0123)),  # the bf16 static kernel
 ])
 
+# The fused FP8 quantisers (docs/quantization.md, "Fused quantisers"): rmsnorm_quant_fp8 at
+# Qwen2.5-0.5B's, Llama-3.2-1B's, Phi-3-mini's, Llama-3-8B's, Qwen2.5-14B's, DeepSeek-V3's and
+# Llama-3-405B's hidden sizes (every row plan of the norm: 8-value vectors per thread 1, 2, 4 and
+# 8 times, in fp16 and bf16), per token and in 1x128 groups, with and without a residual (sum
+# written in place over it and beside it), outlier channels (x ~20 in four columns: their groups'
+# scales ~10x the others'), rows of rms ~1e-3 where eps = 1e-6 is as large as the signal (a
+# dropped eps moves every scale by sqrt(2)) and an all-zero row (the amax floor), static scales
+# small enough to saturate the largest values. swiglu_quant_fp8 at Qwen2.5-0.5B's (4864),
+# Phi-3-mini's and Llama-3.2-1B's (8192) intermediate sizes, per token (a group longer than the
+# kernel's registers), 1x128 and static, outlier gate channels, an all-zero gate row (+-0).
+FUSED_QUANT_OUTLIERS = outlier_channels((7, 1000, 1001, 2900), 20.0)
+CASES += _cases(COMMITTED, "rmsnorm_quant_fp8", [
+    ("dynamic-per-token_qwen2.5-0.5b_t4",
+     dict(T=4, H=896, eps=1e-6, mode="dynamic", group_size=896)),
+    ("dynamic-per-token_residual_qwen2.5-0.5b_t2_inplace",
+     dict(T=2, H=896, eps=1e-6, mode="dynamic", group_size=896, residual=True, inplace=True)),
+    ("dynamic-g128_outliers-x20_residual_phi3-mini_t2",
+     dict(T=2, H=3072, eps=1e-5, mode="dynamic", group_size=128, residual=True,
+          dist=FUSED_QUANT_OUTLIERS)),
+    ("static_s0.008_qwen2.5-14b_t1", dict(T=1, H=5120, eps=1e-6, mode="static", scale=0.008)),
+    ("dynamic-per-token_small-rms_zero-row_eps1e-6_h1024_t3",
+     dict(T=3, H=1024, eps=1e-6, mode="dynamic", group_size=1024,
+          dist=constant_rows({0: 0.0}, normal(1e-3)))),
+    ("dynamic-g128_llama3-405b_decode-t1",
+     dict(T=1, H=16384, eps=1e-5, mode="dynamic", group_size=128)),
+])
+CASES += _bf16_cases(COMMITTED, "rmsnorm_quant_fp8", [
+    ("dynamic-g128_llama3.2-1b_t3", dict(T=3, H=2048, eps=1e-5, mode="dynamic", group_size=128)),
+    ("dynamic-per-token_residual_llama3-8b_t2",
+     dict(T=2, H=4096, eps=1e-5, mode="dynamic", group_size=4096, residual=True)),
+    ("dynamic-g128_outliers-x20_residual_deepseek-v3_t1_inplace",
+     dict(T=1, H=7168, eps=1e-6, mode="dynamic", group_size=128, residual=True, inplace=True,
+          dist=FUSED_QUANT_OUTLIERS)),
+    ("static_s0.008_llama3-405b_t1", dict(T=1, H=16384, eps=1e-5, mode="static", scale=0.008)),
+])
+CASES += _cases(COMMITTED, "swiglu_quant_fp8", [
+    ("dynamic-per-token_qwen2.5-0.5b_t2", dict(T=2, ffn=4864, mode="dynamic", group_size=4864)),
+    ("dynamic-g128_phi3-mini_t2", dict(T=2, ffn=8192, mode="dynamic", group_size=128)),
+    ("static_s0.02_qwen2.5-0.5b_t1", dict(T=1, ffn=4864, mode="static", scale=0.02)),
+    ("dynamic-per-token_zero-row_f1024_t3",
+     dict(T=3, ffn=1024, mode="dynamic", group_size=1024, gate=constant_rows({1: 0.0}, normal(2.0)))),
+    ("dynamic-g128_outliers-x20_f2048_t2",
+     dict(T=2, ffn=2048, mode="dynamic", group_size=128,
+          gate=outlier_channels((7, 1000, 1001, 2000), 20.0))),
+])
+CASES += _bf16_cases(COMMITTED, "swiglu_quant_fp8", [
+    ("dynamic-g128_llama3.2-1b_t2", dict(T=2, ffn=8192, mode="dynamic", group_size=128)),
+    ("dynamic-per-token_qwen2.5-0.5b_t1", dict(T=1, ffn=4864, mode="dynamic", group_size=4864)),
+    ("static_s0.02_f2048_t2", dict(T=2, ffn=2048, mode="static", scale=0.02)),
+])
+
 # gemm_fp8 (w8a8, docs/golden-format.md): fine-grained block scales (1x128 activation groups,
 # 128x128 weight blocks: DeepSeek-V3 and transformers' FineGrainedFP8) and per-channel scales
 # (per token x per output channel: compressed-tensors FP8-dynamic), both out dtypes. Decode and
@@ -853,6 +904,13 @@ CASES += _cases(COMMITTED, "gemm_fp8", [
     # block scales
     ("channel_odd-k200_m2-n64_out-bf16", dict(M=2, N=64, K=200, scales="channel", out_dtype="bf16")),
     ("block_decode-m1-n128-k256_out-bf16", dict(M=1, N=128, K=256, scales="block", out_dtype="bf16")),
+    # prefill rows (m > 16: the cuBLASLt path on the GPU), both scale layouts and out dtypes
+    ("block_prefill-m40-n256-k384_out-bf16", dict(M=40, N=256, K=384, scales="block", out_dtype="bf16")),
+    ("channel_prefill-m24-n128-k256_out-f16", dict(M=24, N=128, K=256, scales="channel", out_dtype="f16")),
+    ("channel_decode-m12-n128-k384_out-bf16", dict(M=12, N=128, K=384, scales="channel", out_dtype="bf16")),
+    ("block_decode-m12-n256-k256_out-bf16", dict(M=12, N=256, K=256, scales="block", out_dtype="bf16")),
+    # K = 128: one k split, the decode kernel writes out itself
+    ("channel_decode-m16-n128-k128_out-f16", dict(M=16, N=128, K=128, scales="channel", out_dtype="f16")),
 ])
 
 # Full tier: real model sizes, generated into golden/.cache (never committed).
@@ -1046,6 +1104,23 @@ CASES += _bf16_cases(FULL, "rmsnorm_residual", [
 CASES += _bf16_cases(FULL, "quant_fp8", [
     ("dynamic-g128_big-4096x4096", dict(T=4096, H=4096, mode="dynamic", group_size=128)),
 ])
+# The fused FP8 quantisers at real sizes: Llama-3-8B's hidden (4096) and intermediate (14336)
+# sizes at a 4096- and 2048-token prefill, fine-grained groups; per token at 2048 x 8192.
+CASES += _bf16_cases(FULL, "rmsnorm_quant_fp8", [
+    ("dynamic-g128_residual_llama3-8b_t4096",
+     dict(T=4096, H=4096, eps=1e-5, mode="dynamic", group_size=128, residual=True)),
+])
+CASES += _cases(FULL, "rmsnorm_quant_fp8", [
+    ("dynamic-per-token_big-2048x8192",
+     dict(T=BIG[0], H=BIG[1], eps=1e-5, mode="dynamic", group_size=BIG[1])),
+])
+CASES += _bf16_cases(FULL, "swiglu_quant_fp8", [
+    ("dynamic-g128_llama3-8b_t2048", dict(T=2048, ffn=14336, mode="dynamic", group_size=128)),
+])
+CASES += _cases(FULL, "swiglu_quant_fp8", [
+    ("dynamic-per-token_big-2048x8192", dict(T=BIG[0], ffn=BIG[1], mode="dynamic",
+                                             group_size=BIG[1])),
+])
 CASES += _bf16_cases(FULL, "gelu_scale", [
     ("big-2048x8192_erf_s0.125", dict(T=BIG[0], H=BIG[1], gelu="erf", scale=0.125)),
 ])
@@ -1145,9 +1220,12 @@ def cases_for(tier, ops=None):
 
 
 # The ops whose expected outputs are exact (ops.py: given in their stored dtype, not fp64), and
-# those dtypes. They may hold what the contract gives for non-finite inputs (an inf or NaN
-# scale); an fp64 reference is always finite.
-EXACT_OPS = {"quant_fp8": (torch.float8_e4m3fn, torch.float32)}
+# those dtypes: quant_fp8's, and the fused quantisers' out and scales (quant_fp8 of the rounded
+# intermediate; their sum is an fp64 reference). They may hold what the contract gives for
+# non-finite inputs (an inf or NaN scale); an fp64 reference is always finite.
+EXACT_OPS = {"quant_fp8": (torch.float8_e4m3fn, torch.float32),
+             "rmsnorm_quant_fp8": (torch.float8_e4m3fn, torch.float32),
+             "swiglu_quant_fp8": (torch.float8_e4m3fn, torch.float32)}
 
 
 def build(case):
@@ -1155,9 +1233,8 @@ def build(case):
     seed = case_seed(case.op, case.name)
     params, inputs, expected = OPS[case.op](Draw(seed), **case.kwargs)
     for name, t in expected.items():
-        if case.op in EXACT_OPS:
-            assert t.dtype in EXACT_OPS[case.op], (case.op, name, t.dtype)
+        if t.dtype != F64:
+            assert t.dtype in EXACT_OPS.get(case.op, ()), (case.op, name, t.dtype)
             continue
-        assert t.dtype == F64, name
         assert torch.isfinite(t).all(), "%s/%s: %s not finite" % (case.op, case.name, name)
     return seed, params, inputs, expected

@@ -7,8 +7,9 @@ returns (params, inputs, expected):
               kernel receives;
   expected -- {name: float64 tensor}, computed from the inputs upcast to fp64 with no rounding
               to the 16-bit storage type in between, except where the op's contract rounds (the
-              writer casts to f32 at the very end); an exact op's outputs (quant_fp8) are
-              given in their stored dtype instead and written as they are.
+              writer casts to f32 at the very end); an exact op's outputs (quant_fp8, and
+              the fused quantisers' out and scales) are given in their stored dtype instead
+              and written as they are.
 
 Every op but gemm_fp8 takes `dtype`, the 16-bit storage type of its case: "f16" (the default)
 or "bf16" (softmax, set_rows and quant_fp8 also "f32"); gemm_fp8's inputs are f8e4m3 and f32
@@ -612,7 +613,78 @@ def gemm_fp8(r, *, M, N, K, scales, out_dtype, dist=normal(), wdist=None):
     return params, {"x": x, "x_scales": x_scales, "w": w, "w_scales": w_scales}, {"out": out}
 
 
+# ---------------------------------------------------------------------------------------------
+# Fused FP8 activation quantisers (docs/quantization.md, "Fused quantisers"): the op before an
+# FP8 GEMM and quant_fp8 in one kernel, defined as their unfused composition. The intermediate y
+# is rounded to the storage type T exactly as the unfused op stores it (rmsnorm's or swiglu's out,
+# the fp64 reference rounded through fp32 as every 16-bit output of the contract), then
+# quantised by quant_fp8's spec (quant_groups, or e4m3(y / scale) with a static scale): out and
+# scales are quant_fp8's exact function of that T-rounded y. A kernel computes y in fp32 in its
+# own order, so its y may round to the other neighbour in T where the exact y lies within its
+# fp32 error of a rounding boundary; the tolerance (golden/tolerances.yaml) allows what that can
+# move, the selftest measures it on these cases.
+
+
+def _quantise(y, mode, group_size, scale):
+    """quant_fp8 of the T-rounded y [T, H]: (params, extra inputs, {out, scales}) for a dynamic
+    quantisation in groups of group_size or a static one with the float32 of scale."""
+    T, H = y.shape
+    if mode == "dynamic":
+        if scale is not None or not (isinstance(group_size, int) and group_size > 0 and
+                                     H % group_size == 0):
+            raise ValueError("dynamic: group_size %r of %d, scale %r" % (group_size, H, scale))
+        q, scales = quant_groups(y, group_size)
+        return {"mode": mode, "group_size": group_size}, {}, {"out": q, "scales": scales}
+    if mode != "static" or group_size is not None or scale is None or not scale > 0:
+        raise ValueError("%s: group_size %r, scale %r" % (mode, group_size, scale))
+    s = torch.tensor([scale], dtype=F64).to(F32)
+    return {"mode": mode}, {"scale": s}, {"out": to_e4m3(y.to(F32) / s)}
+
+
+def rmsnorm_quant_fp8(r, *, T, H, eps, mode, group_size=None, scale=None, residual=False,
+                      inplace=False, dist=normal(), rdist=normal(), dtype="f16"):
+    """RMSNorm, then FP8 quantisation of the normalised row: the pre-norm step of an FP8 model
+    (vLLM's rms_norm_dynamic_per_token_quant, rms_norm_per_block_quant). s = x, or with a
+    residual s = T(x + residual), itself the output sum (fp64, as rmsnorm_residual's); y =
+    T(rms_norm(s, weight, eps)) as rmsnorm stores it; out, scales = quant_fp8(y). Draws x (dist),
+    residual (rdist), then the weight: rmsnorm_residual's order. inplace (with a residual): the
+    runner writes sum over residual, as a decode step updates its residual stream."""
+    cast = storage(dtype)
+    if inplace and not residual:
+        raise ValueError("rmsnorm_quant_fp8: inplace needs a residual")
+    x = cast(dist(r, (T, H)))
+    inputs, sums = {"x": x}, {}
+    s = d(x)
+    if residual:
+        res = cast(rdist(r, (T, H)))
+        inputs["residual"] = res
+        sums["sum"] = d(x) + d(res)
+        s = d(cast(sums["sum"]))
+    weight = norm_weight(r, H, cast)
+    inputs["weight"] = weight
+    y = cast(F.rms_norm(s, (H,), d(weight), eps))
+    qp, qin, outs = _quantise(y, mode, group_size, scale)
+    params = dict({"eps": eps}, **qp)
+    params.update(has_residual=residual, inplace=inplace)
+    inputs.update(qin)
+    outs.update(sums)
+    return params, inputs, outs
+
+
+def swiglu_quant_fp8(r, *, T, ffn, mode, group_size=None, scale=None, gate=normal(2.0),
+                     up=normal(), dtype="f16"):
+    """SwiGLU, then FP8 quantisation of the activation: the input of an FP8 down projection
+    (vLLM's silu_and_mul_quant). y = T(silu(gate) * up) as swiglu stores it; out, scales =
+    quant_fp8(y). Draws gate, then up."""
+    cast = storage(dtype)
+    g, u = cast(gate(r, (T, ffn))), cast(up(r, (T, ffn)))
+    y = cast(F.silu(d(g)) * d(u))
+    qp, qin, outs = _quantise(y, mode, group_size, scale)
+    return qp, dict({"gate": g, "up": u}, **qin), outs
+
+
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
-    pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8)}
+    pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
+    swiglu_quant_fp8)}

@@ -917,7 +917,8 @@ def storage_dtype(case, inputs):
     for n, t in inputs.items():
         if t.dtype == torch.float32:
             assert (case.op, n) in (("rope", "freq_divisor"), ("rope", "long_divisor"),
-                                    ("quant_fp8", "scale"), ("gemm_fp8", "x_scales"),
+                                    ("quant_fp8", "scale"), ("rmsnorm_quant_fp8", "scale"),
+                                    ("swiglu_quant_fp8", "scale"), ("gemm_fp8", "x_scales"),
                                     ("gemm_fp8", "w_scales")) or \
                 (case.op in ("softmax", "set_rows", "quant_fp8") and not half), \
                 "%s/%s: %s is f32" % (case.op, case.name, n)
@@ -943,6 +944,9 @@ def check_case(case):
         _, tols = gemm_fp8_yardstick()
         return check_gemm_fp8(case.op + "/" + case.name, case, params, ins, got,
                               tols[params["out_dtype"]])[0]
+    if case.op in FUSED_QUANT:
+        check_fused_quant(case, params, inputs, expected)
+        return 0.0
     if case.op == "quant_fp8":
         got = {n: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.numpy()
                for n, t in expected.items()}
@@ -1089,6 +1093,344 @@ def check_gpt_ffn_allowance():
                  worst[0], worst[2], worst[1], worst[3]))
 
 
+# ---------------------------------------------------------------------------------------------
+# The fused quantisers (rmsnorm_quant_fp8, swiglu_quant_fp8; docs/quantization.md, "Fused
+# quantisers") in numpy: y from the formulas in float64, rounded to the storage type through fp32
+# (f16, bf16), then quant_fp8's numpy twin (np_quant_fp8) on it, which must give the committed
+# bytes and scales bit for bit. Their tolerance (golden/tolerances.yaml: FP8 codes within
+# max_steps of the reference's, at most max_mismatch of them differing; scales within rtol) is
+# measured here: correct fp32 kernels that compute y in another order must pass it on every
+# committed case, the most any kernel within the contract's fp32 accuracy of y could move is
+# counted, and realistic broken kernels must fail it.
+
+FUSED_QUANT = ("rmsnorm_quant_fp8", "swiglu_quant_fp8")
+
+# The accuracy of a correct kernel's fp32 y before its one rounding to the storage type, in
+# float32 ulps of |y| (2^-24 |y|): RMSNorm's sum of squares taken sequentially over 16384 values
+# is 60-80 ulps off (measured below), a tree of partial sums 2-3, the CPU backend's fp64 sum 2;
+# SwiGLU's fp32 exp (or ex2.approx, 2 ulps) and reciprocal (rcp.approx, 1 ulp) and two products
+# reach ~7. A y that lies within this of a rounding boundary of the storage type may round either
+# way; nothing else may differ.
+FUSED_Y_ULPS = {"rmsnorm_quant_fp8": 128, "swiglu_quant_fp8": 16}
+
+
+def e4m3_position(codes):
+    """Each f8e4m3 code's position on the number line (compare.fp8Position): the magnitude
+    bits, negated for a negative code; +0 and -0 are one position."""
+    c = np.asarray(codes, dtype=np.int64)
+    return np.where(c & 0x80, -(c & 0x7F), c & 0x7F)
+
+
+def truncate(x, dtype):
+    """x (float64) rounded to float32, then toward zero to the storage type: the truncating
+    store of a broken kernel (bf16: the top 16 bits; fp16: round, then one step back where that
+    went away from zero)."""
+    v = np.asarray(x, dtype=np.float64).astype(np.float32)
+    if dtype == "bf16":
+        return (v.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64)
+    h = v.astype(np.float16)
+    away = np.abs(h.astype(np.float32)) > np.abs(v)
+    return np.where(away, np.nextafter(h, np.float16(0)), h).astype(np.float64)
+
+
+def fused_quantise(p, y, scale=None, encode=e4m3_encode, scales=group_scales):
+    """quant_fp8 of the values y (float32 after their rounding): np_quant_fp8 with the static
+    scale or dynamic per p."""
+    i = {"x": np.asarray(y, dtype=np.float32)}
+    if p["mode"] == "static":
+        i["scale"] = scale
+    return np_quant_fp8(p, i, encode=encode, scales=scales)
+
+
+def fused_y(op, p, i, norm=None, weight_index=None, act=None):
+    """The exact intermediate of a fused quantiser in float64 (before its rounding to the
+    storage type), and the residual sum s (rmsnorm_quant_fp8 with a residual, else None). The
+    keywords make broken variants: norm(s) -> 1 / rms replaces the exact one; weight_index(H)
+    -> the column of the weight each element reads; act(g, u) replaces silu(g) * u."""
+    if op == "swiglu_quant_fp8":
+        g, u = i["gate"], i["up"]
+        return (act or (lambda g, u: np_silu(g) * u))(g, u), None
+    s = i["x"]
+    if p["has_residual"]:
+        s = i["_round"]((i["x"].astype(np.float32) + i["residual"].astype(np.float32)).astype(np.float64))
+    inv = norm(s) if norm else 1.0 / np.sqrt((s * s).mean(-1, keepdims=True) + p["eps"])
+    H = s.shape[1]
+    w = i["weight"][weight_index(H)] if weight_index else i["weight"]
+    return s * inv * w, (s if p["has_residual"] else None)
+
+
+def fused_reference(op, p, i):
+    """A fused quantiser's outputs from the formulas: out and scales of the rounded y, and the
+    fp64 sum x + residual (rmsnorm_quant_fp8 with a residual)."""
+    y, _ = fused_y(op, p, i)
+    outs = fused_quantise(p, i["_round"](y), i.get("scale"))
+    if op == "rmsnorm_quant_fp8" and p["has_residual"]:
+        outs["sum"] = i["x"] + i["residual"]
+    return outs
+
+
+def emulated_fused_y(op, p, i):
+    """y as correct fp32 kernels compute it before their rounding, {name: float32 [T, H]}:
+    RMSNorm's sum of squares sequential, reversed, pairwise (numpy's float32 sum), in vectors of 8
+    then a tree (the CUDA kernel's order), and the CPU backend's fp64 sum; then 1 / sqrt(ms + eps)
+    and (s inv) w in fp32. SwiGLU's silu(g) u in fp32 with a division, with a reciprocal, with an
+    exp one ulp off (ex2.approx), and the CPU backend's fp64 silu."""
+    out = {}
+    if op == "swiglu_quant_fp8":
+        g, u = i["gate"].astype(np.float32), i["up"].astype(np.float32)
+        one = np.float32(1)
+        with np.errstate(over="ignore"):
+            e = np.exp(-g)
+            out["fp32 silu, a division"] = (g / (one + e)) * u
+            out["fp32 silu, a reciprocal"] = g * (one / (one + e)) * u
+            out["fp32 exp one ulp high"] = g * (one / (one + e * np.float32(1 + 2**-23))) * u
+            out["fp64 silu (the CPU backend)"] = (i["gate"] / (1 + np.exp(-i["gate"]))).astype(np.float32) * u
+        return out
+    _, s = fused_y(op, p, i)
+    s = i["x"] if s is None else s
+    s32, w32 = s.astype(np.float32), i["weight"].astype(np.float32)
+    T, H = s.shape
+    sq = s32 * s32
+
+    def finish(ss):
+        inv = np.float32(1) / np.sqrt(ss / np.float32(H) + np.float32(p["eps"]))
+        return (s32 * inv[:, None]) * w32
+
+    seq, rev = np.zeros(T, np.float32), np.zeros(T, np.float32)
+    for j in range(H):
+        seq += sq[:, j]
+        rev += sq[:, H - 1 - j]
+    out["fp32 sequential"] = finish(seq)
+    out["fp32 reversed"] = finish(rev)
+    out["fp32 pairwise"] = finish(sq.sum(-1, dtype=np.float32))
+    if H % 8 == 0:
+        part = np.zeros((T, H // 8), np.float32)
+        for j in range(8):
+            part += sq[:, j::8]
+        out["fp32 vectors of 8, then a tree"] = finish(part.sum(-1, dtype=np.float32))
+    inv64 = 1.0 / np.sqrt((s * s).mean(-1) + p["eps"])
+    out["fp64 sum (the CPU backend)"] = (s * inv64[:, None]).astype(np.float32) * w32
+    return out
+
+
+def within_contract(op, p, i, y):
+    """The most a kernel whose fp32 y is within FUSED_Y_ULPS of the exact y (float64) can move:
+    every element's y may take either rounding of y -+ its error, and every group's scale the
+    amax of either; returns (codes whose value is not decided, groups whose scale is not)."""
+    err = np.abs(y) * FUSED_Y_ULPS[op] * 2.0**-24
+    rnd = i["_round"]
+    lo, hi = rnd(y - err).astype(np.float32), rnd(y + err).astype(np.float32)
+    if p["mode"] == "static":
+        a, b = (fused_quantise(p, v, i["scale"])["out"] for v in (lo, hi))
+        return int((e4m3_position(a) != e4m3_position(b)).sum()), 0
+    T, H = y.shape
+    G = p["group_size"]
+    mag = np.abs(np.stack([lo, hi]))
+    amax = [mag.min(0).reshape(T, H // G, G).max(-1), mag.max(0).reshape(T, H // G, G).max(-1)]
+    codes = []
+    for m in amax:
+        s = group_scales(m[..., None]).astype(np.float32)
+        for v in (lo, hi):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                q = e4m3_encode(np.divide(v.reshape(T, H // G, G), s[..., None])).reshape(T, H)
+            codes.append(e4m3_position(q))
+    c = np.stack(codes)
+    return int((c.max(0) != c.min(0)).sum()), int((amax[0] != amax[1]).sum())
+
+
+def fused_tolerance():
+    """golden/tolerances.yaml's entries of the fused quantisers: {op: {key: entry}}."""
+    import yaml
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "golden",
+                           "tolerances.yaml")) as f:
+        kernels = yaml.safe_load(f)["kernels"]
+    return {op: kernels[op] for op in FUSED_QUANT}
+
+
+def fused_verdict(tol, dtype, got, want):
+    """got against want (out bytes; scales float32) under an op's entries, as engine/compare
+    judges them: (passes, share of codes differing, largest step, worst scale error over its
+    allowance)."""
+    f8 = tol["f8e4m3"]
+    d = np.abs(e4m3_position(got["out"]) - e4m3_position(want["out"]))
+    share, steps = float((d > 0).mean()), int(d.max())
+    ok = steps <= f8["max_steps"] and share <= f8["max_mismatch"]
+    worst = 0.0
+    if "scales" in want:
+        t = tol.get("f32@" + dtype, tol["f32"])
+        g, w = got["scales"].astype(np.float64), want["scales"].astype(np.float64)
+        excess = np.abs(g - w) - (t["atol"] + t["rtol"] * np.abs(w))
+        worst = float((np.abs(g - w) / (t["atol"] + t["rtol"] * np.abs(w))).max())
+        ok = ok and bool(np.all(excess <= 0))
+    return ok, share, steps, worst
+
+
+def _rms_no_eps(s):
+    return 1.0 / np.sqrt((s * s).mean(-1, keepdims=True))
+
+
+def _amax_before_weight(op, p, i):
+    """Codes of the right y, scales from the amax of s * inv: the weight not applied yet."""
+    y, s = fused_y(op, p, i)
+    s = i["x"] if s is None else s
+    pre = (s / np.sqrt((s * s).mean(-1, keepdims=True) + p["eps"])).astype(np.float32)
+    T, H = pre.shape
+    wrong = group_scales(np.abs(pre).reshape(T, H // p["group_size"], p["group_size"]))
+    return fused_quantise(p, i["_round"](y), scales=lambda xg: wrong.astype(np.float32))
+
+
+# Broken fused quantisers the committed sets must reject (fail the op's tolerance in at least
+# one set), each a realistic mistake: op -> {name: (applies(p, H), outputs(op, p, i))}.
+FUSED_BROKEN = {
+    "rmsnorm_quant_fp8": {
+        "the norm weight indexed by the position in its quantisation group (w[i % G])": (
+            lambda p, H: p["mode"] == "dynamic" and p["group_size"] < H,
+            lambda op, p, i: fused_quantise(p, i["_round"](fused_y(
+                op, p, i, weight_index=lambda H: np.arange(H) % p["group_size"])[0]))),
+        "eps dropped (1 / rms)": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, i["_round"](fused_y(op, p, i, norm=_rms_no_eps)[0]),
+                                            i.get("scale"))),
+        "the fp32 norm quantised, not rounded to the storage type": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, fused_y(op, p, i)[0].astype(np.float32),
+                                            i.get("scale"))),
+        "the amax taken before the weight multiply": (
+            lambda p, H: p["mode"] == "dynamic", _amax_before_weight),
+        "y truncated to the storage type (round toward zero)": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, truncate(fused_y(op, p, i)[0], i["_dtype"]),
+                                            i.get("scale"))),
+        "e4m3 rounds toward zero": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, i["_round"](fused_y(op, p, i)[0]), i.get("scale"),
+                                            encode=functools.partial(e4m3_encode, ties="zero"))),
+    },
+    "swiglu_quant_fp8": {
+        "silu applied to up instead of gate": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, i["_round"](fused_y(
+                op, p, i, act=lambda g, u: np_silu(u) * g)[0]), i.get("scale"))),
+        "the fp32 activation quantised, not rounded to the storage type": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, fused_y(op, p, i)[0].astype(np.float32),
+                                            i.get("scale"))),
+        "the activation truncated to the storage type (round toward zero)": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, truncate(fused_y(op, p, i)[0], i["_dtype"]),
+                                            i.get("scale"))),
+        "e4m3 rounds toward zero": (
+            lambda p, H: True,
+            lambda op, p, i: fused_quantise(p, i["_round"](fused_y(op, p, i)[0]), i.get("scale"),
+                                            encode=functools.partial(e4m3_encode, ties="zero"))),
+    },
+}
+
+
+def fused_inputs(case, inputs):
+    """A case's inputs as float64 arrays, with its storage rounding (_round), dtype (_dtype)."""
+    dtype = "bf16" if case.name.startswith("bf16-") else "f16"
+    i = {n: a(t) for n, t in inputs.items()}
+    i.update(_round=ROUND[dtype], _dtype=dtype)
+    return i
+
+
+def check_fused_quant(case, p, inputs, expected):
+    """One committed fused-quantiser case: its out and scales bit for bit those of the formulas'
+    rounded y, its sum within half an fp32 ulp of x + residual; the params and name agree; and
+    what the case is there for holds in its data."""
+    i = fused_inputs(case, inputs)
+    where = "%s/%s" % (case.op, case.name)
+    want = fused_reference(case.op, p, i)
+    got = {n: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else
+           t.to(torch.float64).numpy() if t.dtype == torch.float64 else t.numpy()
+           for n, t in expected.items()}
+    assert sorted(got) == sorted(want), "%s: outputs %s" % (where, list(got))
+    assert np.array_equal(got["out"], want["out"]), "%s: out differs at %d codes" % (
+        where, int((got["out"] != want["out"]).sum()))
+    if "scales" in want:
+        assert same_bits(got["scales"], want["scales"]), where
+    if "sum" in want:
+        assert np.all(np.abs(got["sum"] - want["sum"]) <= 2.0**-24 * np.abs(want["sum"])), where
+    name = case.name[len("bf16-"):] if case.name.startswith("bf16-") else case.name
+    assert name.startswith(p["mode"]), "%s: mode %s" % (where, p["mode"])
+    y, _ = fused_y(case.op, p, i)
+    T, H = y.shape
+    if p["mode"] == "dynamic":
+        G = p["group_size"]
+        assert "scale" not in i and H % G == 0, where
+        assert ("per-token" in name) == (G == H) and ("g128" in name) == (G == 128), where
+    else:
+        assert "group_size" not in p and i["scale"].shape == (1,), where
+        tag = name.split("_")[1]
+        assert np.float32(float(tag[1:])) == i["scale"][0], where
+        # the scale is small enough for the largest values to saturate (at 448)
+        assert np.any(np.abs(got["out"].astype(np.int64) & 0x7F) == 0x7E), where
+    if case.op == "rmsnorm_quant_fp8":
+        assert list(p) == ["eps", "mode"] + (["group_size"] if p["mode"] == "dynamic" else []) + \
+            ["has_residual", "inplace"], where
+        assert ("residual" in name) == p["has_residual"] == ("residual" in i), where
+        assert name.endswith("_inplace") == p["inplace"], where
+    else:
+        assert list(p) == ["mode"] + (["group_size"] if p["mode"] == "dynamic" else []), where
+    if "zero-row" in name:
+        zero = np.all(y == 0, axis=-1)
+        assert zero.any() and np.all(got["scales"][zero] == np.float32(1e-10) / np.float32(448)), where
+    if "small-rms" in name:
+        s = i["x"]
+        ms = (s * s).mean(-1)
+        live = ms > 0
+        ratio = np.sqrt((ms[live] + p["eps"]) / ms[live])
+        assert np.all(ratio - 1 > 0.1), "%s: a dropped eps would pass" % where
+    if "outliers" in name:
+        s = got["scales"]
+        assert np.all(s.max(-1) > 5 * s.min(-1)), "%s: outlier groups not apart" % where
+
+
+def check_fused_quant_tolerance():
+    """The fused quantisers' tolerance against every committed case: the emulated correct fp32
+    kernels pass it (the share of codes they move printed), no kernel within FUSED_Y_ULPS of the
+    exact y could move more than max_mismatch of the codes of any case, and every broken variant
+    of FUSED_BROKEN fails it in at least one case."""
+    tols = fused_tolerance()
+    for op in FUSED_QUANT:
+        caught = {what: [] for what in FUSED_BROKEN[op]}
+        worst_emulated, worst_contract, scale_moves, ambiguous = 0.0, 0.0, 0, 0
+        for case in kernel_cases.cases_for(kernel_cases.COMMITTED, [op]):
+            _, p, inputs, expected = kernel_cases.build(case)
+            i = fused_inputs(case, inputs)
+            want = {"out": expected["out"].view(torch.uint8).numpy()}
+            if "scales" in expected:
+                want["scales"] = expected["scales"].numpy()
+            tol, dtype = tols[op], i["_dtype"]
+            for what, y32 in emulated_fused_y(op, p, i).items():
+                got = fused_quantise(p, i["_round"](y32.astype(np.float64)), i.get("scale"))
+                ok, share, steps, worst = fused_verdict(tol, dtype, got, want)
+                assert ok, "%s/%s: a correct kernel (%s) fails: %.2g of the codes, %d steps, " \
+                    "scales %.2g of their allowance" % (op, case.name, what, share, steps, worst)
+                worst_emulated = max(worst_emulated, share)
+            y, _ = fused_y(op, p, i)
+            moved, groups = within_contract(op, p, i, y)
+            worst_contract = max(worst_contract, moved / y.size)
+            scale_moves += groups
+            ambiguous += moved
+            assert moved / y.size <= tol["f8e4m3"]["max_mismatch"], \
+                "%s/%s: a kernel within %d ulps of y could move %d of %d codes" % (
+                    op, case.name, FUSED_Y_ULPS[op], moved, y.size)
+            for what, (applies, broken) in FUSED_BROKEN[op].items():
+                if applies(p, y.shape[1]):
+                    if not fused_verdict(tol, dtype, broken(op, p, i), want)[0]:
+                        caught[what].append(case.name)
+        max_mismatch = tols[op]["f8e4m3"]["max_mismatch"]
+        print("%s: correct fp32 kernels move at most %.2g of a case's codes; one within %d ulps "
+              "of y at most %.2g (%d codes, %d group scales in all); max_mismatch %g"
+              % (op, worst_emulated, FUSED_Y_ULPS[op], worst_contract, ambiguous, scale_moves,
+                 max_mismatch))
+        for what, by in caught.items():
+            assert by, "%s: no committed set rejects %s" % (op, what)
+            print("%s rejects %-80s in %d set(s), e.g. %s" % (op, what, len(by), by[0]))
+
+
 def run():
     t0 = time.time()
     # The seed derivation is part of the golden data: changing it changes every set.
@@ -1108,6 +1450,7 @@ def run():
     print("round trip: manifests, sha256, .npy headers and regeneration OK")
     check_quant_fp8_sets()
     check_gemm_fp8_sets()
+    check_fused_quant_tolerance()
     check_gpt_ffn_allowance()
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))
     return 0

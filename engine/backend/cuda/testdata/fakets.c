@@ -849,6 +849,34 @@ int ts_gemm_fp8(void *out, const void *x, const float *x_scales, const void *w, 
     return TS_OK;
 }
 
+int ts_rmsnorm_quant_fp8(void *out, float *scales, void *sum, const void *x, const void *residual, const void *weight,
+                         const float *scale, const ts_norm_quant_config *cfg, void *stream) {
+    logf_("ts_rmsnorm_quant_fp8 dtype=%d rows=%d hidden=%d group_size=%d eps=%g residual=%d static=%d stream=%d",
+          cfg->dtype, cfg->rows, cfg->hidden, cfg->group_size, cfg->eps, residual != NULL, scale != NULL,
+          stream != NULL);
+    int st = enter("ts_rmsnorm_quant_fp8", 1);
+    if (st) return st;
+    NEED("rmsnorm_quant_fp8", out);
+    NEED("rmsnorm_quant_fp8", x);
+    NEED("rmsnorm_quant_fp8", weight);
+    if (scale == NULL) NEED("rmsnorm_quant_fp8", scales);
+    if (residual != NULL) NEED("rmsnorm_quant_fp8", sum);
+    return TS_OK;
+}
+
+int ts_swiglu_quant_fp8(void *out, float *scales, const void *gate, const void *up, const float *scale,
+                        const ts_quant_config *cfg, void *stream) {
+    logf_("ts_swiglu_quant_fp8 in_dtype=%d rows=%d hidden=%d group_size=%d static=%d stream=%d", cfg->in_dtype,
+          cfg->rows, cfg->hidden, cfg->group_size, scale != NULL, stream != NULL);
+    int st = enter("ts_swiglu_quant_fp8", 1);
+    if (st) return st;
+    NEED("swiglu_quant_fp8", out);
+    NEED("swiglu_quant_fp8", gate);
+    NEED("swiglu_quant_fp8", up);
+    if (scale == NULL) NEED("swiglu_quant_fp8", scales);
+    return TS_OK;
+}
+
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream) {
     logf_("ts_sample rows=%d vocab=%d temperature=%g top_k=%d top_p=%g seed=%llu step=%llu stream=%d", cfg->rows,
           cfg->vocab, cfg->temperature, cfg->top_k, cfg->top_p, (unsigned long long)cfg->seed,
