@@ -81,6 +81,8 @@ type rawConfig struct {
 	// "torch_dtype")
 	TorchDType *string `json:"torch_dtype"`
 	DTypeKey   *string `json:"dtype"`
+	// any family: a quantized checkpoint's format (refused: quantizedCheckpoint)
+	QuantizationConfig json.RawMessage `json:"quantization_config"`
 }
 
 // LoadConfig reads dir/config.json.
@@ -102,9 +104,9 @@ func isNull(m json.RawMessage) bool {
 	return len(t) == 0 || string(t) == "null"
 }
 
-// ParseConfig parses a config.json. Options this engine does not implement (RoPE scaling,
-// partial rotary, a sliding window, another activation) are errors naming the key, never
-// silently ignored.
+// ParseConfig parses a config.json. Options this engine does not implement (partial rotary,
+// a sliding window, another activation, a quantized checkpoint's quantization_config) are
+// errors naming the key, never silently ignored.
 func ParseConfig(data []byte) (*Config, error) {
 	var r rawConfig
 	if err := json.Unmarshal(data, &r); err != nil {
@@ -135,6 +137,9 @@ func ParseConfig(data []byte) (*Config, error) {
 			err = fmt.Errorf("config: %s = %v: must be in (0, 1]", key, v)
 		}
 		return float32(v)
+	}
+	if err := quantizedCheckpoint(r.QuantizationConfig); err != nil {
+		return nil, err
 	}
 	c.Family = r.ModelType
 	switch r.ModelType {

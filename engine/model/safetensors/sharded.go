@@ -56,6 +56,11 @@ func OpenDir(dir string) (*Checkpoint, error) {
 	case exists(single):
 		shards = []string{"model.safetensors"}
 	default:
+		// A GGUF file (llama.cpp's format: k-quants, i-quants and others) is refused by name:
+		// the weights are there, in a format this reader does not implement.
+		if ggufs, _ := filepath.Glob(filepath.Join(dir, "*.gguf")); len(ggufs) > 0 {
+			return nil, fmt.Errorf("%s: %s is a GGUF checkpoint, which is not implemented: weights are read from safetensors (model.safetensors or model.safetensors.index.json)", dir, filepath.Base(ggufs[0]))
+		}
 		return nil, fmt.Errorf("%s: no model.safetensors or model.safetensors.index.json", dir)
 	}
 
