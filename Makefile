@@ -56,6 +56,8 @@ suites:
 # Short coverage-guided runs of every parser of outside data.
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeNPY -fuzztime=$(FUZZTIME) ./engine/tensor/
+	$(GO) test -run='^$$' -fuzz=FuzzFP8MatchesNearestCode -fuzztime=$(FUZZTIME) ./engine/tensor/
+	$(GO) test -run='^$$' -fuzz=FuzzInt4WordsRoundTrip -fuzztime=$(FUZZTIME) ./engine/tensor/
 	$(GO) test -run='^$$' -fuzz=FuzzParseManifest -fuzztime=$(FUZZTIME) ./engine/golden/
 	$(GO) test -run='^$$' -fuzz=FuzzParseCalibration -fuzztime=$(FUZZTIME) ./engine/golden/
 	$(GO) test -run='^$$' -fuzz=FuzzParseTolerances -fuzztime=$(FUZZTIME) ./engine/compare/

@@ -29,6 +29,7 @@ import torch
 from common import manifest, seeds
 from kernels import cases as kernel_cases
 from kernels import ops as kernel_ops
+from selftest import int4 as int4_selftest
 
 
 def bf16_bits_to_f64(bits):
@@ -1452,5 +1453,6 @@ def run():
     check_gemm_fp8_sets()
     check_fused_quant_tolerance()
     check_gpt_ffn_allowance()
+    int4_selftest.check_int4_formats()
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))
     return 0
