@@ -29,6 +29,7 @@ import torch
 from common import manifest, seeds
 from kernels import cases as kernel_cases
 from kernels import ops as kernel_ops
+from selftest import fp8_accum
 from selftest import int4 as int4_selftest
 
 
@@ -1454,5 +1455,6 @@ def run():
     check_fused_quant_tolerance()
     check_gpt_ffn_allowance()
     int4_selftest.check_int4_formats()
+    fp8_accum.check_gemm_fp8_accumulation(gemm_fp8_yardstick()[1]["bf16"]["atol_rms"])
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))
     return 0
