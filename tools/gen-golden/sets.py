@@ -23,11 +23,15 @@ def _write_case(case, set_dir, ahead=None):
                               params=params, inputs=inputs, expected=expected)
 
 
+# Ops whose inputs are no 16-bit storage type: their label is the inputs' type, not f16.
+INPUT_DTYPE = {"gemm_fp8": "f8e4m3"}
+
+
 def kernel_job(case):
-    """A kernel case: labels "kernels", its op and its storage dtype (f16, bf16, f32)."""
+    """A kernel case: labels "kernels", its op and its input dtype (f16, bf16, f32; f8e4m3)."""
     return Job("kernels", "%s/%s" % (case.op, case.name),
                "/".join(("kernels", case.op, case.name)),
-               ("kernels", case.op, case.kwargs.get("dtype", "f16")),
+               ("kernels", case.op, case.kwargs.get("dtype", INPUT_DTYPE.get(case.op, "f16"))),
                {"op": case.op, "case": case.name, "seed": case_seed(case.op, case.name),
                 "kwargs": describe(case.kwargs)},
                lambda set_dir, ahead=None: _write_case(case, set_dir))
