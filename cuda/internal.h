@@ -292,6 +292,7 @@ enum Workspace {
     WS_CUBLAS,
     WS_SAMPLE,          /* sample: per-row plans (bin offsets and masses), candidates, fault details */
     WS_SAMPLE_COUNTERS, /* sample: per-row accumulators, bin totals and block counters, zero between calls */
+    WS_W4A16,           /* gemm_w4a16: the dequantised weight */
     WS_COUNT
 };
 int workspace(const char *op, Workspace slot, size_t bytes, void **ptr);
@@ -382,7 +383,8 @@ enum FaultKind {
     FAULT_SAMPLE_LOGIT = 5,   /* sample: logits[index][value] is NaN or +inf (bound: its bits) */
     FAULT_SAMPLE_ALL_NEG_INF = 6, /* sample: every logit of row index is -inf */
     /* An index again (TS_ERR_INDEX); numbered after the sample kinds, which came first. */
-    FAULT_SET_ROWS_ROW = 7 /* set_rows: rows[i] outside [0, dst_rows); that row is not written */
+    FAULT_SET_ROWS_ROW = 7, /* set_rows: rows[i] outside [0, dst_rows); that row is not written */
+    FAULT_W4A16_G_IDX = 8   /* gemm_w4a16: g_idx[i] outside [0, k / group_size) */
 };
 
 /* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 15
+#define TS_ABI_VERSION 16
 
 typedef enum {
     TS_OK = 0,
@@ -408,6 +408,25 @@ typedef struct {
     int block_scales;
 } ts_gemm_fp8_config;
 
+/* 4-bit weight packings (docs/quantization.md, "4-bit weights"). */
+typedef enum {
+    TS_W4_AWQ = 0, /* AutoAWQ GEMM: qweight [k, n/8], qzeros [k/g, n/8], nibble j of a word is column 8c + (0,2,4,6,1,3,5,7)[j] */
+    TS_W4_GPTQ = 1 /* GPTQ: qweight [k/8, n] (nibble j is row 8r + j), qzeros [k/g, n/8] storing z - 1, g_idx [k] */
+} ts_w4_format;
+
+/* gemm_w4a16: out [m, n] = x [m, k] . W^T, W^T[k, n] = (q - z[g(k), n]) * scales[g(k), n]
+ * rounded once to dtype (TS_F16 or TS_BF16: x, scales and out), fp32 accumulation, one rounding
+ * of out. g(k) = k / group_size (AWQ, g_idx NULL) or g_idx[k] (GPTQ, device data in [0,
+ * k/group_size)). k % group_size == 0, k % 8 == 0, n % 8 == 0. */
+typedef struct {
+    ts_dtype dtype;
+    int m;
+    int n;
+    int k;
+    int group_size;
+    int format; /* ts_w4_format */
+} ts_w4a16_config;
+
 /* sample: one token per row of fp32 logits [rows, vocab] into int32 tokens [rows], exactly as
  * docs/sampling.md defines it (Philox4x32-10 keyed by seed, counter (step, row); greedy when
  * temperature is 0; top-k, temperature, top-p, then the draw, in fp64 over the canonical
@@ -532,6 +551,8 @@ int ts_rmsnorm_quant_fp8(void *out, float *scales, void *sum, const void *x, con
  * Unfused equivalent: swiglu(y, gate, up), then quant_fp8(out, scales, y, scale). */
 int ts_swiglu_quant_fp8(void *out, float *scales, const void *gate, const void *up, const float *scale,
                         const ts_quant_config *cfg, void *stream);
+int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+                  const int32_t *g_idx, const ts_w4a16_config *cfg, void *stream);
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);
 int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream);
 

@@ -392,6 +392,40 @@ int main(void) {
                "swiglu_quant_fp8", "in_dtype", "TS_F32");
     }
 
+    /* gemm_w4a16: the format, the group size, k and n in whole words, g_idx by format. */
+    {
+        const int32_t *I = (const int32_t *)P;
+        ts_w4a16_config w4 = {TS_F16, 1, 64, 256, 128, TS_W4_AWQ};
+        expect("gemm_w4a16 awq valid", ts_gemm_w4a16(P, P, I, I, P, NULL, &w4, NULL), TS_ERR_NOT_INITIALIZED,
+               "gemm_w4a16", "ts_init", NULL);
+        expect("gemm_w4a16 awq with g_idx", ts_gemm_w4a16(P, P, I, I, P, I, &w4, NULL), TS_ERR_INVALID_ARGUMENT,
+               "gemm_w4a16", "g_idx", NULL);
+        expect("gemm_w4a16 null qzeros", ts_gemm_w4a16(P, P, I, NULL, P, NULL, &w4, NULL), TS_ERR_INVALID_ARGUMENT,
+               "gemm_w4a16", "qzeros", NULL);
+        ts_w4a16_config gq = w4;
+        gq.format = TS_W4_GPTQ;
+        expect("gemm_w4a16 gptq valid", ts_gemm_w4a16(P, P, I, I, P, I, &gq, NULL), TS_ERR_NOT_INITIALIZED,
+               "gemm_w4a16", "ts_init", NULL);
+        expect("gemm_w4a16 gptq without g_idx", ts_gemm_w4a16(P, P, I, I, P, NULL, &gq, NULL),
+               TS_ERR_INVALID_ARGUMENT, "gemm_w4a16", "g_idx", "NULL");
+        ts_w4a16_config bad = w4;
+        bad.format = 2;
+        expect("gemm_w4a16 format 2", ts_gemm_w4a16(P, P, I, I, P, NULL, &bad, NULL), TS_ERR_INVALID_ARGUMENT,
+               "gemm_w4a16", "format", "2");
+        bad = w4;
+        bad.group_size = 96;
+        expect("gemm_w4a16 group 96 of 256", ts_gemm_w4a16(P, P, I, I, P, NULL, &bad, NULL), TS_ERR_INVALID_ARGUMENT,
+               "gemm_w4a16", "group_size", "96");
+        bad = w4;
+        bad.n = 60;
+        expect("gemm_w4a16 n 60", ts_gemm_w4a16(P, P, I, I, P, NULL, &bad, NULL), TS_ERR_INVALID_ARGUMENT,
+               "gemm_w4a16", "cfg->n", "60");
+        bad = w4;
+        bad.dtype = TS_F32;
+        expect("gemm_w4a16 dtype f32", ts_gemm_w4a16(P, P, I, I, P, NULL, &bad, NULL), TS_ERR_UNSUPPORTED,
+               "gemm_w4a16", "dtype", "TS_F32");
+    }
+
     /* bf16 storage: every op that takes TS_F16 takes TS_BF16, so a bf16 config passes validation
      * and stops only at the missing ts_init (nothing launched); a 16-bit out_dtype must be the
      * in_dtype (no mixing of TS_F16 and TS_BF16), and the messages name the refused value. */

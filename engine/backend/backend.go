@@ -186,6 +186,13 @@ type Kernels interface {
 	// then out [T, F] (f8e4m3) and scales = QuantFP8(y) as RMSNormQuantFP8's. Unfused
 	// equivalent: SwiGLU(y, gate, up), then QuantFP8(out, scales, y, scale, groupSize).
 	SwiGLUQuantFP8(out, scales, gate, up, scale Buffer, groupSize int) error
+	// GemmW4A16 computes out [M, N] = x [M, K] · Wᵀ for a 4-bit weight in one of the packings
+	// of docs/quantization.md ("4-bit weights"): Wᵀ[k, n] = (q - z[g(k), n]) · scales[g(k), n],
+	// rounded once to x's storage type (f16 or bf16), then fp32 accumulation and one rounding.
+	// W4AWQ: qweight i32 [K, N/8], qzeros i32 [K/G, N/8], gIdx nil; W4GPTQ: qweight i32
+	// [K/8, N], qzeros i32 [K/G, N/8] (storing z - 1), gIdx i32 [K] (each input's group).
+	// scales [K/G, N] in x's type. Unfused equivalent: the dequantised weight, then Gemm.
+	GemmW4A16(out, x, qweight, qzeros, scales, gIdx Buffer, format W4Format, groupSize int) error
 }
 
 // SampleConfig configures seeded sampling as docs/sampling.md defines it.
@@ -234,7 +241,7 @@ var Ops = []string{
 	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
-	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8",
+	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16",
 }
 
 // Timer brackets device work with device events, for benchmarks.

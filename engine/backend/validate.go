@@ -550,6 +550,72 @@ func CheckGemmFP8(out, x, xScales, w, wScales Buffer, block bool) error {
 	return c.Err()
 }
 
+// W4Format is a 4-bit weight packing (docs/quantization.md, "4-bit weights").
+type W4Format int
+
+const (
+	// W4AWQ is AutoAWQ's GEMM packing: qweight [K, N/8] along n in the interleaved order.
+	W4AWQ W4Format = iota
+	// W4GPTQ is GPTQ's: qweight [K/8, N] along k, zero points stored minus one, g_idx.
+	W4GPTQ
+)
+
+func (f W4Format) String() string {
+	switch f {
+	case W4AWQ:
+		return "awq"
+	case W4GPTQ:
+		return "gptq"
+	}
+	return "W4Format(" + fmtI(int(f)) + ")"
+}
+
+// CheckGemmW4A16 validates a 4-bit weight GEMM (Kernels.GemmW4A16): x f16 or bf16 [M, K], the
+// packed weight, zero points and scales of its format for groups of groupSize inputs, g_idx
+// (GPTQ) i32 [K], out [M, N] in x's type.
+func CheckGemmW4A16(out, x, qweight, qzeros, scales, gIdx Buffer, format W4Format, groupSize int) error {
+	c := Validate("gemm_w4a16")
+	c.That(format == W4AWQ || format == W4GPTQ, "format", format.String(), "want awq or gptq")
+	c.Storage("x", x)
+	c.Rank("x", x, 2)
+	c.DType("qweight", qweight, tensor.I32)
+	c.Rank("qweight", qweight, 2)
+	c.DType("qzeros", qzeros, tensor.I32)
+	c.Rank("qzeros", qzeros, 2)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	m, k := x.Shape()[0], x.Shape()[1]
+	c.That(groupSize > 0 && k%groupSize == 0, "group_size", fmtI(groupSize), "must be positive and divide K = %d", k)
+	c.That(k%8 == 0, "x", describe(x), "K must be a multiple of 8 (eight 4-bit codes a word)")
+	if c.Err() != nil {
+		return c.Err()
+	}
+	var n int
+	if format == W4AWQ {
+		c.That(qweight.Shape()[0] == k, "qweight", describe(qweight), "want [K = %d, N/8] (AWQ)", k)
+		n = qweight.Shape()[1] * 8
+		c.That(gIdx == nil, "g_idx", "a buffer", "AWQ has none: must be nil")
+	} else {
+		c.That(qweight.Shape()[0] == k/8, "qweight", describe(qweight), "want [K/8 = %d, N] (GPTQ)", k/8)
+		n = qweight.Shape()[1]
+		c.DType("g_idx", gIdx, tensor.I32)
+		if c.Err() == nil {
+			c.Shape("g_idx", gIdx, []int{k}, "[K]: the group of each input")
+		}
+	}
+	if c.Err() != nil {
+		return c.Err()
+	}
+	c.That(n%8 == 0, "qweight", describe(qweight), "N = %d must be a multiple of 8 (qzeros packs 8 columns a word)", n)
+	c.Shape("qzeros", qzeros, []int{k / groupSize, n / 8}, "[K/G, N/8]: one packed zero point per group and column")
+	c.Same("scales", scales)
+	c.Shape("scales", scales, []int{k / groupSize, n}, "[K/G, N]: one scale per group and column")
+	c.Same("out", out)
+	c.Shape("out", out, []int{m, n}, "[rows of x, N]")
+	return c.Err()
+}
+
 // IndexError reports an index value read from a buffer that is out of range.
 func IndexError(op, arg string, i, value int, reason string) error {
 	return &ArgError{Op: op, Arg: arg + "[" + fmtI(i) + "]", Value: fmtI(value), Reason: reason}

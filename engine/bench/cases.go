@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
@@ -90,6 +91,8 @@ func Cases() []Case {
 		gemmFP8Case("gemm_fp8 block prefill M=512 N=K=4096", 512, 4096, 4096, true),
 		gemmFP8Case("gemm_fp8 channel llama3-8b decode M=1 N=14336 K=4096", 1, 14336, 4096, false),
 		gemmFP8Case("gemm_fp8 block llama3-8b decode M=4 N=4096 K=14336", 4, 4096, 14336, true),
+		w4a16Case("gemm_w4a16 awq llama3-8b up decode M=1 N=14336 K=4096", "awq", 1, 14336, 4096),
+		w4a16Case("gemm_w4a16 gptq llama3-8b down M=512 N=4096 K=14336", "gptq", 512, 4096, 14336),
 		{Name: "quant_fp8 dynamic per-token 16x4096 f16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 4096}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{16, 4096}, normal(3, 0))},
 			Bytes:  elems(16, 4096)*(f16+1) + 16*f32},
@@ -274,5 +277,26 @@ func gemmFP8Case(name string, m, n, k int, block bool) Case {
 			in("w", tensor.F8E4M3, []int{n, k}, normal(100, 0)), in("w_scales", tensor.F32, ws, sc)},
 		Flops: 2 * elems(m, n, k),
 		Bytes: elems(m, k) + elems(n, k) + elems(m, n)*f16 + int64(xs[0]*xs[1]+ws[0]*ws[1])*f32,
+	}
+}
+
+// w4a16Case is a 4-bit weight GEMM in groups of 128, bf16 activations: the packed words (any bits
+// are codes), fp16 scales' bf16 twin, g_idx k / 128 for GPTQ. Its floor is the packed weight read
+// once (k n / 2 bytes), the scales and zero points, x and out.
+func w4a16Case(name, format string, m, n, k int) Case {
+	const g = 128
+	words := conformance.IntsIn(-1<<31, 1<<31)
+	qw := []int{k, n / 8}
+	var gIdx []conformance.InputSpec
+	if format == "gptq" {
+		qw = []int{k / 8, n}
+		gIdx = []conformance.InputSpec{in("g_idx", tensor.I32, []int{k}, func(_ *rand.Rand, i int) float64 { return float64(i / g) })}
+	}
+	return Case{Name: name, Op: "gemm_w4a16", Params: fmt.Sprintf(`{"format": %q, "group_size": %d}`, format, g),
+		Inputs: append([]conformance.InputSpec{in("x", tensor.BF16, []int{m, k}, nil),
+			in("qweight", tensor.I32, qw, words), in("qzeros", tensor.I32, []int{k / g, n / 8}, words),
+			in("scales", tensor.BF16, []int{k / g, n}, normal(0.002, 0.01))}, gIdx...),
+		Flops: 2 * elems(m, n, k),
+		Bytes: elems(k, n)/2 + elems(k/g, n)*(f16+1) + elems(m, k)*f16 + elems(m, n)*f16,
 	}
 }

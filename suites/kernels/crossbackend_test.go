@@ -69,6 +69,14 @@ var crossCases = []crossCase{
 	{"gemm_fp8", `{"scales": "channel", "out_dtype": "f16"}`, []conformance.InputSpec{in("x", tensor.F8E4M3, []int{5, 1536}, normalGen(100, 0)), in("x_scales", tensor.F32, []int{5, 1}, normalGen(0.001, 0.01)),
 		in("w", tensor.F8E4M3, []int{1024, 1536}, normalGen(100, 0)), in("w_scales", tensor.F32, []int{1024, 1}, normalGen(0.001, 0.01))}},
 	{"quant_fp8", `{"mode": "static"}`, []conformance.InputSpec{in("x", tensor.F16, []int{129, 4096}, normalGen(200, 0)), in("scale", tensor.F32, []int{1}, nearOne)}},
+	// 4-bit weights: any int32 word is eight valid codes; AWQ at a prefill of 7 rows (cuBLAS on
+	// the dequantised weight), GPTQ with act-order groups at a decode row (the gemv).
+	{"gemm_w4a16", `{"format": "awq", "group_size": 128}`, []conformance.InputSpec{in("x", tensor.BF16, []int{7, 2048}, nil),
+		in("qweight", tensor.I32, []int{2048, 128}, conformance.IntsIn(-1<<31, 1<<31)), in("qzeros", tensor.I32, []int{16, 128}, conformance.IntsIn(-1<<31, 1<<31)),
+		in("scales", tensor.BF16, []int{16, 1024}, normalGen(0.002, 0.01))}},
+	{"gemm_w4a16", `{"format": "gptq", "group_size": 128, "act_order": true}`, []conformance.InputSpec{in("x", tensor.F16, []int{1, 1024}, nil),
+		in("qweight", tensor.I32, []int{128, 512}, conformance.IntsIn(-1<<31, 1<<31)), in("qzeros", tensor.I32, []int{8, 64}, conformance.IntsIn(-1<<31, 1<<31)),
+		in("scales", tensor.F16, []int{8, 512}, normalGen(0.002, 0.01)), in("g_idx", tensor.I32, []int{1024}, conformance.IntsBelow(8))}},
 	// The fused quantisers: DeepSeek-V3's hidden size in 1x128 groups with a residual written in
 	// place, per token at 5120, static with a scale that saturates the largest values; SwiGLU at
 	// Llama-3-8B's intermediate size in 1x128 groups, per token at Qwen2.5-0.5B's, static.

@@ -378,6 +378,23 @@ def gemm_fp8(t, p):
     raise RuntimeError("no FP8 GEMM call works")
 
 
+def gemm_w4a16(t, p):
+    """The 16-bit GEMM over the weight dequantised once (F.linear): what a 4-bit kernel must beat
+    by reading a quarter of the bytes. The packed words' values do not change its time."""
+    x = t.randn("x")
+    G = p["group_size"]
+    if p["format"] == "awq":
+        K, N = t.shape("qweight")[0], t.shape("qweight")[1] * 8
+    else:
+        K, N = t.shape("qweight")[0] * 8, t.shape("qweight")[1]
+    q = torch.randint(0, 16, (K, N), device=x.device)
+    z = torch.randint(0, 16, (K // G, N), device=x.device)
+    s = t.randn("scales").abs() * 0.01 + 1e-3
+    groups = torch.arange(K, device=x.device) // G
+    w = ((q - z[groups]).to(torch.float32) * s[groups].float()).to(x.dtype).t().contiguous()
+    return (lambda: F.linear(x, w)), "F.linear(x, w) with w [N, K] dequantised once (the %s GEMM)" % x.dtype
+
+
 def quant_fp8(t, p):
     """The eager torch quantiser of docs/quantization.md: per-group amax, the floored scale, the
     division, the saturating cast (what transformers' and vLLM's torch fallbacks compute)."""
@@ -468,7 +485,7 @@ def sample(t, p):
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
-                               gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, sample)}
+                               gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample)}
 
 
 # ------------------------------------------------------------------------------------------------

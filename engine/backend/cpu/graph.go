@@ -220,6 +220,11 @@ func (r *recorder) SwiGLUQuantFP8(out, scales, gate, up, scale backend.Buffer, g
 	return r.add(backend.CheckSwiGLUQuantFP8(out, scales, gate, up, scale, groupSize),
 		func() error { return r.be.SwiGLUQuantFP8(out, scales, gate, up, scale, groupSize) })
 }
+
+func (r *recorder) GemmW4A16(out, x, qweight, qzeros, scales, gIdx backend.Buffer, format backend.W4Format, groupSize int) error {
+	return r.add(backend.CheckGemmW4A16(out, x, qweight, qzeros, scales, gIdx, format, groupSize),
+		func() error { return r.be.GemmW4A16(out, x, qweight, qzeros, scales, gIdx, format, groupSize) })
+}
 func (r *recorder) Sample(tokens, logits backend.Buffer, cfg backend.SampleConfig) error {
 	return r.add(backend.CheckSample(tokens, logits, cfg), func() error { return r.be.Sample(tokens, logits, cfg) })
 }

@@ -251,6 +251,15 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
 			return b.SwiGLUQuantFP8(alloc(t, b, tensor.F8E4M3, 2, 8192), nil, bf(2, 8192), bf(2, 8192), f32(1), 0)
 		}},
+		{"gemm_w4a16", "ts_gemm_w4a16 dtype=1 m=1 n=64 k=256 group_size=128 format=0 g_idx=0 stream=0", func() error {
+			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
+			return b.GemmW4A16(f16(1, 64), f16(1, 256), i32(256, 8), i32(2, 8), f16(2, 64), nil, backend.W4AWQ, 128)
+		}},
+		{"gemm_w4a16", "ts_gemm_w4a16 dtype=4 m=3 n=64 k=256 group_size=128 format=1 g_idx=1 stream=0", func() error {
+			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			return b.GemmW4A16(bf(3, 64), bf(3, 256), i32(32, 64), i32(2, 8), bf(2, 64), i32(256), backend.W4GPTQ, 128)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

@@ -437,6 +437,14 @@ int tsg_swiglu_quant_fp8(const tsg_api *a, void *out, float *scales, const void 
     enter(a, "ts_swiglu_quant_fp8");
     return done(a, a->ts_swiglu_quant_fp8(out, scales, gate, up, scale, cfg, NULL), e);
 }
+int tsg_gemm_w4a16(const tsg_api *a, void *out, const void *x, const void *qweight, const void *qzeros,
+                   const void *scales, const void *g_idx, const ts_w4a16_config *cfg, tsg_err *e) {
+    enter(a, "ts_gemm_w4a16");
+    return done(a,
+                a->ts_gemm_w4a16(out, x, (const int32_t *)qweight, (const int32_t *)qzeros, scales,
+                                 (const int32_t *)g_idx, cfg, NULL),
+                e);
+}
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e) {
     enter(a, "ts_sample");
     return done(a, a->ts_sample((int32_t *)tokens, (const float *)logits, cfg, NULL), e);

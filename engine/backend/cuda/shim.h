@@ -99,6 +99,9 @@
        const ts_norm_quant_config *, void *))                                                            \
     X(ts_swiglu_quant_fp8, int,                                                                           \
       (void *, float *, const void *, const void *, const float *, const ts_quant_config *, void *))     \
+    X(ts_gemm_w4a16, int,                                                                                 \
+      (void *, const void *, const int32_t *, const int32_t *, const void *, const int32_t *,             \
+       const ts_w4a16_config *, void *))                                                                 \
     X(ts_sample, int, (int32_t *, const float *, const ts_sample_config *, void *))                      \
     X(ts_philox, int, (uint32_t *, const ts_philox_config *, void *))
 
@@ -225,6 +228,8 @@ int tsg_rmsnorm_quant_fp8(const tsg_api *a, void *out, float *scales, void *sum,
                           const void *weight, const float *scale, const ts_norm_quant_config *cfg, tsg_err *e);
 int tsg_swiglu_quant_fp8(const tsg_api *a, void *out, float *scales, const void *gate, const void *up,
                          const float *scale, const ts_quant_config *cfg, tsg_err *e);
+int tsg_gemm_w4a16(const tsg_api *a, void *out, const void *x, const void *qweight, const void *qzeros,
+                   const void *scales, const void *g_idx, const ts_w4a16_config *cfg, tsg_err *e);
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e);
 int tsg_philox(const tsg_api *a, void *out, const ts_philox_config *cfg, tsg_err *e);
 

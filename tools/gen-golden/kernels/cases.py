@@ -913,6 +913,28 @@ CASES += _cases(COMMITTED, "gemm_fp8", [
     ("channel_decode-m16-n128-k128_out-f16", dict(M=16, N=128, K=128, scales="channel", out_dtype="f16")),
 ])
 
+# gemm_w4a16 (docs/quantization.md, "4-bit weights"): AWQ (asymmetric, zero points, the
+# interleaved nibble order) and GPTQ (symmetric, and asymmetric with act-order g_idx) weights in
+# groups of 128 inputs, at decode rows 1, 2 and 4 and a prefill of 24 rows, Qwen2.5-0.5B's
+# hidden size as K (seven groups), both storage dtypes.
+CASES += _cases(COMMITTED, "gemm_w4a16", [
+    ("awq-g128_decode-m1-n128-k896", dict(M=1, N=128, K=896, format="awq", group_size=128)),
+    ("awq-g128_m2-n64-k256", dict(M=2, N=64, K=256, format="awq", group_size=128)),
+    ("awq-g128_m4-n64-k256", dict(M=4, N=64, K=256, format="awq", group_size=128)),
+    ("awq-g128_prefill-m24-n64-k256", dict(M=24, N=64, K=256, format="awq", group_size=128)),
+    ("gptq-sym-g128_decode-m1-n128-k256", dict(M=1, N=128, K=256, format="gptq", group_size=128,
+                                                sym=True)),
+    ("gptq-act-order-g128_m24-n64-k384", dict(M=24, N=64, K=384, format="gptq", group_size=128,
+                                              act_order=True)),
+])
+CASES += _bf16_cases(COMMITTED, "gemm_w4a16", [
+    ("awq-g128_decode-m1-n64-k256", dict(M=1, N=64, K=256, format="awq", group_size=128)),
+    ("awq-g128_m2-n64-k256", dict(M=2, N=64, K=256, format="awq", group_size=128)),
+    ("awq-g128_m4-n64-k256", dict(M=4, N=64, K=256, format="awq", group_size=128)),
+    ("gptq-act-order-g128_m3-n64-k256", dict(M=3, N=64, K=256, format="gptq", group_size=128,
+                                             act_order=True)),
+])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -978,6 +1000,12 @@ CASES += _cases(FULL, "gemm_fp8", [
      dict(M=16, N=7168, K=7168, scales="block", out_dtype="bf16")),
     ("channel_m2048-n4096-k4096_out-bf16",
      dict(M=2048, N=4096, K=4096, scales="channel", out_dtype="bf16")),
+])
+# Llama-3-8B's MLP at decode (AWQ) and a prefill chunk (GPTQ with act-order).
+CASES += _cases(FULL, "gemm_w4a16", [
+    ("awq-g128_llama3-8b-up_decode-m1", dict(M=1, N=14336, K=4096, format="awq", group_size=128)),
+    ("gptq-act-order-g128_llama3-8b-down_m512",
+     dict(M=512, N=4096, K=14336, format="gptq", group_size=128, act_order=True)),
 ])
 CASES += _cases(FULL, "softmax", [
     ("qwen2.5-vocab-f32_t32", dict(T=32, N=151936, dtype="f32", dist=normal(3.0),

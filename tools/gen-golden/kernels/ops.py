@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, storage, to_e4m3
+from common import int4
+from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, TORCH_DTYPE, storage, to_e4m3
 from common.rope_scaling import published_rope, rope_inv_freq
 from kernels.inputs import gelu_inputs, linear_weight, norm_weight, normal
 
@@ -683,8 +684,73 @@ def swiglu_quant_fp8(r, *, T, ffn, mode, group_size=None, scale=None, gate=norma
     return qp, dict({"gate": g, "up": u}, **qin), outs
 
 
+
+# ---------------------------------------------------------------------------------------------
+# 4-bit weights (docs/quantization.md, "4-bit weights"): a Linear quantised per group of inputs
+# and output column as AWQ and GPTQ checkpoints store it, and the product with 16-bit activations.
+
+
+def quant_int4(Wt, groups, ng, sym, zmin=0):
+    """Codes q [K, N], zero points z [ng, N] and scales s [ng, N] (float64) of W^T [K, N] per
+    group g (the rows k with groups[k] == g) and column: asymmetric, s = (max - min) / 15 over the
+    group's range widened to hold 0, z = round(-min / s) in zmin..15, q = round(w / s) + z in
+    0..15 (AWQ's and GPTQ's asymmetric quantisers); symmetric, s = 2 amax / 15, z = 8 (GPTQ's
+    sym)."""
+    K, N = Wt.shape
+    q = torch.empty(K, N, dtype=torch.int64)
+    z = torch.empty(ng, N, dtype=torch.int64)
+    s = torch.empty(ng, N, dtype=F64)
+    for g in range(ng):
+        rows = (groups == g).nonzero().flatten()
+        w = Wt[rows]
+        if sym:
+            sc = (2 * w.abs().amax(0) / 15).clamp_min(1e-8)
+            zz = torch.full((N,), 8, dtype=torch.int64)
+        else:
+            lo, hi = w.amin(0).clamp(max=0), w.amax(0).clamp(min=0)
+            sc = ((hi - lo) / 15).clamp_min(1e-8)
+            zz = torch.round(-lo / sc).to(torch.int64).clamp(zmin, 15)
+        q[rows] = (torch.round(w / sc) + zz).clamp(0, 15).to(torch.int64)
+        z[g], s[g] = zz, sc
+    return q, z, s
+
+
+def gemm_w4a16(r, *, M, N, K, format, group_size, act_order=False, sym=False, dist=normal(),
+               dtype="f16"):
+    """out [M, N] = x @ W^T, W^T [K, N] the 4-bit weight dequantised to the storage type T,
+    (q - z) * s rounded once (int4.dequant), the product in float64. format "awq": qweight
+    [K, N/8], qzeros [K/G, N/8] (AWQ_PACK_ORDER), scales [K/G, N] in T; "gptq": qweight [K/8,
+    N], qzeros [K/G, N/8] storing z - 1 (so asymmetric zero points are 1..15), scales, g_idx [K]
+    (k // G, or with act_order the groups of a permutation's order: GPTQ's desc_act). Draws x
+    (dist), W [N, K] (linear_weight), then act_order's permutation."""
+    if format not in ("awq", "gptq") or K % group_size or N % 8 or K % 8:
+        raise ValueError("gemm_w4a16: %s, G %d, N %d, K %d" % (format, group_size, N, K))
+    if format == "awq" and (act_order or sym):
+        raise ValueError("gemm_w4a16: AWQ has no act-order and stores zero points")
+    cast = storage(dtype)
+    x = cast(dist(r, (M, K)))
+    W = linear_weight(r, N, K, lambda t: t.to(F32)).to(F64)
+    ng = K // group_size
+    groups = torch.arange(K) // group_size
+    if act_order:
+        order = r.randn((K,)).argsort()  # the order GPTQ quantises the inputs in
+        groups = torch.empty(K, dtype=torch.int64)
+        groups[order] = torch.arange(K) // group_size
+    q, z, s = quant_int4(W.T, groups, ng, sym, zmin=1 if format == "gptq" else 0)
+    scales = cast(s)
+    wt = int4.dequant(q, z, scales, groups, TORCH_DTYPE[dtype])
+    out = d(x) @ d(wt)
+    params = {"format": format, "group_size": group_size, "act_order": act_order}
+    if format == "awq":
+        inputs = {"x": x, "qweight": int4.pack_awq(q), "qzeros": int4.pack_awq(z), "scales": scales}
+    else:
+        inputs = {"x": x, "qweight": int4.pack_gptq_weight(q), "qzeros": int4.pack_gptq_zeros(z),
+                  "scales": scales, "g_idx": groups.to(I32)}
+    return params, inputs, {"out": out}
+
+
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
-    swiglu_quant_fp8)}
+    swiglu_quant_fp8, gemm_w4a16)}

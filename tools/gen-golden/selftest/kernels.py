@@ -223,7 +223,35 @@ def reference(op, p, i, rnd=f16):
         return {"out": out + i["bias"] if p["has_bias"] else out}
     if op == "softmax":
         return {"out": np_softmax(i["x"])}
+    if op == "gemm_w4a16":
+        return {"out": i["x"] @ np_w4_dequant(p, i, rnd)}
     raise KeyError(op)
+
+
+def np_w4_dequant(p, i, rnd):
+    """W^T [K, N] of a gemm_w4a16 case by loops over the words as AutoAWQ and GPTQ describe them:
+    AWQ's column c in nibble (0, 4, 1, 5, 2, 6, 3, 7)[c % 8] of word c / 8 of its row, GPTQ's row
+    k in nibble k % 8 of word k / 8 of its column, GPTQ's zero points stored minus one; then
+    (q - z) * s rounded to the storage type."""
+    K = i["x"].shape[1]
+    G = p["group_size"]
+    words = i["qweight"].astype(np.int64) & 0xFFFFFFFF
+    zwords = i["qzeros"].astype(np.int64) & 0xFFFFFFFF
+    s = i["scales"]
+    N = s.shape[1]
+    nib = lambda w, j: (w >> (4 * j)) & 0xF  # noqa: E731
+    cols = np.arange(N)
+    if p["format"] == "awq":
+        rev = np.array([0, 4, 1, 5, 2, 6, 3, 7])
+        q = nib(words[:, cols // 8], rev[cols % 8])
+        z = nib(zwords[:, cols // 8], rev[cols % 8])
+        groups = np.arange(K) // G
+    else:
+        rows = np.arange(K)
+        q = nib(words[rows // 8][:, cols], (rows % 8)[:, None])
+        z = nib(zwords[:, cols // 8], cols % 8) + 1
+        groups = i["g_idx"].astype(np.int64)
+    return rnd((q - z[groups]).astype(np.float64) * s[groups])
 
 
 def properties(case, p, i, dtype="f16"):

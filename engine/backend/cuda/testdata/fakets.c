@@ -877,6 +877,20 @@ int ts_swiglu_quant_fp8(void *out, float *scales, const void *gate, const void *
     return TS_OK;
 }
 
+int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+                  const int32_t *g_idx, const ts_w4a16_config *cfg, void *stream) {
+    logf_("ts_gemm_w4a16 dtype=%d m=%d n=%d k=%d group_size=%d format=%d g_idx=%d stream=%d", cfg->dtype, cfg->m,
+          cfg->n, cfg->k, cfg->group_size, cfg->format, g_idx != NULL, stream != NULL);
+    int st = enter("ts_gemm_w4a16", 1);
+    if (st) return st;
+    NEED("gemm_w4a16", out);
+    NEED("gemm_w4a16", x);
+    NEED("gemm_w4a16", qweight);
+    NEED("gemm_w4a16", qzeros);
+    NEED("gemm_w4a16", scales);
+    return TS_OK;
+}
+
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream) {
     logf_("ts_sample rows=%d vocab=%d temperature=%g top_k=%d top_p=%g seed=%llu step=%llu stream=%d", cfg->rows,
           cfg->vocab, cfg->temperature, cfg->top_k, cfg->top_p, (unsigned long long)cfg->seed,
