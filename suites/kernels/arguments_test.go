@@ -26,6 +26,10 @@ type badCall struct {
 }
 
 var badCalls = []badCall{
+	{"gemm_w4a16", "qweight", "i32[8]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		// a packed weight of one dimension: the words of a [K, N/8] AWQ qweight, flattened
+		return b.GemmW4A16(out, f16(1, 256), i32(1, 2, 3, 4, 5, 6, 7, 8), i32(1), f16(2, 64), nil, backend.W4AWQ, 128)
+	}, []int{1, 64}},
 	{"residual_add", "residual", "f16[4,895]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
 		return b.ResidualAdd(out, f16(4, 896), f16(4, 895))
 	}, []int{4, 896}},
