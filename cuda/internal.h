@@ -220,6 +220,9 @@ class Validator {
     /* The elements of one tensor (the product of its dims) must not exceed 2^59, so byte offsets
      * of any dtype fit in int64. Non-positive dims are left to positive(). */
     void elements(const char *what, std::initializer_list<int64_t> dims);
+    /* The FP8 quantisers' outputs (quant_fp8, the fused ones): dynamic (scale NULL) needs scales
+     * and a group_size dividing hidden; static a group_size of 0 and no scales. */
+    void quant_outputs(const float *scales, const float *scale, int hidden, int group_size);
 
   private:
     const char *op_;

@@ -305,6 +305,20 @@ void Validator::fail(int status, const char *fmt, ...) {
     set_error(status, "%s: %s", op_, body);
 }
 
+void Validator::quant_outputs(const float *scales, const float *scale, int hidden, int group_size) {
+    if (!ok()) return;
+    if (scale == nullptr) {
+        ptr(scales, "scales");
+        if (ok() && (group_size <= 0 || hidden % group_size != 0))
+            fail(TS_ERR_INVALID_ARGUMENT, "cfg->group_size = %d: must be positive and divide cfg->hidden = %d (dynamic)",
+                 group_size, hidden);
+    } else if (group_size != 0) {
+        fail(TS_ERR_INVALID_ARGUMENT, "cfg->group_size = %d: must be 0 with a static scale (one per tensor)", group_size);
+    } else if (scales != nullptr) {
+        fail(TS_ERR_INVALID_ARGUMENT, "scales = %p: must be NULL with a static scale", (const void *)scales);
+    }
+}
+
 void Validator::ptr(const void *p, const char *name) {
     if (p == nullptr) fail(TS_ERR_INVALID_ARGUMENT, "%s = NULL: a pointer is required", name);
 }

@@ -238,21 +238,10 @@ extern "C" int ts_rmsnorm_quant_fp8(void *out, float *scales, void *sum, const v
     v.eps(cfg->eps, "cfg->eps");
     v.elements("x", {cfg->rows, cfg->hidden});
     if (!v.ok()) return v.status();
-    if (scale == nullptr) {
-        v.ptr(scales, "scales");
-        if (v.ok() && (cfg->group_size <= 0 || cfg->hidden % cfg->group_size != 0))
-            v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->group_size = %d: must be positive and divide cfg->hidden = %d (dynamic)",
-                   cfg->group_size, cfg->hidden);
-        if (v.ok() && cfg->hidden / cfg->group_size > kMaxGroups)
-            v.fail(TS_ERR_UNSUPPORTED, "cfg->group_size = %d: %d groups a row, this build takes at most %d",
-                   cfg->group_size, cfg->hidden / cfg->group_size, kMaxGroups);
-    } else {
-        if (cfg->group_size != 0)
-            v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->group_size = %d: must be 0 with a static scale (one per tensor)",
-                   cfg->group_size);
-        else if (scales != nullptr)
-            v.fail(TS_ERR_INVALID_ARGUMENT, "scales = %p: must be NULL with a static scale", (void *)scales);
-    }
+    v.quant_outputs(scales, scale, cfg->hidden, cfg->group_size);
+    if (v.ok() && scale == nullptr && cfg->hidden / cfg->group_size > kMaxGroups)
+        v.fail(TS_ERR_UNSUPPORTED, "cfg->group_size = %d: %d groups a row, this build takes at most %d",
+               cfg->group_size, cfg->hidden / cfg->group_size, kMaxGroups);
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);

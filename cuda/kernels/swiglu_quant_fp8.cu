@@ -161,18 +161,7 @@ extern "C" int ts_swiglu_quant_fp8(void *out, float *scales, const void *gate, c
     v.positive(cfg->hidden, "cfg->hidden");
     v.elements("gate", {cfg->rows, cfg->hidden});
     if (!v.ok()) return v.status();
-    if (scale == nullptr) {
-        v.ptr(scales, "scales");
-        if (v.ok() && (cfg->group_size <= 0 || cfg->hidden % cfg->group_size != 0))
-            v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->group_size = %d: must be positive and divide cfg->hidden = %d (dynamic)",
-                   cfg->group_size, cfg->hidden);
-    } else {
-        if (cfg->group_size != 0)
-            v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->group_size = %d: must be 0 with a static scale (one per tensor)",
-                   cfg->group_size);
-        else if (scales != nullptr)
-            v.fail(TS_ERR_INVALID_ARGUMENT, "scales = %p: must be NULL with a static scale", (void *)scales);
-    }
+    v.quant_outputs(scales, scale, cfg->hidden, cfg->group_size);
     if (v.ok() && scale == nullptr && (int64_t)cfg->rows * (cfg->hidden / cfg->group_size) > 0x7fffffff)
         v.fail(TS_ERR_UNSUPPORTED, "cfg->rows x groups = %lld: one block per group, at most 2^31 - 1",
                (long long)cfg->rows * (cfg->hidden / cfg->group_size));

@@ -48,8 +48,15 @@ func TestInt4PackingsMatchTheReference(t *testing.T) {
 	if err != nil || !slices.Equal(w, want) {
 		t.Errorf("DequantInt4: %v %v", w, err)
 	}
-	// The AWQ order is not the plain one: an unpacker reading nibbles in order gets other columns.
-	if plain, _ := UnpackGPTQZeros(awq[:2], 1, 16); slices.Equal(plain, q[:16]) {
+	// The AWQ order is not the plain one: reading a row's nibbles in order gets other columns
+	// (the fixture would not tell the two apart otherwise).
+	plain := make([]uint8, 16)
+	for i, w := range awq[:2] {
+		for j := 0; j < 8; j++ {
+			plain[8*i+j] = nibble(w, j)
+		}
+	}
+	if slices.Equal(plain, q[:16]) {
 		t.Error("the AWQ fixture does not tell the interleaved order from the plain one")
 	}
 }
