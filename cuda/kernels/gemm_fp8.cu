@@ -278,35 +278,12 @@ int decode_resident_warps() {
     return w;
 }
 
-/* The number of k splits: the weight read is the cost, and it runs at full bandwidth only with
- * about half the resident warps or more busy; work items come in rounds of `resident`, so a last
- * round that is mostly empty costs as much as a full one; every split adds its fp32 partials
- * (written and read back). The estimate, in bytes at full bandwidth, is minimised over 1..k/128. */
-int decode_splits(int m, int n, int k, int resident) {
-    const int64_t tiles = ts::ceil_div(n, 8), blocks_k = ts::ceil_div(k, kBlock);
-    int best = 1;
-    double best_cost = 0.0;
-    for (int64_t s = 1; s <= blocks_k; ++s) {
-        const int64_t items = tiles * s;
-        const int64_t slice = ts::ceil_div(blocks_k, s) * kBlock;
-        const int64_t rounds = ts::ceil_div(items, resident);
-        /* Each round streams (warps busy) x 8 x slice bytes, at full speed only with enough warps. */
-        const int64_t busy = std::min<int64_t>(items, resident);
-        const double round_bytes = (double)std::max<int64_t>(busy, resident / 2) * 8.0 * (double)slice;
-        const double cost = (double)rounds * round_bytes + (s > 1 ? 8.0 * (double)s * m * n : 0.0);
-        if (s == 1 || cost < best_cost) {
-            best = (int)s;
-            best_cost = cost;
-        }
-    }
-    return best;
-}
-
 template <typename T>
 int launch_decode(const char *op, T *out, const unsigned char *x, const float *xs, const unsigned char *w,
                   const float *ws, const ts_gemm_fp8_config &c, cudaStream_t stream) {
     const int resident = decode_resident_warps();
-    const int want = decode_splits(c.m, c.n, c.k, resident);
+    const int want = ts::splitk_count(ts::ceil_div(c.n, 8), ts::ceil_div(c.k, kBlock), 8.0 * kBlock,
+                                      (double)c.m * c.n, resident);
     const int slice = (int)ts::ceil_div(ts::ceil_div(c.k, kBlock), want) * kBlock;
     const int splits = (int)ts::ceil_div(c.k, slice);
     const int tiles = (int)ts::ceil_div(c.n, 8);

@@ -2,17 +2,31 @@
  * gemm_w4a16: out [m, n] = x [m, k] . W^T for a 4-bit weight in the AWQ or GPTQ packing
  * (touchstone.h states the contract; docs/quantization.md, "4-bit weights", the formats).
  *
- * A correctness-first path: w4a16_dequant_kernel writes the dequantised weight W [n, k] in the
- * storage type T, (q - z) * s rounded once (the product of an integer in -16..15 and a T value
- * is exact in fp32), into a library workspace, and the gemm op's own dispatch multiplies it
- * (ts::gemm_nt: the decode gemv for up to 4 rows, cuBLAS otherwise), fp32 accumulation and one
- * rounding. A thread per weight element, consecutive threads along k so the writes of W's rows
- * are coalesced. GPTQ's g_idx is device data: an index outside [0, k / group_size) is reported
- * through the fault record (TS_ERR_INDEX at the next wait) and its elements are written as 0.
- * Reading the packed weight once inside the gemv (no workspace round trip) is the fast path still
- * to write.
+ *  - decode (m <= 16): w4a16_decode_kernel, a tensor-core gemv that reads the packed weight once
+ *    (k n / 2 bytes, the op's floor) and never writes a dequantised copy. A lane turns a word's
+ *    nibbles into pairs of T with one bit operation each (a nibble q OR'd into the mantissa of
+ *    1024 in fp16, 128 in bf16, is that number plus q exactly), subtracts the pair of (that number
+ *    + z) exactly and multiplies by the scale pair: (q - z) * s rounded once to T, the contract's
+ *    weight, two at a time. The m16n8k16 mma then multiplies by x (rows past m are zeros) with
+ *    fp32 accumulation. The mma's k order is a permutation of memory's within each 32-row step
+ *    (x's fragments use the same one): a dot product does not depend on it, and it lets a lane use
+ *    the nibble pairs where the packing puts them. k is split over warps as gemm_fp8's decode
+ *    kernel splits it (ts::splitk_count); w4a16_reduce_kernel sums the fp32 partials in split
+ *    order and rounds once. Rows whose groups differ inside a lane's eight (GPTQ's act-order
+ *    g_idx, a group size that is not a multiple of 8) take each pair's scales and zero points
+ *    per row: correct, and slower than reordering at load time, which the ABI leaves to callers.
+ *  - prefill (m > 16): w4a16_dequant_kernel writes W [n, k] in T ((q - z) * s rounded once) into
+ *    a library workspace and the gemm op's dispatch multiplies it (cuBLAS, fp32 accumulation).
+ *
+ * GPTQ's g_idx is device data: an index outside [0, k / group_size) is reported through the
+ * fault record (TS_ERR_INDEX at the next wait); the decode kernel reads group 0 for it and the
+ * dequantiser writes its elements as 0 (out is not meaningful either way).
  */
 #include "internal.h"
+#include "mma.cuh"
+
+#include <atomic>
+#include <cstring>
 
 namespace {
 
@@ -21,6 +35,9 @@ __device__ __forceinline__ int awq_nibble(int c) {
     constexpr unsigned kReverse = 0x73625140u; /* (0, 4, 1, 5, 2, 6, 3, 7), one per nibble */
     return (kReverse >> (4 * (c & 7))) & 0xF;
 }
+
+/* The column (of its word's eight) that nibble j of an AWQ word holds: (0, 2, 4, 6, 1, 3, 5, 7)[j]. */
+__device__ __forceinline__ int awq_column(int j) { return (j & 3) * 2 + (j >> 2); }
 
 __device__ __forceinline__ int code(int32_t word, int nibble) { return ((uint32_t)word >> (4 * nibble)) & 0xF; }
 
@@ -51,6 +68,375 @@ __global__ void __launch_bounds__(256) w4a16_dequant_kernel(T *w, const int32_t 
         }
         w[i] = ts::from_float<T>((float)(q - z) * ts::to_float(scales[(int64_t)g * n + c]));
     }
+}
+
+/* ---- decode: the fused tensor-core gemv ------------------------------------------------- */
+
+constexpr int kDecodeRows = 16; /* the mma's M: x's rows past m are zeros */
+constexpr int kThreads = 256;   /* 8 warps a block, each on work items of its own */
+constexpr int kWarps = kThreads / 32;
+constexpr int kStep = 32; /* k rows a warp multiplies per step: lane (g, t) holds rows 8t..8t+7 */
+
+/* A warp's columns and its loads. AWQ: 64 columns, lane (g, t) the word of columns 8g..8g+7 in
+ * each of its 8 rows (8 loads of 4 bytes, a warp's 8 words of a row in one 32-byte sector), tile
+ * j of the 8 mma tiles being nibble j. GPTQ: 32 columns, lane (g, t) 16 bytes at packed row t,
+ * columns 4g..4g+3 (8 rows each), tile j being column 4g + j. kDepth steps of weight words are in
+ * flight ahead of the one a lane multiplies: 128 bytes a lane, with AWQ's 32 accumulators at one
+ * block an SM and GPTQ's 16 at two (the weight read is latency-bound without them). */
+template <int FORMAT>
+struct Tiling;
+template <>
+struct Tiling<TS_W4_AWQ> {
+    static constexpr int kCols = 64, kTiles = 8, kWords = 8, kDepth = 4, kMinBlocks = 1;
+};
+template <>
+struct Tiling<TS_W4_GPTQ> {
+    static constexpr int kCols = 32, kTiles = 4, kWords = 4, kDepth = 4, kMinBlocks = 2;
+};
+
+/* Two T whose bits are 0x6400 (1024) in fp16 or 0x4300 (128) in bf16: OR-ing a nibble q into the
+ * low bits gives that number + q exactly (its unit in the last place is 1). */
+template <typename T>
+struct Nibbles;
+template <>
+struct Nibbles<__half> {
+    static constexpr uint32_t kMagic = 0x64006400u;
+};
+template <>
+struct Nibbles<__nv_bfloat16> {
+    static constexpr uint32_t kMagic = 0x43004300u;
+};
+
+/* ((q - z) * s) for a pair of T: q and z hold magic + code (the subtraction is exact), s the
+ * scales; the product rounded once to T, as the contract's weight is. */
+template <typename T>
+__device__ __forceinline__ uint32_t dequant2(uint32_t q, uint32_t z, uint32_t s) {
+    using P = typename ts::Storage<T>::Pair;
+    P qp, zp, sp;
+    memcpy(&qp, &q, 4);
+    memcpy(&zp, &z, 4);
+    memcpy(&sp, &s, 4);
+    const P r = __hmul2(__hsub2(qp, zp), sp);
+    uint32_t out;
+    memcpy(&out, &r, 4);
+    return out;
+}
+
+/* A weight word streamed: read once, not kept in L1. */
+__device__ __forceinline__ uint32_t load_word(const int32_t *p) {
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint4 load_words4(const int32_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ bool is_aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+__device__ __forceinline__ uint32_t bits16(const void *base, int64_t i) {
+    return static_cast<const unsigned short *>(base)[i];
+}
+
+/* x's 8 values at row pointer xr + r0 (zeros when !ok): one vector when x is 16-byte aligned. */
+__device__ __forceinline__ uint4 load_x8(const void *xr, int r0, bool ok, bool vec) {
+    if (!ok) return make_uint4(0, 0, 0, 0);
+    if (vec) return *reinterpret_cast<const uint4 *>(static_cast<const unsigned short *>(xr) + r0);
+    uint32_t v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = bits16(xr, r0 + 2 * i) | bits16(xr, r0 + 2 * i + 1) << 16;
+    return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+/* One lane's weight words of a step. */
+template <int FORMAT>
+struct Words {
+    uint32_t w[Tiling<FORMAT>::kWords];
+};
+
+/* AWQ: rows r0..r0+7 of word column wcol; GPTQ: packed row r0 / 8, columns col..col+3. */
+template <int FORMAT>
+__device__ __forceinline__ Words<FORMAT> load_step(const int32_t *qweight, int r0, bool ok, int n, int lane_col,
+                                                   bool vec) {
+    Words<FORMAT> v;
+    if constexpr (FORMAT == TS_W4_AWQ) {
+        const int words = n / 8;
+        const int32_t *p = qweight + (int64_t)r0 * words + lane_col;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v.w[i] = ok ? load_word(p + (int64_t)i * words) : 0u;
+    } else {
+        const int32_t *p = qweight + (int64_t)(r0 / 8) * n + lane_col;
+        if (ok && vec) {
+            const uint4 u = load_words4(p);
+            v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v.w[i] = ok ? load_word(p + i) : 0u;
+        }
+    }
+    return v;
+}
+
+/* The zero-point and scale pairs of column col for rows in groups g_lo (low half) and g_hi. */
+template <int FORMAT, typename T>
+__device__ __forceinline__ void group_pair(uint32_t &z, uint32_t &s, const int32_t *qzeros, const T *scales, int n,
+                                           int col, int g_lo, int g_hi) {
+    const int words = n / 8;
+    const int nib = FORMAT == TS_W4_AWQ ? awq_nibble(col) : col & 7;
+    const int add = FORMAT == TS_W4_AWQ ? 0 : 1; /* GPTQ stores z - 1 */
+    const uint32_t z_lo = code(__ldg(qzeros + (int64_t)g_lo * words + col / 8), nib) + add;
+    const uint32_t z_hi = code(__ldg(qzeros + (int64_t)g_hi * words + col / 8), nib) + add;
+    z = (z_lo | z_hi << 16) | Nibbles<T>::kMagic;
+    s = bits16(scales, (int64_t)g_lo * n + col) | bits16(scales, (int64_t)g_hi * n + col) << 16;
+}
+
+/* The mma's k order in a step, and x's fragments in it. AWQ pairs rows (4s + 2p, 4s + 2p + 1)
+ * of two words (b0: p = 0, b1: p = 1 in step s); GPTQ pairs a word's nibbles (i, i + 4), rows
+ * (2s, 2s + 4) in b0 and (2s + 1, 2s + 5) in b1. a0 and a2 hold x at the same rows. */
+template <int FORMAT>
+__device__ __forceinline__ void x_frag(uint32_t &a0, uint32_t &a2, const uint4 &xv, int s) {
+    if constexpr (FORMAT == TS_W4_AWQ) {
+        a0 = s ? xv.z : xv.x;
+        a2 = s ? xv.w : xv.y;
+    } else {
+        const uint32_t lo = s ? xv.y : xv.x, hi = s ? xv.w : xv.z;
+        a0 = __byte_perm(lo, hi, 0x5410);
+        a2 = __byte_perm(lo, hi, 0x7632);
+    }
+}
+
+/* Work item i (a warp at a time, grid-stride) is the warp's columns of tile i % tiles over k in
+ * [slice (i / tiles), +slice) (slice % 32 == 0): consecutive warps share a split, so x's slice
+ * stays in L1. One split: out [m, n] in T directly; several: fp32 partial [splits, m, n] for
+ * w4a16_reduce_kernel. */
+template <int FORMAT, bool HI, typename T>
+__global__ void __launch_bounds__(kThreads, Tiling<FORMAT>::kMinBlocks)
+    w4a16_decode_kernel(T *out, float *partial, const T *x, const int32_t *qweight, const int32_t *qzeros,
+                        const T *scales, const int32_t *g_idx, int m, int n, int k, int group_size, int slice,
+                        int tiles, int splits, ts::FaultRecord *fault) {
+    ts::pdl_wait();
+    using Tl = Tiling<FORMAT>;
+    constexpr uint32_t kMagic = Nibbles<T>::kMagic;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int words = n / 8, groups = k / group_size;
+    const bool xvec = is_aligned16(x), wvec = is_aligned16(qweight), ivec = is_aligned16(g_idx);
+    const int64_t items = (int64_t)tiles * splits;
+    for (int64_t item = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); item < items;
+         item += (int64_t)gridDim.x * kWarps) {
+        const int tile = (int)(item % tiles), split = (int)(item / tiles);
+        const int k_begin = split * slice, k_end = min(k, k_begin + slice);
+        /* The lane's word column (AWQ) or first column (GPTQ); past n it reads the last one in
+         * bounds, and its results are never stored. */
+        const int lane_col = FORMAT == TS_W4_AWQ ? min(tile * 8 + g, words - 1) : min(tile * 32 + 4 * g, n - 4);
+        /* Tile j's column for this lane (the mma's B column g). */
+        auto col = [lane_col](int j) { return FORMAT == TS_W4_AWQ ? 8 * lane_col + awq_column(j) : lane_col + j; };
+        const unsigned short *xlo = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g, m - 1) * k;
+        const unsigned short *xhi = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g + 8, m - 1) * k;
+
+        float acc[Tl::kTiles][4];
+#pragma unroll
+        for (int j = 0; j < Tl::kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        Words<FORMAT> wb[Tl::kDepth];
+#pragma unroll
+        for (int d = 0; d < Tl::kDepth; ++d) {
+            const int r0 = k_begin + d * kStep + 8 * t;
+            wb[d] = load_step<FORMAT>(qweight, r0, r0 < k_end, n, lane_col, wvec);
+        }
+        int cached = -1; /* the group whose pairs zs, ss hold */
+        uint32_t zw = 0, ss[Tl::kTiles]; /* the group's zero-point word and scale pairs */
+        for (int k0 = k_begin; k0 < k_end; k0 += Tl::kDepth * kStep) {
+#pragma unroll
+            for (int d = 0; d < Tl::kDepth; ++d) {
+                const int ks = k0 + d * kStep;
+                if (ks >= k_end) continue; /* warp-uniform */
+                const int r0 = ks + 8 * t;
+                const bool ok = r0 < k_end; /* k % 8 == 0: a lane's 8 rows are all in or all out */
+                const Words<FORMAT> v = wb[d];
+                {
+                    const int rn = r0 + Tl::kDepth * kStep;
+                    wb[d] = load_step<FORMAT>(qweight, rn, rn < k_end, n, lane_col, wvec);
+                }
+                const uint4 xl = load_x8(xlo, r0, ok && g < m, xvec);
+                const uint4 xh = HI ? load_x8(xhi, r0, ok && g + 8 < m, xvec) : make_uint4(0, 0, 0, 0);
+
+                /* The groups of the lane's 8 rows: one for all (the common case, pairs cached per
+                 * group) or several (each pair's own, AWQ's computed, GPTQ's from g_idx). */
+                int gr[FORMAT == TS_W4_AWQ ? 1 : 8];
+                bool uniform = true;
+                if constexpr (FORMAT == TS_W4_AWQ) {
+                    gr[0] = r0 / group_size;
+                    uniform = !ok || gr[0] == (r0 + 7) / group_size;
+                } else {
+                    if (ok && ivec) {
+                        const int4 a = __ldg(reinterpret_cast<const int4 *>(g_idx + r0));
+                        const int4 b = __ldg(reinterpret_cast<const int4 *>(g_idx + r0 + 4));
+                        gr[0] = a.x, gr[1] = a.y, gr[2] = a.z, gr[3] = a.w;
+                        gr[4] = b.x, gr[5] = b.y, gr[6] = b.z, gr[7] = b.w;
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < 8; ++i) gr[i] = ok ? __ldg(g_idx + r0 + i) : 0;
+                    }
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        if (gr[i] < 0 || gr[i] >= groups) {
+                            if (tile == 0) ts::report_fault(fault, ts::FAULT_W4A16_G_IDX, r0 + i, gr[i], groups);
+                            gr[i] = 0;
+                        }
+                        uniform = uniform && gr[i] == gr[0];
+                    }
+                }
+                if (!ok) gr[0] = cached < 0 ? 0 : cached;
+                if (uniform && gr[0] != cached) {
+                    zw = __ldg(qzeros + (int64_t)gr[0] * words + col(0) / 8);
+#pragma unroll
+                    for (int j = 0; j < Tl::kTiles; ++j) ss[j] = bits16(scales, (int64_t)gr[0] * n + col(j)) * 0x10001u;
+                    cached = gr[0];
+                }
+                auto group_of = [&](int row) {
+                    if constexpr (FORMAT == TS_W4_AWQ)
+                        return (r0 + row) / group_size;
+                    else
+                        return gr[row];
+                };
+
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+                    uint32_t a0, a1, a2, a3;
+                    x_frag<FORMAT>(a0, a2, xl, s);
+                    x_frag<FORMAT>(a1, a3, xh, s);
+                    /* q[p][j]: tile j's nibble pair for b0 (p = 0) and b1 (p = 1); lo/hi: the rows. */
+                    uint32_t q[2][Tl::kTiles];
+                    int row_lo[2], row_hi[2];
+                    if constexpr (FORMAT == TS_W4_AWQ) {
+#pragma unroll
+                        for (int p = 0; p < 2; ++p) {
+                            const uint32_t w_lo = v.w[4 * s + 2 * p], w_hi = v.w[4 * s + 2 * p + 1];
+#pragma unroll
+                            for (int b = 0; b < 4; ++b) {
+                                const uint32_t pk = __byte_perm(w_lo, w_hi, b | b << 4 | (4 + b) << 8 | (4 + b) << 12);
+                                q[p][2 * b] = (pk & 0x000F000Fu) | kMagic;
+                                q[p][2 * b + 1] = ((pk >> 4) & 0x000F000Fu) | kMagic;
+                            }
+                            row_lo[p] = 4 * s + 2 * p;
+                            row_hi[p] = 4 * s + 2 * p + 1;
+                        }
+                    } else {
+#pragma unroll
+                        for (int p = 0; p < 2; ++p) {
+#pragma unroll
+                            for (int j = 0; j < Tl::kTiles; ++j) q[p][j] = ((v.w[j] >> (8 * s + 4 * p)) & 0x000F000Fu) | kMagic;
+                            row_lo[p] = 2 * s + p;
+                            row_hi[p] = 2 * s + p + 4;
+                        }
+                    }
+#pragma unroll
+                    for (int j = 0; j < Tl::kTiles; ++j) {
+                        uint32_t b[2];
+#pragma unroll
+                        for (int p = 0; p < 2; ++p) {
+                            /* AWQ's tile j is nibble j of the zero word too; GPTQ's columns are in order. */
+                            const int zn = FORMAT == TS_W4_AWQ ? j : (lane_col & 7) + j;
+                            uint32_t z = (code(zw, zn) + (FORMAT == TS_W4_AWQ ? 0 : 1)) * 0x10001u | kMagic;
+                            uint32_t sc = ss[j];
+                            if (!uniform)
+                                group_pair<FORMAT, T>(z, sc, qzeros, scales, n, col(j), group_of(row_lo[p]), group_of(row_hi[p]));
+                            b[p] = ok ? dequant2<T>(q[p][j], z, sc) : 0u;
+                        }
+                        ts::mma16816<T>(acc[j], a0, a1, a2, a3, b[0], b[1]);
+                    }
+                }
+            }
+        }
+        /* acc[j][i] holds row g (i < 2) or g + 8 of tile j's column for lane 2t + (i & 1). */
+#pragma unroll
+        for (int j = 0; j < Tl::kTiles; ++j) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = g + (i >= 2 ? 8 : 0), owner = 2 * t + (i & 1);
+                int c;
+                bool in;
+                if constexpr (FORMAT == TS_W4_AWQ) {
+                    const int wc = tile * 8 + owner;
+                    c = 8 * wc + awq_column(j);
+                    in = wc < words;
+                } else {
+                    c = tile * 32 + 4 * owner + j;
+                    in = c < n;
+                }
+                if (r < m && in) {
+                    if (splits > 1)
+                        partial[(int64_t)split * m * n + (int64_t)r * n + c] = acc[j][i];
+                    else
+                        out[(int64_t)r * n + c] = ts::from_float<T>(acc[j][i]);
+                }
+            }
+        }
+    }
+}
+
+/* out [m, n] = the splits' fp32 partials summed in split order, rounded once to T. */
+template <typename T>
+__global__ void __launch_bounds__(256) w4a16_reduce_kernel(T *out, const float *partial, int m, int n, int splits) {
+    ts::pdl_wait();
+    const int64_t total = (int64_t)m * n;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < splits; ++s) v += partial[s * total + i];
+        out[i] = ts::from_float<T>(v);
+    }
+}
+
+/* Warps of the decode kernel of FORMAT resident on the whole GPU at once (once per process). */
+template <int FORMAT>
+int decode_resident_warps() {
+    static std::atomic<int> cached{0};
+    int w = cached.load();
+    if (w > 0) return w;
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w4a16_decode_kernel<FORMAT, true, __nv_bfloat16>,
+                                                      kThreads, 0) != cudaSuccess ||
+        blocks < 1) {
+        (void)cudaGetLastError();
+        blocks = 1;
+    }
+    w = blocks * kWarps * ts::sm_count();
+    cached.store(w);
+    return w;
+}
+
+template <int FORMAT, typename T>
+int launch_decode(const char *op, T *out, const T *x, const int32_t *qweight, const int32_t *qzeros, const T *scales,
+                  const int32_t *g_idx, const ts_w4a16_config &c, cudaStream_t stream) {
+    using Tl = Tiling<FORMAT>;
+    const int resident = decode_resident_warps<FORMAT>();
+    const int tiles = (int)ts::ceil_div(c.n, Tl::kCols);
+    const int64_t steps = ts::ceil_div(c.k, kStep);
+    const int want = ts::splitk_count(tiles, steps, Tl::kCols * kStep / 2.0, (double)c.m * c.n, resident);
+    const int slice = (int)ts::ceil_div(steps, want) * kStep;
+    const int splits = (int)ts::ceil_div(c.k, slice);
+    void *part = nullptr;
+    if (splits > 1) TS_CHECK(op, ts::workspace(op, ts::WS_GEMM, (size_t)splits * c.m * c.n * sizeof(float), &part));
+    float *partial = static_cast<float *>(part);
+    const int64_t items = (int64_t)tiles * splits;
+    const unsigned grid = (unsigned)std::min<int64_t>(ts::ceil_div(items, kWarps), resident / kWarps);
+    const char *d = ts::dims("m=%d n=%d k=%d group=%d format=%d slice=%d splits=%d in=%s", c.m, c.n, c.k,
+                             c.group_size, c.format, slice, splits, ts::Storage<T>::name);
+    auto run = [&](auto kernel) {
+        TS_LAUNCH(op, kernel, grid, kThreads, 0, stream, d, out, partial, x, qweight, qzeros, scales, g_idx, c.m, c.n,
+                  c.k, c.group_size, slice, tiles, splits, ts::fault_record());
+        return (int)TS_OK;
+    };
+    TS_CHECK(op, c.m > 8 ? run(w4a16_decode_kernel<FORMAT, true, T>) : run(w4a16_decode_kernel<FORMAT, false, T>));
+    if (splits == 1) return TS_OK;
+    const int64_t total = (int64_t)c.m * c.n;
+    const char *rd = ts::dims("m=%d n=%d splits=%d out=%s", c.m, c.n, splits, ts::Storage<T>::name);
+    auto reduce = w4a16_reduce_kernel<T>;
+    TS_LAUNCH(op, reduce, ts::grid_for(total, 256), 256, 0, stream, rd, out, partial, c.m, c.n, splits);
+    return TS_OK;
 }
 
 template <typename T>
@@ -116,6 +502,14 @@ extern "C" int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, c
     if (s != TS_OK) return s;
     return ts::with_storage(cfg->dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
+        if (cfg->m <= kDecodeRows) {
+            const auto *xt = static_cast<const T *>(x);
+            const auto *st_ = static_cast<const T *>(scales);
+            return cfg->format == TS_W4_AWQ
+                       ? launch_decode<TS_W4_AWQ>(v.op(), static_cast<T *>(out), xt, qweight, qzeros, st_, g_idx, *cfg, st)
+                       : launch_decode<TS_W4_GPTQ>(v.op(), static_cast<T *>(out), xt, qweight, qzeros, st_, g_idx, *cfg,
+                                                   st);
+        }
         return launch(v.op(), static_cast<T *>(out), static_cast<const T *>(x), qweight, qzeros,
                       static_cast<const T *>(scales), g_idx, *cfg, st);
     });

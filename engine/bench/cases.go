@@ -92,6 +92,8 @@ func Cases() []Case {
 		gemmFP8Case("gemm_fp8 channel llama3-8b decode M=1 N=14336 K=4096", 1, 14336, 4096, false),
 		gemmFP8Case("gemm_fp8 block llama3-8b decode M=4 N=4096 K=14336", 4, 4096, 14336, true),
 		w4a16Case("gemm_w4a16 awq llama3-8b up decode M=1 N=14336 K=4096", "awq", 1, 14336, 4096),
+		w4a16Case("gemm_w4a16 gptq llama3-8b down decode M=1 N=4096 K=14336", "gptq", 1, 4096, 14336),
+		w4a16Case("gemm_w4a16 awq llama3-8b up decode M=16 N=14336 K=4096", "awq", 16, 14336, 4096),
 		w4a16Case("gemm_w4a16 gptq llama3-8b down M=512 N=4096 K=14336", "gptq", 512, 4096, 14336),
 		{Name: "quant_fp8 dynamic per-token 16x4096 f16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 4096}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{16, 4096}, normal(3, 0))},

@@ -379,20 +379,43 @@ def gemm_fp8(t, p):
 
 
 def gemm_w4a16(t, p):
-    """The 16-bit GEMM over the weight dequantised once (F.linear): what a 4-bit kernel must beat
-    by reading a quarter of the bytes. The packed words' values do not change its time."""
+    """torch's int4 weight-only matmul (tinygemm, torch._weight_int4pack_mm: the kernel gpt-fast
+    and torchao serve 4-bit weights with, bf16 activations, groups along k, a scale and a bf16
+    zero a group) where it runs here, else the 16-bit GEMM over the weight dequantised once
+    (F.linear), which a 4-bit kernel must beat by reading a quarter of the bytes. The packed
+    words' values do not change either's time."""
     x = t.randn("x")
     G = p["group_size"]
     if p["format"] == "awq":
         K, N = t.shape("qweight")[0], t.shape("qweight")[1] * 8
     else:
         K, N = t.shape("qweight")[0] * 8, t.shape("qweight")[1]
-    q = torch.randint(0, 16, (K, N), device=x.device)
-    z = torch.randint(0, 16, (K // G, N), device=x.device)
+    q = torch.randint(0, 16, (N, K), device=x.device, dtype=torch.int32)
     s = t.randn("scales").abs() * 0.01 + 1e-3
-    groups = torch.arange(K, device=x.device) // G
-    w = ((q - z[groups]).to(torch.float32) * s[groups].float()).to(x.dtype).t().contiguous()
-    return (lambda: F.linear(x, w)), "F.linear(x, w) with w [N, K] dequantised once (the %s GEMM)" % x.dtype
+    cands = []
+    if x.is_cuda and x.dtype == torch.bfloat16:
+        def tinygemm():
+            packed = torch.ops.aten._convert_weight_to_int4pack((q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8), 8)
+            sz = torch.stack([s.to(torch.bfloat16), (s * 8).to(torch.bfloat16)], dim=-1).contiguous()
+            return lambda: torch.ops.aten._weight_int4pack_mm(x, packed, G, sz)
+        cands.append(("torch._weight_int4pack_mm (tinygemm, inner k tiles 8)", tinygemm))
+
+    def dense():
+        z = torch.randint(0, 16, (K // G, N), device=x.device)
+        groups = torch.arange(K, device=x.device) // G
+        w = ((q.t() - z[groups]).to(torch.float32) * s[groups].float()).to(x.dtype).t().contiguous()
+        return lambda: F.linear(x, w)
+    cands.append(("F.linear(x, w) with w [N, K] dequantised once (the %s GEMM)" % x.dtype, dense))
+    for desc, make in cands:
+        try:
+            call = make()
+            out = call()
+            if tuple(out.shape) == (x.shape[0], N):
+                return call, desc
+            log("gemm_w4a16: %s gave %s, trying the next" % (desc, tuple(out.shape)))
+        except Exception as e:  # noqa: BLE001 -- any failure means "not supported here"
+            log("gemm_w4a16: %s unsupported (%s), trying the next" % (desc, str(e)[:120]))
+    raise RuntimeError("no int4 or dense GEMM call works")
 
 
 def quant_fp8(t, p):

@@ -926,6 +926,14 @@ CASES += _cases(COMMITTED, "gemm_w4a16", [
                                                 sym=True)),
     ("gptq-act-order-g128_m24-n64-k384", dict(M=24, N=64, K=384, format="gptq", group_size=128,
                                               act_order=True)),
+    # the decode gemv's other paths: rows 9-16, a last column tile cut short (N = 72 AWQ, 40
+    # GPTQ), one k split (K = 32, written without the reduction), and AWQ groups of 12 (a lane's
+    # eight rows straddle two groups: scales per pair)
+    ("awq-g128_decode-m12-n72-k256", dict(M=12, N=72, K=256, format="awq", group_size=128)),
+    ("gptq-g64_decode-m16-n40-k384", dict(M=16, N=40, K=384, format="gptq", group_size=64)),
+    ("awq-g32_decode-m1-n128-k32", dict(M=1, N=128, K=32, format="awq", group_size=32)),
+    ("gptq-g32_decode-m2-n64-k32", dict(M=2, N=64, K=32, format="gptq", group_size=32)),
+    ("awq-g12_decode-m1-n64-k96", dict(M=1, N=64, K=96, format="awq", group_size=12)),
 ])
 CASES += _bf16_cases(COMMITTED, "gemm_w4a16", [
     ("awq-g128_decode-m1-n64-k256", dict(M=1, N=64, K=256, format="awq", group_size=128)),
@@ -933,6 +941,9 @@ CASES += _bf16_cases(COMMITTED, "gemm_w4a16", [
     ("awq-g128_m4-n64-k256", dict(M=4, N=64, K=256, format="awq", group_size=128)),
     ("gptq-act-order-g128_m3-n64-k256", dict(M=3, N=64, K=256, format="gptq", group_size=128,
                                              act_order=True)),
+    ("awq-g128_decode-m9-n64-k256", dict(M=9, N=64, K=256, format="awq", group_size=128)),
+    ("gptq-act-order-g64_decode-m10-n32-k256", dict(M=10, N=32, K=256, format="gptq", group_size=64,
+                                                    act_order=True)),
 ])
 
 # Full tier: real model sizes, generated into golden/.cache (never committed).
@@ -1006,6 +1017,12 @@ CASES += _cases(FULL, "gemm_w4a16", [
     ("awq-g128_llama3-8b-up_decode-m1", dict(M=1, N=14336, K=4096, format="awq", group_size=128)),
     ("gptq-act-order-g128_llama3-8b-down_m512",
      dict(M=512, N=4096, K=14336, format="gptq", group_size=128, act_order=True)),
+    # the decode gemv at real widths: act-order's per-row groups over K = 14336, and one group
+    # the whole of K (GPTQ's group_size -1) at 16 rows
+    ("gptq-act-order-g128_llama3-8b-down_decode-m4",
+     dict(M=4, N=4096, K=14336, format="gptq", group_size=128, act_order=True)),
+    ("gptq-sym-channel_llama3-8b-up_decode-m16",
+     dict(M=16, N=14336, K=4096, format="gptq", group_size=4096, sym=True)),
 ])
 CASES += _cases(FULL, "softmax", [
     ("qwen2.5-vocab-f32_t32", dict(T=32, N=151936, dtype="f32", dist=normal(3.0),
