@@ -181,17 +181,38 @@ __device__ __forceinline__ Words<FORMAT> load_step(const int32_t *qweight, int r
     return v;
 }
 
-/* The zero-point and scale pairs of column col for rows in groups g_lo (low half) and g_hi. */
+/* The lane's zero-point pairs (magic + z, as T) and scale pairs of its kTiles columns for two
+ * rows in groups g_lo (low half) and g_hi. AWQ's tile j is nibble j of the lane's zero word;
+ * GPTQ's columns are in order in theirs (stored z - 1). */
 template <int FORMAT, typename T>
-__device__ __forceinline__ void group_pair(uint32_t &z, uint32_t &s, const int32_t *qzeros, const T *scales, int n,
-                                           int col, int g_lo, int g_hi) {
-    const int words = n / 8;
-    const int nib = FORMAT == TS_W4_AWQ ? awq_nibble(col) : col & 7;
-    const int add = FORMAT == TS_W4_AWQ ? 0 : 1; /* GPTQ stores z - 1 */
-    const uint32_t z_lo = code(__ldg(qzeros + (int64_t)g_lo * words + col / 8), nib) + add;
-    const uint32_t z_hi = code(__ldg(qzeros + (int64_t)g_hi * words + col / 8), nib) + add;
-    z = (z_lo | z_hi << 16) | Nibbles<T>::kMagic;
-    s = bits16(scales, (int64_t)g_lo * n + col) | bits16(scales, (int64_t)g_hi * n + col) << 16;
+__device__ __forceinline__ void group_pairs(uint32_t (&zp)[Tiling<FORMAT>::kTiles],
+                                            uint32_t (&sp)[Tiling<FORMAT>::kTiles], const int32_t *qzeros,
+                                            const T *scales, int n, int lane_col, int g_lo, int g_hi) {
+    const int words = n / 8, zcol = FORMAT == TS_W4_AWQ ? lane_col : lane_col / 8;
+    const int add = FORMAT == TS_W4_AWQ ? 0 : 1;
+    const uint32_t z_lo = __ldg(qzeros + (int64_t)g_lo * words + zcol);
+    const uint32_t z_hi = g_hi == g_lo ? z_lo : __ldg(qzeros + (int64_t)g_hi * words + zcol);
+#pragma unroll
+    for (int j = 0; j < Tiling<FORMAT>::kTiles; ++j) {
+        const int nib = FORMAT == TS_W4_AWQ ? j : (lane_col & 7) + j;
+        const int c = FORMAT == TS_W4_AWQ ? 8 * lane_col + awq_column(j) : lane_col + j;
+        zp[j] = (uint32_t)(code(z_lo, nib) + add) | (uint32_t)(code(z_hi, nib) + add) << 16 | Nibbles<T>::kMagic;
+        const uint32_t s_lo = bits16(scales, (int64_t)g_lo * n + c);
+        sp[j] = s_lo | (g_hi == g_lo ? s_lo : bits16(scales, (int64_t)g_hi * n + c)) << 16;
+    }
+}
+
+/* GPTQ: the groups of rows r0..r0+7 from g_idx (zeros when !ok). */
+__device__ __forceinline__ void load_groups(int (&gr)[8], const int32_t *g_idx, int r0, bool ok, bool vec) {
+    if (ok && vec) {
+        const int4 a = __ldg(reinterpret_cast<const int4 *>(g_idx + r0));
+        const int4 b = __ldg(reinterpret_cast<const int4 *>(g_idx + r0 + 4));
+        gr[0] = a.x, gr[1] = a.y, gr[2] = a.z, gr[3] = a.w;
+        gr[4] = b.x, gr[5] = b.y, gr[6] = b.z, gr[7] = b.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) gr[i] = ok ? __ldg(g_idx + r0 + i) : 0;
+    }
 }
 
 /* The mma's k order in a step, and x's fragments in it. AWQ pairs rows (4s + 2p, 4s + 2p + 1)
@@ -209,9 +230,18 @@ __device__ __forceinline__ void x_frag(uint32_t &a0, uint32_t &a2, const uint4 &
     }
 }
 
+/* The rows (of a lane's 8) of pair p in step s: low half, high half. */
+template <int FORMAT>
+__host__ __device__ constexpr int pair_row(int s, int p, bool hi) {
+    return FORMAT == TS_W4_AWQ ? 4 * s + 2 * p + (hi ? 1 : 0) : 2 * s + p + (hi ? 4 : 0);
+}
+
 /* Work item i (a warp at a time, grid-stride) is the warp's columns of tile i % tiles over k in
  * [slice (i / tiles), +slice) (slice % 32 == 0): consecutive warps share a split, so x's slice
- * stays in L1. One split: out [m, n] in T directly; several: fp32 partial [splits, m, n] for
+ * stays in L1. The step loop is not unrolled and its weight words rotate through a ring of kDepth
+ * steps: the body stays small enough for the instruction cache (unrolled, the AWQ kernel's loop
+ * was over 100 KB of code and ran at a tenth of the speed). x and g_idx are read one step ahead.
+ * One split: out [m, n] in T directly; several: fp32 partial [splits, m, n] for
  * w4a16_reduce_kernel. */
 template <int FORMAT, bool HI, typename T>
 __global__ void __launch_bounds__(kThreads, Tiling<FORMAT>::kMinBlocks)
@@ -232,124 +262,107 @@ __global__ void __launch_bounds__(kThreads, Tiling<FORMAT>::kMinBlocks)
         /* The lane's word column (AWQ) or first column (GPTQ); past n it reads the last one in
          * bounds, and its results are never stored. */
         const int lane_col = FORMAT == TS_W4_AWQ ? min(tile * 8 + g, words - 1) : min(tile * 32 + 4 * g, n - 4);
-        /* Tile j's column for this lane (the mma's B column g). */
-        auto col = [lane_col](int j) { return FORMAT == TS_W4_AWQ ? 8 * lane_col + awq_column(j) : lane_col + j; };
         const unsigned short *xlo = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g, m - 1) * k;
         const unsigned short *xhi = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g + 8, m - 1) * k;
 
         float acc[Tl::kTiles][4];
 #pragma unroll
         for (int j = 0; j < Tl::kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        Words<FORMAT> wb[Tl::kDepth];
+        Words<FORMAT> ring[Tl::kDepth];
 #pragma unroll
         for (int d = 0; d < Tl::kDepth; ++d) {
             const int r0 = k_begin + d * kStep + 8 * t;
-            wb[d] = load_step<FORMAT>(qweight, r0, r0 < k_end, n, lane_col, wvec);
+            ring[d] = load_step<FORMAT>(qweight, r0, r0 < k_end, n, lane_col, wvec);
         }
-        int cached = -1; /* the group whose pairs zs, ss hold */
-        uint32_t zw = 0, ss[Tl::kTiles]; /* the group's zero-point word and scale pairs */
-        for (int k0 = k_begin; k0 < k_end; k0 += Tl::kDepth * kStep) {
-#pragma unroll
-            for (int d = 0; d < Tl::kDepth; ++d) {
-                const int ks = k0 + d * kStep;
-                if (ks >= k_end) continue; /* warp-uniform */
-                const int r0 = ks + 8 * t;
-                const bool ok = r0 < k_end; /* k % 8 == 0: a lane's 8 rows are all in or all out */
-                const Words<FORMAT> v = wb[d];
-                {
-                    const int rn = r0 + Tl::kDepth * kStep;
-                    wb[d] = load_step<FORMAT>(qweight, rn, rn < k_end, n, lane_col, wvec);
-                }
-                const uint4 xl = load_x8(xlo, r0, ok && g < m, xvec);
-                const uint4 xh = HI ? load_x8(xhi, r0, ok && g + 8 < m, xvec) : make_uint4(0, 0, 0, 0);
+        const int r_first = k_begin + 8 * t;
+        uint4 x_next = load_x8(xlo, r_first, r_first < k_end && g < m, xvec);
+        uint4 xh_next = HI ? load_x8(xhi, r_first, r_first < k_end && g + 8 < m, xvec) : make_uint4(0, 0, 0, 0);
+        int gr_next[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if constexpr (FORMAT == TS_W4_GPTQ) load_groups(gr_next, g_idx, r_first, r_first < k_end, ivec);
 
-                /* The groups of the lane's 8 rows: one for all (the common case, pairs cached per
-                 * group) or several (each pair's own, AWQ's computed, GPTQ's from g_idx). */
-                int gr[FORMAT == TS_W4_AWQ ? 1 : 8];
-                bool uniform = true;
-                if constexpr (FORMAT == TS_W4_AWQ) {
-                    gr[0] = r0 / group_size;
-                    uniform = !ok || gr[0] == (r0 + 7) / group_size;
-                } else {
-                    if (ok && ivec) {
-                        const int4 a = __ldg(reinterpret_cast<const int4 *>(g_idx + r0));
-                        const int4 b = __ldg(reinterpret_cast<const int4 *>(g_idx + r0 + 4));
-                        gr[0] = a.x, gr[1] = a.y, gr[2] = a.z, gr[3] = a.w;
-                        gr[4] = b.x, gr[5] = b.y, gr[6] = b.z, gr[7] = b.w;
-                    } else {
+        int cached = -1; /* the group whose pairs zs, ss hold (-1: none, or a straddling step's) */
+        uint32_t zs[Tl::kTiles], ss[Tl::kTiles];
+#pragma unroll 1
+        for (int ks = k_begin; ks < k_end; ks += kStep) {
+            const int r0 = ks + 8 * t;
+            const bool ok = r0 < k_end; /* k % 8 == 0: a lane's 8 rows are all in or all out */
+            const Words<FORMAT> v = ring[0];
 #pragma unroll
-                        for (int i = 0; i < 8; ++i) gr[i] = ok ? __ldg(g_idx + r0 + i) : 0;
-                    }
+            for (int d = 0; d + 1 < Tl::kDepth; ++d) ring[d] = ring[d + 1];
+            {
+                const int rn = r0 + Tl::kDepth * kStep;
+                ring[Tl::kDepth - 1] = load_step<FORMAT>(qweight, rn, rn < k_end, n, lane_col, wvec);
+            }
+            const uint4 xl = x_next, xh = xh_next;
+            int gr[8];
 #pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        if (gr[i] < 0 || gr[i] >= groups) {
-                            if (tile == 0) ts::report_fault(fault, ts::FAULT_W4A16_G_IDX, r0 + i, gr[i], groups);
-                            gr[i] = 0;
-                        }
-                        uniform = uniform && gr[i] == gr[0];
-                    }
-                }
-                if (!ok) gr[0] = cached < 0 ? 0 : cached;
-                if (uniform && gr[0] != cached) {
-                    zw = __ldg(qzeros + (int64_t)gr[0] * words + col(0) / 8);
-#pragma unroll
-                    for (int j = 0; j < Tl::kTiles; ++j) ss[j] = bits16(scales, (int64_t)gr[0] * n + col(j)) * 0x10001u;
-                    cached = gr[0];
-                }
-                auto group_of = [&](int row) {
-                    if constexpr (FORMAT == TS_W4_AWQ)
-                        return (r0 + row) / group_size;
-                    else
-                        return gr[row];
-                };
+            for (int i = 0; i < 8; ++i) gr[i] = gr_next[i];
+            {
+                const int rn = r0 + kStep;
+                x_next = load_x8(xlo, rn, rn < k_end && g < m, xvec);
+                if (HI) xh_next = load_x8(xhi, rn, rn < k_end && g + 8 < m, xvec);
+                if constexpr (FORMAT == TS_W4_GPTQ) load_groups(gr_next, g_idx, rn, rn < k_end, ivec);
+            }
 
+            /* The groups of the lane's 8 rows: one for all (the common case: pairs cached per
+             * group) or several (AWQ groups that are not a multiple of 8, GPTQ's act-order: each
+             * pair's own). */
+            bool uniform = true;
+            if constexpr (FORMAT == TS_W4_AWQ) {
 #pragma unroll
-                for (int s = 0; s < 2; ++s) {
-                    uint32_t a0, a1, a2, a3;
-                    x_frag<FORMAT>(a0, a2, xl, s);
-                    x_frag<FORMAT>(a1, a3, xh, s);
-                    /* q[p][j]: tile j's nibble pair for b0 (p = 0) and b1 (p = 1); lo/hi: the rows. */
-                    uint32_t q[2][Tl::kTiles];
-                    int row_lo[2], row_hi[2];
-                    if constexpr (FORMAT == TS_W4_AWQ) {
+                for (int i = 0; i < 8; ++i) gr[i] = (r0 + i) / group_size;
+                uniform = gr[0] == gr[7];
+            } else {
 #pragma unroll
-                        for (int p = 0; p < 2; ++p) {
-                            const uint32_t w_lo = v.w[4 * s + 2 * p], w_hi = v.w[4 * s + 2 * p + 1];
-#pragma unroll
-                            for (int b = 0; b < 4; ++b) {
-                                const uint32_t pk = __byte_perm(w_lo, w_hi, b | b << 4 | (4 + b) << 8 | (4 + b) << 12);
-                                q[p][2 * b] = (pk & 0x000F000Fu) | kMagic;
-                                q[p][2 * b + 1] = ((pk >> 4) & 0x000F000Fu) | kMagic;
-                            }
-                            row_lo[p] = 4 * s + 2 * p;
-                            row_hi[p] = 4 * s + 2 * p + 1;
-                        }
-                    } else {
-#pragma unroll
-                        for (int p = 0; p < 2; ++p) {
-#pragma unroll
-                            for (int j = 0; j < Tl::kTiles; ++j) q[p][j] = ((v.w[j] >> (8 * s + 4 * p)) & 0x000F000Fu) | kMagic;
-                            row_lo[p] = 2 * s + p;
-                            row_hi[p] = 2 * s + p + 4;
-                        }
+                for (int i = 0; i < 8; ++i) {
+                    if (ok && (gr[i] < 0 || gr[i] >= groups)) {
+                        if (tile == 0) ts::report_fault(fault, ts::FAULT_W4A16_G_IDX, r0 + i, gr[i], groups);
+                        gr[i] = 0;
                     }
-#pragma unroll
-                    for (int j = 0; j < Tl::kTiles; ++j) {
-                        uint32_t b[2];
-#pragma unroll
-                        for (int p = 0; p < 2; ++p) {
-                            /* AWQ's tile j is nibble j of the zero word too; GPTQ's columns are in order. */
-                            const int zn = FORMAT == TS_W4_AWQ ? j : (lane_col & 7) + j;
-                            uint32_t z = (code(zw, zn) + (FORMAT == TS_W4_AWQ ? 0 : 1)) * 0x10001u | kMagic;
-                            uint32_t sc = ss[j];
-                            if (!uniform)
-                                group_pair<FORMAT, T>(z, sc, qzeros, scales, n, col(j), group_of(row_lo[p]), group_of(row_hi[p]));
-                            b[p] = ok ? dequant2<T>(q[p][j], z, sc) : 0u;
-                        }
-                        ts::mma16816<T>(acc[j], a0, a1, a2, a3, b[0], b[1]);
-                    }
+                    uniform = uniform && gr[i] == gr[0];
                 }
             }
+            if (!ok) uniform = true, gr[0] = cached < 0 ? 0 : cached;
+            if (uniform && gr[0] != cached) {
+                group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, gr[0], gr[0]);
+                cached = gr[0];
+            }
+
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                uint32_t a0, a1, a2, a3;
+                x_frag<FORMAT>(a0, a2, xl, s);
+                x_frag<FORMAT>(a1, a3, xh, s);
+                /* q[p][j]: tile j's nibble pair for b0 (p = 0) and b1 (p = 1), as magic + code. */
+                uint32_t q[2][Tl::kTiles];
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    if constexpr (FORMAT == TS_W4_AWQ) {
+                        const uint32_t w_lo = v.w[pair_row<FORMAT>(s, p, false)], w_hi = v.w[pair_row<FORMAT>(s, p, true)];
+#pragma unroll
+                        for (int b = 0; b < 4; ++b) {
+                            const uint32_t pk = __byte_perm(w_lo, w_hi, b | b << 4 | (4 + b) << 8 | (4 + b) << 12);
+                            q[p][2 * b] = (pk & 0x000F000Fu) | kMagic;
+                            q[p][2 * b + 1] = ((pk >> 4) & 0x000F000Fu) | kMagic;
+                        }
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < Tl::kTiles; ++j) q[p][j] = ((v.w[j] >> (8 * s + 4 * p)) & 0x000F000Fu) | kMagic;
+                    }
+                }
+                uint32_t b[2][Tl::kTiles];
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    if (!uniform)
+                        group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, gr[pair_row<FORMAT>(s, p, false)],
+                                               gr[pair_row<FORMAT>(s, p, true)]);
+#pragma unroll
+                    for (int j = 0; j < Tl::kTiles; ++j) b[p][j] = ok ? dequant2<T>(q[p][j], zs[j], ss[j]) : 0u;
+                }
+#pragma unroll
+                for (int j = 0; j < Tl::kTiles; ++j) ts::mma16816<T>(acc[j], a0, a1, a2, a3, b[0][j], b[1][j]);
+            }
+            if (!uniform) cached = -1; /* zs, ss hold the last pair's groups */
         }
         /* acc[j][i] holds row g (i < 2) or g + 8 of tile j's column for lane 2t + (i & 1). */
 #pragma unroll

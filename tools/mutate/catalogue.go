@@ -690,8 +690,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-decode-gptq-zero-offset", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16.cu",
 		Bug:         "the fused decode gemv reads GPTQ's zero points as stored, without the v1 format's + 1",
-		Original:    "(FORMAT == TS_W4_AWQ ? 0 : 1)) * 0x10001u",
-		Replacement: "(FORMAT == TS_W4_AWQ ? 0 : 0)) * 0x10001u",
+		Original:    "const int add = FORMAT == TS_W4_AWQ ? 0 : 1;\n    const uint32_t z_lo",
+		Replacement: "const int add = 0;\n    const uint32_t z_lo",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{

@@ -944,6 +944,10 @@ CASES += _bf16_cases(COMMITTED, "gemm_w4a16", [
     ("awq-g128_decode-m9-n64-k256", dict(M=9, N=64, K=256, format="awq", group_size=128)),
     ("gptq-act-order-g64_decode-m10-n32-k256", dict(M=10, N=32, K=256, format="gptq", group_size=64,
                                                     act_order=True)),
+    # past 16 rows: the dequantiser and cuBLAS
+    ("awq-g128_prefill-m17-n64-k256", dict(M=17, N=64, K=256, format="awq", group_size=128)),
+    ("gptq-act-order-g128_prefill-m17-n64-k256", dict(M=17, N=64, K=256, format="gptq", group_size=128,
+                                                      act_order=True)),
 ])
 
 # Full tier: real model sizes, generated into golden/.cache (never committed).
