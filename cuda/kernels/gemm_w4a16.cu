@@ -77,22 +77,24 @@ constexpr int kThreads = 256;   /* 8 warps a block, each on work items of its ow
 constexpr int kWarps = kThreads / 32;
 constexpr int kStep = 32; /* k rows a warp multiplies per step: lane (g, t) holds rows 8t..8t+7 */
 
-/* A warp's columns and its loads. AWQ: 64 columns, lane (g, t) the word of columns 8g..8g+7 in
- * each of its 8 rows (8 loads of 4 bytes, a warp's 8 words of a row in one 32-byte sector), tile
- * j of the 8 mma tiles being nibble j. GPTQ: 32 columns, lane (g, t) 16 bytes at packed row t,
- * columns 4g..4g+3 (8 rows each), tile j being column 4g + j. kDepth steps of weight words are in
- * flight ahead of the one a lane multiplies: 128 bytes a lane, with AWQ's 32 accumulators at one
- * block an SM and GPTQ's 16 at two (the weight read is latency-bound without them). */
+/* A warp's 64 columns and its loads, 8 words a lane a step. AWQ: lane (g, t) holds the word of
+ * columns 8g..8g+7 in each of its 8 rows (8 loads of 4 bytes, a warp's 8 words of a row in one
+ * 32-byte sector); tile j of the 8 mma tiles is nibble j. GPTQ: lane (g, t) holds 16 bytes at
+ * packed row t (its 8 rows) for columns 4g..4g+3 and 16 for 32 + 4g..; tile j is column 4g + j
+ * (j < 4) or 32 + 4g + j - 4. Two steps of words are in flight ahead of the one a lane multiplies
+ * (a double buffer, no register moves), at two blocks an SM. */
+constexpr int kCols = 64, kTiles = 8, kWords = 8;
+
+/* GPTQ: the first column of a lane's half h (0: 4g.., 1: 32 + 4g..); past n it reads the last four
+ * in bounds, and their results are never stored. */
+__device__ __forceinline__ int gptq_col(int lane_col, int h, int n) { return min(lane_col + 32 * h, n - 4); }
+
+/* The column whose weights tile j of a lane holds: AWQ's lane_col is its word column (in bounds),
+ * GPTQ's its first column. */
 template <int FORMAT>
-struct Tiling;
-template <>
-struct Tiling<TS_W4_AWQ> {
-    static constexpr int kCols = 64, kTiles = 8, kWords = 8, kDepth = 4, kMinBlocks = 1;
-};
-template <>
-struct Tiling<TS_W4_GPTQ> {
-    static constexpr int kCols = 32, kTiles = 4, kWords = 4, kDepth = 4, kMinBlocks = 2;
-};
+__device__ __forceinline__ int tile_col(int lane_col, int j, int n) {
+    return FORMAT == TS_W4_AWQ ? 8 * lane_col + awq_column(j) : gptq_col(lane_col, j / 4, n) + (j & 3);
+}
 
 /* Two T whose bits are 0x6400 (1024) in fp16 or 0x4300 (128) in bf16: OR-ing a nibble q into the
  * low bits gives that number + q exactly (its unit in the last place is 1). */
@@ -153,50 +155,56 @@ __device__ __forceinline__ uint4 load_x8(const void *xr, int r0, bool ok, bool v
 }
 
 /* One lane's weight words of a step. */
-template <int FORMAT>
 struct Words {
-    uint32_t w[Tiling<FORMAT>::kWords];
+    uint32_t w[kWords];
 };
 
-/* AWQ: rows r0..r0+7 of word column wcol; GPTQ: packed row r0 / 8, columns col..col+3. */
+/* AWQ: rows r0..r0+7 of word column lane_col; GPTQ: packed row r0 / 8, columns lane_col..+3 and
+ * lane_col + 32..+35. */
 template <int FORMAT>
-__device__ __forceinline__ Words<FORMAT> load_step(const int32_t *qweight, int r0, bool ok, int n, int lane_col,
-                                                   bool vec) {
-    Words<FORMAT> v;
+__device__ __forceinline__ Words load_step(const int32_t *qweight, int r0, bool ok, int n, int lane_col, bool vec) {
+    Words v;
     if constexpr (FORMAT == TS_W4_AWQ) {
         const int words = n / 8;
         const int32_t *p = qweight + (int64_t)r0 * words + lane_col;
 #pragma unroll
         for (int i = 0; i < 8; ++i) v.w[i] = ok ? load_word(p + (int64_t)i * words) : 0u;
     } else {
-        const int32_t *p = qweight + (int64_t)(r0 / 8) * n + lane_col;
-        if (ok && vec) {
-            const uint4 u = load_words4(p);
-            v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
-        } else {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) v.w[i] = ok ? load_word(p + i) : 0u;
+        for (int h = 0; h < 2; ++h) {
+            const int32_t *p = qweight + (int64_t)(r0 / 8) * n + gptq_col(lane_col, h, n);
+            if (ok && vec) {
+                const uint4 u = load_words4(p);
+                v.w[4 * h] = u.x, v.w[4 * h + 1] = u.y, v.w[4 * h + 2] = u.z, v.w[4 * h + 3] = u.w;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) v.w[4 * h + i] = ok ? load_word(p + i) : 0u;
+            }
         }
     }
     return v;
 }
 
-/* The lane's zero-point pairs (magic + z, as T) and scale pairs of its kTiles columns for two
- * rows in groups g_lo (low half) and g_hi. AWQ's tile j is nibble j of the lane's zero word;
- * GPTQ's columns are in order in theirs (stored z - 1). */
+/* The lane's zero-point pairs (magic + z, as T) and scale pairs of its 8 columns for two rows
+ * in groups g_lo (low half) and g_hi. AWQ's tile j is nibble j of the lane's zero word; GPTQ's
+ * columns are in order in theirs (stored z - 1), one word for tiles 0-3 and one for 4-7. */
 template <int FORMAT, typename T>
-__device__ __forceinline__ void group_pairs(uint32_t (&zp)[Tiling<FORMAT>::kTiles],
-                                            uint32_t (&sp)[Tiling<FORMAT>::kTiles], const int32_t *qzeros,
+__device__ __forceinline__ void group_pairs(uint32_t (&zp)[kTiles], uint32_t (&sp)[kTiles], const int32_t *qzeros,
                                             const T *scales, int n, int lane_col, int g_lo, int g_hi) {
-    const int words = n / 8, zcol = FORMAT == TS_W4_AWQ ? lane_col : lane_col / 8;
+    const int words = n / 8;
     const int add = FORMAT == TS_W4_AWQ ? 0 : 1;
-    const uint32_t z_lo = __ldg(qzeros + (int64_t)g_lo * words + zcol);
-    const uint32_t z_hi = g_hi == g_lo ? z_lo : __ldg(qzeros + (int64_t)g_hi * words + zcol);
+    uint32_t z_lo[2], z_hi[2];
 #pragma unroll
-    for (int j = 0; j < Tiling<FORMAT>::kTiles; ++j) {
-        const int nib = FORMAT == TS_W4_AWQ ? j : (lane_col & 7) + j;
-        const int c = FORMAT == TS_W4_AWQ ? 8 * lane_col + awq_column(j) : lane_col + j;
-        zp[j] = (uint32_t)(code(z_lo, nib) + add) | (uint32_t)(code(z_hi, nib) + add) << 16 | Nibbles<T>::kMagic;
+    for (int h = 0; h < (FORMAT == TS_W4_AWQ ? 1 : 2); ++h) {
+        const int zcol = FORMAT == TS_W4_AWQ ? lane_col : gptq_col(lane_col, h, n) / 8;
+        z_lo[h] = __ldg(qzeros + (int64_t)g_lo * words + zcol);
+        z_hi[h] = g_hi == g_lo ? z_lo[h] : __ldg(qzeros + (int64_t)g_hi * words + zcol);
+    }
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+        const int c = tile_col<FORMAT>(lane_col, j, n), h = FORMAT == TS_W4_AWQ ? 0 : j / 4;
+        const int nib = FORMAT == TS_W4_AWQ ? j : c & 7;
+        zp[j] = (uint32_t)(code(z_lo[h], nib) + add) | (uint32_t)(code(z_hi[h], nib) + add) << 16 | Nibbles<T>::kMagic;
         const uint32_t s_lo = bits16(scales, (int64_t)g_lo * n + c);
         sp[j] = s_lo | (g_hi == g_lo ? s_lo : bits16(scales, (int64_t)g_hi * n + c)) << 16;
     }
@@ -213,6 +221,25 @@ __device__ __forceinline__ void load_groups(int (&gr)[8], const int32_t *g_idx, 
 #pragma unroll
         for (int i = 0; i < 8; ++i) gr[i] = ok ? __ldg(g_idx + r0 + i) : 0;
     }
+}
+
+/* GPTQ: what a step needs of its lane's 8 groups before it runs: the first, whether all 8 are
+ * that one, and whether any is outside [0, groups) (the step then rereads them). */
+struct GroupInfo {
+    int first;
+    bool uniform, bad;
+};
+
+__device__ __forceinline__ GroupInfo group_info(const int32_t *g_idx, int r0, bool ok, bool vec, int groups) {
+    int gr[8];
+    load_groups(gr, g_idx, r0, ok, vec);
+    GroupInfo gi{gr[0], true, false};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        gi.uniform = gi.uniform && gr[i] == gr[0];
+        gi.bad = gi.bad || (unsigned)gr[i] >= (unsigned)groups;
+    }
+    return gi;
 }
 
 /* The mma's k order in a step, and x's fragments in it. AWQ pairs rows (4s + 2p, 4s + 2p + 1)
@@ -236,21 +263,101 @@ __host__ __device__ constexpr int pair_row(int s, int p, bool hi) {
     return FORMAT == TS_W4_AWQ ? 4 * s + 2 * p + (hi ? 1 : 0) : 2 * s + p + (hi ? 4 : 0);
 }
 
-/* Work item i (a warp at a time, grid-stride) is the warp's columns of tile i % tiles over k in
- * [slice (i / tiles), +slice) (slice % 32 == 0): consecutive warps share a split, so x's slice
- * stays in L1. The step loop is not unrolled and its weight words rotate through a ring of kDepth
- * steps: the body stays small enough for the instruction cache (unrolled, the AWQ kernel's loop
- * was over 100 KB of code and ran at a tenth of the speed). x and g_idx are read one step ahead.
- * One split: out [m, n] in T directly; several: fp32 partial [splits, m, n] for
- * w4a16_reduce_kernel. */
+/* One step of a lane: its 8 rows r0.. (ok: in the slice) with weight words v, x's 8 values of
+ * rows g (xl) and g + 8 (xh), into tile j's accumulators acc[j]. AWQ's groups follow from r0
+ * (g_end: where the current one ends), GPTQ's from g_idx (gi, read a step ahead). zs, ss cache
+ * the pairs of group `cached`; a step whose rows straddle groups takes each pair's own (AWQ groups
+ * that are not a multiple of 8, GPTQ's act-order). */
+template <int FORMAT, typename T>
+__device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words &v, const uint4 &xl, const uint4 &xh,
+                                            const GroupInfo &gi, const int32_t *g_idx, int r0, bool ok,
+                                            int &cached, int &g_end, uint32_t (&zs)[kTiles], uint32_t (&ss)[kTiles],
+                                            const int32_t *qzeros, const T *scales, int n, int lane_col,
+                                            int group_size, int groups, bool report, ts::FaultRecord *fault) {
+    constexpr uint32_t kMagic = Nibbles<T>::kMagic;
+    bool uniform = true;
+    int g0 = cached;
+    if constexpr (FORMAT == TS_W4_AWQ) {
+        if (ok) {
+            if (r0 >= g_end) { /* rows only grow within a slice: one division a group */
+                g0 = r0 / group_size;
+                g_end = (g0 + 1) * group_size;
+            } else {
+                g0 = g_end / group_size - 1;
+            }
+            uniform = r0 + 7 < g_end;
+        }
+    } else if (ok) {
+        g0 = gi.bad ? 0 : gi.first;
+        uniform = gi.uniform && !gi.bad;
+        if (gi.bad && report) {
+#pragma unroll 1
+            for (int i = 0; i < 8; ++i) {
+                const int gv = __ldg(g_idx + r0 + i);
+                if ((unsigned)gv >= (unsigned)groups) ts::report_fault(fault, ts::FAULT_W4A16_G_IDX, r0 + i, gv, groups);
+            }
+        }
+    }
+    if (g0 < 0) g0 = 0;
+    if (uniform && g0 != cached) {
+        group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, g0, g0);
+        cached = g0;
+    }
+    /* A straddling step's group of its row `row`: AWQ's by division, GPTQ's read again (an L1 hit:
+     * group_info read it a step ago), one outside the range taken as 0 (reported above). */
+    auto group_of = [&](int row) {
+        if constexpr (FORMAT == TS_W4_AWQ) {
+            return (r0 + row) / group_size;
+        } else {
+            const int gv = __ldg(g_idx + r0 + row);
+            return (unsigned)gv < (unsigned)groups ? gv : 0;
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+        uint32_t a0, a1, a2, a3;
+        x_frag<FORMAT>(a0, a2, xl, s);
+        x_frag<FORMAT>(a1, a3, xh, s);
+        uint32_t b[2][kTiles]; /* tile j's b0 (p = 0) and b1 */
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+            uint32_t q[kTiles]; /* tile j's nibble pair as magic + code */
+            if constexpr (FORMAT == TS_W4_AWQ) {
+                const uint32_t w_lo = v.w[pair_row<FORMAT>(s, p, false)], w_hi = v.w[pair_row<FORMAT>(s, p, true)];
+#pragma unroll
+                for (int k4 = 0; k4 < 4; ++k4) {
+                    const uint32_t pk = __byte_perm(w_lo, w_hi, k4 | k4 << 4 | (4 + k4) << 8 | (4 + k4) << 12);
+                    q[2 * k4] = (pk & 0x000F000Fu) | kMagic;
+                    q[2 * k4 + 1] = ((pk >> 4) & 0x000F000Fu) | kMagic;
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < kTiles; ++j) q[j] = ((v.w[j] >> (8 * s + 4 * p)) & 0x000F000Fu) | kMagic;
+            }
+            if (!uniform)
+                group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, group_of(pair_row<FORMAT>(s, p, false)),
+                                       group_of(pair_row<FORMAT>(s, p, true)));
+#pragma unroll
+            for (int j = 0; j < kTiles; ++j) b[p][j] = ok ? dequant2<T>(q[j], zs[j], ss[j]) : 0u;
+        }
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) ts::mma16816<T>(acc[j], a0, a1, a2, a3, b[0][j], b[1][j]);
+    }
+    if (!uniform) cached = -1; /* zs, ss hold the last pair's groups */
+}
+
+/* Work item i (a warp at a time, grid-stride) is the warp's 64 columns of tile i % tiles over k
+ * in [slice (i / tiles), +slice) (slice % 32 == 0): consecutive warps share a split, so x's slice
+ * stays in L1. The step loop is unrolled only by the double buffer's two steps: unrolled further
+ * with every path inline, the loop was over 100 KB of code and ran at a tenth of the speed. x
+ * and g_idx are read one step ahead. One split: out [m, n] in T directly; several: fp32
+ * partial [splits, m, n] for w4a16_reduce_kernel. */
 template <int FORMAT, bool HI, typename T>
-__global__ void __launch_bounds__(kThreads, Tiling<FORMAT>::kMinBlocks)
+__global__ void __launch_bounds__(kThreads, 2)
     w4a16_decode_kernel(T *out, float *partial, const T *x, const int32_t *qweight, const int32_t *qzeros,
                         const T *scales, const int32_t *g_idx, int m, int n, int k, int group_size, int slice,
                         int tiles, int splits, ts::FaultRecord *fault) {
     ts::pdl_wait();
-    using Tl = Tiling<FORMAT>;
-    constexpr uint32_t kMagic = Nibbles<T>::kMagic;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int words = n / 8, groups = k / group_size;
     const bool xvec = is_aligned16(x), wvec = is_aligned16(qweight), ivec = is_aligned16(g_idx);
@@ -259,114 +366,56 @@ __global__ void __launch_bounds__(kThreads, Tiling<FORMAT>::kMinBlocks)
          item += (int64_t)gridDim.x * kWarps) {
         const int tile = (int)(item % tiles), split = (int)(item / tiles);
         const int k_begin = split * slice, k_end = min(k, k_begin + slice);
-        /* The lane's word column (AWQ) or first column (GPTQ); past n it reads the last one in
-         * bounds, and its results are never stored. */
-        const int lane_col = FORMAT == TS_W4_AWQ ? min(tile * 8 + g, words - 1) : min(tile * 32 + 4 * g, n - 4);
+        /* The lane's word column (AWQ: past n the last one in bounds, its results never stored) or
+         * first column (GPTQ, clamped per half by gptq_col). */
+        const int lane_col = FORMAT == TS_W4_AWQ ? min(tile * 8 + g, words - 1) : tile * kCols + 4 * g;
         const unsigned short *xlo = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g, m - 1) * k;
         const unsigned short *xhi = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g + 8, m - 1) * k;
 
-        float acc[Tl::kTiles][4];
+        float acc[kTiles][4];
 #pragma unroll
-        for (int j = 0; j < Tl::kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-        Words<FORMAT> ring[Tl::kDepth];
+        for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        Words buf[2];
 #pragma unroll
-        for (int d = 0; d < Tl::kDepth; ++d) {
-            const int r0 = k_begin + d * kStep + 8 * t;
-            ring[d] = load_step<FORMAT>(qweight, r0, r0 < k_end, n, lane_col, wvec);
+        for (int h = 0; h < 2; ++h) {
+            const int r0 = k_begin + h * kStep + 8 * t;
+            buf[h] = load_step<FORMAT>(qweight, r0, r0 < k_end, n, lane_col, wvec);
         }
         const int r_first = k_begin + 8 * t;
         uint4 x_next = load_x8(xlo, r_first, r_first < k_end && g < m, xvec);
         uint4 xh_next = HI ? load_x8(xhi, r_first, r_first < k_end && g + 8 < m, xvec) : make_uint4(0, 0, 0, 0);
-        int gr_next[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if constexpr (FORMAT == TS_W4_GPTQ) load_groups(gr_next, g_idx, r_first, r_first < k_end, ivec);
+        GroupInfo gi_next{0, true, false};
+        if constexpr (FORMAT == TS_W4_GPTQ) gi_next = group_info(g_idx, r_first, r_first < k_end, ivec, groups);
 
-        int cached = -1; /* the group whose pairs zs, ss hold (-1: none, or a straddling step's) */
-        uint32_t zs[Tl::kTiles], ss[Tl::kTiles];
+        int cached = -1, g_end = 0; /* the group zs, ss hold (-1: none); AWQ: where the current one ends */
+        uint32_t zs[kTiles], ss[kTiles];
 #pragma unroll 1
-        for (int ks = k_begin; ks < k_end; ks += kStep) {
-            const int r0 = ks + 8 * t;
-            const bool ok = r0 < k_end; /* k % 8 == 0: a lane's 8 rows are all in or all out */
-            const Words<FORMAT> v = ring[0];
+        for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStep) {
 #pragma unroll
-            for (int d = 0; d + 1 < Tl::kDepth; ++d) ring[d] = ring[d + 1];
-            {
-                const int rn = r0 + Tl::kDepth * kStep;
-                ring[Tl::kDepth - 1] = load_step<FORMAT>(qweight, rn, rn < k_end, n, lane_col, wvec);
-            }
-            const uint4 xl = x_next, xh = xh_next;
-            int gr[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) gr[i] = gr_next[i];
-            {
-                const int rn = r0 + kStep;
-                x_next = load_x8(xlo, rn, rn < k_end && g < m, xvec);
-                if (HI) xh_next = load_x8(xhi, rn, rn < k_end && g + 8 < m, xvec);
-                if constexpr (FORMAT == TS_W4_GPTQ) load_groups(gr_next, g_idx, rn, rn < k_end, ivec);
-            }
-
-            /* The groups of the lane's 8 rows: one for all (the common case: pairs cached per
-             * group) or several (AWQ groups that are not a multiple of 8, GPTQ's act-order: each
-             * pair's own). */
-            bool uniform = true;
-            if constexpr (FORMAT == TS_W4_AWQ) {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) gr[i] = (r0 + i) / group_size;
-                uniform = gr[0] == gr[7];
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    if (ok && (gr[i] < 0 || gr[i] >= groups)) {
-                        if (tile == 0) ts::report_fault(fault, ts::FAULT_W4A16_G_IDX, r0 + i, gr[i], groups);
-                        gr[i] = 0;
-                    }
-                    uniform = uniform && gr[i] == gr[0];
+            for (int h = 0; h < 2; ++h) {
+                const int ks = k0 + h * kStep;
+                if (ks >= k_end) break; /* warp-uniform */
+                const int r0 = ks + 8 * t;
+                const Words v = buf[h];
+                {
+                    const int rn = r0 + 2 * kStep;
+                    buf[h] = load_step<FORMAT>(qweight, rn, rn < k_end, n, lane_col, wvec);
                 }
-            }
-            if (!ok) uniform = true, gr[0] = cached < 0 ? 0 : cached;
-            if (uniform && gr[0] != cached) {
-                group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, gr[0], gr[0]);
-                cached = gr[0];
-            }
-
-#pragma unroll
-            for (int s = 0; s < 2; ++s) {
-                uint32_t a0, a1, a2, a3;
-                x_frag<FORMAT>(a0, a2, xl, s);
-                x_frag<FORMAT>(a1, a3, xh, s);
-                /* q[p][j]: tile j's nibble pair for b0 (p = 0) and b1 (p = 1), as magic + code. */
-                uint32_t q[2][Tl::kTiles];
-#pragma unroll
-                for (int p = 0; p < 2; ++p) {
-                    if constexpr (FORMAT == TS_W4_AWQ) {
-                        const uint32_t w_lo = v.w[pair_row<FORMAT>(s, p, false)], w_hi = v.w[pair_row<FORMAT>(s, p, true)];
-#pragma unroll
-                        for (int b = 0; b < 4; ++b) {
-                            const uint32_t pk = __byte_perm(w_lo, w_hi, b | b << 4 | (4 + b) << 8 | (4 + b) << 12);
-                            q[p][2 * b] = (pk & 0x000F000Fu) | kMagic;
-                            q[p][2 * b + 1] = ((pk >> 4) & 0x000F000Fu) | kMagic;
-                        }
-                    } else {
-#pragma unroll
-                        for (int j = 0; j < Tl::kTiles; ++j) q[p][j] = ((v.w[j] >> (8 * s + 4 * p)) & 0x000F000Fu) | kMagic;
-                    }
+                const uint4 xl = x_next, xh = xh_next;
+                const GroupInfo gi = gi_next;
+                {
+                    const int rn = r0 + kStep;
+                    x_next = load_x8(xlo, rn, rn < k_end && g < m, xvec);
+                    if (HI) xh_next = load_x8(xhi, rn, rn < k_end && g + 8 < m, xvec);
+                    if constexpr (FORMAT == TS_W4_GPTQ) gi_next = group_info(g_idx, rn, rn < k_end, ivec, groups);
                 }
-                uint32_t b[2][Tl::kTiles];
-#pragma unroll
-                for (int p = 0; p < 2; ++p) {
-                    if (!uniform)
-                        group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, gr[pair_row<FORMAT>(s, p, false)],
-                                               gr[pair_row<FORMAT>(s, p, true)]);
-#pragma unroll
-                    for (int j = 0; j < Tl::kTiles; ++j) b[p][j] = ok ? dequant2<T>(q[p][j], zs[j], ss[j]) : 0u;
-                }
-#pragma unroll
-                for (int j = 0; j < Tl::kTiles; ++j) ts::mma16816<T>(acc[j], a0, a1, a2, a3, b[0][j], b[1][j]);
+                decode_step<FORMAT, T>(acc, v, xl, xh, gi, g_idx, r0, r0 < k_end, cached, g_end, zs, ss, qzeros,
+                                       scales, n, lane_col, group_size, groups, tile == 0, fault);
             }
-            if (!uniform) cached = -1; /* zs, ss hold the last pair's groups */
         }
         /* acc[j][i] holds row g (i < 2) or g + 8 of tile j's column for lane 2t + (i & 1). */
 #pragma unroll
-        for (int j = 0; j < Tl::kTiles; ++j) {
+        for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = g + (i >= 2 ? 8 : 0), owner = 2 * t + (i & 1);
@@ -377,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, Tiling<FORMAT>::kMinBlocks)
                     c = 8 * wc + awq_column(j);
                     in = wc < words;
                 } else {
-                    c = tile * 32 + 4 * owner + j;
+                    c = tile * kCols + 4 * owner + (j < 4 ? j : 28 + j);
                     in = c < n;
                 }
                 if (r < m && in) {
@@ -424,11 +473,10 @@ int decode_resident_warps() {
 template <int FORMAT, typename T>
 int launch_decode(const char *op, T *out, const T *x, const int32_t *qweight, const int32_t *qzeros, const T *scales,
                   const int32_t *g_idx, const ts_w4a16_config &c, cudaStream_t stream) {
-    using Tl = Tiling<FORMAT>;
     const int resident = decode_resident_warps<FORMAT>();
-    const int tiles = (int)ts::ceil_div(c.n, Tl::kCols);
+    const int tiles = (int)ts::ceil_div(c.n, kCols);
     const int64_t steps = ts::ceil_div(c.k, kStep);
-    const int want = ts::splitk_count(tiles, steps, Tl::kCols * kStep / 2.0, (double)c.m * c.n, resident);
+    const int want = ts::splitk_count(tiles, steps, kCols * kStep / 2.0, (double)c.m * c.n, resident);
     const int slice = (int)ts::ceil_div(steps, want) * kStep;
     const int splits = (int)ts::ceil_div(c.k, slice);
     void *part = nullptr;

@@ -690,8 +690,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-decode-gptq-zero-offset", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16.cu",
 		Bug:         "the fused decode gemv reads GPTQ's zero points as stored, without the v1 format's + 1",
-		Original:    "const int add = FORMAT == TS_W4_AWQ ? 0 : 1;\n    const uint32_t z_lo",
-		Replacement: "const int add = 0;\n    const uint32_t z_lo",
+		Original:    "const int add = FORMAT == TS_W4_AWQ ? 0 : 1;\n    uint32_t z_lo[2]",
+		Replacement: "const int add = 0;\n    uint32_t z_lo[2]",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
@@ -704,7 +704,7 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-decode-stale-group", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16.cu",
 		Bug:         "the fused decode gemv keeps the first group's scales and zero points for the whole k slice",
-		Original:    "if (uniform && gr[0] != cached) {",
+		Original:    "if (uniform && g0 != cached) {",
 		Replacement: "if (uniform && cached < 0) {",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
