@@ -578,19 +578,22 @@ inline unsigned grid_for(int64_t work, int threads) {
 
 /* The number of k splits of a split-K gemv (gemm_fp8's and gemm_w4a16's decode kernels): work
  * items are (column tile, k slice), a warp each, in rounds of `resident` warps. The weight read
- * is the cost, and it runs at full bandwidth only with about half the resident warps or more busy;
- * a last round that is mostly empty costs as much as a full one; every split adds its fp32
- * partials (out_elems written and read back, 8 bytes each). The estimate, in bytes at full
- * bandwidth, is minimised over 1..granules splits; a granule is the k step a slice is made of,
- * granule_bytes the weight bytes of one tile over one granule. */
-inline int splitk_count(int64_t tiles, int64_t granules, double granule_bytes, double out_elems, int resident) {
+ * is the cost, and it runs at full speed only with `full` of the resident warps or more busy
+ * (gemm_fp8's: half of them; gemm_w4a16's, which dequantises as it goes, all); a last round that
+ * is mostly empty costs as much as a full one; every split adds its fp32 partials (out_elems
+ * written and read back, 8 bytes each). The estimate, in bytes at full bandwidth, is minimised
+ * over 1..granules splits; a granule is the k block a slice is made of, granule_bytes the weight
+ * bytes of one tile over one granule. */
+inline int splitk_count(int64_t tiles, int64_t granules, double granule_bytes, double out_elems, int resident,
+                        double full) {
     int best = 1;
     double best_cost = 0.0;
     for (int64_t s = 1; s <= granules; ++s) {
         const int64_t items = tiles * s, busy = items < resident ? items : resident;
         const int64_t rounds = ceil_div(items, resident);
         const double item_bytes = (double)ceil_div(granules, s) * granule_bytes;
-        const double round_bytes = (double)(busy > resident / 2 ? busy : resident / 2) * item_bytes;
+        const double floor_warps = full * resident;
+        const double round_bytes = ((double)busy > floor_warps ? (double)busy : floor_warps) * item_bytes;
         const double cost = (double)rounds * round_bytes + (s > 1 ? 8.0 * (double)s * out_elems : 0.0);
         if (s == 1 || cost < best_cost) {
             best = (int)s;

@@ -283,7 +283,7 @@ int launch_decode(const char *op, T *out, const unsigned char *x, const float *x
                   const float *ws, const ts_gemm_fp8_config &c, cudaStream_t stream) {
     const int resident = decode_resident_warps();
     const int want = ts::splitk_count(ts::ceil_div(c.n, 8), ts::ceil_div(c.k, kBlock), 8.0 * kBlock,
-                                      (double)c.m * c.n, resident);
+                                      (double)c.m * c.n, resident, 0.5);
     const int slice = (int)ts::ceil_div(ts::ceil_div(c.k, kBlock), want) * kBlock;
     const int splits = (int)ts::ceil_div(c.k, slice);
     const int tiles = (int)ts::ceil_div(c.n, 8);

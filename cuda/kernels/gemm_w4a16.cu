@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(256) w4a16_dequant_kernel(T *w, const int32_t 
 constexpr int kDecodeRows = 16; /* the mma's M: x's rows past m are zeros */
 constexpr int kThreads = 256;   /* 8 warps a block, each on work items of its own */
 constexpr int kWarps = kThreads / 32;
-constexpr int kStep = 32; /* k rows a warp multiplies per step: lane (g, t) holds rows 8t..8t+7 */
+constexpr int kStep = 32;   /* k rows a warp multiplies per step: lane (g, t) holds rows 8t..8t+7 */
+constexpr int kBlock = 128; /* k rows a split's slice is a multiple of */
 
 /* A warp's 64 columns and its loads, 8 words a lane a step. AWQ: lane (g, t) holds the word of
  * columns 8g..8g+7 in each of its 8 rows (8 loads of 4 bytes, a warp's 8 words of a row in one
@@ -299,7 +300,13 @@ __device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words
         }
     }
     if (g0 < 0) g0 = 0;
-    if (uniform && g0 != cached) {
+    if (!ok) {
+        /* Rows past the slice (its last step only): scale pairs of +0 make their weights exactly
+         * 0 whatever the words, zero points and x hold; the next item reloads its group. */
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) ss[j] = 0u;
+        cached = -1;
+    } else if (uniform && g0 != cached) {
         group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, g0, g0);
         cached = g0;
     }
@@ -338,7 +345,7 @@ __device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words
                 group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, group_of(pair_row<FORMAT>(s, p, false)),
                                        group_of(pair_row<FORMAT>(s, p, true)));
 #pragma unroll
-            for (int j = 0; j < kTiles; ++j) b[p][j] = ok ? dequant2<T>(q[j], zs[j], ss[j]) : 0u;
+            for (int j = 0; j < kTiles; ++j) b[p][j] = dequant2<T>(q[j], zs[j], ss[j]);
         }
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) ts::mma16816<T>(acc[j], a0, a1, a2, a3, b[0][j], b[1][j]);
@@ -347,7 +354,7 @@ __device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words
 }
 
 /* Work item i (a warp at a time, grid-stride) is the warp's 64 columns of tile i % tiles over k
- * in [slice (i / tiles), +slice) (slice % 32 == 0): consecutive warps share a split, so x's slice
+ * in [slice (i / tiles), +slice) (slice % 128 == 0): consecutive warps share a split, so x's slice
  * stays in L1. The step loop is unrolled only by the double buffer's two steps: unrolled further
  * with every path inline, the loop was over 100 KB of code and ran at a tenth of the speed. x
  * and g_idx are read one step ahead. One split: out [m, n] in T directly; several: fp32
@@ -475,9 +482,11 @@ int launch_decode(const char *op, T *out, const T *x, const int32_t *qweight, co
                   const int32_t *g_idx, const ts_w4a16_config &c, cudaStream_t stream) {
     const int resident = decode_resident_warps<FORMAT>();
     const int tiles = (int)ts::ceil_div(c.n, kCols);
-    const int64_t steps = ts::ceil_div(c.k, kStep);
-    const int want = ts::splitk_count(tiles, steps, kCols * kStep / 2.0, (double)c.m * c.n, resident);
-    const int slice = (int)ts::ceil_div(steps, want) * kStep;
+    /* Slices are whole 128-row blocks: the usual group size, so at every size a slice of a k
+     * split in groups of 32 or 64 changes group inside it (the cached pairs are exercised). */
+    const int64_t blocks = ts::ceil_div(c.k, kBlock);
+    const int want = ts::splitk_count(tiles, blocks, kCols * kBlock / 2.0, (double)c.m * c.n, resident, 1.0);
+    const int slice = (int)ts::ceil_div(blocks, want) * kBlock;
     const int splits = (int)ts::ceil_div(c.k, slice);
     void *part = nullptr;
     if (splits > 1) TS_CHECK(op, ts::workspace(op, ts::WS_GEMM, (size_t)splits * c.m * c.n * sizeof(float), &part));

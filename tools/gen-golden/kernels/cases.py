@@ -927,12 +927,12 @@ CASES += _cases(COMMITTED, "gemm_w4a16", [
     ("gptq-act-order-g128_m24-n64-k384", dict(M=24, N=64, K=384, format="gptq", group_size=128,
                                               act_order=True)),
     # the decode gemv's other paths: rows 9-16, a last column tile cut short (N = 72 AWQ, 40
-    # GPTQ), one k split (K = 32, written without the reduction), and AWQ groups of 12 (a lane's
-    # eight rows straddle two groups: scales per pair)
+    # GPTQ), one k split (K <= 128, written without the reduction; four groups in it for GPTQ),
+    # and AWQ groups of 12 (a lane's eight rows straddle two groups: scales per pair)
     ("awq-g128_decode-m12-n72-k256", dict(M=12, N=72, K=256, format="awq", group_size=128)),
     ("gptq-g64_decode-m16-n40-k384", dict(M=16, N=40, K=384, format="gptq", group_size=64)),
     ("awq-g32_decode-m1-n128-k32", dict(M=1, N=128, K=32, format="awq", group_size=32)),
-    ("gptq-g32_decode-m2-n64-k32", dict(M=2, N=64, K=32, format="gptq", group_size=32)),
+    ("gptq-g32_decode-m2-n64-k128", dict(M=2, N=64, K=128, format="gptq", group_size=32)),
     ("awq-g12_decode-m1-n64-k96", dict(M=1, N=64, K=96, format="awq", group_size=12)),
 ])
 CASES += _bf16_cases(COMMITTED, "gemm_w4a16", [
