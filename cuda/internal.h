@@ -387,7 +387,9 @@ enum FaultKind {
     FAULT_SAMPLE_ALL_NEG_INF = 6, /* sample: every logit of row index is -inf */
     /* An index again (TS_ERR_INDEX); numbered after the sample kinds, which came first. */
     FAULT_SET_ROWS_ROW = 7, /* set_rows: rows[i] outside [0, dst_rows); that row is not written */
-    FAULT_W4A16_G_IDX = 8   /* gemm_w4a16: g_idx[i] outside [0, k / group_size) */
+    FAULT_W4A16_G_IDX = 8,  /* gemm_w4a16: g_idx[i] outside [0, k / group_size) */
+    FAULT_SET_ROWS_FP8_ROW = 9,     /* set_rows_fp8: rows[i] outside [0, dst_rows) */
+    FAULT_DECODE_FP8_CACHE_LEN = 10 /* attention_decode_fp8: cache_lens[b] outside [1, max_len] */
 };
 
 /* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since

@@ -442,6 +442,8 @@ void record_fault(int kind) {
     case FAULT_DECODE_CACHE_LEN: record_path("attention_decode", "fault:cache_len"); break;
     case FAULT_SET_ROWS_ROW: record_path("set_rows", "fault:row"); break;
     case FAULT_W4A16_G_IDX: record_path("gemm_w4a16", "fault:g_idx"); break;
+    case FAULT_SET_ROWS_FP8_ROW: record_path("set_rows_fp8", "fault:row"); break;
+    case FAULT_DECODE_FP8_CACHE_LEN: record_path("attention_decode_fp8", "fault:cache_len"); break;
     case FAULT_SAMPLE_LOGIT: record_path("sample", "fault:logit"); break;
     case FAULT_SAMPLE_ALL_NEG_INF: record_path("sample", "fault:all_neg_inf"); break;
     default: record_path("?", "fault:" + std::to_string(kind)); break;
@@ -478,6 +480,13 @@ int check_faults(const char *op, cudaStream_t st) {
                          f.bound);
     case FAULT_W4A16_G_IDX:
         return set_error(TS_ERR_INDEX, "gemm_w4a16: g_idx[%d] = %d: must be in [0, %d) (the groups of scales)", f.index,
+                         f.value, f.bound);
+    case FAULT_SET_ROWS_FP8_ROW:
+        return set_error(TS_ERR_INDEX, "set_rows_fp8: rows[%d] = %d: must be in [0, %d) (the rows of dst)", f.index,
+                         f.value, f.bound);
+    case FAULT_DECODE_FP8_CACHE_LEN:
+        return set_error(TS_ERR_INDEX,
+                         "attention_decode_fp8: cache_lens[%d] = %d: must be in [1, %d] (the cache capacity)", f.index,
                          f.value, f.bound);
     /* Worded as the cpu backend words them (engine/sample), "op: arg = value: reason", so both
      * backends give the same argument error. */

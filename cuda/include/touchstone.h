@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 16
+#define TS_ABI_VERSION 17
 
 typedef enum {
     TS_OK = 0,
@@ -349,6 +349,37 @@ typedef struct {
     int row_elems;
 } ts_set_rows_config;
 
+/* set_rows_fp8: the KV-cache append into an FP8 E4M3 cache (vLLM's and FlashInfer's fp8 KV
+ * cache): dst [dst_rows, row_elems] E4M3 codes, src [src_rows, row_elems] in dtype (TS_F16,
+ * TS_BF16 or TS_F32), rows int32 [src_rows] as set_rows (device data, each in [0, dst_rows),
+ * distinct). Element e of a row belongs to head e / (row_elems / scale_heads) and is stored as
+ * e4m3(src / scale[head]): the division rounded to nearest even in fp32, then to E4M3 with
+ * saturation at +-448 (docs/quantization.md, static quantisation). scale: fp32 [scale_heads] on
+ * the device, scale_heads 1 (per tensor) or a divisor of row_elems (per head). */
+typedef struct {
+    ts_dtype dtype; /* src's */
+    int dst_rows;
+    int src_rows;
+    int row_elems;
+    int scale_heads;
+} ts_set_rows_fp8_config;
+
+/* attention_decode_fp8: attention_decode over E4M3 caches. k/v caches [batch, max_len,
+ * n_kv_heads, head_dim] of codes stand for the keys code * k_scale[h] and values code *
+ * v_scale[h], h the kv head (0 when scale_heads is 1); k_scale, v_scale fp32 [scale_heads] on the
+ * device, scale_heads 1 or n_kv_heads. q and out in dtype (TS_F16 or TS_BF16), fp32 math, one
+ * rounding of out; cache_lens as attention_decode's. */
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int max_len;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale;
+    int scale_heads;
+} ts_decode_fp8_config;
+
 /* gemm: out [m, n] = x [m, k] . w^T (w is [n, k]) + bias [n] (bias may be NULL). x, w and bias
  * in in_dtype (TS_F16 or TS_BF16), fp32 accumulation (cuBLAS; at decode shapes a gemv kernel),
  * result rounded once to out_dtype: in_dtype itself or TS_F32. A 16-bit out_dtype other than
@@ -529,6 +560,11 @@ int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t 
                      const ts_embedding_config *cfg, void *stream);
 int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg, void *stream);
 int ts_set_rows(void *dst, const void *src, const int32_t *rows, const ts_set_rows_config *cfg, void *stream);
+int ts_set_rows_fp8(void *dst, const void *src, const int32_t *rows, const float *scale,
+                    const ts_set_rows_fp8_config *cfg, void *stream);
+int ts_attention_decode_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
+                            const int32_t *cache_lens, const float *k_scale, const float *v_scale,
+                            const ts_decode_fp8_config *cfg, void *stream);
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
 int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,

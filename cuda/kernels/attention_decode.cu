@@ -45,10 +45,13 @@
  * registers by threads that each own 8 dims of a strided subset of the keys, reduced across
  * threads at the end. Partials are merged by a combine kernel.
  */
+#include "decode_mma.cuh"
 #include "internal.h"
 #include "mma.cuh"
 
 namespace {
+
+using namespace ts_decode;
 
 constexpr int kThreads = 128, kTile = 64; /* kTile == kThreads / 2: two threads per key */
 
@@ -78,45 +81,6 @@ __host__ __device__ inline DecodeLayout decode_layout(int D, int maxg) {
     const int red = L.ngroups * maxg * D * 4;
     L.bytes = align16(L.kv_off + (kv > red ? kv : red));
     return L;
-}
-
-/* One decode block's work: sequence b, KV head kvh, its chunk hc of at most MAXG query heads
- * (h0 .. h0 + ng - 1), key split `split`, and the sequence's cache length. */
-struct DecodeWork {
-    int b, kvh, hc, split, h0, ng, len;
-};
-
-/* Decodes blockIdx (x: batch x KV head x head chunk, y: key split) into the block's place. */
-template <int MAXG>
-__device__ __forceinline__ void decode_place(DecodeWork &w, int nkv, int group, int hchunks) {
-    int idx = blockIdx.x;
-    w.hc = idx % hchunks;
-    idx /= hchunks;
-    w.kvh = idx % nkv;
-    w.b = idx / nkv;
-    w.split = blockIdx.y;
-    w.h0 = w.kvh * group + w.hc * MAXG;
-    w.ng = min(MAXG, group - w.hc * MAXG);
-}
-
-/* Reads the cache length of the block placed by decode_place; false when it is outside
- * [1, max_len]: one block reports the fault and every block of that sequence must return
- * without writing. */
-template <int MAXG>
-__device__ __forceinline__ bool decode_len(DecodeWork &w, const int32_t *lens, int max_len, ts::FaultRecord *fault) {
-    w.len = lens[w.b];
-    if (w.len >= 1 && w.len <= max_len) return true;
-    if (w.split == 0 && w.kvh == 0 && w.hc == 0 && threadIdx.x == 0)
-        ts::report_fault(fault, ts::FAULT_DECODE_CACHE_LEN, w.b, w.len, max_len);
-    return false;
-}
-
-/* decode_place and decode_len. */
-template <int MAXG>
-__device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, int max_len, int nkv, int group,
-                                            int hchunks, ts::FaultRecord *fault) {
-    decode_place<MAXG>(w, nkv, group, hchunks);
-    return decode_len<MAXG>(w, lens, max_len, fault);
 }
 
 template <int MAXG, typename T>
@@ -375,377 +339,33 @@ int launch_maxg(T *out, const T *q, const T *kc, const T *vc, const int32_t *len
     return TS_OK;
 }
 
-/* ---- tensor-core kernel ------------------------------------------------------------------ */
-
-constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
-
-/* W consecutive 32-bit words from p (16-byte aligned when W % 4 == 0, else 8-byte aligned): raw
- * 16-bit pairs of either storage type. */
-template <int W>
-__device__ __forceinline__ void load_words(uint32_t (&w)[W], const void *p) {
-    if constexpr (W % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < W / 4; ++i) {
-            const uint4 u = reinterpret_cast<const uint4 *>(p)[i];
-            w[4 * i] = u.x;
-            w[4 * i + 1] = u.y;
-            w[4 * i + 2] = u.z;
-            w[4 * i + 3] = u.w;
-        }
-    } else {
-        static_assert(W % 2 == 0, "8-byte pieces");
-#pragma unroll
-        for (int i = 0; i < W / 2; ++i) {
-            const uint2 u = reinterpret_cast<const uint2 *>(p)[i];
-            w[2 * i] = u.x;
-            w[2 * i + 1] = u.y;
-        }
-    }
-}
-
-/* (lo, hi) rounded to T as a T x2 word (lo in the low half), and the rounding error of each,
- * rounded to T again, as another. */
-template <typename T>
-__device__ __forceinline__ void split2(float lo, float hi, uint32_t &h, uint32_t &l) {
-    using P = typename ts::Storage<T>::Pair;
-    h = ts::pack2<T>(lo, hi);
-    const float2 af = ts::to_float2(*reinterpret_cast<const P *>(&h));
-    l = ts::pack2<T>(lo - af.x, hi - af.y);
-}
+/* ---- tensor-core kernel (decode_mma.cuh) -------------------------------------------------- */
 
 /* At least 4 blocks (16 warps) per SM for D <= 64: the kernel is latency-bound there (Qwen2.5's
  * shape: 142 registers gave 3 blocks, 19% occupancy, 34% of DRAM bandwidth under ncu). */
 template <int D, int MAXG, int UNROLL, typename T>
 __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_mma_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q, const T *kc,
-                                const T *vc, const int32_t *lens, int max_len, int nh, int nkv, int group,
-                                int hchunks, int chunk, int nsplit, float scale, ts::FaultRecord *fault) {
+                                const T *vc, const int32_t *lens, const float *k_scale, const float *v_scale,
+                                int scale_heads, int max_len, int nh, int nkv, int group, int hchunks, int chunk,
+                                int nsplit, float scale, int len_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
-    constexpr int KW = D / 8;       /* words of a lane's K (and Q) piece: D/4 dims */
-    constexpr int NK = D / 16;      /* k-steps of S = Q K^T */
-    constexpr int VW = D / 16;      /* words of a lane's V piece: D/8 dims */
-    constexpr int NT = D / 8;       /* n-tiles of O */
-    constexpr int ROWS = MAXG / 8;  /* head rows per lane: g (and g + 8) */
-    constexpr int KEYS = 16 * UNROLL; /* keys per warp step */
-    __shared__ float o_s[kMmaWarps][MAXG][D];
-    __shared__ float ml_s[kMmaWarps][MAXG][2];
-    __shared__ int last_s;
-
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int gq = lane >> 2, tq = lane & 3; /* lane group (row / key / dim piece) and lane in it */
-    DecodeWork w;
-    decode_place<MAXG>(w, nkv, group, hchunks);
-    const int b = w.b, kvh = w.kvh, split = w.split, h0 = w.h0, ng = w.ng;
-
-    /* Q does not depend on the cache length: its loads are in flight with the length's. */
-    uint32_t qa[ROWS][KW];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        const int hd = gq + 8 * r;
-        if (hd < ng) {
-            load_words(qa[r], q + ((int64_t)b * nh + h0 + hd) * D + tq * (D / 4));
-        } else {
-#pragma unroll
-            for (int w = 0; w < KW; ++w) qa[r][w] = 0u;
-        }
-    }
-    if (!decode_len<MAXG>(w, lens, max_len, fault)) return;
-    const int len = w.len;
-    const int start = split * chunk;
-    if (start >= len) return; /* no keys: writes nothing and is not counted by the merge */
-    const int end = min(len, start + chunk);
-    const int nsplit_b = (len + chunk - 1) / chunk; /* splits of this sequence that have keys */
-    float o[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[j][e] = 0.0f;
-    float m_run[ROWS], l_run[ROWS];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        m_run[r] = -INFINITY;
-        l_run[r] = 0.0f;
-    }
-
-    const int64_t row_stride = (int64_t)nkv * D;
-    const T *kbase = kc + ((int64_t)b * max_len * nkv + kvh) * D + tq * (D / 4);
-    const T *vbase = vc + ((int64_t)b * max_len * nkv + kvh) * D + gq * (D / 8);
-
-    for (int k0 = start + warp * KEYS; k0 < end; k0 += kMmaWarps * KEYS) {
-        /* Every load of the step first (UNROLL 16-key tiles), then the math. Keys at or past end
-         * are never read; their words are 0 and their scores -inf. */
-        uint32_t kw[UNROLL][2][KW], vw[UNROLL][4][VW];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                const int key = k0 + 16 * u + 8 * nt + gq;
-                if (key < end) {
-                    load_words(kw[u][nt], kbase + key * row_stride);
-                } else {
-#pragma unroll
-                    for (int w = 0; w < KW; ++w) kw[u][nt][w] = 0u;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) { /* keys 2t, 2t + 1, 2t + 8, 2t + 9 of the tile */
-                const int key = k0 + 16 * u + 2 * tq + (i & 1) + 8 * (i >> 1);
-                if (key < end) {
-                    load_words(vw[u][i], vbase + key * row_stride);
-                } else {
-#pragma unroll
-                    for (int w = 0; w < VW; ++w) vw[u][i][w] = 0u;
-                }
-            }
-        }
-
-        /* S: s[u][nt][e], rows g (e = 0, 1) and g + 8 (e = 2, 3), key k0 + 16u + 8nt + 2t + (e & 1). */
-        float s[UNROLL][2][4];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) s[u][nt][e] = 0.0f;
-#pragma unroll
-                for (int ks = 0; ks < NK; ++ks)
-                    ts::mma16816<T>(s[u][nt], qa[0][2 * ks], ROWS > 1 ? qa[ROWS - 1][2 * ks] : 0u, qa[0][2 * ks + 1],
-                             ROWS > 1 ? qa[ROWS - 1][2 * ks + 1] : 0u, kw[u][nt][2 * ks], kw[u][nt][2 * ks + 1]);
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = k0 + 16 * u + 8 * nt + 2 * tq + (e & 1);
-                    s[u][nt][e] = key < end ? s[u][nt][e] * scale : -INFINITY;
-                }
-            }
-
-        /* Online softmax per head row (the step's first key is valid, so every max is finite). */
-        float alpha[ROWS];
-#pragma unroll
-        for (int r = 0; r < ROWS; ++r) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt) mx = fmaxf(mx, fmaxf(s[u][nt][2 * r], s[u][nt][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m_run[r], mx);
-            alpha[r] = __expf(m_run[r] - m_new); /* 0 on the first step (m_run = -inf) */
-            m_run[r] = m_new;
-            float sum = 0.0f;
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-                    for (int e = 2 * r; e < 2 * r + 2; ++e) {
-                        s[u][nt][e] = __expf(s[u][nt][e] - m_new); /* -inf -> 0 */
-                        sum += s[u][nt][e];
-                    }
-            l_run[r] = l_run[r] * alpha[r] + sum; /* this lane's keys; the 4 lanes add up at the end */
-        }
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-            for (int e = 0; e < 2 * ROWS; ++e) o[j][e] *= alpha[e >> 1];
-
-        /* O += P V per 16-key tile, P as p_hi + p_lo. */
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            uint32_t ah[4] = {0u, 0u, 0u, 0u}, al[4] = {0u, 0u, 0u, 0u};
-            split2<T>(s[u][0][0], s[u][0][1], ah[0], al[0]); /* row g, keys 2t, 2t + 1 */
-            split2<T>(s[u][1][0], s[u][1][1], ah[2], al[2]); /* row g, keys 2t + 8, 2t + 9 */
-            if (ROWS > 1) {
-                split2<T>(s[u][0][2], s[u][0][3], ah[1], al[1]); /* row g + 8 */
-                split2<T>(s[u][1][2], s[u][1][3], ah[3], al[3]);
-            }
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-                /* dim g * D/8 + j of keys (2t, 2t + 1) and (2t + 8, 2t + 9) */
-                const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
-                const uint32_t b0 = __byte_perm(vw[u][0][j >> 1], vw[u][1][j >> 1], sel);
-                const uint32_t b1 = __byte_perm(vw[u][2][j >> 1], vw[u][3][j >> 1], sel);
-                ts::mma16816<T>(o[j], ah[0], ah[1], ah[2], ah[3], b0, b1);
-                ts::mma16816<T>(o[j], al[0], al[1], al[2], al[3], b0, b1);
-            }
-        }
-    }
-
-    /* Merge the 4 warps: O row r, column c of n-tile j is dim c * D/8 + j. */
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        float l = l_run[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const int row = gq + 8 * r;
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-            o_s[warp][row][(2 * tq) * (D / 8) + j] = o[j][2 * r];
-            o_s[warp][row][(2 * tq + 1) * (D / 8) + j] = o[j][2 * r + 1];
-        }
-        if (tq == 0) {
-            ml_s[warp][row][0] = m_run[r];
-            ml_s[warp][row][1] = l;
-        }
-    }
-    __syncthreads();
-    for (int i = tid; i < ng * D; i += kMmaThreads) {
-        const int g = i / D, d = i - g * D;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w) mx = fmaxf(mx, ml_s[w][g][0]); /* finite: warp 0 had keys */
-        float l = 0.0f, a = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kMmaWarps; ++w) {
-            if (ml_s[w][g][0] == -INFINITY) continue; /* a warp without keys */
-            const float e = __expf(ml_s[w][g][0] - mx);
-            l += e * ml_s[w][g][1];
-            a += e * o_s[w][g][d];
-        }
-        const int64_t bh = (int64_t)b * nh + h0 + g;
-        if (nsplit_b == 1) {
-            out[bh * D + d] = ts::from_float<T>(a / l);
-        } else {
-            part_acc[(bh * nsplit + split) * D + d] = a;
-            if (d == 0) part_ml[bh * nsplit + split] = make_float2(mx, l);
-        }
-    }
-    if (nsplit_b == 1) return;
-
-    /* The last block of this (sequence, kv head, head group) to finish merges the splits. */
-    __threadfence(); /* this block's partials are visible device-wide before it is counted */
-    __syncthreads();
-    if (tid == 0) last_s = atomicAdd(&counters[blockIdx.x], 1) == nsplit_b - 1;
-    __syncthreads();
-    if (!last_s) return;
-    __threadfence();
-    for (int i = tid; i < ng * D; i += kMmaThreads) {
-        const int g = i / D, d = i - g * D;
-        const int64_t bh = (int64_t)b * nh + h0 + g;
-        const float2 *ml = part_ml + bh * nsplit;
-        const float *acc = part_acc + bh * nsplit * D + d;
-        /* Online over the splits, kBatch of them per round: their loads are all issued before any
-         * is used (one dependent L2 round trip per split made this merge the longest part of a
-         * short kernel). Every partial here has keys, so its max is finite. */
-        constexpr int kBatch = 8;
-        float mx = -INFINITY, den = 0.0f, num = 0.0f;
-        for (int s0 = 0; s0 < nsplit_b; s0 += kBatch) {
-            float2 v[kBatch];
-            float a[kBatch];
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                if (s0 + u < nsplit_b) {
-                    v[u] = __ldcg(&ml[s0 + u]);
-                    a[u] = __ldcg(&acc[(int64_t)(s0 + u) * D]);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < kBatch; ++u) {
-                if (s0 + u < nsplit_b) {
-                    if (v[u].x > mx) {
-                        const float r = expf(mx - v[u].x); /* 0 while mx = -inf */
-                        den *= r;
-                        num *= r;
-                        mx = v[u].x;
-                    }
-                    const float e = expf(v[u].x - mx);
-                    den += e * v[u].y;
-                    num += e * a[u];
-                }
-            }
-        }
-        out[bh * D + d] = ts::from_float<T>(num / den);
-    }
-    if (tid == 0) counters[blockIdx.x] = 0; /* ready for the next launch */
-}
-
-/* Key splits per (sequence, kv head, head group) of a cache of max_len keys, each at least one
- * warp step (step_keys keys; a block's 4 warps take steps in turn).
- *
- * Fewer groups than the GPU's resident blocks (`wave` of them): a split pays fixed costs
- * whatever its length (its Q load and first K/V round trip with nothing to overlap them, the
- * merge of its warps, its partials' write and its share of the cross-split merge, which reads
- * them 8 at a time), so splits are long: 4 steps of every warp, or down to 2 while that still
- * leaves SMs without a block; never more than fill one wave. Measured on an H100 against
- * the earlier rule (fill one wave, one warp step a split at the shortest; docs/PERF.md, 2026-11-25):
- * Qwen2.5 GQA B=16 L=4096 8 splits (was 16) 0.0272 ms (0.0303), B=1 L=4096 16 (32) 0.0167
- * (0.0208), B=16 L=1024 4 (8) 0.0151 (0.0157); longer splits (8 steps) were slower at all three.
- *
- * More groups than a wave: one split each can leave a last wave partly full, the rest of the
- * GPU idle for a whole block as long as the cache: the first count up to 8 whose waves are >= 90%
- * full (Phi-3-mini at B=16: 512 groups in 1.3 waves of one split, 80% of copy bandwidth; three
- * splits fill 3.9 waves, 91%; docs/PERF.md, 2026-11-24). */
-inline int64_t decode_splits(int64_t groups, int64_t wave, int64_t sms, int64_t max_len, int64_t step_keys) {
-    int64_t max_splits = ts::ceil_div(max_len, step_keys);
-    if (max_splits > 65535) max_splits = 65535;
-    if (groups < wave) {
-        const int64_t four_steps = max_len / (4 * kMmaWarps * step_keys);
-        const int64_t two_steps = max_len / (2 * kMmaWarps * step_keys);
-        int64_t n = ts::ceil_div(sms, groups); /* a block on every SM */
-        if (n < four_steps) n = four_steps;
-        if (n > two_steps) n = two_steps;
-        if (n > wave / groups) n = wave / groups;
-        if (n > max_splits) n = max_splits;
-        return n < 1 ? 1 : n;
-    }
-    for (int64_t k = 1; k <= 8 && k <= max_splits; ++k) {
-        const int64_t blocks = groups * k, waves = ts::ceil_div(blocks, wave);
-        if (blocks * 10 >= waves * wave * 9) return k;
-    }
-    return 1;
-}
-
-template <int D, int MAXG, typename T>
-int launch_mma(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
-               cudaStream_t stream) {
-    const char *op = "attention_decode";
-    constexpr int UNROLL = D <= 64 ? 2 : 1, KEYS = 16 * UNROLL;
-    auto kernel = attention_decode_mma_kernel<D, MAXG, UNROLL, T>;
-    static std::atomic<int> per_sm{0};
-    if (per_sm.load(std::memory_order_relaxed) == 0) {
-        int n = 0;
-        TS_CHECK(op, cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kMmaThreads, 0));
-        per_sm.store(n > 0 ? n : 1, std::memory_order_relaxed);
-    }
-    const int group = c.n_heads / c.n_kv_heads;
-    const int hchunks = (group + MAXG - 1) / MAXG;
-    const int64_t groups = (int64_t)c.batch * c.n_kv_heads * hchunks;
-    const int64_t wave = (int64_t)per_sm.load(std::memory_order_relaxed) * ts::sm_count();
-    /* Batch-invariant mode: every sequence's cache is split as a batch of one would split it. */
-    const int64_t split_groups = ts::batch_invariant() ? (int64_t)c.n_kv_heads * hchunks : groups;
-    int64_t nsplit = decode_splits(split_groups, wave, ts::sm_count(), c.max_len, KEYS);
-    const int64_t chunk = ts::ceil_div(ts::ceil_div(c.max_len, nsplit), KEYS) * KEYS;
-    nsplit = ts::ceil_div(c.max_len, chunk);
-
-    float *part_acc = nullptr;
-    float2 *part_ml = nullptr;
-    int *counters = nullptr;
-    if (nsplit > 1) {
-        const size_t rows = (size_t)c.batch * c.n_heads * (size_t)nsplit;
-        const size_t acc_bytes = (rows * D * sizeof(float) + 255) & ~(size_t)255;
-        void *ws = nullptr, *cnt = nullptr;
-        TS_CHECK(op, ts::workspace(op, ts::WS_DECODE, acc_bytes + rows * sizeof(float2), &ws));
-        /* Zeroed when allocated; every launch leaves its counters at 0 again. */
-        TS_CHECK(op, ts::workspace(op, ts::WS_DECODE_COUNTERS, (size_t)groups * sizeof(int), &cnt));
-        part_acc = static_cast<float *>(ws);
-        part_ml = reinterpret_cast<float2 *>(static_cast<char *>(ws) + acc_bytes);
-        counters = static_cast<int *>(cnt);
-    }
-    const dim3 grid((unsigned)groups, (unsigned)nsplit);
-    const char *d = ts::dims("batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d group=%d maxg=%d splits=%lld "
-                             "chunk=%lld scale=%g (tensor cores)",
-                             c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
-                             (long long)chunk, c.scale);
-    TS_LAUNCH(op, kernel, grid, kMmaThreads, 0, stream, d, out, part_acc, part_ml, counters, q, kc, vc, lens, c.max_len,
-              c.n_heads, c.n_kv_heads, group, hchunks, (int)chunk, (int)nsplit, c.scale, ts::fault_record());
-    return TS_OK;
+    decode_mma_body<D, MAXG, UNROLL, T, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale, v_scale,
+                                           scale_heads, max_len, nh, nkv, group, hchunks, chunk, nsplit, scale,
+                                           len_fault, fault);
 }
 
 template <int D, typename T>
 int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
                  cudaStream_t stream) {
-    if (c.n_heads / c.n_kv_heads <= 8) return launch_mma<D, 8>(out, q, kc, vc, lens, c, stream);
-    return launch_mma<D, 16>(out, q, kc, vc, lens, c, stream);
+    const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale};
+    constexpr int U = decode_unroll(D);
+    const int fault = ts::FAULT_DECODE_CACHE_LEN;
+    if (c.n_heads / c.n_kv_heads <= 8)
+        return launch_mma<D, 8>("attention_decode", attention_decode_mma_kernel<D, 8, U, T>, out, q, kc, vc, lens,
+                                nullptr, nullptr, 1, fault, shape, stream);
+    return launch_mma<D, 16>("attention_decode", attention_decode_mma_kernel<D, 16, U, T>, out, q, kc, vc, lens,
+                             nullptr, nullptr, 1, fault, shape, stream);
 }
 
 template <typename T>

@@ -267,6 +267,44 @@ int main(void) {
     ts_set_rows_config sr_f32 = {TS_F32, 16, 3, 1001};
     expect("set_rows f32 valid", ts_set_rows(P, P, rows, &sr_f32, NULL), TS_ERR_NOT_INITIALIZED, "set_rows", "ts_init",
            NULL);
+    /* set_rows_fp8: the scale and its heads. */
+    {
+        const float *sc = (const float *)P;
+        ts_set_rows_fp8_config q8 = {TS_BF16, 4096, 1, 1024, 8};
+        expect("set_rows_fp8 valid", ts_set_rows_fp8(P, P, rows, sc, &q8, NULL), TS_ERR_NOT_INITIALIZED, "set_rows_fp8",
+               "ts_init", NULL);
+        expect("set_rows_fp8 null scale", ts_set_rows_fp8(P, P, rows, NULL, &q8, NULL), TS_ERR_INVALID_ARGUMENT,
+               "set_rows_fp8", "scale", "NULL");
+        ts_set_rows_fp8_config q3 = q8;
+        q3.scale_heads = 3;
+        expect("set_rows_fp8 3 heads of 1024", ts_set_rows_fp8(P, P, rows, sc, &q3, NULL), TS_ERR_INVALID_ARGUMENT,
+               "set_rows_fp8", "scale_heads", "3");
+        ts_set_rows_fp8_config qi = q8;
+        qi.dtype = TS_I32;
+        expect("set_rows_fp8 dtype i32", ts_set_rows_fp8(P, P, rows, sc, &qi, NULL), TS_ERR_UNSUPPORTED, "set_rows_fp8",
+               "dtype", NULL);
+    }
+    /* attention_decode_fp8: the scales, their heads, the head dims it reads. */
+    {
+        const float *sc = (const float *)P;
+        ts_decode_fp8_config d8 = {TS_F16, 2, 256, 8, 2, 128, 0.088f, 2};
+        expect("decode_fp8 valid", ts_attention_decode_fp8(P, P, P, P, P, sc, sc, &d8, NULL), TS_ERR_NOT_INITIALIZED,
+               "attention_decode_fp8", "ts_init", NULL);
+        expect("decode_fp8 null v_scale", ts_attention_decode_fp8(P, P, P, P, P, sc, NULL, &d8, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_fp8", "v_scale", "NULL");
+        ts_decode_fp8_config dh = d8;
+        dh.scale_heads = 8;
+        expect("decode_fp8 scale_heads 8 of 2 kv heads", ts_attention_decode_fp8(P, P, P, P, P, sc, sc, &dh, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_fp8", "scale_heads", "8");
+        ts_decode_fp8_config dd = d8;
+        dd.head_dim = 80;
+        expect("decode_fp8 head_dim 80", ts_attention_decode_fp8(P, P, P, P, P, sc, sc, &dd, NULL), TS_ERR_UNSUPPORTED,
+               "attention_decode_fp8", "head_dim", "80");
+        ts_decode_fp8_config d1 = d8;
+        d1.scale_heads = 1;
+        expect("decode_fp8 per-tensor valid", ts_attention_decode_fp8(P, P, P, P, P, sc, sc, &d1, NULL),
+               TS_ERR_NOT_INITIALIZED, "attention_decode_fp8", "ts_init", NULL);
+    }
     ts_gemm_config gk = gc;
     gk.k = 0;
     expect("gemm k 0", ts_gemm(P, P, P, NULL, &gk, NULL), TS_ERR_INVALID_ARGUMENT, "gemm", "k", "0");

@@ -103,6 +103,11 @@ type Kernels interface {
 	// AttentionDecode attends one query per sequence, q [B, nH, D], to the first
 	// cacheLens[b] (i32 [B]) positions of kCache, vCache [B, L, nKV, D]; out is [B, nH, D].
 	AttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg AttentionConfig) error
+	// AttentionDecodeFP8 is AttentionDecode over an FP8 KV cache: kCache, vCache (f8e4m3) [B,
+	// L, nKV, D] stand for code · kScale[h] and code · vScale[h], h the kv head (f32 [nKV]) or
+	// 0 (f32 [1]); q and out f16 or bf16. Unfused equivalent: the caches dequantised to f32,
+	// then attention over them.
+	AttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale Buffer, cfg AttentionConfig) error
 	// SwiGLU computes out = silu(gate) * up elementwise.
 	SwiGLU(out, gate, up Buffer) error
 	// SwiGLUFFN is the whole gated FFN. Unfused equivalent, each step rounding to fp16:
@@ -154,6 +159,12 @@ type Kernels interface {
 	// be distinct: which write wins for a repeated row is unspecified. The indices are device
 	// data, so a captured decode step can replay its append at a new position.
 	SetRows(dst, src, rows Buffer) error
+	// SetRowsFP8 is the KV-cache append into an FP8 cache: dst (f8e4m3) [R, ...] row rows[i] =
+	// e4m3(src[i] / scale[head]) for the i32 rows [T] as SetRows, src [T, ...] f16, bf16 or f32
+	// with dst's elements per row; scale f32 [1] (per tensor) or [heads] for dst [R, heads, D]
+	// (per head): docs/quantization.md's static quantisation, the same bytes on every backend.
+	// Unfused equivalent: QuantFP8 of src with each head's scale, then SetRows of the codes.
+	SetRowsFP8(dst, src, rows, scale Buffer) error
 	// Gemm computes out = x [M, K] · wᵀ (w is [N, K]) + bias [N] with fp32 accumulation.
 	// bias may be nil. out may be fp16 or fp32; the result is rounded to out's dtype.
 	Gemm(out, x, w, bias Buffer) error
@@ -241,7 +252,8 @@ var Ops = []string{
 	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
-	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16",
+	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",
+	"attention_decode_fp8",
 }
 
 // Timer brackets device work with device events, for benchmarks.

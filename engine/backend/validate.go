@@ -224,6 +224,44 @@ func CheckAttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg Attentio
 	return c.Err()
 }
 
+// CheckAttentionDecodeFP8 validates decode attention over f8e4m3 caches with f32 [1] or
+// [n_kv_heads] key and value scales.
+func CheckAttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_decode_fp8")
+	checkHeads(c, cfg)
+	c.Storage("q", q)
+	c.Rank("q", q, 3)
+	c.DType("k_cache", kCache, tensor.F8E4M3)
+	c.Rank("k_cache", kCache, 4)
+	if c.Err() == nil {
+		b, l := q.Shape()[0], kCache.Shape()[1]
+		c.Shape("q", q, []int{b, cfg.NumHeads, cfg.HeadDim}, "[batch, n_heads, head_dim]")
+		cache := []int{b, l, cfg.NumKVHeads, cfg.HeadDim}
+		c.Shape("k_cache", kCache, cache, "[batch, max_len, n_kv_heads, head_dim]")
+		c.DType("v_cache", vCache, tensor.F8E4M3)
+		c.Shape("v_cache", vCache, cache, "the shape of k_cache")
+		c.DType("cache_lens", cacheLens, tensor.I32)
+		c.Shape("cache_lens", cacheLens, []int{b}, "one length per sequence")
+		for _, s := range []struct {
+			name string
+			buf  Buffer
+		}{{"k_scale", kScale}, {"v_scale", vScale}} {
+			c.DType(s.name, s.buf, tensor.F32)
+			if c.Err() == nil {
+				n := tensor.NumElements(s.buf.Shape())
+				c.That(len(s.buf.Shape()) == 1 && (n == 1 || n == cfg.NumKVHeads), s.name, describe(s.buf),
+					"want [1] (per tensor) or [%d] (one a kv head)", cfg.NumKVHeads)
+			}
+		}
+		if c.Err() == nil {
+			c.That(kScale.Shape()[0] == vScale.Shape()[0], "v_scale", describe(vScale), "want k_scale's shape %v", kScale.Shape())
+		}
+		c.Same("out", out)
+		c.Shape("out", out, q.Shape(), "the shape of q")
+	}
+	return c.Err()
+}
+
 // CheckEmbedding validates a token embedding gather.
 func CheckEmbedding(out, ids, table Buffer) error {
 	c := Validate("embedding")
@@ -235,6 +273,38 @@ func CheckEmbedding(out, ids, table Buffer) error {
 		want := append(append([]int{}, ids.Shape()...), table.Shape()[1])
 		c.Same("out", out)
 		c.Shape("out", out, want, "the shape of ids plus the hidden size of table")
+	}
+	return c.Err()
+}
+
+// CheckSetRowsFP8 validates the quantising row scatter into an f8e4m3 dst: src (f16, bf16 or
+// f32) like dst's rows, one i32 row index per row of src, scale f32 [1] or [heads] of a dst
+// [R, heads, D].
+func CheckSetRowsFP8(dst, src, rows, scale Buffer) error {
+	c := Validate("set_rows_fp8")
+	c.DType("dst", dst, tensor.F8E4M3)
+	c.MinRank("dst", dst, 1)
+	if c.Err() == nil {
+		per := tensor.NumElements(dst.Shape()[1:])
+		c.DType("src", src, tensor.F16, tensor.BF16, tensor.F32)
+		c.MinRank("src", src, 1)
+		if c.Err() == nil {
+			c.That(tensor.NumElements(src.Shape()[1:]) == per, "src", describe(src),
+				"want %d elements per row (the row size of dst)", per)
+		}
+		c.DType("rows", rows, tensor.I32)
+		if c.Err() == nil {
+			c.Shape("rows", rows, src.Shape()[:1], "one row index per row of src")
+		}
+		c.DType("scale", scale, tensor.F32)
+		if c.Err() == nil {
+			n, heads := tensor.NumElements(scale.Shape()), 0
+			if len(dst.Shape()) == 3 {
+				heads = dst.Shape()[1]
+			}
+			c.That(len(scale.Shape()) == 1 && (n == 1 || n == heads), "scale", describe(scale),
+				"want [1] (per tensor) or [heads] of a dst [rows, heads, head_dim] (per head); dst is %v", dst.Shape())
+		}
 	}
 	return c.Err()
 }

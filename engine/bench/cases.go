@@ -122,6 +122,12 @@ func Cases() []Case {
 		sampleCase("sample greedy V=151936", 151936, `{"temperature": 0, "top_k": 0, "top_p": 1, "seed": 7}`),
 		sampleCase("sample T=0.8 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 0, "top_p": 0.95, "seed": 7}`),
 		sampleCase("sample T=0.8 top_k=40 top_p=0.95 V=151936", 151936, `{"temperature": 0.8, "top_k": 40, "top_p": 0.95, "seed": 7}`),
+		// The FP8 KV cache beside the 16-bit decode of the same shapes: half the cache bytes.
+		decodeFP8("attention_decode_fp8 llama3-8b gqa4 d128 B=4 L=4096", 4, 4096, 32, 8, 128),
+		decodeFP8("attention_decode_fp8 qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
+		decodeFP8("attention_decode_fp8 phi3-mini B=16 L=4096", 16, 4096, 32, 32, 96),
+		setRowsFP8("set_rows_fp8 llama3-8b decode T=16 per-head", 4096, 16, 8, 128),
+		setRowsFP8("set_rows_fp8 llama3-8b prefill T=2048 per-head", 4096, 2048, 8, 128),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
 		// The GQA shape at one sequence and at a shorter cache (fewer, longer key splits), and
@@ -225,6 +231,28 @@ func decode(name string, b, l, nH, nKV, d int) Case {
 			in("k_cache", tensor.F16, []int{b, l, nKV, d}, nil), in("v_cache", tensor.F16, []int{b, l, nKV, d}, nil),
 			in("cache_lens", tensor.I32, []int{b}, conformance.Const(float64(l)))},
 		Bytes: 2*elems(b, l, nKV, d)*f16 + 2*elems(b, nH, d)*f16,
+	}
+}
+
+// decodeFP8 is decode over E4M3 caches with per-head scales: one byte a cached value.
+func decodeFP8(name string, b, l, nH, nKV, d int) Case {
+	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "scale": %v}`, nH, nKV, d, 1/math.Sqrt(float64(d)))
+	return Case{Name: name, Op: "attention_decode_fp8", Params: params,
+		Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{b, nH, d}, nil),
+			in("k_cache", tensor.F8E4M3, []int{b, l, nKV, d}, normal(100, 0)), in("v_cache", tensor.F8E4M3, []int{b, l, nKV, d}, normal(100, 0)),
+			in("cache_lens", tensor.I32, []int{b}, conformance.Const(float64(l))),
+			in("k_scale", tensor.F32, []int{nKV}, normal(0.0002, 0.002)), in("v_scale", tensor.F32, []int{nKV}, normal(0.001, 0.01))},
+		Bytes: 2*elems(b, l, nKV, d) + 2*elems(b, nH, d)*f16,
+	}
+}
+
+// setRowsFP8 appends t 16-bit rows of heads x d into an E4M3 cache of r rows with per-head
+// scales: the rows read, their codes written.
+func setRowsFP8(name string, r, t, heads, d int) Case {
+	return Case{Name: name, Op: "set_rows_fp8", Params: `{}`,
+		Inputs: []conformance.InputSpec{in("dst", tensor.F8E4M3, []int{r, heads, d}, normal(100, 0)), in("src", tensor.F16, []int{t, heads, d}, normal(3, 0)),
+			in("rows", tensor.I32, []int{t}, conformance.OnePerBucket(r, t)), in("scale", tensor.F32, []int{heads}, normal(0.001, 0.01))},
+		Bytes: elems(t, heads, d) * (f16 + 1),
 	}
 }
 

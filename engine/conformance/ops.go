@@ -414,6 +414,16 @@ func init() {
 		c.do(func() error { return c.b.AttentionDecode(out, q, kc, vc, lens, cfg) })
 		c.output("out", out)
 	})
+	register("attention_decode_fp8", func(c *call) {
+		var p decodeParams
+		c.params(&p)
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale}
+		q, kc, vc, lens := c.input("q"), c.input("k_cache"), c.input("v_cache"), c.input("cache_lens")
+		ks, vs := c.input("k_scale"), c.input("v_scale")
+		out := c.like(q)
+		c.do(func() error { return c.b.AttentionDecodeFP8(out, q, kc, vc, lens, ks, vs, cfg) })
+		c.output("out", out)
+	})
 	register("swiglu", func(c *call) {
 		c.params(&noParams{})
 		g, u := c.input("gate"), c.input("up")
@@ -607,6 +617,13 @@ func init() {
 		// launches leave the same result.
 		dst, src, rows := c.input("dst"), c.input("src"), c.input("rows")
 		c.do(func() error { return c.b.SetRows(dst, src, rows) })
+		c.output("out", dst)
+	})
+	register("set_rows_fp8", func(c *call) {
+		c.params(&noParams{})
+		// In place, as set_rows: the uploaded dst (f8e4m3 codes) is the output itself.
+		dst, src, rows, scale := c.input("dst"), c.input("src"), c.input("rows"), c.input("scale")
+		c.do(func() error { return c.b.SetRowsFP8(dst, src, rows, scale) })
 		c.output("out", dst)
 	})
 	register("gemm", func(c *call) {

@@ -77,6 +77,13 @@ var crossCases = []crossCase{
 	{"gemm_w4a16", `{"format": "gptq", "group_size": 128, "act_order": true}`, []conformance.InputSpec{in("x", tensor.F16, []int{1, 1024}, nil),
 		in("qweight", tensor.I32, []int{128, 512}, conformance.IntsIn(-1<<31, 1<<31)), in("qzeros", tensor.I32, []int{8, 64}, conformance.IntsIn(-1<<31, 1<<31)),
 		in("scales", tensor.F16, []int{8, 512}, normalGen(0.002, 0.01)), in("g_idx", tensor.I32, []int{1024}, conformance.IntsBelow(8))}},
+	// The FP8 KV cache: a prefill's append at Llama-3-8B's KV row with per-head scales, and a
+	// ragged decode batch over 2500-position caches with them.
+	{"set_rows_fp8", `{}`, []conformance.InputSpec{in("dst", tensor.F8E4M3, []int{4096, 8, 128}, normalGen(100, 0)), in("src", tensor.BF16, []int{333, 8, 128}, normalGen(3, 0)),
+		in("rows", tensor.I32, []int{333}, conformance.OnePerBucket(4096, 333)), in("scale", tensor.F32, []int{8}, normalGen(0.001, 0.01))}},
+	{"attention_decode_fp8", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v}`, 1/math.Sqrt(128)), []conformance.InputSpec{in("q", tensor.BF16, []int{3, 32, 128}, nil),
+		in("k_cache", tensor.F8E4M3, []int{3, 2500, 8, 128}, normalGen(100, 0)), in("v_cache", tensor.F8E4M3, []int{3, 2500, 8, 128}, normalGen(100, 0)),
+		in("cache_lens", tensor.I32, []int{3}, conformance.IntsIn(1, 2501)), in("k_scale", tensor.F32, []int{8}, normalGen(0.0002, 0.002)), in("v_scale", tensor.F32, []int{8}, normalGen(0.001, 0.01))}},
 	// The fused quantisers: DeepSeek-V3's hidden size in 1x128 groups with a residual written in
 	// place, per token at 5120, static with a scale that saturates the largest values; SwiGLU at
 	// Llama-3-8B's intermediate size in 1x128 groups, per token at Qwen2.5-0.5B's, static.

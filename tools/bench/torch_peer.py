@@ -300,6 +300,44 @@ def set_rows(t, p):
     return (lambda: dst.index_copy_(0, rows, src)), "dst.index_copy_(0, rows, src)"
 
 
+def _e4m3(t, name, std):
+    return (t.randn(name, std).float().clamp(-448, 448)).to(torch.float8_e4m3fn)
+
+
+def set_rows_fp8(t, p):
+    """The FP8 KV append in eager torch, as vLLM's torch fallback and transformers' quantized
+    caches write it: the per-head scale's division, the saturating cast, index_copy_ in place."""
+    dst = _e4m3(t, "dst", 100.0)
+    src = t.randn("src")
+    scale = torch.rand(t.shape("scale"), device=src.device) * 0.002 + 0.009
+    per = scale.view(1, -1, 1) if scale.numel() > 1 else scale
+    rows = torch.randperm(dst.shape[0], device=dst.device)[:src.shape[0]]
+
+    def call():
+        codes = (src.float() / per).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+        return dst.index_copy_(0, rows, codes)
+    return call, "dst.index_copy_(0, rows, (src / scale[head]).clamp(+-448).to(float8_e4m3fn))"
+
+
+def attention_decode_fp8(t, p):
+    """Decode over an FP8 KV cache in torch: SDPA has no FP8 cache input, so the peer
+    dequantises the cache (code * scale, to the query's dtype) and runs SDPA, as a torch
+    fallback must; its cache read is the FP8 bytes plus the 16-bit copy written and read."""
+    q = t.randn("q").unsqueeze(2)
+    k, v = (_e4m3(t, n, 100.0).transpose(1, 2).contiguous() for n in ("k_cache", "v_cache"))
+    ks = torch.rand(t.shape("k_scale"), device=q.device) * 0.0002 + 0.002
+    vs = torch.rand(t.shape("v_scale"), device=q.device) * 0.002 + 0.009
+    t.shape("cache_lens")
+    kper = ks.view(1, -1, 1, 1) if ks.numel() > 1 else ks
+    vper = vs.view(1, -1, 1, 1) if vs.numel() > 1 else vs
+    dt = q.dtype
+
+    def call():
+        kd, vd = (k.to(dt) * kper.to(dt)), (v.to(dt) * vper.to(dt))
+        return F.scaled_dot_product_attention(q, kd, vd, scale=p["scale"], enable_gqa=True)
+    return call, "SDPA over the cache dequantised to %s (k.to(dt) * k_scale, v likewise) each call" % str(dt).replace("torch.", "")
+
+
 def gemm(t, p):
     x, w = t.randn("x"), t.weight("w")
     bias = t.randn("bias") if p.get("has_bias") else None
@@ -529,7 +567,8 @@ def sample(t, p):
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
-                               gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample)}
+                               gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
+                               set_rows_fp8, attention_decode_fp8)}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -192,6 +192,13 @@ func (r *recorder) Embedding(out, ids, table backend.Buffer) error {
 func (r *recorder) SetRows(dst, src, rows backend.Buffer) error {
 	return r.add(backend.CheckSetRows(dst, src, rows), func() error { return r.be.SetRows(dst, src, rows) })
 }
+func (r *recorder) SetRowsFP8(dst, src, rows, scale backend.Buffer) error {
+	return r.add(backend.CheckSetRowsFP8(dst, src, rows, scale), func() error { return r.be.SetRowsFP8(dst, src, rows, scale) })
+}
+func (r *recorder) AttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale backend.Buffer, cfg backend.AttentionConfig) error {
+	return r.add(backend.CheckAttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale, cfg),
+		func() error { return r.be.AttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale, cfg) })
+}
 func (r *recorder) Gemm(out, x, w, bias backend.Buffer) error {
 	return r.add(backend.CheckGemm(out, x, w, bias), func() error { return r.be.Gemm(out, x, w, bias) })
 }

@@ -260,6 +260,17 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
 			return b.GemmW4A16(bf(3, 64), bf(3, 256), i32(32, 64), i32(2, 8), bf(2, 64), i32(256), backend.W4GPTQ, 128)
 		}},
+		{"set_rows_fp8", "ts_set_rows_fp8 dtype=1 dst_rows=16 src_rows=2 row_elems=128 scale_heads=2 stream=0", func() error {
+			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
+			return b.SetRowsFP8(alloc(t, b, tensor.F8E4M3, 16, 2, 64), f16(2, 2, 64), i32(2), f32(2))
+		}},
+		{"attention_decode_fp8", "ts_attention_decode_fp8 dtype=4 batch=2 max_len=32 n_heads=8 n_kv_heads=2 head_dim=128 scale_heads=1 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }
+			cfg := backend.AttentionConfig{NumHeads: 8, NumKVHeads: 2, HeadDim: 128, Scale: 0.088}
+			return b.AttentionDecodeFP8(bf(2, 8, 128), bf(2, 8, 128), f8(2, 32, 2, 128), f8(2, 32, 2, 128),
+				alloc(t, b, tensor.I32, 2), f32(1), f32(1), cfg)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

@@ -408,6 +408,17 @@ int tsg_set_rows(const tsg_api *a, void *dst, const void *src, const int32_t *ro
     enter(a, "ts_set_rows");
     return done(a, a->ts_set_rows(dst, src, rows, cfg, NULL), e);
 }
+int tsg_set_rows_fp8(const tsg_api *a, void *dst, const void *src, const int32_t *rows, const float *scale,
+                     const ts_set_rows_fp8_config *cfg, tsg_err *e) {
+    enter(a, "ts_set_rows_fp8");
+    return done(a, a->ts_set_rows_fp8(dst, src, rows, scale, cfg, NULL), e);
+}
+int tsg_attention_decode_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
+                             const int32_t *cache_lens, const float *k_scale, const float *v_scale,
+                             const ts_decode_fp8_config *cfg, tsg_err *e) {
+    enter(a, "ts_attention_decode_fp8");
+    return done(a, a->ts_attention_decode_fp8(out, q, k_cache, v_cache, cache_lens, k_scale, v_scale, cfg, NULL), e);
+}
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e) {
     enter(a, "ts_gemm");

@@ -950,6 +950,48 @@ CASES += _bf16_cases(COMMITTED, "gemm_w4a16", [
                                                       act_order=True)),
 ])
 
+# set_rows_fp8 (the FP8 KV-cache append): scales per KV head (headroom < 1: some values
+# saturate) and per tensor, the 8-wide path (<true, T>: 16-bit rows of whole 8-element heads) and
+# the element-wise one (fp32 src, heads of 50), both storage types.
+CASES += _cases(COMMITTED, "set_rows_fp8", [
+    ("llama3.2-1b_l16_decode-row13_per-head", dict(R=16, heads=8, D=64, rows=[13], scale_heads=8,
+                                                    headroom=0.8)),
+    ("qwen2.5-0.5b_l16_prefill-t8_per-tensor", dict(R=16, heads=2, D=64, rows=list(range(8)),
+                                                     scale_heads=1)),
+    ("f32_l8_scattered-t3_per-head", dict(R=8, heads=2, D=64, rows=[7, 0, 3], scale_heads=2,
+                                          headroom=0.7, dtype="f32")),
+    ("odd-d50_l8_t2_per-head", dict(R=8, heads=3, D=50, rows=[5, 2], scale_heads=3)),
+])
+CASES += _bf16_cases(COMMITTED, "set_rows_fp8", [
+    ("llama3.2-1b_l16_scattered-t3_per-head", dict(R=16, heads=8, D=64, rows=[9, 0, 15],
+                                                   scale_heads=8, headroom=0.8)),
+    ("odd-d50_l8_t2_per-tensor", dict(R=8, heads=3, D=50, rows=[6, 1], scale_heads=1)),
+])
+
+# attention_decode_fp8 (an FP8 KV cache): every head dim the kernel takes (32, 64, 96, 128) with
+# groups of up to 8 query heads a KV head and of more (MQA, 16:1), per-head and per-tensor
+# scales, saturating calibrations (headroom < 1), ragged lengths from 1, both storage types.
+_DECODE_FP8 = [
+    ("qwen2.5-0.5b_d64_lens1-45_per-head", dict(QWEN, L=48, cache_lens=[1, 45], scale_heads=2,
+                                                 headroom=0.9)),
+    ("llama3-8b-gqa4_d128_lens66-5_per-tensor", dict(GQA4_D128, L=72, cache_lens=[66, 5],
+                                                      scale_heads=1)),
+    ("phi3-mini-4h_d96_len20_per-head", dict(nH=4, nKV=4, D=96, L=24, cache_lens=[20],
+                                             scale_heads=4, headroom=0.8)),
+    ("d32_lens33_per-head", dict(nH=4, nKV=2, D=32, L=40, cache_lens=[33], scale_heads=2)),
+    ("mqa16_d64_len57_per-tensor", dict(nH=16, nKV=1, D=64, L=64, cache_lens=[57], scale_heads=1,
+                                        vdist=outlier_channels((7, 40), 20.0))),
+    ("gqa16_d128_len40_per-head", dict(nH=32, nKV=2, D=128, L=48, cache_lens=[40], scale_heads=2,
+                                       qk=LOGIT_GROWTH)),
+    ("mqa12_d96_len9_per-head", dict(nH=12, nKV=1, D=96, L=16, cache_lens=[9], scale_heads=1)),
+    ("mqa16_d32_len70_per-tensor", dict(nH=16, nKV=1, D=32, L=72, cache_lens=[70], scale_heads=1,
+                                        headroom=0.7)),
+]
+CASES += _cases(COMMITTED, "attention_decode_fp8", _DECODE_FP8)
+CASES += _bf16_cases(COMMITTED, "attention_decode_fp8", [
+    (name, dict(kw, L=min(kw["L"], 48), cache_lens=[min(n, 48) for n in kw["cache_lens"]]))
+    for name, kw in _DECODE_FP8])
+
 # Full tier: real model sizes, generated into golden/.cache (never committed).
 BIG = (2048, 8192)  # 16.8M elements per tensor
 
@@ -1027,6 +1069,18 @@ CASES += _cases(FULL, "gemm_w4a16", [
      dict(M=4, N=4096, K=14336, format="gptq", group_size=128, act_order=True)),
     ("gptq-sym-channel_llama3-8b-up_decode-m16",
      dict(M=16, N=14336, K=4096, format="gptq", group_size=4096, sym=True)),
+])
+# An FP8 KV cache at Llama-3-8B's and Qwen2.5-0.5B's decode shapes: 4096-position caches,
+# ragged batches, per-head scales.
+CASES += _cases(FULL, "attention_decode_fp8", [
+    ("llama3-8b-gqa4_d128_b4_l4096_per-head", dict(GQA4_D128, L=4096, cache_lens=[4096, 3001, 17, 2048],
+                                                   scale_heads=2, headroom=0.9)),
+    ("qwen2.5-0.5b_d64_b8_l4096_per-tensor", dict(QWEN, L=4096, cache_lens=[4096, 1, 777, 4000, 2048, 64,
+                                                                          4095, 1500], scale_heads=1)),
+])
+CASES += _cases(FULL, "set_rows_fp8", [
+    ("llama3-8b_l4096_prefill-t2048_per-head", dict(R=4096, heads=8, D=128, rows=list(range(1000, 3048)),
+                                                    scale_heads=8, headroom=0.9)),
 ])
 CASES += _cases(FULL, "softmax", [
     ("qwen2.5-vocab-f32_t32", dict(T=32, N=151936, dtype="f32", dist=normal(3.0),
@@ -1269,12 +1323,13 @@ def cases_for(tier, ops=None):
 
 
 # The ops whose expected outputs are exact (ops.py: given in their stored dtype, not fp64), and
-# those dtypes: quant_fp8's, and the fused quantisers' out and scales (quant_fp8 of the rounded
-# intermediate; their sum is an fp64 reference). They may hold what the contract gives for
+# those dtypes: quant_fp8's, the fused quantisers' out and scales (quant_fp8 of the rounded
+# intermediate; their sum is an fp64 reference) and set_rows_fp8's cache codes. They may hold what the contract gives for
 # non-finite inputs (an inf or NaN scale); an fp64 reference is always finite.
 EXACT_OPS = {"quant_fp8": (torch.float8_e4m3fn, torch.float32),
              "rmsnorm_quant_fp8": (torch.float8_e4m3fn, torch.float32),
-             "swiglu_quant_fp8": (torch.float8_e4m3fn, torch.float32)}
+             "swiglu_quant_fp8": (torch.float8_e4m3fn, torch.float32),
+             "set_rows_fp8": (torch.float8_e4m3fn,)}
 
 
 def build(case):

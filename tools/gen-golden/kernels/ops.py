@@ -233,6 +233,76 @@ def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()
     return params, inputs, {"out": out}
 
 
+# ---------------------------------------------------------------------------------------------
+# FP8 KV cache (vLLM's and FlashInfer's kv_cache_dtype "fp8"): keys and values stored as E4M3
+# codes of value / scale, one float32 scale for the tensor or one a KV head, by quant_fp8's
+# static quantisation (docs/quantization.md). The scales are calibrated from the data the way
+# engines calibrate them (amax / 448 over the cache, per tensor or per head) times `headroom`:
+# below 1 some values saturate at +-448, as a calibration on other data would leave them.
+
+
+def kv_scales(x, scale_heads, headroom):
+    """float32 [scale_heads] = amax / 448 * headroom of x [..., heads, D] per head (or overall)."""
+    a = x.to(F64).abs()
+    amax = a.amax() if scale_heads == 1 else a.transpose(0, -2).reshape(a.shape[-2], -1).amax(1)
+    return (amax.reshape(-1) / E4M3_MAX * headroom).clamp(min=1e-6).to(F32)
+
+
+def kv_quant(x, scales):
+    """E4M3 codes of x [..., heads, D] (float32) / its head's scale (float32 [1] or [heads])."""
+    per = scales if scales.numel() > 1 else scales.expand(x.shape[-2])
+    return to_e4m3(x.to(F32) / per[:, None])
+
+
+def set_rows_fp8(r, *, R, heads, D, rows, scale_heads, headroom=1.0, dist=normal(), dtype="f16"):
+    """The KV-cache append into an FP8 cache: dst [R, heads, D] (an earlier cache's codes) with
+    src [T, heads, D] (f16, bf16 or f32) written at the distinct rows as e4m3(src / scale[head]),
+    the division in float32. The scales come from src (kv_scales)."""
+    T = len(rows)
+    assert len(set(rows)) == T and 0 <= min(rows) and max(rows) < R, rows
+    cast = (lambda t: t.to(F32)) if dtype == "f32" else storage(dtype)
+    dst = to_e4m3((2.0 * r.randn((R, heads, D))).to(F32))
+    src = cast(dist(r, (T, heads, D)))
+    scale = kv_scales(src, scale_heads, headroom)
+    idx = torch.tensor(rows, dtype=I32)
+    out = dst.view(torch.uint8).clone()
+    out[idx.long()] = kv_quant(src, scale).view(torch.uint8)
+    return {}, {"dst": dst, "src": src, "rows": idx, "scale": scale}, {"out": out.view(F8E4M3)}
+
+
+def attention_decode_fp8(r, *, nH, nKV, D, L, cache_lens, scale_heads, headroom=1.0, scale=None,
+                         vdist=normal(), qk=normal(), dtype="f16"):
+    """attention_decode over an FP8 cache: K and V drawn as attention_decode draws them, quantised
+    per tensor or per KV head (kv_scales over the visible positions, kv_quant), positions past
+    cache_lens[b] set to the largest code (448 times the scale: a kernel that reads them gets
+    visibly wrong); the expected output is fp64 attention over code * scale."""
+    cast = storage(dtype)
+    B = len(cache_lens)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q = cast(qk(r, (B, nH, D)))
+    k, v = qk(r, (B, L, nKV, D)).to(F32), vdist(r, (B, L, nKV, D)).to(F32)
+    visible = torch.zeros((B, L), dtype=torch.bool)
+    for b, n in enumerate(cache_lens):
+        assert 1 <= n <= L
+        visible[b, :n] = True
+    ks, vs = kv_scales(k[visible], scale_heads, headroom), kv_scales(v[visible], scale_heads, headroom)
+    kc, vc = kv_quant(k, ks).view(torch.uint8), kv_quant(v, vs).view(torch.uint8)
+    kc[~visible], vc[~visible] = 0x7E, 0x7E  # +448
+    kc, vc = kc.view(F8E4M3), vc.view(F8E4M3)
+    per_k = (ks if ks.numel() > 1 else ks.expand(nKV)).to(F64)[:, None]
+    per_v = (vs if vs.numel() > 1 else vs.expand(nKV)).to(F64)[:, None]
+    kd, vd = kc.to(F64) * per_k, vc.to(F64) * per_v
+    out = torch.empty((B, nH, D), dtype=F64)
+    for b, n in enumerate(cache_lens):
+        qb = d(q[b])[None, :, None, :]
+        out[b] = sdpa(qb, kd[b, :n].transpose(0, 1)[None], vd[b, :n].transpose(0, 1)[None],
+                      causal=False, scale=scale)[0, :, 0, :]
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    inputs = {"q": q, "k_cache": kc, "v_cache": vc, "cache_lens": torch.tensor(cache_lens, dtype=I32),
+              "k_scale": ks, "v_scale": vs}
+    return params, inputs, {"out": out}
+
+
 def swiglu(r, *, T, ffn, gate=normal(), up_std=1.0, dtype="f16"):
     """up_std scales up (1 for every fp16 case: the same draws times 1.0)."""
     cast = storage(dtype)
@@ -753,4 +823,4 @@ OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
-    swiglu_quant_fp8, gemm_w4a16)}
+    swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8)}

@@ -803,6 +803,38 @@ int ts_set_rows(void *dst, const void *src, const int32_t *rows, const ts_set_ro
     return TS_OK;
 }
 
+int ts_set_rows_fp8(void *dst, const void *src, const int32_t *rows, const float *scale,
+                    const ts_set_rows_fp8_config *cfg, void *stream) {
+    logf_("ts_set_rows_fp8 dtype=%d dst_rows=%d src_rows=%d row_elems=%d scale_heads=%d stream=%d", cfg->dtype,
+          cfg->dst_rows, cfg->src_rows, cfg->row_elems, cfg->scale_heads, stream != NULL);
+    int st = enter("ts_set_rows_fp8", 1);
+    if (st) return st;
+    NEED("set_rows_fp8", dst);
+    NEED("set_rows_fp8", src);
+    NEED("set_rows_fp8", rows);
+    NEED("set_rows_fp8", scale);
+    return TS_OK;
+}
+
+int ts_attention_decode_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
+                            const int32_t *cache_lens, const float *k_scale, const float *v_scale,
+                            const ts_decode_fp8_config *cfg, void *stream) {
+    logf_("ts_attention_decode_fp8 dtype=%d batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d scale_heads=%d "
+          "stream=%d",
+          cfg->dtype, cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale_heads,
+          stream != NULL);
+    int st = enter("ts_attention_decode_fp8", 1);
+    if (st) return st;
+    NEED("attention_decode_fp8", out);
+    NEED("attention_decode_fp8", q);
+    NEED("attention_decode_fp8", k_cache);
+    NEED("attention_decode_fp8", v_cache);
+    NEED("attention_decode_fp8", cache_lens);
+    NEED("attention_decode_fp8", k_scale);
+    NEED("attention_decode_fp8", v_scale);
+    return TS_OK;
+}
+
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream) {
     logf_("ts_gemm in_dtype=%d out_dtype=%d m=%d n=%d k=%d bias=%d stream=%d", cfg->in_dtype, cfg->out_dtype, cfg->m,
           cfg->n, cfg->k, bias != NULL, stream != NULL);
