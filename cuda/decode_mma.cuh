@@ -60,8 +60,11 @@ __device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, 
 
 constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
 
-/* 16-key tiles a warp step loads before its math. */
+/* 16-key tiles a warp step loads before its math: a 16-bit cache's; an FP8 cache's pieces are
+ * half the registers, so it loads more keys a step (three tiles at D <= 64, where four spill
+ * under the 4-block bound; two above). */
 __host__ __device__ constexpr int decode_unroll(int D) { return D <= 64 ? 2 : 1; }
+__host__ __device__ constexpr int decode_unroll_fp8(int D) { return D <= 64 ? 3 : 2; }
 
 /* W consecutive 32-bit words from p (16-byte aligned when W % 4 == 0, else 8-byte aligned): raw
  * 16-bit pairs of either storage type. */
@@ -97,43 +100,47 @@ __device__ __forceinline__ void split2(float lo, float hi, uint32_t &h, uint32_t
     l = ts::pack2<T>(lo - af.x, hi - af.y);
 }
 
-/* W words of T pairs of one cache piece: a 16-bit cache's straight (load_words), an E4M3 cache's
- * 2W codes converted (exactly: every E4M3 value is an fp16 and a bf16 value), code 2j in the
- * low half of word j. The pieces are 16-byte aligned when 2W % 16 == 0 (K at D 64 and 128, V at
- * 128), 8-byte when 2W % 8 == 0, else 4-byte (V at D 32 and 96). */
-template <typename KV, typename T, int W>
-__device__ __forceinline__ void load_cache(uint32_t (&w)[W], const KV *p) {
-    if constexpr (std::is_same<KV, T>::value) {
+/* A lane's cache piece as loaded: W words of T pairs (a 16-bit cache, load_words) or the same
+ * dims as E4M3 codes in W / 2 words (an FP8 cache, converted at use by cache_word). The code
+ * pieces are 16-byte aligned when their bytes are a multiple of 16 (K at D 64 and 128, V at 128),
+ * 8-byte when of 8, else 4-byte (V at D 32 and 96). */
+template <typename KV, int W>
+__device__ __forceinline__ void load_raw(uint32_t (&w)[W], const KV *p) {
+    if constexpr (sizeof(KV) == 2) {
         load_words(w, p);
-    } else {
-        constexpr int NB = 2 * W; /* code bytes */
-        uint32_t c[NB / 4];
-        if constexpr (NB % 16 == 0) {
+    } else if constexpr ((4 * W) % 16 == 0) {
 #pragma unroll
-            for (int i = 0; i < NB / 16; ++i) {
-                const uint4 u = reinterpret_cast<const uint4 *>(p)[i];
-                c[4 * i] = u.x, c[4 * i + 1] = u.y, c[4 * i + 2] = u.z, c[4 * i + 3] = u.w;
-            }
-        } else if constexpr (NB % 8 == 0) {
-#pragma unroll
-            for (int i = 0; i < NB / 8; ++i) {
-                const uint2 u = reinterpret_cast<const uint2 *>(p)[i];
-                c[2 * i] = u.x, c[2 * i + 1] = u.y;
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < NB / 4; ++i) c[i] = reinterpret_cast<const uint32_t *>(p)[i];
+        for (int i = 0; i < W / 4; ++i) {
+            const uint4 u = reinterpret_cast<const uint4 *>(p)[i];
+            w[4 * i] = u.x, w[4 * i + 1] = u.y, w[4 * i + 2] = u.z, w[4 * i + 3] = u.w;
         }
+    } else if constexpr ((4 * W) % 8 == 0) {
 #pragma unroll
-        for (int j = 0; j < W; ++j) {
-            const __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)(c[j / 2] >> (16 * (j & 1)));
-            const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-            if constexpr (std::is_same<T, __half>::value) {
-                w[j] = (uint32_t)h.x | (uint32_t)h.y << 16;
-            } else {
-                const float lo = __half2float(__ushort_as_half(h.x)), hi = __half2float(__ushort_as_half(h.y));
-                w[j] = ts::pack2<T>(lo, hi);
-            }
+        for (int i = 0; i < W / 2; ++i) {
+            const uint2 u = reinterpret_cast<const uint2 *>(p)[i];
+            w[2 * i] = u.x, w[2 * i + 1] = u.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < W; ++i) w[i] = reinterpret_cast<const uint32_t *>(p)[i];
+    }
+}
+
+/* Word j (T pair of dims 2j, 2j + 1 of the piece, the lower in the low half) of a loaded piece:
+ * the 16-bit cache's own, or codes 2j and 2j + 1 converted, exactly (every E4M3 value is an fp16
+ * and a bf16 value). */
+template <typename KV, typename T, int W>
+__device__ __forceinline__ uint32_t cache_word(const uint32_t (&raw)[W], int j) {
+    if constexpr (sizeof(KV) == 2) {
+        return raw[j];
+    } else {
+        const __nv_fp8x2_storage_t pair = (__nv_fp8x2_storage_t)(raw[j / 2] >> (16 * (j & 1)));
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+        if constexpr (std::is_same<T, __half>::value) {
+            return (uint32_t)h.x | (uint32_t)h.y << 16;
+        } else {
+            const float lo = __half2float(__ushort_as_half(h.x)), hi = __half2float(__ushort_as_half(h.y));
+            return ts::pack2<T>(lo, hi);
         }
     }
 }
@@ -208,27 +215,28 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
     for (int k0 = start + warp * KEYS; k0 < end; k0 += kMmaWarps * KEYS) {
         /* Every load of the step first (UNROLL 16-key tiles), then the math. Keys at or past end
          * are never read; their words are 0 and their scores -inf. */
-        uint32_t kw[UNROLL][2][KW], vw[UNROLL][4][VW];
+        constexpr int KR = kFP8 ? KW / 2 : KW, VR = kFP8 ? VW / 2 : VW; /* words as loaded */
+        uint32_t kw[UNROLL][2][KR], vw[UNROLL][4][VR];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
                 const int key = k0 + 16 * u + 8 * nt + gq;
                 if (key < end) {
-                    load_cache<KV, T>(kw[u][nt], kbase + key * row_stride);
+                    load_raw(kw[u][nt], kbase + key * row_stride);
                 } else {
 #pragma unroll
-                    for (int w = 0; w < KW; ++w) kw[u][nt][w] = 0u;
+                    for (int w = 0; w < KR; ++w) kw[u][nt][w] = 0u;
                 }
             }
 #pragma unroll
             for (int i = 0; i < 4; ++i) { /* keys 2t, 2t + 1, 2t + 8, 2t + 9 of the tile */
                 const int key = k0 + 16 * u + 2 * tq + (i & 1) + 8 * (i >> 1);
                 if (key < end) {
-                    load_cache<KV, T>(vw[u][i], vbase + key * row_stride);
+                    load_raw(vw[u][i], vbase + key * row_stride);
                 } else {
 #pragma unroll
-                    for (int w = 0; w < VW; ++w) vw[u][i][w] = 0u;
+                    for (int w = 0; w < VR; ++w) vw[u][i][w] = 0u;
                 }
             }
         }
@@ -244,7 +252,8 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
 #pragma unroll
                 for (int ks = 0; ks < NK; ++ks)
                     ts::mma16816<T>(s[u][nt], qa[0][2 * ks], ROWS > 1 ? qa[ROWS - 1][2 * ks] : 0u, qa[0][2 * ks + 1],
-                             ROWS > 1 ? qa[ROWS - 1][2 * ks + 1] : 0u, kw[u][nt][2 * ks], kw[u][nt][2 * ks + 1]);
+                             ROWS > 1 ? qa[ROWS - 1][2 * ks + 1] : 0u, cache_word<KV, T>(kw[u][nt], 2 * ks),
+                             cache_word<KV, T>(kw[u][nt], 2 * ks + 1));
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = k0 + 16 * u + 8 * nt + 2 * tq + (e & 1);
@@ -297,8 +306,8 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
             for (int j = 0; j < NT; ++j) {
                 /* dim g * D/8 + j of keys (2t, 2t + 1) and (2t + 8, 2t + 9) */
                 const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;
-                const uint32_t b0 = __byte_perm(vw[u][0][j >> 1], vw[u][1][j >> 1], sel);
-                const uint32_t b1 = __byte_perm(vw[u][2][j >> 1], vw[u][3][j >> 1], sel);
+                const uint32_t b0 = __byte_perm(cache_word<KV, T>(vw[u][0], j >> 1), cache_word<KV, T>(vw[u][1], j >> 1), sel);
+                const uint32_t b1 = __byte_perm(cache_word<KV, T>(vw[u][2], j >> 1), cache_word<KV, T>(vw[u][3], j >> 1), sel);
                 ts::mma16816<T>(o[j], ah[0], ah[1], ah[2], ah[3], b0, b1);
                 ts::mma16816<T>(o[j], al[0], al[1], al[2], al[3], b0, b1);
             }
@@ -435,13 +444,13 @@ struct DecodeShape {
     float scale;
 };
 
-/* Launches kernel (attention_decode_mma_kernel<D, MAXG, decode_unroll(D), T> or its FP8 twin,
- * which share decode_mma_body and one argument list) over the shape's blocks and splits. */
-template <int D, int MAXG, typename KV, typename T, typename Kernel>
+/* Launches kernel (attention_decode_mma_kernel<D, MAXG, UNROLL, T> or its FP8 twin, which share
+ * decode_mma_body and one argument list) over the shape's blocks and splits. */
+template <int D, int MAXG, int UNROLL, typename KV, typename T, typename Kernel>
 int launch_mma(const char *op, Kernel kernel, T *out, const T *q, const KV *kc, const KV *vc, const int32_t *lens,
                const float *k_scale, const float *v_scale, int scale_heads, int len_fault, const DecodeShape &c,
                cudaStream_t stream) {
-    constexpr int KEYS = 16 * decode_unroll(D);
+    constexpr int KEYS = 16 * UNROLL;
     static std::atomic<int> per_sm{0};
     if (per_sm.load(std::memory_order_relaxed) == 0) {
         int n = 0;

@@ -362,9 +362,9 @@ int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *le
     constexpr int U = decode_unroll(D);
     const int fault = ts::FAULT_DECODE_CACHE_LEN;
     if (c.n_heads / c.n_kv_heads <= 8)
-        return launch_mma<D, 8>("attention_decode", attention_decode_mma_kernel<D, 8, U, T>, out, q, kc, vc, lens,
+        return launch_mma<D, 8, U>("attention_decode", attention_decode_mma_kernel<D, 8, U, T>, out, q, kc, vc, lens,
                                 nullptr, nullptr, 1, fault, shape, stream);
-    return launch_mma<D, 16>("attention_decode", attention_decode_mma_kernel<D, 16, U, T>, out, q, kc, vc, lens,
+    return launch_mma<D, 16, U>("attention_decode", attention_decode_mma_kernel<D, 16, U, T>, out, q, kc, vc, lens,
                              nullptr, nullptr, 1, fault, shape, stream);
 }
 

@@ -5,9 +5,11 @@
  * the storage type T (touchstone.h states the contract).
  *
  * The kernel is attention_decode's tensor-core flash-decoding body (decode_mma.cuh) with an E4M3
- * cache: each lane's cache piece is half the bytes, converted to T in registers (exact: every
- * E4M3 value is an fp16 and a bf16 value), so Q K^T and P V run on the same m16n8k16 mma; the key
- * scale multiplies the scores' scale and the value scale the output, once each. The cache read,
+ * cache: each lane's cache piece is half the bytes, held as codes (twice the keys a warp step, so
+ * as many bytes in flight as the 16-bit kernel) and converted to T pair by pair where the mma
+ * reads it (exact: every E4M3 value is an fp16 and a bf16 value), so Q K^T and P V run on the
+ * same m16n8k16 mma; the key scale multiplies the scores' scale and the value scale the output,
+ * once each. The cache read,
  * the bound at decode, is half the 16-bit one. Head dims 32, 64, 96 and 128 (every model family
  * here); others are refused as unsupported by name.
  */
@@ -35,13 +37,13 @@ template <int D, typename T>
 int launch_d(T *out, const T *q, const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
              const float *ks, const float *vs, const ts_decode_fp8_config &c, cudaStream_t stream) {
     const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale};
-    constexpr int U = decode_unroll(D);
+    constexpr int U = decode_unroll_fp8(D);
     const char *op = "attention_decode_fp8";
     const int fault = ts::FAULT_DECODE_FP8_CACHE_LEN;
     if (c.n_heads / c.n_kv_heads <= 8)
-        return launch_mma<D, 8>(op, attention_decode_fp8_kernel<D, 8, U, T>, out, q, kc, vc, lens, ks, vs,
+        return launch_mma<D, 8, U>(op, attention_decode_fp8_kernel<D, 8, U, T>, out, q, kc, vc, lens, ks, vs,
                                 c.scale_heads, fault, shape, stream);
-    return launch_mma<D, 16>(op, attention_decode_fp8_kernel<D, 16, U, T>, out, q, kc, vc, lens, ks, vs,
+    return launch_mma<D, 16, U>(op, attention_decode_fp8_kernel<D, 16, U, T>, out, q, kc, vc, lens, ks, vs,
                              c.scale_heads, fault, shape, stream);
 }
 

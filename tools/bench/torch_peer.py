@@ -313,10 +313,13 @@ def set_rows_fp8(t, p):
     per = scale.view(1, -1, 1) if scale.numel() > 1 else scale
     rows = torch.randperm(dst.shape[0], device=dst.device)[:src.shape[0]]
 
+    # index_copy_ has no float8 kernel on CUDA: the cache is moved as its bytes.
+    dst_bytes = dst.view(torch.uint8)
+
     def call():
         codes = (src.float() / per).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-        return dst.index_copy_(0, rows, codes)
-    return call, "dst.index_copy_(0, rows, (src / scale[head]).clamp(+-448).to(float8_e4m3fn))"
+        return dst_bytes.index_copy_(0, rows, codes.view(torch.uint8))
+    return call, "dst.view(uint8).index_copy_(0, rows, (src / scale[head]).clamp(+-448).to(float8_e4m3fn).view(uint8))"
 
 
 def attention_decode_fp8(t, p):

@@ -760,15 +760,15 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-decode-fp8-code-order", Side: SideCUDA, File: "cuda/decode_mma.cuh",
 		Bug:         "the FP8 decode kernel converts a word's two code pairs in swapped order",
-		Original:    "(__nv_fp8x2_storage_t)(c[j / 2] >> (16 * (j & 1)))",
-		Replacement: "(__nv_fp8x2_storage_t)(c[j / 2] >> (16 * ((j + 1) & 1)))",
+		Original:    "(__nv_fp8x2_storage_t)(raw[j / 2] >> (16 * (j & 1)))",
+		Replacement: "(__nv_fp8x2_storage_t)(raw[j / 2] >> (16 * ((j + 1) & 1)))",
 		Suites:      kernels, Labels: "op:attention_decode_fp8",
 	},
 	{
 		ID: "cuda-decode-fp8-bf16-halves", Side: SideCUDA, File: "cuda/decode_mma.cuh",
 		Bug:         "the FP8 decode kernel packs a bf16 pair's converted codes high half first",
-		Original:    "w[j] = ts::pack2<T>(lo, hi);",
-		Replacement: "w[j] = ts::pack2<T>(hi, lo);",
+		Original:    "return ts::pack2<T>(lo, hi);",
+		Replacement: "return ts::pack2<T>(hi, lo);",
 		Suites:      kernels, Labels: "op:attention_decode_fp8",
 	},
 	{
