@@ -10,8 +10,8 @@
  * 8-byte aligned: 16 lanes a group, 8 values a lane from one 16-byte load of gate and of up, the
  * amax (the maximum of abs_bits, NaN propagating) by four shuffles, the 8 codes stored as one
  * 8-byte word; 16 groups a block. Any other dynamic case: one block per group (quant_fp8's
- * plan), which computes its group's y once into registers (at most kMaxPerThread values a
- * thread), takes the amax with warp reductions and shared memory, then writes the codes; a group
+ * plan, up to 1024 threads, about 8 values a thread), which computes its group's y once into
+ * registers (at most kMaxPerThread values a thread), takes the amax with warp reductions and shared memory, then writes the codes; a group
  * too long for the registers (per-token groups past 256 x kMaxPerThread values) recomputes the
  * rest of y from gate and up in the second pass, by the same arithmetic. Static: a grid-stride
  * loop. The last two load scalars, coalesced, so they take any alignment.
@@ -24,6 +24,7 @@
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxThreads = 1024; /* the one-block-a-group kernel's largest block */
 constexpr int kMaxPerThread = 16;
 
 /* swiglu's activation of element i, rounded to T as swiglu stores it. */
@@ -72,10 +73,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kMaxThreads)
     swiglu_quant_dynamic_kernel(unsigned char *out, float *scales, const T *gate, const T *up, int group_size) {
     ts::pdl_wait();
-    __shared__ unsigned warp_max[kThreads / 32];
+    __shared__ unsigned warp_max[kMaxThreads / 32];
     const int64_t g = blockIdx.x;
     const int64_t base = g * (int64_t)group_size;
     float v[kMaxPerThread];
@@ -131,8 +132,15 @@ int launch(unsigned char *out, float *scales, const T *gate, const T *up, const 
                       gate, up, groups);
             return TS_OK;
         }
-        const int threads = c.group_size >= kThreads ? kThreads : ts::round_up(c.group_size, 32);
-        const char *d = ts::dims("rows=%d ffn=%d group=%d in=%s", c.rows, c.hidden, c.group_size, ts::Storage<T>::name);
+        /* About 8 values a thread, 256 to 1024 threads: a per-token group of a decode step is a
+         * whole row (14336 values for Llama-3-8B) and there are as few blocks as rows, so a row's
+         * loads must be in flight at once (at 256 threads its last 40 values a thread were read
+         * in two loops one at a time: 0.93x the eager torch composition). */
+        const int threads = c.group_size < kThreads
+                                ? ts::round_up(c.group_size, 32)
+                                : std::min(kMaxThreads, std::max(kThreads, ts::round_up((int)ts::ceil_div(c.group_size, 8), 32)));
+        const char *d = ts::dims("rows=%d ffn=%d group=%d threads=%d in=%s", c.rows, c.hidden, c.group_size, threads,
+                                 ts::Storage<T>::name);
         auto kernel = swiglu_quant_dynamic_kernel<T>;
         TS_LAUNCH(op, kernel, (unsigned)groups, threads, 0, stream, d, out, scales, gate, up, c.group_size);
         return TS_OK;
