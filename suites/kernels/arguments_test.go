@@ -193,11 +193,11 @@ var indexCalls = []indexCall{
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 1, HeadDim: 80, Scale: 0.125}
 		return out, b.AttentionDecode(out, f16(2, 4, 80), f16(2, 16, 1, 80), f16(2, 16, 1, 80), i32(0, 16), cfg)
 	}},
-	{"set_rows_fp8", "an out-of-range row", "rows[0]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"set_rows_fp8", "an out-of-range row of an FP8 cache", "rows[0]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
 		dst := zeros(tensor.F8E4M3, 8, 2, 16)
 		return dst, b.SetRowsFP8(dst, f16(2, 2, 16), i32(-1, 3), zeros(tensor.F32, 1))
 	}},
-	{"attention_decode_fp8", "a cache length past the capacity", "cache_lens[0]", "9", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"attention_decode_fp8", "a cache length past an FP8 cache's capacity", "cache_lens[0]", "9", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 4, 64)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
 		return out, b.AttentionDecodeFP8(out, f16(2, 4, 64), zeros(tensor.F8E4M3, 2, 8, 2, 64), zeros(tensor.F8E4M3, 2, 8, 2, 64),
