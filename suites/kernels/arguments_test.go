@@ -26,6 +26,24 @@ type badCall struct {
 }
 
 var badCalls = []badCall{
+	{"attention_decode_fp8", "v_scale", "f32[3]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		// three value scales for two kv heads: neither per tensor nor per head
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+		var free []backend.Buffer
+		defer func() {
+			for _, x := range free {
+				x.Free()
+			}
+		}()
+		alloc := func(dt tensor.DType, shape ...int) backend.Buffer {
+			x, err := b.Alloc(dt, shape...)
+			Expect(err).NotTo(HaveOccurred())
+			free = append(free, x)
+			return x
+		}
+		return b.AttentionDecodeFP8(out, f16(1, 4, 64), alloc(tensor.F8E4M3, 1, 8, 2, 64), alloc(tensor.F8E4M3, 1, 8, 2, 64),
+			i32(8), alloc(tensor.F32, 2), alloc(tensor.F32, 3), cfg)
+	}, []int{1, 4, 64}},
 	{"gemm_w4a16", "qweight", "i32[8]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
 		// a packed weight of one dimension: the words of a [K, N/8] AWQ qweight, flattened
 		return b.GemmW4A16(out, f16(1, 256), i32(1, 2, 3, 4, 5, 6, 7, 8), i32(1), f16(2, 64), nil, backend.W4AWQ, 128)
