@@ -4,9 +4,8 @@
  *
  *  - decode (m <= 16, k % 16 == 0, x and w 16-byte aligned): gemm_fp8_decode_kernel, a
  *    tensor-core gemv. At decode the op is bound by the weight read (n * k bytes): each warp
- *    owns 8 output columns and streams their weight rows in 16-byte cp.async copies through a
- *    shared-memory ring, four 128-wide k blocks ahead, into FP8 mma.sync m16n8k32 operands (x's
- *    at most 16 rows from L1);
+ *    owns 8 output columns and streams their weight rows in 16-byte vectors, four 128-wide k
+ *    blocks ahead, straight into FP8 mma.sync m16n8k32 operands (x's at most 16 rows from L1);
  *    the k range is split over warps where the columns alone would leave the GPU short of
  *    loads in flight, and gemm_fp8_reduce_kernel then sums the splits' fp32 partials in split
  *    order and rounds once.
@@ -32,7 +31,6 @@
 
 #include "blaslt.cuh"
 #include "internal.h"
-#include "mma.cuh"
 
 namespace {
 
@@ -124,7 +122,16 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-constexpr int kStages = 5; /* the shared-memory ring of 128-wide weight blocks a warp streams through */
+/* 16 weight bytes, streamed: read once, not kept in L1. */
+__device__ __forceinline__ uint4 load_stream(const unsigned char *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+constexpr int kDepth = 4; /* 128-wide k blocks of weight a lane has in flight ahead of its mma */
 
 /* x's 16 bytes at kk and kk + 64 of rows g (lo) and g + 8 (hi) for lane (g, t): zeros past m,
  * past the range, or for rows 8-15 when HI is false. Read through L1: every warp of a split
@@ -146,6 +153,13 @@ __device__ __forceinline__ XBlock x_load(const unsigned char *xlo, const unsigne
     return b;
 }
 
+/* The weight's 16 bytes at kk and kk + 64 of the lane's row (zeros past the range). */
+__device__ __forceinline__ void w_load(uint4 (&wv)[2], const unsigned char *wrow, int kk, int k_len) {
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    wv[0] = kk < k_len ? load_stream(wrow + kk) : z;
+    wv[1] = kk + 64 < k_len ? load_stream(wrow + kk + 64) : z;
+}
+
 /* The two m16n8k32 of one 64-wide half. The mma's k order is a permutation of memory's (its
  * logical k 4t..4t+3 are bytes 16t..16t+3 of the half, 16+4t.. bytes 16t+4.., and so on): a dot
  * product does not depend on the order, and the x and w operands use the same one. */
@@ -156,23 +170,21 @@ __device__ __forceinline__ void decode_mma(float (&part)[4], const uint4 &lo, co
 
 /* Work item i (a warp at a time, grid-stride) is columns [8 (i % tiles), +8) over k in
  * [slice (i / tiles), +slice) (slice % 128 == 0): consecutive warps share a split, so x's slice
- * stays in L1. Lane (g, t) streams weight row col0 + g, 16 bytes a 64-wide half, through a ring
- * of kStages 128-wide blocks in shared memory (cp.async: kStages - 1 blocks in flight ahead of the
- * one it multiplies, no registers held for them, so four blocks fit an SM; a lane reads back only
- * what it copied, so no barrier), x one block ahead. Block scales are applied per 128-wide k
- * block. One split: out [m, n] in T directly (per-channel scales applied, one rounding);
- * several: fp32 partial [splits, m, n] for gemm_fp8_reduce_kernel. */
+ * stays in L1. Lane (g, t) streams weight row col0 + g, 16 bytes a 64-wide half, kDepth 128-wide
+ * blocks ahead of the one it multiplies (the weight read is latency-bound without them), x one
+ * block ahead. Block scales are applied per 128-wide k block. One split: out [m, n] in T
+ * directly (per-channel scales applied, one rounding); several: fp32 partial [splits, m, n] for
+ * gemm_fp8_reduce_kernel. */
 template <bool BLOCK, bool HI, typename T>
 __global__ void __launch_bounds__(kDecodeThreads) gemm_fp8_decode_kernel(T *out, float *partial, const unsigned char *x,
                                                                          const float *xs, const unsigned char *w,
                                                                          const float *ws, int m, int n, int k,
                                                                          int slice, int tiles, int splits) {
     ts::pdl_wait();
-    __shared__ uint4 ring[kDecodeWarps][kStages][2][32];
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int kbs = k / kBlock; /* block scales: k % 128 == 0 */
     const int64_t items = (int64_t)tiles * splits;
-    for (int64_t item = (int64_t)blockIdx.x * kDecodeWarps + warp; item < items;
+    for (int64_t item = (int64_t)blockIdx.x * kDecodeWarps + (threadIdx.x >> 5); item < items;
          item += (int64_t)gridDim.x * kDecodeWarps) {
         const int col0 = (int)(item % tiles) * 8, split = (int)(item / tiles);
         const int k_begin = split * slice, k_span = min(slice, k - k_begin), k_len = k_span - t * 16;
@@ -182,51 +194,40 @@ __global__ void __launch_bounds__(kDecodeThreads) gemm_fp8_decode_kernel(T *out,
         const unsigned char *xhi = x + (int64_t)(g + 8) * k + k_begin + t * 16;
         const bool lo_ok = g < m, hi_ok = g + 8 < m;
         const float *ws_row = BLOCK ? ws + (int64_t)(col0 / kBlock) * kbs : nullptr;
-        /* Block kk's two halves into ring slot `stage` (zeros past the range), one commit group. */
-        auto issue = [&](int stage, int kk) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const bool in = kk + 64 * h < k_len;
-                ts::cp_async16_zfill(&ring[warp][stage][h][lane], in ? wrow + kk + 64 * h : wrow, in);
-            }
-            ts::cp_async_commit();
-        };
 
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        uint4 wb[kDepth][2];
 #pragma unroll
-        for (int d = 0; d < kStages - 1; ++d) issue(d, d * kBlock);
+        for (int d = 0; d < kDepth; ++d) w_load(wb[d], wrow, d * kBlock, k_len);
         XBlock xb = x_load<HI>(xlo, xhi, lo_ok, hi_ok, 0, k_len);
-        int stage = 0;
-#pragma unroll 1
-        for (int kk = 0; kk < k_span; kk += kBlock) {
-            ts::cp_async_wait<kStages - 2>(); /* this block's group has landed */
-            uint4 wb[2];
-            wb[0] = ring[warp][stage][0][lane];
-            wb[1] = ring[warp][stage][1][lane];
-            /* The slot of the block before this one, read last iteration, takes the next. */
-            issue(stage == 0 ? kStages - 1 : stage - 1, kk + (kStages - 1) * kBlock);
-            stage = stage == kStages - 1 ? 0 : stage + 1;
-            const XBlock xn = x_load<HI>(xlo, xhi, lo_ok, hi_ok, kk + kBlock, k_len);
-            /* The tensor cores' partial of one 128-wide block, promoted to fp32 after it. */
-            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            decode_mma(part, xb.lo0, xb.hi0, wb[0]);
-            decode_mma(part, xb.lo1, xb.hi1, wb[1]);
-            if constexpr (BLOCK) {
-                const int kb = (k_begin + kk) / kBlock;
-                const float sw = ws_row[kb];
-                const float s_lo = lo_ok ? xs[(int64_t)g * kbs + kb] * sw : 0.0f;
-                const float s_hi = hi_ok ? xs[(int64_t)(g + 8) * kbs + kb] * sw : 0.0f;
-                acc[0] += part[0] * s_lo;
-                acc[1] += part[1] * s_lo;
-                acc[2] += part[2] * s_hi;
-                acc[3] += part[3] * s_hi;
-            } else {
+        for (int k0 = 0; k0 < k_span; k0 += kDepth * kBlock) {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) acc[i] += part[i];
+            for (int d = 0; d < kDepth; ++d) {
+                const int kk = k0 + d * kBlock;
+                if (kk < k_span) {
+                    const XBlock xn = x_load<HI>(xlo, xhi, lo_ok, hi_ok, kk + kBlock, k_len);
+                    /* The tensor cores' partial of one 128-wide block, promoted to fp32 after it. */
+                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    decode_mma(part, xb.lo0, xb.hi0, wb[d][0]);
+                    decode_mma(part, xb.lo1, xb.hi1, wb[d][1]);
+                    w_load(wb[d], wrow, kk + kDepth * kBlock, k_len);
+                    if constexpr (BLOCK) {
+                        const int kb = (k_begin + kk) / kBlock;
+                        const float sw = ws_row[kb];
+                        const float s_lo = lo_ok ? xs[(int64_t)g * kbs + kb] * sw : 0.0f;
+                        const float s_hi = hi_ok ? xs[(int64_t)(g + 8) * kbs + kb] * sw : 0.0f;
+                        acc[0] += part[0] * s_lo;
+                        acc[1] += part[1] * s_lo;
+                        acc[2] += part[2] * s_hi;
+                        acc[3] += part[3] * s_hi;
+                    } else {
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) acc[i] += part[i];
+                    }
+                    xb = xn;
+                }
             }
-            xb = xn;
         }
-        ts::cp_async_wait<0>(); /* the zero fills past the range land before the next item's copies */
         /* Accumulator i holds row g (i < 2) or g + 8, column col0 + 2t + (i & 1). */
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
