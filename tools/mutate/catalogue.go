@@ -648,8 +648,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-gemm-fp8-decode-row-hi-scale", Side: SideCUDA, File: "cuda/kernels/gemm_fp8.cu",
 		Bug:         "the FP8 decode gemv scales rows 8-15 with the activation scales of rows 0-7",
-		Original:    "xs[(int64_t)(g + 8) * kbs + kb] * sw",
-		Replacement: "xs[(int64_t)g * kbs + kb] * sw",
+		Original:    "if (hi_ok) v.z = xs[(int64_t)(g + 8) * kbs + kb];",
+		Replacement: "if (hi_ok) v.z = xs[(int64_t)g * kbs + kb];",
 		Suites:      kernels, Labels: "op:gemm_fp8",
 	},
 	{
