@@ -54,7 +54,7 @@ var catalogue = []Mutant{
 		ID: "go-set-rows-fp8-head-scale", Side: SideGo, File: "engine/backend/cpu/kv_fp8.go",
 		Bug:         "the FP8 KV append quantises every head with the first head's scale",
 		Original:    "tensor.E4M3FromFloat32(x / ts[3].F32[e/headElems])",
-		Replacement: "tensor.E4M3FromFloat32(x / ts[3].F32[0])",
+		Replacement: "tensor.E4M3FromFloat32(x / ts[3].F32[e/headElems/len(ts[3].F32)])",
 		Suites:      kernels, Labels: "op:set_rows_fp8",
 	},
 	{
