@@ -83,6 +83,7 @@ func TestFirstTapsPreferTheBestSource(t *testing.T) {
 func TestJudge(t *testing.T) {
 	model := Mutant{ID: "go-m", Suites: []string{"models"}}
 	kernel := Mutant{ID: "go-k", Suites: []string{"kernels"}, Labels: "op:rope"}
+	full := Mutant{ID: "go-f", Suites: []string{"kernels"}, Labels: "op:rope", FullTier: true}
 	for _, c := range []struct {
 		what    string
 		m       Mutant
@@ -93,6 +94,11 @@ func TestJudge(t *testing.T) {
 	}{
 		{"nothing failed", kernel, []suiteResult{{Ran: 10}}, Survived, nil, nil},
 		{"no spec selected", kernel, []suiteResult{{}}, Errored, nil, nil},
+		// A full-tier mutant is only tested where the full-tier sets exist.
+		{"full tier absent: not a survival", full, []suiteResult{{Ran: 10}}, Errored, nil, nil},
+		{"full tier present, nothing failed", full, []suiteResult{{Ran: 12, RanSlow: 2}}, Survived, nil, nil},
+		{"full tier absent, a committed spec failed", full, []suiteResult{{Ran: 10, Failed: []string{"kernels: kernel conformance rope x"}}},
+			Caught, []string{"kernels: kernel conformance rope x"}, nil},
 		{"a crash is a kill", kernel, []suiteResult{{Crash: "kernels: timed out"}}, Caught, []string{"kernels: timed out"}, nil},
 		{"conformance before tightness", model,
 			[]suiteResult{{Ran: 5, Failed: []string{"models: model tolerances are tight x", "models: model conformance every tap y"}, FirstTaps: []string{"qwen2-tiny: prefill.embed"}}},

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -53,6 +54,7 @@ type suiteRun struct {
 // suiteResult is what a run shows about the mutant.
 type suiteResult struct {
 	Ran       int      // specs that ran (passed or failed)
+	RanSlow   int      // of them, full-tier ones (labelled slow: their sets generated on the host)
 	Failed    []string // "<suite>: <full spec text>" of every failed spec
 	FirstTaps []string // "<model>: <tap>", the first tap out of tolerance per model set
 	// Crash is set when the binary failed without a report that says why (a crash, a
@@ -217,6 +219,9 @@ func parseReport(suite string, data []byte) (suiteResult, error) {
 		for _, sr := range rep.SpecReports {
 			if sr.LeafNodeType == types.NodeTypeIt && (sr.State.Is(types.SpecStatePassed) || sr.State.Is(types.SpecStateFailureStates)) {
 				res.Ran++
+				if slices.Contains(sr.Labels(), "slow") {
+					res.RanSlow++
+				}
 			}
 			if !sr.State.Is(types.SpecStateFailureStates) {
 				continue
