@@ -221,11 +221,18 @@ var indexCalls = []indexCall{
 		return out, b.AttentionDecodeFP8(out, f16(2, 4, 64), zeros(tensor.F8E4M3, 2, 8, 2, 64), zeros(tensor.F8E4M3, 2, 8, 2, 64),
 			i32(9, 8), zeros(tensor.F32, 2), zeros(tensor.F32, 2), cfg)
 	}},
+	// The 4-bit GEMM: at a decode row (the fused gemv) and at 17 rows (the dequantiser).
 	{"gemm_w4a16", "a GPTQ group index past the groups", "g_idx[9]", "2", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
 		out := f16(1, 8)
 		g := make([]int32, 16)
 		g[9] = 2 // two groups of 8
 		return out, b.GemmW4A16(out, f16(1, 16), zeros(tensor.I32, 2, 8), zeros(tensor.I32, 2, 1), f16(2, 8), i32(g...), backend.W4GPTQ, 8)
+	}},
+	{"gemm_w4a16", "a GPTQ group index past the groups at 17 rows", "g_idx[12]", "-3", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+		out := f16(17, 8)
+		g := make([]int32, 16)
+		g[12] = -3
+		return out, b.GemmW4A16(out, f16(17, 16), zeros(tensor.I32, 2, 8), zeros(tensor.I32, 2, 1), f16(2, 8), i32(g...), backend.W4GPTQ, 8)
 	}},
 }
 
