@@ -949,8 +949,9 @@ def storage_dtype(case, inputs):
             assert (case.op, n) in (("rope", "freq_divisor"), ("rope", "long_divisor"),
                                     ("quant_fp8", "scale"), ("rmsnorm_quant_fp8", "scale"),
                                     ("swiglu_quant_fp8", "scale"), ("gemm_fp8", "x_scales"),
-                                    ("gemm_fp8", "w_scales")) or \
-                (case.op in ("softmax", "set_rows", "quant_fp8") and not half), \
+                                    ("gemm_fp8", "w_scales"), ("set_rows_fp8", "scale"),
+                                    ("attention_decode_fp8", "k_scale"), ("attention_decode_fp8", "v_scale")) or \
+                (case.op in ("softmax", "set_rows", "quant_fp8", "set_rows_fp8") and not half), \
                 "%s/%s: %s is f32" % (case.op, case.name, n)
         if t.dtype == torch.bfloat16:
             v = a(t)
@@ -977,6 +978,8 @@ def check_case(case):
     if case.op in FUSED_QUANT:
         check_fused_quant(case, params, inputs, expected)
         return 0.0
+    if case.op in ("set_rows_fp8", "attention_decode_fp8"):
+        return check_kv_fp8(case, params, inputs, expected)
     if case.op == "quant_fp8":
         got = {n: t.view(torch.uint8).numpy() if t.dtype == torch.float8_e4m3fn else t.numpy()
                for n, t in expected.items()}
@@ -1003,6 +1006,44 @@ def check_case(case):
             case.op, case.name, n, float(np.abs(got - want).max()))
         worst = max(worst, float((np.abs(got - want) / (np.abs(want) + atol)).max()))
     return worst
+
+
+def check_kv_fp8(case, p, inputs, expected):
+    """The FP8 KV cache by numpy: set_rows_fp8's codes are e4m3_encode of src / scale[head] (a
+    float32 division) at the given rows, every other row dst's, byte for byte; attention_decode_
+    fp8's output is numpy attention over e4m3_decode(code) * scale[kv head] (fp64), within half
+    an fp32 ulp as the other ops'. Returns the worst relative difference (0 for the exact op)."""
+    where = case.op + "/" + case.name
+    f8 = lambda t: t.view(torch.uint8).numpy().astype(np.int64)  # noqa: E731
+    if case.op == "set_rows_fp8":
+        dst, rows = f8(inputs["dst"]), inputs["rows"].numpy()
+        src = a(inputs["src"]).astype(np.float32)
+        scale = inputs["scale"].numpy().astype(np.float32)
+        T, heads, D = src.shape
+        per = np.broadcast_to(scale.reshape(-1, 1) if scale.size > 1 else scale.reshape(1, 1), (heads, 1))
+        want = dst.copy()
+        want[rows] = e4m3_encode(np.divide(src, per[None], dtype=np.float32))
+        got = f8(expected["out"])
+        assert np.array_equal(got, want), "%s: %d codes differ from numpy" % (where, int((got != want).sum()))
+        assert scale.size in (1, heads) and (scale.size > 1) == ("per-head" in case.name), where
+        return 0.0
+    q = a(inputs["q"])
+    nKV = p["n_kv_heads"]
+    kv = {}
+    for n, sn in (("k_cache", "k_scale"), ("v_cache", "v_scale")):
+        sc = inputs[sn].numpy().astype(np.float64)
+        per = sc if sc.size > 1 else np.repeat(sc, nKV)
+        kv[n] = e4m3_decode(f8(inputs[n])) * per[None, None, :, None]
+    lens = inputs["cache_lens"].numpy()
+    want = np.stack([np_attention(q[b][None], kv["k_cache"][b, :n], kv["v_cache"][b, :n], p["scale"], False)[0]
+                     for b, n in enumerate(lens)])
+    for b, n in enumerate(lens):  # a kernel that reads past a length sees +448
+        assert np.all(f8(inputs["k_cache"])[b, n:] == 0x7E), where
+    got = expected["out"].float().numpy().astype(np.float64)
+    atol = 1e-10 * max(1.0, float(np.abs(want).max()))
+    err = np.abs(got - want) - (2.0**-24 * 1.01 * np.abs(want) + atol)
+    assert np.all(err <= 0), "%s: out differs from numpy by %g" % (where, float(np.abs(got - want).max()))
+    return float((np.abs(got - want) / (np.abs(want) + atol)).max())
 
 
 def check_round_trip():
