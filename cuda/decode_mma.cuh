@@ -145,8 +145,8 @@ __device__ __forceinline__ uint32_t cache_word(const uint32_t (&raw)[W], int j) 
     }
 }
 
-/* At least 4 blocks (16 warps) per SM for D <= 64: the kernel is latency-bound there (Qwen2.5's
- * shape: 142 registers gave 3 blocks, 19% occupancy, 34% of DRAM bandwidth under ncu). */
+/* The body of attention_decode_mma_kernel and attention_decode_fp8_kernel (each file's
+ * __global__ wrapper sets the launch bounds). */
 template <int D, int MAXG, int UNROLL, typename KV, typename T>
 __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q,
                                                 const KV *kc, const KV *vc, const int32_t *lens, const float *k_scale,
@@ -443,6 +443,28 @@ struct DecodeShape {
     int batch, max_len, n_heads, n_kv_heads, head_dim;
     float scale;
 };
+
+/* The checks both decode entries run on the shape and buffers after their pointer checks: the
+ * storage dtype, positive sizes, the scale, the head layout, q's and the caches' element counts,
+ * the grid limit and the 16-byte alignment the kernels' vector loads need. */
+inline void check_decode(ts::Validator &val, ts_dtype dtype, const DecodeShape &c, const void *out, const void *q,
+                         const void *k_cache, const void *v_cache) {
+    val.dtype_storage(dtype, "cfg->dtype");
+    val.positive(c.batch, "cfg->batch");
+    val.positive(c.max_len, "cfg->max_len");
+    val.positive(c.n_heads, "cfg->n_heads");
+    val.positive(c.n_kv_heads, "cfg->n_kv_heads");
+    val.positive(c.head_dim, "cfg->head_dim");
+    val.scale(c.scale, "cfg->scale");
+    ts::check_heads(val, c.n_heads, c.n_kv_heads, c.head_dim);
+    val.elements("k_cache", {c.batch, c.max_len, c.n_kv_heads, c.head_dim});
+    val.elements("q", {c.batch, c.n_heads, c.head_dim});
+    if (val.ok() && (int64_t)c.batch * c.n_heads > 0x7fffffff)
+        val.fail(TS_ERR_UNSUPPORTED, "cfg->batch = %d: batch x n_heads exceeds the grid limit", c.batch);
+    if (val.ok() && !(ts::aligned16(out) && ts::aligned16(q) && ts::aligned16(k_cache) && ts::aligned16(v_cache)))
+        val.fail(TS_ERR_UNSUPPORTED, "out/q/k_cache/v_cache = %p/%p/%p/%p: this build needs 16-byte aligned buffers",
+                 out, q, k_cache, v_cache);
+}
 
 /* Launches kernel (attention_decode_mma_kernel<D, MAXG, UNROLL, T> or its FP8 twin, which share
  * decode_mma_body and one argument list) over the shape's blocks and splits. */

@@ -403,21 +403,8 @@ extern "C" int ts_attention_decode(void *out, const void *q, const void *k_cache
     val.ptr(cache_lens, "cache_lens");
     val.ptr(cfg, "cfg");
     if (!val.ok()) return val.status();
-    val.dtype_storage(cfg->dtype, "cfg->dtype");
-    val.positive(cfg->batch, "cfg->batch");
-    val.positive(cfg->max_len, "cfg->max_len");
-    val.positive(cfg->n_heads, "cfg->n_heads");
-    val.positive(cfg->n_kv_heads, "cfg->n_kv_heads");
-    val.positive(cfg->head_dim, "cfg->head_dim");
-    val.scale(cfg->scale, "cfg->scale");
-    ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
-    val.elements("k_cache", {cfg->batch, cfg->max_len, cfg->n_kv_heads, cfg->head_dim});
-    val.elements("q", {cfg->batch, cfg->n_heads, cfg->head_dim});
-    if (val.ok() && (int64_t)cfg->batch * cfg->n_heads > 0x7fffffff)
-        val.fail(TS_ERR_UNSUPPORTED, "cfg->batch = %d: batch x n_heads exceeds the grid limit", cfg->batch);
-    if (val.ok() && !(ts::aligned16(out) && ts::aligned16(q) && ts::aligned16(k_cache) && ts::aligned16(v_cache)))
-        val.fail(TS_ERR_UNSUPPORTED, "out/q/k_cache/v_cache = %p/%p/%p/%p: this build needs 16-byte aligned buffers",
-                 out, q, k_cache, v_cache);
+    const DecodeShape shape{cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale};
+    check_decode(val, cfg->dtype, shape, out, q, k_cache, v_cache);
     if (!val.ok()) return val.status();
     cudaStream_t st;
     const int s = ts::ready(val.op(), stream, &st);

@@ -78,27 +78,14 @@ extern "C" int ts_attention_decode_fp8(void *out, const void *q, const void *k_c
     val.ptr(v_scale, "v_scale");
     val.ptr(cfg, "cfg");
     if (!val.ok()) return val.status();
-    val.dtype_storage(cfg->dtype, "cfg->dtype");
-    val.positive(cfg->batch, "cfg->batch");
-    val.positive(cfg->max_len, "cfg->max_len");
-    val.positive(cfg->n_heads, "cfg->n_heads");
-    val.positive(cfg->n_kv_heads, "cfg->n_kv_heads");
-    val.positive(cfg->head_dim, "cfg->head_dim");
-    val.scale(cfg->scale, "cfg->scale");
-    ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
+    const DecodeShape shape{cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale};
+    check_decode(val, cfg->dtype, shape, out, q, k_cache, v_cache);
     if (val.ok() && cfg->scale_heads != 1 && cfg->scale_heads != cfg->n_kv_heads)
         val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->scale_heads = %d: want 1 (per tensor) or cfg->n_kv_heads = %d (per head)",
                  cfg->scale_heads, cfg->n_kv_heads);
-    val.elements("k_cache", {cfg->batch, cfg->max_len, cfg->n_kv_heads, cfg->head_dim});
-    val.elements("q", {cfg->batch, cfg->n_heads, cfg->head_dim});
     if (val.ok() && cfg->head_dim != 32 && cfg->head_dim != 64 && cfg->head_dim != 96 && cfg->head_dim != 128)
         val.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: an E4M3 cache is read for head dims 32, 64, 96 and 128",
                  cfg->head_dim);
-    if (val.ok() && (int64_t)cfg->batch * cfg->n_heads > 0x7fffffff)
-        val.fail(TS_ERR_UNSUPPORTED, "cfg->batch = %d: batch x n_heads exceeds the grid limit", cfg->batch);
-    if (val.ok() && !(ts::aligned16(out) && ts::aligned16(q) && ts::aligned16(k_cache) && ts::aligned16(v_cache)))
-        val.fail(TS_ERR_UNSUPPORTED, "out/q/k_cache/v_cache = %p/%p/%p/%p: this build needs 16-byte aligned buffers",
-                 out, q, k_cache, v_cache);
     if (!val.ok()) return val.status();
     cudaStream_t st;
     const int s = ts::ready(val.op(), stream, &st);
