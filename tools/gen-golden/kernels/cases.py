@@ -983,7 +983,7 @@ _DECODE_FP8 = [
                                         vdist=outlier_channels((7, 40), 20.0))),
     ("gqa16_d128_len40_per-head", dict(nH=32, nKV=2, D=128, L=48, cache_lens=[40], scale_heads=2,
                                        qk=LOGIT_GROWTH)),
-    ("mqa12_d96_len9_per-head", dict(nH=12, nKV=1, D=96, L=16, cache_lens=[9], scale_heads=1)),
+    ("mqa12_d96_len9_per-tensor", dict(nH=12, nKV=1, D=96, L=16, cache_lens=[9], scale_heads=1)),
     ("mqa16_d32_len70_per-tensor", dict(nH=16, nKV=1, D=32, L=72, cache_lens=[70], scale_heads=1,
                                         headroom=0.7)),
 ]

@@ -1029,6 +1029,7 @@ def check_kv_fp8(case, p, inputs, expected):
         return 0.0
     q = a(inputs["q"])
     nKV = p["n_kv_heads"]
+    assert (inputs["k_scale"].numel() > 1) == ("per-head" in case.name), where
     kv = {}
     for n, sn in (("k_cache", "k_scale"), ("v_cache", "v_scale")):
         sc = inputs[sn].numpy().astype(np.float64)
