@@ -40,6 +40,9 @@ type Config struct {
 	// run in fp16). A golden set overrides it with its own params.dtype (LoadSet). The zero
 	// value (a Config built by hand) means F16.
 	DType tensor.DType
+	// Quant is the quantized checkpoint's format (quantization_config); nil for a 16- or
+	// 32-bit checkpoint.
+	Quant *Quant
 }
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
@@ -81,7 +84,7 @@ type rawConfig struct {
 	// "torch_dtype")
 	TorchDType *string `json:"torch_dtype"`
 	DTypeKey   *string `json:"dtype"`
-	// any family: a quantized checkpoint's format (refused: quantizedCheckpoint)
+	// any family: a quantized checkpoint's format (parseQuant)
 	QuantizationConfig json.RawMessage `json:"quantization_config"`
 }
 
@@ -138,8 +141,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return float32(v)
 	}
-	if err := quantizedCheckpoint(r.QuantizationConfig); err != nil {
+	if c.Quant, err = parseQuant(r.QuantizationConfig); err != nil {
 		return nil, err
+	}
+	if c.Quant != nil && r.ModelType != "llama" && r.ModelType != "qwen2" {
+		return nil, fmt.Errorf("config: quantization_config (%s) with model_type %q is not implemented: quantized checkpoints run for llama and qwen2", c.Quant.Format, r.ModelType)
 	}
 	c.Family = r.ModelType
 	switch r.ModelType {

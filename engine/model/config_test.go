@@ -75,6 +75,9 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(fmt.Sprintf(llamaCfg, `, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 16, "mscale": 1, "mscale_all_dim": 0.5}`)))
 	f.Add([]byte(`{"model_type": "phi3", "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 8, "max_position_embeddings": 64, "original_max_position_embeddings": 16, "rope_theta": 1e4, "rope_scaling": {"rope_type": "longrope", "short_factor": [1, 1.5], "long_factor": [2, 3]}}`))
 	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}`, 1)))
+	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}`, 1)))
+	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": `+ctFP8Dynamic, 1)))
+	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": true, "sym": true}`, 1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -83,8 +86,15 @@ func FuzzParseConfig(f *testing.F) {
 		var q struct {
 			QC json.RawMessage `json:"quantization_config"`
 		}
-		if json.Unmarshal(data, &q) == nil && !isNull(q.QC) {
-			t.Fatalf("accepted a quantized checkpoint's config %q", data)
+		if json.Unmarshal(data, &q) == nil && !isNull(q.QC) != (c.Quant != nil) {
+			t.Fatalf("quantization_config %q parsed to %+v", q.QC, c.Quant)
+		}
+		if qc := c.Quant; qc != nil {
+			g := map[QuantFormat]bool{QuantFP8Block: qc.GroupSize == 128, QuantFP8Channel: qc.GroupSize == 0,
+				QuantAWQ: qc.GroupSize > 0, QuantGPTQ: qc.GroupSize > 0 || qc.GroupSize == -1}
+			if !g[qc.Format] || (c.Family != "llama" && c.Family != "qwen2") {
+				t.Fatalf("accepted quantization %+v for %s", qc, c.Family)
+			}
 		}
 		if c.Hidden <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim*c.Heads != c.Hidden || c.Heads%c.KVHeads != 0 ||
 			c.Layers <= 0 || c.Vocab <= 0 || c.Intermediate <= 0 || !(c.NormEps > 0) || c.MaxPositions <= 0 {

@@ -314,6 +314,13 @@ func (m *Model) appendWeightRefs(refs []backend.Buffer) []backend.Buffer {
 		a, f := l.Attn, l.MLP
 		refs = append(refs, l.AttnNorm.W, l.AttnNorm.B, l.FFNNorm.W, l.FFNNorm.B,
 			a.Wq, a.Bq, a.Wk, a.Bk, a.Wv, a.Bv, a.Wo, a.Bo, f.Gate, f.Up, f.UpB, f.Down, f.DownB)
+		for _, q := range []*QLinear{a.Qq, a.Qk, a.Qv, a.Qo, f.QGate, f.QUp, f.QDown} {
+			if q == nil {
+				refs = append(refs, nil, nil, nil, nil)
+			} else {
+				refs = append(refs, q.W, q.Scales, q.Zeros, q.GIdx)
+			}
+		}
 	}
 	return refs
 }

@@ -16,6 +16,7 @@ type Model struct {
 	Cfg    Config
 	be     backend.Backend
 	w      map[string]backend.Buffer
+	q      map[string]*QLinear // the quantized linears by engine name (layers.0.wq): qlinear.go
 	Layers []*Layer
 	MaxLen int
 
@@ -92,6 +93,10 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 		return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
 	}
 	m := &Model{Cfg: *cfg, be: be, w: w, MaxLen: maxLen, mem: mem, pool: map[string][]backend.Buffer{}, Fused: fusedDefault()}
+	if m.q, err = loadQuantLinears(be, cfg, ck, m.w); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("%s: %w", filepath.Base(dir), err)
+	}
 	if cfg.TiedHead {
 		// loadWeights never uploads a stored lm_head.weight when tied (TiedTo), so nothing
 		// is overwritten here and left unfreed; Close frees the shared buffer once.
@@ -103,12 +108,19 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 	for l := 0; l < cfg.Layers; l++ {
 		name := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
 		g := func(s string) backend.Buffer { return m.w[name(s)] }
-		// Decode steps compute q, k and v, and gate and up, with one GEMM each (fuse.go).
+		gq := func(s string) *QLinear { return m.q[name(s)] }
+		// Decode steps compute q, k and v, and gate and up, with one GEMM each (fuse.go), where
+		// every one of them is a 16-bit weight (a quantized linear runs alone).
 		var fw [3]*fused
 		for k, set := range [][]string{{"wqkv", "wq", "wk", "wv"}, {"bqkv", "bq", "bk", "bv"}, {"wgate_up", "wgate", "wup"}} {
 			names := make([]string, len(set))
+			quantized := false
 			for j, s := range set {
 				names[j] = name(s)
+				quantized = quantized || m.q[names[j]] != nil
+			}
+			if quantized {
+				continue
 			}
 			if fw[k], err = fuse(be, mem, m.w, names[0], names[1:]...); err != nil {
 				m.Close()
@@ -120,8 +132,10 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			AttnNorm: Norm{W: g("attn_norm"), B: g("attn_norm_b")},
 			FFNNorm:  Norm{W: g("ffn_norm"), B: g("ffn_norm_b")},
 			Attn: &Attention{Wq: g("wq"), Bq: g("bq"), Wk: g("wk"), Bk: g("bk"), Wv: g("wv"), Bv: g("bv"),
-				Wo: g("wo"), Bo: g("bo"), qkvW: fw[0], qkvB: fw[1]},
-			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2]},
+				Wo: g("wo"), Bo: g("bo"), qkvW: fw[0], qkvB: fw[1],
+				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo")},
+			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2],
+				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown")},
 		})
 	}
 	if err := m.allocState(); err != nil {
@@ -491,6 +505,9 @@ type Attention struct {
 	Wq, Bq, Wk, Bk, Wv, Bv, Wo, Bo backend.Buffer
 	cache                          *kvCache
 	qkvW, qkvB                     *fused // Wq, Wk, Wv (Bq, Bk, Bv) as one buffer; nil biases: none
+	// Qq, Qk, Qv, Qo are the projections a quantized checkpoint stores in its format (their
+	// W fields then nil); nil for a 16-bit projection.
+	Qq, Qk, Qv, Qo *QLinear
 }
 
 // Forward returns attn_out [T, H] for the input in (its residual add and norm run here, x the
@@ -501,7 +518,7 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 	var qb, kb, vb backend.Buffer
 	var qk backend.Buffer // fused decode: q's and k's heads as one [1, nH+nKV, D] view
 	var kv backend.Buffer // fused decode: k's and v's heads as one [2, nKV, D] view
-	if p.singleStep() && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
+	if p.singleStep() && a.qkvW != nil && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
 		// One token: q, k and v are consecutive columns of one GEMM's output row.
 		qkv := p.alloc(T, (nH+2*nKV)*D)
 		var bias backend.Buffer
@@ -517,9 +534,9 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 		var hn backend.Buffer
 		x, hn = p.settle(in)
 		qb, kb, vb = p.alloc(T, nH*D), p.alloc(T, nKV*D), p.alloc(T, nKV*D)
-		p.do(be.Gemm(qb, hn, a.Wq, a.Bq))
-		p.do(be.Gemm(kb, hn, a.Wk, a.Bk))
-		p.do(be.Gemm(vb, hn, a.Wv, a.Bv))
+		p.linear(qb, hn, a.Wq, a.Qq, a.Bq)
+		p.linear(kb, hn, a.Wk, a.Qk, a.Bk)
+		p.linear(vb, hn, a.Wv, a.Qv, a.Bv)
 	}
 	q, k, v := p.view(qb, T, nH, D), p.view(kb, T, nKV, D), p.view(vb, T, nKV, D)
 	p.tap(name("q"), q)
@@ -561,7 +578,7 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 	attn := p.view(heads, T, nH*D)
 	p.tap(name("attn"), attn)
 	out = p.alloc(T, c.Hidden)
-	p.do(be.Gemm(out, attn, a.Wo, a.Bo))
+	p.linear(out, attn, a.Wo, a.Qo, a.Bo)
 	p.tap(name("attn_out"), out)
 	return out, x
 }
@@ -571,6 +588,9 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 type MLP struct {
 	Gate, Up, UpB, Down, DownB backend.Buffer
 	gateUp                     *fused // Gate and Up as one buffer (SwiGLU families)
+	// QGate, QUp, QDown are the projections a quantized checkpoint stores in its format (their
+	// fields above then nil); nil for a 16-bit projection.
+	QGate, QUp, QDown *QLinear
 }
 
 // Forward returns ffn_out [T, H] for the input in (its residual add and norm run here, x the
@@ -581,7 +601,7 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 	// The kernel follows the configured activation (the hyper-parameter checked against the
 	// reference's, hparams.go); the weights only have to fit it.
 	switch {
-	case c.Activation == "silu" && f.Gate != nil:
+	case c.Activation == "silu" && (f.Gate != nil || f.QGate != nil):
 		var g, up backend.Buffer
 		if p.singleStep() && f.UpB == nil && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
 			// One token: gate and up are consecutive columns of one GEMM's output row.
@@ -593,12 +613,12 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 			var hn backend.Buffer
 			x, hn = p.settle(in)
 			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
-			p.do(be.Gemm(g, hn, f.Gate, nil))
-			p.do(be.Gemm(up, hn, f.Up, f.UpB))
+			p.linear(g, hn, f.Gate, f.QGate, nil)
+			p.linear(up, hn, f.Up, f.QUp, f.UpB)
 		}
 		p.tap(name("ffn_gate"), g)
 		p.tap(name("ffn_up"), up)
-		if p.fused() {
+		if p.fused() && f.QDown == nil {
 			// The activation and the down projection in one op; the activation tap, when
 			// requested, by the SwiGLU it equals.
 			out = p.alloc(T, c.Hidden)
@@ -630,7 +650,7 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 	}
 	p.tap(name("ffn_act"), act)
 	out = p.alloc(T, c.Hidden)
-	p.do(be.Gemm(out, act, f.Down, f.DownB))
+	p.linear(out, act, f.Down, f.QDown, f.DownB)
 	p.tap(name("ffn_out"), out)
 	return out, x
 }

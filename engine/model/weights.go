@@ -52,6 +52,9 @@ type weight struct {
 	Split     []string
 	SplitRows func(c *Config) []int
 	Optional  bool // may be absent (lm_head, absent from tied checkpoints)
+	// Linear marks a transformer block's projection: a quantized checkpoint may store it in its
+	// format (qlinear.go) instead of as a 16-bit weight.
+	Linear bool
 	// TiedTo is the tensor this one is when the config ties the LM head (the embedding). Some
 	// tied exports still store lm_head.weight: it is never uploaded (a buffer nothing would
 	// use or free), only checked to be the embedding's copy, since transformers unties a
@@ -65,17 +68,17 @@ var weightTables = map[string][]weight{
 	"qwen2": {
 		{HF: "model.embed_tokens.weight", Shape: vh, Into: "embed"},
 		{HF: "model.layers.{i}.input_layernorm.weight", Shape: h, Into: "layers.{i}.attn_norm"},
-		{HF: "model.layers.{i}.self_attn.q_proj.weight", Shape: qh, Into: "layers.{i}.wq"},
+		{HF: "model.layers.{i}.self_attn.q_proj.weight", Shape: qh, Into: "layers.{i}.wq", Linear: true},
 		{HF: "model.layers.{i}.self_attn.q_proj.bias", Shape: q, Into: "layers.{i}.bq"},
-		{HF: "model.layers.{i}.self_attn.k_proj.weight", Shape: kvh, Into: "layers.{i}.wk"},
+		{HF: "model.layers.{i}.self_attn.k_proj.weight", Shape: kvh, Into: "layers.{i}.wk", Linear: true},
 		{HF: "model.layers.{i}.self_attn.k_proj.bias", Shape: kv, Into: "layers.{i}.bk"},
-		{HF: "model.layers.{i}.self_attn.v_proj.weight", Shape: kvh, Into: "layers.{i}.wv"},
+		{HF: "model.layers.{i}.self_attn.v_proj.weight", Shape: kvh, Into: "layers.{i}.wv", Linear: true},
 		{HF: "model.layers.{i}.self_attn.v_proj.bias", Shape: kv, Into: "layers.{i}.bv"},
-		{HF: "model.layers.{i}.self_attn.o_proj.weight", Shape: hq, Into: "layers.{i}.wo"},
+		{HF: "model.layers.{i}.self_attn.o_proj.weight", Shape: hq, Into: "layers.{i}.wo", Linear: true},
 		{HF: "model.layers.{i}.post_attention_layernorm.weight", Shape: h, Into: "layers.{i}.ffn_norm"},
-		{HF: "model.layers.{i}.mlp.gate_proj.weight", Shape: ih, Into: "layers.{i}.wgate"},
-		{HF: "model.layers.{i}.mlp.up_proj.weight", Shape: ih, Into: "layers.{i}.wup"},
-		{HF: "model.layers.{i}.mlp.down_proj.weight", Shape: hi, Into: "layers.{i}.wdown"},
+		{HF: "model.layers.{i}.mlp.gate_proj.weight", Shape: ih, Into: "layers.{i}.wgate", Linear: true},
+		{HF: "model.layers.{i}.mlp.up_proj.weight", Shape: ih, Into: "layers.{i}.wup", Linear: true},
+		{HF: "model.layers.{i}.mlp.down_proj.weight", Shape: hi, Into: "layers.{i}.wdown", Linear: true},
 		{HF: "model.norm.weight", Shape: h, Into: "final_norm"},
 		{HF: "lm_head.weight", Shape: vh, Into: "head", Optional: true, TiedTo: "model.embed_tokens.weight"},
 	},
@@ -184,6 +187,9 @@ func planLoad(c *Config, ck *safetensors.Checkpoint, table []weight) []loadJob {
 			hfName := name
 			if _, ok := ck.Info(hfName); !ok && c.Family == "gpt2" {
 				hfName = strings.TrimPrefix(name, "transformer.") // hub GPT-2 files carry no prefix
+			}
+			if w.Linear && storedQuantized(c, ck, name) {
+				continue // loadQuantLinears reads it
 			}
 			info, ok := ck.Info(hfName)
 			if !ok {

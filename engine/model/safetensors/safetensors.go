@@ -229,8 +229,9 @@ func (f *File) Names() []string {
 	return names
 }
 
-// Tensor reads one tensor as a host tensor: F16 stays fp16 bit for bit; F32 and I32 as
-// themselves; BF16 widens exactly to F32. Other dtypes are an error naming the tensor.
+// Tensor reads one tensor as a host tensor: F16 stays fp16 bit for bit; F32, I32 and F8_E4M3
+// (raw bytes) as themselves; BF16 widens exactly to F32. Other dtypes are an error naming the
+// tensor.
 //
 // The bytes are read straight into the tensor's storage (one copy out of the page cache, no
 // staging buffer): checkpoints are gigabytes, and a second copy plus an element-by-element
@@ -248,8 +249,10 @@ func (f *File) Tensor(name string) (*tensor.Tensor, error) {
 		t = tensor.New(tensor.F32, in.Shape...)
 	case "I32":
 		t = tensor.New(tensor.I32, in.Shape...)
+	case "F8_E4M3":
+		t = tensor.New(tensor.F8E4M3, in.Shape...)
 	default:
-		return nil, fmt.Errorf("%s: tensor %q: dtype %s is not supported (want F16, BF16, F32 or I32)", f.Path, in.Name, in.DType)
+		return nil, fmt.Errorf("%s: tensor %q: dtype %s is not supported (want F16, BF16, F32, I32 or F8_E4M3)", f.Path, in.Name, in.DType)
 	}
 	var raw []byte
 	switch t.DType {
@@ -259,6 +262,8 @@ func (f *File) Tensor(name string) (*tensor.Tensor, error) {
 		raw = asBytes(t.F32)
 	case tensor.I32:
 		raw = asBytes(t.I32)
+	case tensor.F8E4M3:
+		raw = t.F8
 	}
 	if in.DType == "BF16" {
 		// The 2-byte elements go to the back half of the float32 storage and widen in place,

@@ -1,0 +1,248 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/model/safetensors"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
+)
+
+// QLinear is one quantized linear layer on the device: y = x · Wᵀ for a weight W [N, K]
+// stored in its checkpoint's format (docs/quantization.md, "Quantized checkpoints").
+type QLinear struct {
+	Format QuantFormat
+	N, K   int
+	// Group is the 4-bit formats' group of inputs, and the FP8 formats' activation group
+	// (128 for the block format, K per token).
+	Group int
+	// W is the f8e4m3 weight [N, K] or the packed 4-bit qweight; Scales the f32 FP8 scales
+	// (weight_scale_inv [ceil(N/128), K/128], weight_scale [N, 1]) or the 4-bit scales in the
+	// storage dtype; Zeros and GIdx the 4-bit formats' qzeros and g_idx (GPTQ).
+	W, Scales, Zeros, GIdx backend.Buffer
+}
+
+// Forward computes out [T, N] = x [T, K] · Wᵀ: the FP8 formats quantise x at run time into
+// f8e4m3 with a scale per group (QuantFP8), then GemmFP8; the 4-bit formats run GemmW4A16 on
+// x as it is.
+func (q *QLinear) Forward(p *pass, out, x backend.Buffer) {
+	switch q.Format {
+	case QuantFP8Block, QuantFP8Channel:
+		T := x.Shape()[0]
+		xq := p.allocT(tensor.F8E4M3, T, q.K)
+		xs := p.allocT(tensor.F32, T, q.K/q.Group)
+		p.do(p.be.QuantFP8(xq, xs, x, nil, q.Group))
+		p.do(p.be.GemmFP8(out, xq, xs, q.W, q.Scales, q.Format == QuantFP8Block))
+	case QuantAWQ:
+		p.do(p.be.GemmW4A16(out, x, q.W, q.Zeros, q.Scales, nil, backend.W4AWQ, q.Group))
+	case QuantGPTQ:
+		p.do(p.be.GemmW4A16(out, x, q.W, q.Zeros, q.Scales, q.GIdx, backend.W4GPTQ, q.Group))
+	default:
+		p.do(fmt.Errorf("model: quantized linear of format %s", q.Format))
+	}
+}
+
+// linear computes out = x · wᵀ + bias with the dense weight w, or with q when the layer is
+// quantized (q non-nil; a quantized layer has no bias: loadQuantLinears refuses one).
+func (p *pass) linear(out, x, w backend.Buffer, q *QLinear, bias backend.Buffer) {
+	if q != nil {
+		q.Forward(p, out, x)
+		return
+	}
+	p.do(p.be.Gemm(out, x, w, bias))
+}
+
+// quantSuffix is the tensor that tells a module stored in a format from one the config keeps
+// dense (a skipped module, or a weight whose shape the quantiser could not tile).
+var quantSuffix = map[QuantFormat]string{
+	QuantFP8Block:   ".weight_scale_inv",
+	QuantFP8Channel: ".weight_scale",
+	QuantAWQ:        ".qweight",
+	QuantGPTQ:       ".qweight",
+}
+
+// storedQuantized reports whether the checkpoint stores the linear whose weight is hfWeight
+// ("model.layers.0.self_attn.q_proj.weight") in c's quantized format.
+func storedQuantized(c *Config, ck *safetensors.Checkpoint, hfWeight string) bool {
+	if c.Quant == nil {
+		return false
+	}
+	_, ok := ck.Info(strings.TrimSuffix(hfWeight, ".weight") + quantSuffix[c.Quant.Format])
+	return ok
+}
+
+// loadQuantLinears reads and uploads every linear of c's table that the checkpoint stores
+// quantized, into m.q by engine name (layers.0.wq) with its buffers in w (so that Close frees
+// them). Each tensor's dtype and shape are checked against the layer's [N, K] first.
+func loadQuantLinears(be backend.Backend, c *Config, ck *safetensors.Checkpoint, w map[string]backend.Buffer) (map[string]*QLinear, error) {
+	out := map[string]*QLinear{}
+	if c.Quant == nil {
+		return out, nil
+	}
+	if storedQuantized(c, ck, "lm_head.weight") {
+		return nil, fmt.Errorf("model: lm_head is stored quantized (%s): a quantized LM head is not implemented (the configs keep it dense: modules_to_not_convert, ignore)", "lm_head"+quantSuffix[c.Quant.Format])
+	}
+	for _, e := range weightTables[c.Family] {
+		if !e.Linear {
+			continue
+		}
+		for layer := 0; layer < c.Layers; layer++ {
+			sub := func(s string) string { return strings.ReplaceAll(s, "{i}", strconv.Itoa(layer)) }
+			hf := sub(e.HF)
+			if !storedQuantized(c, ck, hf) {
+				continue
+			}
+			module := strings.TrimSuffix(hf, ".weight")
+			if _, ok := ck.Info(module + ".bias"); ok {
+				return nil, fmt.Errorf("model: %s: a quantized linear with a bias (%s.bias) is not implemented", module, module)
+			}
+			shape := e.Shape(c)
+			t, err := readQuantLinear(c, ck, module, shape[0], shape[1])
+			if err != nil {
+				return nil, err
+			}
+			name := sub(e.Into)
+			q := &QLinear{Format: c.Quant.Format, N: shape[0], K: shape[1], Group: t.group}
+			for _, part := range []struct {
+				suffix string
+				t      *tensor.Tensor
+				dst    *backend.Buffer
+			}{{"w", t.w, &q.W}, {"scales", t.scales, &q.Scales}, {"zeros", t.zeros, &q.Zeros}, {"g_idx", t.gIdx, &q.GIdx}} {
+				if part.t == nil {
+					continue
+				}
+				b, err := be.Upload(part.t)
+				if err != nil {
+					return nil, fmt.Errorf("model: upload %s: %w", module, err)
+				}
+				w[name+"."+part.suffix] = b
+				*part.dst = b
+			}
+			out[name] = q
+		}
+	}
+	return out, nil
+}
+
+// quantTensors is one quantized linear read from the checkpoint, in the dtypes the ops take.
+type quantTensors struct {
+	w, scales, zeros, gIdx *tensor.Tensor
+	group                  int
+}
+
+// readQuantLinear reads module's tensors in c's format for a weight [N, K].
+func readQuantLinear(c *Config, ck *safetensors.Checkpoint, module string, N, K int) (*quantTensors, error) {
+	get := func(suffix, dtype string, shape []int, what string) (*tensor.Tensor, error) {
+		name := module + suffix
+		info, ok := ck.Info(name)
+		if !ok {
+			return nil, fmt.Errorf("model: checkpoint has no tensor %s (want %s %s: %s)", name, dtype, tensor.ShapeString(shape), what)
+		}
+		if !slices.Contains(strings.Fields(dtype), info.DType) {
+			return nil, fmt.Errorf("model: tensor %s has dtype %s, want %s (%s)", name, info.DType, dtype, what)
+		}
+		if !tensor.SameShape(info.Shape, shape) {
+			return nil, fmt.Errorf("model: tensor %s has shape %s, want %s (%s)", name, tensor.ShapeString(info.Shape), tensor.ShapeString(shape), what)
+		}
+		return ck.Tensor(name)
+	}
+	q := &quantTensors{}
+	var err error
+	switch f := c.Quant.Format; f {
+	case QuantFP8Block, QuantFP8Channel:
+		if f == QuantFP8Block && K%128 != 0 {
+			return nil, fmt.Errorf("model: %s: K = %d is not a multiple of the 128-column block: an FP8 block weight of that width is not implemented", module, K)
+		}
+		if _, ok := ck.Info(module + ".input_scale"); ok {
+			return nil, fmt.Errorf("model: %s: a static activation scale (%s.input_scale) is not implemented (dynamic activations only)", module, module)
+		}
+		if q.w, err = get(".weight", "F8_E4M3", []int{N, K}, "the FP8 weight"); err != nil {
+			return nil, err
+		}
+		if f == QuantFP8Block {
+			q.group = 128
+			q.scales, err = get(".weight_scale_inv", "F32 BF16", []int{(N + 127) / 128, K / 128}, "one scale per 128x128 block")
+		} else {
+			q.group = K
+			q.scales, err = get(".weight_scale", "F32 BF16 F16", []int{N, 1}, "one scale per output channel")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if q.scales, err = toF32Scales(q.scales, module); err != nil {
+			return nil, err
+		}
+	case QuantAWQ, QuantGPTQ:
+		G := c.Quant.GroupSize
+		if G == -1 {
+			G = K
+		}
+		if K%G != 0 || N%8 != 0 || K%8 != 0 {
+			return nil, fmt.Errorf("model: %s: [N, K] = [%d, %d] with group_size %d: the 4-bit packings need N and K multiples of 8 and K a multiple of the group", module, N, K, G)
+		}
+		q.group = G
+		if f == QuantAWQ {
+			q.w, err = get(".qweight", "I32", []int{K, N / 8}, "AWQ: 8 codes of one input along the outputs per word")
+		} else {
+			q.w, err = get(".qweight", "I32", []int{K / 8, N}, "GPTQ: 8 codes of one output along the inputs per word")
+		}
+		if err != nil {
+			return nil, err
+		}
+		if q.zeros, err = get(".qzeros", "I32", []int{K / G, N / 8}, "one packed zero point per group and output"); err != nil {
+			return nil, err
+		}
+		if q.scales, err = get(".scales", "F16 BF16 F32", []int{K / G, N}, "one scale per group and output"); err != nil {
+			return nil, err
+		}
+		if q.scales, err = toStorage(q.scales, c.StorageDType(), module+".scales"); err != nil {
+			return nil, err
+		}
+		if f == QuantGPTQ {
+			if q.gIdx, err = get(".g_idx", "I32", []int{K}, "the group of each input"); err != nil {
+				return nil, err
+			}
+			for k, g := range q.gIdx.I32 {
+				if g < 0 || int(g) >= K/G {
+					return nil, fmt.Errorf("model: tensor %s.g_idx element %d = %d: outside the groups 0..%d", module, k, g, K/G-1)
+				}
+			}
+		}
+	}
+	return q, nil
+}
+
+// toF32Scales converts FP8 scales (F32, or BF16 and F16 widened exactly) to f32 and checks that
+// each is positive and finite: a zero, negative or NaN scale is a corrupt checkpoint.
+func toF32Scales(t *tensor.Tensor, module string) (*tensor.Tensor, error) {
+	if t.DType == tensor.F16 {
+		o := tensor.New(tensor.F32, t.Shape...)
+		for k, v := range t.F16 {
+			o.F32[k] = v.Float32()
+		}
+		t = o
+	}
+	for k, v := range t.F32 {
+		if !(v > 0) || math.IsInf(float64(v), 0) {
+			return nil, fmt.Errorf("model: %s: scale element %d = %g: FP8 scales must be positive and finite", module, k, v)
+		}
+	}
+	return t, nil
+}
+
+// toStorage converts 4-bit scales to the storage dtype dt (F16 or BF16), as the 16-bit weights
+// are (readF16, readBF16: F32 and BF16 rounded to fp16, an overflow an error).
+func toStorage(t *tensor.Tensor, dt tensor.DType, name string) (*tensor.Tensor, error) {
+	if dt == tensor.BF16 {
+		o := tensor.New(tensor.BF16, t.Shape...)
+		for k, v := range t.Float32() {
+			o.BF16[k] = tensor.BF16FromFloat32(v)
+		}
+		return o, nil
+	}
+	return toF16(t, name)
+}
