@@ -177,7 +177,7 @@ func CompareBatchTaps(m *Model, set *golden.Set, p *BatchParams, seqs []BatchSeq
 			errs[i] = fmt.Errorf("%s: the engine produced no tap %s", set.ID(), expected[i].Name)
 			return
 		}
-		rows[i], errs[i] = compareTap(set, cal, tols, expected[i].Name, g, nil)
+		rows[i], errs[i] = compareTap(set, cal, tols, expected[i].Name, g, nil, false)
 	})
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err

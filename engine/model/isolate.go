@@ -34,6 +34,9 @@ func (m *Model) TapOp(name string) string {
 	// As the forward decides (Norm.Forward, normGemm): a norm with a bias is a LayerNorm; either
 	// fuses with the q/k/v projection after it in a fused decode.
 	rms := len(m.Layers) == 0 || m.Layers[0].AttnNorm.B == nil
+	if q := m.tapLinear(layer, kind); q != nil {
+		return q.opName(projections[kind])
+	}
 	norm := "layernorm"
 	if rms {
 		norm = "rmsnorm"

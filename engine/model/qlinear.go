@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/model/safetensors"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
@@ -245,4 +246,37 @@ func toStorage(t *tensor.Tensor, dt tensor.DType, name string) (*tensor.Tensor, 
 		return o, nil
 	}
 	return toF16(t, name)
+}
+
+// quantizedTap reports whether a tap (a canonical golden name) is the output of a quantized
+// projection: q, k, v, attn_out, ffn_gate, ffn_up or ffn_out of a layer whose linear for it is
+// a QLinear.
+func (m *Model) quantizedTap(name string) bool {
+	_, layer, kind, _ := compare.TapPlace(name)
+	return m.tapLinear(layer, kind) != nil
+}
+
+// projections names the tap kind each projection computes, as TapOp describes it.
+var projections = map[string]string{"q": "q projection", "k": "k projection", "v": "v projection", "attn_out": "output projection",
+	"ffn_gate": "gate projection", "ffn_up": "up projection", "ffn_out": "down projection"}
+
+// tapLinear is the quantized linear whose output is the tap kind of a layer, or nil (a 16-bit
+// projection, or a tap no projection computes).
+func (m *Model) tapLinear(layer int, kind string) *QLinear {
+	if layer < 0 || layer >= len(m.Layers) || projections[kind] == "" {
+		return nil
+	}
+	a, f := m.Layers[layer].Attn, m.Layers[layer].MLP
+	return map[string]*QLinear{"q": a.Qq, "k": a.Qk, "v": a.Qv, "attn_out": a.Qo, "ffn_gate": f.QGate, "ffn_up": f.QUp, "ffn_out": f.QDown}[kind]
+}
+
+// opName names the ops of a quantized projection for TapOp.
+func (q *QLinear) opName(what string) string {
+	switch q.Format {
+	case QuantFP8Block:
+		return "quant_fp8, then gemm_fp8 (the " + what + ", fine-grained FP8 blocks)"
+	case QuantFP8Channel:
+		return "quant_fp8, then gemm_fp8 (the " + what + ", FP8 per channel)"
+	}
+	return "gemm_w4a16 (the " + what + ", " + q.Format.String() + ")"
 }

@@ -287,6 +287,9 @@ PHI35_TINY = derived(PHI35_MINI, hidden_size=96, intermediate_size=128, num_hidd
                                    "long_factor": PHI35_LONG_FACTOR[::2],
                                    "short_factor": PHI35_SHORT_FACTOR[::2]})
 QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).items()))
+# llama3-tiny with an intermediate size of 256: every projection's input width a multiple of the
+# FP8 block (128), as the quantized sets need (fine-grained FP8 scales 1x128 input groups).
+LLAMA3_QTINY = derived(LLAMA3_TINY, intermediate_size=256)
 
 
 def bf16_config(cfg):
@@ -316,8 +319,11 @@ def bf16_config(cfg):
 # (qwen2.5-0.5b, 24 layers) in fp16 (peaked: 0.027 gpt2-124m), so EPSILON_FULL 0.2 is 5x Qwen's
 # (room for Phi-3's 32 layers), and 0.28-0.34 in bf16 (qwen2.5-0.5b-bf16, llama3.2-1b-bf16; peaked
 # qwen2.5-0.5b-bf16 0.25), so EPSILON_BF16_FULL 0.8 is 2.4x Llama's.
-ModelSpec = namedtuple("ModelSpec", "name family tier config decode_steps margin_epsilon dtype",
-                       defaults=("f16",))
+# quant: a quantized set's format (models/quantize.py: fp8-block, fp8-channel, awq, gptq), its
+# projections stored in that format; quant_group the 4-bit formats' group size.
+ModelSpec = namedtuple("ModelSpec",
+                       "name family tier config decode_steps margin_epsilon dtype quant quant_group",
+                       defaults=("f16", None, None))
 EPSILON_COMMITTED, EPSILON_FULL = 0.35, 0.2
 EPSILON_BF16_COMMITTED, EPSILON_BF16_FULL = 2.0, 0.8
 
@@ -333,6 +339,17 @@ MODELS = [
               EPSILON_BF16_COMMITTED, "bf16"),
     ModelSpec("llama3-tiny-bf16", "llama", COMMITTED, bf16_config(LLAMA3_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
+    # quantized (models/quantize.py): the published formats' tensors for every projection;
+    # 4-bit groups of 32 inputs so that each projection has several (the hub's are 128: the
+    # full tier's)
+    ModelSpec("llama3-tiny-fp8-bf16", "llama", COMMITTED, bf16_config(LLAMA3_QTINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16", "fp8-block"),
+    ModelSpec("llama3-tiny-fp8dyn-bf16", "llama", COMMITTED, bf16_config(LLAMA3_QTINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16", "fp8-channel"),
+    ModelSpec("llama3-tiny-awq", "llama", COMMITTED, LLAMA3_QTINY, 8, EPSILON_COMMITTED, "f16",
+              "awq", 32),
+    ModelSpec("llama3-tiny-gptq", "llama", COMMITTED, LLAMA3_QTINY, 8, EPSILON_COMMITTED, "f16",
+              "gptq", 32),
     ModelSpec("qwen2.5-0.5b", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL),
     ModelSpec("phi3-mini-4k", "phi3", FULL, PHI3_MINI_4K, 8, EPSILON_FULL),
     ModelSpec("gpt2-124m", "gpt2", FULL, GPT2_124M, 8, EPSILON_FULL),

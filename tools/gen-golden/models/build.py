@@ -19,6 +19,7 @@ from models.calibration import CALIBRATION_FILE, calibration_bytes, run_rounded
 from models.checkpoint import place_checkpoint, sha256_file, write_synthetic_checkpoint
 from models.generation import CASE, GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, \
     SAMPLE_TOP_K, SAMPLE_TOP_P, prompt_ids, sample_seed, set_seed
+from models.quantize import quantize_checkpoint
 from models.reference import check_loaded_weights, load_model, reference_hparams, run_reference, \
     run_sampled
 from models.threads import intra_op_threads, one_thread_workers, split_linears, tier_threads
@@ -123,7 +124,9 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         with phase("peak"):
             peaked = peak.peak_checkpoint(set_dir, family, d.tied, prompt, s_seed,
                                           margin_epsilon, spec.dtype, pool=pool, threads=threads,
-                                          log=phase.log)
+                                          log=phase.log,
+                                          quant=(spec.quant, spec.quant_group) if spec.quant
+                                          else None)
         ckpt = [(n, f, sha256_file(os.path.join(set_dir, f)) if f == "model.safetensors"
                  else h) for n, f, h in ckpt]
     with phase("load_model"):
@@ -131,6 +134,11 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     with phase("check_loaded_weights"):
         stored = check_loaded_weights(model, set_dir, pool)
         hparams = reference_hparams(model, family)
+    quantization = None
+    if spec is not None and spec.quant:
+        # the projections stored in the format, the reference computing its arithmetic
+        with phase("quantize"):
+            ckpt, quantization = quantize_checkpoint(model, set_dir, spec.quant, spec.quant_group)
     dtype = set_dtype(stored, spec)
     weights_stored = stored == {TORCH_DTYPE[dtype]}
     if source == CHECKPOINT and dtype == "bf16":
@@ -183,7 +191,8 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
                                        pool=pool, weights_stored=weights_stored, dtype=dtype)
     del model
     with phase("calibration"):
-        cal = calibration_bytes(taps, cal_taps, pool, dtype)
+        fp8 = spec is not None and (spec.quant or "").startswith("fp8")
+        cal = calibration_bytes(taps, cal_taps, pool, dtype, fp8_activations=fp8)
         with open(os.path.join(set_dir, CALIBRATION_FILE), "wb") as f:
             f.write(cal)
 
@@ -201,6 +210,8 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     }
     if peaked is not None:
         params["peak"] = peaked
+    if quantization is not None:
+        params["quantization"] = quantization
     tensors = [("prompt_ids", prompt, "input")]
     tensors += [(k, v, "expected") for k, v in taps.items()]
     tensors += [("greedy_tokens", tokens, "expected"),

@@ -342,11 +342,15 @@ def replace_tensor(path, name, t):
 
 
 def peak_checkpoint(set_dir, family, tied, prompt, seed, epsilon, dtype, pool=None, threads=1,
-                    log=None):
+                    log=None, quant=None):
     """Peak the synthetic checkpoint in set_dir (model.safetensors rewritten in place; the
-    forwards' linears split over `pool`). Returns params.peak: {"tensor", "rows", "target",
-    "accept", "rounds", "smallest_margin"}."""
+    forwards' linears split over `pool`). quant: (format, group) of a quantized set, whose
+    forward is the one peaked (models/quantize.py; the rows peaked are the 16-bit head's).
+    Returns params.peak: {"tensor", "rows", "target", "accept", "rounds", "smallest_margin"}."""
     model = reference.load_model(set_dir, family, threads=threads)
+    if quant is not None:
+        from models.quantize import quantize_checkpoint
+        quantize_checkpoint(model, set_dir, *quant, write=False)
     with split_linears(model, pool, threads):
         rows, target, rounds, worst = peak_head(model, prompt, seed, epsilon, dtype, tied, log)
     name = head_tensor(family, tied)
