@@ -387,6 +387,18 @@ def with_layers(spec, n_layers):
                          config=derived(spec.config, **over))
 
 
+# Quantized full-size sets: Llama-3.2-1B's projections in each format (4-bit groups of 128, as
+# the hub's AWQ and GPTQ checkpoints), every layer, for conformance at real widths and for the
+# quantized decode's speed.
+MODELS += [
+    ModelSpec("llama3.2-1b-fp8-bf16", "llama", FULL, bf16_config(LLAMA32_1B), 8, EPSILON_BF16_FULL,
+              "bf16", "fp8-block"),
+    ModelSpec("llama3.2-1b-fp8dyn-bf16", "llama", FULL, bf16_config(LLAMA32_1B), 8,
+              EPSILON_BF16_FULL, "bf16", "fp8-channel"),
+    ModelSpec("llama3.2-1b-awq", "llama", FULL, LLAMA32_1B, 8, EPSILON_FULL, "f16", "awq", 128),
+    ModelSpec("llama3.2-1b-gptq", "llama", FULL, LLAMA32_1B, 8, EPSILON_FULL, "f16", "gptq", 128),
+]
+
 # Full sets of the 8B-class configs cut to 2 layers (the embeddings and heads alone are 2 GB of
 # fp16): the real layer shapes and RoPE tables at a size the generator handles in a minute.
 MODELS += [

@@ -90,12 +90,17 @@ class FP8Linear(torch.nn.Linear):
         self.group = group
         self.storage = storage
 
-    def forward(self, x):
+    def input_transform(self, x):
+        """x as the GEMM reads it: rounded to the storage dtype, quantised, dequantised (f32).
+        models/threads.py's split_linears splits the GEMM after it."""
         K, G = self.in_features, self.group
         rows = x.reshape(-1, K).to(self.storage).to(F32)
         q, s = quant_groups(rows, G)
         xdq = (q.to(F32).view(-1, K // G, G) * s.unsqueeze(-1)).view(-1, K)
-        return F.linear(xdq.to(x.dtype), self.weight).view(*x.shape[:-1], self.out_features)
+        return xdq.to(x.dtype).view(x.shape)
+
+    def forward(self, x):
+        return F.linear(self.input_transform(x), self.weight)
 
 
 def _fp8_block(name, W, dtype, group):
@@ -237,3 +242,111 @@ def quantize_checkpoint(model, set_dir, fmt, group, write=True):
     params = {"format": fmt, "group_size": group if fmt in ("awq", "gptq") else None,
               "reference": REFERENCE, "cross_check": sorted(checks)}
     return ckpt, params
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading a quantized checkpoint: the reference forward from the stored tensors
+
+
+def format_of(qc):
+    """(format, group) of a config.json quantization_config in an implemented format, as the
+    engine reads it (engine/model/quantconfig.go); SystemExit naming anything else."""
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    if method == "fp8" and qc.get("weight_block_size") == [FP8_BLOCK, FP8_BLOCK] and \
+            qc.get("activation_scheme", "dynamic") == "dynamic" and \
+            qc.get("scale_fmt", "float") == "float":
+        return "fp8-block", None
+    if method == "compressed-tensors" and qc.get("format") == "float-quantized":
+        groups = list((qc.get("config_groups") or {}).values())
+        if len(groups) == 1:
+            w, a = groups[0].get("weights") or {}, groups[0].get("input_activations") or {}
+            if (w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("dynamic")) == \
+                    (8, "float", "channel", False) and \
+                    (a.get("num_bits"), a.get("type"), a.get("strategy"), a.get("dynamic")) == \
+                    (8, "float", "token", True):
+                return "fp8-channel", None
+    if method == "awq" and qc.get("bits") == 4 and str(qc.get("version", "")).lower() == "gemm" \
+            and qc.get("zero_point", True):
+        return "awq", qc["group_size"]
+    if method == "gptq" and qc.get("bits") == 4 and qc.get("checkpoint_format", "gptq") == "gptq":
+        return "gptq", qc["group_size"]
+    raise SystemExit("quantization_config %s is not implemented (fp8 [128, 128] dynamic, "
+                     "compressed-tensors FP8-dynamic, awq gemm 4-bit, gptq 4-bit): "
+                     "docs/quantization.md" % json.dumps(qc, sort_keys=True))
+
+
+# The tensor that marks a module stored in each format (as engine/model/qlinear.go's quantSuffix).
+MARKER = {"fp8-block": ".weight_scale_inv", "fp8-channel": ".weight_scale", "awq": ".qweight",
+          "gptq": ".qweight"}
+
+
+def stored_module(fmt, group, t, storage, K):
+    """The reference module of one projection from its stored tensors t (suffix -> tensor)."""
+    if fmt == "fp8-block":
+        q, s = t[".weight"], t[".weight_scale_inv"].to(F32)
+        N = q.shape[0]
+        wdq = q.to(F32) * s.repeat_interleave(FP8_BLOCK, 0)[:N].repeat_interleave(FP8_BLOCK, 1)
+        return FP8Linear(wdq, FP8_BLOCK, storage)
+    if fmt == "fp8-channel":
+        return FP8Linear(t[".weight"].to(F32) * t[".weight_scale"].to(F32), K, storage)
+    G = K if group == -1 else group
+    if fmt == "awq":
+        return _int4_linear(int4.awq_dequant(t[".qweight"], t[".qzeros"], t[".scales"].to(storage),
+                                             G, storage))
+    return _int4_linear(int4.gptq_dequant(t[".qweight"], t[".qzeros"], t[".scales"].to(storage),
+                                          t[".g_idx"], storage))
+
+
+QUANT_SUFFIXES = (".weight", ".weight_scale_inv", ".weight_scale", ".qweight", ".qzeros",
+                  ".scales", ".g_idx")
+
+
+def load_quantized(set_dir, family, storage):
+    """transformers' model of set_dir's config (eager attention, fp32), its 16-bit tensors from
+    the checkpoint upcast exactly and every projection stored in the config's format replaced by
+    its reference module, built from the stored tensors (stored_module): the reference forward
+    of a quantized checkpoint. storage: the 16-bit dtype its activations are stored in. Returns
+    (model, names of the checkpoint's tensors the reference modules consumed)."""
+    import transformers
+    from safetensors import safe_open
+    cfg = transformers.AutoConfig.from_pretrained(set_dir, local_files_only=True)
+    fmt, group = format_of(cfg.quantization_config if isinstance(cfg.quantization_config, dict)
+                           else cfg.quantization_config.to_dict())
+    del cfg.quantization_config
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=F32,
+                                                          attn_implementation="eager")
+    model.eval()
+    tensors = {}
+    for fname in sorted(os.listdir(set_dir)):
+        if fname.endswith(".safetensors"):
+            with safe_open(os.path.join(set_dir, fname), framework="pt") as f:
+                tensors.update({k: f.get_tensor(k) for k in f.keys()})
+    consumed, projections = set(), set()
+    for i, layer in enumerate(model.model.layers):
+        for sub in LINEARS:
+            name = "model.layers.%d.%s" % (i, sub)
+            if name + MARKER[fmt] not in tensors:
+                continue  # kept 16-bit (modules_to_not_convert, ignore)
+            parent, attr = sub.split(".")
+            old = getattr(getattr(layer, parent), attr)
+            if name + ".bias" in tensors:
+                raise SystemExit("%s: a quantized linear with a bias is not implemented" % name)
+            t = {s: tensors[name + s] for s in QUANT_SUFFIXES if name + s in tensors}
+            consumed.update(name + s for s in t)
+            projections.add(name + ".weight")
+            setattr(getattr(layer, parent), attr,
+                    stored_module(fmt, group, t, storage, old.in_features))
+    for name in tensors:
+        if name.endswith(MARKER[fmt]) and name not in consumed:
+            raise SystemExit("%s: stored in %s, but not a decoder projection: a quantized %s is "
+                             "not implemented" % (name, fmt, name[:-len(MARKER[fmt])]))
+    state = {k: v.to(F32) for k, v in tensors.items() if k not in consumed}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {"lm_head.weight"} if model.config.tie_word_embeddings else set()
+    missing = set(missing) - projections - tied
+    if unexpected or missing:
+        raise SystemExit("%s: tensors the model does not hold %s; missing from the checkpoint %s"
+                         % (set_dir, sorted(unexpected)[:5], sorted(missing)[:5]))
+    if model.config.tie_word_embeddings:
+        model.tie_weights()
+    return model, consumed

@@ -62,6 +62,16 @@ def load_model(set_dir, family, dtype=F32, threads=1):
     import transformers
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    storage = quantized_storage(set_dir)
+    if storage is not None:
+        # transformers runs these formats only with packages and kernels the hosts lack:
+        # the reference modules of models/quantize.py, from the stored tensors
+        from models.quantize import load_quantized
+        model, _ = load_quantized(set_dir, family, storage)
+        if type(model).__name__ != ARCH[family]:
+            raise RuntimeError("%s loaded as %s, want %s"
+                               % (set_dir, type(model).__name__, ARCH[family]))
+        return model
     with loader_threads(threads):
         model = transformers.AutoModelForCausalLM.from_pretrained(
             set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True)
@@ -73,6 +83,18 @@ def load_model(set_dir, family, dtype=F32, threads=1):
         raise RuntimeError("attention implementation is %s, want eager"
                            % model.config._attn_implementation)
     return model
+
+
+def quantized_storage(set_dir):
+    """The 16-bit dtype (torch) a quantized checkpoint's activations are stored in (its
+    config's torch_dtype), or None for a checkpoint without a quantization_config."""
+    import json
+    with open(os.path.join(set_dir, "config.json")) as f:
+        cfg = json.load(f)
+    if cfg.get("quantization_config") is None:
+        return None
+    dt = cfg.get("torch_dtype") or cfg.get("dtype") or "float16"
+    return {"bfloat16": torch.bfloat16}.get(dt, torch.float16)
 
 
 def _upcast_equal(param, t):

@@ -244,16 +244,22 @@ def split_linears(model, pool, n_blocks, lockstep=None):
             ys = blocked(single, group, bounds, pool, [x.view(-1, x.size(-1)) for x in xs], mod.nx)
             return [y.view(x.size()[:-1] + (mod.nf,)) for x, y in zip(xs, ys)]
 
+        # a module whose input goes through a transform first (the FP8 reference's activation
+        # quantisation, models/quantize.py: input_transform) splits the GEMM after it
+        transform = getattr(mod, "input_transform", None)
+
         def forward(x):
             if torch.is_grad_enabled():
                 return orig(x)
+            if transform is not None:
+                x = transform(x)
             return run([x])[0] if lockstep is None else lockstep.call(mod, x, run)
         return forward
 
     patched = []
     try:
         for mod in model.modules():
-            if type(mod) is torch.nn.Linear:
+            if type(mod) is torch.nn.Linear or hasattr(mod, "input_transform"):
                 bounds, make = split_bounds(mod.out_features, mod.in_features, n_blocks), linear
             elif type(mod) is Conv1D:
                 bounds, make = split_bounds(mod.nf, mod.nx, n_blocks), conv1d
