@@ -19,7 +19,7 @@ from models.calibration import CALIBRATION_FILE, calibration_bytes, run_rounded
 from models.checkpoint import place_checkpoint, sha256_file, write_synthetic_checkpoint
 from models.generation import CASE, GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, \
     SAMPLE_TOP_K, SAMPLE_TOP_P, prompt_ids, sample_seed, set_seed
-from models.quantize import quantize_checkpoint
+from models.quantize import check_reference, quantize_checkpoint
 from models.reference import check_loaded_weights, load_model, reference_hparams, run_reference, \
     run_sampled
 from models.threads import intra_op_threads, one_thread_workers, split_linears, tier_threads
@@ -190,6 +190,9 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
                 cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps,
                                        pool=pool, weights_stored=weights_stored, dtype=dtype)
     del model
+    if quantization is not None:
+        with phase("check_reference"):
+            check_reference(set_dir, family, TORCH_DTYPE[dtype], taps)
     with phase("calibration"):
         fp8 = spec is not None and (spec.quant or "").startswith("fp8")
         cal = calibration_bytes(taps, cal_taps, pool, dtype, fp8_activations=fp8)

@@ -350,3 +350,28 @@ def load_quantized(set_dir, family, storage):
     if model.config.tie_word_embeddings:
         model.tie_weights()
     return model, consumed
+
+
+# A projection's output tap from its input tap, per projection.
+TAP_OF = {"self_attn.q_proj": ("attn_norm", "q"), "self_attn.k_proj": ("attn_norm", "k"),
+          "self_attn.v_proj": ("attn_norm", "v"), "self_attn.o_proj": ("attn", "attn_out"),
+          "mlp.gate_proj": ("ffn_norm", "ffn_gate"), "mlp.up_proj": ("ffn_norm", "ffn_up"),
+          "mlp.down_proj": ("ffn_act", "ffn_out")}
+
+
+def check_reference(set_dir, family, storage, taps):
+    """The reference's projections, recomputed from the checkpoint as written (load_quantized)
+    on their stored prefill input taps, give their stored output taps exactly, in the first and
+    the last layer: the set's file decodes to the arithmetic its taps came from (whatever ran the
+    reference: one thread, or split over a pool)."""
+    model, _ = load_quantized(set_dir, family, storage)
+    layers = model.model.layers
+    with torch.no_grad():
+        for i in sorted({0, len(layers) - 1}):
+            for sub, (tin, tout) in TAP_OF.items():
+                x = taps["prefill.layers.%d.%s" % (i, tin)]
+                want = taps["prefill.layers.%d.%s" % (i, tout)]
+                got = layers[i].get_submodule(sub)(x.reshape(x.shape[0], -1))
+                if not torch.equal(got, want.reshape(got.shape)):
+                    raise RuntimeError("layer %d %s: the quantized checkpoint's projection does not "
+                                       "give the reference's %s tap" % (i, sub, tout))

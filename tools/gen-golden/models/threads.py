@@ -226,9 +226,15 @@ def split_linears(model, pool, n_blocks, lockstep=None):
         def run(xs):
             return blocked(single, group, bounds, pool, xs, mod.in_features)
 
+        # a module whose input goes through a transform first (the FP8 reference's activation
+        # quantisation, models/quantize.py: input_transform) splits the GEMM after it
+        transform = getattr(mod, "input_transform", None)
+
         def forward(x):
             if torch.is_grad_enabled():
                 return orig(x)
+            if transform is not None:
+                x = transform(x)
             return run([x])[0] if lockstep is None else lockstep.call(mod, x, run)
         return forward
 
@@ -244,15 +250,9 @@ def split_linears(model, pool, n_blocks, lockstep=None):
             ys = blocked(single, group, bounds, pool, [x.view(-1, x.size(-1)) for x in xs], mod.nx)
             return [y.view(x.size()[:-1] + (mod.nf,)) for x, y in zip(xs, ys)]
 
-        # a module whose input goes through a transform first (the FP8 reference's activation
-        # quantisation, models/quantize.py: input_transform) splits the GEMM after it
-        transform = getattr(mod, "input_transform", None)
-
         def forward(x):
             if torch.is_grad_enabled():
                 return orig(x)
-            if transform is not None:
-                x = transform(x)
             return run([x])[0] if lockstep is None else lockstep.call(mod, x, run)
         return forward
 
