@@ -19,7 +19,8 @@ from models.calibration import CALIBRATION_FILE, calibration_bytes, run_rounded
 from models.checkpoint import place_checkpoint, sha256_file, write_synthetic_checkpoint
 from models.generation import CASE, GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, \
     SAMPLE_TOP_K, SAMPLE_TOP_P, prompt_ids, sample_seed, set_seed
-from models.quantize import check_reference, quantize_checkpoint
+from models.quantize import check_reference, format_of, quantize_checkpoint, \
+    stored_quantization
 from models.reference import check_loaded_weights, load_model, reference_hparams, run_reference, \
     run_sampled
 from models.threads import intra_op_threads, one_thread_workers, split_linears, tier_threads
@@ -134,7 +135,7 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     with phase("check_loaded_weights"):
         stored = check_loaded_weights(model, set_dir, pool)
         hparams = reference_hparams(model, family)
-    quantization = None
+    quantization = stored_quantization(model)  # a real quantized checkpoint's
     if spec is not None and spec.quant:
         # the projections stored in the format, the reference computing its arithmetic
         with phase("quantize"):
@@ -194,7 +195,7 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         with phase("check_reference"):
             check_reference(set_dir, family, TORCH_DTYPE[dtype], taps)
     with phase("calibration"):
-        fp8 = spec is not None and (spec.quant or "").startswith("fp8")
+        fp8 = quantization is not None and quantization["format"].startswith("fp8")
         cal = calibration_bytes(taps, cal_taps, pool, dtype, fp8_activations=fp8)
         with open(os.path.join(set_dir, CALIBRATION_FILE), "wb") as f:
             f.write(cal)
@@ -302,11 +303,12 @@ def build_checkpoint(src, name, tier, set_dir):
                          % (src, cfg.get("model_type"), sorted(FAMILY_OF_MODEL_TYPE)))
     qc = cfg.get("quantization_config")
     if qc is not None:
-        # as engine/model refuses it: a quantized checkpoint's reference would be transformers'
-        # dequantising loader, which model sets do not use yet
-        method = qc.get("quant_method", "unnamed") if isinstance(qc, dict) else repr(qc)
-        raise SystemExit("%s: quantization_config with quant_method %r is not implemented: model "
-                         "sets are built from fp16, bf16 and fp32 checkpoints" % (src, method))
+        # the formats engine/model runs (docs/quantization.md); anything else is refused by
+        # name here, as the engine refuses it
+        format_of(qc)
+        if family not in ("llama", "qwen2"):
+            raise SystemExit("%s: a quantized %s checkpoint is not implemented (llama, qwen2)"
+                             % (src, family))
     return build_set(set_dir, name=name, family=family, tier=tier,
                      seed=set_seed(name), source=CHECKPOINT,
                      decode_steps=CHECKPOINT_DECODE_STEPS,

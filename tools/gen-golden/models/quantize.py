@@ -349,7 +349,18 @@ def load_quantized(set_dir, family, storage):
                          % (set_dir, sorted(unexpected)[:5], sorted(missing)[:5]))
     if model.config.tie_word_embeddings:
         model.tie_weights()
+    # what check_loaded_weights skips, and params.quantization of a set built from it
+    model.quantized_tensors, model.quantized_projections = consumed, projections
+    model.quantization = {"format": fmt, "group_size": group if fmt in ("awq", "gptq") else None,
+                          "reference": REFERENCE,
+                          "cross_check": ["none (a checkpoint's stored tensors, read as written)"]}
     return model, consumed
+
+
+def stored_quantization(model):
+    """params.quantization of a model load_quantized built from a quantized checkpoint; None for
+    any other model."""
+    return getattr(model, "quantization", None)
 
 
 # A projection's output tap from its input tap, per projection.

@@ -112,12 +112,18 @@ def check_loaded_weights(model, set_dir, pool=None):
     from safetensors import safe_open
     state = model.state_dict()
     names, dtypes = [], set()
+    # a quantized checkpoint's projections are reference modules built from their stored
+    # tensors (models/quantize.py: load_quantized), compared there, not here
+    quantized = getattr(model, "quantized_tensors", set())
+    projections = getattr(model, "quantized_projections", set())
     for fname in sorted(os.listdir(set_dir)):
         if not fname.endswith(".safetensors"):
             continue
         with safe_open(os.path.join(set_dir, fname), framework="pt") as f:
             compared = []
             for name in f.keys():
+                if name in quantized:
+                    continue
                 t = f.get_tensor(name)
                 key = name if name in state else None
                 if key is None:  # real GPT-2 checkpoints store h.0... without "transformer."
@@ -139,7 +145,8 @@ def check_loaded_weights(model, set_dir, pool=None):
     # ... and every model tensor came from the checkpoint (transformers would initialise a missing
     # one randomly); a tied head is the embedding's storage.
     loaded = {state[k].data_ptr() for k in names}
-    missing = [k for k, v in state.items() if k not in names and v.data_ptr() not in loaded]
+    missing = [k for k, v in state.items() if k not in names and v.data_ptr() not in loaded
+               and k not in projections]
     if missing:
         raise RuntimeError("%s: not in the checkpoint: %s" % (set_dir, ", ".join(missing[:5])))
     return dtypes
