@@ -35,7 +35,7 @@ func (m *Model) TapOp(name string) string {
 	// fuses with the q/k/v projection after it in a fused decode.
 	rms := len(m.Layers) == 0 || m.Layers[0].AttnNorm.B == nil
 	if q := m.tapLinear(layer, kind); q != nil {
-		return q.opName(projections[kind])
+		return q.opName(kind, fused)
 	}
 	norm := "layernorm"
 	if rms {

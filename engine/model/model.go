@@ -530,6 +530,14 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 		qb, kb, vb = parts[0], parts[1], parts[2]
 		qk = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), 0, (nH+nKV)*D), T, nH+nKV, D)
 		kv = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), nH*D, 2*nKV*D), 2, nKV, D)
+	} else if g := fp8Group(a.Qq, a.Qk, a.Qv); g > 0 {
+		// FP8 projections: the norm quantised once for all three
+		var xin *fp8Input
+		x, xin = p.normQuant(in, g)
+		qb, kb, vb = p.alloc(T, nH*D), p.alloc(T, nKV*D), p.alloc(T, nKV*D)
+		a.Qq.forwardFP8(p, qb, xin)
+		a.Qk.forwardFP8(p, kb, xin)
+		a.Qv.forwardFP8(p, vb, xin)
 	} else {
 		var hn backend.Buffer
 		x, hn = p.settle(in)
@@ -609,6 +617,13 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 			x = p.normGemm(in, gu, f.gateUp.all, nil)
 			parts := f.gateUp.outputs(p, gu)
 			g, up = parts[0], parts[1]
+		} else if gr := fp8Group(f.QGate, f.QUp); gr > 0 {
+			// FP8 projections: the norm quantised once for both
+			var xin *fp8Input
+			x, xin = p.normQuant(in, gr)
+			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
+			f.QGate.forwardFP8(p, g, xin)
+			f.QUp.forwardFP8(p, up, xin)
 		} else {
 			var hn backend.Buffer
 			x, hn = p.settle(in)
@@ -618,6 +633,20 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 		}
 		p.tap(name("ffn_gate"), g)
 		p.tap(name("ffn_up"), up)
+		if gr := fp8Group(f.QDown); gr > 0 && p.fuseQuant() {
+			// The activation quantised for the FP8 down projection in one op; the activation
+			// tap, when requested, by the SwiGLU it equals.
+			xin := &fp8Input{q: p.allocT(tensor.F8E4M3, T, c.Intermediate), s: p.allocT(tensor.F32, T, c.Intermediate/gr), group: gr}
+			p.do(be.SwiGLUQuantFP8(xin.q, xin.s, g, up, nil, gr))
+			if p.m.want[name("ffn_act")] {
+				p.do(be.SwiGLU(act, g, up))
+				p.tap(name("ffn_act"), act)
+			}
+			out = p.alloc(T, c.Hidden)
+			f.QDown.forwardFP8(p, out, xin)
+			p.tap(name("ffn_out"), out)
+			return out, x
+		}
 		if p.fused() && f.QDown == nil {
 			// The activation and the down projection in one op; the activation tap, when
 			// requested, by the SwiGLU it equals.

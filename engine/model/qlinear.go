@@ -33,11 +33,7 @@ type QLinear struct {
 func (q *QLinear) Forward(p *pass, out, x backend.Buffer) {
 	switch q.Format {
 	case QuantFP8Block, QuantFP8Channel:
-		T := x.Shape()[0]
-		xq := p.allocT(tensor.F8E4M3, T, q.K)
-		xs := p.allocT(tensor.F32, T, q.K/q.Group)
-		p.do(p.be.QuantFP8(xq, xs, x, nil, q.Group))
-		p.do(p.be.GemmFP8(out, xq, xs, q.W, q.Scales, q.Format == QuantFP8Block))
+		q.forwardFP8(p, out, p.quantize(x, q.Group))
 	case QuantAWQ:
 		p.do(p.be.GemmW4A16(out, x, q.W, q.Zeros, q.Scales, nil, backend.W4AWQ, q.Group))
 	case QuantGPTQ:
@@ -45,6 +41,71 @@ func (q *QLinear) Forward(p *pass, out, x backend.Buffer) {
 	default:
 		p.do(fmt.Errorf("model: quantized linear of format %s", q.Format))
 	}
+}
+
+// fp8Input is an activation quantised once for the FP8 projections that read it (q, k and v;
+// gate and up): its f8e4m3 codes [T, K] and f32 scales [T, K/group].
+type fp8Input struct {
+	q, s  backend.Buffer
+	group int
+}
+
+// fp8Group is the activation group shared by the FP8 projections qs (all non-nil, all of one
+// format), or 0 when they are not all such: then each runs on its own.
+func fp8Group(qs ...*QLinear) int {
+	for _, q := range qs {
+		if q == nil || (q.Format != QuantFP8Block && q.Format != QuantFP8Channel) || q.Format != qs[0].Format || q.Group != qs[0].Group {
+			return 0
+		}
+	}
+	return qs[0].Group
+}
+
+// quantize quantises x [T, K] in groups of group for FP8 projections.
+func (p *pass) quantize(x backend.Buffer, group int) *fp8Input {
+	T, K := x.Shape()[0], x.Shape()[1]
+	in := &fp8Input{q: p.allocT(tensor.F8E4M3, T, K), s: p.allocT(tensor.F32, T, K/group), group: group}
+	p.do(p.be.QuantFP8(in.q, in.s, x, nil, group))
+	return in
+}
+
+// fuseQuant reports whether a decode step quantises FP8 inputs inside the op before them
+// (rmsnorm_quant_fp8, swiglu_quant_fp8). Not in an isolated replay: there each FP8 projection
+// must read the reference's own input tap, quantised, to be held to its floor (compareTap).
+func (p *pass) fuseQuant() bool { return p.fused() && p.m.inject == nil }
+
+// normQuant is normGemm's counterpart for FP8 projections: in's add and RMSNorm with the
+// quantisation of the result in one rmsnorm_quant_fp8 (a fused decode), else the add and norm,
+// then quant_fp8. It returns the stream sum and the quantised norm; a requested norm tap is
+// computed beside the fused op, from the sum it stored, by the norm it equals.
+func (p *pass) normQuant(in pending, group int) (backend.Buffer, *fp8Input) {
+	if !p.fuseQuant() || in.n.B != nil {
+		sum, normed := p.settle(in)
+		return sum, p.quantize(normed, group)
+	}
+	c := &p.m.Cfg
+	sum := in.x
+	var resid, sumOut backend.Buffer
+	if in.y != nil {
+		sum = p.alloc(p.T, c.Hidden)
+		resid, sumOut = in.y, sum
+	}
+	q := &fp8Input{q: p.allocT(tensor.F8E4M3, p.T, c.Hidden), s: p.allocT(tensor.F32, p.T, c.Hidden/group), group: group}
+	p.do(p.be.RMSNormQuantFP8(q.q, q.s, sumOut, in.x, resid, in.n.W, nil, group, c.NormEps))
+	if in.y != nil {
+		p.tap(in.sumTap, sum)
+	}
+	if p.m.want[in.normTap] {
+		normed := p.alloc(p.T, c.Hidden)
+		in.n.Forward(p, normed, sum)
+		p.tap(in.normTap, normed)
+	}
+	return sum, q
+}
+
+// forwardFP8 is Forward for an FP8 projection on an input already quantised for it.
+func (q *QLinear) forwardFP8(p *pass, out backend.Buffer, in *fp8Input) {
+	p.do(p.be.GemmFP8(out, in.q, in.s, q.W, q.Scales, q.Format == QuantFP8Block))
 }
 
 // linear computes out = x · wᵀ + bias with the dense weight w, or with q when the layer is
@@ -270,13 +331,22 @@ func (m *Model) tapLinear(layer int, kind string) *QLinear {
 	return map[string]*QLinear{"q": a.Qq, "k": a.Qk, "v": a.Qv, "attn_out": a.Qo, "ffn_gate": f.QGate, "ffn_up": f.QUp, "ffn_out": f.QDown}[kind]
 }
 
-// opName names the ops of a quantized projection for TapOp.
-func (q *QLinear) opName(what string) string {
+// opName names the ops that compute the tap kind of this projection for TapOp: a fused decode
+// quantises the norm (q, k, v, gate, up) or the activation (the down projection) inside the op
+// before (rmsnorm_quant_fp8, swiglu_quant_fp8).
+func (q *QLinear) opName(kind string, fused bool) string {
+	what := "the " + projections[kind]
 	switch q.Format {
-	case QuantFP8Block:
-		return "quant_fp8, then gemm_fp8 (the " + what + ", fine-grained FP8 blocks)"
-	case QuantFP8Channel:
-		return "quant_fp8, then gemm_fp8 (the " + what + ", FP8 per channel)"
+	case QuantFP8Block, QuantFP8Channel:
+		what += map[QuantFormat]string{QuantFP8Block: ", fine-grained FP8 blocks", QuantFP8Channel: ", FP8 per channel"}[q.Format]
+		quant := "quant_fp8"
+		if fused && kind != "attn_out" {
+			quant = "rmsnorm_quant_fp8"
+			if kind == "ffn_out" {
+				quant = "swiglu_quant_fp8"
+			}
+		}
+		return quant + ", then gemm_fp8 (" + what + ")"
 	}
-	return "gemm_w4a16 (the " + what + ", " + q.Format.String() + ")"
+	return "gemm_w4a16 (" + what + ", " + q.Format.String() + ")"
 }
