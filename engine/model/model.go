@@ -112,6 +112,7 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 		// Decode steps compute q, k and v, and gate and up, with one GEMM each (fuse.go), where
 		// every one of them is a 16-bit weight (a quantized linear runs alone).
 		var fw [3]*fused
+		var fq [2]*fusedFP8 // q/k/v and gate/up of FP8 projections (fuseq.go)
 		for k, set := range [][]string{{"wqkv", "wq", "wk", "wv"}, {"bqkv", "bq", "bk", "bv"}, {"wgate_up", "wgate", "wup"}} {
 			names := make([]string, len(set))
 			quantized := false
@@ -120,6 +121,12 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 				quantized = quantized || m.q[names[j]] != nil
 			}
 			if quantized {
+				if k != 1 {
+					if fq[k/2], err = fuseFP8(be, mem, m.w, m.q, names[0], names[1:]...); err != nil {
+						m.Close()
+						return nil, err
+					}
+				}
 				continue
 			}
 			if fw[k], err = fuse(be, mem, m.w, names[0], names[1:]...); err != nil {
@@ -133,9 +140,9 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			FFNNorm:  Norm{W: g("ffn_norm"), B: g("ffn_norm_b")},
 			Attn: &Attention{Wq: g("wq"), Bq: g("bq"), Wk: g("wk"), Bk: g("bk"), Wv: g("wv"), Bv: g("bv"),
 				Wo: g("wo"), Bo: g("bo"), qkvW: fw[0], qkvB: fw[1],
-				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo")},
+				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo"), qkvQ: fq[0]},
 			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2],
-				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown")},
+				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1]},
 		})
 	}
 	if err := m.allocState(); err != nil {
@@ -508,6 +515,7 @@ type Attention struct {
 	// Qq, Qk, Qv, Qo are the projections a quantized checkpoint stores in its format (their
 	// W fields then nil); nil for a 16-bit projection.
 	Qq, Qk, Qv, Qo *QLinear
+	qkvQ           *fusedFP8 // Qq, Qk, Qv as one FP8 projection; nil when they cannot be
 }
 
 // Forward returns attn_out [T, H] for the input in (its residual add and norm run here, x the
@@ -518,15 +526,24 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 	var qb, kb, vb backend.Buffer
 	var qk backend.Buffer // fused decode: q's and k's heads as one [1, nH+nKV, D] view
 	var kv backend.Buffer // fused decode: k's and v's heads as one [2, nKV, D] view
-	if p.singleStep() && a.qkvW != nil && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv) {
+	dense := a.qkvW != nil && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv)
+	if p.singleStep() && (dense || a.qkvQ.intact(a.Qq, a.Qk, a.Qv)) {
 		// One token: q, k and v are consecutive columns of one GEMM's output row.
 		qkv := p.alloc(T, (nH+2*nKV)*D)
-		var bias backend.Buffer
-		if a.qkvB != nil {
-			bias = a.qkvB.all
+		var parts []backend.Buffer
+		if dense {
+			var bias backend.Buffer
+			if a.qkvB != nil {
+				bias = a.qkvB.all
+			}
+			x = p.normGemm(in, qkv, a.qkvW.all, bias)
+			parts = a.qkvW.outputs(p, qkv)
+		} else {
+			var xin *fp8Input
+			x, xin = p.normQuant(in, a.qkvQ.all.Group)
+			a.qkvQ.all.forwardFP8(p, qkv, xin)
+			parts = a.qkvQ.rows.outputs(p, qkv)
 		}
-		x = p.normGemm(in, qkv, a.qkvW.all, bias)
-		parts := a.qkvW.outputs(p, qkv)
 		qb, kb, vb = parts[0], parts[1], parts[2]
 		qk = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), 0, (nH+nKV)*D), T, nH+nKV, D)
 		kv = p.view(p.rows(p.view(qkv, (nH+2*nKV)*D), nH*D, 2*nKV*D), 2, nKV, D)
@@ -599,6 +616,7 @@ type MLP struct {
 	// QGate, QUp, QDown are the projections a quantized checkpoint stores in its format (their
 	// fields above then nil); nil for a 16-bit projection.
 	QGate, QUp, QDown *QLinear
+	gateUpQ           *fusedFP8 // QGate and QUp as one FP8 projection; nil when they cannot be
 }
 
 // Forward returns ffn_out [T, H] for the input in (its residual add and norm run here, x the
@@ -616,6 +634,14 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 			gu := p.alloc(T, 2*c.Intermediate)
 			x = p.normGemm(in, gu, f.gateUp.all, nil)
 			parts := f.gateUp.outputs(p, gu)
+			g, up = parts[0], parts[1]
+		} else if p.singleStep() && f.gateUpQ.intact(f.QGate, f.QUp) {
+			// The same with FP8 projections, on the norm quantised once.
+			gu := p.alloc(T, 2*c.Intermediate)
+			var xin *fp8Input
+			x, xin = p.normQuant(in, f.gateUpQ.all.Group)
+			f.gateUpQ.all.forwardFP8(p, gu, xin)
+			parts := f.gateUpQ.rows.outputs(p, gu)
 			g, up = parts[0], parts[1]
 		} else if gr := fp8Group(f.QGate, f.QUp); gr > 0 {
 			// FP8 projections: the norm quantised once for both

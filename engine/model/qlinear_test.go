@@ -80,8 +80,17 @@ func TestQuantizedCheckpointsLoad(t *testing.T) {
 		if m.Cfg.Quant.Format != format || len(m.q) != 7*m.Cfg.Layers {
 			t.Errorf("%s: format %s with %d quantized projections, want %s with %d", set, m.Cfg.Quant.Format, len(m.q), format, 7*m.Cfg.Layers)
 		}
+		// Decode fuses FP8 gate/up (and q/k/v where no 128-row block straddles two of them:
+		// per channel, not llama3-tiny's 32-row k and v with blocks); 4-bit projections run alone.
+		a, f := m.Layers[0].Attn, m.Layers[0].MLP
+		if fp8 := format == QuantFP8Block || format == QuantFP8Channel; (f.gateUpQ != nil) != fp8 || (a.qkvQ != nil) != (format == QuantFP8Channel) {
+			t.Errorf("%s: fused FP8 gate/up %v, q/k/v %v", set, f.gateUpQ != nil, a.qkvQ != nil)
+		}
 		if _, err := m.Prefill([]int32{1, 2, 3}); err != nil {
 			t.Errorf("%s: prefill: %v", set, err)
+		}
+		if _, err := m.Decode(4); err != nil {
+			t.Errorf("%s: decode: %v", set, err)
 		}
 		m.Close()
 	}

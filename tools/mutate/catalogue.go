@@ -446,6 +446,20 @@ var catalogue = []Mutant{
 		Suites:      models,
 	},
 	{
+		ID: "go-model-fp8-gate-up-views-swapped", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "a decode step's fused FP8 gate/up output viewed as up, gate",
+		Original:    "parts := f.gateUpQ.rows.outputs(p, gu)\n\t\t\tg, up = parts[0], parts[1]",
+		Replacement: "parts := f.gateUpQ.rows.outputs(p, gu)\n\t\t\tg, up = parts[1], parts[0]",
+		Suites:      models,
+	},
+	{
+		ID: "go-model-fp8-decode-norm-quant-residual-dropped", Side: SideGo, File: "engine/model/qlinear.go",
+		Bug:         "a fused decode's rmsnorm_quant_fp8 normalises the block output without the residual stream added",
+		Original:    "p.do(p.be.RMSNormQuantFP8(q.q, q.s, sumOut, in.x, resid, in.n.W, nil, group, c.NormEps))",
+		Replacement: "p.do(p.be.RMSNormQuantFP8(q.q, q.s, nil, in.x, nil, in.n.W, nil, group, c.NormEps))\n\t_, _ = sumOut, resid",
+		Suites:      models,
+	},
+	{
 		ID: "go-model-fp8-block-run-per-channel", Side: SideGo, File: "engine/model/qlinear.go",
 		Bug:         "a fine-grained FP8 projection multiplied as per-channel FP8 (its 128x128 block scales read as one per output)",
 		Original:    `q.Format == QuantFP8Block))`,
@@ -497,8 +511,8 @@ var catalogue = []Mutant{
 	{
 		ID: "go-model-decode-gate-up-views-swapped", Side: SideGo, File: "engine/model/model.go",
 		Bug:         "decode's fused gate/up output viewed as up, gate (decode only)",
-		Original:    `g, up = parts[0], parts[1]`,
-		Replacement: `g, up = parts[1], parts[0]`,
+		Original:    "parts := f.gateUp.outputs(p, gu)\n\t\t\tg, up = parts[0], parts[1]",
+		Replacement: "parts := f.gateUp.outputs(p, gu)\n\t\t\tg, up = parts[1], parts[0]",
 		Suites:      models,
 	},
 	{
