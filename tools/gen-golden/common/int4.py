@@ -23,6 +23,8 @@ Words are int32 as safetensors stores them: the codes are their bits, read unsig
 
 import torch
 
+from common.dtypes import F64
+
 AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble j of an AWQ word holds column 8c + this
 BITS = 4
 PER_WORD = 32 // BITS
@@ -121,3 +123,28 @@ def gptq_dequant(qweight, qzeros, scales, g_idx, dtype):
         raise ValueError("gptq: qweight %s, qzeros %s, scales %s, g_idx %s"
                          % (tuple(qweight.shape), tuple(qzeros.shape), tuple(scales.shape), tuple(g_idx.shape)))
     return dequant(q, z, scales, g_idx.to(torch.int64), dtype)
+
+
+def quant_int4(Wt, groups, ng, sym, zmin=0):
+    """Codes q [K, N], zero points z [ng, N] and scales s [ng, N] (float64) of W^T [K, N] per
+    group g (the rows k with groups[k] == g) and column: asymmetric, s = (max - min) / 15 over the
+    group's range widened to hold 0, z = round(-min / s) in zmin..15, q = round(w / s) + z in
+    0..15 (AWQ's and GPTQ's asymmetric quantisers); symmetric, s = 2 amax / 15, z = 8 (GPTQ's
+    sym)."""
+    K, N = Wt.shape
+    q = torch.empty(K, N, dtype=torch.int64)
+    z = torch.empty(ng, N, dtype=torch.int64)
+    s = torch.empty(ng, N, dtype=F64)
+    for g in range(ng):
+        rows = (groups == g).nonzero().flatten()
+        w = Wt[rows]
+        if sym:
+            sc = (2 * w.abs().amax(0) / 15).clamp_min(1e-8)
+            zz = torch.full((N,), 8, dtype=torch.int64)
+        else:
+            lo, hi = w.amin(0).clamp(max=0), w.amax(0).clamp(min=0)
+            sc = ((hi - lo) / 15).clamp_min(1e-8)
+            zz = torch.round(-lo / sc).to(torch.int64).clamp(zmin, 15)
+        q[rows] = (torch.round(w / sc) + zz).clamp(0, 15).to(torch.int64)
+        z[g], s[g] = zz, sc
+    return q, z, s

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from common import int4
+from common.fp8 import FP8_BLOCK, QUANT_AMAX_FLOOR, quant_groups, quant_weight_blocks
+from common.int4 import quant_int4
 from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, TORCH_DTYPE, storage, to_e4m3
 from common.rope_scaling import published_rope, rope_inv_freq
 from kernels.inputs import gelu_inputs, linear_weight, norm_weight, normal
@@ -521,22 +523,6 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
 # rounded float32 divisions, one conversion), so the expected outputs are what a kernel must
 # write, bit for bit: the f8e4m3 bytes and the float32 scales, not fp64 references.
 
-# The floor of a group's amax, so an all-zero group gets a finite scale; torch casts the scalar
-# to the tensor's float32 (1.0000000133514320e-10), which is the spec's "1e-10 as float32".
-QUANT_AMAX_FLOOR = 1e-10
-
-
-def quant_groups(x, G):
-    """Dynamic quantisation of x [T, H] in groups of G consecutive elements of a row: (q f8e4m3
-    [T, H], scales f32 [T, H // G]). Everything in float32 on the CPU, where torch divides
-    (on a GPU torch multiplies by the reciprocal of a scalar divisor such as 448, rounding
-    twice): the amax (NaN when the group holds one), its floor, s = amax / 448 and x / s."""
-    T, H = x.shape
-    xg = x.to(F32).view(T, H // G, G)
-    s = xg.abs().amax(-1, keepdim=True).clamp(min=QUANT_AMAX_FLOOR) / E4M3_MAX
-    return to_e4m3(xg / s).view(T, H), s.view(T, H // G)
-
-
 def reciprocal_traps(r, s, count):
     """Up to `count` float32 values v, random signs, for which e4m3(v / s) != e4m3(v * (1 / s)):
     quotients within a few ulps of a midpoint between two f8e4m3 neighbours, where the product
@@ -611,36 +597,6 @@ def quant_fp8(r, *, T, H, mode, group_size=None, scale=None, dist=normal(), trap
 # quantised once, statically (quant_weight_blocks), the activations dynamically by quant_fp8's
 # spec (quant_groups). The expected output is the exact product of the dequantised operands, in
 # float64; the kernel's fp32 accumulation and its rounding to out_dtype are the tolerance's.
-
-# The side of the fine-grained FP8 blocks: 1x128 activation groups, 128x128 weight blocks
-# (DeepSeek-V3's and transformers' FineGrainedFP8 `weight_block_size` [128, 128]).
-FP8_BLOCK = 128
-
-
-def quant_weight_blocks(w, block_n, block_k):
-    """Static FP8 quantisation of a weight w [N, K] (float32) as an FP8 checkpoint stores it, in
-    blocks of block_n rows by block_k columns: block (i, j) holds rows block_n*i .. and columns
-    block_k*j .. (K % block_k == 0; the last row-block is partial when N % block_n != 0, its
-    amax over the rows it has), and with every value exactly as float32,
-        s    = max(amax of the block, 1e-10) / 448      (float32 division, correctly rounded)
-        q    = e4m3(w / s)                              (float32 division, correctly rounded)
-    quant_fp8's dynamic spec (docs/quantization.md) with a two-dimensional group. Returns (q
-    f8e4m3 [N, K], scales f32 [ceil(N / block_n), K / block_k]): s is the multiplier that
-    dequantises, float(q) * s (transformers' fine-grained `weight_scale_inv`). (128, 128): the
-    fine-grained FP8 layout; (1, K): one scale per output channel, the compressed-tensors
-    FP8-dynamic layout [N, 1], which is quant_groups(w, K) (gemm_fp8 checks that)."""
-    N, K = w.shape
-    if w.dtype != F32 or K % block_k:
-        raise ValueError("quant_weight_blocks: %s [%d, %d] in blocks of %d x %d"
-                         % (w.dtype, N, K, block_n, block_k))
-    nb, kb = -(-N // block_n), K // block_k
-    padded = torch.zeros((nb * block_n, K), dtype=F32)    # zero rows change no block's amax
-    padded[:N] = w
-    blocks = padded.view(nb, block_n, kb, block_k)
-    s = blocks.abs().amax(dim=(1, 3), keepdim=True).clamp(min=QUANT_AMAX_FLOOR) / E4M3_MAX
-    q = to_e4m3(blocks / s).view(nb * block_n, K)[:N].contiguous()
-    return q, s.view(nb, kb)
-
 
 def dequant_f64(q, scales, block_n, block_k):
     """float(q) * s in float64 for q f8e4m3 [R, C] and scales [ceil(R / block_n), C / block_k]
@@ -758,31 +714,6 @@ def swiglu_quant_fp8(r, *, T, ffn, mode, group_size=None, scale=None, gate=norma
 # ---------------------------------------------------------------------------------------------
 # 4-bit weights (docs/quantization.md, "4-bit weights"): a Linear quantised per group of inputs
 # and output column as AWQ and GPTQ checkpoints store it, and the product with 16-bit activations.
-
-
-def quant_int4(Wt, groups, ng, sym, zmin=0):
-    """Codes q [K, N], zero points z [ng, N] and scales s [ng, N] (float64) of W^T [K, N] per
-    group g (the rows k with groups[k] == g) and column: asymmetric, s = (max - min) / 15 over the
-    group's range widened to hold 0, z = round(-min / s) in zmin..15, q = round(w / s) + z in
-    0..15 (AWQ's and GPTQ's asymmetric quantisers); symmetric, s = 2 amax / 15, z = 8 (GPTQ's
-    sym)."""
-    K, N = Wt.shape
-    q = torch.empty(K, N, dtype=torch.int64)
-    z = torch.empty(ng, N, dtype=torch.int64)
-    s = torch.empty(ng, N, dtype=F64)
-    for g in range(ng):
-        rows = (groups == g).nonzero().flatten()
-        w = Wt[rows]
-        if sym:
-            sc = (2 * w.abs().amax(0) / 15).clamp_min(1e-8)
-            zz = torch.full((N,), 8, dtype=torch.int64)
-        else:
-            lo, hi = w.amin(0).clamp(max=0), w.amax(0).clamp(min=0)
-            sc = ((hi - lo) / 15).clamp_min(1e-8)
-            zz = torch.round(-lo / sc).to(torch.int64).clamp(zmin, 15)
-        q[rows] = (torch.round(w / sc) + zz).clamp(0, 15).to(torch.int64)
-        z[g], s[g] = zz, sc
-    return q, z, s
 
 
 def gemm_w4a16(r, *, M, N, K, format, group_size, act_order=False, sym=False, dist=normal(),

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from common import int4
 from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, TORCH_DTYPE, to_e4m3
 from common.seeds import Draw, case_seed
-from kernels.ops import FP8_BLOCK, quant_groups, quant_weight_blocks
+from common.fp8 import FP8_BLOCK, quant_groups, quant_weight_blocks
 
 FORMATS = ("fp8-block", "fp8-channel", "awq", "gptq")
 # The decoder layers' projections, as transformers' Llama and Qwen2 name them.
@@ -157,9 +157,8 @@ def _gptq(name, W, dtype, group):
 
 
 def int4_codes(W, groups, ng, sym, zmin):
-    """kernels.ops.quant_int4 of W^T (float64): AWQ's and GPTQ's quantisers."""
-    from kernels.ops import quant_int4
-    return quant_int4(W.T.to(F64), groups, ng, sym, zmin=zmin)
+    """int4.quant_int4 of W^T (float64): AWQ's and GPTQ's quantisers."""
+    return int4.quant_int4(W.T.to(F64), groups, ng, sym, zmin=zmin)
 
 
 QUANTISERS = {"fp8-block": _fp8_block, "fp8-channel": _fp8_channel, "awq": _awq, "gptq": _gptq}
