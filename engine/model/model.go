@@ -145,6 +145,10 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1]},
 		})
 	}
+	if err := uploadBiasBroadcast(be, m); err != nil {
+		m.Close()
+		return nil, err
+	}
 	if err := m.allocState(); err != nil {
 		m.Close()
 		return nil, err
@@ -527,7 +531,7 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 	var qk backend.Buffer // fused decode: q's and k's heads as one [1, nH+nKV, D] view
 	var kv backend.Buffer // fused decode: k's and v's heads as one [2, nKV, D] view
 	dense := a.qkvW != nil && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv)
-	if p.singleStep() && (dense || a.qkvQ.intact(a.Qq, a.Qk, a.Qv)) {
+	if p.singleStep() && (dense || (a.qkvQ.intact(a.Qq, a.Qk, a.Qv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv))) {
 		// One token: q, k and v are consecutive columns of one GEMM's output row.
 		qkv := p.alloc(T, (nH+2*nKV)*D)
 		var parts []backend.Buffer
@@ -542,6 +546,9 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 			var xin *fp8Input
 			x, xin = p.normQuant(in, a.qkvQ.all.Group)
 			a.qkvQ.all.forwardFP8(p, qkv, xin)
+			if a.qkvB != nil {
+				p.addBias(qkv, a.qkvB.all)
+			}
 			parts = a.qkvQ.rows.outputs(p, qkv)
 		}
 		qb, kb, vb = parts[0], parts[1], parts[2]
@@ -555,6 +562,11 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 		a.Qq.forwardFP8(p, qb, xin)
 		a.Qk.forwardFP8(p, kb, xin)
 		a.Qv.forwardFP8(p, vb, xin)
+		for _, o := range [][2]backend.Buffer{{qb, a.Bq}, {kb, a.Bk}, {vb, a.Bv}} {
+			if o[1] != nil {
+				p.addBias(o[0], o[1])
+			}
+		}
 	} else {
 		var hn backend.Buffer
 		x, hn = p.settle(in)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/x448/float16"
+
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/model/safetensors"
@@ -109,13 +111,80 @@ func (q *QLinear) forwardFP8(p *pass, out backend.Buffer, in *fp8Input) {
 }
 
 // linear computes out = x · wᵀ + bias with the dense weight w, or with q when the layer is
-// quantized (q non-nil; a quantized layer has no bias: loadQuantLinears refuses one).
+// quantized (q non-nil; its bias added to the rounded product: addBias).
 func (p *pass) linear(out, x, w backend.Buffer, q *QLinear, bias backend.Buffer) {
 	if q != nil {
 		q.Forward(p, out, x)
+		if bias != nil {
+			p.addBias(out, bias)
+		}
 		return
 	}
 	p.do(p.be.Gemm(out, x, w, bias))
+}
+
+// addBias adds bias [N] to every row of a quantized projection's output out [T, N], rounded
+// once more: out = T(T(x · Wᵀ) + bias), as transformers' FP8Linear (output.add_(bias)) and
+// AutoAWQ's GEMM add it. One row is residual_add with the bias itself; more rows broadcast it
+// first with a K = 1 gemm (ones [T, 1] · zeros [N, 1]ᵀ + bias: the bias exactly), so the
+// quantized ops keep their ABI and the add is two certified ops.
+func (p *pass) addBias(out, bias backend.Buffer) {
+	T, N := out.Shape()[0], out.Shape()[1]
+	if T == 1 {
+		p.do(p.be.ResidualAdd(out, out, p.view(bias, 1, N)))
+		return
+	}
+	rows := p.alloc(T, N)
+	p.do(p.be.Gemm(rows, p.rows(p.m.w[biasOnes], 0, T), p.rows(p.m.w[biasZeros], 0, N), bias))
+	p.do(p.be.ResidualAdd(out, out, rows))
+}
+
+// The engine weights addBias broadcasts with: ones [MaxLen, 1] and zeros [widest biased
+// projection, 1] in the storage dtype, uploaded by Load when a quantized projection has a bias.
+const (
+	biasOnes  = "quant_bias.ones"
+	biasZeros = "quant_bias.zeros"
+)
+
+// uploadBiasBroadcast uploads addBias's ones and zeros into w when a quantized projection of
+// the model has a bias.
+func uploadBiasBroadcast(be backend.Backend, m *Model) error {
+	widest := 0
+	for _, l := range m.Layers {
+		a, f := l.Attn, l.MLP
+		for _, pb := range []struct {
+			q *QLinear
+			b backend.Buffer
+		}{{a.Qq, a.Bq}, {a.Qk, a.Bk}, {a.Qv, a.Bv}, {a.Qo, a.Bo}, {f.QUp, f.UpB}, {f.QDown, f.DownB}} {
+			if pb.q != nil && pb.b != nil {
+				widest = max(widest, pb.q.N)
+			}
+		}
+		if a.qkvQ != nil && a.qkvB != nil {
+			widest = max(widest, a.qkvQ.all.N)
+		}
+	}
+	if widest == 0 {
+		return nil
+	}
+	dt := m.Cfg.StorageDType()
+	ones, zeros := tensor.New(dt, m.MaxLen, 1), tensor.New(dt, widest, 1)
+	for i := range m.MaxLen {
+		switch dt {
+		case tensor.BF16:
+			ones.BF16[i] = tensor.BF16FromFloat32(1)
+		default:
+			ones.F16[i] = float16.Fromfloat32(1)
+		}
+	}
+	for name, t := range map[string]*tensor.Tensor{biasOnes: ones, biasZeros: zeros} {
+		b, err := be.Upload(t)
+		if err != nil {
+			return fmt.Errorf("model: upload %s: %w", name, err)
+		}
+		m.w[name] = b
+	}
+	return nil
 }
 
 // quantSuffix is the tensor that tells a module stored in a format from one the config keeps
@@ -159,9 +228,6 @@ func loadQuantLinears(be backend.Backend, c *Config, ck *safetensors.Checkpoint,
 				continue
 			}
 			module := strings.TrimSuffix(hf, ".weight")
-			if _, ok := ck.Info(module + ".bias"); ok {
-				return nil, fmt.Errorf("model: %s: a quantized linear with a bias (%s.bias) is not implemented", module, module)
-			}
 			shape := e.Shape(c)
 			t, err := readQuantLinear(c, ck, module, shape[0], shape[1])
 			if err != nil {

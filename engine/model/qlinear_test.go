@@ -71,7 +71,7 @@ func find(ts []synthTensor, name string) int {
 // Each committed quantized set's checkpoint loads with every projection in its format.
 func TestQuantizedCheckpointsLoad(t *testing.T) {
 	for set, format := range map[string]QuantFormat{"llama3-tiny-fp8-bf16": QuantFP8Block, "llama3-tiny-fp8dyn-bf16": QuantFP8Channel,
-		"llama3-tiny-awq": QuantAWQ, "llama3-tiny-gptq": QuantGPTQ} {
+		"llama3-tiny-awq": QuantAWQ, "llama3-tiny-gptq": QuantGPTQ, "qwen2-tiny-fp8-bf16": QuantFP8Block, "qwen2-tiny-awq": QuantAWQ} {
 		config, ts := readCheckpoint(t, set)
 		m, err := edited(t, config, ts, func(ts []synthTensor) []synthTensor { return ts })
 		if err != nil {
@@ -139,7 +139,7 @@ func TestMalformedQuantizedCheckpointsAreRefused(t *testing.T) {
 		{"llama3-tiny-fp8-bf16", "a zero block scale", nil, []string{"model.layers.1.mlp.up_proj", "scale element 1 = 0"}},
 		{"llama3-tiny-fp8-bf16", "a BF16 weight beside a block scale", nil, []string{"model.layers.0.self_attn.o_proj.weight has dtype BF16, want F8_E4M3"}},
 		{"llama3-tiny-fp8dyn-bf16", "a static input scale", nil, []string{"model.layers.0.self_attn.v_proj", "input_scale", "static activation scale"}},
-		{"llama3-tiny-awq", "a quantized projection with a bias", nil, []string{"model.layers.0.self_attn.q_proj.bias", "with a bias", "is not implemented"}},
+		{"qwen2-tiny-awq", "a bias of the wrong width", nil, []string{"model.layers.0.self_attn.q_proj.bias", "shape [255]"}},
 		{"llama3-tiny-gptq", "a quantized LM head", nil, []string{"lm_head.qweight", "quantized LM head is not implemented"}},
 		{"llama3-tiny-fp8-bf16", "a missing weight_scale_inv's weight", nil, []string{"no tensor model.layers.1.self_attn.q_proj.weight", "F8_E4M3"}},
 	} {
@@ -157,10 +157,8 @@ func TestMalformedQuantizedCheckpointsAreRefused(t *testing.T) {
 			c.edit = func(ts []synthTensor) []synthTensor {
 				return append(ts, synthTensor{name: "model.layers.0.self_attn.v_proj.input_scale", dtype: "F32", shape: []int{1}})
 			}
-		case "a quantized projection with a bias":
-			c.edit = func(ts []synthTensor) []synthTensor {
-				return append(ts, synthTensor{name: "model.layers.0.self_attn.q_proj.bias", dtype: "F16", shape: []int{128}})
-			}
+		case "a bias of the wrong width":
+			c.edit = set(find(ts, "model.layers.0.self_attn.q_proj.bias"), func(x *synthTensor) { x.shape = []int{255}; x.raw = x.raw[:510] })
 		case "a quantized LM head":
 			c.edit = func(ts []synthTensor) []synthTensor {
 				return append(ts, synthTensor{name: "lm_head.qweight", dtype: "I32", shape: []int{16, 384}})

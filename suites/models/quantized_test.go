@@ -21,6 +21,7 @@ import (
 func init() {
 	judgedIsolated["gate_proj's two 128-row weight_scale_inv blocks swapped in layer 0"] = true
 	judgedIsolated["down_proj's two 128-column weight_scale_inv blocks swapped in layer 1"] = true
+	judgedIsolated["FP8 k and v biases swapped in layer 1"] = true
 	brokenVariants = append(brokenVariants,
 		broken{"llama3-tiny-fp8-bf16", "gate_proj's two 128-row weight_scale_inv blocks swapped in layer 0", "prefill.layers.0.ffn_gate",
 			func(m *model.Model) {
@@ -37,6 +38,12 @@ func init() {
 				a := m.Layers[0].Attn
 				a.Qv = requantized(a.Qv, &a.Qv.Scales, func(t *tensor.Tensor) { slices.Reverse(t.F32) })
 			}},
+		// Qwen2's q/k/v biases stay 16-bit beside the quantized weights, added to the rounded
+		// product (model.addBias).
+		broken{"qwen2-tiny-fp8-bf16", "FP8 k and v biases swapped in layer 1", "prefill.layers.1.k",
+			func(m *model.Model) { a := m.Layers[1].Attn; a.Bk, a.Bv = a.Bv, a.Bk }},
+		broken{"qwen2-tiny-awq", "AWQ q bias dropped in layer 0", "prefill.layers.0.q",
+			func(m *model.Model) { m.Layers[0].Attn.Bq = nil }},
 		broken{"llama3-tiny-awq", "q_proj's zero points one too high in layer 0", "prefill.layers.0.q",
 			func(m *model.Model) {
 				a := m.Layers[0].Attn

@@ -290,6 +290,9 @@ QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).it
 # llama3-tiny with an intermediate size of 256: every projection's input width a multiple of the
 # FP8 block (128), as the quantized sets need (fine-grained FP8 scales 1x128 input groups).
 LLAMA3_QTINY = derived(LLAMA3_TINY, intermediate_size=256)
+# qwen2-tiny likewise for quantized sets: hidden 256 (16 heads of 16), intermediate 256; its q/k/v
+# biases stay 16-bit beside the quantized weights.
+QWEN2_QTINY = derived(QWEN2_TINY, hidden_size=256, num_attention_heads=16, intermediate_size=256)
 
 
 def bf16_config(cfg):
@@ -352,6 +355,10 @@ MODELS = [
               "awq", 32),
     ModelSpec("llama3-tiny-gptq", "llama", COMMITTED, LLAMA3_QTINY, 8, EPSILON_COMMITTED, "f16",
               "gptq", 32),
+    ModelSpec("qwen2-tiny-fp8-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_QTINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16", "fp8-block"),
+    ModelSpec("qwen2-tiny-awq", "qwen2", COMMITTED, QWEN2_QTINY, 8, EPSILON_COMMITTED, "f16",
+              "awq", 32),
     ModelSpec("qwen2.5-0.5b", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL),
     ModelSpec("phi3-mini-4k", "phi3", FULL, PHI3_MINI_4K, 8, EPSILON_FULL),
     ModelSpec("gpt2-124m", "gpt2", FULL, GPT2_124M, 8, EPSILON_FULL),

@@ -84,9 +84,11 @@ class FP8Linear(torch.nn.Linear):
     quant_fp8's spec), then F.linear of the dequantised x and the dequantised weight (float32).
     A subclass, so split_linears leaves it whole."""
 
-    def __init__(self, weight, group, storage):
-        super().__init__(weight.shape[1], weight.shape[0], bias=False)
+    def __init__(self, weight, group, storage, bias=None):
+        super().__init__(weight.shape[1], weight.shape[0], bias=bias is not None)
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
+        if bias is not None:
+            self.bias = torch.nn.Parameter(bias, requires_grad=False)
         self.group = group
         self.storage = storage
 
@@ -100,18 +102,18 @@ class FP8Linear(torch.nn.Linear):
         return xdq.to(x.dtype).view(x.shape)
 
     def forward(self, x):
-        return F.linear(self.input_transform(x), self.weight)
+        return F.linear(self.input_transform(x), self.weight, self.bias)
 
 
-def _fp8_block(name, W, dtype, group):
+def _fp8_block(name, W, dtype, group, bias=None):
     """fine-grained FP8 tensors of W [N, K] (the stored 16-bit values)."""
     q, s = quant_weight_blocks(W.to(F32), FP8_BLOCK, FP8_BLOCK)
     N, K = W.shape
     wdq = q.to(F32) * s.repeat_interleave(FP8_BLOCK, 0)[:N].repeat_interleave(FP8_BLOCK, 1)
-    return {".weight": q, ".weight_scale_inv": s}, FP8Linear(wdq, FP8_BLOCK, W.dtype)
+    return {".weight": q, ".weight_scale_inv": s}, FP8Linear(wdq, FP8_BLOCK, W.dtype, bias)
 
 
-def _fp8_channel(name, W, dtype, group):
+def _fp8_channel(name, W, dtype, group, bias=None):
     """compressed-tensors FP8-dynamic tensors of W [N, K], in the storage dtype as its
     quantiser computes them: scale = amax / 448 (0 replaced by the dtype's eps), q = e4m3 of the
     dtype-rounded w / scale."""
@@ -121,28 +123,31 @@ def _fp8_channel(name, W, dtype, group):
     scale = torch.where(scale == 0, torch.tensor(torch.finfo(t).eps, dtype=t), scale)
     q = to_e4m3((W / scale).to(F32))
     wdq = q.to(F32) * scale.to(F32)
-    return {".weight": q, ".weight_scale": scale}, FP8Linear(wdq, W.shape[1], W.dtype)
+    return {".weight": q, ".weight_scale": scale}, FP8Linear(wdq, W.shape[1], W.dtype, bias)
 
 
-def _int4_linear(wdq_t):
-    """A plain nn.Linear holding the dequantised weight (W^T [K, N] given, in the storage dtype)."""
+def _int4_linear(wdq_t, bias=None):
+    """A plain nn.Linear holding the dequantised weight (W^T [K, N] given, in the storage dtype)
+    and the projection's bias, if it has one."""
     K, N = wdq_t.shape
-    mod = torch.nn.Linear(K, N, bias=False)
+    mod = torch.nn.Linear(K, N, bias=bias is not None)
     mod.weight = torch.nn.Parameter(wdq_t.T.to(F32).contiguous(), requires_grad=False)
+    if bias is not None:
+        mod.bias = torch.nn.Parameter(bias, requires_grad=False)
     return mod
 
 
-def _awq(name, W, dtype, group):
+def _awq(name, W, dtype, group, bias=None):
     N, K = W.shape
     groups = torch.arange(K) // group
     q, z, s = int4_codes(W, groups, K // group, sym=False, zmin=0)
     scales = s.to(W.dtype)
     qweight, qzeros = int4.pack_awq(q), int4.pack_awq(z)
     wdq = int4.awq_dequant(qweight, qzeros, scales, group, W.dtype)
-    return {".qweight": qweight, ".qzeros": qzeros, ".scales": scales}, _int4_linear(wdq)
+    return {".qweight": qweight, ".qzeros": qzeros, ".scales": scales}, _int4_linear(wdq, bias)
 
 
-def _gptq(name, W, dtype, group):
+def _gptq(name, W, dtype, group, bias=None):
     N, K = W.shape
     order = Draw(case_seed("gptq-act-order", name)).randn((K,)).argsort()
     groups = torch.empty(K, dtype=torch.int64)
@@ -153,7 +158,7 @@ def _gptq(name, W, dtype, group):
     qweight, qzeros = int4.pack_gptq_weight(q), int4.pack_gptq_zeros(z)
     wdq = int4.gptq_dequant(qweight, qzeros, scales, g_idx, W.dtype)
     return ({".qweight": qweight, ".qzeros": qzeros, ".scales": scales, ".g_idx": g_idx},
-            _int4_linear(wdq))
+            _int4_linear(wdq, bias))
 
 
 def int4_codes(W, groups, ng, sym, zmin):
@@ -215,10 +220,11 @@ def quantize_checkpoint(model, set_dir, fmt, group, write=True):
         for sub in LINEARS:
             name = "model.layers.%d.%s" % (i, sub)
             parent, attr = sub.split(".")
-            if getattr(getattr(layer, parent), attr).bias is not None:
-                raise RuntimeError("%s: quantized linears with a bias are not implemented" % name)
+            old = getattr(getattr(layer, parent), attr)
+            # a bias (Qwen2's q/k/v) stays a 16-bit tensor beside the format's, added after
+            bias = None if old.bias is None else old.bias.detach().clone()
             W = tensors.pop(name + ".weight")
-            stored, mod = QUANTISERS[fmt](name, W, None, group)
+            stored, mod = QUANTISERS[fmt](name, W, None, group, bias)
             if write:
                 check = cross_check(fmt, stored, W, mod)
                 checks.add(check or "none (the library is not importable here)")
@@ -280,20 +286,22 @@ MARKER = {"fp8-block": ".weight_scale_inv", "fp8-channel": ".weight_scale", "awq
 
 
 def stored_module(fmt, group, t, storage, K):
-    """The reference module of one projection from its stored tensors t (suffix -> tensor)."""
+    """The reference module of one projection from its stored tensors t (suffix -> tensor; a
+    ".bias" upcast exactly)."""
+    bias = t[".bias"].to(F32) if ".bias" in t else None
     if fmt == "fp8-block":
         q, s = t[".weight"], t[".weight_scale_inv"].to(F32)
         N = q.shape[0]
         wdq = q.to(F32) * s.repeat_interleave(FP8_BLOCK, 0)[:N].repeat_interleave(FP8_BLOCK, 1)
-        return FP8Linear(wdq, FP8_BLOCK, storage)
+        return FP8Linear(wdq, FP8_BLOCK, storage, bias)
     if fmt == "fp8-channel":
-        return FP8Linear(t[".weight"].to(F32) * t[".weight_scale"].to(F32), K, storage)
+        return FP8Linear(t[".weight"].to(F32) * t[".weight_scale"].to(F32), K, storage, bias)
     G = K if group == -1 else group
     if fmt == "awq":
         return _int4_linear(int4.awq_dequant(t[".qweight"], t[".qzeros"], t[".scales"].to(storage),
-                                             G, storage))
+                                             G, storage), bias)
     return _int4_linear(int4.gptq_dequant(t[".qweight"], t[".qzeros"], t[".scales"].to(storage),
-                                          t[".g_idx"], storage))
+                                          t[".g_idx"], storage), bias)
 
 
 QUANT_SUFFIXES = (".weight", ".weight_scale_inv", ".weight_scale", ".qweight", ".qzeros",
@@ -328,11 +336,9 @@ def load_quantized(set_dir, family, storage):
                 continue  # kept 16-bit (modules_to_not_convert, ignore)
             parent, attr = sub.split(".")
             old = getattr(getattr(layer, parent), attr)
-            if name + ".bias" in tensors:
-                raise SystemExit("%s: a quantized linear with a bias is not implemented" % name)
-            t = {s: tensors[name + s] for s in QUANT_SUFFIXES if name + s in tensors}
+            t = {s: tensors[name + s] for s in QUANT_SUFFIXES + (".bias",) if name + s in tensors}
             consumed.update(name + s for s in t)
-            projections.add(name + ".weight")
+            projections.update(name + s for s in (".weight", ".bias"))
             setattr(getattr(layer, parent), attr,
                     stored_module(fmt, group, t, storage, old.in_features))
     for name in tensors:

@@ -386,6 +386,10 @@ def format_dtypes(fmt, dtype):
     return {d or checkpoint.ST_NAME[dtype] for d in QUANT_TENSORS[fmt].values()}
 
 
+# The projections with a bias in Qwen2 (q, k, v).
+QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+
+
 def quant_projections(names, fmt):
     """The projections (tensor names without the suffix) stored in format fmt: those with the
     format's marker tensor (quantize.MARKER, as the reference's loader and the engine find them)."""
@@ -498,8 +502,13 @@ def check_safetensors(s, spec=None):
         for proj in sorted(projections):
             sub = proj.split(".", 3)[3]
             have = sorted(k[len(proj):] for k in names if k.startswith(proj + "."))
-            check(have == sorted(QUANT_TENSORS[fmt]), "%s: tensors %s, want %s's %s"
-                  % (proj, have, fmt, sorted(QUANT_TENSORS[fmt])))
+            # Qwen2's q/k/v biases stay 16-bit tensors beside the format's (storage dtype, [N])
+            want = sorted(QUANT_TENSORS[fmt]) + (
+                [".bias"] if s.family == "qwen2" and sub in QKV else [])
+            check(have == sorted(want), "%s: tensors %s, want %s's %s" % (proj, have, fmt, want))
+            if ".bias" in want:
+                check(h[proj + ".bias"]["shape"] == [shapes[sub][0]], "%s.bias: shape %s"
+                      % (proj, h[proj + ".bias"]["shape"]))
             for sfx, shape in quant_shapes(fmt, group, *shapes[sub], s.cfg).items():
                 want_dtype[proj + sfx] = QUANT_TENSORS[fmt][sfx] or st
                 check(h[proj + sfx]["shape"] == shape, "%s%s: shape %s, want %s"
