@@ -134,8 +134,19 @@ func (p *pass) addBias(out, bias backend.Buffer) {
 		p.do(p.be.ResidualAdd(out, out, p.view(bias, 1, N)))
 		return
 	}
+	ones := p.m.w[biasOnes]
+	if T > ones.Shape()[0] {
+		// A batch's prefill may be longer than the model's own cache (NewBatch's cacheLen):
+		// its rows one at a time, as a decode row is added.
+		row := p.view(bias, 1, N)
+		for r := range T {
+			o := p.rows(out, r, 1)
+			p.do(p.be.ResidualAdd(o, o, row))
+		}
+		return
+	}
 	rows := p.alloc(T, N)
-	p.do(p.be.Gemm(rows, p.rows(p.m.w[biasOnes], 0, T), p.rows(p.m.w[biasZeros], 0, N), bias))
+	p.do(p.be.Gemm(rows, p.rows(ones, 0, T), p.rows(p.m.w[biasZeros], 0, N), bias))
 	p.do(p.be.ResidualAdd(out, out, rows))
 }
 

@@ -181,3 +181,40 @@ func TestMalformedQuantizedCheckpointsAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// A quantized projection's bias reaches every row of a batch's prefill longer than the model's
+// own cache (addBias's row-by-row path), with the logits of the same prompt in a model whose
+// cache holds it (the broadcast path), bit for bit.
+func TestQuantizedBiasOfALongBatchPrefill(t *testing.T) {
+	dir := filepath.Join("..", "..", "golden", "models", "qwen2-tiny-awq")
+	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6, 5, 3}
+	short, err := Load(cpu.New(), dir, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer short.Close()
+	b, err := short.NewBatch(1, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Prefill(0, prompt); err != nil {
+		t.Fatal(err)
+	}
+	got, err := b.Logits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := Load(cpu.New(), dir, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close()
+	want, err := long.Prefill(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.F32, want.F32) {
+		t.Errorf("batch prefill past the model's cache: logits differ from the model's own prefill")
+	}
+}
