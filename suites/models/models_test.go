@@ -255,7 +255,8 @@ func findSet(name string) *golden.Set {
 var fullSize = map[string]bool{"qwen2.5-0.5b": true, "phi3-mini-4k": true, "gpt2-124m": true, "llama3.2-1b": true,
 	"llama3.1-8b-l2": true, "phi3.5-mini": true, "qwen2.5-7b-yarn-l2": true, randinitModel: true,
 	"qwen2.5-0.5b-bf16": true, "llama3.2-1b-bf16": true,
-	"llama3.2-1b-fp8-bf16": true, "llama3.2-1b-fp8dyn-bf16": true, "llama3.2-1b-awq": true, "llama3.2-1b-gptq": true}
+	"llama3.2-1b-fp8-bf16": true, "llama3.2-1b-fp8dyn-bf16": true, "llama3.2-1b-awq": true, "llama3.2-1b-gptq": true,
+	"qwen2.5-0.5b-fp8-bf16": true, "qwen2.5-0.5b-fp8dyn-bf16": true, "qwen2.5-0.5b-awq": true, "qwen2.5-0.5b-gptq": true}
 
 // randinitModel is a Qwen2.5-1.5B-shaped checkpoint with transformers' own random
 // initialisation (28 layers, nearly flat logits over 151936 tokens): deep-layer drift that only

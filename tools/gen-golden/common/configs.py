@@ -396,9 +396,9 @@ def with_layers(spec, n_layers):
                          config=derived(spec.config, **over))
 
 
-# Quantized full-size sets: Llama-3.2-1B's projections in each format (4-bit groups of 128, as
-# the hub's AWQ and GPTQ checkpoints), every layer, for conformance at real widths and for the
-# quantized decode's speed.
+# Quantized full-size sets: Llama-3.2-1B's and Qwen2.5-0.5B's projections in each format (4-bit
+# groups of 128, as the hub's AWQ and GPTQ checkpoints), every layer, for conformance at real
+# widths and for the quantized decode's speed.
 MODELS += [
     ModelSpec("llama3.2-1b-fp8-bf16", "llama", FULL, bf16_config(LLAMA32_1B), 8, EPSILON_BF16_FULL,
               "bf16", "fp8-block"),
@@ -406,6 +406,14 @@ MODELS += [
               EPSILON_BF16_FULL, "bf16", "fp8-channel"),
     ModelSpec("llama3.2-1b-awq", "llama", FULL, LLAMA32_1B, 8, EPSILON_FULL, "f16", "awq", 128),
     ModelSpec("llama3.2-1b-gptq", "llama", FULL, LLAMA32_1B, 8, EPSILON_FULL, "f16", "gptq", 128),
+    # Qwen2.5-0.5B: 896 = 7 * 128 wide, k/v 128 wide (GQA 7:1), q/k/v biases beside the
+    # quantized weights, a tied 16-bit head
+    ModelSpec("qwen2.5-0.5b-fp8-bf16", "qwen2", FULL, bf16_config(QWEN25_05B), 8,
+              EPSILON_BF16_FULL, "bf16", "fp8-block"),
+    ModelSpec("qwen2.5-0.5b-fp8dyn-bf16", "qwen2", FULL, bf16_config(QWEN25_05B), 8,
+              EPSILON_BF16_FULL, "bf16", "fp8-channel"),
+    ModelSpec("qwen2.5-0.5b-awq", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL, "f16", "awq", 128),
+    ModelSpec("qwen2.5-0.5b-gptq", "qwen2", FULL, QWEN25_05B, 8, EPSILON_FULL, "f16", "gptq", 128),
 ]
 
 # Full sets of the 8B-class configs cut to 2 layers (the embeddings and heads alone are 2 GB of
