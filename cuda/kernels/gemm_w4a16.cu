@@ -155,6 +155,14 @@ __device__ __forceinline__ uint32_t dequant2(uint32_t q, uint32_t z, uint32_t s)
     return out;
 }
 
+/* (v & 0x000F000F) | magic: a pair of nibbles as magic + code. One LOP3 with the mask as its
+ * immediate and magic in a register (written as C, the two constants made it two LOP3s). */
+__device__ __forceinline__ uint32_t nibble_pair(uint32_t v, uint32_t magic) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(v), "r"(magic));
+    return r;
+}
+
 /* A weight word streamed: read once, not kept in L1. */
 __device__ __forceinline__ uint32_t load_word(const int32_t *p) {
     uint32_t v;
@@ -190,26 +198,32 @@ struct Words {
     uint32_t w[kWords];
 };
 
-/* AWQ: rows r0..r0+7 of word column lane_col; GPTQ: packed row r0 / 8, columns lane_col..+3 and
- * lane_col + 32..+35. */
+/* A lane's words of a step. AWQ: rows r0..r0+7 of its word column, from p (row r0's word, the
+ * rows n / 8 words apart), which the caller advances a step at a time instead of rebuilding the
+ * addresses from r0 (a 64-bit multiply a load). GPTQ: packed row r0 / 8, columns lane_col..+3
+ * and lane_col + 32..+35, addressed from r0 (a running pointer there cost the kernel registers
+ * it spilled). */
 template <int FORMAT>
-__device__ __forceinline__ Words load_step(const int32_t *qweight, int r0, bool ok, int n, int lane_col, bool vec) {
+__device__ __forceinline__ Words load_step(const int32_t *p, const int32_t *qweight, int r0, bool ok, int n,
+                                           int lane_col, bool vec) {
     Words v;
     if constexpr (FORMAT == TS_W4_AWQ) {
         const int words = n / 8;
-        const int32_t *p = qweight + (int64_t)r0 * words + lane_col;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) v.w[i] = ok ? load_word(p + (int64_t)i * words) : 0u;
+        for (int i = 0; i < 8; ++i) {
+            v.w[i] = ok ? load_word(p) : 0u;
+            p += words;
+        }
     } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int32_t *p = qweight + (int64_t)(r0 / 8) * n + gptq_col(lane_col, h, n);
+            const int32_t *q = qweight + (int64_t)(r0 / 8) * n + gptq_col(lane_col, h, n);
             if (ok && vec) {
-                const uint4 u = load_words4(p);
+                const uint4 u = load_words4(q);
                 v.w[4 * h] = u.x, v.w[4 * h + 1] = u.y, v.w[4 * h + 2] = u.z, v.w[4 * h + 3] = u.w;
             } else {
 #pragma unroll
-                for (int i = 0; i < 4; ++i) v.w[4 * h + i] = ok ? load_word(p + i) : 0u;
+                for (int i = 0; i < 4; ++i) v.w[4 * h + i] = ok ? load_word(q + i) : 0u;
             }
         }
     }
@@ -296,26 +310,27 @@ __host__ __device__ constexpr int pair_row(int s, int p, bool hi) {
 
 /* One step of a lane: its 8 rows r0.. (ok: in the slice) with weight words v, x's 8 values of
  * rows g (xl) and g + 8 (xh), into tile j's accumulators acc[j]. AWQ's groups follow from r0
- * (g_end: where the current one ends), GPTQ's from g_idx (gi, read a step ahead). zs, ss cache
+ * (g_cur: the group of the last step's first row, g_end: where it ends; a division only when a
+ * step passes g_end, not every step), GPTQ's from g_idx (gi, read a step ahead). zs, ss cache
  * the pairs of group `cached`; a step whose rows straddle groups takes each pair's own (AWQ groups
  * that are not a multiple of 8, GPTQ's act-order). */
 template <int FORMAT, typename T>
 __device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words &v, const uint4 &xl, const uint4 &xh,
                                             const GroupInfo &gi, const int32_t *g_idx, int r0, bool ok,
-                                            int &cached, int &g_end, uint32_t (&zs)[kTiles], uint32_t (&ss)[kTiles],
+                                            int &cached, int &g_cur, int &g_end, uint32_t (&zs)[kTiles],
+                                            uint32_t (&ss)[kTiles],
                                             const int32_t *qzeros, const T *scales, int n, int lane_col,
                                             int group_size, int groups, bool report, ts::FaultRecord *fault) {
-    constexpr uint32_t kMagic = Nibbles<T>::kMagic;
+    const uint32_t magic = Nibbles<T>::kMagic;
     bool uniform = true;
     int g0 = cached;
     if constexpr (FORMAT == TS_W4_AWQ) {
         if (ok) {
             if (r0 >= g_end) { /* rows only grow within a slice: one division a group */
-                g0 = r0 / group_size;
-                g_end = (g0 + 1) * group_size;
-            } else {
-                g0 = g_end / group_size - 1;
+                g_cur = r0 / group_size;
+                g_end = (g_cur + 1) * group_size;
             }
+            g0 = g_cur;
             uniform = r0 + 7 < g_end;
         }
     } else if (ok) {
@@ -364,12 +379,12 @@ __device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words
 #pragma unroll
                 for (int k4 = 0; k4 < 4; ++k4) {
                     const uint32_t pk = __byte_perm(w_lo, w_hi, k4 | k4 << 4 | (4 + k4) << 8 | (4 + k4) << 12);
-                    q[2 * k4] = (pk & 0x000F000Fu) | kMagic;
-                    q[2 * k4 + 1] = ((pk >> 4) & 0x000F000Fu) | kMagic;
+                    q[2 * k4] = nibble_pair(pk, magic);
+                    q[2 * k4 + 1] = nibble_pair(pk >> 4, magic);
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < kTiles; ++j) q[j] = ((v.w[j] >> (8 * s + 4 * p)) & 0x000F000Fu) | kMagic;
+                for (int j = 0; j < kTiles; ++j) q[j] = nibble_pair(v.w[j] >> (8 * s + 4 * p), magic);
             }
             if (!uniform)
                 group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, group_of(pair_row<FORMAT>(s, p, false)),
@@ -412,11 +427,14 @@ __global__ void __launch_bounds__(kThreads, 2)
         float acc[kTiles][4];
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        /* AWQ: the lane's word at its first step's first row (k_begin + 8 t), a step's rows on. */
+        const int32_t *wp = qweight + (int64_t)(k_begin + 8 * t) * words + lane_col;
         Words buf[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r0 = k_begin + h * kStep + 8 * t;
-            buf[h] = load_step<FORMAT>(qweight, r0, r0 < k_end, n, lane_col, wvec);
+            buf[h] = load_step<FORMAT>(wp, qweight, r0, r0 < k_end, n, lane_col, wvec);
+            wp += (int64_t)kStep * words;
         }
         const int r_first = k_begin + 8 * t;
         uint4 x_next = load_x8(xlo, r_first, r_first < k_end && g < m, xvec);
@@ -424,7 +442,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         GroupInfo gi_next{0, true, false};
         if constexpr (FORMAT == TS_W4_GPTQ) gi_next = group_info(g_idx, r_first, r_first < k_end, ivec, groups);
 
-        int cached = -1, g_end = 0; /* the group zs, ss hold (-1: none); AWQ: where the current one ends */
+        int cached = -1;          /* the group zs, ss hold (-1: none) */
+        int g_cur = 0, g_end = 0; /* AWQ: the current group and where it ends */
         uint32_t zs[kTiles], ss[kTiles];
 #pragma unroll 1
         for (int k0 = k_begin; k0 < k_end; k0 += 2 * kStep) {
@@ -436,7 +455,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                 const Words v = buf[h];
                 {
                     const int rn = r0 + 2 * kStep;
-                    buf[h] = load_step<FORMAT>(qweight, rn, rn < k_end, n, lane_col, wvec);
+                    buf[h] = load_step<FORMAT>(wp, qweight, rn, rn < k_end, n, lane_col, wvec);
+                    wp += (int64_t)kStep * words;
                 }
                 const uint4 xl = x_next, xh = xh_next;
                 const GroupInfo gi = gi_next;
@@ -446,7 +466,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                     if (HI) xh_next = load_x8(xhi, rn, rn < k_end && g + 8 < m, xvec);
                     if constexpr (FORMAT == TS_W4_GPTQ) gi_next = group_info(g_idx, rn, rn < k_end, ivec, groups);
                 }
-                decode_step<FORMAT, T>(acc, v, xl, xh, gi, g_idx, r0, r0 < k_end, cached, g_end, zs, ss, qzeros,
+                decode_step<FORMAT, T>(acc, v, xl, xh, gi, g_idx, r0, r0 < k_end, cached, g_cur, g_end, zs, ss, qzeros,
                                        scales, n, lane_col, group_size, groups, tile == 0, fault);
             }
         }

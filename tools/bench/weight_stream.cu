@@ -8,10 +8,11 @@
 //
 // On a GPU host: nvcc -arch=sm_90 -O3 -o ws tools/bench/weight_stream.cu && ./ws
 // With the library's decode gemvs timed the same way (after make cuda): add -DWITH_LIB -Icuda/include
-// -Lcuda/build -ltouchstone_cuda -Xlinker -rpath=$PWD/cuda/build
+// -Lcuda/build -ltouchstone_cuda -Xlinker -rpath=$PWD/cuda/build; `./ws lib` times only the library's.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -230,7 +231,8 @@ void measure(const char *name, int64_t bytes, double copy_gbps, int grid, F laun
            100.0 * floor_ms / one, rep, 100.0 * floor_ms / rep);
 }
 
-int main() {
+int main(int argc, char **argv) {
+    const bool lib_only = argc > 1 && std::string(argv[1]) == "lib";
     int dev = 0, sms = 0;
     CK(cudaSetDevice(dev));
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -323,6 +325,7 @@ int main() {
         const int64_t qb = fb / 2;               /* 4-bit packed bytes */
         char name[128];
         auto run = [&](const char *what, int64_t bytes, int grid, auto launch) {
+            if (lib_only && grid != 0) return; /* the library's rows have no grid of their own */
             snprintf(name, sizeof name, "%s %s", sh.name, what);
             measure(name, bytes, copy_gbps, grid, launch, s);
         };
