@@ -1,9 +1,10 @@
-"""How far correct 4-bit weight GEMMs land from gemm_w4a16's contract, and how far its bugs do:
-the survey behind golden/tolerances.yaml's gemm_w4a16 entries.
+"""How far correct kernels that round differently from an op's contract land from its reference,
+and how far its bugs do: the surveys behind golden/tolerances.yaml's quantized entries.
 
-    python3 tools/gen-golden/w4a16_rounding.py
+    python3 tools/gen-golden/rounding_survey.py gemm_w4a16
+    python3 tools/gen-golden/rounding_survey.py attention_decode_fp8
 
-The contract dequantises a weight as (q - z) * s rounded once to the storage type. Kernels that
+gemm_w4a16: the contract dequantises a weight as (q - z) * s rounded once to the storage type. Kernels that
 serve these formats round it in other orders, all correct: exllama's and TensorRT-LLM's fma of
 q * s with a pre-rounded -z * s, tinygemm's (q - 8) * s plus a pre-rounded (8 - z) * s, or no
 16-bit rounding at all. Bugs move weights by whole quantisation steps. For cases drawn as the
@@ -13,6 +14,13 @@ outlier-channel activations, this prints for each storage type the atol_rms the 
 needs at the entry's rtol (|err| <= atol + atol_rms * rms(row) + rtol * |want|) and the nmse:
 the worst case of each correct order, and the least case of each bug. Products are summed in
 float64 (fp32 accumulation adds far less than these) and rounded once to the storage type.
+
+attention_decode_fp8: the contract multiplies each code by its scale exactly; FlashInfer's and
+vLLM's FP8-cache kernels dequantise K and V to the storage type first (code * scale rounded to
+T) and attend in 16 bits. For caches drawn as the generator draws them (kernels/ops.py) at
+Llama-3-8B's, Qwen2.5-0.5B's and Phi-3-mini's head layouts and an MQA one, up to 4096 positions,
+per-head and per-tensor scales, this prints each order's share of the entry's atol_rms and nmse
+limits (a share above 1 fails).
 """
 
 import collections
@@ -83,7 +91,7 @@ def weights(fmt, inputs, K, N, G, dt):
     return w
 
 
-def main():
+def survey_w4a16():
     worst = collections.defaultdict(lambda: [0.0, 0.0])
     least = collections.defaultdict(lambda: [float("inf"), float("inf")])
     cases = 0
@@ -91,6 +99,7 @@ def main():
         dt = torch.float16 if dtype == "f16" else torch.bfloat16
         kw = dict(FORMATS[fmt], M=M, N=N, K=K, group_size=G, dtype=dtype, dist=DISTS[dist])
         name = "%s-%s-g%d-m%d-n%d-k%d-%s" % (dtype, fmt, G, M, N, K, dist)
+        # (the seeds' namespace predates the file's name: tolerances.yaml quotes these draws)
         _, inputs, outs = ops.gemm_w4a16(Draw(case_seed("w4a16_rounding", name)), **kw)
         want, x = outs["out"].to(F64), inputs["x"].to(F64)
         for variant, w in weights(fmt, inputs, K, N, G, dt).items():
@@ -107,5 +116,44 @@ def main():
         print("  %-4s %-56s atol_rms %.2e  nmse %.2e" % (dtype, variant, need, nmse))
 
 
+# attention_decode_fp8's limits (tolerances.yaml): rtol, atol_rms, nmse
+KV_LIMITS = {"f16": (2e-3, 5e-3, 1e-6), "bf16": (1.6e-2, 4e-2, 6.4e-5)}
+KV_SHAPES = [  # n_heads, n_kv_heads, head_dim, cache length, cache_lens, per-head scales
+    (32, 8, 128, 4096, [4096, 1000, 7, 2500], True), (14, 2, 64, 4096, [4096, 33], True),
+    (32, 32, 96, 2048, [2048, 100], False), (16, 1, 64, 512, [512], False)]
+
+
+def survey_attention_decode_fp8():
+    worst = collections.defaultdict(lambda: [0.0, 0.0])
+    for dtype, (nH, nKV, D, L, lens, per_head) in itertools.product(KV_LIMITS, KV_SHAPES):
+        dt = torch.float16 if dtype == "f16" else torch.bfloat16
+        name = "%s-h%d-kv%d-d%d-l%d" % (dtype, nH, nKV, D, L)
+        p, i, o = ops.attention_decode_fp8(Draw(case_seed("rounding_survey", name)), nH=nH, nKV=nKV, D=D,
+                                           L=L, cache_lens=lens, scale_heads=per_head, dtype=dtype)
+        want, q = o["out"], i["q"].to(F64)
+        kc, vc = i["k_cache"].to(F64), i["v_cache"].to(F64)
+        ks, vs = i["k_scale"].to(F64), i["v_scale"].to(F64)
+        pk = (ks if ks.numel() > 1 else ks.expand(nKV))[:, None]
+        pv = (vs if vs.numel() > 1 else vs.expand(nKV))[:, None]
+        orders = {"exact dequantisation": (kc * pk, vc * pv),
+                  "K and V dequantised to T first": (rounded(kc * pk, dt), rounded(vc * pv, dt))}
+        rtol, atol_rms, nmse_limit = KV_LIMITS[dtype]
+        for order, (kd, vd) in orders.items():
+            out = torch.empty_like(want)
+            for b, n in enumerate(lens):
+                out[b] = ops.sdpa(q[b][None, :, None, :], kd[b, :n].transpose(0, 1)[None],
+                                  vd[b, :n].transpose(0, 1)[None], causal=False, scale=p["scale"])[0, :, 0, :]
+            need, nmse = budget(rounded(out, dt), want, rtol)
+            cell = worst[(dtype, order)]
+            cell[0], cell[1] = max(cell[0], need / atol_rms), max(cell[1], nmse / nmse_limit)
+    print("%d cases; the worst share of each limit:" % (len(KV_LIMITS) * len(KV_SHAPES)))
+    for (dtype, order), (a, n) in sorted(worst.items()):
+        print("  %-4s %-32s atol_rms %.2f  nmse %.2f" % (dtype, order, a, n))
+
+
+SURVEYS = {"gemm_w4a16": survey_w4a16, "attention_decode_fp8": survey_attention_decode_fp8}
+
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) != 2 or sys.argv[1] not in SURVEYS:
+        sys.exit("usage: rounding_survey.py {%s}" % ", ".join(SURVEYS))
+    SURVEYS[sys.argv[1]]()
