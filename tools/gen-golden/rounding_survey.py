@@ -4,8 +4,8 @@ and how far its bugs do: the surveys behind golden/tolerances.yaml's quantized e
     python3 tools/gen-golden/rounding_survey.py gemm_w4a16
     python3 tools/gen-golden/rounding_survey.py attention_decode_fp8
 
-gemm_w4a16: the contract dequantises a weight as (q - z) * s rounded once to the storage type. Kernels that
-serve these formats round it in other orders, all correct: exllama's and TensorRT-LLM's fma of
+gemm_w4a16: the contract dequantises a weight as (q - z) * s rounded once to the storage type.
+Kernels that serve these formats round it in other orders, all correct: exllama's and TensorRT-LLM's fma of
 q * s with a pre-rounded -z * s, tinygemm's (q - 8) * s plus a pre-rounded (8 - z) * s, or no
 16-bit rounding at all. Bugs move weights by whole quantisation steps. For cases drawn as the
 generator draws gemm_w4a16's (kernels/ops.py), over decode and prefill rows, K from 256 to
