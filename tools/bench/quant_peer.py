@@ -38,55 +38,28 @@ import sys
 
 import torch
 
-E4M3_MAX = 448.0
-# quant_fp8's floor of a group's amax (docs/quantization.md), as float32 like the spec's.
-AMAX_FLOOR = 1e-10
-# The side of fine-grained FP8's blocks: 1x128 activation groups, 128x128 weight blocks.
-BLOCK = 128
+# tools/gen-golden's common package: the formats as the engine reads them (quantconfig), and the
+# packers and quantiser the selftest compares with
+_GEN_GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gen-golden")
+if _GEN_GOLDEN not in sys.path:
+    sys.path.insert(0, _GEN_GOLDEN)
+from common.dtypes import E4M3_MAX  # noqa: E402
+from common.fp8 import FP8_BLOCK as BLOCK, QUANT_AMAX_FLOOR as AMAX_FLOOR  # noqa: E402
+from common.int4 import AWQ_PACK_ORDER  # noqa: E402
+from common.quantconfig import MARKER, quant_format  # noqa: E402
+
 # The decoder layers' projections, as transformers' Llama and Qwen2 name them.
 LINEARS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-# The tensor that marks a projection stored in each format (the others stay 16-bit).
-MARKER = {"fp8-block": ".weight_scale_inv", "fp8-channel": ".weight_scale", "awq": ".qweight",
-          "gptq": ".qweight"}
 FORMAT_NAME = {"fp8-block": "fine-grained FP8", "fp8-channel": "FP8-dynamic (per channel)",
                "awq": "AWQ 4-bit", "gptq": "GPTQ 4-bit"}
 
-# Nibble j of an AWQ word holds column 8c + AWQ_PACK_ORDER[j] (AutoAWQ's GEMM packing).
-AWQ_PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
 # The group sizes tinygemm takes; a checkpoint's larger group (GPTQ's -1: all of K) is cut into
 # groups of the largest that divides it, each with the group's scale and zero: the same weight.
 TINYGEMM_GROUPS = (256, 128, 64, 32)
 # tinygemm's k tile is 16 inputs; its packing groups 2, 4 or 8 tiles ("inner k tiles"), and K
 # must be a multiple of that super-tile. 8 is what gpt-fast and torchao use.
 TINYGEMM_K_TILES = (8, 4, 2)
-
-
-def quant_format(qc):
-    """(format, group size or None) of a config.json quantization_config this peer runs, the
-    engine's accepted formats (engine/model/quantconfig.go); ValueError naming anything else."""
-    method = qc.get("quant_method") if isinstance(qc, dict) else None
-    if method == "fp8" and qc.get("weight_block_size") == [BLOCK, BLOCK] and \
-            qc.get("activation_scheme", "dynamic") == "dynamic" and \
-            qc.get("scale_fmt", "float") == "float":
-        return "fp8-block", None
-    if method == "compressed-tensors" and qc.get("format") == "float-quantized":
-        groups = list((qc.get("config_groups") or {}).values())
-        if len(groups) == 1:
-            w, a = groups[0].get("weights") or {}, groups[0].get("input_activations") or {}
-            if (w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("dynamic")) == \
-                    (8, "float", "channel", False) and \
-                    (a.get("num_bits"), a.get("type"), a.get("strategy"), a.get("dynamic")) == \
-                    (8, "float", "token", True) and not groups[0].get("output_activations"):
-                return "fp8-channel", None
-    if method == "awq" and qc.get("bits") == 4 and str(qc.get("version", "")).lower() == "gemm" \
-            and qc.get("zero_point", True):
-        return "awq", qc["group_size"]
-    if method == "gptq" and qc.get("bits") == 4 and qc.get("checkpoint_format", "gptq") == "gptq":
-        return "gptq", qc["group_size"]
-    raise ValueError("quant_peer: quantization_config %s is not run by the PyTorch peer (fp8 "
-                     "[128, 128] dynamic, compressed-tensors FP8-dynamic, awq gemm 4-bit, gptq "
-                     "4-bit)" % json.dumps(qc, sort_keys=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -485,10 +458,7 @@ def rel_rms(got, want):
 
 
 def _gen_golden():
-    """tools/gen-golden's common package, the packers and quantiser the checks compare with."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "gen-golden")
-    if path not in sys.path:
-        sys.path.insert(0, path)
+    """tools/gen-golden's packers and quantiser, which the checks compare with."""
     from common import fp8, int4
     return fp8, int4
 

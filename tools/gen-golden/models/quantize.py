@@ -42,6 +42,7 @@ from common import int4
 from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, TORCH_DTYPE, to_e4m3
 from common.seeds import Draw, case_seed
 from common.fp8 import FP8_BLOCK, quant_groups, quant_weight_blocks
+from common.quantconfig import MARKER, quant_format
 
 FORMATS = ("fp8-block", "fp8-channel", "awq", "gptq")
 # The decoder layers' projections, as transformers' Llama and Qwen2 name them.
@@ -254,35 +255,11 @@ def quantize_checkpoint(model, set_dir, fmt, group, write=True):
 
 
 def format_of(qc):
-    """(format, group) of a config.json quantization_config in an implemented format, as the
-    engine reads it (engine/model/quantconfig.go); SystemExit naming anything else."""
-    method = qc.get("quant_method") if isinstance(qc, dict) else None
-    if method == "fp8" and qc.get("weight_block_size") == [FP8_BLOCK, FP8_BLOCK] and \
-            qc.get("activation_scheme", "dynamic") == "dynamic" and \
-            qc.get("scale_fmt", "float") == "float":
-        return "fp8-block", None
-    if method == "compressed-tensors" and qc.get("format") == "float-quantized":
-        groups = list((qc.get("config_groups") or {}).values())
-        if len(groups) == 1:
-            w, a = groups[0].get("weights") or {}, groups[0].get("input_activations") or {}
-            if (w.get("num_bits"), w.get("type"), w.get("strategy"), w.get("dynamic")) == \
-                    (8, "float", "channel", False) and \
-                    (a.get("num_bits"), a.get("type"), a.get("strategy"), a.get("dynamic")) == \
-                    (8, "float", "token", True):
-                return "fp8-channel", None
-    if method == "awq" and qc.get("bits") == 4 and str(qc.get("version", "")).lower() == "gemm" \
-            and qc.get("zero_point", True):
-        return "awq", qc["group_size"]
-    if method == "gptq" and qc.get("bits") == 4 and qc.get("checkpoint_format", "gptq") == "gptq":
-        return "gptq", qc["group_size"]
-    raise SystemExit("quantization_config %s is not implemented (fp8 [128, 128] dynamic, "
-                     "compressed-tensors FP8-dynamic, awq gemm 4-bit, gptq 4-bit): "
-                     "docs/quantization.md" % json.dumps(qc, sort_keys=True))
-
-
-# The tensor that marks a module stored in each format (as engine/model/qlinear.go's quantSuffix).
-MARKER = {"fp8-block": ".weight_scale_inv", "fp8-channel": ".weight_scale", "awq": ".qweight",
-          "gptq": ".qweight"}
+    """common.quantconfig.quant_format, a SystemExit for a format that is not implemented."""
+    try:
+        return quant_format(qc)
+    except ValueError as e:
+        raise SystemExit(str(e))
 
 
 def stored_module(fmt, group, t, storage, K):
