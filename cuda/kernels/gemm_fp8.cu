@@ -4,11 +4,13 @@
  *
  *  - decode (m <= 16, k % 16 == 0, x and w 16-byte aligned): gemm_fp8_decode_kernel, a
  *    tensor-core gemv. At decode the op is bound by the weight read (n * k bytes): each warp
- *    owns 8 output columns and streams their weight rows in 16-byte vectors, four 128-wide k
- *    blocks ahead, straight into FP8 mma.sync m16n8k32 operands (x's at most 16 rows from L1);
- *    the k range is split over warps where the columns alone would leave the GPU short of
- *    loads in flight, and gemm_fp8_reduce_kernel then sums the splits' fp32 partials in split
- *    order and rounds once.
+ *    owns 16 output columns and streams their weight rows in 16-byte vectors, two 128-wide k
+ *    blocks ahead, into the A operand of fp16 m16n8k16 mmas (e4m3 converts to fp16 exactly;
+ *    sm_90 has no FP8 mma.sync, and ptxas lowers one to the same HMMAs with both operands
+ *    converted, x's rows again for every column tile); x's at most 16 rows are the B operand,
+ *    from L1. The k range is split over warps where the columns alone would leave resident
+ *    warps idle, and gemm_fp8_reduce_kernel then sums the splits' fp32 partials in split order
+ *    and rounds once.
  *  - prefill (k % 128 == 0, aligned): cuBLASLt's FP8 GEMM with the scales in its block modes
  *    (VEC128 for x's 1x128 groups and for per-token scales, BLK128x128 for w's blocks, VEC128
  *    for per-channel weight scales), fp32 accumulation without FAST_ACCUM: each 128-wide block's
@@ -109,17 +111,27 @@ __global__ void __launch_bounds__(kThreads) gemm_fp8_kernel(T *out, const unsign
 
 /* ---- decode: the tensor-core gemv ------------------------------------------------------ */
 
-constexpr int kDecodeRows = 16;                 /* the mma's M: rows past m are zeros */
+constexpr int kDecodeCols = 16;                 /* output columns a warp owns: the mma's M (weight rows) */
+constexpr int kDecodeRows = 16;                 /* x rows: two n8 halves of the mma, rows past m are zeros */
 constexpr int kDecodeThreads = 256;             /* 8 warps a block, each on work items of its own */
 constexpr int kDecodeWarps = kDecodeThreads / 32;
 
-/* d += a . b: m16n8k32, f8e4m3 operands (four per register), fp32 accumulators. */
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+/* d += a . b: m16n8k16, fp16 operands, fp32 accumulators. */
+__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                        uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Four e4m3 codes (the bytes of v) as two f16x2, exactly (every e4m3 value is an fp16 value):
+ * bytes 0, 1 into lo and 2, 3 into hi, the lower byte in the lower half. One conversion each,
+ * the high half read in place (F2FP's .H1 operand, where a shift first would cost one more). */
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t v, uint32_t &lo, uint32_t &hi) {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(v));
 }
 
 /* 16 weight bytes, streamed: read once, not kept in L1. */
@@ -131,50 +143,77 @@ __device__ __forceinline__ uint4 load_stream(const unsigned char *p) {
     return v;
 }
 
-constexpr int kDepth = 4; /* 128-wide k blocks of weight a lane has in flight ahead of its mma */
+constexpr int kDepth = 2; /* 128-wide k blocks of weight a lane has in flight ahead of its mma */
 
-/* x's 16 bytes at kk and kk + 64 of rows g (lo) and g + 8 (hi) for lane (g, t): zeros past m,
- * past the range, or for rows 8-15 when HI is false. Read through L1: every warp of a split
- * reads the same slice. */
-struct XBlock {
+/* A lane's 16 bytes at kk and kk + 64 of each of its two weight rows (g and g + 8 of the tile),
+ * or of x's rows g and g + 8 (zeros past the range or past m). */
+struct Block16 {
     uint4 lo0, lo1, hi0, hi1;
 };
 
-template <bool HI>
-__device__ __forceinline__ XBlock x_load(const unsigned char *xlo, const unsigned char *xhi, bool lo_ok, bool hi_ok,
-                                         int kk, int k_len) {
+/* Loads at p + 0 and p + 64 while the lane's k offset kk (of p) is inside the range; the
+ * pointers then advance a block (running pointers: recomputing row * k + kk a load cost ptxas
+ * some forty instructions a block). */
+__device__ __forceinline__ void w_load(Block16 &b, const unsigned char *&wlo, const unsigned char *&whi, int kk,
+                                       int k_len) {
     const uint4 z = make_uint4(0, 0, 0, 0);
-    XBlock b{z, z, z, z};
     const bool in0 = kk < k_len, in1 = kk + 64 < k_len;
-    if (lo_ok && in0) b.lo0 = *reinterpret_cast<const uint4 *>(xlo + kk);
-    if (lo_ok && in1) b.lo1 = *reinterpret_cast<const uint4 *>(xlo + kk + 64);
-    if (HI && hi_ok && in0) b.hi0 = *reinterpret_cast<const uint4 *>(xhi + kk);
-    if (HI && hi_ok && in1) b.hi1 = *reinterpret_cast<const uint4 *>(xhi + kk + 64);
+    b.lo0 = in0 ? load_stream(wlo) : z;
+    b.hi0 = in0 ? load_stream(whi) : z;
+    b.lo1 = in1 ? load_stream(wlo + 64) : z;
+    b.hi1 = in1 ? load_stream(whi + 64) : z;
+    wlo += kBlock;
+    whi += kBlock;
+}
+
+/* x through L1: every warp of a split reads the same slice. Rows 8-15 only when HI. */
+template <bool HI>
+__device__ __forceinline__ Block16 x_load(const unsigned char *&xlo, const unsigned char *&xhi, bool lo_ok, bool hi_ok,
+                                          int kk, int k_len) {
+    const uint4 z = make_uint4(0, 0, 0, 0);
+    Block16 b{z, z, z, z};
+    const bool in0 = kk < k_len, in1 = kk + 64 < k_len;
+    if (lo_ok && in0) b.lo0 = *reinterpret_cast<const uint4 *>(xlo);
+    if (lo_ok && in1) b.lo1 = *reinterpret_cast<const uint4 *>(xlo + 64);
+    if (HI && hi_ok && in0) b.hi0 = *reinterpret_cast<const uint4 *>(xhi);
+    if (HI && hi_ok && in1) b.hi1 = *reinterpret_cast<const uint4 *>(xhi + 64);
+    xlo += kBlock;
+    if (HI) xhi += kBlock;
     return b;
 }
 
-/* The weight's 16 bytes at kk and kk + 64 of the lane's row (zeros past the range). */
-__device__ __forceinline__ void w_load(uint4 (&wv)[2], const unsigned char *wrow, int kk, int k_len) {
-    const uint4 z = make_uint4(0, 0, 0, 0);
-    wv[0] = kk < k_len ? load_stream(wrow + kk) : z;
-    wv[1] = kk + 64 < k_len ? load_stream(wrow + kk + 64) : z;
+/* One 64-wide half: four m16n8k16, the weight tile as A (16 rows: the lane's rows g and g + 8),
+ * x as B (8 rows a half). The mma's k order is a permutation of memory's: lane t's logical k
+ * {2t, 2t+1, 2t+8, 2t+9} of the j-th mma are bytes 16t + 4j .. 16t + 4j + 3 of the half, for
+ * the weight and x alike, and a dot product does not depend on the order. Only the weight is
+ * unpacked for the tensor cores beyond x's own 16 bytes a lane (no x row converted per mma). */
+template <bool HI>
+__device__ __forceinline__ void decode_half(float (&lo)[4], float (&hi)[4], const uint4 &wl, const uint4 &wh,
+                                            const uint4 &xl, const uint4 &xh) {
+    const uint32_t wlv[4] = {wl.x, wl.y, wl.z, wl.w}, whv[4] = {wh.x, wh.y, wh.z, wh.w};
+    const uint32_t xlv[4] = {xl.x, xl.y, xl.z, xl.w}, xhv[4] = {xh.x, xh.y, xh.z, xh.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint32_t a0, a1, a2, a3, b0, b1;
+        e4m3x4_to_f16x2(wlv[j], a0, a2);
+        e4m3x4_to_f16x2(whv[j], a1, a3);
+        e4m3x4_to_f16x2(xlv[j], b0, b1);
+        mma_f16(lo, a0, a1, a2, a3, b0, b1);
+        if constexpr (HI) {
+            e4m3x4_to_f16x2(xhv[j], b0, b1);
+            mma_f16(hi, a0, a1, a2, a3, b0, b1);
+        }
+    }
 }
 
-/* The two m16n8k32 of one 64-wide half. The mma's k order is a permutation of memory's (its
- * logical k 4t..4t+3 are bytes 16t..16t+3 of the half, 16+4t.. bytes 16t+4.., and so on): a dot
- * product does not depend on the order, and the x and w operands use the same one. */
-__device__ __forceinline__ void decode_mma(float (&part)[4], const uint4 &lo, const uint4 &hi, const uint4 &wv) {
-    mma_e4m3(part, lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);
-    mma_e4m3(part, lo.z, hi.z, lo.w, hi.w, wv.z, wv.w);
-}
-
-/* Work item i (a warp at a time, grid-stride) is columns [8 (i % tiles), +8) over k in
+/* Work item i (a warp at a time, grid-stride) is columns [16 (i % tiles), +16) over k in
  * [slice (i / tiles), +slice) (slice % 128 == 0): consecutive warps share a split, so x's slice
- * stays in L1. Lane (g, t) streams weight row col0 + g, 16 bytes a 64-wide half, kDepth 128-wide
- * blocks ahead of the one it multiplies (the weight read is latency-bound without them), x one
- * block ahead. Block scales are applied per 128-wide k block. One split: out [m, n] in T
- * directly (per-channel scales applied, one rounding); several: fp32 partial [splits, m, n] for
- * gemm_fp8_reduce_kernel. */
+ * stays in L1. Lane (g, t) streams weight rows col0 + g and col0 + g + 8, 16 bytes of each a
+ * 64-wide half, kDepth 128-wide blocks ahead of the one it multiplies (the weight read is
+ * latency-bound without them), and x's rows g (and g + 8 when HI) one block ahead. Block scales
+ * are applied per 128-wide k block (the tile's 16 columns share a weight block). One split:
+ * out [m, n] in T directly (per-channel scales applied, one rounding); several: fp32 partial
+ * [splits, m, n] for gemm_fp8_reduce_kernel. */
 template <bool BLOCK, bool HI, typename T>
 __global__ void __launch_bounds__(kDecodeThreads) gemm_fp8_decode_kernel(T *out, float *partial, const unsigned char *x,
                                                                          const float *xs, const unsigned char *w,
@@ -186,69 +225,95 @@ __global__ void __launch_bounds__(kDecodeThreads) gemm_fp8_decode_kernel(T *out,
     const int64_t items = (int64_t)tiles * splits;
     for (int64_t item = (int64_t)blockIdx.x * kDecodeWarps + (threadIdx.x >> 5); item < items;
          item += (int64_t)gridDim.x * kDecodeWarps) {
-        const int col0 = (int)(item % tiles) * 8, split = (int)(item / tiles);
+        const int col0 = (int)(item % tiles) * kDecodeCols, split = (int)(item / tiles);
         const int k_begin = split * slice, k_span = min(slice, k - k_begin), k_len = k_span - t * 16;
         /* A column past n reads row n - 1 (in bounds); its results are never stored. */
-        const unsigned char *wrow = w + (int64_t)min(col0 + g, n - 1) * k + k_begin + t * 16;
-        const unsigned char *xlo = x + (int64_t)g * k + k_begin + t * 16;
-        const unsigned char *xhi = x + (int64_t)(g + 8) * k + k_begin + t * 16;
+        const unsigned char *wlo = w + (int64_t)min(col0 + g, n - 1) * k + k_begin + t * 16;
+        const unsigned char *whi = w + (int64_t)min(col0 + g + 8, n - 1) * k + k_begin + t * 16;
+        const unsigned char *xlo = x + (int64_t)min(g, m - 1) * k + k_begin + t * 16;
+        const unsigned char *xhi = x + (int64_t)min(g + 8, m - 1) * k + k_begin + t * 16;
         const bool lo_ok = g < m, hi_ok = g + 8 < m;
-        const float *ws_row = BLOCK ? ws + (int64_t)(col0 / kBlock) * kbs : nullptr;
+        /* The accumulators' x rows (tokens): 2t and 2t + 1, and 8 more for the hi half. */
+        const int r0 = 2 * t, r1 = 2 * t + 1;
+        /* Block scales from the split's first block on: w's for the tile, x's rows r0, r1, r0 + 8,
+         * r1 + 8 (null past m: scale 0). */
+        const int kb0 = k_begin / kBlock;
+        const float *sw_p = BLOCK ? ws + (int64_t)(col0 / kBlock) * kbs + kb0 : nullptr;
+        auto xs_row = [&](int r) { return BLOCK && r < m ? xs + (int64_t)r * kbs + kb0 : nullptr; };
+        const float *sx0 = xs_row(r0), *sx1 = xs_row(r1), *sx2 = HI ? xs_row(r0 + 8) : nullptr,
+                    *sx3 = HI ? xs_row(r1 + 8) : nullptr;
 
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        uint4 wb[kDepth][2];
+        float acc_lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        Block16 wb[kDepth];
 #pragma unroll
-        for (int d = 0; d < kDepth; ++d) w_load(wb[d], wrow, d * kBlock, k_len);
-        XBlock xb = x_load<HI>(xlo, xhi, lo_ok, hi_ok, 0, k_len);
-        /* Block scales one block ahead too, as loaded (w's, x's rows g and g + 8): used at once,
-         * their L2 round trip stalled every block (ncu: long-scoreboard stalls 4.5 a issue). */
+        for (int d = 0; d < kDepth; ++d) w_load(wb[d], wlo, whi, d * kBlock, k_len);
+        Block16 xb = x_load<HI>(xlo, xhi, lo_ok, hi_ok, 0, k_len);
+        /* Block scales one block ahead too, as loaded (w's; x's rows r0, r1 and, when HI, r0 + 8,
+         * r1 + 8; 0 past m): used at once, their L2 round trip stalled every block. */
         auto block_scales = [&](int kk) {
-            float3 v = make_float3(0.0f, 0.0f, 0.0f);
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            float s_w = 0.0f;
             if (BLOCK && kk < k_span) {
-                const int kb = (k_begin + kk) / kBlock;
-                v.x = ws_row[kb];
-                if (lo_ok) v.y = xs[(int64_t)g * kbs + kb];
-                if (hi_ok) v.z = xs[(int64_t)(g + 8) * kbs + kb];
+                const int kb = kk / kBlock;
+                s_w = sw_p[kb];
+                if (sx0) v.x = sx0[kb];
+                if (sx1) v.y = sx1[kb];
+                if (HI && sx2) v.z = sx2[kb];
+                if (HI && sx3) v.w = sx3[kb];
             }
-            return v;
+            return make_float4(v.x * s_w, v.y * s_w, v.z * s_w, v.w * s_w);
         };
-        float3 sb = block_scales(0);
+        float4 sb = block_scales(0);
         for (int k0 = 0; k0 < k_span; k0 += kDepth * kBlock) {
 #pragma unroll
             for (int d = 0; d < kDepth; ++d) {
                 const int kk = k0 + d * kBlock;
                 if (kk < k_span) {
-                    const XBlock xn = x_load<HI>(xlo, xhi, lo_ok, hi_ok, kk + kBlock, k_len);
-                    const float3 sn = block_scales(kk + kBlock);
+                    const Block16 xn = x_load<HI>(xlo, xhi, lo_ok, hi_ok, kk + kBlock, k_len);
+                    const float4 sn = block_scales(kk + kBlock);
                     /* The tensor cores' partial of one 128-wide block, promoted to fp32 after it. */
-                    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    decode_mma(part, xb.lo0, xb.hi0, wb[d][0]);
-                    decode_mma(part, xb.lo1, xb.hi1, wb[d][1]);
-                    w_load(wb[d], wrow, kk + kDepth * kBlock, k_len);
+                    float part_lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, part_hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    decode_half<HI>(part_lo, part_hi, wb[d].lo0, wb[d].hi0, xb.lo0, xb.hi0);
+                    decode_half<HI>(part_lo, part_hi, wb[d].lo1, wb[d].hi1, xb.lo1, xb.hi1);
+                    w_load(wb[d], wlo, whi, kk + kDepth * kBlock, k_len);
                     if constexpr (BLOCK) {
-                        const float s_lo = sb.y * sb.x, s_hi = sb.z * sb.x; /* 0 for rows past m */
-                        acc[0] += part[0] * s_lo;
-                        acc[1] += part[1] * s_lo;
-                        acc[2] += part[2] * s_hi;
-                        acc[3] += part[3] * s_hi;
+                        /* Accumulator i is column g (i < 2) or g + 8, x row r0 (even i) or r1. */
+                        acc_lo[0] += part_lo[0] * sb.x;
+                        acc_lo[1] += part_lo[1] * sb.y;
+                        acc_lo[2] += part_lo[2] * sb.x;
+                        acc_lo[3] += part_lo[3] * sb.y;
+                        if constexpr (HI) {
+                            acc_hi[0] += part_hi[0] * sb.z;
+                            acc_hi[1] += part_hi[1] * sb.w;
+                            acc_hi[2] += part_hi[2] * sb.z;
+                            acc_hi[3] += part_hi[3] * sb.w;
+                        }
                     } else {
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) acc[i] += part[i];
+                        for (int i = 0; i < 4; ++i) {
+                            acc_lo[i] += part_lo[i];
+                            if constexpr (HI) acc_hi[i] += part_hi[i];
+                        }
                     }
                     xb = xn;
                     sb = sn;
                 }
             }
         }
-        /* Accumulator i holds row g (i < 2) or g + 8, column col0 + 2t + (i & 1). */
+        /* Accumulator i of a half holds output column col0 + g (i < 2) or col0 + g + 8, for x row
+         * 2t + (i & 1) (plus 8 in the hi half). */
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int r = g + (i >= 2 ? 8 : 0), c = col0 + 2 * t + (i & 1);
-            if (r < m && c < n) {
-                if (splits > 1)
-                    partial[(int64_t)split * m * n + (int64_t)r * n + c] = acc[i];
-                else
-                    out[(int64_t)r * n + c] = ts::from_float<T>(BLOCK ? acc[i] : acc[i] * xs[r] * ws[c]);
+        for (int h = 0; h < (HI ? 2 : 1); ++h) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = 8 * h + 2 * t + (i & 1), c = col0 + g + (i >= 2 ? 8 : 0);
+                const float a = h ? acc_hi[i] : acc_lo[i];
+                if (r < m && c < n) {
+                    if (splits > 1)
+                        partial[(int64_t)split * m * n + (int64_t)r * n + c] = a;
+                    else
+                        out[(int64_t)r * n + c] = ts::from_float<T>(BLOCK ? a : a * xs[r] * ws[c]);
+                }
             }
         }
     }
@@ -273,13 +338,15 @@ bool decode_applies(const void *x, const void *w, const ts_gemm_fp8_config &c) {
     return c.m <= kDecodeRows && c.k % 16 == 0 && ts::aligned16(x) && ts::aligned16(w);
 }
 
-/* Warps of the decode kernel resident on the whole GPU at once (occupancy, once per process). */
+/* Warps of one decode kernel instantiation resident on the whole GPU at once (occupancy, once
+ * per process and instantiation: 72-128 registers, two or three blocks an SM). */
+template <bool BLOCK, bool HI, typename T>
 int decode_resident_warps() {
     static std::atomic<int> cached{0};
     int w = cached.load();
     if (w > 0) return w;
     int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_fp8_decode_kernel<true, true, __nv_bfloat16>, kDecodeThreads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, gemm_fp8_decode_kernel<BLOCK, HI, T>, kDecodeThreads,
                                                       0) != cudaSuccess ||
         blocks < 1) {
         (void)cudaGetLastError();
@@ -290,15 +357,18 @@ int decode_resident_warps() {
     return w;
 }
 
-template <typename T>
-int launch_decode(const char *op, T *out, const unsigned char *x, const float *xs, const unsigned char *w,
-                  const float *ws, const ts_gemm_fp8_config &c, cudaStream_t stream) {
-    const int resident = decode_resident_warps();
-    const int want = ts::splitk_count(ts::ceil_div(c.n, 8), ts::ceil_div(c.k, kBlock), 8.0 * kBlock,
-                                      (double)c.m * c.n, resident, 0.5);
+/* The split count aims to keep every resident warp streaming (full = 1): at half of them
+ * (Llama-3.2-1B's gate/up projection at four rows, one split) the weight read ran at 63% of
+ * copy bandwidth against 73% with two splits and all of them busy. */
+template <bool BLOCK, bool HI, typename T>
+int launch_decode_as(const char *op, T *out, const unsigned char *x, const float *xs, const unsigned char *w,
+                     const float *ws, const ts_gemm_fp8_config &c, cudaStream_t stream) {
+    const int resident = decode_resident_warps<BLOCK, HI, T>();
+    const int want = ts::splitk_count(ts::ceil_div(c.n, kDecodeCols), ts::ceil_div(c.k, kBlock),
+                                      1.0 * kDecodeCols * kBlock, (double)c.m * c.n, resident, 1.0);
     const int slice = (int)ts::ceil_div(ts::ceil_div(c.k, kBlock), want) * kBlock;
     const int splits = (int)ts::ceil_div(c.k, slice);
-    const int tiles = (int)ts::ceil_div(c.n, 8);
+    const int tiles = (int)ts::ceil_div(c.n, kDecodeCols);
     void *part = nullptr;
     if (splits > 1) TS_CHECK(op, ts::workspace(op, ts::WS_GEMM, (size_t)splits * c.m * c.n * sizeof(float), &part));
     float *partial = static_cast<float *>(part);
@@ -306,30 +376,27 @@ int launch_decode(const char *op, T *out, const unsigned char *x, const float *x
     const unsigned grid = (unsigned)std::min<int64_t>(ts::ceil_div(items, kDecodeWarps), resident / kDecodeWarps);
     const char *d = ts::dims("m=%d n=%d k=%d slice=%d splits=%d block=%d", c.m, c.n, c.k, slice, splits,
                              c.block_scales);
-    const bool hi = c.m > 8;
-    auto launch_main = [&](auto kernel) {
-        TS_LAUNCH(op, kernel, grid, kDecodeThreads, 0, stream, d, out, partial, x, xs, w, ws, c.m, c.n, c.k, slice,
-                  tiles, splits);
-        return (int)TS_OK;
-    };
-    if (c.block_scales)
-        TS_CHECK(op, hi ? launch_main(gemm_fp8_decode_kernel<true, true, T>)
-                        : launch_main(gemm_fp8_decode_kernel<true, false, T>));
-    else
-        TS_CHECK(op, hi ? launch_main(gemm_fp8_decode_kernel<false, true, T>)
-                        : launch_main(gemm_fp8_decode_kernel<false, false, T>));
+    auto kernel = gemm_fp8_decode_kernel<BLOCK, HI, T>;
+    TS_LAUNCH(op, kernel, grid, kDecodeThreads, 0, stream, d, out, partial, x, xs, w, ws, c.m, c.n, c.k, slice, tiles,
+              splits);
     if (splits == 1) return TS_OK;
     const int64_t total = (int64_t)c.m * c.n;
     const unsigned rgrid = ts::grid_for(total, 256);
     const char *rd = ts::dims("m=%d n=%d splits=%d out=%s", c.m, c.n, splits, ts::Storage<T>::name);
-    if (c.block_scales) {
-        auto kernel = gemm_fp8_reduce_kernel<true, T>;
-        TS_LAUNCH(op, kernel, rgrid, 256, 0, stream, rd, out, partial, xs, ws, c.m, c.n, splits);
-    } else {
-        auto kernel = gemm_fp8_reduce_kernel<false, T>;
-        TS_LAUNCH(op, kernel, rgrid, 256, 0, stream, rd, out, partial, xs, ws, c.m, c.n, splits);
-    }
+    auto reduce = gemm_fp8_reduce_kernel<BLOCK, T>;
+    TS_LAUNCH(op, reduce, rgrid, 256, 0, stream, rd, out, partial, xs, ws, c.m, c.n, splits);
     return TS_OK;
+}
+
+template <typename T>
+int launch_decode(const char *op, T *out, const unsigned char *x, const float *xs, const unsigned char *w,
+                  const float *ws, const ts_gemm_fp8_config &c, cudaStream_t stream) {
+    const bool hi = c.m > 8;
+    if (c.block_scales)
+        return hi ? launch_decode_as<true, true>(op, out, x, xs, w, ws, c, stream)
+                  : launch_decode_as<true, false>(op, out, x, xs, w, ws, c, stream);
+    return hi ? launch_decode_as<false, true>(op, out, x, xs, w, ws, c, stream)
+              : launch_decode_as<false, false>(op, out, x, xs, w, ws, c, stream);
 }
 
 /* ---- prefill: cuBLASLt ------------------------------------------------------------------ */

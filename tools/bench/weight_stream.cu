@@ -370,12 +370,15 @@ int main(int argc, char **argv) {
         }
 #ifdef WITH_LIB
         /* the library's ops on the same bytes: x and scales small and finite */
-        for (int block = 1; block >= 0; --block) {
-            ts_gemm_fp8_config c{TS_BF16, 1, sh.n, sh.k, block};
-            run(block ? "gemm_fp8 block M=1 (library)" : "gemm_fp8 channel M=1 (library)", fb, 0, [&](cudaStream_t st) {
-                if (ts_gemm_fp8(lib_out, lib_x8, lib_scales, cur(), lib_scales, &c, st) != 0) exit(1);
-            });
-        }
+        for (int m : {1, 4, 16})
+            for (int block = 1; block >= 0; --block) {
+                ts_gemm_fp8_config c{TS_BF16, m, sh.n, sh.k, block};
+                char what[64];
+                snprintf(what, sizeof what, "gemm_fp8 %s M=%d (library)", block ? "block" : "channel", m);
+                run(what, fb, 0, [&](cudaStream_t st) {
+                    if (ts_gemm_fp8(lib_out, lib_x8, lib_scales, cur(), lib_scales, &c, st) != 0) exit(1);
+                });
+            }
         for (int fmt = 0; fmt < 2; ++fmt) {
             ts_w4a16_config c{TS_F16, 1, sh.n, sh.k, 128, fmt};
             run(fmt == 0 ? "gemm_w4a16 awq M=1 (library)" : "gemm_w4a16 gptq M=1 (library)", qb, 0, [&](cudaStream_t st) {

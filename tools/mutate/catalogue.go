@@ -689,16 +689,16 @@ var catalogue = []Mutant{
 	},
 	{
 		ID: "cuda-gemm-fp8-decode-row-hi-scale", Side: SideCUDA, File: "cuda/kernels/gemm_fp8.cu",
-		Bug:         "the FP8 decode gemv scales rows 8-15 with the activation scales of rows 0-7",
-		Original:    "if (hi_ok) v.z = xs[(int64_t)(g + 8) * kbs + kb];",
-		Replacement: "if (hi_ok) v.z = xs[(int64_t)g * kbs + kb];",
+		Bug:         "the FP8 decode gemv scales x rows 8-15 with the activation scales of rows 0-7",
+		Original:    "if (HI && sx2) v.z = sx2[kb];",
+		Replacement: "if (HI && sx2) v.z = sx0[kb];",
 		Suites:      kernels, Labels: "op:gemm_fp8",
 	},
 	{
 		ID: "cuda-gemm-fp8-decode-fragment-order", Side: SideCUDA, File: "cuda/kernels/gemm_fp8.cu",
-		Bug:         "the FP8 decode gemv pairs x's k 0-3 with w's k 4-7 (the B fragment's registers swapped)",
-		Original:    "mma_e4m3(part, lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);",
-		Replacement: "mma_e4m3(part, lo.x, hi.x, lo.y, hi.y, wv.y, wv.x);",
+		Bug:         "the FP8 decode gemv pairs x's k 2t, 2t+1 with the weight's 2t+8, 2t+9 (the A fragment's registers swapped)",
+		Original:    "e4m3x4_to_f16x2(wlv[j], a0, a2);",
+		Replacement: "e4m3x4_to_f16x2(wlv[j], a2, a0);",
 		Suites:      kernels, Labels: "op:gemm_fp8",
 	},
 	{
