@@ -58,6 +58,45 @@ __device__ __forceinline__ bool decode_work(DecodeWork &w, const int32_t *lens, 
     return decode_len<MAXG>(w, lens, max_len, fault);
 }
 
+/* Where a sequence's cache positions live. Contiguous caches [batch, max_len, nkv, D]: table is
+ * null. A paged cache (attention_decode_paged, vLLM's layout): a pool [num_blocks, 1 << shift,
+ * nkv, D] and a block table int32 [batch, width]; position p of sequence b is slot
+ * p & (page - 1) of page table[b * width + (p >> shift)]. */
+struct KVPages {
+    const int32_t *table;
+    int width, shift, num_blocks;
+};
+
+/* The row (of nkv * D elements) of position key from the sequence's base: the key itself in a
+ * contiguous cache (the base is the sequence's), its page's slot in the pool (the base is the
+ * pool's) through the sequence's table row trow. */
+template <bool PAGED>
+__device__ __forceinline__ int64_t kv_row(const KVPages &pg, const int32_t *trow, int key) {
+    if constexpr (PAGED)
+        return (int64_t)__ldg(trow + (key >> pg.shift)) << pg.shift | (key & ((1 << pg.shift) - 1));
+    else
+        return key;
+}
+
+/* Paged: whether the pages of sequence w.b's first w.len positions are all in [0, num_blocks).
+ * Every block of the sequence reads the whole used row (at most max_len / page entries), so all
+ * of them agree and return together (the cross-split merge counts only blocks that run); the
+ * sequence's first block reports the first bad entry it finds. Call with every thread. */
+__device__ __forceinline__ bool decode_pages_ok(const DecodeWork &w, const KVPages &pg, ts::FaultRecord *fault,
+                                                int kind) {
+    const int pages = (w.len + (1 << pg.shift) - 1) >> pg.shift;
+    const int32_t *trow = pg.table + (int64_t)w.b * pg.width;
+    int bad = -1;
+    for (int i = threadIdx.x; i < pages; i += blockDim.x) {
+        const int32_t e = __ldg(trow + i);
+        if ((unsigned)e >= (unsigned)pg.num_blocks && bad < 0) bad = i;
+    }
+    const bool any = __syncthreads_or(bad >= 0);
+    if (any && bad >= 0 && w.split == 0 && w.kvh == 0 && w.hc == 0)
+        ts::report_fault(fault, kind, w.b * pg.width + bad, trow[bad], pg.num_blocks);
+    return !any;
+}
+
 constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;
 
 /* 16-key tiles a warp step loads before its math: a 16-bit cache's; an FP8 cache's pieces are
@@ -147,12 +186,12 @@ __device__ __forceinline__ uint32_t cache_word(const uint32_t (&raw)[W], int j) 
 
 /* The body of attention_decode_mma_kernel and attention_decode_fp8_kernel (each file's
  * __global__ wrapper sets the launch bounds). */
-template <int D, int MAXG, int UNROLL, typename KV, typename T>
+template <int D, int MAXG, int UNROLL, bool PAGED, typename KV, typename T>
 __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q,
                                                 const KV *kc, const KV *vc, const int32_t *lens, const float *k_scale,
                                                 const float *v_scale, int scale_heads, int max_len, int nh, int nkv,
                                                 int group, int hchunks, int chunk, int nsplit, float scale,
-                                                int len_fault, ts::FaultRecord *fault) {
+                                                int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
     constexpr bool kFP8 = std::is_same<KV, unsigned char>::value;
     constexpr int KW = D / 8;       /* words of a lane's K (and Q) piece: D/4 dims */
     constexpr int NK = D / 16;      /* k-steps of S = Q K^T */
@@ -183,6 +222,9 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
         }
     }
     if (!decode_len<MAXG>(w, lens, max_len, fault, len_fault)) return;
+    if constexpr (PAGED) {
+        if (!decode_pages_ok(w, pages, fault, table_fault)) return;
+    }
     /* An FP8 cache's keys and values are code * scale: the key scale goes into the scores' scale,
      * the value scale onto the output (both exact up to one fp32 rounding). */
     float sc = scale, vsc = 1.0f;
@@ -209,8 +251,10 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
     }
 
     const int64_t row_stride = (int64_t)nkv * D;
-    const KV *kbase = kc + ((int64_t)b * max_len * nkv + kvh) * D + tq * (D / 4);
-    const KV *vbase = vc + ((int64_t)b * max_len * nkv + kvh) * D + gq * (D / 8);
+    const int64_t seq_base = PAGED ? 0 : (int64_t)b * max_len * nkv;
+    const KV *kbase = kc + (seq_base + kvh) * D + tq * (D / 4);
+    const KV *vbase = vc + (seq_base + kvh) * D + gq * (D / 8);
+    const int32_t *trow = PAGED ? pages.table + (int64_t)b * pages.width : nullptr;
 
     for (int k0 = start + warp * KEYS; k0 < end; k0 += kMmaWarps * KEYS) {
         /* Every load of the step first (UNROLL 16-key tiles), then the math. Keys at or past end
@@ -219,11 +263,25 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
         uint32_t kw[UNROLL][2][KR], vw[UNROLL][4][VR];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
+            /* Paged: a tile's 16 keys (16-aligned: chunk and KEYS are multiples of 16) share one
+             * page when pages hold 16 or more, so one table read places them all; smaller pages
+             * take each key's own entry. */
+            const int tile0 = k0 + 16 * u;
+            int64_t tile_row = 0;
+            if constexpr (PAGED) {
+                if (pages.shift >= 4 && tile0 < end) tile_row = kv_row<true>(pages, trow, tile0);
+            }
+            auto row = [&](int key) -> int64_t {
+                if constexpr (PAGED)
+                    return pages.shift < 4 ? kv_row<true>(pages, trow, key) : tile_row + (key - tile0);
+                else
+                    return key;
+            };
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
                 const int key = k0 + 16 * u + 8 * nt + gq;
                 if (key < end) {
-                    load_raw(kw[u][nt], kbase + key * row_stride);
+                    load_raw(kw[u][nt], kbase + row(key) * row_stride);
                 } else {
 #pragma unroll
                     for (int w = 0; w < KR; ++w) kw[u][nt][w] = 0u;
@@ -233,7 +291,7 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
             for (int i = 0; i < 4; ++i) { /* keys 2t, 2t + 1, 2t + 8, 2t + 9 of the tile */
                 const int key = k0 + 16 * u + 2 * tq + (i & 1) + 8 * (i >> 1);
                 if (key < end) {
-                    load_raw(vw[u][i], vbase + key * row_stride);
+                    load_raw(vw[u][i], vbase + row(key) * row_stride);
                 } else {
 #pragma unroll
                     for (int w = 0; w < VR; ++w) vw[u][i][w] = 0u;
@@ -471,7 +529,7 @@ inline void check_decode(ts::Validator &val, ts_dtype dtype, const DecodeShape &
 template <int D, int MAXG, int UNROLL, typename KV, typename T, typename Kernel>
 int launch_mma(const char *op, Kernel kernel, T *out, const T *q, const KV *kc, const KV *vc, const int32_t *lens,
                const float *k_scale, const float *v_scale, int scale_heads, int len_fault, const DecodeShape &c,
-               cudaStream_t stream) {
+               cudaStream_t stream, KVPages pages = KVPages{nullptr, 0, 0, 0}, int table_fault = 0) {
     constexpr int KEYS = 16 * UNROLL;
     static std::atomic<int> per_sm{0};
     if (per_sm.load(std::memory_order_relaxed) == 0) {
@@ -505,12 +563,13 @@ int launch_mma(const char *op, Kernel kernel, T *out, const T *q, const KV *kc, 
     }
     const dim3 grid((unsigned)groups, (unsigned)nsplit);
     const char *d = ts::dims("batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d group=%d maxg=%d splits=%lld "
-                             "chunk=%lld scale=%g (tensor cores%s)",
+                             "chunk=%lld scale=%g (tensor cores%s%s)",
                              c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
-                             (long long)chunk, c.scale, sizeof(KV) == 1 ? ", e4m3 cache" : "");
+                             (long long)chunk, c.scale, sizeof(KV) == 1 ? ", e4m3 cache" : "",
+                             pages.table ? ", paged" : "");
     TS_LAUNCH(op, kernel, grid, kMmaThreads, 0, stream, d, out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
               v_scale, scale_heads, c.max_len, c.n_heads, c.n_kv_heads, group, hchunks, (int)chunk, (int)nsplit,
-              c.scale, len_fault, ts::fault_record());
+              c.scale, len_fault, pages, table_fault, ts::fault_record());
     return TS_OK;
 }
 

@@ -389,7 +389,9 @@ enum FaultKind {
     FAULT_SET_ROWS_ROW = 7, /* set_rows: rows[i] outside [0, dst_rows); that row is not written */
     FAULT_W4A16_G_IDX = 8,  /* gemm_w4a16: g_idx[i] outside [0, k / group_size) */
     FAULT_SET_ROWS_FP8_ROW = 9,     /* set_rows_fp8: rows[i] outside [0, dst_rows) */
-    FAULT_DECODE_FP8_CACHE_LEN = 10 /* attention_decode_fp8: cache_lens[b] outside [1, max_len] */
+    FAULT_DECODE_FP8_CACHE_LEN = 10, /* attention_decode_fp8: cache_lens[b] outside [1, max_len] */
+    FAULT_PAGED_CACHE_LEN = 11,      /* attention_decode_paged: cache_lens[b] outside [1, width * block_size] */
+    FAULT_PAGED_BLOCK_TABLE = 12     /* attention_decode_paged: a read block_table entry outside [0, num_blocks) */
 };
 
 /* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since

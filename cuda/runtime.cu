@@ -444,6 +444,8 @@ void record_fault(int kind) {
     case FAULT_W4A16_G_IDX: record_path("gemm_w4a16", "fault:g_idx"); break;
     case FAULT_SET_ROWS_FP8_ROW: record_path("set_rows_fp8", "fault:row"); break;
     case FAULT_DECODE_FP8_CACHE_LEN: record_path("attention_decode_fp8", "fault:cache_len"); break;
+    case FAULT_PAGED_CACHE_LEN: record_path("attention_decode_paged", "fault:cache_len"); break;
+    case FAULT_PAGED_BLOCK_TABLE: record_path("attention_decode_paged", "fault:block_table"); break;
     case FAULT_SAMPLE_LOGIT: record_path("sample", "fault:logit"); break;
     case FAULT_SAMPLE_ALL_NEG_INF: record_path("sample", "fault:all_neg_inf"); break;
     default: record_path("?", "fault:" + std::to_string(kind)); break;
@@ -488,6 +490,16 @@ int check_faults(const char *op, cudaStream_t st) {
         return set_error(TS_ERR_INDEX,
                          "attention_decode_fp8: cache_lens[%d] = %d: must be in [1, %d] (the cache capacity)", f.index,
                          f.value, f.bound);
+    /* Worded as the cpu backend words them (engine/backend/cpu/paged.go). */
+    case FAULT_PAGED_CACHE_LEN:
+        return set_error(TS_ERR_INDEX,
+                         "attention_decode_paged: cache_lens[%d] = %d: must be in [1, %d] (table_width x block_size)",
+                         f.index, f.value, f.bound);
+    case FAULT_PAGED_BLOCK_TABLE:
+        return set_error(TS_ERR_INDEX,
+                         "attention_decode_paged: block_table[%d] = %d: must be in [0, %d) (num_blocks), or past the "
+                         "sequence's pages",
+                         f.index, f.value, f.bound);
     /* Worded as the cpu backend words them (engine/sample), "op: arg = value: reason", so both
      * backends give the same argument error. */
     case FAULT_SAMPLE_LOGIT: {

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 17
+#define TS_ABI_VERSION 18
 
 typedef enum {
     TS_OK = 0,
@@ -283,6 +283,29 @@ typedef struct {
     int head_dim;
     float scale;
 } ts_decode_config;
+
+/* attention_decode_paged: attention_decode over a paged KV cache (vLLM's layout). k/v caches
+ * [num_blocks, block_size, n_kv_heads, head_dim] are a pool of pages; block_table int32 [batch,
+ * table_width] maps position p of sequence b to slot p % block_size of page
+ * block_table[b][p / block_size]. block_size is a power of two in [1, 256]. Only the first
+ * ceil(cache_lens[b] / block_size) entries of a row are read, each checked on the device to be
+ * in [0, num_blocks), and 1 <= cache_lens[b] <= table_width * block_size (a bad length or page
+ * is recorded in the fault record, TS_ERR_INDEX at the next ts_synchronize / ts_copy_to_host,
+ * and that sequence is skipped). Unfused equivalent: each sequence's pages gathered into a
+ * contiguous cache, then ts_attention_decode. The KV append into pages is ts_set_rows on the
+ * pool viewed as [num_blocks * block_size, n_kv_heads * head_dim], each new token's slot its row
+ * (vLLM's slot_mapping). */
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int num_blocks;
+    int block_size;
+    int table_width;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale;
+} ts_paged_decode_config;
 
 /* swiglu_ffn: x [rows, hidden], w_gate/w_up [ffn, hidden], w_down [hidden, ffn]. The gate, up
  * and activation intermediates are stored in dtype in a library workspace that grows to the
@@ -565,6 +588,9 @@ int ts_set_rows_fp8(void *dst, const void *src, const int32_t *rows, const float
 int ts_attention_decode_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
                             const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                             const ts_decode_fp8_config *cfg, void *stream);
+int ts_attention_decode_paged(void *out, const void *q, const void *k_cache, const void *v_cache,
+                              const int32_t *block_table, const int32_t *cache_lens,
+                              const ts_paged_decode_config *cfg, void *stream);
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
 int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,

@@ -284,6 +284,35 @@ int main(void) {
         expect("set_rows_fp8 dtype i32", ts_set_rows_fp8(P, P, rows, sc, &qi, NULL), TS_ERR_UNSUPPORTED, "set_rows_fp8",
                "dtype", NULL);
     }
+    /* attention_decode_paged: the page size, the table, the pool. */
+    {
+        const int32_t *tb = (const int32_t *)P;
+        ts_paged_decode_config pg = {TS_BF16, 2, 64, 16, 8, 32, 8, 64, 0.125f};
+        expect("decode_paged valid", ts_attention_decode_paged(P, P, P, P, tb, tb, &pg, NULL), TS_ERR_NOT_INITIALIZED,
+               "attention_decode_paged", "ts_init", NULL);
+        expect("decode_paged null block_table", ts_attention_decode_paged(P, P, P, P, NULL, tb, &pg, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "block_table", "NULL");
+        ts_paged_decode_config p24 = pg;
+        p24.block_size = 24;
+        expect("decode_paged block_size 24", ts_attention_decode_paged(P, P, P, P, tb, tb, &p24, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "block_size", "24");
+        ts_paged_decode_config p512 = pg;
+        p512.block_size = 512;
+        expect("decode_paged block_size 512", ts_attention_decode_paged(P, P, P, P, tb, tb, &p512, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "block_size", "512");
+        ts_paged_decode_config pw = pg;
+        pw.table_width = 0;
+        expect("decode_paged table_width 0", ts_attention_decode_paged(P, P, P, P, tb, tb, &pw, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "table_width", "0");
+        ts_paged_decode_config pn = pg;
+        pn.num_blocks = -1;
+        expect("decode_paged num_blocks -1", ts_attention_decode_paged(P, P, P, P, tb, tb, &pn, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "num_blocks", "-1");
+        ts_paged_decode_config ph = pg;
+        ph.n_kv_heads = 3;
+        expect("decode_paged 32 heads on 3 kv heads", ts_attention_decode_paged(P, P, P, P, tb, tb, &ph, NULL),
+               TS_ERR_SHAPE_MISMATCH, "attention_decode_paged", "n_kv_heads", "3");
+    }
     /* attention_decode_fp8: the scales, their heads, the head dims it reads. */
     {
         const float *sc = (const float *)P;

@@ -108,6 +108,16 @@ type Kernels interface {
 	// 0 (f32 [1]); q and out f16 or bf16. Unfused equivalent: the caches dequantised to f32,
 	// then attention over them.
 	AttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale Buffer, cfg AttentionConfig) error
+	// AttentionDecodePaged is AttentionDecode over a paged KV cache (vLLM's layout): kCache,
+	// vCache [numBlocks, blockSize, nKV, D] are a pool of pages, blockTable (i32 [B, W]) maps
+	// sequence b's position p to slot p % blockSize of page blockTable[b][p / blockSize].
+	// blockSize is a power of two in [1, 256]; only the first ceil(cacheLens[b] / blockSize)
+	// entries of a row are read (each in [0, numBlocks)), and cacheLens[b] is in [1, W ·
+	// blockSize]. Unfused equivalent: each sequence's pages gathered into a contiguous cache,
+	// then AttentionDecode. The KV append into pages is SetRows on the pool viewed as
+	// [numBlocks · blockSize, nKV · D] with each new token's slot as its row (vLLM's
+	// slot_mapping).
+	AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens Buffer, cfg AttentionConfig) error
 	// SwiGLU computes out = silu(gate) * up elementwise.
 	SwiGLU(out, gate, up Buffer) error
 	// SwiGLUFFN is the whole gated FFN. Unfused equivalent, each step rounding to fp16:
@@ -253,7 +263,7 @@ var Ops = []string{
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",
-	"attention_decode_fp8",
+	"attention_decode_fp8", "attention_decode_paged",
 }
 
 // Timer brackets device work with device events, for benchmarks.

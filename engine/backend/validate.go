@@ -224,6 +224,39 @@ func CheckAttentionDecode(out, q, kCache, vCache, cacheLens Buffer, cfg Attentio
 	return c.Err()
 }
 
+// MaxPageSize is the largest page (block) of a paged KV cache, in positions.
+const MaxPageSize = 256
+
+// CheckAttentionDecodePaged validates decode attention through a block table into a pool of
+// pages [num_blocks, block_size, n_kv_heads, head_dim].
+func CheckAttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_decode_paged")
+	checkHeads(c, cfg)
+	c.Storage("q", q)
+	c.Rank("q", q, 3)
+	c.Same("k_cache", kCache)
+	c.Rank("k_cache", kCache, 4)
+	c.DType("block_table", blockTable, tensor.I32)
+	c.Rank("block_table", blockTable, 2)
+	if c.Err() == nil {
+		b, nb, bs := q.Shape()[0], kCache.Shape()[0], kCache.Shape()[1]
+		c.Shape("q", q, []int{b, cfg.NumHeads, cfg.HeadDim}, "[batch, n_heads, head_dim]")
+		c.That(bs >= 1 && bs <= MaxPageSize && bs&(bs-1) == 0, "k_cache", describe(kCache),
+			"its dim 1 is the page size %d: want a power of two in [1, %d]", bs, MaxPageSize)
+		pool := []int{nb, bs, cfg.NumKVHeads, cfg.HeadDim}
+		c.Shape("k_cache", kCache, pool, "[num_blocks, block_size, n_kv_heads, head_dim]")
+		c.Same("v_cache", vCache)
+		c.Shape("v_cache", vCache, pool, "the shape of k_cache")
+		c.That(blockTable.Shape()[0] == b && blockTable.Shape()[1] >= 1, "block_table", describe(blockTable),
+			"want [batch = %d, table_width >= 1]", b)
+		c.DType("cache_lens", cacheLens, tensor.I32)
+		c.Shape("cache_lens", cacheLens, []int{b}, "one length per sequence")
+		c.Same("out", out)
+		c.Shape("out", out, q.Shape(), "the shape of q")
+	}
+	return c.Err()
+}
+
 // CheckAttentionDecodeFP8 validates decode attention over f8e4m3 caches with f32 [1] or
 // [n_kv_heads] key and value scales.
 func CheckAttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale Buffer, cfg AttentionConfig) error {

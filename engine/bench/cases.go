@@ -128,6 +128,9 @@ func Cases() []Case {
 		decodeFP8("attention_decode_fp8 phi3-mini B=16 L=4096", 16, 4096, 32, 32, 96),
 		setRowsFP8("set_rows_fp8 llama3-8b decode T=16 per-head", 4096, 16, 8, 128),
 		setRowsFP8("set_rows_fp8 llama3-8b prefill T=2048 per-head", 4096, 2048, 8, 128),
+		// Paged decode at the same shapes as the contiguous rows below (pages of 16, in order).
+		decodePaged("attention_decode_paged qwen2.5-0.5b B=16 L=4096 page 16", 16, 4096, 16, 14, 2, 64),
+		decodePaged("attention_decode_paged llama3-8b gqa4 d128 B=4 L=4096 page 16", 4, 4096, 16, 32, 8, 128),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
 		// The GQA shape at one sequence and at a shorter cache (fewer, longer key splits), and
@@ -231,6 +234,20 @@ func decode(name string, b, l, nH, nKV, d int) Case {
 			in("k_cache", tensor.F16, []int{b, l, nKV, d}, nil), in("v_cache", tensor.F16, []int{b, l, nKV, d}, nil),
 			in("cache_lens", tensor.I32, []int{b}, conformance.Const(float64(l)))},
 		Bytes: 2*elems(b, l, nKV, d)*f16 + 2*elems(b, nH, d)*f16,
+	}
+}
+
+// decodePaged is decode over a paged cache: b sequences of l positions in pages of bs, the
+// pool exactly their pages, each table the sequence's pages in order.
+func decodePaged(name string, b, l, bs, nH, nKV, d int) Case {
+	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "scale": %v}`, nH, nKV, d, 1/math.Sqrt(float64(d)))
+	w := l / bs
+	return Case{Name: name, Op: "attention_decode_paged", Params: params,
+		Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{b, nH, d}, nil),
+			in("k_cache", tensor.F16, []int{b * w, bs, nKV, d}, nil), in("v_cache", tensor.F16, []int{b * w, bs, nKV, d}, nil),
+			in("block_table", tensor.I32, []int{b, w}, conformance.OnePerBucket(b*w, b*w)),
+			in("cache_lens", tensor.I32, []int{b}, conformance.Const(float64(l)))},
+		Bytes: 2*elems(b, l, nKV, d)*f16 + 2*elems(b, nH, d)*f16 + int64(b*w*4),
 	}
 }
 

@@ -424,6 +424,16 @@ func init() {
 		c.do(func() error { return c.b.AttentionDecodeFP8(out, q, kc, vc, lens, ks, vs, cfg) })
 		c.output("out", out)
 	})
+	register("attention_decode_paged", func(c *call) {
+		var p decodeParams
+		c.params(&p)
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale}
+		q, kc, vc := c.input("q"), c.input("k_cache"), c.input("v_cache")
+		table, lens := c.input("block_table"), c.input("cache_lens")
+		out := c.like(q)
+		c.do(func() error { return c.b.AttentionDecodePaged(out, q, kc, vc, table, lens, cfg) })
+		c.output("out", out)
+	})
 	register("swiglu", func(c *call) {
 		c.params(&noParams{})
 		g, u := c.input("gate"), c.input("up")

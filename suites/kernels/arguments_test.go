@@ -120,6 +120,9 @@ var _ = Describe("bad arguments", harness.Kernel, func() {
 	zeros := func(dt tensor.DType, shape ...int) backend.Buffer {
 		return track(dev.Upload(tensor.New(dt, shape...)))
 	}
+	shaped := func(shape []int, vals ...int32) backend.Buffer {
+		return track(dev.Upload(tensor.FromI32(shape, vals)))
+	}
 
 	for _, bc := range badCalls {
 		It("refuses "+bc.op+" with a bad "+bc.arg+" and leaves the output untouched", harness.Op(bc.op), func() {
@@ -142,7 +145,7 @@ var _ = Describe("bad arguments", harness.Kernel, func() {
 
 	for _, ic := range indexCalls {
 		It("reports "+ic.what+" in device data, naming it, without a crash", harness.Op(ic.op), func() {
-			err := runIndexCall(dev, ic, f16, i32, zeros)
+			err := runIndexCall(dev, ic, f16, i32, zeros, shaped)
 			Expect(err).To(MatchError(ContainSubstring(ic.elem)))
 			Expect(err).To(MatchError(ContainSubstring(ic.value)))
 			Expect(errors.Is(err, backend.ErrInvalidArgument)).To(BeTrue(), "%v", err)
@@ -179,56 +182,73 @@ var _ = Describe("bad arguments", harness.Kernel, func() {
 type indexCall struct {
 	op, what    string
 	elem, value string // the bad element and its value, as the error must name them
-	call        func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (out backend.Buffer, err error)
+	call        func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (out backend.Buffer, err error)
 }
 
 var indexCalls = []indexCall{
-	{"embedding", "an out-of-range id", "ids[1]", "10", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"embedding", "an out-of-range id", "ids[1]", "10", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 8)
 		return out, b.Embedding(out, i32(0, 10), f16(10, 8))
 	}},
-	{"pos_embedding", "an out-of-range position", "positions[2]", "16", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"pos_embedding", "an out-of-range position", "positions[2]", "16", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(3, 8)
 		return out, b.PosEmbedding(out, f16(3, 8), f16(16, 8), i32(0, 15, 16))
 	}},
-	{"set_rows", "an out-of-range row", "rows[1]", "16", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"set_rows", "an out-of-range row", "rows[1]", "16", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		dst := f16(16, 2, 8)
 		return dst, b.SetRows(dst, f16(2, 2, 8), i32(3, 16))
 	}},
-	{"rope", "a negative position", "positions[1]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"rope", "a negative position", "positions[1]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 2, 64)
 		return out, b.RoPE(out, f16(2, 2, 64), i32(5, -1), backend.RoPEConfig{HeadDim: 64, RopeDim: 64, FreqBase: 1e4})
 	}},
 	// The decode kernels: tensor cores for head_dim 64 (as 32, 96, 128), the second kernel for
 	// any other head_dim (80 here); both read cache_lens on the device.
-	{"attention_decode", "a cache length past the capacity (head_dim 64)", "cache_lens[1]", "17", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"attention_decode", "a cache length past the capacity (head_dim 64)", "cache_lens[1]", "17", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 4, 64)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
 		return out, b.AttentionDecode(out, f16(2, 4, 64), f16(2, 16, 2, 64), f16(2, 16, 2, 64), i32(16, 17), cfg)
 	}},
-	{"attention_decode", "a zero cache length (head_dim 80)", "cache_lens[0]", "0", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"attention_decode", "a zero cache length (head_dim 80)", "cache_lens[0]", "0", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 4, 80)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 1, HeadDim: 80, Scale: 0.125}
 		return out, b.AttentionDecode(out, f16(2, 4, 80), f16(2, 16, 1, 80), f16(2, 16, 1, 80), i32(0, 16), cfg)
 	}},
-	{"set_rows_fp8", "an out-of-range row of an FP8 cache", "rows[0]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"set_rows_fp8", "an out-of-range row of an FP8 cache", "rows[0]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		dst := zeros(tensor.F8E4M3, 8, 2, 16)
 		return dst, b.SetRowsFP8(dst, f16(2, 2, 16), i32(-1, 3), zeros(tensor.F32, 1))
 	}},
-	{"attention_decode_fp8", "a cache length past an FP8 cache's capacity", "cache_lens[0]", "9", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"attention_decode_fp8", "a cache length past an FP8 cache's capacity", "cache_lens[0]", "9", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 4, 64)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
 		return out, b.AttentionDecodeFP8(out, f16(2, 4, 64), zeros(tensor.F8E4M3, 2, 8, 2, 64), zeros(tensor.F8E4M3, 2, 8, 2, 64),
 			i32(9, 8), zeros(tensor.F32, 2), zeros(tensor.F32, 2), cfg)
 	}},
+	// Paged decode: both kernels read the lengths and the table entries they reach on the
+	// device (tensor cores at head_dim 64, the second kernel at 80).
+	{"attention_decode_paged", "a block table entry past the pool (head_dim 64)", "block_table[1]", "5", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 4, 64)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+		return out, b.AttentionDecodePaged(out, f16(2, 4, 64), f16(4, 8, 2, 64), f16(4, 8, 2, 64), shaped([]int{2, 2}, 0, 5, 1, 2), i32(16, 9), cfg)
+	}},
+	{"attention_decode_paged", "a cache length past the table's reach (head_dim 80)", "cache_lens[1]", "17", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 4, 80)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 1, HeadDim: 80, Scale: 0.125}
+		return out, b.AttentionDecodePaged(out, f16(2, 4, 80), f16(4, 8, 1, 80), f16(4, 8, 1, 80), shaped([]int{2, 2}, 0, 1, 2, 3), i32(16, 17), cfg)
+	}},
+	{"attention_decode_paged", "a negative block table entry (head_dim 80)", "block_table[2]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 4, 80)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 1, HeadDim: 80, Scale: 0.125}
+		return out, b.AttentionDecodePaged(out, f16(2, 4, 80), f16(4, 8, 1, 80), f16(4, 8, 1, 80), shaped([]int{2, 2}, 0, 1, -1, 3), i32(16, 5), cfg)
+	}},
 	// The 4-bit GEMM: at a decode row (the fused gemv) and at 17 rows (the dequantiser).
-	{"gemm_w4a16", "a GPTQ group index past the groups", "g_idx[9]", "2", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"gemm_w4a16", "a GPTQ group index past the groups", "g_idx[9]", "2", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(1, 8)
 		g := make([]int32, 16)
 		g[9] = 2 // two groups of 8
 		return out, b.GemmW4A16(out, f16(1, 16), zeros(tensor.I32, 2, 8), zeros(tensor.I32, 2, 1), f16(2, 8), i32(g...), backend.W4GPTQ, 8)
 	}},
-	{"gemm_w4a16", "a GPTQ group index past the groups at 17 rows", "g_idx[12]", "-3", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) (backend.Buffer, error) {
+	{"gemm_w4a16", "a GPTQ group index past the groups at 17 rows", "g_idx[12]", "-3", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(17, 8)
 		g := make([]int32, 16)
 		g[12] = -3
@@ -238,8 +258,8 @@ var indexCalls = []indexCall{
 
 // runIndexCall makes the call and returns its error, or, where the op only queued work (a GPU
 // reads the indices on the device), the error the next download reports.
-func runIndexCall(b backend.Backend, ic indexCall, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer) error {
-	out, err := ic.call(b, f16, i32, zeros)
+func runIndexCall(b backend.Backend, ic indexCall, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) error {
+	out, err := ic.call(b, f16, i32, zeros, shaped)
 	if err == nil {
 		_, err = b.Download(out)
 	}

@@ -84,6 +84,11 @@ var crossCases = []crossCase{
 	{"attention_decode_fp8", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v}`, 1/math.Sqrt(128)), []conformance.InputSpec{in("q", tensor.BF16, []int{3, 32, 128}, nil),
 		in("k_cache", tensor.F8E4M3, []int{3, 2500, 8, 128}, normalGen(100, 0)), in("v_cache", tensor.F8E4M3, []int{3, 2500, 8, 128}, normalGen(100, 0)),
 		in("cache_lens", tensor.I32, []int{3}, conformance.IntsIn(1, 2501)), in("k_scale", tensor.F32, []int{8}, normalGen(0.0002, 0.002)), in("v_scale", tensor.F32, []int{8}, normalGen(0.001, 0.01))}},
+	// Paged decode at Llama-3-8B's heads: a pool of 200 pages of 16, tables of 12 random pages
+	// (some shared, as prefix caching shares them), lengths anywhere up to the tables' reach.
+	{"attention_decode_paged", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v}`, 1/math.Sqrt(128)), []conformance.InputSpec{in("q", tensor.F16, []int{3, 32, 128}, nil),
+		in("k_cache", tensor.F16, []int{200, 16, 8, 128}, nil), in("v_cache", tensor.F16, []int{200, 16, 8, 128}, nil),
+		in("block_table", tensor.I32, []int{3, 12}, conformance.IntsIn(0, 200)), in("cache_lens", tensor.I32, []int{3}, conformance.IntsIn(1, 193))}},
 	// The fused quantisers: DeepSeek-V3's hidden size in 1x128 groups with a residual written in
 	// place, per token at 5120, static with a scale that saturates the largest values; SwiGLU at
 	// Llama-3-8B's intermediate size in 1x128 groups, per token at Qwen2.5-0.5B's, static.

@@ -56,6 +56,12 @@ var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
 			bufs = append(bufs, b)
 			return b
 		}
+		shaped := func(shape []int, vals ...int32) backend.Buffer {
+			b, err := dev.Upload(tensor.FromI32(shape, vals))
+			Expect(err).NotTo(HaveOccurred())
+			bufs = append(bufs, b)
+			return b
+		}
 
 		// Each committed case twice: in allocations of its own, and one element off them (the
 		// scalar paths that alignment selects); a kernel may refuse the second as unsupported.
@@ -89,7 +95,7 @@ var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
 		Expect(os.Unsetenv("TOUCHSTONE_GEMM_LT")).To(Succeed())
 
 		for _, ic := range indexCalls {
-			Expect(runIndexCall(dev, ic, f16, i32, zeros)).To(HaveOccurred(), "%s: %s", ic.op, ic.what)
+			Expect(runIndexCall(dev, ic, f16, i32, zeros, shaped)).To(HaveOccurred(), "%s: %s", ic.op, ic.what)
 		}
 
 		got, err := rec.RecordedPaths()

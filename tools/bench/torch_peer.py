@@ -199,6 +199,29 @@ def attention_decode(t, p):
     return call, desc + " on q [B, nH, 1, D], k/v [B, nKV, %d, D]" % L
 
 
+def attention_decode_paged(t, p):
+    """Decode over a paged cache in torch: SDPA reads contiguous caches only, so the peer gathers
+    each sequence's pages (index_select over the pool by its block table) into [B, nKV, L, D]
+    and runs SDPA, as a torch fallback without a paged kernel must (FlashInfer and vLLM ship
+    paged kernels; neither runs on the bench host). The table is pages in order, as the bench
+    case draws it; every sequence's cache is full."""
+    q = t.randn("q").unsqueeze(2)  # [B, nH, 1, D]
+    nb, bs, nkv, d = t.shape("k_cache")
+    B, W = t.shape("block_table")
+    kp, vp = t.randn("k_cache"), t.randn("v_cache")
+    table = torch.arange(B * W, device=q.device, dtype=torch.int64).reshape(B, W) % nb
+    t.shape("cache_lens")
+    scale = float(p["scale"])
+    gqa = q.shape[1] != nkv
+
+    def call():
+        k = kp.index_select(0, table.reshape(-1)).view(B, W * bs, nkv, d).transpose(1, 2)
+        v = vp.index_select(0, table.reshape(-1)).view(B, W * bs, nkv, d).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
+    return call, ("k, v = pool.index_select(0, block_table) as [B, nKV, %d, D]; "
+                  "F.scaled_dot_product_attention(q, k, v, scale=%.6g, enable_gqa=%s)" % (W * bs, scale, gqa))
+
+
 def swiglu(t, p):
     g, u = t.randn("gate"), t.randn("up")
     return (lambda: F.silu(g) * u), "F.silu(gate) * up"
@@ -571,7 +594,7 @@ OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_resid
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
-                               set_rows_fp8, attention_decode_fp8)}
+                               set_rows_fp8, attention_decode_fp8, attention_decode_paged)}
 
 
 # ------------------------------------------------------------------------------------------------

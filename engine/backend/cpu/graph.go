@@ -144,6 +144,10 @@ func (r *recorder) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buf
 	return r.add(backend.CheckAttentionDecode(out, q, kCache, vCache, cacheLens, cfg),
 		func() error { return r.be.AttentionDecode(out, q, kCache, vCache, cacheLens, cfg) })
 }
+func (r *recorder) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens backend.Buffer, cfg backend.AttentionConfig) error {
+	return r.add(backend.CheckAttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens, cfg),
+		func() error { return r.be.AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens, cfg) })
+}
 func (r *recorder) SwiGLU(out, gate, up backend.Buffer) error {
 	return r.add(backend.CheckBinary("swiglu", "gate", "up", out, gate, up), func() error { return r.be.SwiGLU(out, gate, up) })
 }

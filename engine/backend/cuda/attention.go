@@ -103,3 +103,37 @@ func cBool(v bool) C.int {
 	}
 	return 0
 }
+
+// AttentionDecodePaged attends one query per sequence to its paged KV cache through its
+// block table. The lengths and the table entries they reach are range-checked on the device:
+// a bad one surfaces as TS_ERR_INDEX at the next Download or Synchronize (at once with guards
+// on).
+func (b *Backend) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_decode_paged"
+	if err := backend.CheckAttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens, cfg); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"q", q}, arg{"k_cache", kCache}, arg{"v_cache", vCache},
+		arg{"block_table", blockTable}, arg{"cache_lens", cacheLens})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	ccfg := C.ts_paged_decode_config{
+		dtype:       dtype(d[1].dt),
+		batch:       c.int("batch", d[1].shape[0]),
+		num_blocks:  c.int("num_blocks", d[2].shape[0]),
+		block_size:  c.int("block_size", d[2].shape[1]),
+		table_width: c.int("table_width", d[4].shape[1]),
+		n_heads:     c.int("n_heads", cfg.NumHeads),
+		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
+		head_dim:    c.int("head_dim", cfg.HeadDim),
+		scale:       C.float(cfg.Scale),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_attention_decode_paged(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), (*C.int32_t)(ptr(d[4])),
+		(*C.int32_t)(ptr(d[5])), &ccfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}

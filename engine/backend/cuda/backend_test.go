@@ -271,6 +271,11 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			return b.AttentionDecodeFP8(bf(2, 8, 128), bf(2, 8, 128), f8(2, 32, 2, 128), f8(2, 32, 2, 128),
 				alloc(t, b, tensor.I32, 2), f32(1), f32(1), cfg)
 		}},
+		{"attention_decode_paged", "ts_attention_decode_paged dtype=1 batch=2 num_blocks=9 block_size=16 table_width=4 n_heads=14 n_kv_heads=2 head_dim=64 stream=0", func() error {
+			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
+			cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+			return b.AttentionDecodePaged(f16(2, 14, 64), f16(2, 14, 64), f16(9, 16, 2, 64), f16(9, 16, 2, 64), i32(2, 4), i32(2), cfg)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

@@ -433,6 +433,60 @@ CASES += _cases(COMMITTED, "attention_decode", [
     ("d80-gqa2_lens1-130", dict(nH=4, nKV=2, D=80, L=136, cache_lens=[1, 130])),
 ])
 
+# attention_decode_paged (vLLM's paged KV cache: one pool of pages, a block table a sequence,
+# the pages handed out in a shuffled order with spare poison pages left over): every block size
+# from 1 to 256; lengths of 1, on a page boundary, one past one, mid-page and filling the whole
+# table (max_blocks * block_size); -1 entries after each sequence's last page; GQA 7:1 (Qwen2.5's
+# 14:2), 4:1 (Llama's 32:8) and MHA at head_dim 64 and 128, 16:1 at 32, head_dim 80; caches both
+# decode kernels split; a shared prefix. Small caches: every spare page and every poisoned tail
+# is committed data too.
+CASES += _cases(COMMITTED, "attention_decode_paged", [
+    # the default block size at Qwen2.5-0.5B's heads: lengths 1, two full pages, 13 into a third
+    ("qwen2.5-0.5b_bs16_lens1-32-45", dict(QWEN, block_size=16, cache_lens=[1, 32, 45])),
+    # a table a column wider than the longest sequence: a row stride taken from the lengths, not
+    # the table's width, reads the next row's pages
+    ("llama3-8b-gqa4_d128_bs8_lens24-13_mb4", dict(GQA4_D128, block_size=8, cache_lens=[24, 13],
+                                                   max_blocks=4)),
+    # one position a page, MHA: every position through its own table entry
+    ("gpt2-mha_d64_bs1_lens7-3", dict(GPT2, block_size=1, cache_lens=[7, 3])),
+    # a length that fills the table (2 pages of 32) beside one a position past a page
+    ("gqa4_d64_bs32_lens64-33", dict(nH=4, nKV=1, D=64, block_size=32, cache_lens=[64, 33])),
+    ("gqa7_d64_bs64_lens65-3", dict(nH=7, nKV=1, D=64, block_size=64, cache_lens=[65, 3])),
+    # the largest block size, one page filled (and one spare: a page is 32 KB a cache)
+    ("gqa4_d64_bs256_len256", dict(nH=4, nKV=1, D=64, block_size=256, cache_lens=[256],
+                                   spare=1)),
+    # attention_decode's gqa4_d128_len515_l520 through 33 pages: the tensor-core kernel splits
+    # the keys in two (its cross-split merge)
+    ("gqa4_d128_bs16_len515", dict(nH=4, nKV=1, D=128, block_size=16, cache_lens=[515])),
+    # the second decode kernel (head_dim 80) with a cache long enough to split (its combine)
+    ("phi2-d80-gqa2_bs16_lens70-1", dict(nH=2, nKV=1, D=80, block_size=16, cache_lens=[70, 1])),
+    # the tensor-core kernel's 16-wide head groups (16 query heads a KV head) at head_dim 32
+    ("d32-gqa16_bs16_lens20-9", dict(nH=16, nKV=1, D=32, block_size=16, cache_lens=[20, 9])),
+    # prefix caching: sequences 0 and 2 hold the same two physical pages as their first 32
+    # positions, then pages of their own
+    ("qwen2.5-0.5b_bs16_lens40-9-37_shared2", dict(QWEN, block_size=16, cache_lens=[40, 9, 37],
+                                                   shared=(0, 2, 2))),
+])
+# The paged kernels' other instances (engine/backend/cuda/pathtable.go), each once in fp16 and
+# once in bf16 with the smallest caches that take it: the tensor-core kernel's head dims 32, 64,
+# 96 and 128 with groups of up to 8 and of 16 query heads a KV head, the split kernel (head dims
+# 80 and 256) with 1, 4 and 8 query heads a KV head.
+_PAGED_PATHS = [
+    ("d32-gqa8_bs4_len9", dict(nH=8, nKV=1, D=32, block_size=4, cache_lens=[9])),  # mma<32, 8, 2>
+    ("d64-gqa16_bs8_len9", dict(nH=16, nKV=1, D=64, block_size=8,
+                                cache_lens=[9])),                                # mma<64, 16, 2>
+    ("phi3-mini-d96-mha_bs4_len9", dict(nH=2, nKV=2, D=96, block_size=4,
+                                        cache_lens=[9])),                        # mma<96, 8, 1>
+    ("d96-gqa16_bs4_len9", dict(nH=16, nKV=1, D=96, block_size=4,
+                                cache_lens=[9])),                                # mma<96, 16, 1>
+    ("llama3.1-405b-gqa16_d128_bs8_len9", dict(nH=16, nKV=1, D=128, block_size=8,
+                                               cache_lens=[9])),                 # mma<128, 16, 1>
+    ("phi2-d80-mha_bs2_len9", dict(nH=1, nKV=1, D=80, block_size=2, cache_lens=[9])),  # split<1>
+    ("d256-gqa4_bs4_len9", dict(nH=4, nKV=1, D=256, block_size=4, cache_lens=[9])),    # split<4>
+    ("d80-gqa8_bs8_len9", dict(nH=8, nKV=1, D=80, block_size=8, cache_lens=[9])),      # split<8>
+]
+CASES += _cases(COMMITTED, "attention_decode_paged", _PAGED_PATHS)
+
 # gemm_swiglu (fused gate/up projection and activation): decode and prefill rows at the real
 # hidden sizes with the ffn width cut down (the full tier has the real ones), outlier channels,
 # rows of very different rms, odd primes.
@@ -643,6 +697,17 @@ CASES += _bf16_cases(COMMITTED, "attention_decode", [
     ("gemma-mqa_d256_len9", dict(GEMMA_MQA, L=12, cache_lens=[9],
                                  scale=224 ** -0.5)),                            # split<8>
 ])
+CASES += _bf16_cases(COMMITTED, "attention_decode_paged", [
+    # Llama-3.2-1B's heads through two pages of 8, the second mid-page
+    ("llama3.2-1b_bs8_len13", dict(LLAMA32_1B, block_size=8, cache_lens=[13])),  # mma<64, 8, 2>
+    # one past two pages, and a one-page sequence
+    ("gqa4_d128_bs16_lens33-9", dict(nH=4, nKV=1, D=128, block_size=16,
+                                     cache_lens=[33, 9])),                       # mma<128, 8, 1>
+    ("d32-gqa16_bs16_lens20-9", dict(nH=16, nKV=1, D=32, block_size=16,
+                                     cache_lens=[20, 9])),                       # mma<32, 16, 2>
+    # split<2> with a reach past 64 positions: the combine kernel
+    ("phi2-d80-gqa2_bs16_len70", dict(nH=2, nKV=1, D=80, block_size=16, cache_lens=[70])),
+] + _PAGED_PATHS)
 CASES += _bf16_cases(COMMITTED, "attention_scores_softmax", [
     ("llama3.2-1b_s4", dict(LLAMA32_1B, B=1, Sq=4, Sk=4)),
     ("qwen2.5-0.5b-chunk_q3-k40", dict(QWEN, B=1, Sq=3, Sk=40)),
@@ -1166,6 +1231,17 @@ CASES += _cases(FULL, "attention_decode", [
     ("phi3-mini_b16_lens61-256", dict(PHI3, L=256, cache_lens=[256 - 13 * i for i in range(16)])),
     ("gpt2_b48_lens33-128", dict(GPT2, L=128, cache_lens=[128 - 2 * i for i in range(48)])),
 ])
+# Paged decode at the real widths: 16 ragged Llama-3.2-1B sequences (1 to 4096: page boundaries,
+# one past and one short of them) at vLLM's default block size of 16, Qwen2.5-0.5B's whole
+# context through pages of 16 and of 256, Llama-3-8B's 32 heads of 128 through pages of 32.
+RAGGED16 = [4096, 1, 4095, 17, 2048, 3001, 16, 777, 4000, 64, 1500, 255, 3333, 2, 1024, 2049]
+CASES += _cases(FULL, "attention_decode_paged", [
+    ("llama3.2-1b_bs16_b16_lens1-4096", dict(LLAMA32_1B, block_size=16, cache_lens=RAGGED16)),
+    ("qwen2.5-0.5b_bs16_len4096", dict(QWEN, block_size=16, cache_lens=[4096])),
+    ("qwen2.5-0.5b_bs256_len4096", dict(QWEN, block_size=256, cache_lens=[4096])),
+    ("llama3-8b_d128_bs32_b4_lens17-4096", dict(LLAMA3, block_size=32,
+                                                cache_lens=[4096, 3001, 17, 2048])),
+])
 CASES += _cases(FULL, "attention_prefill", [
     # The lengths the models reach: Qwen2.5-0.5B's 14 heads at 2048 (the benchmark shape) and
     # Phi-3-mini-4k's whole context, 4096, at 4 of its 32 heads.
@@ -1290,6 +1366,9 @@ CASES += _bf16_cases(FULL, "attention_decode", [
     ("phi2-b17-mha_d80_lens495-2047",
      dict(PHI2, nH=32, nKV=32, L=2048, cache_lens=[2047 - 97 * i for i in range(17)])),
     ("phi3-mini_b16_lens61-256", dict(PHI3, L=256, cache_lens=[256 - 13 * i for i in range(16)])),
+])
+CASES += _bf16_cases(FULL, "attention_decode_paged", [
+    ("llama3.2-1b_bs16_b16_lens1-4096", dict(LLAMA32_1B, block_size=16, cache_lens=RAGGED16)),
 ])
 CASES += _bf16_cases(FULL, "attention_prefill", [
     ("qwen2.5-0.5b_s2048", dict(QWEN, B=1, S=2048)),

@@ -182,6 +182,13 @@ def sdpa(q, k, v, *, causal, scale):
                                               enable_gqa=True)
 
 
+def decode_sdpa(q, k, v, scale):
+    """One sequence's decode attention in fp64: its new token's q [nH, D] over its cache k, v
+    [n, nKV, D] (the first n positions, contiguous) -> [nH, D]."""
+    return sdpa(d(q)[None, :, None, :], d(k).transpose(0, 1)[None], d(v).transpose(0, 1)[None],
+                causal=False, scale=scale)[0, :, 0, :]
+
+
 def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal(),
                       dtype="f16"):
     cast = storage(dtype)
@@ -225,12 +232,60 @@ def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()
         v_cache[b, n:] = POISON
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        qb = d(q[b])[None, :, None, :]                     # [1, nH, 1, D]: one query token
-        kb = d(k_cache[b, :n]).transpose(0, 1)[None]       # [1, nKV, n, D]
-        vb = d(v_cache[b, :n]).transpose(0, 1)[None]
-        out[b] = sdpa(qb, kb, vb, causal=False, scale=scale)[0, :, 0, :]
+        out[b] = decode_sdpa(q[b], k_cache[b, :n], v_cache[b, :n], scale)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache,
+              "cache_lens": torch.tensor(cache_lens, dtype=I32)}
+    return params, inputs, {"out": out}
+
+
+def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=None, spare=2,
+                           shared=None, scale=None, vdist=normal(), qk=normal(), dtype="f16"):
+    """attention_decode over a paged KV cache (vLLM's layout): k_cache, v_cache [num_blocks,
+    block_size, nKV, D] are one pool of pages for the whole batch, and sequence b's position p
+    lives in page block_table[b, p // block_size] at slot p % block_size. The pages go to the
+    sequences in a shuffled order and `spare` pages more than they use stay unused, so that a
+    table read one entry off, or not at all, reads other keys or poison: every slot no sequence
+    holds (spare pages, a last page's slots at and past cache_lens[b]) is poison, and a row's
+    entries after its sequence's last page are -1. shared=(a, b, n), a < b: sequences a and b
+    share their first n pages, full in both (prefix caching: the same page ids, so the same keys
+    and values). max_blocks (the table's width) defaults to the longest sequence's page count.
+    Draws q, the pool's keys and values (as attention_decode draws its caches), then the order."""
+    cast = storage(dtype)
+    B = len(cache_lens)
+    assert block_size in [2 ** i for i in range(9)], block_size   # 1 .. 256
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    pages = [-(-n // block_size) for n in cache_lens]
+    max_blocks = max(pages) if max_blocks is None else max_blocks
+    assert all(1 <= n <= max_blocks * block_size for n in cache_lens), (cache_lens, max_blocks)
+    assert spare >= 1, spare
+    sa, sb, n_shared = (0, 0, 0) if shared is None else shared
+    assert shared is None or (sa < sb and n_shared >= 1 and
+                              min(cache_lens[sa], cache_lens[sb]) >= n_shared * block_size), shared
+    num_blocks = sum(pages) - n_shared + spare
+    q = cast(qk(r, (B, nH, D)))
+    shape = (num_blocks, block_size, nKV, D)
+    k_cache, v_cache = cast(qk(r, shape)), cast(vdist(r, shape))
+    order = r.rand((num_blocks,)).argsort().tolist()
+    if order[0] == 0:  # sequence 0 never starts where a kernel that ignores the table reads
+        order[:2] = order[1], order[0]
+    order = iter(order)
+    table = torch.full((B, max_blocks), -1, dtype=I32)
+    held = torch.zeros((num_blocks, block_size), dtype=torch.bool)
+    for b, n in enumerate(cache_lens):
+        for i in range(pages[b]):
+            table[b, i] = table[sa, i] if b == sb and i < n_shared else next(order)
+            held[table[b, i], :n - i * block_size] = True
+    # a kernel that reads a slot no sequence holds gets visibly wrong (bf16 stores 9984)
+    k_cache[~held] = POISON
+    v_cache[~held] = POISON
+    out = torch.empty((B, nH, D), dtype=F64)
+    for b, n in enumerate(cache_lens):
+        p = torch.arange(n)
+        page, slot = table[b, p // block_size].long(), p % block_size
+        out[b] = decode_sdpa(q[b], k_cache[page, slot], v_cache[page, slot], scale)
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "cache_lens": torch.tensor(cache_lens, dtype=I32)}
     return params, inputs, {"out": out}
 
@@ -296,9 +351,7 @@ def attention_decode_fp8(r, *, nH, nKV, D, L, cache_lens, scale_heads, headroom=
     kd, vd = kc.to(F64) * per_k, vc.to(F64) * per_v
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        qb = d(q[b])[None, :, None, :]
-        out[b] = sdpa(qb, kd[b, :n].transpose(0, 1)[None], vd[b, :n].transpose(0, 1)[None],
-                      causal=False, scale=scale)[0, :, 0, :]
+        out[b] = decode_sdpa(q[b], kd[b, :n], vd[b, :n], scale)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
     inputs = {"q": q, "k_cache": kc, "v_cache": vc, "cache_lens": torch.tensor(cache_lens, dtype=I32),
               "k_scale": ks, "v_scale": vs}
@@ -754,4 +807,4 @@ OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
-    swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8)}
+    swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged)}

@@ -148,6 +148,8 @@ def reference(op, p, i, rnd=f16):
             out.append(np_attention(i["q"][b][None], i["k_cache"][b, :n], i["v_cache"][b, :n],
                                     p["scale"], False)[0])
         return {"out": np.stack(out)}
+    if op == "attention_decode_paged":
+        return reference("attention_decode", p, dict(i, **paged_caches(i)))
     if op == "swiglu":
         return {"out": np_silu(i["gate"]) * i["up"]}
     if op == "swiglu_ffn":
@@ -308,6 +310,8 @@ def properties(case, p, i, dtype="f16"):
             for c in ("k_cache", "v_cache"):
                 assert np.all(i[c][b, n:] == poison), "%s: poison missing" % name
                 assert not np.any(i[c][b, :n] == poison)
+    if op == "attention_decode_paged":
+        paged_properties(name, p, i, dtype)
     if op == "attention_prefill" and name.startswith("large-mag"):
         s = np.einsum("bshd,bthd->bhst", i["q"][:, :, :2], i["k"][:, :, :1]) * p["scale"]
         assert np.abs(s).max() > 11.1, "%s: scores must overflow exp in fp16" % name  # e^11 > 65504
@@ -782,15 +786,21 @@ def tolerance_share(got, want, tol):
     return max(shares)
 
 
-def gemm_fp8_yardstick():
-    """The tolerance an emulated fp32 kernel must pass and the broken variants must fail:
-    golden/tolerances.yaml's gemm_fp8 entry, gemm's while it has none. Returns (op, entries)."""
+def yardstick(op, fallback):
+    """golden/tolerances.yaml's entries of op, or of fallback while op has none: the tolerance
+    the broken variants must fail. Returns (the op whose entries they are, entries)."""
     import yaml
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "golden",
                            "tolerances.yaml")) as f:
         kernels = yaml.safe_load(f)["kernels"]
-    op = "gemm_fp8" if "gemm_fp8" in kernels else "gemm"
+    op = op if op in kernels else fallback
     return op, kernels[op]
+
+
+def gemm_fp8_yardstick():
+    """The tolerance an emulated fp32 kernel must pass and the broken variants must fail:
+    golden/tolerances.yaml's gemm_fp8 entry, gemm's while it has none. Returns (op, entries)."""
+    return yardstick("gemm_fp8", "gemm")
 
 
 def _scale_x_ignored(p, i):
@@ -1045,6 +1055,162 @@ def check_kv_fp8(case, p, inputs, expected):
     err = np.abs(got - want) - (2.0**-24 * 1.01 * np.abs(want) + atol)
     assert np.all(err <= 0), "%s: out differs from numpy by %g" % (where, float(np.abs(got - want).max()))
     return float((np.abs(got - want) / (np.abs(want) + atol)).max())
+
+
+# ---------------------------------------------------------------------------------------------
+# The paged KV cache (attention_decode_paged): a pool k_cache, v_cache [num_blocks, block_size,
+# nKV, D], sequence b's position p at slot p % block_size of page block_table[b, p // block_size].
+# A kernel's reads are modelled as rows of the pool viewed as [num_blocks * block_size, nKV, D]:
+# the contract's rows, and those of broken kernels, where a row outside the pool (a -1 entry
+# followed, a table read past its end) reads poison, as guard memory around the pool would hold.
+
+
+def paged_rows(i, b, n, entry=None, block=None):
+    """The pool rows sequence b's first n positions are read from: position p in page
+    block_table[b, p // block] at slot p % block, block the pool's block size unless a broken
+    kernel assumes another, the table read flattened row by row at entry(b, p // block) (b *
+    max_blocks + e by the contract). -1 for a row outside the pool: a -1 entry, an entry past
+    the table, a row past the pool's end."""
+    t = i["block_table"]
+    nb, bs = i["k_cache"].shape[:2]
+    block = bs if block is None else block
+    flat = t.ravel().astype(np.int64)
+    e = (entry or (lambda b, e: b * t.shape[1] + e))(b, np.arange(n) // block)
+    page = np.where((e >= 0) & (e < flat.size), flat[np.clip(e, 0, flat.size - 1)], -1)
+    rows = page * block + np.arange(n) % block
+    return np.where((page >= 0) & (rows < nb * bs), rows, -1)
+
+
+def paged_caches(i):
+    """Each sequence's cache gathered from the pool by the contract: k_cache, v_cache [B,
+    max_blocks * block_size, nKV, D], NaN past cache_lens[b] (attention_decode reads [0, n))."""
+    t, lens = i["block_table"], i["cache_lens"]
+    nb, bs = i["k_cache"].shape[:2]
+    out = {}
+    for c in ("k_cache", "v_cache"):
+        pool = i[c].reshape((nb * bs,) + i[c].shape[2:])
+        out[c] = np.full((t.shape[0], t.shape[1] * bs) + i[c].shape[2:], np.nan)
+        for b, n in enumerate(lens):
+            rows = paged_rows(i, b, n)
+            assert np.all(rows >= 0), "sequence %d leaves the pool" % b
+            out[c][b, :n] = pool[rows]
+    return out
+
+
+def paged_properties(name, p, i, dtype):
+    """The contract's table and pool: attention_decode's params; a power-of-two block size from
+    1 to 256, named in the case (bs<N>); each length in [1, max_blocks * block_size]; a row's
+    first ceil(n / block_size) entries distinct pages of the pool, -1 after them; a page in two
+    rows only in a shared case, as the same leading entries of both, full in both; a spare page;
+    sequence 0 not starting at page 0 (where a kernel ignoring the table reads); every slot no
+    sequence holds poison, every held slot not."""
+    t, lens = i["block_table"], i["cache_lens"]
+    nb, bs = i["k_cache"].shape[:2]
+    B, max_blocks = t.shape
+    assert list(p) == ["n_heads", "n_kv_heads", "head_dim", "scale"], name
+    assert bs in [2 ** k for k in range(9)] and "_bs%d_" % bs in name + "_", name
+    assert t.dtype == np.int32 and lens.shape == (B,), name
+    held = np.zeros((nb, bs), dtype=bool)
+    users = {}
+    for b, n in enumerate(lens):
+        k = _pages(i, n)
+        assert 1 <= n <= max_blocks * bs, "%s: length %d" % (name, n)
+        assert np.all(t[b, k:] == -1), "%s: sequence %d's unused entries are not -1" % (name, b)
+        assert np.all((t[b, :k] >= 0) & (t[b, :k] < nb)) and len(set(t[b, :k])) == k, name
+        for e in range(k):
+            users.setdefault(int(t[b, e]), []).append((b, e))
+            held[t[b, e], :n - e * bs] = True
+    shared = {page: u for page, u in users.items() if len(u) > 1}
+    assert bool(shared) == ("shared" in name), "%s: shared pages %s" % (name, shared)
+    for page, u in shared.items():
+        assert len(u) == 2, "%s: page %d in %d rows" % (name, page, len(u))
+        (a, e), (b, e2) = u
+        assert e == e2 and np.array_equal(t[a, :e], t[b, :e]), "%s: no shared prefix" % name
+        assert min(lens[a], lens[b]) >= (e + 1) * bs, "%s: shared page %d not full" % (name, page)
+    assert len(users) < nb, "%s: no spare page" % name
+    assert t[0, 0] != 0, "%s: sequence 0 starts at page 0" % name
+    poison = ROUND[dtype](np.float64(kernel_ops.POISON))
+    for c in ("k_cache", "v_cache"):
+        assert np.all(i[c][~held] == poison), "%s: %s: poison missing" % (name, c)
+        assert not np.any(i[c][held] == poison), "%s: %s: poison where it is read" % (name, c)
+
+
+def _heads_first(i, c):
+    """The pool's memory read as [num_blocks, nKV, block_size, D] (vLLM's paged_attention value
+    layout puts the heads before the slots), as rows of [num_blocks * block_size, nKV, D]."""
+    nb, bs, nkv, D = i[c].shape
+    return i[c].reshape(nb, nkv, bs, D).transpose(0, 2, 1, 3).reshape(nb * bs, nkv, D)
+
+
+def _pages(i, n):
+    """The pages n positions take at the pool's block size."""
+    return -(-int(n) // i["k_cache"].shape[1])
+
+
+# Broken kernels the committed attention_decode_paged sets must reject, each a realistic
+# mistake: name -> (rows(i, b, n): the pool rows sequence b's reads come from, as paged_rows
+# gives them; the view the pool is read through, None for its stored layout).
+PAGED_BROKEN = {
+    "the block table ignored (sequence b contiguous from page b * max_blocks)":
+        (lambda i, b, n: b * i["block_table"].shape[1] * i["k_cache"].shape[1] + np.arange(n),
+         None),
+    "the table's rows as long as the longest sequence's pages, not max_blocks":
+        (lambda i, b, n: paged_rows(i, b, n, entry=lambda b, e: b * _pages(
+            i, i["cache_lens"].max()) + e), None),
+    "the next table entry (block_table[b, p // block_size + 1])":
+        (lambda i, b, n: paged_rows(i, b, n, entry=lambda b, e: b * i["block_table"].shape[1]
+                                    + e + 1), None),
+    "the last page read to its end (the slots past cache_lens[b])":
+        (lambda i, b, n: paged_rows(i, b, _pages(i, n) * i["k_cache"].shape[1]), None),
+    "pages of 16 positions (vLLM's default block size) whatever the pool's":
+        (lambda i, b, n: paged_rows(i, b, n, block=16), None),
+    "the pool read as [num_blocks, nKV, block_size, D] (heads before slots)":
+        (lambda i, b, n: paged_rows(i, b, n), _heads_first),
+}
+
+
+def np_paged_broken(p, i, rows, view, rnd):
+    """out of a broken paged kernel: sequence b attends to the pool rows rows(i, b, n) (a row
+    outside the pool reads poison), the pool read through view (default: as stored), the output
+    rounded to the storage type as a kernel stores it."""
+    nb, bs = i["k_cache"].shape[:2]
+    poison = rnd(np.float64(kernel_ops.POISON))
+    kv = []
+    for c in ("k_cache", "v_cache"):
+        pool = view(i, c) if view else i[c].reshape((nb * bs,) + i[c].shape[2:])
+        kv.append(np.concatenate([pool, np.full((1,) + pool.shape[1:], poison)]))
+    out = []
+    for b, n in enumerate(i["cache_lens"]):
+        r = rows(i, b, int(n))
+        r = np.where((r >= 0) & (r < nb * bs), r, nb * bs)  # outside: the poison row
+        out.append(np_attention(i["q"][b][None], kv[0][r], kv[1][r], p["scale"], False)[0])
+    return rnd(np.stack(out))
+
+
+def check_paged_broken():
+    """Every broken kernel of PAGED_BROKEN fails the op's tolerance (attention_decode's while
+    golden/tolerances.yaml has none of its own) in at least one committed set, and some set
+    hands out page 0 (a kernel that takes page 0 for an empty entry fails there)."""
+    op = "attention_decode_paged"
+    yard, tols = yardstick(op, "attention_decode")
+    caught = {what: [] for what in PAGED_BROKEN}
+    page0 = []
+    for case in kernel_cases.cases_for(kernel_cases.COMMITTED, [op]):
+        _, p, inputs, expected = kernel_cases.build(case)
+        i = {n: a(t) for n, t in inputs.items()}
+        dtype = "bf16" if case.name.startswith("bf16-") else "f16"
+        want = expected["out"].float().numpy().astype(np.float64)
+        for what, (rows, view) in PAGED_BROKEN.items():
+            got = np_paged_broken(p, i, rows, view, ROUND[dtype])
+            if tolerance_share(got, want, tols[dtype]) > 1:
+                caught[what].append(case.name)
+        if np.any(i["block_table"] == 0):
+            page0.append(case.name)
+    assert page0, "%s: no committed set hands out page 0" % op
+    for what, by in caught.items():
+        assert by, "%s: no committed set rejects %s" % (op, what)
+        print("%s rejects %-72s in %d set(s) (%s's tolerance), e.g. %s"
+              % (op, what, len(by), yard, by[0]))
 
 
 def check_round_trip():
@@ -1520,6 +1686,7 @@ def run():
               % (op, n, max(per_op[op])))
     check_round_trip()
     print("round trip: manifests, sha256, .npy headers and regeneration OK")
+    check_paged_broken()
     check_quant_fp8_sets()
     check_gemm_fp8_sets()
     check_fused_quant_tolerance()
