@@ -78,23 +78,29 @@ __device__ __forceinline__ int64_t kv_row(const KVPages &pg, const int32_t *trow
         return key;
 }
 
-/* Paged: whether the pages of sequence w.b's first w.len positions are all in [0, num_blocks).
- * Every block of the sequence reads the whole used row (at most max_len / page entries), so all
- * of them agree and return together (the cross-split merge counts only blocks that run); the
- * sequence's first block reports the first bad entry it finds. Call with every thread. */
-__device__ __forceinline__ bool decode_pages_ok(const DecodeWork &w, const KVPages &pg, ts::FaultRecord *fault,
-                                                int kind) {
-    const int pages = (w.len + (1 << pg.shift) - 1) >> pg.shift;
-    const int32_t *trow = pg.table + (int64_t)w.b * pg.width;
+/* Paged: whether the table entries that sequence b's first len positions reach are all in
+ * [0, num_blocks). Call with every thread of the block (a block barrier); `reporter` (one block
+ * of the sequence) reports the first bad entry its threads find. */
+__device__ __forceinline__ bool paged_rows_ok(const KVPages &pg, int b, int len, bool reporter, ts::FaultRecord *fault,
+                                              int kind) {
+    const int pages = (len + (1 << pg.shift) - 1) >> pg.shift;
+    const int32_t *trow = pg.table + (int64_t)b * pg.width;
     int bad = -1;
     for (int i = threadIdx.x; i < pages; i += blockDim.x) {
         const int32_t e = __ldg(trow + i);
         if ((unsigned)e >= (unsigned)pg.num_blocks && bad < 0) bad = i;
     }
     const bool any = __syncthreads_or(bad >= 0);
-    if (any && bad >= 0 && w.split == 0 && w.kvh == 0 && w.hc == 0)
-        ts::report_fault(fault, kind, w.b * pg.width + bad, trow[bad], pg.num_blocks);
+    if (any && bad >= 0 && reporter) ts::report_fault(fault, kind, b * pg.width + bad, trow[bad], pg.num_blocks);
     return !any;
+}
+
+/* paged_rows_ok for a decode block: every block of the sequence reads the whole used row (at
+ * most max_len / page entries), so all of them agree and return together (the cross-split merge
+ * counts only blocks that run); the sequence's first block reports. */
+__device__ __forceinline__ bool decode_pages_ok(const DecodeWork &w, const KVPages &pg, ts::FaultRecord *fault,
+                                                int kind) {
+    return paged_rows_ok(pg, w.b, w.len, w.split == 0 && w.kvh == 0 && w.hc == 0, fault, kind);
 }
 
 constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps;

@@ -391,7 +391,10 @@ enum FaultKind {
     FAULT_SET_ROWS_FP8_ROW = 9,     /* set_rows_fp8: rows[i] outside [0, dst_rows) */
     FAULT_DECODE_FP8_CACHE_LEN = 10, /* attention_decode_fp8: cache_lens[b] outside [1, max_len] */
     FAULT_PAGED_CACHE_LEN = 11,      /* attention_decode_paged: cache_lens[b] outside [1, width * block_size] */
-    FAULT_PAGED_BLOCK_TABLE = 12     /* attention_decode_paged: a read block_table entry outside [0, num_blocks) */
+    FAULT_PAGED_BLOCK_TABLE = 12,    /* attention_decode_paged: a read block_table entry outside [0, num_blocks) */
+    FAULT_PREFILL_Q_STARTS = 13,     /* attention_prefill_paged: q_starts not 0, increasing, ending at total_q */
+    FAULT_PREFILL_KV_LEN = 14,       /* attention_prefill_paged: kv_lens[b] outside [q_len, width * block_size] */
+    FAULT_PREFILL_BLOCK_TABLE = 15   /* attention_prefill_paged: a read block_table entry outside [0, num_blocks) */
 };
 
 /* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since

@@ -446,6 +446,9 @@ void record_fault(int kind) {
     case FAULT_DECODE_FP8_CACHE_LEN: record_path("attention_decode_fp8", "fault:cache_len"); break;
     case FAULT_PAGED_CACHE_LEN: record_path("attention_decode_paged", "fault:cache_len"); break;
     case FAULT_PAGED_BLOCK_TABLE: record_path("attention_decode_paged", "fault:block_table"); break;
+    case FAULT_PREFILL_Q_STARTS: record_path("attention_prefill_paged", "fault:q_starts"); break;
+    case FAULT_PREFILL_KV_LEN: record_path("attention_prefill_paged", "fault:kv_len"); break;
+    case FAULT_PREFILL_BLOCK_TABLE: record_path("attention_prefill_paged", "fault:block_table"); break;
     case FAULT_SAMPLE_LOGIT: record_path("sample", "fault:logit"); break;
     case FAULT_SAMPLE_ALL_NEG_INF: record_path("sample", "fault:all_neg_inf"); break;
     default: record_path("?", "fault:" + std::to_string(kind)); break;
@@ -498,6 +501,21 @@ int check_faults(const char *op, cudaStream_t st) {
     case FAULT_PAGED_BLOCK_TABLE:
         return set_error(TS_ERR_INDEX,
                          "attention_decode_paged: block_table[%d] = %d: must be in [0, %d) (num_blocks), or past the "
+                         "sequence's pages",
+                         f.index, f.value, f.bound);
+    case FAULT_PREFILL_Q_STARTS:
+        return set_error(TS_ERR_INDEX,
+                         "attention_prefill_paged: q_starts[%d] = %d: must be 0 at 0, then above the previous start "
+                         "and at most %d, the last exactly that (every sequence has a new token; q's rows)",
+                         f.index, f.value, f.bound);
+    case FAULT_PREFILL_KV_LEN:
+        return set_error(TS_ERR_INDEX,
+                         "attention_prefill_paged: kv_lens[%d] = %d: must be at least its new tokens and at most %d "
+                         "(table_width x block_size)",
+                         f.index, f.value, f.bound);
+    case FAULT_PREFILL_BLOCK_TABLE:
+        return set_error(TS_ERR_INDEX,
+                         "attention_prefill_paged: block_table[%d] = %d: must be in [0, %d) (num_blocks), or past the "
                          "sequence's pages",
                          f.index, f.value, f.bound);
     /* Worded as the cpu backend words them (engine/sample), "op: arg = value: reason", so both

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 18
+#define TS_ABI_VERSION 19
 
 typedef enum {
     TS_OK = 0,
@@ -306,6 +306,31 @@ typedef struct {
     int head_dim;
     float scale;
 } ts_paged_decode_config;
+
+/* attention_prefill_paged: new tokens attending causally to their sequences' paged caches
+ * (chunked prefill, prefix caching; a sequence with one new token is a decode inside the
+ * launch). q [total_q, n_heads, head_dim] holds every sequence's new queries in order: sequence
+ * b's are rows q_starts[b] .. q_starts[b + 1] - 1 (q_starts int32 [batch + 1], q_starts[0] = 0,
+ * q_starts[batch] = total_q, at least one a sequence). The pool and block_table are
+ * attention_decode_paged's and already hold the new tokens' keys and values; kv_lens int32
+ * [batch] are the whole lengths (new tokens included), q_len <= kv_lens[b] <= table_width *
+ * block_size. Query i of sequence b is at position kv_lens[b] - q_len + i and sees positions 0 ..
+ * kv_lens[b] - q_len + i. The starts, lengths and the table entries they reach are checked on
+ * the device (TS_ERR_INDEX at the next sync; a bad sequence is skipped). out like q. Unfused
+ * equivalent: each sequence's pages gathered, then ts_attention_prefill's causal attention with
+ * the queries offset by the prefix. */
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int total_q;
+    int num_blocks;
+    int block_size;
+    int table_width;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale;
+} ts_paged_prefill_config;
 
 /* swiglu_ffn: x [rows, hidden], w_gate/w_up [ffn, hidden], w_down [hidden, ffn]. The gate, up
  * and activation intermediates are stored in dtype in a library workspace that grows to the
@@ -591,6 +616,9 @@ int ts_attention_decode_fp8(void *out, const void *q, const void *k_cache, const
 int ts_attention_decode_paged(void *out, const void *q, const void *k_cache, const void *v_cache,
                               const int32_t *block_table, const int32_t *cache_lens,
                               const ts_paged_decode_config *cfg, void *stream);
+int ts_attention_prefill_paged(void *out, const void *q, const void *k_cache, const void *v_cache,
+                               const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
+                               const ts_paged_prefill_config *cfg, void *stream);
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
 int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,

@@ -313,6 +313,28 @@ int main(void) {
         expect("decode_paged 32 heads on 3 kv heads", ts_attention_decode_paged(P, P, P, P, tb, tb, &ph, NULL),
                TS_ERR_SHAPE_MISMATCH, "attention_decode_paged", "n_kv_heads", "3");
     }
+    /* attention_prefill_paged: the page size, the starts, the head dims it takes. */
+    {
+        const int32_t *tb = (const int32_t *)P;
+        ts_paged_prefill_config pp = {TS_F16, 2, 70, 64, 16, 8, 14, 2, 64, 0.125f};
+        expect("prefill_paged valid", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pp, NULL),
+               TS_ERR_NOT_INITIALIZED, "attention_prefill_paged", "ts_init", NULL);
+        expect("prefill_paged null q_starts", ts_attention_prefill_paged(P, P, P, P, tb, NULL, tb, &pp, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged", "q_starts", "NULL");
+        ts_paged_prefill_config p12 = pp;
+        p12.block_size = 12;
+        expect("prefill_paged block_size 12", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &p12, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged", "block_size", "12");
+        ts_paged_prefill_config pt = pp;
+        pt.total_q = 0;
+        expect("prefill_paged total_q 0", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pt, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged", "total_q", "0");
+        ts_paged_prefill_config pd = pp;
+        pd.head_dim = 320;
+        pd.n_heads = 2;
+        expect("prefill_paged head_dim 320", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pd, NULL),
+               TS_ERR_UNSUPPORTED, "attention_prefill_paged", "head_dim", "320");
+    }
     /* attention_decode_fp8: the scales, their heads, the head dims it reads. */
     {
         const float *sc = (const float *)P;

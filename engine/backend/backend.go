@@ -118,6 +118,16 @@ type Kernels interface {
 	// [numBlocks · blockSize, nKV · D] with each new token's slot as its row (vLLM's
 	// slot_mapping).
 	AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens Buffer, cfg AttentionConfig) error
+	// AttentionPrefillPaged attends new tokens to their sequences' paged caches (chunked
+	// prefill, prefix caching; a sequence with one new token is a decode inside the launch):
+	// q [T, nH, D] holds every sequence's new queries in order, sequence b's the rows qStarts[b]
+	// .. qStarts[b+1]-1 (i32 [B+1], qStarts[0] = 0, qStarts[B] = T, each sequence at least
+	// one); kCache, vCache and blockTable as AttentionDecodePaged's, already holding the new
+	// tokens' keys and values; kvLens (i32 [B]) the whole lengths, from the sequence's new-token
+	// count up to W · blockSize. Query i of sequence b is at position kvLens[b] - qLen + i and
+	// attends causally to positions 0 .. kvLens[b] - qLen + i. Unfused equivalent: each
+	// sequence's pages gathered, then causal attention with the prefix offset.
+	AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens Buffer, cfg AttentionConfig) error
 	// SwiGLU computes out = silu(gate) * up elementwise.
 	SwiGLU(out, gate, up Buffer) error
 	// SwiGLUFFN is the whole gated FFN. Unfused equivalent, each step rounding to fp16:
@@ -263,7 +273,7 @@ var Ops = []string{
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",
-	"attention_decode_fp8", "attention_decode_paged",
+	"attention_decode_fp8", "attention_decode_paged", "attention_prefill_paged",
 }
 
 // Timer brackets device work with device events, for benchmarks.

@@ -234,26 +234,58 @@ func CheckAttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens Buf
 	checkHeads(c, cfg)
 	c.Storage("q", q)
 	c.Rank("q", q, 3)
-	c.Same("k_cache", kCache)
-	c.Rank("k_cache", kCache, 4)
-	c.DType("block_table", blockTable, tensor.I32)
-	c.Rank("block_table", blockTable, 2)
 	if c.Err() == nil {
-		b, nb, bs := q.Shape()[0], kCache.Shape()[0], kCache.Shape()[1]
+		b := q.Shape()[0]
 		c.Shape("q", q, []int{b, cfg.NumHeads, cfg.HeadDim}, "[batch, n_heads, head_dim]")
-		c.That(bs >= 1 && bs <= MaxPageSize && bs&(bs-1) == 0, "k_cache", describe(kCache),
-			"its dim 1 is the page size %d: want a power of two in [1, %d]", bs, MaxPageSize)
-		pool := []int{nb, bs, cfg.NumKVHeads, cfg.HeadDim}
-		c.Shape("k_cache", kCache, pool, "[num_blocks, block_size, n_kv_heads, head_dim]")
-		c.Same("v_cache", vCache)
-		c.Shape("v_cache", vCache, pool, "the shape of k_cache")
-		c.That(blockTable.Shape()[0] == b && blockTable.Shape()[1] >= 1, "block_table", describe(blockTable),
-			"want [batch = %d, table_width >= 1]", b)
+		checkPagedPool(c, kCache, vCache, blockTable, b, cfg)
 		c.DType("cache_lens", cacheLens, tensor.I32)
 		c.Shape("cache_lens", cacheLens, []int{b}, "one length per sequence")
 		c.Same("out", out)
 		c.Shape("out", out, q.Shape(), "the shape of q")
 	}
+	return c.Err()
+}
+
+// checkPagedPool checks a paged pool [num_blocks, block_size, n_kv_heads, head_dim] (k_cache,
+// and v_cache of the same shape and dtype as q, checked by the caller) and its block table [batch, width].
+func checkPagedPool(c *Check, kCache, vCache, blockTable Buffer, batch int, cfg AttentionConfig) {
+	c.Same("k_cache", kCache)
+	c.Rank("k_cache", kCache, 4)
+	c.DType("block_table", blockTable, tensor.I32)
+	c.Rank("block_table", blockTable, 2)
+	if c.Err() != nil {
+		return
+	}
+	nb, bs := kCache.Shape()[0], kCache.Shape()[1]
+	c.That(bs >= 1 && bs <= MaxPageSize && bs&(bs-1) == 0, "k_cache", describe(kCache),
+		"its dim 1 is the page size %d: want a power of two in [1, %d]", bs, MaxPageSize)
+	pool := []int{nb, bs, cfg.NumKVHeads, cfg.HeadDim}
+	c.Shape("k_cache", kCache, pool, "[num_blocks, block_size, n_kv_heads, head_dim]")
+	c.Same("v_cache", vCache)
+	c.Shape("v_cache", vCache, pool, "the shape of k_cache")
+	c.That(blockTable.Shape()[0] == batch && blockTable.Shape()[1] >= 1, "block_table", describe(blockTable),
+		"want [batch = %d, table_width >= 1]", batch)
+}
+
+// CheckAttentionPrefillPaged validates prefill of new tokens q [T, n_heads, head_dim] against
+// paged caches, with q_starts [batch + 1] and kv_lens [batch] (int32).
+func CheckAttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_prefill_paged")
+	checkHeads(c, cfg)
+	c.Storage("q", q)
+	c.Rank("q", q, 3)
+	c.DType("kv_lens", kvLens, tensor.I32)
+	c.Rank("kv_lens", kvLens, 1)
+	if c.Err() != nil {
+		return c.Err()
+	}
+	t, batch := q.Shape()[0], kvLens.Shape()[0]
+	c.Shape("q", q, []int{t, cfg.NumHeads, cfg.HeadDim}, "[tokens, n_heads, head_dim]")
+	checkPagedPool(c, kCache, vCache, blockTable, batch, cfg)
+	c.DType("q_starts", qStarts, tensor.I32)
+	c.Shape("q_starts", qStarts, []int{batch + 1}, "one start per sequence and the end")
+	c.Same("out", out)
+	c.Shape("out", out, q.Shape(), "the shape of q")
 	return c.Err()
 }
 

@@ -131,6 +131,10 @@ func Cases() []Case {
 		// Paged decode at the same shapes as the contiguous rows below (pages of 16, in order).
 		decodePaged("attention_decode_paged qwen2.5-0.5b B=16 L=4096 page 16", 16, 4096, 16, 14, 2, 64),
 		decodePaged("attention_decode_paged llama3-8b gqa4 d128 B=4 L=4096 page 16", 4, 4096, 16, 32, 8, 128),
+		// Chunked prefill through pages: 512 new tokens on a 3584-token prefix at Llama-3.2-1B's
+		// heads, and 2048 tokens from an empty prefix at Qwen2.5-0.5B's (attention_prefill's shape).
+		prefillPaged("attention_prefill_paged llama3.2-1b 512 new on 3584 page 16", 512, 4096, 16, 32, 8, 64),
+		prefillPaged("attention_prefill_paged qwen2.5-0.5b S=2048 page 16", 2048, 2048, 16, 14, 2, 64),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
 		// The GQA shape at one sequence and at a shorter cache (fewer, longer key splits), and
@@ -248,6 +252,21 @@ func decodePaged(name string, b, l, bs, nH, nKV, d int) Case {
 			in("block_table", tensor.I32, []int{b, w}, conformance.OnePerBucket(b*w, b*w)),
 			in("cache_lens", tensor.I32, []int{b}, conformance.Const(float64(l)))},
 		Bytes: 2*elems(b, l, nKV, d)*f16 + 2*elems(b, nH, d)*f16 + int64(b*w*4),
+	}
+}
+
+// prefillPaged is one sequence's prefill of t new tokens whose cache (prefix and new tokens,
+// l positions) is in pages of bs, the pool exactly its pages in order.
+func prefillPaged(name string, t, l, bs, nH, nKV, d int) Case {
+	params := fmt.Sprintf(`{"n_heads": %d, "n_kv_heads": %d, "head_dim": %d, "scale": %v}`, nH, nKV, d, 1/math.Sqrt(float64(d)))
+	w := l / bs
+	return Case{Name: name, Op: "attention_prefill_paged", Params: params,
+		Inputs: []conformance.InputSpec{in("q", tensor.F16, []int{t, nH, d}, nil),
+			in("k_cache", tensor.F16, []int{w, bs, nKV, d}, nil), in("v_cache", tensor.F16, []int{w, bs, nKV, d}, nil),
+			in("block_table", tensor.I32, []int{1, w}, conformance.OnePerBucket(w, w)),
+			in("q_starts", tensor.I32, []int{2}, func(_ *rand.Rand, i int) float64 { return float64(i * t) }),
+			in("kv_lens", tensor.I32, []int{1}, conformance.Const(float64(l)))},
+		Bytes: 2*elems(l, nKV, d)*f16 + 2*elems(t, nH, d)*f16,
 	}
 }
 

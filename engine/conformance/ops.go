@@ -434,6 +434,16 @@ func init() {
 		c.do(func() error { return c.b.AttentionDecodePaged(out, q, kc, vc, table, lens, cfg) })
 		c.output("out", out)
 	})
+	register("attention_prefill_paged", func(c *call) {
+		var p decodeParams
+		c.params(&p)
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: true, Scale: p.Scale}
+		q, kc, vc := c.input("q"), c.input("k_cache"), c.input("v_cache")
+		table, starts, lens := c.input("block_table"), c.input("q_starts"), c.input("kv_lens")
+		out := c.like(q)
+		c.do(func() error { return c.b.AttentionPrefillPaged(out, q, kc, vc, table, starts, lens, cfg) })
+		c.output("out", out)
+	})
 	register("swiglu", func(c *call) {
 		c.params(&noParams{})
 		g, u := c.input("gate"), c.input("up")

@@ -241,6 +241,22 @@ var indexCalls = []indexCall{
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 1, HeadDim: 80, Scale: 0.125}
 		return out, b.AttentionDecodePaged(out, f16(2, 4, 80), f16(4, 8, 1, 80), f16(4, 8, 1, 80), shaped([]int{2, 2}, 0, 1, -1, 3), i32(16, 5), cfg)
 	}},
+	// Paged prefill: the starts, the lengths and the table entries, all read on the device.
+	{"attention_prefill_paged", "a sequence without new tokens in q_starts", "q_starts[2]", "3", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(5, 4, 64)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Causal: true, Scale: 0.125}
+		return out, b.AttentionPrefillPaged(out, f16(5, 4, 64), f16(4, 8, 2, 64), f16(4, 8, 2, 64), shaped([]int{3, 1}, 0, 1, 2), i32(0, 3, 3, 5), i32(3, 1, 2), cfg)
+	}},
+	{"attention_prefill_paged", "a length under its new tokens", "kv_lens[1]", "1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(5, 4, 64)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Causal: true, Scale: 0.125}
+		return out, b.AttentionPrefillPaged(out, f16(5, 4, 64), f16(4, 8, 2, 64), f16(4, 8, 2, 64), shaped([]int{2, 1}, 0, 1), i32(0, 3, 5), i32(8, 1), cfg)
+	}},
+	{"attention_prefill_paged", "a block table entry past the pool", "block_table[3]", "4", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(5, 4, 80)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 80, Causal: true, Scale: 0.125}
+		return out, b.AttentionPrefillPaged(out, f16(5, 4, 80), f16(4, 8, 2, 80), f16(4, 8, 2, 80), shaped([]int{2, 2}, 0, 1, 2, 4), i32(0, 3, 5), i32(8, 10), cfg)
+	}},
 	// The 4-bit GEMM: at a decode row (the fused gemv) and at 17 rows (the dequantiser).
 	{"gemm_w4a16", "a GPTQ group index past the groups", "g_idx[9]", "2", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(1, 8)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -89,6 +90,12 @@ var crossCases = []crossCase{
 	{"attention_decode_paged", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v}`, 1/math.Sqrt(128)), []conformance.InputSpec{in("q", tensor.F16, []int{3, 32, 128}, nil),
 		in("k_cache", tensor.F16, []int{200, 16, 8, 128}, nil), in("v_cache", tensor.F16, []int{200, 16, 8, 128}, nil),
 		in("block_table", tensor.I32, []int{3, 12}, conformance.IntsIn(0, 200)), in("cache_lens", tensor.I32, []int{3}, conformance.IntsIn(1, 193))}},
+	// Paged prefill at Qwen2.5-0.5B's heads: a 100-token chunk on a 600 prefix, a decode on 899,
+	// 199 new tokens on a 51 prefix; pages of 16 drawn at random from a pool of 300.
+	{"attention_prefill_paged", fmt.Sprintf(`{"n_heads": 14, "n_kv_heads": 2, "head_dim": 64, "scale": %v}`, 1/math.Sqrt(64)), []conformance.InputSpec{in("q", tensor.F16, []int{300, 14, 64}, nil),
+		in("k_cache", tensor.F16, []int{300, 16, 2, 64}, nil), in("v_cache", tensor.F16, []int{300, 16, 2, 64}, nil),
+		in("block_table", tensor.I32, []int{3, 64}, conformance.IntsIn(0, 300)), in("q_starts", tensor.I32, []int{4}, listed(0, 100, 101, 300)),
+		in("kv_lens", tensor.I32, []int{3}, listed(700, 900, 250))}},
 	// The fused quantisers: DeepSeek-V3's hidden size in 1x128 groups with a residual written in
 	// place, per token at 5120, static with a scale that saturates the largest values; SwiGLU at
 	// Llama-3-8B's intermediate size in 1x128 groups, per token at Qwen2.5-0.5B's, static.
@@ -177,3 +184,8 @@ var _ = Describe("cross-backend check", harness.Kernel, harness.GPU, func() {
 		})
 	}
 })
+
+// listed fills an input with the given values in order (a spec's fixed index data).
+func listed(vals ...float64) func(*rand.Rand, int) float64 {
+	return func(_ *rand.Rand, i int) float64 { return vals[i] }
+}

@@ -222,6 +222,34 @@ def attention_decode_paged(t, p):
                   "F.scaled_dot_product_attention(q, k, v, scale=%.6g, enable_gqa=%s)" % (W * bs, scale, gqa))
 
 
+def attention_prefill_paged(t, p):
+    """Prefill through pages in torch: one sequence's pages gathered (index_select by its table)
+    into [1, nKV, L, D], then SDPA with the causal mask offset by the prefix as a boolean mask
+    (is_causal aligns the diagonal to the top-left when the queries are fewer than the keys).
+    One sequence, its pages in order, as the bench case draws it."""
+    T = t.shape("q")[0]
+    q = t.randn("q").unsqueeze(0).transpose(1, 2)  # [1, nH, T, D]
+    nb, bs, nkv, d = t.shape("k_cache")
+    B, W = t.shape("block_table")
+    assert B == 1, "the peer times one sequence"
+    kp, vp = t.randn("k_cache"), t.randn("v_cache")
+    table = torch.arange(W, device=q.device, dtype=torch.int64) % nb
+    t.shape("q_starts"), t.shape("kv_lens")
+    L = W * bs
+    scale = float(p["scale"])
+    gqa = q.shape[1] != nkv
+    rows = torch.arange(T, device=q.device)[:, None] + (L - T)
+    mask = torch.arange(L, device=q.device)[None, :] <= rows   # [T, L]: key <= prefix + i
+
+    def call():
+        k = kp.index_select(0, table).view(1, L, nkv, d).transpose(1, 2)
+        v = vp.index_select(0, table).view(1, L, nkv, d).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    return call, ("k, v = pool.index_select(0, block_table) as [1, nKV, %d, D]; "
+                  "F.scaled_dot_product_attention(q, k, v, attn_mask=causal from the prefix, scale=%.6g, "
+                  "enable_gqa=%s)" % (L, scale, gqa))
+
+
 def swiglu(t, p):
     g, u = t.randn("gate"), t.randn("up")
     return (lambda: F.silu(g) * u), "F.silu(gate) * up"
@@ -594,7 +622,8 @@ OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_resid
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
-                               set_rows_fp8, attention_decode_fp8, attention_decode_paged)}
+                               set_rows_fp8, attention_decode_fp8, attention_decode_paged,
+                               attention_prefill_paged)}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -32,8 +32,8 @@ var catalogue = []Mutant{
 	{
 		ID: "go-paged-page-unscaled", Side: SideGo, File: "engine/backend/cpu/paged.go",
 		Bug:         "the paged decode takes a page's number as its first slot, not number x block_size",
-		Original:    "slot := int(table[b*width+p/pageSize])*pageSize + p%pageSize",
-		Replacement: "slot := int(table[b*width+p/pageSize]) + p%pageSize",
+		Original:    "slot := int(p.table[b*p.width+i/p.pageSize])*p.pageSize + i%p.pageSize",
+		Replacement: "slot := int(p.table[b*p.width+i/p.pageSize]) + i%p.pageSize",
 		Suites:      kernels, Labels: "op:attention_decode_paged",
 	},
 	{
@@ -42,6 +42,13 @@ var catalogue = []Mutant{
 		Original:    "if page := table[b*width+p]; page < 0 || int(page) >= numBlocks {",
 		Replacement: "if page := table[b*width+p]; int(page) >= numBlocks {",
 		Suites:      kernels, Labels: "op:attention_decode_paged",
+	},
+	{
+		ID: "go-prefill-paged-no-prefix", Side: SideGo, File: "engine/backend/cpu/paged.go",
+		Bug:         "the paged prefill lets new query i see keys 0..i, not the prefix and its predecessors",
+		Original:    "attendOne(res, qv, k, v, cfg, (first+i)*cfg.NumHeads, 0, int(n)-qLen+i+1)",
+		Replacement: "attendOne(res, qv, k, v, cfg, (first+i)*cfg.NumHeads, 0, i+1)",
+		Suites:      kernels, Labels: "op:attention_prefill_paged",
 	},
 	{
 		ID: "go-w4a16-awq-plain-order", Side: SideGo, File: "engine/tensor/int4.go",
@@ -765,6 +772,34 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:attention_decode_paged",
 	},
 	{
+		ID: "cuda-prefill-paged-mask-no-prefix", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
+		Bug:         "the prefill mask drops the prefix offset: new query i sees keys 0..i only",
+		Original:    "const bool visible = key < kv_len && (!causal || key <= prefix + row);",
+		Replacement: "const bool visible = key < kv_len && (!causal || key <= row);",
+		Suites:      kernels, Labels: "op:attention_prefill_paged",
+	},
+	{
+		ID: "cuda-prefill-paged-tiles-end-early", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
+		Bug:         "the paged prefill stops loading key tiles where a prefix-free causal mask would",
+		Original:    "const int kv_end = causal ? min(kv_len, prefix + q0 + kBr) : kv_len;",
+		Replacement: "const int kv_end = causal ? min(kv_len, q0 + kBr) : kv_len;",
+		Suites:      kernels, Labels: "op:attention_prefill_paged",
+	},
+	{
+		ID: "cuda-prefill-paged-row-aligned", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
+		Bug:         "the paged K/V staging reads each row from the page slot of its 8-aligned row",
+		Original:    "ts_decode::kv_row<true>(pg, trow, k0 + r) * row_stride + c",
+		Replacement: "ts_decode::kv_row<true>(pg, trow, k0 + (r & ~7)) * row_stride + c",
+		Suites:      kernels, Labels: "op:attention_prefill_paged",
+	},
+	{
+		ID: "cuda-prefill-paged-kv-len-unchecked", Side: SideCUDA, File: "cuda/kernels/attention_prefill_paged.cu",
+		Bug:         "the paged prefill lets a length under its new tokens through",
+		Original:    "if (kv_len < q_len || kv_len > reach) {",
+		Replacement: "if (kv_len > reach) {",
+		Suites:      kernels, Labels: "op:attention_prefill_paged",
+	},
+	{
 		ID: "cuda-w4a16-awq-plain-order", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16.cu",
 		Bug:         "the AWQ dequantiser reads nibble c % 8 for column c, not AutoAWQ's interleaved position",
 		Original:    "constexpr unsigned kReverse = 0x73625140u;",
@@ -987,21 +1022,21 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:rope",
 	},
 	{
-		ID: "cuda-prefill-causal-diagonal", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
+		ID: "cuda-prefill-causal-diagonal", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
 		Bug:         "prefill causal mask key < row instead of key <= row (diagonal masked)",
-		Original:    "const bool visible = key < seq && (!causal || key <= row);",
-		Replacement: "const bool visible = key < seq && (!causal || key < row);",
+		Original:    "const bool visible = key < kv_len && (!causal || key <= prefix + row);",
+		Replacement: "const bool visible = key < kv_len && (!causal || key < prefix + row);",
 		Suites:      kernels, Labels: "op:attention_prefill",
 	},
 	{
-		ID: "cuda-prefill-softmax-no-max", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
+		ID: "cuda-prefill-softmax-no-max", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
 		Bug:         "prefill's online softmax exponentiates raw scores (no running-max subtraction)",
 		Original:    `const float m_use = m_new == -INFINITY ? 0.0f : m_new;`,
 		Replacement: `const float m_use = 0.0f;`,
 		Suites:      kernels, Labels: "op:attention_prefill",
 	},
 	{
-		ID: "cuda-prefill-no-rescale", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
+		ID: "cuda-prefill-no-rescale", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
 		Bug:         "prefill's online softmax does not rescale O when a later key tile raises the row max",
 		Original:    `for (int dt = 0; dt < kDt; ++dt) o[mt][dt][2 * r] *= alpha, o[mt][dt][2 * r + 1] *= alpha;`,
 		Replacement: `for (int dt = 0; dt < kDt; ++dt) o[mt][dt][2 * r] *= 1.0f, o[mt][dt][2 * r + 1] *= 1.0f;`,
@@ -1133,7 +1168,7 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:rmsnorm_residual || op:layernorm_residual", Focus: "bf16-",
 	},
 	{
-		ID: "cuda-prefill-bf16-scores-as-fp16", Side: SideCUDA, File: "cuda/kernels/attention_prefill.cu",
+		ID: "cuda-prefill-bf16-scores-as-fp16", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
 		Bug: "bf16 attention prefill computes S = Q K^T with the fp16 mma (an instance left hard-coded): bf16 bits read as fp16",
 		// A dispatch bug only the bf16 cases can see: for fp16 the replacement is the same code.
 		Original:    "ts::mma16816<T>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);\n                        ts::mma16816<T>(s[mt][2 * np + 1],",

@@ -148,6 +148,12 @@ func (r *recorder) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cach
 	return r.add(backend.CheckAttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens, cfg),
 		func() error { return r.be.AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens, cfg) })
 }
+func (r *recorder) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens backend.Buffer, cfg backend.AttentionConfig) error {
+	return r.add(backend.CheckAttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens, cfg),
+		func() error {
+			return r.be.AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens, cfg)
+		})
+}
 func (r *recorder) SwiGLU(out, gate, up backend.Buffer) error {
 	return r.add(backend.CheckBinary("swiglu", "gate", "up", out, gate, up), func() error { return r.be.SwiGLU(out, gate, up) })
 }

@@ -137,3 +137,37 @@ func (b *Backend) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cache
 		(*C.int32_t)(ptr(d[5])), &ccfg, b.e)
 	return b.launched(op, st, arg{"out", out})
 }
+
+// AttentionPrefillPaged attends each sequence's new tokens to its paged cache, causally from
+// its prefix on. The starts, lengths and table entries are checked on the device: a bad one
+// surfaces as TS_ERR_INDEX at the next Download or Synchronize (at once with guards on).
+func (b *Backend) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_prefill_paged"
+	if err := backend.CheckAttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens, cfg); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"q", q}, arg{"k_cache", kCache}, arg{"v_cache", vCache},
+		arg{"block_table", blockTable}, arg{"q_starts", qStarts}, arg{"kv_lens", kvLens})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	ccfg := C.ts_paged_prefill_config{
+		dtype:       dtype(d[1].dt),
+		batch:       c.int("batch", d[6].shape[0]),
+		total_q:     c.int("total_q", d[1].shape[0]),
+		num_blocks:  c.int("num_blocks", d[2].shape[0]),
+		block_size:  c.int("block_size", d[2].shape[1]),
+		table_width: c.int("table_width", d[4].shape[1]),
+		n_heads:     c.int("n_heads", cfg.NumHeads),
+		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
+		head_dim:    c.int("head_dim", cfg.HeadDim),
+		scale:       C.float(cfg.Scale),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_attention_prefill_paged(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), (*C.int32_t)(ptr(d[4])),
+		(*C.int32_t)(ptr(d[5])), (*C.int32_t)(ptr(d[6])), &ccfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}

@@ -276,6 +276,12 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
 			return b.AttentionDecodePaged(f16(2, 14, 64), f16(2, 14, 64), f16(9, 16, 2, 64), f16(9, 16, 2, 64), i32(2, 4), i32(2), cfg)
 		}},
+		{"attention_prefill_paged", "ts_attention_prefill_paged dtype=4 batch=2 total_q=5 num_blocks=9 block_size=16 table_width=4 n_heads=32 n_kv_heads=8 head_dim=64 stream=0", func() error {
+			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			cfg := backend.AttentionConfig{NumHeads: 32, NumKVHeads: 8, HeadDim: 64, Scale: 0.125}
+			return b.AttentionPrefillPaged(bf(5, 32, 64), bf(5, 32, 64), bf(9, 16, 8, 64), bf(9, 16, 8, 64), i32(2, 4), i32(3), i32(2), cfg)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

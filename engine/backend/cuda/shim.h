@@ -97,6 +97,9 @@
     X(ts_attention_decode_paged, int,                                                                     \
       (void *, const void *, const void *, const void *, const int32_t *, const int32_t *,                \
        const ts_paged_decode_config *, void *))                                                           \
+    X(ts_attention_prefill_paged, int,                                                                    \
+      (void *, const void *, const void *, const void *, const int32_t *, const int32_t *, const int32_t *, \
+       const ts_paged_prefill_config *, void *))                                                          \
     X(ts_gemm, int, (void *, const void *, const void *, const void *, const ts_gemm_config *, void *))  \
     X(ts_softmax, int, (void *, const void *, const ts_softmax_config *, void *))                         \
     X(ts_quant_fp8, int, (void *, float *, const void *, const float *, const ts_quant_config *, void *))  \
@@ -233,6 +236,9 @@ int tsg_attention_decode_fp8(const tsg_api *a, void *out, const void *q, const v
 int tsg_attention_decode_paged(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
                                const int32_t *block_table, const int32_t *cache_lens,
                                const ts_paged_decode_config *cfg, tsg_err *e);
+int tsg_attention_prefill_paged(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
+                                const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
+                                const ts_paged_prefill_config *cfg, tsg_err *e);
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e);
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e);

@@ -487,6 +487,64 @@ _PAGED_PATHS = [
 ]
 CASES += _cases(COMMITTED, "attention_decode_paged", _PAGED_PATHS)
 
+# attention_prefill_paged (chunked prefill and prefix caching through attention_decode_paged's
+# pool: new tokens' queries, concatenated over the batch, attend causally to their sequence's
+# cached prefix and to the new tokens up to their own, every key and value read through the
+# block table; seqs (prefix, new) a sequence): a prefix of 0, ending mid-page, on a page
+# boundary, spanning several 64-key tiles; new tokens crossing pages and filling several 64-row
+# query tiles; one new token beside many (a decode inside the prefill launch); ragged batches;
+# a shared prefix; block sizes 1 to 256; GQA 7:1 (Qwen2.5's 14:2) at head_dim 64, 4:1 (Llama's
+# 32:8), 2:1 and MHA at head_dim 64 and 128; head_dim 80, 96 and 256 (the prefill kernel's
+# padded widths).
+CASES += _cases(COMMITTED, "attention_prefill_paged", [
+    # plain prefill through pages: no prefix, 18 new tokens on two pages of 16 (the second partial)
+    ("qwen2.5-0.5b_bs16_pre0_new18", dict(QWEN, block_size=16, seqs=[(0, 18)])),
+    # a prefix ending mid-page (16 + 5): the first new token shares a page with the prefix and
+    # the new tokens cross page boundaries at 32 and 48
+    ("gqa4_d128_bs16_pre21_new30", dict(nH=4, nKV=1, D=128, block_size=16, seqs=[(21, 30)])),
+    # a prefix ending exactly at a page boundary: the new tokens start a page; 70 queries (two
+    # 64-row query tiles) over 134 keys (three 64-key tiles)
+    ("gqa2_d64_bs64_pre64_new70", dict(nH=2, nKV=1, D=64, block_size=64, seqs=[(64, 70)],
+                                       spare=1)),
+    # decodes inside a prefill launch: one new token on a 40-token prefix and on an 18-token
+    # one, beside a 24-token plain prefill
+    ("gqa4_d64_bs16_pre40-0-18_new1-24-1", dict(nH=4, nKV=1, D=64, block_size=16,
+                                                 seqs=[(40, 1), (0, 24), (18, 1)])),
+    # a ragged batch of four, MHA at head_dim 128, pages of 8, a table a column wider than the
+    # longest sequence (a row stride taken from the lengths reads the next row's pages)
+    ("mha_d128_bs8_b4_pre0-13-6-21_new5-1-9-4_mb5",
+     dict(nH=2, nKV=2, D=128, block_size=8, seqs=[(0, 5), (13, 1), (6, 9), (21, 4)],
+          max_blocks=5)),
+    # prefix caching: sequences 0 and 2 hold the same two physical pages as their first 32
+    # prefix positions; sequence 0's new tokens start the page after them
+    ("qwen2.5-0.5b_bs16_pre32-9-37_new3-2-4_shared2",
+     dict(QWEN, block_size=16, seqs=[(32, 3), (9, 2), (37, 4)], shared=(0, 2, 2))),
+    # one position a page, MHA: every key through its own table entry
+    ("gpt2-mha_d64_bs1_pre6-0_new4-3", dict(GPT2, block_size=1, seqs=[(6, 4), (0, 3)])),
+    # the largest block size: a 130-token prefix (three 64-key tiles) and 40 new tokens on one
+    # page of 256, its last 86 slots poison
+    ("gqa2_d64_bs256_pre130_new40", dict(nH=2, nKV=1, D=64, block_size=256, seqs=[(130, 40)],
+                                         spare=1)),
+    # 130 new tokens (three 64-row query tiles, the last partial) on a prefix ending mid-page
+    ("gqa2_d64_bs32_pre45_new130", dict(nH=2, nKV=1, D=64, block_size=32, seqs=[(45, 130)],
+                                        spare=1)),
+    # head_dim 128: 70 queries over 120 keys (two query tiles, two key tiles)
+    ("gqa2_d128_bs16_pre50_new70", dict(nH=2, nKV=1, D=128, block_size=16, seqs=[(50, 70)],
+                                        spare=1)),
+    # the padded head dims: 80 (Phi-2; a one-token sequence with no prefix beside a chunk),
+    # 96 (Phi-3-mini) and 256 (Gemma, MQA, its 1/sqrt(224) scale)
+    ("phi2-d80-mha_bs16_pre19-0_new12-1", dict(nH=2, nKV=2, D=80, block_size=16,
+                                               seqs=[(19, 12), (0, 1)])),
+    ("phi3-mini-d96-mha_bs8_pre40_new9", dict(nH=2, nKV=2, D=96, block_size=8, seqs=[(40, 9)])),
+    ("gemma-mqa_d256_bs16_pre33_new17", dict(nH=2, nKV=1, D=256, block_size=16, seqs=[(33, 17)],
+                                             spare=1, scale=224 ** -0.5)),
+    # The kernel's other padded head dims, one tiny case each (every instance the path table
+    # lists runs): 32, 160 and 192.
+    ("d32-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=32, block_size=8, seqs=[(9, 3)])),
+    ("d160-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=160, block_size=8, seqs=[(9, 3)])),
+    ("d192-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=192, block_size=8, seqs=[(9, 3)])),
+])
+
 # gemm_swiglu (fused gate/up projection and activation): decode and prefill rows at the real
 # hidden sizes with the ffn width cut down (the full tier has the real ones), outlier channels,
 # rows of very different rms, odd primes.
@@ -708,6 +766,26 @@ CASES += _bf16_cases(COMMITTED, "attention_decode_paged", [
     # split<2> with a reach past 64 positions: the combine kernel
     ("phi2-d80-gqa2_bs16_len70", dict(nH=2, nKV=1, D=80, block_size=16, cache_lens=[70])),
 ] + _PAGED_PATHS)
+CASES += _bf16_cases(COMMITTED, "attention_prefill_paged", [
+    # Llama-3.2-1B's 32 query heads on 8 KV heads through pages of 4: a chunk on a prefix ending
+    # mid-page beside a plain prefill
+    ("llama3.2-1b_bs4_pre10-0_new2-3", dict(LLAMA32_1B, block_size=4, seqs=[(10, 2), (0, 3)])),
+    # a prefix ending mid-page, new tokens across two page boundaries
+    ("gqa4_d128_bs16_pre21_new30", dict(nH=4, nKV=1, D=128, block_size=16, seqs=[(21, 30)])),
+    # decodes beside a prefill
+    ("gqa4_d64_bs16_pre40-0-18_new1-24-1", dict(nH=4, nKV=1, D=64, block_size=16,
+                                                 seqs=[(40, 1), (0, 24), (18, 1)])),
+    # prefix caching
+    ("qwen2.5-0.5b_bs16_pre32-9-37_new3-2-4_shared2",
+     dict(QWEN, block_size=16, seqs=[(32, 3), (9, 2), (37, 4)], shared=(0, 2, 2))),
+    # every other padded head dim of the kernel once in bf16 (its path-table instances)
+    ("d32-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=32, block_size=8, seqs=[(9, 3)])),
+    ("d80-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=80, block_size=8, seqs=[(9, 3)])),
+    ("d96-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=96, block_size=8, seqs=[(9, 3)])),
+    ("d160-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=160, block_size=8, seqs=[(9, 3)])),
+    ("d192-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=192, block_size=8, seqs=[(9, 3)])),
+    ("d256-gqa2_bs8_pre9_new3", dict(nH=2, nKV=1, D=256, block_size=8, seqs=[(9, 3)])),
+])
 CASES += _bf16_cases(COMMITTED, "attention_scores_softmax", [
     ("llama3.2-1b_s4", dict(LLAMA32_1B, B=1, Sq=4, Sk=4)),
     ("qwen2.5-0.5b-chunk_q3-k40", dict(QWEN, B=1, Sq=3, Sk=40)),
@@ -1241,6 +1319,18 @@ CASES += _cases(FULL, "attention_decode_paged", [
     ("qwen2.5-0.5b_bs256_len4096", dict(QWEN, block_size=256, cache_lens=[4096])),
     ("llama3-8b_d128_bs32_b4_lens17-4096", dict(LLAMA3, block_size=32,
                                                 cache_lens=[4096, 3001, 17, 2048])),
+])
+# Paged prefill at the real widths, pages of 16 unless stated: Llama-3.2-1B's chunked prefill
+# of 512 tokens on a 3584-token prefix (the chunk a 4096 context ends with); a mixed batch of
+# Qwen2.5-0.5B sequences, a plain prefill, two decodes (on prefixes of 1000 and 2047) and a
+# 700-token chunk on a 500-token prefix; Llama-3-8B's 32 heads of 128 through pages of 32, 256
+# new tokens on a 1024-token prefix beside a plain prefill of 256.
+CASES += _cases(FULL, "attention_prefill_paged", [
+    ("llama3.2-1b_bs16_pre3584_new512", dict(LLAMA32_1B, block_size=16, seqs=[(3584, 512)])),
+    ("qwen2.5-0.5b_bs16_b4_pre0-1000-2047-500_new300-1-1-700",
+     dict(QWEN, block_size=16, seqs=[(0, 300), (1000, 1), (2047, 1), (500, 700)])),
+    ("llama3-8b_d128_bs32_b2_pre1024-0_new256-256", dict(LLAMA3, block_size=32,
+                                                         seqs=[(1024, 256), (0, 256)])),
 ])
 CASES += _cases(FULL, "attention_prefill", [
     # The lengths the models reach: Qwen2.5-0.5B's 14 heads at 2048 (the benchmark shape) and

@@ -174,12 +174,14 @@ def rope(r, *, nH, nKV, D, positions, base=None, rope_dim=None, dist=normal(), s
     return params, inputs, {"q_out": q_out, "k_out": k_out}
 
 
-def sdpa(q, k, v, *, causal, scale):
+def sdpa(q, k, v, *, causal, scale, visible=None):
     """torch SDPA on [B, heads, S, D] fp64 tensors. The math backend is pinned so the reduction
-    order does not depend on which fused CPU kernel torch would pick."""
+    order does not depend on which fused CPU kernel torch would pick. visible: a boolean mask
+    [Sq, Sk] (True where the query sees the key) with causal False, for a causal diagonal other
+    than is_causal's top-left one (query i sees keys 0..i)."""
     with sdpa_kernel([SDPBackend.MATH]):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale,
-                                              enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=causal,
+                                              scale=scale, enable_gqa=True)
 
 
 def decode_sdpa(q, k, v, scale):
@@ -187,6 +189,16 @@ def decode_sdpa(q, k, v, scale):
     [n, nKV, D] (the first n positions, contiguous) -> [nH, D]."""
     return sdpa(d(q)[None, :, None, :], d(k).transpose(0, 1)[None], d(v).transpose(0, 1)[None],
                 causal=False, scale=scale)[0, :, 0, :]
+
+
+def offset_causal_sdpa(q, k, v, scale):
+    """One sequence's prefill over its whole cache in fp64: its m new tokens' q [m, nH, D] over
+    k, v [n, nKV, D] (the first n positions, contiguous, the new tokens' the last m): query i is
+    at position n - m + i and sees positions 0 .. n - m + i -> [m, nH, D]."""
+    m, n = q.shape[0], k.shape[0]
+    visible = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
+    return sdpa(d(q).transpose(0, 1)[None], d(k).transpose(0, 1)[None], d(v).transpose(0, 1)[None],
+                causal=False, scale=scale, visible=visible)[0].transpose(0, 1)
 
 
 def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal(),
@@ -239,31 +251,31 @@ def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()
     return params, inputs, {"out": out}
 
 
-def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=None, spare=2,
-                           shared=None, scale=None, vdist=normal(), qk=normal(), dtype="f16"):
-    """attention_decode over a paged KV cache (vLLM's layout): k_cache, v_cache [num_blocks,
-    block_size, nKV, D] are one pool of pages for the whole batch, and sequence b's position p
-    lives in page block_table[b, p // block_size] at slot p % block_size. The pages go to the
-    sequences in a shuffled order and `spare` pages more than they use stay unused, so that a
-    table read one entry off, or not at all, reads other keys or poison: every slot no sequence
-    holds (spare pages, a last page's slots at and past cache_lens[b]) is poison, and a row's
-    entries after its sequence's last page are -1. shared=(a, b, n), a < b: sequences a and b
-    share their first n pages, full in both (prefix caching: the same page ids, so the same keys
-    and values). max_blocks (the table's width) defaults to the longest sequence's page count.
-    Draws q, the pool's keys and values (as attention_decode draws its caches), then the order."""
-    cast = storage(dtype)
-    B = len(cache_lens)
+def paged_kv(r, *, q_rows, nH, nKV, D, block_size, lens, prefix_lens, max_blocks, spare, shared,
+             qk, vdist, cast):
+    """The paged pool of attention_decode_paged and attention_prefill_paged (vLLM's layout):
+    k_cache, v_cache [num_blocks, block_size, nKV, D] are one pool of pages for the whole batch,
+    and sequence b's position p lives in page block_table[b, p // block_size] at slot p %
+    block_size, for p < lens[b]. The pages go to the sequences in a shuffled order and `spare`
+    pages more than they use stay unused, so that a table read one entry off, or not at all,
+    reads other keys or poison: every slot no sequence holds (spare pages, a last page's slots
+    at and past lens[b]) is poison, and a row's entries after its sequence's last page are -1.
+    shared=(a, b, n), a < b: sequences a and b share their first n pages, full pages inside
+    both prefixes (n * block_size <= prefix_lens of both; prefix caching: the same page ids, so
+    the same keys and values). max_blocks (the table's width) defaults to the longest
+    sequence's page count. Draws q [q_rows, nH, D], the pool's keys and values, then the order.
+    Returns (q, k_cache, v_cache, block_table)."""
+    B = len(lens)
     assert block_size in [2 ** i for i in range(9)], block_size   # 1 .. 256
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
-    pages = [-(-n // block_size) for n in cache_lens]
+    pages = [-(-n // block_size) for n in lens]
     max_blocks = max(pages) if max_blocks is None else max_blocks
-    assert all(1 <= n <= max_blocks * block_size for n in cache_lens), (cache_lens, max_blocks)
+    assert all(1 <= n <= max_blocks * block_size for n in lens), (lens, max_blocks)
     assert spare >= 1, spare
     sa, sb, n_shared = (0, 0, 0) if shared is None else shared
-    assert shared is None or (sa < sb and n_shared >= 1 and
-                              min(cache_lens[sa], cache_lens[sb]) >= n_shared * block_size), shared
+    assert shared is None or (sa < sb and n_shared >= 1 and min(prefix_lens[sa], prefix_lens[sb])
+                              >= n_shared * block_size), shared
     num_blocks = sum(pages) - n_shared + spare
-    q = cast(qk(r, (B, nH, D)))
+    q = cast(qk(r, (q_rows, nH, D)))
     shape = (num_blocks, block_size, nKV, D)
     k_cache, v_cache = cast(qk(r, shape)), cast(vdist(r, shape))
     order = r.rand((num_blocks,)).argsort().tolist()
@@ -272,21 +284,75 @@ def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=
     order = iter(order)
     table = torch.full((B, max_blocks), -1, dtype=I32)
     held = torch.zeros((num_blocks, block_size), dtype=torch.bool)
-    for b, n in enumerate(cache_lens):
+    for b, n in enumerate(lens):
         for i in range(pages[b]):
             table[b, i] = table[sa, i] if b == sb and i < n_shared else next(order)
             held[table[b, i], :n - i * block_size] = True
     # a kernel that reads a slot no sequence holds gets visibly wrong (bf16 stores 9984)
     k_cache[~held] = POISON
     v_cache[~held] = POISON
+    return q, k_cache, v_cache, table
+
+
+def paged_gather(k_cache, v_cache, table, b, n):
+    """Sequence b's first n positions gathered from the pool through its row of the table:
+    contiguous k, v [n, nKV, D]."""
+    p = torch.arange(n)
+    page, slot = table[b, p // k_cache.shape[1]].long(), p % k_cache.shape[1]
+    return k_cache[page, slot], v_cache[page, slot]
+
+
+def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=None, spare=2,
+                           shared=None, scale=None, vdist=normal(), qk=normal(), dtype="f16"):
+    """attention_decode over a paged KV cache (paged_kv's pool, lens = cache_lens, the shared
+    pages full in both sequences): the new token of sequence b attends to its first
+    cache_lens[b] positions gathered through its row of the table. Draws q [B, nH, D], the
+    pool's keys and values (as attention_decode draws its caches), then the order."""
+    B = len(cache_lens)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q, k_cache, v_cache, table = paged_kv(
+        r, q_rows=B, nH=nH, nKV=nKV, D=D, block_size=block_size, lens=cache_lens,
+        prefix_lens=cache_lens, max_blocks=max_blocks, spare=spare, shared=shared, qk=qk,
+        vdist=vdist, cast=storage(dtype))
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        p = torch.arange(n)
-        page, slot = table[b, p // block_size].long(), p % block_size
-        out[b] = decode_sdpa(q[b], k_cache[page, slot], v_cache[page, slot], scale)
+        out[b] = decode_sdpa(q[b], *paged_gather(k_cache, v_cache, table, b, n), scale)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "cache_lens": torch.tensor(cache_lens, dtype=I32)}
+    return params, inputs, {"out": out}
+
+
+def attention_prefill_paged(r, *, nH, nKV, D, block_size, seqs, max_blocks=None, spare=2,
+                            shared=None, scale=None, vdist=normal(), qk=normal(), dtype="f16"):
+    """Prefill of new tokens against a cached prefix through a paged KV cache (chunked prefill,
+    prefix caching; FlashInfer's batch prefill with a paged cache): seqs [(prefix, new), ...],
+    one a sequence, new >= 1. q [total_q, nH, D] holds every sequence's new queries in sequence
+    order, sequence b's the rows q_starts[b] .. q_starts[b+1]-1; the pool (paged_kv, lens =
+    kv_lens = prefix + new) holds each sequence's prefix and its new tokens' keys and values,
+    already appended; shared pages lie inside both sequences' prefixes. Query i of sequence b
+    is at position kv_len - q_len + i and attends causally to positions 0 .. kv_len - q_len + i
+    (offset_causal_sdpa). Draws q, the pool's keys and values, then the order."""
+    assert seqs and all(prefix >= 0 and new >= 1 for prefix, new in seqs), seqs
+    q_lens = [new for _, new in seqs]
+    kv_lens = [prefix + new for prefix, new in seqs]
+    starts = [0]
+    for m in q_lens:
+        starts.append(starts[-1] + m)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q, k_cache, v_cache, table = paged_kv(
+        r, q_rows=starts[-1], nH=nH, nKV=nKV, D=D, block_size=block_size, lens=kv_lens,
+        prefix_lens=[prefix for prefix, _ in seqs], max_blocks=max_blocks, spare=spare,
+        shared=shared, qk=qk, vdist=vdist, cast=storage(dtype))
+    out = torch.empty((starts[-1], nH, D), dtype=F64)
+    for b, n in enumerate(kv_lens):
+        rows = slice(starts[b], starts[b + 1])
+        out[rows] = offset_causal_sdpa(q[rows], *paged_gather(k_cache, v_cache, table, b, n),
+                                       scale)
+    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
+              "q_starts": torch.tensor(starts, dtype=I32),
+              "kv_lens": torch.tensor(kv_lens, dtype=I32)}
     return params, inputs, {"out": out}
 
 
@@ -807,4 +873,5 @@ OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
-    swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged)}
+    swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged,
+    attention_prefill_paged)}

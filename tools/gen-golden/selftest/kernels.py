@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 import time
 
@@ -115,6 +116,20 @@ def np_attention(q, k, v, scale, causal):
     return out
 
 
+def np_attention_seen(q, k, v, scale, seen):
+    """q [Sq, nH, D], k/v [Sk, nKV, D] -> [Sq, nH, D], query t attending to keys 0 .. seen[t]-1
+    (explicit scores and softmax); a query that sees no key gets 0."""
+    nH, nKV = q.shape[1], k.shape[1]
+    out = np.zeros_like(q)
+    hidden = np.arange(k.shape[0])[None, :] >= np.asarray(seen)[:, None]
+    some = ~hidden.all(-1)
+    for h in range(nH):
+        kv = h // (nH // nKV)
+        s = np.where(hidden, -np.inf, q[:, h, :] @ k[:, kv, :].T * scale)[some]
+        out[some, h, :] = np_softmax(s) @ v[:, kv, :]
+    return out
+
+
 def reference(op, p, i, rnd=f16):
     """Expected outputs from numpy, given params p and numpy inputs i; rnd rounds to the case's
     16-bit storage type where the op's contract rounds (f16 or bf16)."""
@@ -150,6 +165,9 @@ def reference(op, p, i, rnd=f16):
         return {"out": np.stack(out)}
     if op == "attention_decode_paged":
         return reference("attention_decode", p, dict(i, **paged_caches(i)))
+    if op == "attention_prefill_paged":
+        return {"out": np_prefill_paged(p, i, lambda i, b, n, m: paged_rows(i, b, n), None,
+                                        lambda i, n, m: n - m + 1 + np.arange(m))}
     if op == "swiglu":
         return {"out": np_silu(i["gate"]) * i["up"]}
     if op == "swiglu_ffn":
@@ -312,6 +330,8 @@ def properties(case, p, i, dtype="f16"):
                 assert not np.any(i[c][b, :n] == poison)
     if op == "attention_decode_paged":
         paged_properties(name, p, i, dtype)
+    if op == "attention_prefill_paged":
+        prefill_paged_properties(name, p, i, dtype)
     if op == "attention_prefill" and name.startswith("large-mag"):
         s = np.einsum("bshd,bthd->bhst", i["q"][:, :, :2], i["k"][:, :, :1]) * p["scale"]
         assert np.abs(s).max() > 11.1, "%s: scores must overflow exp in fp16" % name  # e^11 > 65504
@@ -1081,10 +1101,16 @@ def paged_rows(i, b, n, entry=None, block=None):
     return np.where((page >= 0) & (rows < nb * bs), rows, -1)
 
 
+def _lens(i):
+    """Each sequence's length in the pool: attention_decode_paged's cache_lens,
+    attention_prefill_paged's kv_lens (prefix and new tokens)."""
+    return i["cache_lens"] if "cache_lens" in i else i["kv_lens"]
+
+
 def paged_caches(i):
     """Each sequence's cache gathered from the pool by the contract: k_cache, v_cache [B,
     max_blocks * block_size, nKV, D], NaN past cache_lens[b] (attention_decode reads [0, n))."""
-    t, lens = i["block_table"], i["cache_lens"]
+    t, lens = i["block_table"], _lens(i)
     nb, bs = i["k_cache"].shape[:2]
     out = {}
     for c in ("k_cache", "v_cache"):
@@ -1097,14 +1123,16 @@ def paged_caches(i):
     return out
 
 
-def paged_properties(name, p, i, dtype):
+def paged_properties(name, p, i, dtype, prefix=None):
     """The contract's table and pool: attention_decode's params; a power-of-two block size from
     1 to 256, named in the case (bs<N>); each length in [1, max_blocks * block_size]; a row's
     first ceil(n / block_size) entries distinct pages of the pool, -1 after them; a page in two
-    rows only in a shared case, as the same leading entries of both, full in both; a spare page;
-    sequence 0 not starting at page 0 (where a kernel ignoring the table reads); every slot no
-    sequence holds poison, every held slot not."""
-    t, lens = i["block_table"], i["cache_lens"]
+    rows only in a shared case, as the same leading entries of both, full in both and inside
+    both prefixes (prefix: the cached positions of each sequence, default its whole length);
+    a spare page; sequence 0 not starting at page 0 (where a kernel ignoring the table reads);
+    every slot no sequence holds poison, every held slot not."""
+    t, lens = i["block_table"], _lens(i)
+    prefix = lens if prefix is None else prefix
     nb, bs = i["k_cache"].shape[:2]
     B, max_blocks = t.shape
     assert list(p) == ["n_heads", "n_kv_heads", "head_dim", "scale"], name
@@ -1126,7 +1154,8 @@ def paged_properties(name, p, i, dtype):
         assert len(u) == 2, "%s: page %d in %d rows" % (name, page, len(u))
         (a, e), (b, e2) = u
         assert e == e2 and np.array_equal(t[a, :e], t[b, :e]), "%s: no shared prefix" % name
-        assert min(lens[a], lens[b]) >= (e + 1) * bs, "%s: shared page %d not full" % (name, page)
+        assert min(prefix[a], prefix[b]) >= (e + 1) * bs, \
+            "%s: shared page %d not full inside both prefixes" % (name, page)
     assert len(users) < nb, "%s: no spare page" % name
     assert t[0, 0] != 0, "%s: sequence 0 starts at page 0" % name
     poison = ROUND[dtype](np.float64(kernel_ops.POISON))
@@ -1156,7 +1185,7 @@ PAGED_BROKEN = {
          None),
     "the table's rows as long as the longest sequence's pages, not max_blocks":
         (lambda i, b, n: paged_rows(i, b, n, entry=lambda b, e: b * _pages(
-            i, i["cache_lens"].max()) + e), None),
+            i, _lens(i).max()) + e), None),
     "the next table entry (block_table[b, p // block_size + 1])":
         (lambda i, b, n: paged_rows(i, b, n, entry=lambda b, e: b * i["block_table"].shape[1]
                                     + e + 1), None),
@@ -1169,20 +1198,31 @@ PAGED_BROKEN = {
 }
 
 
-def np_paged_broken(p, i, rows, view, rnd):
-    """out of a broken paged kernel: sequence b attends to the pool rows rows(i, b, n) (a row
-    outside the pool reads poison), the pool read through view (default: as stored), the output
-    rounded to the storage type as a kernel stores it."""
+def guarded_pool(i, view, poison):
+    """k, v of the pool as rows [num_blocks * block_size + 1, nKV, D], read through view
+    (default: as stored), the last row poison: where a row outside the pool reads."""
     nb, bs = i["k_cache"].shape[:2]
-    poison = rnd(np.float64(kernel_ops.POISON))
     kv = []
     for c in ("k_cache", "v_cache"):
         pool = view(i, c) if view else i[c].reshape((nb * bs,) + i[c].shape[2:])
         kv.append(np.concatenate([pool, np.full((1,) + pool.shape[1:], poison)]))
+    return kv
+
+
+def inside(i, r):
+    """Pool rows r with every row outside the pool (-1, past its end) the guard row."""
+    nb, bs = i["k_cache"].shape[:2]
+    return np.where((r >= 0) & (r < nb * bs), r, nb * bs)
+
+
+def np_paged_broken(p, i, rows, view, rnd):
+    """out of a broken paged kernel: sequence b attends to the pool rows rows(i, b, n) (a row
+    outside the pool reads poison), the pool read through view (default: as stored), the output
+    rounded to the storage type as a kernel stores it."""
+    kv = guarded_pool(i, view, rnd(np.float64(kernel_ops.POISON)))
     out = []
     for b, n in enumerate(i["cache_lens"]):
-        r = rows(i, b, int(n))
-        r = np.where((r >= 0) & (r < nb * bs), r, nb * bs)  # outside: the poison row
+        r = inside(i, rows(i, b, int(n)))
         out.append(np_attention(i["q"][b][None], kv[0][r], kv[1][r], p["scale"], False)[0])
     return rnd(np.stack(out))
 
@@ -1202,6 +1242,120 @@ def check_paged_broken():
         want = expected["out"].float().numpy().astype(np.float64)
         for what, (rows, view) in PAGED_BROKEN.items():
             got = np_paged_broken(p, i, rows, view, ROUND[dtype])
+            if tolerance_share(got, want, tols[dtype]) > 1:
+                caught[what].append(case.name)
+        if np.any(i["block_table"] == 0):
+            page0.append(case.name)
+    assert page0, "%s: no committed set hands out page 0" % op
+    for what, by in caught.items():
+        assert by, "%s: no committed set rejects %s" % (op, what)
+        print("%s rejects %-72s in %d set(s) (%s's tolerance), e.g. %s"
+              % (op, what, len(by), yard, by[0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Paged prefill (attention_prefill_paged): attention_decode_paged's pool holding each sequence's
+# prefix and new tokens (kv_lens), q [total_q, nH, D] the new tokens' queries, sequence b's the
+# rows q_starts[b] .. q_starts[b+1]-1; its query t (of m = q_len) at position n - m + t (n =
+# kv_len) sees positions 0 .. n - m + t.
+
+
+def np_prefill_paged(p, i, rows, view, seen, poison=np.nan):
+    """out [total_q, nH, D] of a paged prefill, right or broken: sequence b (kv_len n, q_len m)
+    reads its keys from the pool rows rows(i, b, n, m) (a row outside the pool reads poison),
+    the pool read through view (None: as stored), its query t attending to the first
+    seen(i, n, m)[t] of them. The contract: rows paged_rows(i, b, n), seen n - m + 1 + t."""
+    kv = guarded_pool(i, view, poison)
+    starts = i["q_starts"]
+    out = np.empty_like(i["q"])
+    for b, n in enumerate(i["kv_lens"]):
+        n, first, m = int(n), int(starts[b]), int(starts[b + 1] - starts[b])
+        r = inside(i, rows(i, b, n, m))
+        out[first:first + m] = np_attention_seen(i["q"][first:first + m], kv[0][r], kv[1][r],
+                                                 p["scale"], seen(i, n, m))
+    return out
+
+
+_PREFILL_NAME = re.compile(r"_pre([0-9-]+)_new([0-9-]+)(_|$)")
+
+
+def prefill_paged_properties(name, p, i, dtype):
+    """q_starts [B + 1] int32 from 0 to total_q (q's rows), each sequence at least one new token;
+    kv_len >= q_len; the prefixes and new-token counts those the name says (pre<a-b-..>,
+    new<a-b-..>); the pool as attention_decode_paged's (paged_properties), the shared pages
+    inside both sequences' prefixes."""
+    starts, kv = i["q_starts"], i["kv_lens"]
+    B = kv.shape[0]
+    assert starts.dtype == np.int32 and kv.dtype == np.int32 and starts.shape == (B + 1,), name
+    q_lens = np.diff(starts)
+    assert starts[0] == 0 and starts[-1] == i["q"].shape[0], "%s: q_starts %s" % (name, starts)
+    assert np.all(q_lens >= 1), "%s: a sequence with no new token" % name
+    assert np.all(kv >= q_lens), "%s: kv_lens %s shorter than q_lens %s" % (name, kv, q_lens)
+    match = _PREFILL_NAME.search(name)
+    assert match, name
+    named = [[int(v) for v in g.split("-")] for g in match.groups()[:2]]
+    assert named == [list(kv - q_lens), list(q_lens)], "%s: prefixes %s, new tokens %s" % (
+        name, list(kv - q_lens), list(q_lens))
+    paged_properties(name, p, i, dtype, prefix=kv - q_lens)
+
+
+def _offset(i, n, m):
+    """The contract's keys seen by each of m queries over n positions: n - m + 1 + t."""
+    return n - m + 1 + np.arange(m)
+
+
+def _page_end(i, n):
+    """n rounded up to a whole page of the pool."""
+    return _pages(i, n) * i["k_cache"].shape[1]
+
+
+# Broken kernels the committed attention_prefill_paged sets must reject, each a realistic
+# mistake: name -> (rows(i, b, n, m): the pool rows sequence b's keys come from (n its kv_len,
+# m its q_len), as paged_rows gives them; the view the pool is read through, None for its
+# stored layout; seen(i, n, m): how many of those keys each of its m queries attends to).
+PREFILL_PAGED_BROKEN = {
+    "a causal mask without the prefix offset (query t sees keys 0..t)":
+        (lambda i, b, n, m: paged_rows(i, b, n), None, lambda i, n, m: 1 + np.arange(m)),
+    "the prefix length taken for the new-token count (query t sees keys 0..q_len+t)":
+        (lambda i, b, n, m: paged_rows(i, b, n), None,
+         lambda i, n, m: np.minimum(m + 1 + np.arange(m), n)),
+    "the last partial page dropped (keys only up to kv_len rounded down to a page)":
+        (lambda i, b, n, m: paged_rows(i, b, n), None,
+         lambda i, n, m: np.minimum(_offset(i, n, m), n // i["k_cache"].shape[1] *
+                                    i["k_cache"].shape[1])),
+    "the last page taken as full (kv_len = pages x block_size; FlashInfer's last_page_len)":
+        (lambda i, b, n, m: paged_rows(i, b, _page_end(i, n)), None,
+         lambda i, n, m: _offset(i, _page_end(i, n), m)),
+}
+# attention_decode_paged's broken table and pool reads, under the contract's causal mask (its
+# last page read to its end is the last page taken as full above)
+PREFILL_PAGED_BROKEN.update({
+    what: (lambda i, b, n, m, rows=rows: rows(i, b, n), view, _offset)
+    for what, (rows, view) in PAGED_BROKEN.items()
+    if what != "the last page read to its end (the slots past cache_lens[b])"})
+
+
+def np_prefill_broken(p, i, what, rnd):
+    """out of the broken kernel PREFILL_PAGED_BROKEN[what], rounded to the storage type."""
+    rows, view, seen = PREFILL_PAGED_BROKEN[what]
+    return rnd(np_prefill_paged(p, i, rows, view, seen, rnd(np.float64(kernel_ops.POISON))))
+
+
+def check_prefill_paged_broken():
+    """Every broken kernel of PREFILL_PAGED_BROKEN fails the op's tolerance (attention_prefill's
+    while golden/tolerances.yaml has none of its own) in at least one committed set, and some
+    set hands out page 0."""
+    op = "attention_prefill_paged"
+    yard, tols = yardstick(op, "attention_prefill")
+    caught = {what: [] for what in PREFILL_PAGED_BROKEN}
+    page0 = []
+    for case in kernel_cases.cases_for(kernel_cases.COMMITTED, [op]):
+        _, p, inputs, expected = kernel_cases.build(case)
+        i = {n: a(t) for n, t in inputs.items()}
+        dtype = "bf16" if case.name.startswith("bf16-") else "f16"
+        want = expected["out"].float().numpy().astype(np.float64)
+        for what in PREFILL_PAGED_BROKEN:
+            got = np_prefill_broken(p, i, what, ROUND[dtype])
             if tolerance_share(got, want, tols[dtype]) > 1:
                 caught[what].append(case.name)
         if np.any(i["block_table"] == 0):
@@ -1687,6 +1841,7 @@ def run():
     check_round_trip()
     print("round trip: manifests, sha256, .npy headers and regeneration OK")
     check_paged_broken()
+    check_prefill_paged_broken()
     check_quant_fp8_sets()
     check_gemm_fp8_sets()
     check_fused_quant_tolerance()

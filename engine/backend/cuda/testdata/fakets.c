@@ -853,6 +853,25 @@ int ts_attention_decode_paged(void *out, const void *q, const void *k_cache, con
     return TS_OK;
 }
 
+int ts_attention_prefill_paged(void *out, const void *q, const void *k_cache, const void *v_cache,
+                               const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
+                               const ts_paged_prefill_config *cfg, void *stream) {
+    logf_("ts_attention_prefill_paged dtype=%d batch=%d total_q=%d num_blocks=%d block_size=%d table_width=%d "
+          "n_heads=%d n_kv_heads=%d head_dim=%d stream=%d",
+          cfg->dtype, cfg->batch, cfg->total_q, cfg->num_blocks, cfg->block_size, cfg->table_width, cfg->n_heads,
+          cfg->n_kv_heads, cfg->head_dim, stream != NULL);
+    int st = enter("ts_attention_prefill_paged", 1);
+    if (st) return st;
+    NEED("attention_prefill_paged", out);
+    NEED("attention_prefill_paged", q);
+    NEED("attention_prefill_paged", k_cache);
+    NEED("attention_prefill_paged", v_cache);
+    NEED("attention_prefill_paged", block_table);
+    NEED("attention_prefill_paged", q_starts);
+    NEED("attention_prefill_paged", kv_lens);
+    return TS_OK;
+}
+
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream) {
     logf_("ts_gemm in_dtype=%d out_dtype=%d m=%d n=%d k=%d bias=%d stream=%d", cfg->in_dtype, cfg->out_dtype, cfg->m,
           cfg->n, cfg->k, bias != NULL, stream != NULL);
