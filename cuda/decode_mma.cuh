@@ -530,6 +530,19 @@ inline void check_decode(ts::Validator &val, ts_dtype dtype, const DecodeShape &
                  out, q, k_cache, v_cache);
 }
 
+/* The page layout checks both paged entries run: a power-of-two page of 1-256 positions, a
+ * table of at least one page a row whose reach (table_width x block_size) fits int32, a pool of
+ * at least one page. */
+inline void check_pages(ts::Validator &val, int num_blocks, int block_size, int table_width) {
+    val.positive(num_blocks, "cfg->num_blocks");
+    val.positive(table_width, "cfg->table_width");
+    if (val.ok() && (block_size < 1 || block_size > 256 || (block_size & (block_size - 1)) != 0))
+        val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->block_size = %d: must be a power of two in [1, 256]", block_size);
+    if (val.ok() && (int64_t)table_width * block_size > 0x7fffffff)
+        val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->table_width = %d: table_width x block_size (%d) exceeds int32",
+                 table_width, block_size);
+}
+
 /* Launches kernel (attention_decode_mma_kernel<D, MAXG, UNROLL, T> or its FP8 twin, which share
  * decode_mma_body and one argument list) over the shape's blocks and splits. */
 template <int D, int MAXG, int UNROLL, typename KV, typename T, typename Kernel>

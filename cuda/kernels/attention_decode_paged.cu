@@ -82,13 +82,7 @@ extern "C" int ts_attention_decode_paged(void *out, const void *q, const void *k
     val.ptr(cache_lens, "cache_lens");
     val.ptr(cfg, "cfg");
     if (!val.ok()) return val.status();
-    val.positive(cfg->num_blocks, "cfg->num_blocks");
-    val.positive(cfg->table_width, "cfg->table_width");
-    if (val.ok() && (cfg->block_size < 1 || cfg->block_size > 256 || (cfg->block_size & (cfg->block_size - 1)) != 0))
-        val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->block_size = %d: must be a power of two in [1, 256]", cfg->block_size);
-    if (val.ok() && (int64_t)cfg->table_width * cfg->block_size > 0x7fffffff)
-        val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->table_width = %d: table_width x block_size (%d) exceeds int32",
-                 cfg->table_width, cfg->block_size);
+    ts_decode::check_pages(val, cfg->num_blocks, cfg->block_size, cfg->table_width);
     if (!val.ok()) return val.status();
     /* The shared decode checks (dtype, sizes, scale, heads, q, grid, alignment) with a page as
      * the cache's length, then the pool and the table by their own shapes. */

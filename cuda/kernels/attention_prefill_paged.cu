@@ -132,17 +132,11 @@ extern "C" int ts_attention_prefill_paged(void *out, const void *q, const void *
     val.dtype_storage(cfg->dtype, "cfg->dtype");
     val.positive(cfg->batch, "cfg->batch");
     val.positive(cfg->total_q, "cfg->total_q");
-    val.positive(cfg->num_blocks, "cfg->num_blocks");
-    val.positive(cfg->table_width, "cfg->table_width");
+    ts_decode::check_pages(val, cfg->num_blocks, cfg->block_size, cfg->table_width);
     val.positive(cfg->n_heads, "cfg->n_heads");
     val.positive(cfg->n_kv_heads, "cfg->n_kv_heads");
     val.positive(cfg->head_dim, "cfg->head_dim");
     val.scale(cfg->scale, "cfg->scale");
-    if (val.ok() && (cfg->block_size < 1 || cfg->block_size > 256 || (cfg->block_size & (cfg->block_size - 1)) != 0))
-        val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->block_size = %d: must be a power of two in [1, 256]", cfg->block_size);
-    if (val.ok() && (int64_t)cfg->table_width * cfg->block_size > 0x7fffffff)
-        val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->table_width = %d: table_width x block_size (%d) exceeds int32",
-                 cfg->table_width, cfg->block_size);
     if (val.ok() && cfg->head_dim > 256)
         val.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build takes head dims up to 256", cfg->head_dim);
     if (val.ok()) ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
