@@ -1227,30 +1227,27 @@ def np_paged_broken(p, i, rows, view, rnd):
     return rnd(np.stack(out))
 
 
-def check_paged_broken():
-    """Every broken kernel of PAGED_BROKEN fails the op's tolerance (attention_decode's while
-    golden/tolerances.yaml has none of its own) in at least one committed set, and some set
-    hands out page 0 (a kernel that takes page 0 for an empty entry fails there)."""
-    op = "attention_decode_paged"
-    yard, tols = yardstick(op, "attention_decode")
-    caught = {what: [] for what in PAGED_BROKEN}
+def check_paged_broken_kernels(op, broken):
+    """Every broken kernel of broken (name -> got(p, inputs, rnd)) fails op's tolerance in
+    golden/tolerances.yaml in at least one committed set of op, and some set hands out page 0
+    (a kernel that takes page 0 for an empty entry fails there)."""
+    _, tols = yardstick(op, op)
+    caught = {what: [] for what in broken}
     page0 = []
     for case in kernel_cases.cases_for(kernel_cases.COMMITTED, [op]):
         _, p, inputs, expected = kernel_cases.build(case)
         i = {n: a(t) for n, t in inputs.items()}
         dtype = "bf16" if case.name.startswith("bf16-") else "f16"
         want = expected["out"].float().numpy().astype(np.float64)
-        for what, (rows, view) in PAGED_BROKEN.items():
-            got = np_paged_broken(p, i, rows, view, ROUND[dtype])
-            if tolerance_share(got, want, tols[dtype]) > 1:
+        for what, got_of in broken.items():
+            if tolerance_share(got_of(p, i, ROUND[dtype]), want, tols[dtype]) > 1:
                 caught[what].append(case.name)
         if np.any(i["block_table"] == 0):
             page0.append(case.name)
     assert page0, "%s: no committed set hands out page 0" % op
     for what, by in caught.items():
         assert by, "%s: no committed set rejects %s" % (op, what)
-        print("%s rejects %-72s in %d set(s) (%s's tolerance), e.g. %s"
-              % (op, what, len(by), yard, by[0]))
+        print("%s rejects %-72s in %d set(s), e.g. %s" % (op, what, len(by), by[0]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1339,32 +1336,6 @@ def np_prefill_broken(p, i, what, rnd):
     """out of the broken kernel PREFILL_PAGED_BROKEN[what], rounded to the storage type."""
     rows, view, seen = PREFILL_PAGED_BROKEN[what]
     return rnd(np_prefill_paged(p, i, rows, view, seen, rnd(np.float64(kernel_ops.POISON))))
-
-
-def check_prefill_paged_broken():
-    """Every broken kernel of PREFILL_PAGED_BROKEN fails the op's tolerance (attention_prefill's
-    while golden/tolerances.yaml has none of its own) in at least one committed set, and some
-    set hands out page 0."""
-    op = "attention_prefill_paged"
-    yard, tols = yardstick(op, "attention_prefill")
-    caught = {what: [] for what in PREFILL_PAGED_BROKEN}
-    page0 = []
-    for case in kernel_cases.cases_for(kernel_cases.COMMITTED, [op]):
-        _, p, inputs, expected = kernel_cases.build(case)
-        i = {n: a(t) for n, t in inputs.items()}
-        dtype = "bf16" if case.name.startswith("bf16-") else "f16"
-        want = expected["out"].float().numpy().astype(np.float64)
-        for what in PREFILL_PAGED_BROKEN:
-            got = np_prefill_broken(p, i, what, ROUND[dtype])
-            if tolerance_share(got, want, tols[dtype]) > 1:
-                caught[what].append(case.name)
-        if np.any(i["block_table"] == 0):
-            page0.append(case.name)
-    assert page0, "%s: no committed set hands out page 0" % op
-    for what, by in caught.items():
-        assert by, "%s: no committed set rejects %s" % (op, what)
-        print("%s rejects %-72s in %d set(s) (%s's tolerance), e.g. %s"
-              % (op, what, len(by), yard, by[0]))
 
 
 def check_round_trip():
@@ -1840,8 +1811,12 @@ def run():
               % (op, n, max(per_op[op])))
     check_round_trip()
     print("round trip: manifests, sha256, .npy headers and regeneration OK")
-    check_paged_broken()
-    check_prefill_paged_broken()
+    check_paged_broken_kernels("attention_decode_paged", {
+        what: (lambda p, i, rnd, rows=rows, view=view: np_paged_broken(p, i, rows, view, rnd))
+        for what, (rows, view) in PAGED_BROKEN.items()})
+    check_paged_broken_kernels("attention_prefill_paged", {
+        what: (lambda p, i, rnd, what=what: np_prefill_broken(p, i, what, rnd))
+        for what in PREFILL_PAGED_BROKEN})
     check_quant_fp8_sets()
     check_gemm_fp8_sets()
     check_fused_quant_tolerance()
