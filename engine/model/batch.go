@@ -192,9 +192,9 @@ func (b *Batch) decodePass(be backend.Backend, mem backend.Memory) (err error) {
 	m, n := b.m, b.n
 	p := &pass{m: m, be: be, mem: mem, T: n, decode: true, batch: b, out: b.logits, allLogits: true}
 	if len(m.want) > 0 {
-		p.rowPrefix = make([]string, n)
-		for i := range p.rowPrefix {
-			p.rowPrefix[i] = fmt.Sprintf("s%d.decode.%d.", i, b.steps[i])
+		p.rowSpans = make([]rowSpan, n)
+		for i := range p.rowSpans {
+			p.rowSpans[i] = rowSpan{prefix: fmt.Sprintf("s%d.decode.%d.", i, b.steps[i]), start: i, n: 1}
 		}
 	}
 	p.ids = p.rows(b.stepIn, 0, n)

@@ -382,10 +382,19 @@ type pass struct {
 	// row's [T, V] (allLogits).
 	out       backend.Buffer
 	allLogits bool
-	// batch is the batch whose caches the pass uses (batch.go), nil for the model's own; in a
-	// batched decode rowPrefix[i] is row i's tap prefix (its sequence and decode step).
-	batch     *Batch
-	rowPrefix []string
+	// batch is the batch whose caches the pass uses (batch.go), nil for the model's own;
+	// served is the paged step a served pass runs (served.go), nil for any other. rowSpans,
+	// when not nil, are the pass's rows by sequence, each tapped under its own prefix (a batched
+	// decode's rows, a served step's chunks).
+	batch    *Batch
+	served   *servedStep
+	rowSpans []rowSpan
+}
+
+// rowSpan is rows [start, start+n) of a pass, tapped under prefix.
+type rowSpan struct {
+	prefix   string
+	start, n int
 }
 
 // singleStep reports whether the pass is one token of the model's own sequence: the decode step
@@ -396,6 +405,9 @@ func (p *pass) singleStep() bool { return p.decode && p.batch == nil && p.T == 1
 
 // cache is the KV cache of layer l that this pass reads and appends to.
 func (p *pass) cache(l *Layer) *kvCache {
+	if p.served != nil {
+		return p.served.s.pools[l.Index]
+	}
 	if p.batch != nil {
 		return p.batch.caches[l.Index]
 	}
@@ -605,7 +617,11 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 	}
 	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
 	var heads backend.Buffer
-	if p.decode {
+	if st := p.served; st != nil {
+		// Every chunk's new tokens against its sequence's pages, in one launch.
+		heads = p.alloc(T, nH, D)
+		p.do(be.AttentionPrefillPaged(heads, p.view(q, T, nH, D), cache.k, cache.v, st.table, st.qStarts, st.kvLens, ac))
+	} else if p.decode {
 		heads = p.alloc(T, nH, D)
 		p.do(be.AttentionDecode(heads, p.view(q, T, nH, D), cache.k, cache.v, p.lens, ac))
 	} else {

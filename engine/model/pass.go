@@ -107,12 +107,13 @@ func (p *pass) tap(name string, b backend.Buffer) {
 	}
 	t, err := p.be.Download(b)
 	p.do(err)
-	if p.rowPrefix != nil {
-		// A batched decode step: row i belongs to sequence i, at its own step.
+	if p.rowSpans != nil {
+		// A pass over several sequences: each span of rows belongs to one sequence (a batched
+		// decode step's row i, a served step's chunk), stored under its own prefix.
 		n := tensor.NumElements(t.Shape) / p.T
 		f := t.Float32()
-		for i, pre := range p.rowPrefix {
-			p.m.store(pre+name, tensor.FromF32(append([]int{1}, t.Shape[1:]...), f[i*n:(i+1)*n]))
+		for _, sp := range p.rowSpans {
+			p.m.store(sp.prefix+name, tensor.FromF32(append([]int{sp.n}, t.Shape[1:]...), f[sp.start*n:(sp.start+sp.n)*n]))
 		}
 		return
 	}

@@ -49,7 +49,9 @@ func (p *pass) ropeConfig() backend.RoPEConfig {
 	rc.FreqDivisor, rc.AttentionFactor = t.div, s.AttentionFactor
 	if s.Long != nil {
 		rc.LongDivisor, rc.LongFrom = t.long, s.LongFrom
-		if !p.decode && p.T > s.LongFrom {
+		// A served step's chunks are positions of several sequences: per position (Served.Step
+		// refuses a chunk of several tokens past the original context).
+		if !p.decode && p.served == nil && p.T > s.LongFrom {
 			rc.LongFrom = 0
 		}
 	}

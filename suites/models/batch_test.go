@@ -67,6 +67,7 @@ func batchSpecs(s *golden.Set) {
 			harness.BatchInvariance, func() { checkBatchInvariance(s, b, true) })
 		It(what+"batched greedy decoding is deterministic: 20 runs give the same tokens and bit-identical logits",
 			func() { checkBatchDeterministic(s, b) })
+		servedSpecs(s, b, what)
 	}
 }
 

@@ -6,7 +6,9 @@ sequence per step, and compares every tap of every sequence. The reference is on
 run per sequence, exactly the model sets' (models/reference.py's run_reference, models/
 calibration.py's run_rounded and calibration_bytes), with a prompt of the sequence's own: a
 sequence that reads another's KV-cache slot (or its positions, or its length) then cannot pass,
-since no two prompts share a prefix. The checkpoint is not copied: the manifest names the model
+since no two prompts share a prefix. The full-tier sets' SHARED sequences are the exception, on
+purpose: their prompts begin with an earlier sequence's tokens, so a paged run can start them
+from that sequence's cached pages (prefix caching) and must still match their own references. The checkpoint is not copied: the manifest names the model
 set and the sha256 of each of its checkpoint files, so a reader can tell when the model set was
 regenerated since.
 
@@ -44,8 +46,15 @@ DECODE_STEPS = 8
 # the prediction after the last stored step.
 N_TOKENS = DECODE_STEPS + 1
 
-# name: the set; model: the model set whose checkpoint it uses (same tier); batch: B.
-BatchSpec = namedtuple("BatchSpec", "name model tier batch")
+# name: the set; model: the model set whose checkpoint it uses (same tier); batch: B; shared:
+# {dst: (src, n)}, sequence dst's first n prompt tokens are sequence src's (src < dst).
+BatchSpec = namedtuple("BatchSpec", "name model tier batch shared", defaults=(None,))
+
+# Shared prompt prefixes of the full-tier B=16 sets, over LENGTHS: chains (4 from 0, 6 from 4,
+# 11 from 6, 13 from 11, 15 from 13), a prefix of a whole prompt (4 takes all 16 of sequence
+# 0's), one that ends a token before the sharer's own last (11: 26 of 27), and one shorter than
+# a 16-position page (9: 12 tokens).
+SHARED_B16 = {4: (0, 16), 6: (4, 20), 9: (0, 12), 11: (6, 26), 13: (11, 18), 15: (13, 21)}
 
 BATCHES = [
     BatchSpec("qwen2-tiny-b4", "qwen2-tiny", COMMITTED, 4),
@@ -54,8 +63,8 @@ BATCHES = [
     # and 2 (5 and 11 tokens) stay on the short one: one batch step, two tables.
     BatchSpec("phi3.5-tiny-b3", "phi3.5-tiny", COMMITTED, 3),
     BatchSpec("gpt2-tiny-b3", "gpt2-tiny", COMMITTED, 3),
-    BatchSpec("qwen2.5-0.5b-b16", "qwen2.5-0.5b", FULL, 16),
-    BatchSpec("llama3.2-1b-b16", "llama3.2-1b", FULL, 16),
+    BatchSpec("qwen2.5-0.5b-b16", "qwen2.5-0.5b", FULL, 16, SHARED_B16),
+    BatchSpec("llama3.2-1b-b16", "llama3.2-1b", FULL, 16, SHARED_B16),
 ]
 BY_NAME = {b.name: b for b in BATCHES}
 assert len(BY_NAME) == len(BATCHES)
@@ -63,6 +72,8 @@ for _b in BATCHES:
     assert _b.model in configs.BY_NAME and configs.BY_NAME[_b.model].tier == _b.tier, _b
     assert configs.BY_NAME[_b.model].dtype == "f16", _b  # the calibration here rounds to fp16
     assert 1 <= _b.batch <= len(LENGTHS), _b
+    for _dst, (_src, _n) in (_b.shared or {}).items():
+        assert 0 <= _src < _dst < _b.batch and 0 < _n <= min(LENGTHS[_src], LENGTHS[_dst]), _b
 
 
 def batches_for(tier, names=None):
@@ -95,6 +106,19 @@ def prompt_ids(name, b, length, vocab_size):
     g = torch.Generator(device="cpu").manual_seed(prompt_seed(name, b))
     u = torch.rand((length,), generator=g, dtype=F64)
     return torch.clamp((u * vocab_size).floor().to(torch.int64), 0, vocab_size - 1).to(I32)
+
+
+def set_prompts(spec, vocab_size):
+    """Every sequence's prompt: its own draw (prompt_ids), with a shared sequence's first n
+    tokens replaced by its source's (spec.shared)."""
+    prompts = []
+    for b, P in enumerate(prompt_lens(spec)):
+        p = prompt_ids(spec.name, b, P, vocab_size)
+        src, n = (spec.shared or {}).get(b, (None, 0))
+        if n:
+            p = torch.cat([prompts[src][:n], p[n:]])
+        prompts.append(p)
+    return prompts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,13 +309,14 @@ def _build(spec, set_dir, model_dir, mm, cfg, family, pool):
 
     entries, total, cal_parts = [], 0, []
     phases = Phases(spec.name)
+    prompts = set_prompts(spec, d.V)
     for b, P in enumerate(lens):
         tag = "s%d" % b
         if b > 0 and not weights_f16:
             # the calibration rounded the last sequence's weights to fp16 in place
             with phases("reload_model"):
                 model = reference.load_model(model_dir, family, threads=n_threads)
-        prompt = prompt_ids(spec.name, b, P, d.V)
+        prompt = prompts[b]
         taps, tokens, margins, cal_taps = run_sequence(model, family, cfg, prompt, pool,
                                                        weights_f16, phases)
         pre = tag + "."

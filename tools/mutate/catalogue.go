@@ -354,6 +354,34 @@ var catalogue = []Mutant{
 
 	// ---- Go: forward passes (engine/model), caught by the models suite -------------------
 	{
+		ID: "go-served-slot-next-position", Side: SideGo, File: "engine/model/served.go",
+		Bug:         "a served token's key and value written to the slot of the position after it",
+		Original:    "slots = append(slots, sq.pages[p/bs]*int32(bs)+int32(p%bs))",
+		Replacement: "slots = append(slots, sq.pages[p/bs]*int32(bs)+int32((p+1)%bs))",
+		Suites:      models, Labels: "served",
+	},
+	{
+		ID: "go-served-kv-len-prefix-only", Side: SideGo, File: "engine/model/served.go",
+		Bug:         "the cached length (the prefix) passed where the length with the new tokens belongs",
+		Original:    "kvLens = append(kvLens, int32(sq.n+len(ch.Tokens)))",
+		Replacement: "kvLens = append(kvLens, int32(max(sq.n, len(ch.Tokens))))",
+		Suites:      models, Labels: "served",
+	},
+	{
+		ID: "go-served-share-partial-page", Side: SideGo, File: "engine/model/served.go",
+		Bug:         "a shared prefix takes the page its last token is in, so the sharer's next token overwrites the owner's",
+		Original:    "pages := s.seqs[src].pages[:n/bs]",
+		Replacement: "pages := s.seqs[src].pages[:min(len(s.seqs[src].pages), n/bs+1)]",
+		Suites:      models, Labels: "served",
+	},
+	{
+		ID: "go-served-table-stale-width", Side: SideGo, File: "engine/model/served.go",
+		Bug:         "each chunk's block table row written one entry in (the table's first column left -1)",
+		Original:    "copy(table[b*s.width:], sq.pages)",
+		Replacement: "copy(table[b*s.width+1:], sq.pages)",
+		Suites:      models, Labels: "served",
+	},
+	{
 		ID: "go-model-rope-theta-default", Side: SideGo, File: "engine/model/rope.go",
 		Bug:         "RoPE theta hard-coded to the Llama default 1e4 instead of the config's rope_theta",
 		Original:    `FreqBase: c.RopeTheta}`,
@@ -434,8 +462,8 @@ var catalogue = []Mutant{
 	{
 		ID: "go-batch-taps-row-shifted", Side: SideGo, File: "engine/model/pass.go",
 		Bug:         "a batched step's taps are attributed to the wrong sequences (row i stored as sequence i+1's)",
-		Original:    `p.m.store(pre+name, tensor.FromF32(append([]int{1}, t.Shape[1:]...), f[i*n:(i+1)*n]))`,
-		Replacement: `j := (i + 1) % p.T; p.m.store(pre+name, tensor.FromF32(append([]int{1}, t.Shape[1:]...), f[j*n:(j+1)*n]))`,
+		Original:    `p.m.store(sp.prefix+name, tensor.FromF32(append([]int{sp.n}, t.Shape[1:]...), f[sp.start*n:(sp.start+sp.n)*n]))`,
+		Replacement: `j := (sp.start + 1) % (p.T - sp.n + 1); p.m.store(sp.prefix+name, tensor.FromF32(append([]int{sp.n}, t.Shape[1:]...), f[j*n:(j+sp.n)*n]))`,
 		Suites:      models, Labels: "model",
 	},
 	{

@@ -31,6 +31,9 @@ var (
 	// BatchInvariance marks the batch-invariance checks (a sequence alone and in batches, bit
 	// for bit), which the invariance mutants run by themselves.
 	BatchInvariance = Label("batch-invariance")
+	// Served marks the paged, continuous-batching model checks (model.Served), which the
+	// served mutants run by themselves.
+	Served = Label("served")
 )
 
 // Op is the label op:<name> of a known op; an unknown name is a bug in the suite and panics.

@@ -163,15 +163,23 @@ def check_checkpoint(s):
 
 
 def check_prompts(s):
-    """Each prompt is its own seeded draw; no two agree on their common length."""
+    """Each prompt is its own seeded draw, a shared sequence's first n tokens its source's
+    (batches.set_prompts); no two prompts agree on their common length except along a share."""
+    spec = batches.BY_NAME[s.m["model"]]
+    shared = spec.shared or {}
+    want = batches.set_prompts(spec, s.dims.V)
     prompts = []
     for b, P in enumerate(s.p["prompt_lens"]):
         got = s.a("s%d.prompt_ids" % b)
-        want = batches.prompt_ids(s.m["model"], b, P, s.dims.V).numpy()
-        check(np.array_equal(got, want), "s%d.prompt_ids is not its seeded draw" % b)
+        check(np.array_equal(got, want[b].numpy()), "s%d.prompt_ids is not its seeded draw" % b)
         prompts.append(got)
+    for dst, (src, n) in shared.items():
+        check(np.array_equal(prompts[dst][:n], prompts[src][:n]),
+              "s%d's first %d tokens are not s%d's" % (dst, n, src))
     for i in range(len(prompts)):
         for j in range(i + 1, len(prompts)):
+            if i in shared or j in shared:
+                continue
             n = min(len(prompts[i]), len(prompts[j]))
             check(not np.array_equal(prompts[i][:n], prompts[j][:n]),
                   "prompts of s%d and s%d agree on their first %d tokens" % (i, j, n))
