@@ -197,7 +197,8 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
                                                 const KV *kc, const KV *vc, const int32_t *lens, const float *k_scale,
                                                 const float *v_scale, int scale_heads, int max_len, int nh, int nkv,
                                                 int group, int hchunks, int chunk, int nsplit, float scale,
-                                                int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
+                                                int window, int len_fault, KVPages pages, int table_fault,
+                                                ts::FaultRecord *fault) {
     constexpr bool kFP8 = std::is_same<KV, unsigned char>::value;
     constexpr int KW = D / 8;       /* words of a lane's K (and Q) piece: D/4 dims */
     constexpr int NK = D / 16;      /* k-steps of S = Q K^T */
@@ -240,10 +241,13 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
         vsc = v_scale[hs];
     }
     const int len = w.len;
-    const int start = split * chunk;
+    /* A sliding window's keys are [lo, len); the splits start at lo rounded down to a 16-key tile
+     * (a paged tile's keys share one page read), keys before lo are masked. */
+    const int lo = window > 0 ? max(0, len - window) : 0, base = lo & ~15;
+    const int start = base + split * chunk;
     if (start >= len) return; /* no keys: writes nothing and is not counted by the merge */
     const int end = min(len, start + chunk);
-    const int nsplit_b = (len + chunk - 1) / chunk; /* splits of this sequence that have keys */
+    const int nsplit_b = (len - base + chunk - 1) / chunk; /* splits of this sequence that have keys */
     float o[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j)
@@ -321,11 +325,12 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = k0 + 16 * u + 8 * nt + 2 * tq + (e & 1);
-                    s[u][nt][e] = key < end ? s[u][nt][e] * sc : -INFINITY;
+                    s[u][nt][e] = key >= lo && key < end ? s[u][nt][e] * sc : -INFINITY;
                 }
             }
 
-        /* Online softmax per head row (the step's first key is valid, so every max is finite). */
+        /* Online softmax per head row (every step has a visible key: a warp's steps start at or
+         * past lo but for warp 0's first, whose first tile holds lo; so every max is finite). */
         float alpha[ROWS];
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) {
@@ -502,10 +507,12 @@ inline int64_t decode_splits(int64_t groups, int64_t wave, int64_t sms, int64_t 
     return 1;
 }
 
-/* The shape of a decode launch (attention_decode's and attention_decode_fp8's configs). */
+/* The shape of a decode launch (attention_decode's and attention_decode_fp8's configs); window
+ * is the sliding window (0: none). */
 struct DecodeShape {
     int batch, max_len, n_heads, n_kv_heads, head_dim;
     float scale;
+    int window = 0;
 };
 
 /* The checks both decode entries run on the shape and buffers after their pointer checks: the
@@ -520,6 +527,7 @@ inline void check_decode(ts::Validator &val, ts_dtype dtype, const DecodeShape &
     val.positive(c.n_kv_heads, "cfg->n_kv_heads");
     val.positive(c.head_dim, "cfg->head_dim");
     val.scale(c.scale, "cfg->scale");
+    ts::check_window(val, c.window, true);
     ts::check_heads(val, c.n_heads, c.n_kv_heads, c.head_dim);
     val.elements("k_cache", {c.batch, c.max_len, c.n_kv_heads, c.head_dim});
     val.elements("q", {c.batch, c.n_heads, c.head_dim});
@@ -582,13 +590,13 @@ int launch_mma(const char *op, Kernel kernel, T *out, const T *q, const KV *kc, 
     }
     const dim3 grid((unsigned)groups, (unsigned)nsplit);
     const char *d = ts::dims("batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d group=%d maxg=%d splits=%lld "
-                             "chunk=%lld scale=%g (tensor cores%s%s)",
+                             "chunk=%lld scale=%g window=%d (tensor cores%s%s)",
                              c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
-                             (long long)chunk, c.scale, sizeof(KV) == 1 ? ", e4m3 cache" : "",
+                             (long long)chunk, c.scale, c.window, sizeof(KV) == 1 ? ", e4m3 cache" : "",
                              pages.table ? ", paged" : "");
     TS_LAUNCH(op, kernel, grid, kMmaThreads, 0, stream, d, out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
               v_scale, scale_heads, c.max_len, c.n_heads, c.n_kv_heads, group, hchunks, (int)chunk, (int)nsplit,
-              c.scale, len_fault, pages, table_fault, ts::fault_record());
+              c.scale, c.window, len_fault, pages, table_fault, ts::fault_record());
     return TS_OK;
 }
 

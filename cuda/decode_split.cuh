@@ -48,7 +48,7 @@ template <int MAXG, bool PAGED, typename T>
 __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc,
                                                   const T *vc, const int32_t *lens, int max_len, int nh, int nkv,
                                                   int D, int group, int hchunks, int chunk, int nsplit, float scale,
-                                                  int len_fault, KVPages pages, int table_fault,
+                                                  int window, int len_fault, KVPages pages, int table_fault,
                                                   ts::FaultRecord *fault) {
     extern __shared__ __align__(16) unsigned char smem[];
     const DecodeLayout L = decode_layout(D, MAXG);
@@ -67,7 +67,8 @@ __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float
         if (!decode_pages_ok(w, pages, fault, table_fault)) return;
     }
     const int b = w.b, kvh = w.kvh, split = w.split, h0 = w.h0, ng = w.ng, len = w.len;
-    const int start = split * chunk;
+    /* A sliding window's keys are [len - window, len): the splits start there. */
+    const int start = (window > 0 ? max(0, len - window) : 0) + split * chunk;
     const int end = min(len, start + chunk);
 
     for (int i = tid; i < MAXG * D; i += kThreads) {
@@ -227,22 +228,22 @@ template <int MAXG, typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_split_kernel(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc, const T *vc,
                                   const int32_t *lens, int max_len, int nh, int nkv, int D, int group, int hchunks,
-                                  int chunk, int nsplit, float scale, int len_fault, KVPages pages, int table_fault,
-                                  ts::FaultRecord *fault) {
+                                  int chunk, int nsplit, float scale, int window, int len_fault, KVPages pages,
+                                  int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_split_body<MAXG, false, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
-                                      chunk, nsplit, scale, len_fault, pages, table_fault, fault);
+                                      chunk, nsplit, scale, window, len_fault, pages, table_fault, fault);
 }
 
 template <int MAXG, typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_paged_split_kernel(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc,
                                         const T *vc, const int32_t *lens, int max_len, int nh, int nkv, int D,
-                                        int group, int hchunks, int chunk, int nsplit, float scale, int len_fault,
-                                        KVPages pages, int table_fault, ts::FaultRecord *fault) {
+                                        int group, int hchunks, int chunk, int nsplit, float scale, int window,
+                                        int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_split_body<MAXG, true, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
-                                     chunk, nsplit, scale, len_fault, pages, table_fault, fault);
+                                     chunk, nsplit, scale, window, len_fault, pages, table_fault, fault);
 }
 
 /* out[b, h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the splits (empty ones have
@@ -311,11 +312,11 @@ int launch_split(const char *op, T *out, const T *q, const T *kc, const T *vc, c
     }
     const dim3 grid((unsigned)groups, (unsigned)nsplit);
     const char *d = ts::dims("batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d group=%d maxg=%d splits=%lld "
-                             "chunk=%lld scale=%g%s",
+                             "chunk=%lld scale=%g window=%d%s",
                              c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
-                             (long long)chunk, c.scale, pages.table ? " (paged)" : "");
+                             (long long)chunk, c.scale, c.window, pages.table ? " (paged)" : "");
     TS_LAUNCH(op, split_kernel, grid, kThreads, (size_t)L.bytes, stream, d, out, part_acc, part_ml, q, kc, vc, lens,
-              c.max_len, c.n_heads, c.n_kv_heads, D, group, hchunks, (int)chunk, (int)nsplit, c.scale, len_fault, pages,
+              c.max_len, c.n_heads, c.n_kv_heads, D, group, hchunks, (int)chunk, (int)nsplit, c.scale, c.window, len_fault, pages,
               table_fault, ts::fault_record());
     if (nsplit > 1) {
         const int threads = D >= 256 ? 256 : ts::round_up(D, 32);

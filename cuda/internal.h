@@ -794,6 +794,17 @@ inline void check_heads(Validator &v, int n_heads, int n_kv_heads, int head_dim)
         v.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build supports multiples of 8 up to 256", head_dim);
 }
 
+/* A sliding window (the attention configs' window): 0 for none, else positive; a prefill's
+ * needs causal attention (causal is true for the decode entries, whose query is the last
+ * position). */
+inline void check_window(Validator &v, int window, bool causal) {
+    if (v.ok() && window < 0)
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->window = %d: must be >= 0 (0: no sliding window)", window);
+    if (v.ok() && window > 0 && !causal)
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->window = %d: a sliding window needs causal attention (cfg->causal = 0)",
+               window);
+}
+
 } // namespace ts
 
 #endif /* TOUCHSTONE_INTERNAL_H */

@@ -77,12 +77,14 @@ __device__ __forceinline__ void load_tile_paged(T *dst, const T *base, int64_t r
 /* One block's query tile: rows [q0, q0 + kBr) of a sequence's q_len query rows (qrow0: its row 0
  * at this head, q_stride apart; out likewise), against keys [0, kv_len) of its cache (kb, vb at
  * this KV head: the sequence's contiguous rows, or the paged pool's through trow). Query row i is
- * at position prefix + i: causal, it sees keys 0 .. prefix + i. */
+ * at position prefix + i: causal, it sees keys 0 .. prefix + i; with a sliding window (window > 0,
+ * causal) only keys prefix + i - window + 1 .. prefix + i, and tiles wholly before the block's
+ * first row's window are never loaded. */
 template <int DP, int MT, bool PAGED, typename T>
 __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q_stride, const T *kb, const T *vb,
                                              int64_t kv_stride, const ts_decode::KVPages &pages, const int32_t *trow,
-                                             int q0, int q_len, int kv_len, int prefix, int causal, int D,
-                                             float scale_log2) {
+                                             int q0, int q_len, int kv_len, int prefix, int causal, int window,
+                                             int D, float scale_log2) {
     using F = Flash<DP, MT>;
     constexpr int kMt = MT, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
     constexpr int kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
@@ -96,6 +98,8 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
     const T *qb = qrow0 + (int64_t)q0 * q_stride;
     const int kv_end = causal ? min(kv_len, prefix + q0 + kBr) : kv_len;
     const int n_tiles = (kv_end + kBc - 1) / kBc;
+    /* The first tile any of the block's rows sees: the one holding its first row's window start. */
+    const int j0 = window > 0 ? max(0, prefix + q0 - window + 1) / kBc : 0;
     /* K or V rows [k0, k0 + kBc) (those before kv_len) into dst: contiguous, or each row from its
      * page. */
     auto load_kv = [&](T *dst, const T *base, int k0) {
@@ -106,7 +110,7 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
     };
 
     load_tile_async<DP, kBr>(Qs, qb, q_stride, q_valid, D);
-    load_kv(Ks, kb, 0);
+    load_kv(Ks, kb, j0 * kBc);
     ts::cp_async_commit();
 
     /* ldmatrix row addresses: for A (Q) and V^T the four matrices are rows 0-7 / 8-15 by
@@ -128,14 +132,16 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
     for (int mt = 0; mt < kMt; ++mt) m_run[mt][0] = m_run[mt][1] = -INFINITY, l_run[mt][0] = l_run[mt][1] = 0.0f;
     uint32_t qf[F::kQInRegs ? kMt : 1][F::kQInRegs ? kKSteps : 1][4];
 
-    for (int j = 0; j < n_tiles; ++j) {
+    for (int j = j0; j < n_tiles; ++j) {
         const int k0 = j * kBc;
-        /* A warp whose rows all precede the tile's first key (causal) has nothing to add. */
-        const bool live = !causal || k0 <= prefix + row0 + 16 * kMt - 1;
+        /* A warp whose rows all precede the tile's first key (causal), or whose windows all start
+         * after its last key, has nothing to add. */
+        const bool live = (!causal || k0 <= prefix + row0 + 16 * kMt - 1) &&
+                          (window <= 0 || k0 + kBc - 1 > prefix + row0 - window);
         ts::cp_async_wait<0>(); /* K_j (and Q) landed */
         __syncthreads();        /* ... for every thread; every warp is done with V_{j-1} */
         if constexpr (F::kQInRegs) {
-            if (j == 0) {
+            if (j == j0) {
 #pragma unroll
                 for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
@@ -177,8 +183,10 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
                 }
             }
 
-            /* Masks: only the tiles that reach past the sequence end or this warp's diagonal. */
-            if (k0 + kBc > kv_len || (causal && k0 + kBc - 1 > prefix + row0)) {
+            /* Masks: only the tiles that reach past the sequence end or this warp's diagonal, or
+             * start before its last row's window. */
+            if (k0 + kBc > kv_len || (causal && k0 + kBc - 1 > prefix + row0) ||
+                (window > 0 && k0 <= prefix + row0 + 16 * kMt - 1 - window)) {
 #pragma unroll
                 for (int mt = 0; mt < kMt; ++mt)
 #pragma unroll
@@ -187,7 +195,8 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
                         for (int c = 0; c < 4; ++c) {
                             const int key = k0 + n * 8 + 2 * tq + (c & 1);
                             const int row = row0 + mt * 16 + g8 + (c >> 1) * 8;
-                            const bool visible = key < kv_len && (!causal || key <= prefix + row);
+                            const bool visible = key < kv_len && (!causal || key <= prefix + row) &&
+                                                 (window <= 0 || key > prefix + row - window);
                             if (!visible) s[mt][n][c] = -INFINITY;
                         }
             }

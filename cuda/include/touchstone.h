@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 19
+#define TS_ABI_VERSION 20
 
 typedef enum {
     TS_OK = 0,
@@ -243,6 +243,10 @@ typedef struct {
     float attention_factor;    /* finite, > 0: YaRN's mscale, LongRoPE's scaling; 1 for none */
 } ts_rope_config;
 
+/* Sliding windows (the attention configs' `window`): 0 for none; window > 0 lets the query at
+ * position p see only keys p - window + 1 .. p (transformers' sliding_window: key > p - window),
+ * with causal masking (a prefill with a window must be causal). */
+
 /* attention_prefill: q [batch, seq_len, n_heads, head_dim], k/v [batch, seq_len, n_kv_heads,
  * head_dim], out like q; query head h reads kv head h / (n_heads / n_kv_heads). */
 typedef struct {
@@ -254,6 +258,7 @@ typedef struct {
     int head_dim;
     int causal; /* nonzero: query i sees keys 0..i */
     float scale;
+    int window; /* 0, or the sliding window (causal only) */
 } ts_attention_config;
 
 /* attention_scores_softmax: q [batch, seq_q, n_heads, head_dim], k [batch, seq_k, n_kv_heads,
@@ -282,6 +287,8 @@ typedef struct {
     int n_kv_heads;
     int head_dim;
     float scale;
+    int window; /* 0, or the sliding window: the query (position cache_lens[b] - 1) sees the last
+                   min(window, cache_lens[b]) keys */
 } ts_decode_config;
 
 /* attention_decode_paged: attention_decode over a paged KV cache (vLLM's layout). k/v caches
@@ -305,6 +312,7 @@ typedef struct {
     int n_kv_heads;
     int head_dim;
     float scale;
+    int window; /* 0, or the sliding window, as ts_decode_config's */
 } ts_paged_decode_config;
 
 /* attention_prefill_paged: new tokens attending causally to their sequences' paged caches
@@ -330,6 +338,8 @@ typedef struct {
     int n_kv_heads;
     int head_dim;
     float scale;
+    int window; /* 0, or the sliding window: query i of sequence b (at position p) sees p - window
+                   + 1 .. p */
 } ts_paged_prefill_config;
 
 /* swiglu_ffn: x [rows, hidden], w_gate/w_up [ffn, hidden], w_down [hidden, ffn]. The gate, up

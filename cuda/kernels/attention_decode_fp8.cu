@@ -25,12 +25,12 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_fp8_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q,
                                 const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
                                 const float *k_scale, const float *v_scale, int scale_heads, int max_len, int nh,
-                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale, int len_fault,
-                                KVPages pages, int table_fault, ts::FaultRecord *fault) {
+                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale, int window,
+                                int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_mma_body<D, MAXG, UNROLL, false, unsigned char, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
                                                        v_scale, scale_heads, max_len, nh, nkv, group, hchunks, chunk,
-                                                       nsplit, scale, len_fault, pages, table_fault, fault);
+                                                       nsplit, scale, window, len_fault, pages, table_fault, fault);
 }
 
 template <int D, typename T>

@@ -38,8 +38,8 @@ int main(void) {
     ts_elementwise_config ew = {TS_F16, 1024};
     ts_norm_config nc = {TS_F16, 4, 896, 1e-6f};
     ts_rope_config rc = {TS_F16, 7, 14, 64, 64, 1e6f, NULL, NULL, 0, 1.0f};
-    ts_attention_config ac = {TS_F16, 1, 16, 14, 2, 64, 1, 0.125f};
-    ts_decode_config dc = {TS_F16, 1, 4096, 14, 2, 64, 0.125f};
+    ts_attention_config ac = {TS_F16, 1, 16, 14, 2, 64, 1, 0.125f, 0};
+    ts_decode_config dc = {TS_F16, 1, 4096, 14, 2, 64, 0.125f, 0};
     ts_ffn_config fc = {TS_F16, 4, 896, 4864};
     ts_embedding_config ec = {TS_F16, 8, 896, 151936};
     ts_gemm_config gc = {TS_F16, TS_F16, 7, 896, 896};
@@ -120,6 +120,19 @@ int main(void) {
     aseq.seq_len = 0;
     expect("prefill seq_len 0", ts_attention_prefill(P, P, P, P, &aseq, NULL), TS_ERR_INVALID_ARGUMENT,
            "attention_prefill", "seq_len", "0");
+    ts_attention_config awn = ac;
+    awn.window = -1;
+    expect("prefill window -1", ts_attention_prefill(P, P, P, P, &awn, NULL), TS_ERR_INVALID_ARGUMENT,
+           "attention_prefill", "window", "-1");
+    ts_attention_config awc = ac;
+    awc.window = 8;
+    awc.causal = 0;
+    expect("prefill window without causal", ts_attention_prefill(P, P, P, P, &awc, NULL), TS_ERR_INVALID_ARGUMENT,
+           "attention_prefill", "window", "8");
+    ts_decode_config dwn = dc;
+    dwn.window = -4;
+    expect("decode window -4", ts_attention_decode(P, P, P, P, P, &dwn, NULL), TS_ERR_INVALID_ARGUMENT,
+           "attention_decode", "window", "-4");
     ts_decode_config d0 = dc;
     d0.max_len = 0;
     expect("decode max_len 0", ts_attention_decode(P, P, P, P, P, &d0, NULL), TS_ERR_INVALID_ARGUMENT, "attention_decode",
@@ -287,7 +300,7 @@ int main(void) {
     /* attention_decode_paged: the page size, the table, the pool. */
     {
         const int32_t *tb = (const int32_t *)P;
-        ts_paged_decode_config pg = {TS_BF16, 2, 64, 16, 8, 32, 8, 64, 0.125f};
+        ts_paged_decode_config pg = {TS_BF16, 2, 64, 16, 8, 32, 8, 64, 0.125f, 0};
         expect("decode_paged valid", ts_attention_decode_paged(P, P, P, P, tb, tb, &pg, NULL), TS_ERR_NOT_INITIALIZED,
                "attention_decode_paged", "ts_init", NULL);
         expect("decode_paged null block_table", ts_attention_decode_paged(P, P, P, P, NULL, tb, &pg, NULL),
@@ -308,6 +321,10 @@ int main(void) {
         pn.num_blocks = -1;
         expect("decode_paged num_blocks -1", ts_attention_decode_paged(P, P, P, P, tb, tb, &pn, NULL),
                TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "num_blocks", "-1");
+        ts_paged_decode_config pwn = pg;
+        pwn.window = -2;
+        expect("decode_paged window -2", ts_attention_decode_paged(P, P, P, P, tb, tb, &pwn, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "window", "-2");
         ts_paged_decode_config ph = pg;
         ph.n_kv_heads = 3;
         expect("decode_paged 32 heads on 3 kv heads", ts_attention_decode_paged(P, P, P, P, tb, tb, &ph, NULL),
@@ -316,7 +333,7 @@ int main(void) {
     /* attention_prefill_paged: the page size, the starts, the head dims it takes. */
     {
         const int32_t *tb = (const int32_t *)P;
-        ts_paged_prefill_config pp = {TS_F16, 2, 70, 64, 16, 8, 14, 2, 64, 0.125f};
+        ts_paged_prefill_config pp = {TS_F16, 2, 70, 64, 16, 8, 14, 2, 64, 0.125f, 0};
         expect("prefill_paged valid", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pp, NULL),
                TS_ERR_NOT_INITIALIZED, "attention_prefill_paged", "ts_init", NULL);
         expect("prefill_paged null q_starts", ts_attention_prefill_paged(P, P, P, P, tb, NULL, tb, &pp, NULL),
@@ -329,6 +346,10 @@ int main(void) {
         pt.total_q = 0;
         expect("prefill_paged total_q 0", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pt, NULL),
                TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged", "total_q", "0");
+        ts_paged_prefill_config pwn = pp;
+        pwn.window = -3;
+        expect("prefill_paged window -3", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pwn, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged", "window", "-3");
         ts_paged_prefill_config pd = pp;
         pd.head_dim = 320;
         pd.n_heads = 2;
@@ -539,10 +560,10 @@ int main(void) {
                "rmsnorm_residual", "ts_init", NULL);
         ts_rope_config b_rc = {TS_BF16, 7, 32, 64, 64, 5e5f, NULL, NULL, 0, 1.0f};
         expect("bf16 rope valid", ts_rope(P, P, P, &b_rc, NULL), TS_ERR_NOT_INITIALIZED, "rope", "ts_init", NULL);
-        ts_attention_config b_ac = {TS_BF16, 1, 16, 32, 8, 64, 1, 0.125f};
+        ts_attention_config b_ac = {TS_BF16, 1, 16, 32, 8, 64, 1, 0.125f, 0};
         expect("bf16 attention_prefill valid", ts_attention_prefill(P, P, P, P, &b_ac, NULL), TS_ERR_NOT_INITIALIZED,
                "attention_prefill", "ts_init", NULL);
-        ts_decode_config b_dc = {TS_BF16, 2, 4096, 32, 8, 64, 0.125f};
+        ts_decode_config b_dc = {TS_BF16, 2, 4096, 32, 8, 64, 0.125f, 0};
         expect("bf16 attention_decode valid", ts_attention_decode(P, P, P, P, P, &b_dc, NULL), TS_ERR_NOT_INITIALIZED,
                "attention_decode", "ts_init", NULL);
         ts_scores_config b_sc = {TS_BF16, 1, 16, 16, 32, 8, 64, 1, 0.125f};

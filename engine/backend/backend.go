@@ -68,6 +68,10 @@ type AttentionConfig struct {
 	HeadDim    int
 	Causal     bool    // prefill only: query i sees keys 0..i
 	Scale      float32 // applied to q·k before the softmax; usually 1/sqrt(HeadDim)
+	// Window is the sliding window (0: none): the query at position p sees only keys p -
+	// Window + 1 .. p (transformers' sliding_window: key > p - window). A prefill with one must
+	// be causal; attention_scores_softmax and attention_decode_fp8 refuse one.
+	Window int
 }
 
 // Kernels is the set of ops under test. Shapes are read from the buffers; the layouts are

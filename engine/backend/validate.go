@@ -160,12 +160,19 @@ func checkHeads(c *Check, cfg AttentionConfig) {
 		c.That(cfg.NumHeads%cfg.NumKVHeads == 0, "n_kv_heads", fmtI(cfg.NumKVHeads),
 			"must divide n_heads (%d)", cfg.NumHeads)
 	}
+	c.That(cfg.Window >= 0, "window", fmtI(cfg.Window), "must be >= 0 (0: no sliding window)")
+}
+
+// refuseWindow fails an op that has no sliding window, naming it, for cfg.Window > 0.
+func refuseWindow(c *Check, cfg AttentionConfig) {
+	c.That(cfg.Window <= 0, "window", fmtI(cfg.Window), "this op has no sliding window (not implemented)")
 }
 
 // CheckAttentionPrefill validates prefill attention.
 func CheckAttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error {
 	c := Validate("attention_prefill")
 	checkHeads(c, cfg)
+	c.That(cfg.Window <= 0 || cfg.Causal, "window", fmtI(cfg.Window), "a sliding window needs causal attention")
 	c.Storage("q", q)
 	c.Rank("q", q, 4)
 	if c.Err() == nil {
@@ -186,6 +193,7 @@ func CheckAttentionPrefill(out, q, k, v Buffer, cfg AttentionConfig) error {
 func CheckAttentionScoresSoftmax(probs, q, k Buffer, cfg AttentionConfig) error {
 	c := Validate("attention_scores_softmax")
 	checkHeads(c, cfg)
+	refuseWindow(c, cfg)
 	c.Storage("q", q)
 	c.Rank("q", q, 4)
 	c.Same("k", k)
@@ -294,6 +302,7 @@ func CheckAttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvL
 func CheckAttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale Buffer, cfg AttentionConfig) error {
 	c := Validate("attention_decode_fp8")
 	checkHeads(c, cfg)
+	refuseWindow(c, cfg)
 	c.Storage("q", q)
 	c.Rank("q", q, 3)
 	c.DType("k_cache", kCache, tensor.F8E4M3)

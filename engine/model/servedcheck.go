@@ -355,13 +355,13 @@ func (d *ServedDivergence) String() string {
 // CheckServedInvariance runs plan, then each sequence alone (its own chunks, one step each,
 // no sharing), and returns the first row of a sequence whose bits depend on the company it was
 // served in (nil when every tap of every position is bit-identical), in order of sequence,
-// position and then taps.
+// position and then taps in forward order (taps as the set lists them, then the logits).
 func CheckServedInvariance(m *Model, pl *ServedPlan, taps []string) (*ServedDivergence, error) {
 	mixed, err := RunServed(m, pl, taps)
 	if err != nil {
 		return nil, err
 	}
-	all := append([]string{"logits"}, taps...)
+	all := append(append([]string(nil), taps...), "logits") // forward order
 	for i, stream := range pl.streams {
 		alone := &ServedPlan{BlockSize: pl.BlockSize, Shares: map[int][2]int{}, arrival: map[int]int{}, streams: [][]int32{stream}}
 		pos := 0

@@ -326,7 +326,7 @@ func (k ropeFullRotary) RoPE(out, x, positions backend.Buffer, cfg backend.RoPEC
 type prefillNoMask struct{ *cpu.Backend }
 
 func (k prefillNoMask) AttentionPrefill(out, q, kk, v backend.Buffer, cfg backend.AttentionConfig) error {
-	cfg.Causal = false
+	cfg.Causal, cfg.Window = false, 0 // no mask at all: a windowed case's window goes with it
 	return k.Backend.AttentionPrefill(out, q, kk, v, cfg)
 }
 

@@ -44,6 +44,13 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:attention_decode_paged",
 	},
 	{
+		ID: "go-window-off-by-one", Side: SideGo, File: "engine/backend/cpu/attention.go",
+		Bug:         "the CPU attention keeps one key more than its sliding window (key >= p - window)",
+		Original:    "kvRow, visible = kvRow+visible-w, w",
+		Replacement: "kvRow, visible = kvRow+visible-w-1, w+1",
+		Suites:      kernels, Labels: "op:attention_prefill || op:attention_decode",
+	},
+	{
 		ID: "go-prefill-paged-no-prefix", Side: SideGo, File: "engine/backend/cpu/paged.go",
 		Bug:         "the paged prefill lets new query i see keys 0..i, not the prefix and its predecessors",
 		Original:    "attendOne(res, qv, k, v, cfg, (first+i)*cfg.NumHeads, 0, int(n)-qLen+i+1)",
@@ -772,6 +779,34 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gemm_fp8",
 	},
 	{
+		ID: "cuda-window-prefill-edge", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
+		Bug:         "the prefill's sliding window lets a query see the key one past its window's edge (key >= p - window)",
+		Original:    "(window <= 0 || key > prefix + row - window);",
+		Replacement: "(window <= 0 || key >= prefix + row - window);",
+		Suites:      kernels, Labels: "op:attention_prefill || op:attention_prefill_paged",
+	},
+	{
+		ID: "cuda-window-prefill-first-tile-late", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
+		Bug:         "the prefill starts a block at the tile after its first row's window start (keys of the window skipped)",
+		Original:    "const int j0 = window > 0 ? max(0, prefix + q0 - window + 1) / kBc : 0;",
+		Replacement: "const int j0 = window > 0 ? max(0, prefix + q0 - window + 1 + kBc - 1) / kBc : 0;",
+		Suites:      kernels, Labels: "op:attention_prefill || op:attention_prefill_paged",
+	},
+	{
+		ID: "cuda-window-decode-mask-dropped", Side: SideCUDA, File: "cuda/decode_mma.cuh",
+		Bug:         "the tensor-core decode keeps the keys between its 16-aligned split start and the window's start",
+		Original:    "s[u][nt][e] = key >= lo && key < end ? s[u][nt][e] * sc : -INFINITY;",
+		Replacement: "s[u][nt][e] = key >= base && key < end ? s[u][nt][e] * sc : -INFINITY;",
+		Suites:      kernels, Labels: "op:attention_decode || op:attention_decode_paged",
+	},
+	{
+		ID: "cuda-window-decode-split-one-short", Side: SideCUDA, File: "cuda/decode_split.cuh",
+		Bug:         "the second decode kernel starts a sliding window one key late (window - 1 keys)",
+		Original:    "const int start = (window > 0 ? max(0, len - window) : 0) + split * chunk;",
+		Replacement: "const int start = (window > 0 ? max(0, len - window + 1) : 0) + split * chunk;",
+		Suites:      kernels, Labels: "op:attention_decode || op:attention_decode_paged",
+	},
+	{
 		ID: "cuda-paged-slot-dropped", Side: SideCUDA, File: "cuda/decode_mma.cuh",
 		Bug:         "the paged decode reads every position of a page from the page's first slot",
 		Original:    "return (int64_t)__ldg(trow + (key >> pg.shift)) << pg.shift | (key & ((1 << pg.shift) - 1));",
@@ -802,8 +837,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-prefill-paged-mask-no-prefix", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
 		Bug:         "the prefill mask drops the prefix offset: new query i sees keys 0..i only",
-		Original:    "const bool visible = key < kv_len && (!causal || key <= prefix + row);",
-		Replacement: "const bool visible = key < kv_len && (!causal || key <= row);",
+		Original:    "const bool visible = key < kv_len && (!causal || key <= prefix + row) &&",
+		Replacement: "const bool visible = key < kv_len && (!causal || key <= row) &&",
 		Suites:      kernels, Labels: "op:attention_prefill_paged",
 	},
 	{
@@ -1052,8 +1087,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-prefill-causal-diagonal", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
 		Bug:         "prefill causal mask key < row instead of key <= row (diagonal masked)",
-		Original:    "const bool visible = key < kv_len && (!causal || key <= prefix + row);",
-		Replacement: "const bool visible = key < kv_len && (!causal || key < prefix + row);",
+		Original:    "const bool visible = key < kv_len && (!causal || key <= prefix + row) &&",
+		Replacement: "const bool visible = key < kv_len && (!causal || key < prefix + row) &&",
 		Suites:      kernels, Labels: "op:attention_prefill",
 	},
 	{

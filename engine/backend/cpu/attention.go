@@ -57,11 +57,15 @@ func (*Backend) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buffer
 
 // attendOne computes every head of one query token. qRow is the index of the token's
 // first head in q/out (in heads), kvRow the index of the sequence's first position in the
-// key/value tensors (in positions), and visible how many positions it sees. Scores,
+// key/value tensors (in positions), and visible how many positions it sees (the query is at
+// position visible-1); a sliding window (cfg.Window > 0) keeps only the last cfg.Window. Scores,
 // softmax and the weighted sum are fp64: the only rounding is the 16-bit store of out. The keys
 // and values are the stored ones (float32) or an FP8 cache's dequantised ones (float64).
 func attendOne[KV float32 | float64](out, q []float32, k, v []KV, cfg backend.AttentionConfig, qRow, kvRow, visible int) {
 	d, group := cfg.HeadDim, cfg.NumHeads/cfg.NumKVHeads
+	if w := cfg.Window; w > 0 && visible > w {
+		kvRow, visible = kvRow+visible-w, w
+	}
 	scores := make([]float64, visible)
 	acc := make([]float64, d)
 	for h := 0; h < cfg.NumHeads; h++ {

@@ -29,6 +29,7 @@ func (b *Backend) AttentionPrefill(out, q, k, v backend.Buffer, cfg backend.Atte
 		head_dim:   c.int("head_dim", cfg.HeadDim),
 		causal:     cBool(cfg.Causal),
 		scale:      C.float(cfg.Scale),
+		window:     c.int("window", cfg.Window),
 	}
 	if c.err != nil {
 		return c.err
@@ -59,6 +60,7 @@ func (b *Backend) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buff
 		n_kv_heads: c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:   c.int("head_dim", cfg.HeadDim),
 		scale:      C.float(cfg.Scale),
+		window:     c.int("window", cfg.Window),
 	}
 	if c.err != nil {
 		return c.err
@@ -129,6 +131,7 @@ func (b *Backend) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cache
 		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:    c.int("head_dim", cfg.HeadDim),
 		scale:       C.float(cfg.Scale),
+		window:      c.int("window", cfg.Window),
 	}
 	if c.err != nil {
 		return c.err
@@ -163,6 +166,7 @@ func (b *Backend) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qSta
 		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:    c.int("head_dim", cfg.HeadDim),
 		scale:       C.float(cfg.Scale),
+		window:      c.int("window", cfg.Window),
 	}
 	if c.err != nil {
 		return c.err

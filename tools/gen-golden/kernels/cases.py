@@ -1511,3 +1511,75 @@ def build(case):
             continue
         assert torch.isfinite(t).all(), "%s/%s: %s not finite" % (case.op, case.name, name)
     return seed, params, inputs, expected
+
+# ---------------------------------------------------------------------------------------------
+# Sliding windows (Mistral's sliding_window, Qwen2's use_sliding_window layers, Gemma-2/3's local
+# layers): the query at position p sees keys p - window + 1 .. p (transformers: key > p - window).
+# Windows shorter than the sequence, ending mid-tile and mid-page, of 1 (a query sees only
+# itself), longer than some sequences and not others; a decode window that spans several of the
+# tensor-core kernel's key splits and one that starts inside its first 16-key tile; the split
+# kernel (head_dim 80); paged decode with pages of 1 and 16; paged prefill with a prefix longer
+# than the window.
+CASES += _cases(COMMITTED, "attention_prefill", [
+    # 150 queries (three 64-row tiles), a 37-key window: tiles before a block's first window are
+    # skipped, its edge falls mid-tile
+    ("gqa2_d64_s150_w37", dict(nH=2, nKV=1, D=64, B=1, S=150, window=37)),
+    # a window of 1: every query attends to itself alone (out = its v)
+    ("mha_d64_b2_s12_w1", dict(nH=2, nKV=2, D=64, B=2, S=12, window=1)),
+    # a window longer than the sequence: plain causal
+    ("qwen2.5-0.5b_s16_w64", dict(QWEN, B=1, S=16, window=64)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_prefill", [
+    ("gqa2_d128_s100_w45", dict(nH=2, nKV=1, D=128, B=1, S=100, window=45)),
+])
+CASES += _cases(COMMITTED, "attention_decode", [
+    # lengths below, at and far past the window; 300's window starts at 236, inside the 16-key
+    # tile at 224
+    ("gqa7_d64_b3_lens1-64-300_w64", dict(nH=7, nKV=1, D=64, L=304, cache_lens=[1, 64, 300],
+                                          window=64)),
+    # a 1050-token cache with a 600-key window: the window spans several of the 4 key splits
+    ("gqa4_d64_len1050_l1100_w600", dict(nH=4, nKV=1, D=64, L=1100, cache_lens=[1050], window=600)),
+    # the split kernel (head_dim 80) with a window that starts mid-tile
+    ("phi2-d80-gqa2_len150_w77", dict(nH=2, nKV=1, D=80, L=160, cache_lens=[150, 20], window=77)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_decode", [
+    ("gqa4_d64_len190_w100", dict(nH=8, nKV=2, D=64, L=192, cache_lens=[190], window=100)),
+])
+CASES += _cases(COMMITTED, "attention_decode_paged", [
+    # pages of 16 (one table read a tile): a window starting mid-page
+    ("qwen2.5-0.5b_bs16_lens45-200_w40", dict(QWEN, block_size=16, cache_lens=[45, 200], window=40)),
+    # a position a page
+    ("gpt2-mha_bs1_lens30-7_w9", dict(GPT2, block_size=1, cache_lens=[30, 7], window=9)),
+    # the split kernel through pages
+    ("phi2-d80-gqa2_bs8_len90_w33", dict(nH=2, nKV=1, D=80, block_size=8, cache_lens=[90], window=33)),
+])
+CASES += _cases(COMMITTED, "attention_prefill_paged", [
+    # a chunk of 40 on a 100-token prefix with a 48-key window (the prefix's first 92 positions
+    # unseen), a decode on a 70-token prefix, a plain prefill of 20 shorter than the window
+    ("gqa7_d64_bs16_pre100-70-0_new40-1-20_w48",
+     dict(nH=7, nKV=1, D=64, block_size=16, seqs=[(100, 40), (70, 1), (0, 20)], window=48)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_prefill_paged", [
+    ("gqa4_d128_bs8_pre30_new20_w25", dict(nH=4, nKV=1, D=128, block_size=8, seqs=[(30, 20)],
+                                           window=25)),
+])
+# At the real widths: Mistral-7B's 4096-key window over an 8192 cache (32 heads of 128 on 8),
+# and its prefill of 8192 at 4 of its heads; Phi-3-mini's 32 heads (two m-tiles a warp) with a
+# 2047-key window (Phi-3-mini-4k's config) over 3000 positions; Qwen2.5's paged decode and
+# chunked prefill past a 1024-key window.
+CASES += _cases(FULL, "attention_decode", [
+    ("mistral-7b_b4_lens8192-4097-4096-100_w4096",
+     dict(LLAMA3, L=8192, cache_lens=[8192, 4097, 4096, 100], window=4096)),
+])
+CASES += _cases(FULL, "attention_prefill", [
+    ("mistral-7b-4heads_s8192_w4096", dict(nH=4, nKV=1, D=128, B=1, S=8192, window=4096)),
+    ("phi3-mini_s3000_w2047", dict(PHI3, B=1, S=3000, window=2047)),
+])
+CASES += _cases(FULL, "attention_decode_paged", [
+    ("qwen2.5-0.5b_bs16_b4_lens4096-1025-1024-3_w1024",
+     dict(QWEN, block_size=16, cache_lens=[4096, 1025, 1024, 3], window=1024)),
+])
+CASES += _cases(FULL, "attention_prefill_paged", [
+    ("qwen2.5-0.5b_bs16_b2_pre3000-0_new600-1500_w1024",
+     dict(QWEN, block_size=16, seqs=[(3000, 600), (0, 1500)], window=1024)),
+])

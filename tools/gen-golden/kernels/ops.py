@@ -184,33 +184,54 @@ def sdpa(q, k, v, *, causal, scale, visible=None):
                                               scale=scale, enable_gqa=True)
 
 
-def decode_sdpa(q, k, v, scale):
+def decode_sdpa(q, k, v, scale, window=0):
     """One sequence's decode attention in fp64: its new token's q [nH, D] over its cache k, v
-    [n, nKV, D] (the first n positions, contiguous) -> [nH, D]."""
+    [n, nKV, D] (the first n positions, contiguous) -> [nH, D]; a sliding window (window > 0)
+    keeps the last `window` positions (transformers: key > position - window)."""
+    if window > 0:
+        k, v = k[-window:], v[-window:]
     return sdpa(d(q)[None, :, None, :], d(k).transpose(0, 1)[None], d(v).transpose(0, 1)[None],
                 causal=False, scale=scale)[0, :, 0, :]
 
 
-def offset_causal_sdpa(q, k, v, scale):
+def window_mask(pos, n, window):
+    """[len(pos), n] boolean: query at position pos[i] sees key j <= pos[i] (and, with a sliding
+    window, j > pos[i] - window: transformers' sliding_window)."""
+    j, p = torch.arange(n)[None, :], pos[:, None]
+    visible = j <= p
+    return visible & (j > p - window) if window > 0 else visible
+
+
+def offset_causal_sdpa(q, k, v, scale, window=0):
     """One sequence's prefill over its whole cache in fp64: its m new tokens' q [m, nH, D] over
     k, v [n, nKV, D] (the first n positions, contiguous, the new tokens' the last m): query i is
-    at position n - m + i and sees positions 0 .. n - m + i -> [m, nH, D]."""
+    at position n - m + i and sees positions 0 .. n - m + i (the last `window` of them with a
+    sliding window) -> [m, nH, D]."""
     m, n = q.shape[0], k.shape[0]
-    visible = torch.arange(n)[None, :] <= (n - m + torch.arange(m))[:, None]
+    visible = window_mask(n - m + torch.arange(m), n, window)
     return sdpa(d(q).transpose(0, 1)[None], d(k).transpose(0, 1)[None], d(v).transpose(0, 1)[None],
                 causal=False, scale=scale, visible=visible)[0].transpose(0, 1)
 
 
 def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal(),
-                      dtype="f16"):
+                      window=0, dtype="f16"):
+    """Causal (or full) GQA attention over whole sequences; window > 0 (causal only) is a
+    sliding window, stored as params.window."""
+    assert window == 0 or causal, "a sliding window needs causal attention"
     cast = storage(dtype)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     q, k = cast(qk(r, (B, S, nH, D))), cast(qk(r, (B, S, nKV, D)))
     v = cast(vdist(r, (B, S, nKV, D)))
     # Files use [B, S, heads, D]; SDPA wants [B, heads, S, D].
-    out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
-               causal=causal, scale=scale).transpose(1, 2)
+    if window > 0:
+        out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
+                   causal=False, scale=scale, visible=window_mask(torch.arange(S), S, window)).transpose(1, 2)
+    else:
+        out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
+                   causal=causal, scale=scale).transpose(1, 2)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": causal, "scale": scale}
+    if window > 0:
+        params["window"] = window
     return params, {"q": q, "k": k, "v": v}, {"out": out}
 
 
@@ -231,7 +252,7 @@ def attention_scores_softmax(r, *, B, Sq, Sk, nH, nKV, D, causal=True, scale=Non
 
 
 def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal(), qk=normal(),
-                     dtype="f16"):
+                     window=0, dtype="f16"):
     cast = storage(dtype)
     B = len(cache_lens)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
@@ -244,8 +265,10 @@ def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()
         v_cache[b, n:] = POISON
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        out[b] = decode_sdpa(q[b], k_cache[b, :n], v_cache[b, :n], scale)
+        out[b] = decode_sdpa(q[b], k_cache[b, :n], v_cache[b, :n], scale, window)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    if window > 0:
+        params["window"] = window
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache,
               "cache_lens": torch.tensor(cache_lens, dtype=I32)}
     return params, inputs, {"out": out}
@@ -303,7 +326,8 @@ def paged_gather(k_cache, v_cache, table, b, n):
 
 
 def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=None, spare=2,
-                           shared=None, scale=None, vdist=normal(), qk=normal(), dtype="f16"):
+                           shared=None, scale=None, vdist=normal(), qk=normal(), window=0,
+                           dtype="f16"):
     """attention_decode over a paged KV cache (paged_kv's pool, lens = cache_lens, the shared
     pages full in both sequences): the new token of sequence b attends to its first
     cache_lens[b] positions gathered through its row of the table. Draws q [B, nH, D], the
@@ -316,15 +340,18 @@ def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=
         vdist=vdist, cast=storage(dtype))
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        out[b] = decode_sdpa(q[b], *paged_gather(k_cache, v_cache, table, b, n), scale)
+        out[b] = decode_sdpa(q[b], *paged_gather(k_cache, v_cache, table, b, n), scale, window)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    if window > 0:
+        params["window"] = window
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "cache_lens": torch.tensor(cache_lens, dtype=I32)}
     return params, inputs, {"out": out}
 
 
 def attention_prefill_paged(r, *, nH, nKV, D, block_size, seqs, max_blocks=None, spare=2,
-                            shared=None, scale=None, vdist=normal(), qk=normal(), dtype="f16"):
+                            shared=None, scale=None, vdist=normal(), qk=normal(), window=0,
+                            dtype="f16"):
     """Prefill of new tokens against a cached prefix through a paged KV cache (chunked prefill,
     prefix caching; FlashInfer's batch prefill with a paged cache): seqs [(prefix, new), ...],
     one a sequence, new >= 1. q [total_q, nH, D] holds every sequence's new queries in sequence
@@ -348,8 +375,10 @@ def attention_prefill_paged(r, *, nH, nKV, D, block_size, seqs, max_blocks=None,
     for b, n in enumerate(kv_lens):
         rows = slice(starts[b], starts[b + 1])
         out[rows] = offset_causal_sdpa(q[rows], *paged_gather(k_cache, v_cache, table, b, n),
-                                       scale)
+                                       scale, window)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    if window > 0:
+        params["window"] = window
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "q_starts": torch.tensor(starts, dtype=I32),
               "kv_lens": torch.tensor(kv_lens, dtype=I32)}

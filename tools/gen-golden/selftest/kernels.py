@@ -103,8 +103,9 @@ def np_rope(x, pos, base, r, freq_divisor=None, long_divisor=None, long_from=Non
     return out
 
 
-def np_attention(q, k, v, scale, causal):
-    """q [Sq, nH, D], k/v [Sk, nKV, D] -> [Sq, nH, D], explicit scores and softmax."""
+def np_attention(q, k, v, scale, causal, window=0):
+    """q [Sq, nH, D], k/v [Sk, nKV, D] -> [Sq, nH, D], explicit scores and softmax; with a
+    sliding window (causal) query t sees keys t - window + 1 .. t."""
     nH, nKV = q.shape[1], k.shape[1]
     out = np.empty_like(q)
     for h in range(nH):
@@ -112,16 +113,20 @@ def np_attention(q, k, v, scale, causal):
         s = q[:, h, :] @ k[:, kv, :].T * scale
         if causal:
             s = np.where(np.tri(*s.shape, dtype=bool), s, -np.inf)
+        if window > 0:
+            s = np.where(np.tri(*s.shape, k=-window, dtype=bool), -np.inf, s)
         out[:, h, :] = np_softmax(s) @ v[:, kv, :]
     return out
 
 
-def np_attention_seen(q, k, v, scale, seen):
+def np_attention_seen(q, k, v, scale, seen, window=0):
     """q [Sq, nH, D], k/v [Sk, nKV, D] -> [Sq, nH, D], query t attending to keys 0 .. seen[t]-1
-    (explicit scores and softmax); a query that sees no key gets 0."""
+    (the last `window` of them with a sliding window; explicit scores and softmax); a query that
+    sees no key gets 0."""
     nH, nKV = q.shape[1], k.shape[1]
     out = np.zeros_like(q)
-    hidden = np.arange(k.shape[0])[None, :] >= np.asarray(seen)[:, None]
+    j, seen = np.arange(k.shape[0])[None, :], np.asarray(seen)[:, None]
+    hidden = (j >= seen) | ((j < seen - window) if window > 0 else False)
     some = ~hidden.all(-1)
     for h in range(nH):
         kv = h // (nH // nKV)
@@ -154,13 +159,15 @@ def reference(op, p, i, rnd=f16):
                 i.get("long_divisor"), p.get("long_from"), p.get("attention_factor", 1.0))
         return {"q_out": np_rope(i["q"], *args), "k_out": np_rope(i["k"], *args)}
     if op == "attention_prefill":
-        out = np.stack([np_attention(i["q"][b], i["k"][b], i["v"][b], p["scale"], p["causal"])
-                        for b in range(i["q"].shape[0])])
+        out = np.stack([np_attention(i["q"][b], i["k"][b], i["v"][b], p["scale"], p["causal"],
+                                     p.get("window", 0)) for b in range(i["q"].shape[0])])
         return {"out": out}
     if op == "attention_decode":
         out = []
+        w = p.get("window", 0)
         for b, n in enumerate(i["cache_lens"]):
-            out.append(np_attention(i["q"][b][None], i["k_cache"][b, :n], i["v_cache"][b, :n],
+            lo = max(0, n - w) if w > 0 else 0
+            out.append(np_attention(i["q"][b][None], i["k_cache"][b, lo:n], i["v_cache"][b, lo:n],
                                     p["scale"], False)[0])
         return {"out": np.stack(out)}
     if op == "attention_decode_paged":
@@ -328,6 +335,8 @@ def properties(case, p, i, dtype="f16"):
             for c in ("k_cache", "v_cache"):
                 assert np.all(i[c][b, n:] == poison), "%s: poison missing" % name
                 assert not np.any(i[c][b, :n] == poison)
+    if op.startswith("attention_"):
+        window_properties(op, name, p)
     if op == "attention_decode_paged":
         paged_properties(name, p, i, dtype)
     if op == "attention_prefill_paged":
@@ -373,6 +382,22 @@ def bf16_properties(case, name, p, i):
         x = i["x"] if "x" in i else i["q"]
         col = np.abs(x.reshape(-1, x.shape[-1])).mean(0)
         assert (col > 15).sum() >= 2 and np.median(col) < 2, "bf16-%s: no outlier channels" % name
+
+
+_WINDOW_NAME = re.compile(r"_w([0-9]+)$")
+
+
+def window_properties(op, name, p):
+    """A windowed attention case (params.window, the last key, never 0) says its window in its
+    name (_w<N>), and only those do."""
+    m = _WINDOW_NAME.search(name)
+    if "window" not in p:
+        assert m is None, "%s/%s: named _w<N> without params.window" % (op, name)
+        return
+    assert list(p)[-1] == "window" and p["window"] >= 1, "%s/%s: window %r" % (op, name, p["window"])
+    assert m and int(m.group(1)) == p["window"], "%s/%s: window %d not in the name" % (
+        op, name, p["window"])
+    assert op != "attention_prefill" or p["causal"], "%s/%s: a window without causal" % (op, name)
 
 
 def rope_properties(name, p, i):
@@ -1135,7 +1160,8 @@ def paged_properties(name, p, i, dtype, prefix=None):
     prefix = lens if prefix is None else prefix
     nb, bs = i["k_cache"].shape[:2]
     B, max_blocks = t.shape
-    assert list(p) == ["n_heads", "n_kv_heads", "head_dim", "scale"], name
+    assert list(p) == ["n_heads", "n_kv_heads", "head_dim", "scale"] + (
+        ["window"] if "window" in p else []), name
     assert bs in [2 ** k for k in range(9)] and "_bs%d_" % bs in name + "_", name
     assert t.dtype == np.int32 and lens.shape == (B,), name
     held = np.zeros((nb, bs), dtype=bool)
@@ -1269,7 +1295,7 @@ def np_prefill_paged(p, i, rows, view, seen, poison=np.nan):
         n, first, m = int(n), int(starts[b]), int(starts[b + 1] - starts[b])
         r = inside(i, rows(i, b, n, m))
         out[first:first + m] = np_attention_seen(i["q"][first:first + m], kv[0][r], kv[1][r],
-                                                 p["scale"], seen(i, n, m))
+                                                 p["scale"], seen(i, n, m), p.get("window", 0))
     return out
 
 
