@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
@@ -32,8 +33,13 @@ type Config struct {
 	TiedHead     bool         // logits use the token embedding matrix
 	MaxPositions int
 	AttnBias     bool // q/k/v projections carry biases
-	// SlidingWindow is the number of most recent keys a query may see; 0 means unlimited.
-	SlidingWindow int
+	// SlidingWindow is the number of most recent keys a query may see in the layers that
+	// WindowedLayers marks (nil: every layer); 0 means unlimited. Phi-3 windows every layer;
+	// Qwen2 (with use_sliding_window) the layers its layer_types call "sliding_attention",
+	// by default those from max_window_layers on, as transformers' Qwen2Config derives them.
+	// A pointer, as RopeScaling is, so that a Config stays comparable (graph.go's capture key).
+	SlidingWindow  int
+	WindowedLayers *LayerSet
 	// DType is the storage dtype the model runs in (weights, activations, KV cache; the
 	// logits stay fp32): BF16 when config.json says torch_dtype (transformers 5: dtype)
 	// "bfloat16", as most hub checkpoints do, else F16 (float16, and float32 checkpoints, which
@@ -63,6 +69,8 @@ type rawConfig struct {
 	HiddenAct            *string         `json:"hidden_act"`
 	UseSlidingWindow     *bool           `json:"use_sliding_window"`
 	SlidingWindow        *int            `json:"sliding_window"`
+	MaxWindowLayers      *int            `json:"max_window_layers"`
+	LayerTypes           []string        `json:"layer_types"`
 	MaxPositionEmbed     *int            `json:"max_position_embeddings"`
 	AttentionBias        *bool           `json:"attention_bias"`
 	MLPBias              *bool           `json:"mlp_bias"`
@@ -193,6 +201,14 @@ func ParseConfig(data []byte) (*Config, error) {
 				return nil, fmt.Errorf("config: sliding_window = %d: must be positive", *r.SlidingWindow)
 			}
 			c.SlidingWindow = *r.SlidingWindow
+			if r.ModelType == "qwen2" {
+				var err error
+				if c.WindowedLayers, err = qwen2WindowedLayers(&r, c.Layers); err != nil {
+					return nil, err
+				}
+			}
+		} else if len(r.LayerTypes) > 0 && slices.Contains(r.LayerTypes, "sliding_attention") {
+			return nil, fmt.Errorf("config: layer_types has sliding_attention layers but no window applies (sliding_window %v, use_sliding_window %v)", ptrString(r.SlidingWindow), ptrString(r.UseSlidingWindow))
 		}
 		c.TiedHead = r.TieWordEmbeddings != nil && *r.TieWordEmbeddings
 	case "gpt2":
@@ -319,4 +335,58 @@ func (c *Config) StorageDType() tensor.DType {
 		return tensor.F16
 	}
 	return c.DType
+}
+
+// qwen2WindowedLayers is which of n layers a Qwen2 window applies to: its layer_types when given
+// ("sliding_attention" or "full_attention", one a layer), else the layers from max_window_layers
+// on (transformers' default for an absent key: 28).
+func qwen2WindowedLayers(r *rawConfig, n int) (*LayerSet, error) {
+	out := make(LayerSet, n)
+	if len(r.LayerTypes) > 0 {
+		if len(r.LayerTypes) != n {
+			return nil, fmt.Errorf("config: layer_types has %d entries for %d layers", len(r.LayerTypes), n)
+		}
+		for i, t := range r.LayerTypes {
+			switch t {
+			case "sliding_attention":
+				out[i] = true
+			case "full_attention":
+			default:
+				return nil, fmt.Errorf("config: layer_types[%d] = %q: want \"full_attention\" or \"sliding_attention\"", i, t)
+			}
+		}
+		return &out, nil
+	}
+	from := 28
+	if r.MaxWindowLayers != nil {
+		from = *r.MaxWindowLayers
+	}
+	if from < 0 {
+		return nil, fmt.Errorf("config: max_window_layers = %d: must be >= 0", from)
+	}
+	for i := range out {
+		out[i] = i >= from
+	}
+	return &out, nil
+}
+
+// LayerSet marks layers by index.
+type LayerSet []bool
+
+// LayerWindow is layer i's sliding window (0: none).
+func (c *Config) LayerWindow(i int) int {
+	if c.SlidingWindow <= 0 {
+		return 0
+	}
+	if w := c.WindowedLayers; w != nil && (i >= len(*w) || !(*w)[i]) {
+		return 0
+	}
+	return c.SlidingWindow
+}
+
+func ptrString[T any](p *T) string {
+	if p == nil {
+		return "absent"
+	}
+	return fmt.Sprint(*p)
 }

@@ -59,11 +59,47 @@ func TestParseConfigRefusesUnimplemented(t *testing.T) {
 	}
 }
 
-// A Phi-3 window is kept and the forward refuses sequences longer than it.
+// A Phi-3 window is kept for every layer.
 func TestSlidingWindowRecorded(t *testing.T) {
 	c, err := LoadConfig("../../golden/models/phi3-tiny")
-	if err != nil || c.SlidingWindow != 2047 {
+	if err != nil || c.SlidingWindow != 2047 || c.LayerWindow(0) != 2047 || c.LayerWindow(1) != 2047 {
 		t.Fatalf("%+v %v", c, err)
+	}
+}
+
+// Qwen2's window applies with use_sliding_window only, to the layers from max_window_layers on
+// (28 when absent) or to those its layer_types call sliding_attention, as transformers derives
+// them; a malformed layer_types is an error naming it.
+func TestQwen2WindowedLayers(t *testing.T) {
+	on := `, "use_sliding_window": true, "sliding_window": 8`
+	for _, c := range []struct {
+		extra string
+		want  [2]int // the windows of layers 0 and 1
+	}{
+		{"", [2]int{0, 0}},
+		{`, "sliding_window": 8`, [2]int{0, 0}}, // use_sliding_window false
+		{on + `, "max_window_layers": 1`, [2]int{0, 8}},
+		{on + `, "max_window_layers": 0`, [2]int{8, 8}},
+		{on, [2]int{0, 0}}, // max_window_layers absent: 28
+		{on + `, "layer_types": ["sliding_attention", "full_attention"]`, [2]int{8, 0}},
+	} {
+		cfg, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", c.extra, 1)))
+		if err != nil {
+			t.Fatalf("%s: %v", c.extra, err)
+		}
+		if got := [2]int{cfg.LayerWindow(0), cfg.LayerWindow(1)}; got != c.want {
+			t.Errorf("%s: layer windows %v, want %v", c.extra, got, c.want)
+		}
+	}
+	for extra, key := range map[string]string{
+		on + `, "layer_types": ["full_attention"]`:                 "layer_types has 1 entries",
+		on + `, "layer_types": ["full_attention", "chunked"]`:      `layer_types[1] = "chunked"`,
+		`, "layer_types": ["full_attention", "sliding_attention"]`: "no window applies",
+		on + `, "max_window_layers": -1`:                           "max_window_layers = -1",
+	} {
+		if _, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", extra, 1))); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: error %v, want one naming %s", extra, err, key)
+		}
 	}
 }
 

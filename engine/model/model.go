@@ -427,9 +427,6 @@ func (m *Model) admitIn(maxLen, pos int, ids []int32) error {
 	if pos+T > maxLen {
 		return fmt.Errorf("model: %d tokens after %d exceed the cache length %d", T, pos, maxLen)
 	}
-	if c.SlidingWindow > 0 && pos+T > c.SlidingWindow {
-		return fmt.Errorf("model: sequence of %d tokens exceeds sliding_window = %d: windowed attention is not implemented", pos+T, c.SlidingWindow)
-	}
 	for _, id := range ids {
 		if id < 0 || int(id) >= c.Vocab {
 			return fmt.Errorf("model: token id %d outside the vocabulary 0..%d", id, c.Vocab-1)
@@ -491,7 +488,7 @@ type Layer struct {
 // layer's attention norm, or the final norm), tapped as nextTap.
 func (l *Layer) Forward(p *pass, in pending, next Norm, nextTap string) pending {
 	name := func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
-	a, x := l.Attn.Forward(p, in, p.cache(l), name)
+	a, x := l.Attn.Forward(p, in, p.cache(l), p.m.Cfg.LayerWindow(l.Index), name)
 	f, r := l.MLP.Forward(p, pending{x: x, y: a, n: l.FFNNorm, sumTap: name("resid_attn"), normTap: name("ffn_norm")}, name)
 	return pending{x: r, y: f, n: next, sumTap: name("resid_ffn"), normTap: nextTap}
 }
@@ -536,7 +533,7 @@ type Attention struct {
 
 // Forward returns attn_out [T, H] for the input in (its residual add and norm run here, x the
 // residual stream after the add), appending this pass's keys and values to cache.
-func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(string) string) (out, x backend.Buffer) {
+func (a *Attention) Forward(p *pass, in pending, cache *kvCache, window int, name func(string) string) (out, x backend.Buffer) {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
 	var qb, kb, vb backend.Buffer
@@ -615,7 +612,7 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, name func(strin
 		p.do(be.SetRows(cache.kRows, k, p.cacheRows))
 		p.do(be.SetRows(cache.vRows, v, p.cacheRows))
 	}
-	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D)))}
+	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D))), Window: window}
 	var heads backend.Buffer
 	if st := p.served; st != nil {
 		// Every chunk's new tokens against its sequence's pages, in one launch.

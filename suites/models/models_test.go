@@ -313,6 +313,13 @@ var brokenVariants = []broken{
 	// use the long factors, and the first tap a short-only forward gets wrong.
 	{"phi3.5-tiny", "LongRoPE's long factors never used", "decode.4.layers.0.q_rope",
 		func(m *model.Model) { s := *m.Cfg.RopeScaling; s.Long = nil; m.Cfg.RopeScaling = &s }},
+	// Sliding window (7 keys, layer 1 only): each mistake shows at the first layer it moves.
+	{"qwen2-swa-tiny", "window one key wider (8 instead of 7)", "prefill.layers.1.attn",
+		func(m *model.Model) { m.Cfg.SlidingWindow = 8 }},
+	{"qwen2-swa-tiny", "window dropped (layer 1 attends to everything)", "prefill.layers.1.attn",
+		func(m *model.Model) { m.Cfg.SlidingWindow = 0 }},
+	{"qwen2-swa-tiny", "window on every layer, max_window_layers ignored", "prefill.layers.0.attn",
+		func(m *model.Model) { m.Cfg.WindowedLayers = nil }},
 	// Full size: deep layers run under limits their calibration widened; these show a
 	// wrong weight in a late layer is still caught at that layer's own tap.
 	{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",

@@ -389,6 +389,20 @@ var catalogue = []Mutant{
 		Suites:      models, Labels: "served",
 	},
 	{
+		ID: "go-model-window-dropped", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "the forward ignores the config's sliding window (every layer attends to the whole sequence)",
+		Original:    "p.m.Cfg.LayerWindow(l.Index), name)",
+		Replacement: "0, name)",
+		Suites:      models,
+	},
+	{
+		ID: "go-model-window-every-layer", Side: SideGo, File: "engine/model/config.go",
+		Bug:         "Qwen2's window applied to every layer, not only from max_window_layers on",
+		Original:    "out[i] = i >= from",
+		Replacement: "out[i] = true",
+		Suites:      models,
+	},
+	{
 		ID: "go-model-rope-theta-default", Side: SideGo, File: "engine/model/rope.go",
 		Bug:         "RoPE theta hard-coded to the Llama default 1e4 instead of the config's rope_theta",
 		Original:    `FreqBase: c.RopeTheta}`,

@@ -287,6 +287,11 @@ PHI35_TINY = derived(PHI35_MINI, hidden_size=96, intermediate_size=128, num_hidd
                                    "long_factor": PHI35_LONG_FACTOR[::2],
                                    "short_factor": PHI35_SHORT_FACTOR[::2]})
 QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).items()))
+#  qwen2-swa-tiny:  qwen2-tiny with Qwen2's sliding window on: use_sliding_window, a window of 7
+#                   positions (the 16-token prompt and its decode steps run far past it) and
+#                   max_window_layers 1, so layer 0 attends to everything and layer 1 to its
+#                   window (transformers' layer_types: full_attention, sliding_attention).
+QWEN2_SWA_TINY = derived(QWEN2_TINY, use_sliding_window=True, sliding_window=7, max_window_layers=1)
 # llama3-tiny with an intermediate size of 256: every projection's input width a multiple of the
 # FP8 block (128), as the quantized sets need (fine-grained FP8 scales 1x128 input groups).
 LLAMA3_QTINY = derived(LLAMA3_TINY, intermediate_size=256)
@@ -337,6 +342,7 @@ MODELS = [
     ModelSpec("llama3-tiny", "llama", COMMITTED, LLAMA3_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("phi3.5-tiny", "phi3", COMMITTED, PHI35_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen2-yarn-tiny", "qwen2", COMMITTED, QWEN2_YARN_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("qwen2-swa-tiny", "qwen2", COMMITTED, QWEN2_SWA_TINY, 8, EPSILON_COMMITTED),
     # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
     ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),

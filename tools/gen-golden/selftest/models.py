@@ -612,8 +612,13 @@ def check_config(s, spec):
               "GQA %d:1 with >= 2 kv heads" % ratio)
         check(c.tie_word_embeddings and c.rms_norm_eps == 1e-6
               and c.rope_parameters["rope_theta"] == 1e6, "tied / eps / theta")
-        check(c.sliding_window is None and set(c.layer_types) == {"full_attention"},
-              "no sliding window")
+        if spec.name == "qwen2-swa-tiny":
+            check(c.sliding_window == 7 and c.layer_types == ["full_attention", "sliding_attention"]
+                  and generation.PROMPT_LEN > 2 * c.sliding_window,
+                  "a window of 7 on layer 1 only, well inside the prompt")
+        else:
+            check(c.sliding_window is None and set(c.layer_types) == {"full_attention"},
+                  "no sliding window")
         w = s.weights()
         check("lm_head.weight" not in w and "model.layers.0.self_attn.q_proj.bias" in w,
               "tied head not stored; q/k/v bias stored")
@@ -737,16 +742,36 @@ def rope_gptj(x, pos, inv, factor=1.0):
     return factor * out
 
 
-def attention(q, K, V, pos, scale):
-    """q [T, nH, D] at absolute positions pos; K/V [S, nKV, D] hold positions 0..S-1."""
+def layer_window(family, cfg, i):
+    """Layer i's sliding window by the contract's reading of config.json (0: none): Phi-3's
+    sliding_window on every layer; Qwen2's with use_sliding_window only, on the layers its
+    layer_types call sliding_attention, by default those from max_window_layers (28) on; none
+    for Llama and GPT-2."""
+    w = cfg.get("sliding_window")
+    if family == "phi3":
+        return w or 0
+    if family != "qwen2" or not cfg.get("use_sliding_window", False) or not w:
+        return 0
+    types = cfg.get("layer_types")
+    if types is not None:
+        return w if types[i] == "sliding_attention" else 0
+    return w if i >= cfg.get("max_window_layers", 28) else 0
+
+
+def attention(q, K, V, pos, scale, window=0):
+    """q [T, nH, D] at absolute positions pos; K/V [S, nKV, D] hold positions 0..S-1; a query
+    at p sees keys 0..p, with a sliding window only those above p - window."""
     T, nH, D = q.shape
     nKV = K.shape[1]
     out = np.empty((T, nH, D))
     keypos = np.arange(K.shape[0])
+    seen = keypos[None, :] <= pos[:, None]
+    if window > 0:
+        seen &= keypos[None, :] > pos[:, None] - window
     for h in range(nH):
         kv = h // (nH // nKV)
         sc = q[:, h, :] @ K[:, kv, :].T * scale
-        sc = np.where(keypos[None, :] <= pos[:, None], sc, -np.inf)
+        sc = np.where(seen, sc, -np.inf)
         sc = np.exp(sc - sc.max(-1, keepdims=True))
         out[:, h, :] = (sc / sc.sum(-1, keepdims=True)) @ V[:, kv, :]
     return out.reshape(T, nH * D)
@@ -945,7 +970,8 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
             taps[p + "q_rope"], taps[p + "k_rope"] = q, k
         cache[i][0] = np.concatenate([cache[i][0], k]) if cache[i][0] is not None else k
         cache[i][1] = np.concatenate([cache[i][1], v]) if cache[i][1] is not None else v
-        a = attention(q, cache[i][0], cache[i][1], pos, 1.0 / math.sqrt(d.D))
+        a = attention(q, cache[i][0], cache[i][1], pos, 1.0 / math.sqrt(d.D),
+                      layer_window(family, cfg, i))
         taps[p + "attn"] = a
         if family == "gpt2":
             ao = a @ w[b + "attn.c_proj.weight"] + w[b + "attn.c_proj.bias"]
