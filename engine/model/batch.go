@@ -7,9 +7,13 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// MaxBatch is the largest batch a Batch decodes: the decode kernels' batch-invariant range
-// (ts_set_batch_invariant: the gemv takes up to 16 rows).
-const MaxBatch = 16
+// MaxBatch is the largest batch a Batch decodes; MaxInvariantBatch the largest it decodes with a
+// backend's batch-invariant kernels on, their range (ts_set_batch_invariant: the gemv takes up
+// to 16 rows; more go to cuBLAS, which chooses its algorithm by the row count).
+const (
+	MaxBatch          = 64
+	MaxInvariantBatch = 16
+)
 
 // Batch is n sequences of different lengths decoded together (ragged): each is prefilled on its
 // own into its slot of the batch's KV caches, then every Decode runs one token of every
@@ -172,6 +176,13 @@ func (b *Batch) Decode(tokens []int32) error {
 		}
 		pos := int32(b.pos[i])
 		in[i], in[b.n+i], in[2*b.n+i], in[3*b.n+i] = tok, pos+1, pos, int32(i*b.maxLen)+pos
+	}
+	if b.n > MaxInvariantBatch {
+		if mode, err := invariantMode(m.be); err != nil {
+			return err
+		} else if mode {
+			return fmt.Errorf("model: batch of %d sequences with the batch-invariant kernels on: they cover batches of 1..%d (the gemv's rows)", b.n, MaxInvariantBatch)
+		}
 	}
 	if err := m.mem.Write(b.stepIn, tensor.FromI32([]int{4 * b.n}, in)); err != nil {
 		return err

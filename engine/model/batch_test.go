@@ -90,8 +90,8 @@ func TestBatchDecodeEqualsSingleSequences(t *testing.T) {
 // Bad requests are refused by name, before anything runs.
 func TestBatchRefusesBadRequests(t *testing.T) {
 	_, m, _ := loadSet(t, "qwen2-tiny")
-	if _, err := m.NewBatch(17, 0); err == nil || !strings.Contains(err.Error(), "1..16") {
-		t.Errorf("NewBatch(17): %v", err)
+	if _, err := m.NewBatch(65, 0); err == nil || !strings.Contains(err.Error(), "1..64") {
+		t.Errorf("NewBatch(65): %v", err)
 	}
 	b, err := m.NewBatch(2, 0)
 	if err != nil {
