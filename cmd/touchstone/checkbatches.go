@@ -19,10 +19,18 @@ type batchVerdict struct {
 	tokens     tokenCheck
 	divergence *model.Divergence
 	cacheLen   int
+	// served: the same sequences served over a paged cache (model.PlanServed, pages of
+	// servedBlockSize), every tap of every position and each greedy choice
+	served       tapSummary
+	servedTokens tokenCheck
+	servedPlan   string
 }
 
+// servedBlockSize is the page size check serves a batch set with (vLLM's default).
+const servedBlockSize = 16
+
 func (v *batchVerdict) outcome(p conformance.InconclusivePolicy) outcome {
-	return worst(passOrFail(v.tapsFailed == 0), v.tokens.outcome(p))
+	return worst(passOrFail(v.tapsFailed == 0), v.tokens.outcome(p), passOrFail(v.served.tapsFailed == 0), v.servedTokens.outcome(p))
 }
 
 // checkBatchSet runs batch set b on the model of its model set ms.
@@ -50,6 +58,13 @@ func checkBatchSet(be backend.Backend, b, ms *golden.Set, tols *compare.Toleranc
 	for i := range sizes {
 		sizes[i] = i + 1
 	}
+	pl := model.PlanServed(seqs, p.DecodeSteps, servedBlockSize, b.Manifest.Seed*31+servedBlockSize)
+	srows, ssteps, err := model.CompareServedTaps(m, b, p, seqs, pl, tols)
+	if srows == nil {
+		return nil, err
+	}
+	v.served, v.servedPlan = summarizeTaps(srows), pl.String()
+	v.servedTokens = tokenCheck{err: err, tally: model.BatchTally(ssteps, p.MarginEpsilon), detail: fmt.Sprintf("%d sequences served, teacher-forced", len(seqs))}
 	// Logits alone decide the verdict here; `ginkgo -r` (suites/models) names the first tap.
 	prompts, v.cacheLen = model.InvarianceInputs(m, prompts, p.DecodeSteps)
 	if v.divergence, err = model.CheckBatchInvariance(m, prompts, v.cacheLen, p.DecodeSteps, sizes, []string{"logits"}); err != nil {
@@ -71,8 +86,13 @@ func printBatchRow(tw *tabwriter.Writer, w io.Writer, name string, v *batchVerdi
 		verdict, label = v.divergence.String(), "VARIANT"
 	}
 	fmt.Fprintf(tw, "batch\t%s\tinvariance\tlogits\t%s\t\t\t%s\n", name, verdict, label)
-	if v.tokens.err != nil {
-		tw.Flush()
-		fmt.Fprintf(w, "    %v\n", v.tokens.err)
+	v.served.printRows(tw, "served", name)
+	fmt.Fprintf(tw, "served\t%s\tgreedy\ttokens\t%s\t\t\t%s\n", name, v.servedTokens.value(), v.servedTokens.status(p))
+	fmt.Fprintf(tw, "served\t%s\tplan\t\t%s\t\t\t\n", name, v.servedPlan)
+	for _, err := range []error{v.tokens.err, v.servedTokens.err} {
+		if err != nil {
+			tw.Flush()
+			fmt.Fprintf(w, "    %v\n", err)
+		}
 	}
 }
