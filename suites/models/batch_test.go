@@ -16,7 +16,7 @@ import (
 )
 
 // committedBatches must always be present: CI runs them on the CPU backend.
-var committedBatches = []string{"qwen2-tiny-b4", "phi3.5-tiny-b3", "gpt2-tiny-b3"}
+var committedBatches = []string{"qwen2-tiny-b4", "phi3.5-tiny-b3", "gpt2-tiny-b3", "qwen2-swa-tiny-b3"}
 
 var _ = Describe("batch golden sets", harness.Model, func() {
 	It("are all discoverable and well-formed, each naming a present model set, with every committed one", func() {

@@ -63,6 +63,9 @@ BATCHES = [
     # and 2 (5 and 11 tokens) stay on the short one: one batch step, two tables.
     BatchSpec("phi3.5-tiny-b3", "phi3.5-tiny", COMMITTED, 3),
     BatchSpec("gpt2-tiny-b3", "gpt2-tiny", COMMITTED, 3),
+    # qwen2-swa-tiny's 7-position window on layer 1: served over pages of 4 and 16, the windows'
+    # edges fall inside pages and inside prompt chunks
+    BatchSpec("qwen2-swa-tiny-b3", "qwen2-swa-tiny", COMMITTED, 3),
     BatchSpec("qwen2.5-0.5b-b16", "qwen2.5-0.5b", FULL, 16, SHARED_B16),
     BatchSpec("llama3.2-1b-b16", "llama3.2-1b", FULL, 16, SHARED_B16),
 ]

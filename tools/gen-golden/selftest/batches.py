@@ -310,8 +310,8 @@ def run(set_dirs=None):
         print("selftest batches OK: %d set(s), %.1fs" % (len(set_dirs), time.time() - t0))
         return 0
     specs = batches.batches_for(batches.COMMITTED)
-    check([s.name for s in specs] == ["qwen2-tiny-b4", "phi3.5-tiny-b3", "gpt2-tiny-b3"],
-          "the committed batch sets")
+    check([s.name for s in specs] == ["qwen2-tiny-b4", "phi3.5-tiny-b3", "gpt2-tiny-b3",
+                                      "qwen2-swa-tiny-b3"], "the committed batch sets")
     with tempfile.TemporaryDirectory(prefix="gen-golden-selftest-") as tmp:
         for name in sorted({s.model for s in specs}):
             model_build.build_synthetic(configs.BY_NAME[name], os.path.join(tmp, "models", name))
