@@ -126,3 +126,74 @@ func TestServedRefusals(t *testing.T) {
 		}
 	}
 }
+
+// A served plan runs every position of every sequence exactly once, in order, each step with
+// distinct sequences; a share is whole pages of a common prefix, short of the sharer's last
+// prompt token, whose source wrote them in earlier steps; the same seed gives the same plan.
+func TestPlanServedCoversEveryPosition(t *testing.T) {
+	const steps, bs = 8, 4
+	base := batchPrompts(384, 16, 5, 11, 1, 23, 8)
+	seqs := make([]model.BatchSequence, len(base))
+	for i, p := range base {
+		if i == 4 || i == 5 { // 4 and 5 begin with sequence 0's first 13 and 6 tokens
+			n := map[int]int{4: 13, 5: 6}[i]
+			p = append(append([]int32(nil), base[0][:n]...), p[min(n, len(p)):]...)
+		}
+		seqs[i] = model.BatchSequence{Prompt: p, Tokens: make([]int32, steps+1)}
+	}
+	for seed := uint64(0); seed < 20; seed++ {
+		pl := model.PlanServed(seqs, steps, bs, seed)
+		if again := model.PlanServed(seqs, steps, bs, seed); again.String() != pl.String() || len(again.Steps) != len(pl.Steps) {
+			t.Fatalf("seed %d: two plans differ: %s / %s", seed, pl, again)
+		}
+		next := make([]int, len(seqs))            // each sequence's next position
+		written := make([]map[int]int, len(seqs)) // position -> step that wrote it
+		for i := range seqs {
+			written[i] = map[int]int{}
+			if sh, ok := pl.Shares[i]; ok {
+				src, n := sh[0], sh[1]
+				if n%bs != 0 || n <= 0 || n > len(seqs[i].Prompt)-1 || n > len(seqs[src].Prompt) {
+					t.Fatalf("seed %d: sequence %d shares %d tokens of %d", seed, i, n, src)
+				}
+				for p := 0; p < n; p++ {
+					if seqs[i].Prompt[p] != seqs[src].Prompt[p] {
+						t.Fatalf("seed %d: sequence %d shares position %d of %d, whose token differs", seed, i, p, src)
+					}
+				}
+				next[i] = n
+			}
+		}
+		for k, st := range pl.Steps {
+			if len(st) == 0 {
+				t.Fatalf("seed %d: step %d is empty", seed, k)
+			}
+			in := map[int]bool{}
+			for _, ch := range st {
+				if in[ch.Seq] {
+					t.Fatalf("seed %d: step %d has two chunks of sequence %d", seed, k, ch.Seq)
+				}
+				in[ch.Seq] = true
+				if sh, ok := pl.Shares[ch.Seq]; ok && next[ch.Seq] == sh[1] {
+					for p := 0; p < sh[1]; p++ { // the source (or its own source) wrote them earlier
+						src := sh[0]
+						for s2, ok := pl.Shares[src]; ok && p < s2[1]; s2, ok = pl.Shares[src] {
+							src = s2[0]
+						}
+						if w, ok := written[src][p]; !ok || w >= k {
+							t.Fatalf("seed %d: sequence %d starts at step %d on position %d of %d, written at step %d (%v)", seed, ch.Seq, k, p, sh[0], w, ok)
+						}
+					}
+				}
+				for j := range ch.Tokens {
+					written[ch.Seq][next[ch.Seq]+j] = k
+				}
+				next[ch.Seq] += len(ch.Tokens)
+			}
+		}
+		for i, s := range seqs {
+			if want := len(s.Prompt) + steps; next[i] != want {
+				t.Fatalf("seed %d: sequence %d ran to position %d, want %d", seed, i, next[i], want)
+			}
+		}
+	}
+}
