@@ -104,21 +104,7 @@ type BatchTokenStep struct {
 // greedy choice at every point against the reference's; a differing choice above the margin
 // epsilon is an error listing every one.
 func CompareBatchTaps(m *Model, set *golden.Set, p *BatchParams, seqs []BatchSequence, tols *compare.Tolerances) ([]compare.TapResult, []BatchTokenStep, error) {
-	cal, err := set.Calibration()
-	if err != nil {
-		return nil, nil, err
-	}
-	var bare []string
-	var expected []golden.File
-	for _, f := range set.Files(golden.RoleExpected) {
-		i, tap := golden.SplitSequence(f.Name)
-		if i == 0 && strings.HasPrefix(tap, "prefill.") {
-			bare = append(bare, strings.TrimPrefix(tap, "prefill."))
-		}
-		if strings.HasPrefix(tap, "prefill.") || strings.HasPrefix(tap, "decode.") {
-			expected = append(expected, f)
-		}
-	}
+	bare, expected := batchTaps(set)
 	b, err := m.NewBatch(p.Batch, 0)
 	if err != nil {
 		return nil, nil, err
@@ -135,14 +121,9 @@ func CompareBatchTaps(m *Model, set *golden.Set, p *BatchParams, seqs []BatchSeq
 		}
 		V := l.Shape[1]
 		for i, s := range seqs {
-			row := tensor.FromF32([]int{V}, l.Float32()[i*V:(i+1)*V]).Float64()
-			st := BatchTokenStep{Seq: i, Step: step, Got: int32(compare.TopK(row, 1)[0]), Want: s.Tokens[step], Margin: float64(s.Margins[step])}
-			if st.Got != st.Want {
-				st.Accepted = st.Margin < p.MarginEpsilon
-				if !st.Accepted {
-					wrong = append(wrong, fmt.Sprintf("sequence %d at step %d: engine %d, reference %d (top-2 margin %.4g >= epsilon %g)",
-						i, step, st.Got, st.Want, st.Margin, p.MarginEpsilon))
-				}
+			st, bad := greedyChoice(i, step, l.Float32()[i*V:(i+1)*V], s, p.MarginEpsilon)
+			if bad != "" {
+				wrong = append(wrong, bad)
 			}
 			steps = append(steps, st)
 		}
@@ -169,23 +150,71 @@ func CompareBatchTaps(m *Model, set *golden.Set, p *BatchParams, seqs []BatchSeq
 		}
 	}
 	got := m.Taps()
-	rows := make([]compare.TapResult, len(expected))
-	errs := make([]error, len(expected))
-	parallel(len(expected), func(i int) {
-		g := got[expected[i].Name]
-		if g == nil {
-			errs[i] = fmt.Errorf("%s: the engine produced no tap %s", set.ID(), expected[i].Name)
-			return
+	rows, err := compareBatchSetTaps(set, tols, expected, func(name string) (*tensor.Tensor, error) {
+		if g := got[name]; g != nil {
+			return g, nil
 		}
-		rows[i], errs[i] = compareTap(set, cal, tols, expected[i].Name, g, nil, false)
+		return nil, fmt.Errorf("%s: the engine produced no tap %s", set.ID(), name)
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return nil, nil, err
 	}
 	if len(wrong) > 0 {
 		return rows, steps, fmt.Errorf("%s: greedy choices differ from the reference's: %s", set.ID(), strings.Join(wrong, "; "))
 	}
 	return rows, steps, nil
+}
+
+// batchTaps are a batch set's expected taps (every sequence's prefill and decode taps) and the
+// bare names a run requests for them (sequence 0's prefill taps).
+func batchTaps(set *golden.Set) (bare []string, expected []golden.File) {
+	for _, f := range set.Files(golden.RoleExpected) {
+		i, tap := golden.SplitSequence(f.Name)
+		if t, ok := strings.CutPrefix(tap, "prefill."); ok && i == 0 {
+			bare = append(bare, t)
+		}
+		if strings.HasPrefix(tap, "prefill.") || strings.HasPrefix(tap, "decode.") {
+			expected = append(expected, f)
+		}
+	}
+	return bare, expected
+}
+
+// compareBatchSetTaps compares every expected tap, the engine's from got, with its reference
+// under the limits the set's calibration gives (one worker per CPU, results in tap order).
+func compareBatchSetTaps(set *golden.Set, tols *compare.Tolerances, expected []golden.File, got func(name string) (*tensor.Tensor, error)) ([]compare.TapResult, error) {
+	cal, err := set.Calibration()
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]compare.TapResult, len(expected))
+	errs := make([]error, len(expected))
+	parallel(len(expected), func(i int) {
+		g, err := got(expected[i].Name)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		rows[i], errs[i] = compareTap(set, cal, tols, expected[i].Name, g, nil, false)
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return rows, nil
+}
+
+// greedyChoice is sequence i's greedy choice from its logits row at reference step `step`, and
+// the line that reports it when it differs from the reference's at a margin of eps or more.
+func greedyChoice(i, step int, logits []float32, s BatchSequence, eps float64) (BatchTokenStep, string) {
+	row := tensor.FromF32([]int{len(logits)}, logits).Float64()
+	st := BatchTokenStep{Seq: i, Step: step, Got: int32(compare.TopK(row, 1)[0]), Want: s.Tokens[step], Margin: float64(s.Margins[step])}
+	if st.Got == st.Want {
+		return st, ""
+	}
+	if st.Accepted = st.Margin < eps; st.Accepted {
+		return st, ""
+	}
+	return st, fmt.Sprintf("sequence %d at step %d: engine %d, reference %d (top-2 margin %.4g >= epsilon %g)", i, step, st.Got, st.Want, st.Margin, eps)
 }
 
 // Divergence is where a sequence's computation in a batch first differs, in its bits, from the

@@ -49,11 +49,11 @@ type Chunk struct {
 	Tokens []int32
 }
 
-// servedStep is what a served pass reads besides the model: views of Served.in.
+// servedStep is what a served pass's attention reads besides the pass's own inputs: the pools,
+// and the step's block table, query starts and lengths (views of Served.in).
 type servedStep struct {
 	s                      *Served
 	table, qStarts, kvLens backend.Buffer
-	ids, positions, slots  backend.Buffer
 }
 
 // NewServed allocates a paged pool for every layer and the step buffers.
@@ -254,9 +254,8 @@ func (s *Served) pass(T, B int, spans []rowSpan) (err error) {
 	defer recoverPass(&err)
 	p := &pass{m: m, be: m.be, mem: m.mem, T: T, allLogits: true}
 	at := func(start, n int) backend.Buffer { return p.rows(s.in, start, n) }
-	st := &servedStep{s: s, ids: at(0, T), positions: at(T, T), slots: at(2*T, T), qStarts: at(3*T, B+1), kvLens: at(3*T+B+1, B)}
-	st.table = p.view(at(3*T+2*B+1, B*s.width), B, s.width)
-	p.served, p.ids, p.posBuf, p.cacheRows = st, st.ids, st.positions, st.slots
+	p.ids, p.posBuf, p.cacheRows = at(0, T), at(T, T), at(2*T, T)
+	p.served = &servedStep{s: s, qStarts: at(3*T, B+1), kvLens: at(3*T+B+1, B), table: p.view(at(3*T+2*B+1, B*s.width), B, s.width)}
 	p.out = p.rows(s.logits, 0, T)
 	if len(m.want) > 0 {
 		p.rowSpans = spans

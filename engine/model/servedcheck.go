@@ -1,10 +1,11 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/compare"
@@ -178,7 +179,10 @@ func RunServed(m *Model, pl *ServedPlan, taps []string) (*ServedRun, error) {
 		return nil, err
 	}
 	defer s.Close()
-	want := append([]string{"logits"}, taps...)
+	want := taps
+	if !slices.Contains(taps, "logits") { // the greedy choices read it
+		want = append([]string{"logits"}, taps...)
+	}
 	m.RequestTaps(want)
 	defer m.RequestTaps(nil)
 	run := &ServedRun{plan: pl, at: make([][][2]int, len(pl.streams))}
@@ -236,19 +240,19 @@ func (r *ServedRun) rows(i, from, to int, tap string) (*tensor.Tensor, error) {
 }
 
 // goldenRows maps a batch set's tap name (s<i>.prefill.<tap>, s<i>.decode.<j>.<tap>) to the
-// sequence, positions and bare tap it covers.
-func goldenRows(name string, prompt int) (seq, from, to int, tap string, ok bool) {
+// sequence of seqs, the positions and the bare tap it covers.
+func goldenRows(name string, seqs []BatchSequence) (seq, from, to int, tap string, ok bool) {
 	seq, rest := golden.SplitSequence(name)
-	if seq < 0 {
+	if seq < 0 || seq >= len(seqs) {
 		return 0, 0, 0, "", false
 	}
+	prompt := len(seqs[seq].Prompt)
 	if t, found := strings.CutPrefix(rest, "prefill."); found {
 		return seq, 0, prompt, t, true
 	}
 	if t, found := strings.CutPrefix(rest, "decode."); found {
-		var j int
 		if k := strings.IndexByte(t, '.'); k > 0 {
-			if _, err := fmt.Sscanf(t[:k], "%d", &j); err == nil {
+			if j, err := strconv.Atoi(t[:k]); err == nil && j >= 0 {
 				return seq, prompt + j, prompt + j + 1, t[k+1:], true
 			}
 		}
@@ -260,64 +264,36 @@ func goldenRows(name string, prompt int) (seq, from, to int, tap string, ok bool
 // every tap of every sequence with its reference (each position's row from whichever step
 // computed it) under the calibrated limits of the batch set's tap, and each greedy choice.
 func CompareServedTaps(m *Model, set *golden.Set, p *BatchParams, seqs []BatchSequence, pl *ServedPlan, tols *compare.Tolerances) ([]compare.TapResult, []BatchTokenStep, error) {
-	cal, err := set.Calibration()
-	if err != nil {
-		return nil, nil, err
-	}
-	var bare []string
-	var expected []golden.File
-	for _, f := range set.Files(golden.RoleExpected) {
-		i, tap := golden.SplitSequence(f.Name)
-		if t, ok := strings.CutPrefix(tap, "prefill."); ok && i == 0 && t != "logits" {
-			bare = append(bare, t)
-		}
-		if strings.HasPrefix(tap, "prefill.") || strings.HasPrefix(tap, "decode.") {
-			expected = append(expected, f)
-		}
-	}
+	bare, expected := batchTaps(set)
 	run, err := RunServed(m, pl, bare)
 	if err != nil {
 		return nil, nil, err
 	}
-	rows := make([]compare.TapResult, len(expected))
-	errs := make([]error, len(expected))
-	parallel(len(expected), func(k int) {
-		name := expected[k].Name
-		i := seqIndex(name)
-		if i < 0 || i >= len(seqs) {
-			errs[k] = fmt.Errorf("%s: tap %s names no sequence of the set", set.ID(), name)
-			return
-		}
-		_, from, to, tap, ok := goldenRows(name, len(seqs[i].Prompt))
+	rows, err := compareBatchSetTaps(set, tols, expected, func(name string) (*tensor.Tensor, error) {
+		i, from, to, tap, ok := goldenRows(name, seqs)
 		if !ok {
-			errs[k] = fmt.Errorf("%s: tap %s names no sequence's rows", set.ID(), name)
-			return
+			return nil, fmt.Errorf("%s: tap %s names no sequence's rows", set.ID(), name)
 		}
 		g, err := run.rows(i, from, to, tap)
 		if err != nil {
-			errs[k] = fmt.Errorf("%s: %w", set.ID(), err)
-			return
+			return nil, fmt.Errorf("%s: %w", set.ID(), err)
 		}
-		rows[k], errs[k] = compareTap(set, cal, tols, name, g, nil, false)
+		return g, nil
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return nil, nil, err
 	}
 	var steps []BatchTokenStep
 	var wrong []string
 	for i, s := range seqs {
-		P := len(s.Prompt)
 		for j := 0; j <= p.DecodeSteps; j++ {
-			row, _, err := run.row(i, P-1+j, "logits")
+			row, _, err := run.row(i, len(s.Prompt)-1+j, "logits")
 			if err != nil {
 				return nil, nil, err
 			}
-			st := BatchTokenStep{Seq: i, Step: j, Got: int32(compare.TopK(tensor.FromF32([]int{len(row)}, row).Float64(), 1)[0]), Want: s.Tokens[j], Margin: float64(s.Margins[j])}
-			if st.Got != st.Want {
-				st.Accepted = st.Margin < p.MarginEpsilon
-				if !st.Accepted {
-					wrong = append(wrong, fmt.Sprintf("sequence %d at step %d: engine %d, reference %d (top-2 margin %.4g >= epsilon %g)", i, j, st.Got, st.Want, st.Margin, p.MarginEpsilon))
-				}
+			st, bad := greedyChoice(i, j, row, s, p.MarginEpsilon)
+			if bad != "" {
+				wrong = append(wrong, bad)
 			}
 			steps = append(steps, st)
 		}
@@ -326,11 +302,6 @@ func CompareServedTaps(m *Model, set *golden.Set, p *BatchParams, seqs []BatchSe
 		return rows, steps, fmt.Errorf("%s: served greedy choices differ from the reference's: %s", set.ID(), strings.Join(wrong, "; "))
 	}
 	return rows, steps, nil
-}
-
-func seqIndex(name string) int {
-	i, _ := golden.SplitSequence(name)
-	return i
 }
 
 // ServedDivergence is where a sequence's rows in a served run first differ, in their bits,
