@@ -58,7 +58,7 @@ func checkBatchSet(be backend.Backend, b, ms *golden.Set, tols *compare.Toleranc
 	for i := range sizes {
 		sizes[i] = i + 1
 	}
-	pl := model.PlanServed(seqs, p.DecodeSteps, servedBlockSize, b.Manifest.Seed*31+servedBlockSize)
+	pl := model.PlanServed(seqs, p.DecodeSteps, servedBlockSize, model.ServedSeed(b, servedBlockSize))
 	srows, ssteps, err := model.CompareServedTaps(m, b, p, seqs, pl, tols)
 	if srows == nil {
 		return nil, err

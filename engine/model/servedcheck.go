@@ -124,6 +124,13 @@ func PlanServed(seqs []BatchSequence, decodeSteps, blockSize int, seed uint64) *
 	return pl
 }
 
+// ServedSeed is the seed of a batch set's served plan at a page size: the set's own seed
+// mixed with the page size, so every set and page size gets a schedule of its own, the same in
+// the suite and in touchstone check.
+func ServedSeed(set *golden.Set, blockSize int) uint64 {
+	return set.Manifest.Seed*31 + uint64(blockSize)
+}
+
 func commonPrefix(a, b []int32) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {

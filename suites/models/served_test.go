@@ -30,13 +30,10 @@ func servedSpecs(s, b *golden.Set, what string) {
 		func() { checkServedInvariance(s, b, 4) })
 }
 
-// servedSeed is a plan's seed: the set's own, so every set gets a different schedule.
-func servedSeed(b *golden.Set, bs int) uint64 { return uint64(b.Manifest.Seed)*31 + uint64(bs) }
-
 func checkServed(s, b *golden.Set, bs int) {
 	m, p, seqs := loadBatch(s, b)
 	b.KeepTensors()
-	pl := model.PlanServed(seqs, p.DecodeSteps, bs, servedSeed(b, bs))
+	pl := model.PlanServed(seqs, p.DecodeSteps, bs, model.ServedSeed(b, bs))
 	rows, steps, err := model.CompareServedTaps(m, b, p, seqs, pl, tols)
 	harness.SkipUnsupported(err)
 	if rows == nil {
@@ -70,7 +67,7 @@ func checkServedInvariance(s, b *golden.Set, bs int) {
 			taps = append(taps, strings.TrimPrefix(tap, "prefill."))
 		}
 	}
-	pl := model.PlanServed(shareFirstPrompt(seqs, bs), p.DecodeSteps, bs, servedSeed(b, bs))
+	pl := model.PlanServed(shareFirstPrompt(seqs, bs), p.DecodeSteps, bs, model.ServedSeed(b, bs))
 	d, err := model.CheckServedInvariance(m, pl, taps)
 	harness.SkipUnsupported(err)
 	Expect(err).NotTo(HaveOccurred())
