@@ -124,15 +124,18 @@ int launch_gemv_kernel(const char *op, Kernel kernel, std::atomic<int> &shared_d
  * element: either storage type, internal.h). */
 inline bool gemv_fits(int rows, int k) { return (int64_t)rows * k * 2 <= (int64_t)max_shared_optin() - 1024; }
 
-/* Where the projections of decode (gemm, rmsnorm_gemm, swiglu_gemm) take the gemv rather than
- * cuBLAS: up to 4 rows, k % 8 == 0, 16-byte aligned operands (aligned), a weight [n, k] of at
- * most 32 MiB. Measured on an H100 (docs/PERF.md, 2026-11-24): the gemv ran Qwen2.5's q/k/v and gate/up
- * projections (2.1 and 17 MB) in 6.6 and 12.4 us where the norm and cuBLAS took 10.9 and 15.2,
- * lost on Phi-3's 57 MB q/k/v (30.2 against 28.3 us), and was 1.4x and 2.3-4x slower than cuBLAS
- * at 8 and 16 rows (one shared-memory read per row per weight vector). 2 bytes a weight element:
- * either storage type, whose gemv reads the same bytes. */
+/* Where the projections of decode (gemm, rmsnorm_gemm, layernorm_gemm, swiglu_gemm) take the gemv
+ * rather than cuBLAS: up to gemv_rows() rows (ts_set_gemv_rows, at most 4), k % 8 == 0, 16-byte
+ * aligned operands (aligned), a weight [n, k] of at most 32 MiB. Measured op by op on an H100
+ * (docs/PERF.md, 2026-11-24): the gemv ran Qwen2.5's q/k/v and gate/up projections (2.1 and 17 MB)
+ * in 6.6 and 12.4 us where the norm and cuBLAS took 10.9 and 15.2, lost on Phi-3's 57 MB q/k/v
+ * (30.2 against 28.3 us), and was 1.4x and 2.3-4x slower than cuBLAS at 8 and 16 rows (one
+ * shared-memory read per row per weight vector). The row limit is the whole model's measured
+ * choice (touchstone bench-batch -gemv-rows). 2 bytes a weight element: either storage type,
+ * whose gemv reads the same bytes. */
 inline bool gemv_decode_applies(int rows, int k, int n, bool aligned) {
-    return rows <= 4 && k % 8 == 0 && aligned && (int64_t)n * k * 2 <= (32ll << 20) && gemv_fits(rows, k);
+    return rows <= gemv_rows() && k % 8 == 0 && aligned && (int64_t)n * k * 2 <= (32ll << 20) &&
+           gemv_fits(rows, k);
 }
 
 /* Batch-invariant mode (ts_set_batch_invariant): every projection of up to kGemvMaxRows rows takes

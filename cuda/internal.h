@@ -118,6 +118,12 @@ bool pdl_enabled();
  * number of rows they are given (touchstone.h). */
 bool batch_invariant();
 
+/* ts_set_gemv_rows: up to how many rows the decode projections take the gemv (0..kMaxGemvRows,
+ * the largest row tile of their launches); kDefaultGemvRows until set. */
+constexpr int kMaxGemvRows = 4;
+constexpr int kDefaultGemvRows = 4;
+int gemv_rows();
+
 /* One launch, with the programmatic-stream-serialisation attribute when pdl_enabled(). */
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

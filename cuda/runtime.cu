@@ -47,6 +47,8 @@ std::mutex g_blas_mu;
 std::atomic<bool> g_debug{false};
 std::atomic<bool> g_sync{false};
 std::atomic<bool> g_batch_invariant{false};
+/* ts_set_gemv_rows; the default is the measured whole-model choice (touchstone.h). */
+std::atomic<int> g_gemv_rows{ts::kDefaultGemvRows};
 std::atomic<bool> g_pdl{false};
 
 /* Path recording (ts_record_paths): "<op>\t<what>" -> count. */
@@ -191,6 +193,8 @@ bool debug_enabled() { return g_debug.load(std::memory_order_relaxed); }
 bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 
 bool batch_invariant() { return g_batch_invariant.load(std::memory_order_relaxed); }
+
+int gemv_rows() { return g_gemv_rows.load(std::memory_order_relaxed); }
 
 const char *dims(const char *fmt, ...) {
     if (!debug_enabled()) return "";
@@ -674,6 +678,12 @@ int ts_init(int device) {
                              "ts_init: TOUCHSTONE_BATCH_INVARIANT = \"%s\": want 1 (batch-invariant kernels) or 0", bi);
         g_batch_invariant.store(bi[0] == '1');
     }
+    if (const char *gr = std::getenv("TOUCHSTONE_GEMV_ROWS"); gr != nullptr && *gr != '\0') {
+        if (gr[1] != '\0' || gr[0] < '0' || gr[0] > '0' + ts::kMaxGemvRows)
+            return set_error(TS_ERR_INVALID_ARGUMENT,
+                             "ts_init: TOUCHSTONE_GEMV_ROWS = \"%s\": want a row count 0..%d", gr, ts::kMaxGemvRows);
+        g_gemv_rows.store(gr[0] - '0');
+    }
     if (const char *dl = std::getenv("TOUCHSTONE_DEADLINE"); dl != nullptr && *dl != '\0') {
         char *end = nullptr;
         const double seconds = std::strtod(dl, &end);
@@ -1021,5 +1031,19 @@ int ts_set_batch_invariant(int on) {
 int ts_batch_invariant(int *on) {
     if (on == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "ts_batch_invariant: on is NULL");
     *on = g_batch_invariant.load() ? 1 : 0;
+    return TS_OK;
+}
+
+int ts_set_gemv_rows(int max_rows) {
+    if (max_rows < 0 || max_rows > ts::kMaxGemvRows)
+        return set_error(TS_ERR_INVALID_ARGUMENT, "ts_set_gemv_rows: max_rows = %d: want 0..%d", max_rows,
+                         ts::kMaxGemvRows);
+    g_gemv_rows.store(max_rows);
+    return TS_OK;
+}
+
+int ts_gemv_rows(int *max_rows) {
+    if (max_rows == nullptr) return set_error(TS_ERR_INVALID_ARGUMENT, "ts_gemv_rows: max_rows is NULL");
+    *max_rows = g_gemv_rows.load();
     return TS_OK;
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/bench"
+	"github.com/touchstone-llm/touchstone/engine/golden"
 	"github.com/touchstone-llm/touchstone/engine/model"
 )
 
@@ -31,6 +32,53 @@ func parseBatches(s string) ([]int, error) {
 	return out, nil
 }
 
+// benchTarget resolves a timing command's model argument: a model set (its name or directory),
+// or a bare checkpoint directory (config.json and safetensors, no manifest: `gen-golden
+// randinit`'s, which times the same as the set's and is written in seconds). Returns the
+// directory and the name to print.
+func benchTarget(root, arg string) (dir, name string, err error) {
+	if _, err := os.Stat(filepath.Join(arg, golden.ManifestName)); err != nil {
+		if st, err := os.Stat(filepath.Join(arg, "config.json")); err == nil && !st.IsDir() {
+			return arg, filepath.Base(filepath.Clean(arg)), nil
+		}
+	}
+	set, err := findModelSet(root, arg)
+	if err != nil {
+		return "", "", err
+	}
+	return set.Dir, set.Manifest.Model, nil
+}
+
+// parseGemvRows reads -gemv-rows: distinct row limits in 0..maxGemvRows, comma-separated, or
+// empty (time the library's own setting only).
+func parseGemvRows(s string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > maxGemvRows || seen[n] {
+			return nil, fmt.Errorf("-gemv-rows %q: want distinct row limits in 0..%d, comma-separated", s, maxGemvRows)
+		}
+		seen[n] = true
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// maxGemvRows is the largest row limit the library accepts (ts_set_gemv_rows: the gemv's row
+// tiles are 1, 2 and 4).
+const maxGemvRows = 4
+
+// batchKernels is one kernel setting a batch is timed under.
+type batchKernels struct {
+	label     string
+	invariant bool
+	gemvRows  int // -1: the library's own setting
+}
+
 // runBenchBatch times batched decode throughput of model sets at several batch sizes beside
 // transformers' static cache under torch.compile (CUDA graphs) at the same batch, in the same
 // run on the same GPU, fed the same tokens.
@@ -47,14 +95,19 @@ func runBenchBatch(args []string, stdout, stderr io.Writer) int {
 	python := fs.String("python", "python3", "python interpreter for the peer")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for docs/PERF.md)")
 	invariant := fs.Bool("invariant", false, "time with the batch-invariant kernels (ts_set_batch_invariant) as well")
+	gemvRowsFlag := fs.String("gemv-rows", "", "time the default kernels under each of these gemv row limits (ts_set_gemv_rows, 0..4, comma-separated) instead of the library's own")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: touchstone bench-batch [flags] <model set>...   (e.g. qwen2.5-0.5b llama3.2-1b)")
+		fmt.Fprintln(stderr, "usage: touchstone bench-batch [flags] <model set or checkpoint dir>...   (e.g. qwen2.5-0.5b llama3.2-1b)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	sizes, err := parseBatches(*batches)
+	var gemvRows []int
+	if err == nil {
+		gemvRows, err = parseGemvRows(*gemvRowsFlag)
+	}
 	if err != nil || fs.NArg() == 0 {
 		if err != nil {
 			fmt.Fprintln(stderr, "touchstone:", err)
@@ -73,13 +126,10 @@ func runBenchBatch(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	defer closeBackend()
-	modes := []bool{false}
-	if *invariant {
-		if _, ok := prof.(interface{ SetBatchInvariant(bool) error }); !ok {
-			fmt.Fprintln(stderr, "touchstone: -invariant: the backend has no batch-invariant switch")
-			return 2
-		}
-		modes = append(modes, true)
+	modes, restore, err := batchModes(prof, gemvRows, *invariant)
+	if err != nil {
+		fmt.Fprintln(stderr, "touchstone:", err)
+		return 2
 	}
 	info := prof.Info()
 	fmt.Fprintf(stdout, "device %d (%s; the peer runs on the same one); every sequence %d prompt tokens, then %d decode steps of the whole batch; %d timed rounds after %d warm-up, CUDA events, medians\n\n",
@@ -87,49 +137,52 @@ func runBenchBatch(args []string, stdout, stderr io.Writer) int {
 	header := []string{"model", "batch", "kernels", "ours ms/step", "ours tok/s", "compile ms/step", "compile tok/s", "vs compile"}
 	var rows [][]string
 	status := 0
-	for _, name := range fs.Args() {
-		set, err := findModelSet(root, name)
+	var fastest []string
+	for _, arg := range fs.Args() {
+		dir, name, err := benchTarget(root, arg)
 		if err != nil {
 			fmt.Fprintln(stderr, "touchstone:", err)
 			return 2
 		}
-		m, err := model.Load(prof, set.Dir, *prompt+*decode)
+		m, err := model.Load(prof, dir, *prompt+*decode)
 		if err != nil {
 			fmt.Fprintf(stderr, "touchstone: %s: %v\n", name, err)
 			return 1
 		}
 		results := map[string]*bench.BatchResult{}
-		for _, inv := range modes {
-			if sw, ok := prof.(interface{ SetBatchInvariant(bool) error }); ok {
-				if err := sw.SetBatchInvariant(inv); err != nil {
-					m.Close()
-					fmt.Fprintln(stderr, "touchstone:", err)
-					return 1
-				}
+		for _, k := range modes {
+			if err := applyBatchKernels(prof, k); err != nil {
+				m.Close()
+				fmt.Fprintln(stderr, "touchstone:", err)
+				return 1
 			}
 			for _, n := range sizes {
-				if inv && n > model.MaxInvariantBatch {
+				if k.invariant && n > model.MaxInvariantBatch {
 					continue // beyond the batch-invariant kernels' range (model.Batch refuses it)
 				}
 				o := bench.BatchOptions{Batch: n, PromptLen: *prompt, DecodeSteps: *decode, Warmup: *warmup, Repeats: *repeats, Seed: 1}
 				res, err := bench.TimeBatch(prof, m, o)
 				if err != nil {
 					m.Close()
-					fmt.Fprintf(stderr, "touchstone: %s at batch %d: %v\n", name, n, err)
+					fmt.Fprintf(stderr, "touchstone: %s at batch %d (%s): %v\n", name, n, k.label, err)
 					return 1
 				}
-				results[fmt.Sprintf("%d/%v", n, inv)] = res
+				results[fmt.Sprintf("%d/%s", n, k.label)] = res
 			}
 		}
 		m.Close()
-		if sw, ok := prof.(interface{ SetBatchInvariant(bool) error }); ok {
-			_ = sw.SetBatchInvariant(false)
+		if err := applyBatchKernels(prof, restore); err != nil {
+			fmt.Fprintln(stderr, "touchstone:", err)
+			return 1
+		}
+		if len(gemvRows) > 1 {
+			fastest = append(fastest, fastestGemvRows(name, sizes, modes, results))
 		}
 		for _, n := range sizes {
 			var peer *peerRun
 			if *hf {
-				res := results[fmt.Sprintf("%d/false", n)]
-				p, err := runBatchPeer(*python, filepath.Join(filepath.Dir(root), "tools", "bench", "model_peer.py"), set.Dir, res, *warmup, *repeats, info.Index)
+				res := results[fmt.Sprintf("%d/%s", n, modes[0].label)]
+				p, err := runBatchPeer(*python, filepath.Join(filepath.Dir(root), "tools", "bench", "model_peer.py"), dir, res, *warmup, *repeats, info.Index)
 				if err != nil {
 					fmt.Fprintf(stderr, "touchstone: %s at batch %d: the torch.compile peer did not run: %v\n", name, n, err)
 					status = 1
@@ -137,16 +190,12 @@ func runBenchBatch(args []string, stdout, stderr io.Writer) int {
 					peer = p
 				}
 			}
-			for _, inv := range modes {
-				res := results[fmt.Sprintf("%d/%v", n, inv)]
+			for _, k := range modes {
+				res := results[fmt.Sprintf("%d/%s", n, k.label)]
 				if res == nil {
 					continue
 				}
-				kernels := "default"
-				if inv {
-					kernels = "batch-invariant"
-				}
-				row := []string{set.Manifest.Model, strconv.Itoa(n), kernels, fmt.Sprintf("%.3f", res.LoopMsPerStep), fmt.Sprintf("%.0f", res.TokensPerSec), "-", "-", "-"}
+				row := []string{name, strconv.Itoa(n), k.label, fmt.Sprintf("%.3f", res.LoopMsPerStep), fmt.Sprintf("%.0f", res.TokensPerSec), "-", "-", "-"}
 				if peer != nil {
 					row[5] = fmt.Sprintf("%.3f", peer.DecodeLoopMsPerToken)
 					row[6] = fmt.Sprintf("%.0f", float64(n)*1000/peer.DecodeLoopMsPerToken)
@@ -158,6 +207,9 @@ func runBenchBatch(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprint(stdout, "ms/step: one decode step of the whole batch, a round's steps issued back to back (events around the loop, over the steps); ours replay each step from a graph; compile: transformers SDPA + StaticCache at the same batch, the decode step under torch.compile(mode='reduce-overhead') (CUDA graphs); tok/s = batch x 1000 / ms/step; vs compile: its ms/step over ours (above 1: ours is faster)\n\n")
 	printTable(stdout, header, rows, *markdown)
+	for _, line := range fastest {
+		fmt.Fprintln(stdout, line)
+	}
 	return status
 }
 

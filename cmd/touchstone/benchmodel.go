@@ -177,7 +177,7 @@ func runBenchModel(args []string, stdout, stderr io.Writer) int {
 	python := fs.String("python", "python3", "python interpreter for the transformers peer")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for docs/PERF.md)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: touchstone bench-model [flags] <model set>...   (e.g. qwen2.5-0.5b gpt2-124m)")
+		fmt.Fprintln(stderr, "usage: touchstone bench-model [flags] <model set or checkpoint dir>...   (e.g. qwen2.5-0.5b gpt2-124m)")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -214,20 +214,20 @@ func runBenchModel(args []string, stdout, stderr io.Writer) int {
 	var rows [][]string
 	var peerInfo []string
 	status := 0
-	for _, name := range fs.Args() {
-		set, err := findModelSet(root, name)
+	for _, arg := range fs.Args() {
+		dir, name, err := benchTarget(root, arg)
 		if err != nil {
 			fmt.Fprintln(stderr, "touchstone:", err)
 			return 2
 		}
-		res, err := timeModelSet(prof, set.Dir, opts)
+		res, err := timeModelSet(prof, dir, opts)
 		if err != nil {
 			fmt.Fprintf(stderr, "touchstone: %s: %v\n", name, err)
 			return 1
 		}
 		var peer *modelPeer
 		if len(peers) > 0 {
-			peer, err = runModelPeer(*python, filepath.Join(filepath.Dir(root), "tools", "bench", "model_peer.py"), set.Dir, res, opts, info.Index, peers)
+			peer, err = runModelPeer(*python, filepath.Join(filepath.Dir(root), "tools", "bench", "model_peer.py"), dir, res, opts, info.Index, peers)
 			if err != nil {
 				fmt.Fprintf(stderr, "touchstone: %s: the transformers peers did not run: %v\n", name, err)
 				status = 1
@@ -238,14 +238,14 @@ func runBenchModel(args []string, stdout, stderr io.Writer) int {
 						status = 1
 					}
 				}
-				for _, line := range peerInfoLines(set.Manifest.Model, peer) {
+				for _, line := range peerInfoLines(name, peer) {
 					if !slices.Contains(peerInfo, line) {
 						peerInfo = append(peerInfo, line)
 					}
 				}
 			}
 		}
-		rows = append(rows, benchModelRow(set.Manifest.Model, res, peer, withCompile))
+		rows = append(rows, benchModelRow(name, res, peer, withCompile))
 	}
 	for _, line := range peerInfo {
 		fmt.Fprintln(stdout, line)

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 20
+#define TS_ABI_VERSION 21
 
 typedef enum {
     TS_OK = 0,
@@ -140,6 +140,18 @@ int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed);
  * it on; any other value but 0 or unset makes ts_init fail, naming it. Needs no ts_init. */
 int ts_set_batch_invariant(int on);
 int ts_batch_invariant(int *on);
+
+/* The row count up to which the decode projections (gemm, rmsnorm_gemm, layernorm_gemm,
+ * swiglu_gemm; not gpt_ffn, whose fused FFN has its own limit) take the gemv instead of cuBLAS,
+ * 0..4 (0: never the gemv; the gemv's row tiles are 1, 2 and 4). The gemv's other limits hold
+ * whatever the setting (gemv.cuh: k % 8 == 0, 16-byte aligned operands, a weight of at most
+ * 32 MiB). The default is the fastest whole-model choice measured by `touchstone bench-batch
+ * -gemv-rows` (docs/PERF.md, "Batched decode throughput"). Process-wide, read when an op is
+ * called, so a captured graph keeps the setting of its capture; the batch-invariant mode
+ * overrides it. TOUCHSTONE_GEMV_ROWS=<0..4> at ts_init sets it; any other value makes ts_init
+ * fail, naming it. Needs no ts_init. */
+int ts_set_gemv_rows(int max_rows);
+int ts_gemv_rows(int *max_rows);
 
 int ts_malloc(void **ptr, size_t bytes);
 int ts_free(void *ptr);

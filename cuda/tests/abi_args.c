@@ -739,6 +739,20 @@ int main(void) {
         fprintf(stderr, "FAIL batch-invariant mode round trip: on %d, off %d (%s)\n", bi_on, bi_off, ts_last_error());
     }
 
+    /* the decode gemv's row limit: needs no ts_init, round-trips, refuses what its launches lack */
+    expect("gemv_rows -1", ts_set_gemv_rows(-1), TS_ERR_INVALID_ARGUMENT, "ts_set_gemv_rows", "max_rows", "-1");
+    expect("gemv_rows 5", ts_set_gemv_rows(5), TS_ERR_INVALID_ARGUMENT, "ts_set_gemv_rows", "max_rows", "5");
+    expect("gemv_rows null", ts_gemv_rows(NULL), TS_ERR_INVALID_ARGUMENT, "ts_gemv_rows", "max_rows", NULL);
+    checks++;
+    int gr_default = -1, gr_two = -1, gr_back = -1;
+    if (ts_gemv_rows(&gr_default) != TS_OK || ts_set_gemv_rows(2) != TS_OK || ts_gemv_rows(&gr_two) != TS_OK ||
+        gr_two != 2 || ts_set_gemv_rows(gr_default) != TS_OK || ts_gemv_rows(&gr_back) != TS_OK ||
+        gr_back != gr_default) {
+        failures++;
+        fprintf(stderr, "FAIL gemv row limit round trip: default %d, set 2 read %d, restored %d (%s)\n", gr_default,
+                gr_two, gr_back, ts_last_error());
+    }
+
     /* The deadline of the waits (deadline.cu): positive, at most a day; needs no ts_init. */
     expect("deadline zero", ts_set_deadline(0.0), TS_ERR_INVALID_ARGUMENT, "ts_set_deadline", "seconds", "0");
     expect("deadline negative", ts_set_deadline(-1.0), TS_ERR_INVALID_ARGUMENT, "ts_set_deadline", "seconds", "-1");

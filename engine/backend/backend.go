@@ -322,6 +322,15 @@ type BatchInvariance interface {
 	BatchInvariant() (bool, error)
 }
 
+// GemvRows is implemented by backends whose decode projections choose between a gemv and a
+// library GEMM by row count (the cuda backend's ts_set_gemv_rows): up to MaxRows rows take the
+// gemv. bench-batch times the settings side by side, which is how the default is chosen. The
+// setting is process-wide; a captured graph keeps the setting of its capture.
+type GemvRows interface {
+	SetGemvRows(maxRows int) error
+	GemvRows() (int, error)
+}
+
 // PathKey names one recorded path: the op and what ran for it (a kernel's name with its
 // template arguments, a library call, or "fault:<kind>").
 type PathKey struct{ Op, What string }

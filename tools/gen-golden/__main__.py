@@ -10,6 +10,7 @@
     python3 tools/gen-golden sampling [--out DIR] [--check]
     python3 tools/gen-golden selftest [--only imports|incremental|kernels|...] [--set DIR]...
     python3 tools/gen-golden randinit --preset qwen2.5-1.5b --out DIR [--seed N] [--layers N] [--vocab N]
+    python3 tools/gen-golden checkpoint --model NAME --out DIR
 """
 
 import os
@@ -381,6 +382,31 @@ def add_selection(parser):
                              "alone, without recomputing their sha256")
 
 
+def cmd_checkpoint(args):
+    """A model set's synthetic checkpoint alone (config.json and model.safetensors as drawn,
+    before the set's build peaks its output rows: models/peak.py), without references: the
+    shapes, dtype and scales the timing commands need (`touchstone bench-batch DIR`), in seconds
+    where the whole set takes minutes."""
+    from models.checkpoint import write_synthetic_checkpoint
+    from models.generation import set_seed
+    from models.threads import intra_op_threads, one_thread_workers, tier_threads
+    spec = configs.BY_NAME.get(args.model)
+    if spec is None:
+        sys.exit("checkpoint: --model %r: unknown (known: %s)" % (args.model,
+                 ", ".join(configs.BY_NAME)))
+    if spec.quant is not None:
+        sys.exit("checkpoint: --model %s: a %s set's checkpoint is its quantizer's output; build "
+                 "the set (models --model %s)" % (args.model, spec.quant, args.model))
+    if os.path.exists(os.path.join(args.out, "config.json")):
+        sys.exit("checkpoint: --out %s already holds a checkpoint" % args.out)
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    with intra_op_threads(1), one_thread_workers(tier_threads(spec.tier)) as pool:
+        write_synthetic_checkpoint(args.out, spec, set_seed(spec.name), pool)
+    print("%s: %s's synthetic checkpoint (%.1fs)" % (args.out, spec.name, time.time() - t0))
+    return 0
+
+
 def add_tier_listing(parser):
     parser.add_argument("--tier", choices=("committed", "full"), default="full")
     parser.add_argument("--sets", action="append", metavar="PATTERN[,PATTERN]",
@@ -477,6 +503,11 @@ def main(argv=None):
     r.add_argument("--layers", type=int, metavar="N", help="fewer layers than the preset")
     r.add_argument("--vocab", type=int, metavar="N", help="a smaller vocabulary than the preset")
     r.set_defaults(func=cmd_randinit)
+    c = sub.add_parser("checkpoint", help="write a model set's synthetic checkpoint alone (for "
+                                           "touchstone bench-batch / bench-model DIR)")
+    c.add_argument("--model", required=True, metavar="NAME", help="a model set (qwen2.5-0.5b, ...)")
+    c.add_argument("--out", required=True, metavar="DIR", help="checkpoint directory to create")
+    c.set_defaults(func=cmd_checkpoint)
     args = p.parse_args(argv)
     return args.func(args)
 

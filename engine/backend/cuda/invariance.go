@@ -33,3 +33,26 @@ func (b *Backend) BatchInvariant() (bool, error) {
 	}
 	return on != 0, nil
 }
+
+var _ backend.GemvRows = (*Backend)(nil)
+
+// SetGemvRows sets up to how many rows the decode projections take the gemv instead of cuBLAS
+// (ts_set_gemv_rows, 0..4). Process-wide, as the batch-invariant mode.
+func (b *Backend) SetGemvRows(maxRows int) error {
+	if err := b.enter("set_gemv_rows"); err != nil {
+		return err
+	}
+	return b.status("set_gemv_rows", C.tsg_set_gemv_rows(b.lib.api, C.int(maxRows), b.e), false)
+}
+
+// GemvRows reports the library's row limit (ts_gemv_rows).
+func (b *Backend) GemvRows() (int, error) {
+	if err := b.enter("gemv_rows"); err != nil {
+		return 0, err
+	}
+	var n C.int
+	if err := b.status("gemv_rows", C.tsg_gemv_rows(b.lib.api, &n, b.e), false); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}

@@ -182,6 +182,14 @@ int tsg_batch_invariant(const tsg_api *a, int *on, tsg_err *e) {
     enter(a, "ts_batch_invariant");
     return done(a, a->ts_batch_invariant(on), e);
 }
+int tsg_set_gemv_rows(const tsg_api *a, int max_rows, tsg_err *e) {
+    enter(a, "ts_set_gemv_rows");
+    return done(a, a->ts_set_gemv_rows(max_rows), e);
+}
+int tsg_gemv_rows(const tsg_api *a, int *max_rows, tsg_err *e) {
+    enter(a, "ts_gemv_rows");
+    return done(a, a->ts_gemv_rows(max_rows), e);
+}
 int tsg_recorded_paths(const tsg_api *a, char *buf, size_t size, size_t *needed, tsg_err *e) {
     enter(a, "ts_recorded_paths");
     return done(a, a->ts_recorded_paths(buf, size, needed), e);

@@ -36,6 +36,8 @@
     X(ts_recorded_paths, int, (char *, size_t, size_t *))                                                 \
     X(ts_set_batch_invariant, int, (int))                                                                 \
     X(ts_batch_invariant, int, (int *))                                                                   \
+    X(ts_set_gemv_rows, int, (int))                                                                       \
+    X(ts_gemv_rows, int, (int *))                                                                         \
     X(ts_malloc, int, (void **, size_t))                                                                  \
     X(ts_free, int, (void *))                                                                             \
     X(ts_memset, int, (void *, int, size_t, void *))                                                      \
@@ -158,6 +160,8 @@ int tsg_record_paths(const tsg_api *a, int on, tsg_err *e);
 int tsg_recorded_paths(const tsg_api *a, char *buf, size_t size, size_t *needed, tsg_err *e);
 int tsg_set_batch_invariant(const tsg_api *a, int on, tsg_err *e);
 int tsg_batch_invariant(const tsg_api *a, int *on, tsg_err *e);
+int tsg_set_gemv_rows(const tsg_api *a, int max_rows, tsg_err *e);
+int tsg_gemv_rows(const tsg_api *a, int *max_rows, tsg_err *e);
 int tsg_copy_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e);
 int tsg_copy_to_device(const tsg_api *a, void *dst, const void *src, size_t bytes, tsg_err *e);
 

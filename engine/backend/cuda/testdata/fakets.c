@@ -346,6 +346,25 @@ int ts_batch_invariant(int *on) {
     return TS_OK;
 }
 
+static int fake_gemv_rows = 4;
+
+int ts_set_gemv_rows(int max_rows) {
+    logf_("ts_set_gemv_rows max_rows=%d", max_rows);
+    int st = enter("ts_set_gemv_rows", 0);
+    if (st) return st;
+    if (max_rows < 0 || max_rows > 4) return fail(TS_ERR_INVALID_ARGUMENT, "ts_set_gemv_rows: max_rows: want 0..4");
+    fake_gemv_rows = max_rows;
+    return TS_OK;
+}
+
+int ts_gemv_rows(int *max_rows) {
+    logf_("ts_gemv_rows");
+    int st = enter("ts_gemv_rows", 0);
+    if (st) return st;
+    *max_rows = fake_gemv_rows;
+    return TS_OK;
+}
+
 int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed) {
     logf_("ts_recorded_paths");
     int st = enter("ts_recorded_paths", 0);
