@@ -121,7 +121,7 @@ func LoadSet(be backend.Backend, set *golden.Set) (*Model, *SetParams, error) {
 	}
 	if m.Cfg.Family != p.Family {
 		m.Close()
-		return nil, nil, fmt.Errorf("%s: params.family %q but config.json model_type %q", set.ID(), p.Family, m.Cfg.Family)
+		return nil, nil, fmt.Errorf("%s: params.family %q but config.json model_type %q (family %q)", set.ID(), p.Family, m.Cfg.ModelType, m.Cfg.Family)
 	}
 	if err := checkSetQuant(m, &p); err != nil {
 		m.Close()

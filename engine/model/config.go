@@ -17,7 +17,8 @@ import (
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
 type Config struct {
-	Family       string // "llama", "qwen2", "phi3" or "gpt2" (config.json model_type)
+	Family       string // "llama", "qwen2", "phi3" or "gpt2": the layers' structure (familyOf)
+	ModelType    string // config.json's model_type (mistral is the llama family with a window)
 	Hidden       int
 	Layers       int
 	Heads        int
@@ -50,6 +51,10 @@ type Config struct {
 	// 32-bit checkpoint.
 	Quant *Quant
 }
+
+// familyOf maps config.json's model_type to the family whose layers it has: the weight table
+// and forward it runs with (tools/gen-golden's FAMILY_OF_MODEL_TYPE is the same mapping).
+var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama"}
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
 type rawConfig struct {
@@ -155,9 +160,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.Quant != nil && r.ModelType != "llama" && r.ModelType != "qwen2" {
 		return nil, fmt.Errorf("config: quantization_config (%s) with model_type %q is not implemented: quantized checkpoints run for llama and qwen2", c.Quant.Format, r.ModelType)
 	}
-	c.Family = r.ModelType
+	c.ModelType = r.ModelType
+	c.Family = familyOf[r.ModelType]
 	switch r.ModelType {
-	case "llama", "qwen2", "phi3":
+	case "llama", "qwen2", "phi3", "mistral":
 		c.Hidden = need("hidden_size", r.HiddenSize)
 		c.Layers = need("num_hidden_layers", r.NumHiddenLayers)
 		c.Heads = need("num_attention_heads", r.NumAttentionHeads)
@@ -195,8 +201,9 @@ func ParseConfig(data []byte) (*Config, error) {
 		if r.MLPBias != nil && *r.MLPBias {
 			return nil, fmt.Errorf("config: mlp_bias = true is not implemented for %s", r.ModelType)
 		}
-		// Qwen2 applies its window only with use_sliding_window; Phi-3 always does.
-		if r.SlidingWindow != nil && (r.ModelType == "phi3" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
+		// Qwen2 applies its window only with use_sliding_window; Phi-3 and Mistral always do
+		// (Mistral's null sliding_window, as v0.3 publishes it, is no window).
+		if r.SlidingWindow != nil && (r.ModelType == "phi3" || r.ModelType == "mistral" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
 			if *r.SlidingWindow <= 0 {
 				return nil, fmt.Errorf("config: sliding_window = %d: must be positive", *r.SlidingWindow)
 			}
@@ -245,7 +252,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, phi3, gpt2)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, phi3, gpt2, mistral)", r.ModelType)
 	}
 	if c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)

@@ -54,8 +54,25 @@ func TestParseConfigRefusesUnimplemented(t *testing.T) {
 	if _, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", "", 1))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseConfig([]byte(`{"model_type": "mistral"}`)); err == nil || !strings.Contains(err.Error(), `model_type "mistral"`) {
-		t.Errorf("mistral: %v", err)
+	if _, err := ParseConfig([]byte(`{"model_type": "gemma2"}`)); err == nil || !strings.Contains(err.Error(), `model_type "gemma2"`) {
+		t.Errorf("gemma2: %v", err)
+	}
+}
+
+// Mistral runs as the llama family with its window in every layer; v0.3's null window is none.
+func TestMistralIsLlamaWithAWindow(t *testing.T) {
+	const cfg = `{"model_type": "mistral", "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 192, "vocab_size": 384, "max_position_embeddings": 32768, "rope_theta": 10000.0, "tie_word_embeddings": false, "sliding_window": %s}`
+	c, err := ParseConfig([]byte(fmt.Sprintf(cfg, "5")))
+	if err != nil || c.Family != "llama" || c.ModelType != "mistral" || c.AttnBias || c.TiedHead ||
+		c.LayerWindow(0) != 5 || c.LayerWindow(1) != 5 || c.HeadDim != 16 {
+		t.Errorf("mistral with a window: %+v, %v", c, err)
+	}
+	c, err = ParseConfig([]byte(fmt.Sprintf(cfg, "null")))
+	if err != nil || c.SlidingWindow != 0 || c.LayerWindow(1) != 0 {
+		t.Errorf("mistral with sliding_window null: %+v, %v", c, err)
+	}
+	if _, err := ParseConfig([]byte(fmt.Sprintf(cfg, "0"))); err == nil || !strings.Contains(err.Error(), "sliding_window = 0") {
+		t.Errorf("mistral with sliding_window 0: %v", err)
 	}
 }
 

@@ -320,6 +320,11 @@ var brokenVariants = []broken{
 		func(m *model.Model) { m.Cfg.SlidingWindow = 0 }},
 	{"qwen2-swa-tiny", "window on every layer, max_window_layers ignored", "prefill.layers.0.attn",
 		func(m *model.Model) { m.Cfg.WindowedLayers = nil }},
+	// Mistral (5 keys, every layer): the window read as Qwen2's layer list, or a key short.
+	{"mistral-tiny", "window only on layers from max_window_layers (1) on, as Qwen2 reads it", "prefill.layers.0.attn",
+		func(m *model.Model) { only1 := model.LayerSet{false, true}; m.Cfg.WindowedLayers = &only1 }},
+	{"mistral-tiny", "window one key short (4 instead of 5)", "prefill.layers.0.attn",
+		func(m *model.Model) { m.Cfg.SlidingWindow = 4 }},
 	// Full size: deep layers run under limits their calibration widened; these show a
 	// wrong weight in a late layer is still caught at that layer's own tap.
 	{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",

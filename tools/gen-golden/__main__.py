@@ -32,7 +32,7 @@ from kernels import ops as kernel_ops  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED_BUDGET = 47_000_000  # bytes, `du -sb golden/kernels` (44.85 MB until the sliding-window cases, 13 sets over the four attention ops with windows ending mid-tile and mid-page, of 1 and longer than the sequence, spanning decode key splits, both decode kernels, pages of 1 to 16: +1.95 MB; 30 MB until prefill needed multi-tile cases, 31 until layernorm_gemm, 32 until the scaled RoPE cases: +0.69 MB, 32.25 until the bf16 cases, 105 of them taking every kernel path once more in bf16: +3.36 MB; 35.75 until gpt_ffn's allowances and its narrow-intermediate cases: +1.72 MB; 37.5 until quant_fp8's conversion table, traps and bf16 static case; 38 until gemm_fp8's 8 sets, block and per-channel scales with their FP8 weights: +0.96 MB; 38.75 until the fused quantisers rmsnorm_quant_fp8 and swiglu_quant_fp8, 18 sets taking every row plan of the norm in fp16 and bf16 (up to hidden 16384): +0.83 MB; 39.75 until gemm_fp8's prefill (cuBLASLt) and decode-kernel cases, every template instance once: +0.14 MB; 39.9 until gemm_w4a16's 10 AWQ and GPTQ sets: +0.23 MB; 40.15 until its decode gemv's 7 path cases and 2 bf16 prefill cases: +0.15 MB; 40.35 until the FP8 KV cache's 22 sets, set_rows_fp8 and attention_decode_fp8 at every head dim and group size of the decode kernel in both storage types: +0.63 MB; 41 until attention_decode_paged's 30 sets, every block size from 1 to 256 with its spare pages and poisoned tails (the tensor-core kernel's split at head_dim 128 through 33 pages alone 0.3 MB) and every instance of its two kernels in fp16 and bf16: +1.52 MB; 42.55 until attention_prefill_paged's 17 sets, chunks on prefixes of 0 to 130 positions through pages of 1 to 256 (several 64-row query and 64-key tiles, decodes beside prefills, a ragged batch of four, a shared prefix) at head_dim 64, 80, 96, 128 and 256, 4 of them bf16: +2.09 MB; 44.64 until its 9 path cases, one a padded head dim of the prefill kernel not yet taken in f16 or bf16: +0.26 MB)
-MODELS_COMMITTED_BUDGET = 19_600_000  # bytes, `du -sb golden/models` (18.5 MB until qwen2-swa-tiny, Qwen2's sliding window on its second layer: +1.81 MB; 14.5 MB until the quantized Qwen2 sets qwen2-tiny-fp8-bf16 and qwen2-tiny-awq; 11 MB until the quantized sets llama3-tiny-fp8-bf16, -fp8dyn-bf16, -awq and -gptq: +3.75 MB; 4 MB until the RoPE-scaled tiny sets llama3-tiny, phi3.5-tiny and qwen2-yarn-tiny: +3.9 MB; 8 MB until the bf16 sets qwen2-tiny-bf16 and llama3-tiny-bf16: +2.94 MB)
+MODELS_COMMITTED_BUDGET = 21_000_000  # bytes, `du -sb golden/models` (19.6 MB until mistral-tiny, Mistral's every-layer window on Llama's layers with an untied head: +1.21 MB; 18.5 MB until qwen2-swa-tiny, Qwen2's sliding window on its second layer: +1.81 MB; 14.5 MB until the quantized Qwen2 sets qwen2-tiny-fp8-bf16 and qwen2-tiny-awq; 11 MB until the quantized sets llama3-tiny-fp8-bf16, -fp8dyn-bf16, -awq and -gptq: +3.75 MB; 4 MB until the RoPE-scaled tiny sets llama3-tiny, phi3.5-tiny and qwen2-yarn-tiny: +3.9 MB; 8 MB until the bf16 sets qwen2-tiny-bf16 and llama3-tiny-bf16: +2.94 MB)
 BATCHES_COMMITTED_BUDGET = 7_200_000  # bytes, `du -sb golden/batches` (5.25 MB until qwen2-swa-tiny-b3, the sliding-window model served over pages: +1.82 MB, 6,603,032 measured; 4,778,257 measured for qwen2-tiny-b4, phi3.5-tiny-b3 and gpt2-tiny-b3: about 10% of room)
 SAMPLING_BUDGET = 4_000_000  # bytes, `du -sb golden/sampling`
 
@@ -103,14 +103,14 @@ def selected(jobs, args, kind):
     return chosen
 
 
-def families(jobs):
-    """The transformers families of model and batch jobs (real checkpoints: unknown)."""
+def model_types(jobs):
+    """The config.json model_types of model and batch jobs (real checkpoints: unknown)."""
     out = set()
     for j in jobs:
         if j.kind == "models" and j.spec is not None:
-            out.add(j.spec.family)
+            out.add(j.spec.config["model_type"])
         elif j.kind == "batches":
-            out.add(configs.BY_NAME[j.spec.model].family)
+            out.add(configs.BY_NAME[j.spec.model].config["model_type"])
     return sorted(out)
 
 
@@ -127,8 +127,8 @@ def transformers_prepare(fork=False):
         if fork and todo[0].kind == "models" and todo[0].spec is not None:
             ahead = model_build.start_checkpoint(todo[0].spec, first_dir)
         numerics.setup_models()
-        for family in families(todo):
-            reference.modeling_module(family)
+        for model_type in model_types(todo):
+            reference.modeling_module(model_type)
         if ahead is not None:
             print("transformers imported in %.1fs beside the forked checkpoint writer"
                   % (time.time() - t0), file=sys.stderr, flush=True)

@@ -403,6 +403,13 @@ var catalogue = []Mutant{
 		Suites:      models,
 	},
 	{
+		ID: "go-config-mistral-window-dropped", Side: SideGo, File: "engine/model/config.go",
+		Bug:         "Mistral's sliding window read as Qwen2's, applied only with use_sliding_window (so never)",
+		Original:    `r.ModelType == "phi3" || r.ModelType == "mistral" ||`,
+		Replacement: `r.ModelType == "phi3" ||`,
+		Suites:      models,
+	},
+	{
 		ID: "go-model-rope-theta-default", Side: SideGo, File: "engine/model/rope.go",
 		Bug:         "RoPE theta hard-coded to the Llama default 1e4 instead of the config's rope_theta",
 		Original:    `FreqBase: c.RopeTheta}`,

@@ -193,6 +193,30 @@ QWEN25_7B_YARN = {
     "vocab_size": 152064,
 }
 
+# mistralai/Mistral-7B-v0.1: Llama's layers (model_type mistral, MistralForCausalLM) with a
+# 4096-key sliding window in every layer, GQA 4:1, an untied head.
+MISTRAL_7B = {
+    "architectures": ["MistralForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
 
 def derived(base, **overrides):
     cfg = dict(base)
@@ -292,6 +316,12 @@ QWEN2_YARN_TINY = dict(sorted(dict(QWEN2_TINY, rope_scaling=dict(QWEN_YARN4)).it
 #                   max_window_layers 1, so layer 0 attends to everything and layer 1 to its
 #                   window (transformers' layer_types: full_attention, sliding_attention).
 QWEN2_SWA_TINY = derived(QWEN2_TINY, use_sliding_window=True, sliding_window=7, max_window_layers=1)
+#  mistral-tiny:    Mistral-7B's config cut down: llama3-tiny's widths (8 q / 2 kv heads of 16,
+#                   head_dim implicit), an untied head, theta 1e4, and a window of 5 positions in
+#                   every layer (the 16-token prompt and its decode steps run far past it).
+MISTRAL_TINY = derived(MISTRAL_7B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                       num_attention_heads=8, num_key_value_heads=2, vocab_size=384,
+                       bos_token_id=382, eos_token_id=383, sliding_window=5)
 # llama3-tiny with an intermediate size of 256: every projection's input width a multiple of the
 # FP8 block (128), as the quantized sets need (fine-grained FP8 scales 1x128 input groups).
 LLAMA3_QTINY = derived(LLAMA3_TINY, intermediate_size=256)
@@ -343,6 +373,7 @@ MODELS = [
     ModelSpec("phi3.5-tiny", "phi3", COMMITTED, PHI35_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen2-yarn-tiny", "qwen2", COMMITTED, QWEN2_YARN_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen2-swa-tiny", "qwen2", COMMITTED, QWEN2_SWA_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("mistral-tiny", "llama", COMMITTED, MISTRAL_TINY, 8, EPSILON_COMMITTED),
     # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
     ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
@@ -375,9 +406,13 @@ MODELS = [
     ModelSpec("llama3.2-1b-bf16", "llama", FULL, bf16_config(LLAMA32_1B), 8, EPSILON_BF16_FULL,
               "bf16"),
 ]
-FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama"}
+# config.json's model_type -> the family whose layers it has (the generator's structure; the
+# engine reads the same mapping): Mistral is Llama's layers with a sliding window.
+FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama",
+                        "mistral": "llama"}
+# model_type -> the class transformers must load it as
 ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
-        "llama": "LlamaForCausalLM"}
+        "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
 # Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
 # synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
 # Real checkpoints: the full-size epsilons. Real logit scales differ from the synthetic ones; the
@@ -427,6 +462,7 @@ MODELS += [
 MODELS += [
     with_layers(ModelSpec("llama3.1-8b", "llama", FULL, LLAMA31_8B, 8, EPSILON_FULL), 2),
     with_layers(ModelSpec("qwen2.5-7b-yarn", "qwen2", FULL, QWEN25_7B_YARN, 8, EPSILON_FULL), 2),
+    with_layers(ModelSpec("mistral-7b", "llama", FULL, MISTRAL_7B, 8, EPSILON_FULL), 2),
 ]
 BY_NAME = {m.name: m for m in MODELS}
 assert len(BY_NAME) == len(MODELS)

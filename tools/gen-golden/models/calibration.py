@@ -289,7 +289,7 @@ def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None,
             pass
     rnd.install()
     try:
-        with torch.no_grad(), rnd.rope_rounding(modeling_module(family)):
+        with torch.no_grad(), rnd.rope_rounding(modeling_module(model.config.model_type)):
             rnd.begin("prefill")
             out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
             rnd.end(len(prompt))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 import sampling
-from common.configs import ARCH, dims
+from common.configs import ARCH, FAMILY_OF_MODEL_TYPE, dims
 from common.dtypes import F32, F64, I32
 from models.generation import GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, SAMPLE_TOP_K, \
     SAMPLE_TOP_P
@@ -29,9 +29,11 @@ CHUNK = 1 << 20
 # The reference forward
 
 
-def modeling_module(family):
+def modeling_module(model_type):
+    """transformers' modeling module of a config.json model_type (Mistral's has its own
+    apply_rotary_pos_emb, which the RoPE taps wrap)."""
     import importlib
-    return importlib.import_module("transformers.models.%s.modeling_%s" % (family, family))
+    return importlib.import_module("transformers.models.%s.modeling_%s" % (model_type, model_type))
 
 
 @contextmanager
@@ -68,21 +70,25 @@ def load_model(set_dir, family, dtype=F32, threads=1):
         # the reference modules of models/quantize.py, from the stored tensors
         from models.quantize import load_quantized
         model, _ = load_quantized(set_dir, family, storage)
-        if type(model).__name__ != ARCH[family]:
-            raise RuntimeError("%s loaded as %s, want %s"
-                               % (set_dir, type(model).__name__, ARCH[family]))
+        check_arch(set_dir, model, family)
         return model
     with loader_threads(threads):
         model = transformers.AutoModelForCausalLM.from_pretrained(
             set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True)
     model.eval()
-    if type(model).__name__ != ARCH[family]:
-        raise RuntimeError("%s loaded as %s, want %s"
-                           % (set_dir, type(model).__name__, ARCH[family]))
+    check_arch(set_dir, model, family)
     if model.config._attn_implementation != "eager":
         raise RuntimeError("attention implementation is %s, want eager"
                            % model.config._attn_implementation)
     return model
+
+
+def check_arch(set_dir, model, family):
+    """The loaded model is the class its model_type names, of the set's family."""
+    mt = model.config.model_type
+    if type(model).__name__ != ARCH.get(mt) or FAMILY_OF_MODEL_TYPE.get(mt) != family:
+        raise RuntimeError("%s loaded as %s (model_type %r), want %s of family %s"
+                           % (set_dir, type(model).__name__, mt, ARCH.get(mt), family))
 
 
 def quantized_storage(set_dir):
@@ -274,7 +280,7 @@ def run_reference(model, family, cfg, prompt, decode_steps, n_tokens=GREEDY_TOKE
     rec.install()
     tokens, margins, top5 = [], [], []
     try:
-        with torch.no_grad(), rec.rope_capture(modeling_module(family)):
+        with torch.no_grad(), rec.rope_capture(modeling_module(model.config.model_type)):
             rec.begin("prefill")
             out = model(input_ids=prompt.to(torch.int64)[None], use_cache=True)
             rec.end(len(prompt))

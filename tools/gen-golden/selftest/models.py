@@ -636,6 +636,19 @@ def check_config(s, spec):
               and "model.layers.0.mlp.gate_up_proj.weight" in w, "fused projections")
         check(c.sliding_window > generation.PROMPT_LEN + generation.GREEDY_TOKENS,
               "window inactive")
+    elif s.cfg.get("model_type") == "mistral":
+        check(type(c).__name__ == "MistralConfig", "config class")
+        check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
+              "GQA 4:1 with >= 2 kv heads")
+        check("head_dim" not in s.cfg and c.hidden_size // c.num_attention_heads == d.D
+              and d.D % 8 == 0 and (d.D // 2) % 8 == 0, "implicit head_dim, multiples of 8")
+        check(c.sliding_window == 5 and generation.PROMPT_LEN > 2 * c.sliding_window,
+              "a window of 5 on every layer, well inside the prompt")
+        check(not c.tie_word_embeddings and c.rms_norm_eps == 1e-5
+              and c.rope_parameters["rope_theta"] == 1e4, "untied / eps / theta")
+        w = s.weights()
+        check("lm_head.weight" in w and not any(k.endswith(".bias") for k in w.where),
+              "untied head stored; no biases")
     elif spec.family == "llama":
         check(type(c).__name__ == "LlamaConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -746,9 +759,9 @@ def layer_window(family, cfg, i):
     """Layer i's sliding window by the contract's reading of config.json (0: none): Phi-3's
     sliding_window on every layer; Qwen2's with use_sliding_window only, on the layers its
     layer_types call sliding_attention, by default those from max_window_layers (28) on; none
-    for Llama and GPT-2."""
+    for Llama and GPT-2; Mistral's (model_type mistral, the llama family) on every layer."""
     w = cfg.get("sliding_window")
-    if family == "phi3":
+    if family == "phi3" or cfg.get("model_type") == "mistral":
         return w or 0
     if family != "qwen2" or not cfg.get("use_sliding_window", False) or not w:
         return 0
