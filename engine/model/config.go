@@ -17,7 +17,7 @@ import (
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
 type Config struct {
-	Family       string // "llama", "qwen2", "phi3" or "gpt2": the layers' structure (familyOf)
+	Family       string // "llama", "qwen2", "qwen3", "phi3" or "gpt2": the layers' structure (familyOf)
 	ModelType    string // config.json's model_type (mistral is the llama family with a window)
 	Hidden       int
 	Layers       int
@@ -54,7 +54,7 @@ type Config struct {
 
 // familyOf maps config.json's model_type to the family whose layers it has: the weight table
 // and forward it runs with (tools/gen-golden's FAMILY_OF_MODEL_TYPE is the same mapping).
-var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama"}
+var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3"}
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
 type rawConfig struct {
@@ -163,7 +163,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.ModelType = r.ModelType
 	c.Family = familyOf[r.ModelType]
 	switch r.ModelType {
-	case "llama", "qwen2", "phi3", "mistral":
+	case "llama", "qwen2", "phi3", "mistral", "qwen3":
 		c.Hidden = need("hidden_size", r.HiddenSize)
 		c.Layers = need("num_hidden_layers", r.NumHiddenLayers)
 		c.Heads = need("num_attention_heads", r.NumAttentionHeads)
@@ -190,8 +190,17 @@ func ParseConfig(data []byte) (*Config, error) {
 			return nil, fmt.Errorf("config: hidden_act = %q is not implemented (silu only)", *r.HiddenAct)
 		}
 		c.Activation = "silu" // transformers' default for these families
-		if r.HeadDimKey != nil && *r.HeadDimKey*c.Heads != c.Hidden {
-			return nil, fmt.Errorf("config: head_dim = %d differs from hidden_size/num_attention_heads = %d: not implemented", *r.HeadDimKey, c.Hidden/c.Heads)
+		// transformers' Llama, Mistral, Qwen2 and Qwen3 attention take head_dim when the config
+		// gives one (Qwen3-0.6B and 4B: 128 where hidden_size / heads is 64 and 80); Phi-3's
+		// derives it from the hidden size.
+		if r.HeadDimKey != nil {
+			if r.ModelType == "phi3" && *r.HeadDimKey*c.Heads != c.Hidden {
+				return nil, fmt.Errorf("config: head_dim = %d differs from hidden_size/num_attention_heads = %d: not implemented for phi3", *r.HeadDimKey, c.Hidden/c.Heads)
+			}
+			if *r.HeadDimKey <= 0 {
+				return nil, fmt.Errorf("config: head_dim = %d: must be positive", *r.HeadDimKey)
+			}
+			c.HeadDim = *r.HeadDimKey
 		}
 		c.AttnBias = r.ModelType == "qwen2"
 		if r.AttentionBias != nil && *r.AttentionBias && r.ModelType != "qwen2" {
@@ -201,14 +210,14 @@ func ParseConfig(data []byte) (*Config, error) {
 		if r.MLPBias != nil && *r.MLPBias {
 			return nil, fmt.Errorf("config: mlp_bias = true is not implemented for %s", r.ModelType)
 		}
-		// Qwen2 applies its window only with use_sliding_window; Phi-3 and Mistral always do
+		// Qwen2 and Qwen3 apply their window only with use_sliding_window; Phi-3 and Mistral always do
 		// (Mistral's null sliding_window, as v0.3 publishes it, is no window).
 		if r.SlidingWindow != nil && (r.ModelType == "phi3" || r.ModelType == "mistral" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
 			if *r.SlidingWindow <= 0 {
 				return nil, fmt.Errorf("config: sliding_window = %d: must be positive", *r.SlidingWindow)
 			}
 			c.SlidingWindow = *r.SlidingWindow
-			if r.ModelType == "qwen2" {
+			if r.ModelType == "qwen2" || r.ModelType == "qwen3" {
 				var err error
 				if c.WindowedLayers, err = qwen2WindowedLayers(&r, c.Layers); err != nil {
 					return nil, err
@@ -252,15 +261,17 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, phi3, gpt2, mistral)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, phi3, gpt2, mistral)", r.ModelType)
 	}
-	if c.Hidden%c.Heads != 0 {
+	if c.HeadDim == 0 && c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)
 	}
 	if c.Heads%c.KVHeads != 0 {
 		return nil, fmt.Errorf("config: num_key_value_heads = %d does not divide num_attention_heads = %d", c.KVHeads, c.Heads)
 	}
-	c.HeadDim = c.Hidden / c.Heads
+	if c.HeadDim == 0 {
+		c.HeadDim = c.Hidden / c.Heads
+	}
 	if c.DType, err = storageDType(&r); err != nil {
 		return nil, err
 	}

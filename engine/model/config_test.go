@@ -43,7 +43,6 @@ func TestParseConfigRefusesUnimplemented(t *testing.T) {
 		`, "partial_rotary_factor": 0.5`:                    "partial_rotary_factor",
 		`, "hidden_act": "gelu"`:                            "hidden_act",
 		`, "rope_parameters": {"rope_theta": 1e4}`:          "rope_parameters.rope_theta",
-		`, "head_dim": 64`:                                  "head_dim",
 		`, "num_key_value_heads": 3`:                        "num_key_value_heads",
 	} {
 		_, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", extra, 1)))
@@ -56,6 +55,35 @@ func TestParseConfigRefusesUnimplemented(t *testing.T) {
 	}
 	if _, err := ParseConfig([]byte(`{"model_type": "gemma2"}`)); err == nil || !strings.Contains(err.Error(), `model_type "gemma2"`) {
 		t.Errorf("gemma2: %v", err)
+	}
+}
+
+// An explicit head_dim is the heads' width, whatever hidden_size / heads is (Qwen3-4B: 128 where
+// that is 80), as transformers' Llama, Mistral, Qwen2 and Qwen3 attention read it. Phi-3's
+// head_dim must agree with its hidden size.
+func TestExplicitHeadDimAndQwen3(t *testing.T) {
+	c, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", `, "head_dim": 64`, 1)))
+	if err != nil || c.HeadDim != 64 || c.Family != "qwen2" {
+		t.Errorf("qwen2 with head_dim 64: %+v, %v", c, err)
+	}
+	q3 := strings.Replace(strings.Replace(qwenCfg, `"qwen2"`, `"qwen3"`, 1), "%s", `, "head_dim": 32`, 1)
+	c, err = ParseConfig([]byte(q3))
+	if err != nil || c.Family != "qwen3" || c.HeadDim != 32 || c.AttnBias {
+		t.Errorf("qwen3: %+v, %v", c, err)
+	}
+	for extra, key := range map[string]string{
+		`, "head_dim": 0`:                                  "head_dim = 0",
+		`, "attention_bias": true`:                         "attention_bias",
+		`, "quantization_config": {"quant_method": "awq"}`: "quantization_config",
+	} {
+		bad := strings.Replace(strings.Replace(qwenCfg, `"qwen2"`, `"qwen3"`, 1), "%s", extra, 1)
+		if _, err := ParseConfig([]byte(bad)); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("qwen3 %s: error %v, want one naming %s", extra, err, key)
+		}
+	}
+	phi := `{"model_type": "phi3", "hidden_size": 96, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 320, "max_position_embeddings": 64, "rope_theta": 1e4, "head_dim": 64}`
+	if _, err := ParseConfig([]byte(phi)); err == nil || !strings.Contains(err.Error(), "head_dim = 64") {
+		t.Errorf("phi3 head_dim 64 with 2 heads of 48: %v", err)
 	}
 }
 

@@ -61,6 +61,8 @@ func (m *Model) TapOp(name string) string {
 			return norm + "_gemm (attn_norm and the fused q/k/v projection)"
 		}
 		return "gemm (the " + kind + " projection)"
+	case "q_norm", "k_norm":
+		return "rmsnorm (each head of " + strings.TrimSuffix(kind, "_norm") + " over head_dim)"
 	case "q_rope", "k_rope":
 		return "rope"
 	case "attn":

@@ -139,7 +139,7 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			AttnNorm: Norm{W: g("attn_norm"), B: g("attn_norm_b")},
 			FFNNorm:  Norm{W: g("ffn_norm"), B: g("ffn_norm_b")},
 			Attn: &Attention{Wq: g("wq"), Bq: g("bq"), Wk: g("wk"), Bk: g("bk"), Wv: g("wv"), Bv: g("bv"),
-				Wo: g("wo"), Bo: g("bo"), qkvW: fw[0], qkvB: fw[1],
+				Wo: g("wo"), Bo: g("bo"), QNorm: g("q_norm"), KNorm: g("k_norm"), qkvW: fw[0], qkvB: fw[1],
 				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo"), qkvQ: fq[0]},
 			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2],
 				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1]},
@@ -523,8 +523,11 @@ func (n Norm) Forward(p *pass, out, x backend.Buffer) {
 // Attention is the self-attention block; biases are nil where the family has none.
 type Attention struct {
 	Wq, Bq, Wk, Bk, Wv, Bv, Wo, Bo backend.Buffer
-	cache                          *kvCache
-	qkvW, qkvB                     *fused // Wq, Wk, Wv (Bq, Bk, Bv) as one buffer; nil biases: none
+	// QNorm and KNorm are the RMSNorm weights [head_dim] applied to each head of q and of k
+	// before RoPE (Qwen3); nil where the family has none.
+	QNorm, KNorm backend.Buffer
+	cache        *kvCache
+	qkvW, qkvB   *fused // Wq, Wk, Wv (Bq, Bk, Bv) as one buffer; nil biases: none
 	// Qq, Qk, Qv, Qo are the projections a quantized checkpoint stores in its format (their
 	// W fields then nil); nil for a 16-bit projection.
 	Qq, Qk, Qv, Qo *QLinear
@@ -588,6 +591,17 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, window int, nam
 	p.tap(name("q"), q)
 	p.tap(name("k"), k)
 	p.tap(name("v"), v)
+	if a.QNorm != nil {
+		// Each head of q and k normalised over head_dim (one row a head), into buffers of their
+		// own: the fused step's in-place RoPE of q and k and its one append of k and v beside
+		// them in the qkv row would read the unnormalised values.
+		qn, kn := p.alloc(T, nH, D), p.alloc(T, nKV, D)
+		p.do(be.RMSNorm(p.view(qn, T*nH, D), p.view(q, T*nH, D), a.QNorm, c.NormEps))
+		p.do(be.RMSNorm(p.view(kn, T*nKV, D), p.view(k, T*nKV, D), a.KNorm, c.NormEps))
+		q, k, qk, kv = qn, kn, nil, nil
+		p.tap(name("q_norm"), q)
+		p.tap(name("k_norm"), k)
+	}
 	if c.RopeTheta != 0 {
 		rc := p.ropeConfig()
 		if qk != nil {

@@ -36,6 +36,7 @@ func ph(c *Config) []int   { return []int{c.MaxPositions, c.Hidden} }
 func h3h(c *Config) []int  { return []int{c.Hidden, 3 * c.Hidden} }
 func h3(c *Config) []int   { return []int{3 * c.Hidden} }
 func qkvh(c *Config) []int { return []int{(c.Heads + 2*c.KVHeads) * c.HeadDim, c.Hidden} }
+func hd(c *Config) []int   { return []int{c.HeadDim} }
 func i2h(c *Config) []int  { return []int{2 * c.Intermediate, c.Hidden} }
 
 // weight maps one checkpoint tensor to engine weights. "{i}" in both names is the layer.
@@ -63,7 +64,7 @@ type weight struct {
 }
 
 // weightTables maps a family to its checkpoint layout. Llama's is Qwen2's without the q/k/v
-// biases (weightTables' init below).
+// biases, Qwen3's Llama's with the per-head q and k norms after v_proj (weightTables' init below).
 var weightTables = map[string][]weight{
 	"qwen2": {
 		{HF: "model.embed_tokens.weight", Shape: vh, Into: "embed"},
@@ -121,6 +122,12 @@ func init() {
 	for _, w := range weightTables["qwen2"] {
 		if !strings.HasSuffix(w.HF, ".bias") {
 			weightTables["llama"] = append(weightTables["llama"], w)
+			weightTables["qwen3"] = append(weightTables["qwen3"], w)
+		}
+		if w.HF == "model.layers.{i}.self_attn.v_proj.weight" {
+			weightTables["qwen3"] = append(weightTables["qwen3"],
+				weight{HF: "model.layers.{i}.self_attn.q_norm.weight", Shape: hd, Into: "layers.{i}.q_norm"},
+				weight{HF: "model.layers.{i}.self_attn.k_norm.weight", Shape: hd, Into: "layers.{i}.k_norm"})
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 // knownKinds are the layer tap kinds of the golden sets in forward order; they come first in
 // legends and keep the same colour in every report, whichever of them a set stores.
 var knownKinds = []string{
-	"attn_norm", "q", "k", "v", "q_rope", "k_rope", "attn", "attn_out", "resid_attn",
+	"attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn", "attn_out", "resid_attn",
 	"ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "resid_ffn",
 }
 

@@ -325,6 +325,11 @@ var brokenVariants = []broken{
 		func(m *model.Model) { only1 := model.LayerSet{false, true}; m.Cfg.WindowedLayers = &only1 }},
 	{"mistral-tiny", "window one key short (4 instead of 5)", "prefill.layers.0.attn",
 		func(m *model.Model) { m.Cfg.SlidingWindow = 4 }},
+	// Qwen3's per-head norms of q and k: each weight shows at its own tap.
+	{"qwen3-tiny", "q_norm and k_norm weights swapped in layer 1", "prefill.layers.1.q_norm",
+		func(m *model.Model) { a := m.Layers[1].Attn; a.QNorm, a.KNorm = a.KNorm, a.QNorm }},
+	{"qwen3-tiny", "k normalised with q_norm's weight in layer 0", "prefill.layers.0.k_norm",
+		func(m *model.Model) { a := m.Layers[0].Attn; a.KNorm = a.QNorm }},
 	// Full size: deep layers run under limits their calibration widened; these show a
 	// wrong weight in a late layer is still caught at that layer's own tap.
 	{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",

@@ -410,6 +410,20 @@ var catalogue = []Mutant{
 		Suites:      models,
 	},
 	{
+		ID: "go-model-qwen3-k-norm-weight", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "Qwen3's k heads normalised with q_norm's weight",
+		Original:    "p.view(k, T*nKV, D), a.KNorm, c.NormEps))",
+		Replacement: "p.view(k, T*nKV, D), a.QNorm, c.NormEps))",
+		Suites:      models,
+	},
+	{
+		ID: "go-model-qwen3-head-dim-derived", Side: SideGo, File: "engine/model/config.go",
+		Bug:         "an explicit head_dim ignored (hidden_size / heads taken, as Qwen2 read it before)",
+		Original:    "c.HeadDim = *r.HeadDimKey",
+		Replacement: "_ = *r.HeadDimKey",
+		Suites:      models,
+	},
+	{
 		ID: "go-model-rope-theta-default", Side: SideGo, File: "engine/model/rope.go",
 		Bug:         "RoPE theta hard-coded to the Llama default 1e4 instead of the config's rope_theta",
 		Original:    `FreqBase: c.RopeTheta}`,

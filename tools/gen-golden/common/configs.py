@@ -217,6 +217,36 @@ MISTRAL_7B = {
     "vocab_size": 32000,
 }
 
+# Qwen/Qwen3-4B: Qwen2's layout without q/k/v biases, an RMSNorm over each query and key head
+# (q_norm, k_norm) before RoPE, and head_dim 128 where hidden_size / heads is 80.
+QWEN3_4B = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151645,
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 2560,
+    "initializer_range": 0.02,
+    "intermediate_size": 9728,
+    "max_position_embeddings": 40960,
+    "max_window_layers": 36,
+    "model_type": "qwen3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 36,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "sliding_window": None,
+    "tie_word_embeddings": True,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
 
 def derived(base, **overrides):
     cfg = dict(base)
@@ -319,6 +349,12 @@ QWEN2_SWA_TINY = derived(QWEN2_TINY, use_sliding_window=True, sliding_window=7, 
 #  mistral-tiny:    Mistral-7B's config cut down: llama3-tiny's widths (8 q / 2 kv heads of 16,
 #                   head_dim implicit), an untied head, theta 1e4, and a window of 5 positions in
 #                   every layer (the 16-token prompt and its decode steps run far past it).
+#  qwen3-tiny:      Qwen3-4B's config cut down: 4 q / 2 kv heads of head_dim 64 on a hidden size of
+#                   128 (so q is twice as wide as the residual stream, as Qwen3-0.6B's and 4B's),
+#                   q_norm and k_norm per head, no biases, a tied head, theta 1e6.
+QWEN3_TINY = derived(QWEN3_4B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                     max_window_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     head_dim=64, vocab_size=384, bos_token_id=0, eos_token_id=0)
 MISTRAL_TINY = derived(MISTRAL_7B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
                        num_attention_heads=8, num_key_value_heads=2, vocab_size=384,
                        bos_token_id=382, eos_token_id=383, sliding_window=5)
@@ -374,6 +410,7 @@ MODELS = [
     ModelSpec("qwen2-yarn-tiny", "qwen2", COMMITTED, QWEN2_YARN_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen2-swa-tiny", "qwen2", COMMITTED, QWEN2_SWA_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("mistral-tiny", "llama", COMMITTED, MISTRAL_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("qwen3-tiny", "qwen3", COMMITTED, QWEN3_TINY, 8, EPSILON_COMMITTED),
     # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
     ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
@@ -409,10 +446,10 @@ MODELS = [
 # config.json's model_type -> the family whose layers it has (the generator's structure; the
 # engine reads the same mapping): Mistral is Llama's layers with a sliding window.
 FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama",
-                        "mistral": "llama"}
+                        "mistral": "llama", "qwen3": "qwen3"}
 # model_type -> the class transformers must load it as
 ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
-        "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
+        "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 # Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
 # synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
 # Real checkpoints: the full-size epsilons. Real logit scales differ from the synthetic ones; the
@@ -431,7 +468,7 @@ def with_layers(spec, n_layers):
     <model>-l<n>; everything else unchanged."""
     key = "n_layer" if spec.family == "gpt2" else "num_hidden_layers"
     over = {key: n_layers}
-    if spec.family == "qwen2":
+    if spec.family in ("qwen2", "qwen3"):
         over["max_window_layers"] = min(spec.config["max_window_layers"], n_layers)
     return spec._replace(name="%s-l%d" % (spec.name, n_layers),
                          config=derived(spec.config, **over))
@@ -463,6 +500,7 @@ MODELS += [
     with_layers(ModelSpec("llama3.1-8b", "llama", FULL, LLAMA31_8B, 8, EPSILON_FULL), 2),
     with_layers(ModelSpec("qwen2.5-7b-yarn", "qwen2", FULL, QWEN25_7B_YARN, 8, EPSILON_FULL), 2),
     with_layers(ModelSpec("mistral-7b", "llama", FULL, MISTRAL_7B, 8, EPSILON_FULL), 2),
+    with_layers(ModelSpec("qwen3-4b", "qwen3", FULL, QWEN3_4B, 8, EPSILON_FULL), 2),
 ]
 BY_NAME = {m.name: m for m in MODELS}
 assert len(BY_NAME) == len(MODELS)

@@ -186,17 +186,20 @@ class Rounder(TapCapture):
     def install(self):
         d, m = self.d, self.model
         put = self.put
-        if self.family in ("qwen2", "phi3", "llama"):
+        if self.family in ("qwen2", "phi3", "llama", "qwen3"):
             base = m.model
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._enter(layer, i)
                 self._round_out(layer.input_layernorm, lambda r, p=p: put(p + "attn_norm", r))
-                if self.family in ("qwen2", "llama"):
+                if self.family in ("qwen2", "llama", "qwen3"):
                     self._round_out(att.q_proj, lambda r, p=p: self._heads(p + "q", d.nH, r))
                     self._round_out(att.k_proj, lambda r, p=p: self._heads(p + "k", d.nKV, r))
                     self._round_out(att.v_proj, lambda r, p=p: self._heads(p + "v", d.nKV, r))
+                    if self.family == "qwen3":  # the engine stores each normed head (rmsnorm)
+                        self._round_out(att.q_norm, lambda r, p=p: self._heads(p + "q_norm", d.nH, r))
+                        self._round_out(att.k_norm, lambda r, p=p: self._heads(p + "k_norm", d.nKV, r))
                 else:
                     qd, kvd = d.nH * d.D, d.nKV * d.D
 
@@ -209,7 +212,7 @@ class Rounder(TapCapture):
                 self._attn_residual(att.o_proj, p)
                 self._pin_in(layer.post_attention_layernorm)
                 self._round_out(layer.post_attention_layernorm, lambda r, p=p: put(p + "ffn_norm", r))
-                if self.family in ("qwen2", "llama"):
+                if self.family in ("qwen2", "llama", "qwen3"):
                     self._round_out(mlp.gate_proj, lambda r, p=p: put(p + "ffn_gate", r))
                     self._round_out(mlp.up_proj, lambda r, p=p: put(p + "ffn_up", r))
                 else:

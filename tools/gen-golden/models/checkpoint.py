@@ -90,22 +90,25 @@ def init_specs(family, cfg, gain=1.0):
     attn_out = Init("normal", RESID_GAIN / math.sqrt(d.nH * d.D * 2 * L))
     ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
     specs = []
-    if family in ("qwen2", "phi3", "llama"):
+    if family in ("qwen2", "phi3", "llama", "qwen3"):
         qd, kvd = d.nH * d.D, d.nKV * d.D
         specs.append(("model.embed_tokens.weight", (V, H), emb))
         for i in range(L):
             p = "model.layers.%d." % i
             specs.append((p + "input_layernorm.weight", (H,), norm))
-            if family in ("qwen2", "llama"):  # Llama: attention_bias false, no biases
+            if family in ("qwen2", "llama", "qwen3"):  # Llama, Qwen3: attention_bias false
                 for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
                     specs.append((p + "self_attn.%s.weight" % n, (rows, H), w_in))
                     if family == "qwen2":
                         specs.append((p + "self_attn.%s.bias" % n, (rows,), bias))
+                if family == "qwen3":  # RMSNorm over each head of q and k
+                    specs.append((p + "self_attn.q_norm.weight", (d.D,), norm))
+                    specs.append((p + "self_attn.k_norm.weight", (d.D,), norm))
             else:
                 specs.append((p + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H), w_in))
             specs.append((p + "self_attn.o_proj.weight", (H, qd), attn_out))
             specs.append((p + "post_attention_layernorm.weight", (H,), norm))
-            if family in ("qwen2", "llama"):
+            if family in ("qwen2", "llama", "qwen3"):
                 specs.append((p + "mlp.gate_proj.weight", (I, H), w_in))
                 specs.append((p + "mlp.up_proj.weight", (I, H), w_in))
             else:

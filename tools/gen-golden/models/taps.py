@@ -10,9 +10,12 @@ from common.dtypes import F32
 # ---------------------------------------------------------------------------------------------
 # Taps
 
-LAYER_TAPS = ["attn_norm", "q", "k", "v", "q_rope", "k_rope", "attn", "attn_out", "resid_attn",
-              "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "resid_ffn"]
-ABSENT = {"qwen2": set(), "phi3": set(), "llama": set(), "gpt2": {"q_rope", "k_rope", "ffn_gate"}}
+LAYER_TAPS = ["attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn",
+              "attn_out", "resid_attn", "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out",
+              "resid_ffn"]
+QK_NORM = {"q_norm", "k_norm"}  # Qwen3's per-head RMSNorm of q and k before RoPE
+ABSENT = {"qwen2": QK_NORM, "phi3": QK_NORM, "llama": QK_NORM, "qwen3": set(),
+          "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM}
 
 
 def tap_names(family, n_layers):
@@ -25,9 +28,9 @@ def tap_names(family, n_layers):
 
 def tap_shape(name, d, T):
     tap = name.rsplit(".", 1)[-1]
-    if tap in ("q", "q_rope"):
+    if tap in ("q", "q_norm", "q_rope"):
         return (T, d.nH, d.D)
-    if tap in ("k", "v", "k_rope"):
+    if tap in ("k", "v", "k_norm", "k_rope"):
         return (T, d.nKV, d.D)
     if tap == "attn":
         return (T, d.nH * d.D)
@@ -143,17 +146,20 @@ class Recorder(TapCapture):
 
     def install(self):
         d, m = self.d, self.model
-        if self.family in ("qwen2", "phi3", "llama"):
+        if self.family in ("qwen2", "phi3", "llama", "qwen3"):
             base = m.model
             self._in(base.layers[0], "embed")
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._out(layer.input_layernorm, p + "attn_norm")
-                if self.family in ("qwen2", "llama"):
+                if self.family in ("qwen2", "llama", "qwen3"):
                     self._out(att.q_proj, None, self._heads(p + "q", d.nH))
                     self._out(att.k_proj, None, self._heads(p + "k", d.nKV))
                     self._out(att.v_proj, None, self._heads(p + "v", d.nKV))
+                    if self.family == "qwen3":  # [B, T, heads, D] before the transpose
+                        self._out(att.q_norm, None, self._heads(p + "q_norm", d.nH))
+                        self._out(att.k_norm, None, self._heads(p + "k_norm", d.nKV))
                 else:
                     self._out(att.qkv_proj, None, self._split_qkv(p))
                 self.handles.append(att.register_forward_pre_hook(self._enter_attn(i)))
@@ -161,7 +167,7 @@ class Recorder(TapCapture):
                 self._out(att.o_proj, p + "attn_out")
                 self._in(layer.post_attention_layernorm, p + "resid_attn")
                 self._out(layer.post_attention_layernorm, p + "ffn_norm")
-                if self.family in ("qwen2", "llama"):
+                if self.family in ("qwen2", "llama", "qwen3"):
                     self._out(mlp.gate_proj, p + "ffn_gate")
                     self._out(mlp.up_proj, p + "ffn_up")
                 else:

@@ -201,7 +201,7 @@ def check_format(s):
     want_keys = PARAM_KEYS + (["peak"] if p.get("source") == "synthetic" else []) + (
         ["quantization"] if s.quant is not None else [])
     check(list(p) == want_keys, "params keys %s, want %s" % (list(p), want_keys))
-    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2")
+    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
     check(p["dtype"] in configs.DTYPES, "dtype %r" % (p["dtype"],))
@@ -311,7 +311,7 @@ def check_hparams(s):
         sc = rope_scaling.rope_scaling(cfg)
         partial = cfg.get("partial_rotary_factor", 1.0)
         window = cfg.get("sliding_window")  # Llama: no such key, no window
-        if s.family == "qwen2" and not cfg.get("use_sliding_window", False):
+        if s.family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
             window = None  # Qwen2 applies its window only with use_sliding_window
         want.update(rope_theta=configs.rope_theta(cfg), rope_type=sc.rope_type,
                     rotary_dim=int(d.D * partial), partial_rotary_factor=float(partial),
@@ -636,6 +636,20 @@ def check_config(s, spec):
               and "model.layers.0.mlp.gate_up_proj.weight" in w, "fused projections")
         check(c.sliding_window > generation.PROMPT_LEN + generation.GREEDY_TOKENS,
               "window inactive")
+    elif spec.family == "qwen3":
+        check(type(c).__name__ == "Qwen3Config", "config class")
+        check(c.num_attention_heads // c.num_key_value_heads == 2 and c.num_key_value_heads >= 2,
+              "GQA 2:1 with >= 2 kv heads")
+        check(c.head_dim == d.D == 64 and c.num_attention_heads * c.head_dim == 2 * c.hidden_size,
+              "explicit head_dim: q twice the residual width")
+        check(c.tie_word_embeddings and c.rms_norm_eps == 1e-6 and not c.attention_bias
+              and c.rope_parameters["rope_theta"] == 1e6 and c.sliding_window is None,
+              "tied / eps / no biases / theta / no window")
+        w = s.weights()
+        check("lm_head.weight" not in w and "model.layers.0.self_attn.q_norm.weight" in w
+              and w["model.layers.0.self_attn.k_norm.weight"].shape == (d.D,)
+              and not any(k.endswith(".bias") for k in w.where),
+              "tied head not stored; q/k norms of head_dim; no biases")
     elif s.cfg.get("model_type") == "mistral":
         check(type(c).__name__ == "MistralConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -763,7 +777,7 @@ def layer_window(family, cfg, i):
     w = cfg.get("sliding_window")
     if family == "phi3" or cfg.get("model_type") == "mistral":
         return w or 0
-    if family != "qwen2" or not cfg.get("use_sliding_window", False) or not w:
+    if family not in ("qwen2", "qwen3") or not cfg.get("use_sliding_window", False) or not w:
         return 0
     types = cfg.get("layer_types")
     if types is not None:
@@ -966,7 +980,7 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
             if family == "qwen2":
                 q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm")
                            + w[b + "self_attn.%s_proj.bias" % n] for n in "qkv")
-            elif family == "llama":  # no biases
+            elif family in ("llama", "qwen3"):  # no biases
                 q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm") for n in "qkv")
             else:
                 qkv = lin(h, b + "self_attn.qkv_proj", p + "attn_norm")
@@ -976,6 +990,10 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
         k = k.reshape(T, d.nKV, d.D)
         v = v.reshape(T, d.nKV, d.D)
         taps[p + "attn_norm"], taps[p + "q"], taps[p + "k"], taps[p + "v"] = h, q, k, v
+        if family == "qwen3":  # RMSNorm over each head (head_dim), before RoPE
+            q = rms_norm(q, w[b + "self_attn.q_norm.weight"], d.eps)
+            k = rms_norm(k, w[b + "self_attn.k_norm.weight"], d.eps)
+            taps[p + "q_norm"], taps[p + "k_norm"] = q, k
         if family != "gpt2":
             sc = rope_scaling.rope_scaling(cfg)
             inv = inv_freq(sc, pos)
@@ -1000,7 +1018,7 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
             fo = act @ w[b + "mlp.c_proj.weight"] + w[b + "mlp.c_proj.bias"]
         else:
             f = rms_norm(r, w[b + "post_attention_layernorm.weight"], d.eps)
-            if family in ("qwen2", "llama"):
+            if family in ("qwen2", "llama", "qwen3"):
                 gate = lin(f, b + "mlp.gate_proj", p + "ffn_norm")
                 up = lin(f, b + "mlp.up_proj", p + "ffn_norm")
             else:
@@ -1103,7 +1121,9 @@ def check_rope(s):
             used[prefix] = "long" if n_long else "short"
         for i in range(s.dims.L):
             for x in ("q", "k"):
-                base = s.a("%s.layers.%d.%s" % (prefix, i, x)).astype(np.float64)
+                # Qwen3 rotates its per-head normed q and k (the q_norm / k_norm taps)
+                src = x + "_norm" if s.family == "qwen3" else x
+                base = s.a("%s.layers.%d.%s" % (prefix, i, src)).astype(np.float64)
                 got = s.a("%s.layers.%d.%s_rope" % (prefix, i, x))
                 rel = close(got, rope(base, pos, inv, af), ROPE_RTOL)
                 check(rel <= ROPE_RTOL, "%s.layers.%d.%s_rope is not RoPE(%s) at positions %s "
@@ -1758,7 +1778,7 @@ def run(set_dirs=None):
         return 0
     check_chunked_draw()
     specs = configs.models_for(configs.COMMITTED)
-    check({m.family for m in specs} == {"qwen2", "phi3", "llama", "gpt2"},
+    check({m.family for m in specs} == {"qwen2", "phi3", "llama", "gpt2", "qwen3"},
           "a tiny model of every family")
     check({rope_scaling.rope_scaling(m.config).rope_type for m in specs if m.family != "gpt2"}
           == {"default", "llama3", "yarn", "longrope"}, "a tiny model of every RoPE type")
