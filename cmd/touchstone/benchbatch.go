@@ -19,12 +19,18 @@ import (
 
 // parseBatches reads -batch: comma-separated batch sizes in 1..model.MaxBatch, each once.
 func parseBatches(s string) ([]int, error) {
+	return parseDistinctInts("-batch", "batch sizes", s, 1, model.MaxBatch)
+}
+
+// parseDistinctInts reads a flag's comma-separated integers in lo..hi, each once; the error
+// names the flag, its value and what it wants.
+func parseDistinctInts(flag, what, s string, lo, hi int) ([]int, error) {
 	var out []int
 	seen := map[int]bool{}
 	for _, f := range strings.Split(s, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 || n > model.MaxBatch || seen[n] {
-			return nil, fmt.Errorf("-batch %q: want distinct batch sizes in 1..%d, comma-separated", s, model.MaxBatch)
+		if err != nil || n < lo || n > hi || seen[n] {
+			return nil, fmt.Errorf("%s %q: want distinct %s in %d..%d, comma-separated", flag, s, what, lo, hi)
 		}
 		seen[n] = true
 		out = append(out, n)
@@ -33,9 +39,9 @@ func parseBatches(s string) ([]int, error) {
 }
 
 // benchTarget resolves a timing command's model argument: a model set (its name or directory),
-// or a bare checkpoint directory (config.json and safetensors, no manifest: `gen-golden
-// randinit`'s, which times the same as the set's and is written in seconds). Returns the
-// directory and the name to print.
+// or a bare checkpoint directory (config.json and safetensors, no manifest: what `gen-golden
+// checkpoint` writes in seconds, the set's shapes and scales). Returns the directory and the
+// name to print.
 func benchTarget(root, arg string) (dir, name string, err error) {
 	if _, err := os.Stat(filepath.Join(arg, golden.ManifestName)); err != nil {
 		if st, err := os.Stat(filepath.Join(arg, "config.json")); err == nil && !st.IsDir() {
@@ -55,17 +61,7 @@ func parseGemvRows(s string) ([]int, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	var out []int
-	seen := map[int]bool{}
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 || n > maxGemvRows || seen[n] {
-			return nil, fmt.Errorf("-gemv-rows %q: want distinct row limits in 0..%d, comma-separated", s, maxGemvRows)
-		}
-		seen[n] = true
-		out = append(out, n)
-	}
-	return out, nil
+	return parseDistinctInts("-gemv-rows", "row limits", s, 0, maxGemvRows)
 }
 
 // maxGemvRows is the largest row limit the library accepts (ts_set_gemv_rows: the gemv's row
