@@ -119,9 +119,12 @@ bool pdl_enabled();
 bool batch_invariant();
 
 /* ts_set_gemv_rows: up to how many rows the decode projections take the gemv (0..kMaxGemvRows,
- * the largest row tile of their launches); kDefaultGemvRows until set. */
+ * the largest row tile of their launches); kDefaultGemvRows until set. 1, measured (bench-batch
+ * -gemv-rows on an H200, docs/PERF.md): one row is 10-20% faster by the gemv for Qwen2.5-0.5B and
+ * Llama-3.2-1B; at 3 and 4 rows cuBLAS is 4-34% faster; at 2 the gemv wins by 5% for Qwen and
+ * loses by 9% for Llama, so 1. */
 constexpr int kMaxGemvRows = 4;
-constexpr int kDefaultGemvRows = 4;
+constexpr int kDefaultGemvRows = 1;
 int gemv_rows();
 
 /* One launch, with the programmatic-stream-serialisation attribute when pdl_enabled(). */

@@ -19,8 +19,8 @@ import (
 
 // The CUDA kernels dispatch to vectorised, scalar, cluster, tensor-core and split variants by
 // size, alignment and head_dim, and check indices on the device. cuda.KernelPaths lists every
-// such path; this spec runs the committed tier (aligned and off a 16-byte boundary), the gemm
-// cases once more without cublasLt, and the out-of-range index calls, with the library
+// such path; this spec runs the committed tier (aligned and off a 16-byte boundary, at the
+// largest gemv row limit), the gemm cases once more without cublasLt, and the out-of-range index calls, with the library
 // recording what ran, and fails if a listed path was never taken or if something ran that the
 // table does not list. It carries no op label: it always covers every op.
 var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
@@ -31,6 +31,12 @@ var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
 		}
 		Expect(rec.RecordPaths(true)).To(Succeed())
 		DeferCleanup(func() { Expect(rec.RecordPaths(false)).To(Succeed()) })
+		// The gemv's 2- and 4-row tiles run only above the default row limit (1): raise it to
+		// its maximum here so the committed tier reaches them (gemvrows_test.go judges them).
+		if gr, ok := dev.(backend.GemvRows); ok {
+			DeferCleanup(restoreGemvRows(gr))
+			Expect(gr.SetGemvRows(maxGemvRows)).To(Succeed())
+		}
 
 		var bufs []backend.Buffer
 		DeferCleanup(func() {

@@ -1241,6 +1241,14 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:rmsnorm_gemm || op:gpt_ffn",
 	},
 	{
+		ID: "cuda-gemv-row-pairs-share-x", Side: SideCUDA, File: "cuda/gemv.cuh",
+		Bug:         "the multi-row gemv gives row 2s+1 the activations of row 2s (only above one row)",
+		Original:    `unpack8<T>(reinterpret_cast<const uint4 *>(a + (int64_t)m * k)[c], af);`,
+		Replacement: `unpack8<T>(reinterpret_cast<const uint4 *>(a + (int64_t)(m & ~1) * k)[c], af);`,
+		// The default row limit is 1: the 2- and 4-row tiles run in the gemv-rows table.
+		Suites: kernels, Labels: "gemv-rows && (op:gemm || op:rmsnorm_gemm)",
+	},
+	{
 		ID: "cuda-gemv-bias-dropped", Side: SideCUDA, File: "cuda/gemv.cuh",
 		Bug:         "the decode gemv (gemm, rmsnorm_gemm, swiglu_gemm) stores the product without its bias",
 		Original:    `out[(int64_t)m * n + j] = from_float<T>(bias ? acc + to_float(bias[j]) : acc);`,

@@ -346,7 +346,7 @@ int ts_batch_invariant(int *on) {
     return TS_OK;
 }
 
-static int fake_gemv_rows = 4;
+static int fake_gemv_rows = 1; /* the library's kDefaultGemvRows */
 
 int ts_set_gemv_rows(int max_rows) {
     logf_("ts_set_gemv_rows max_rows=%d", max_rows);
