@@ -305,6 +305,7 @@ enum Workspace {
     WS_SAMPLE,          /* sample: per-row plans (bin offsets and masses), candidates, fault details */
     WS_SAMPLE_COUNTERS, /* sample: per-row accumulators, bin totals and block counters, zero between calls */
     WS_W4A16,           /* gemm_w4a16: the dequantised weight */
+    WS_MOE,             /* moe_ffn: the expert-sorted rows, their tiles and the activations */
     WS_COUNT
 };
 int workspace(const char *op, Workspace slot, size_t bytes, void **ptr);
@@ -403,7 +404,8 @@ enum FaultKind {
     FAULT_PAGED_BLOCK_TABLE = 12,    /* attention_decode_paged: a read block_table entry outside [0, num_blocks) */
     FAULT_PREFILL_Q_STARTS = 13,     /* attention_prefill_paged: q_starts not 0, increasing, ending at total_q */
     FAULT_PREFILL_KV_LEN = 14,       /* attention_prefill_paged: kv_lens[b] outside [q_len, width * block_size] */
-    FAULT_PREFILL_BLOCK_TABLE = 15   /* attention_prefill_paged: a read block_table entry outside [0, num_blocks) */
+    FAULT_PREFILL_BLOCK_TABLE = 15,  /* attention_prefill_paged: a read block_table entry outside [0, num_blocks) */
+    FAULT_MOE_ID = 16                /* moe_ffn: ids[i] outside [0, experts) */
 };
 
 /* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since

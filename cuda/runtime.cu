@@ -453,6 +453,7 @@ void record_fault(int kind) {
     case FAULT_PREFILL_Q_STARTS: record_path("attention_prefill_paged", "fault:q_starts"); break;
     case FAULT_PREFILL_KV_LEN: record_path("attention_prefill_paged", "fault:kv_len"); break;
     case FAULT_PREFILL_BLOCK_TABLE: record_path("attention_prefill_paged", "fault:block_table"); break;
+    case FAULT_MOE_ID: record_path("moe_ffn", "fault:id"); break;
     case FAULT_SAMPLE_LOGIT: record_path("sample", "fault:logit"); break;
     case FAULT_SAMPLE_ALL_NEG_INF: record_path("sample", "fault:all_neg_inf"); break;
     default: record_path("?", "fault:" + std::to_string(kind)); break;
@@ -522,6 +523,9 @@ int check_faults(const char *op, cudaStream_t st) {
                          "attention_prefill_paged: block_table[%d] = %d: must be in [0, %d) (num_blocks), or past the "
                          "sequence's pages",
                          f.index, f.value, f.bound);
+    case FAULT_MOE_ID:
+        return set_error(TS_ERR_INDEX, "moe_ffn: ids[%d] = %d: must be in [0, %d) (the experts of gate_up)", f.index,
+                         f.value, f.bound);
     /* Worded as the cpu backend words them (engine/sample), "op: arg = value: reason", so both
      * backends give the same argument error. */
     case FAULT_SAMPLE_LOGIT: {

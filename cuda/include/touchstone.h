@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 21
+#define TS_ABI_VERSION 22
 
 typedef enum {
     TS_OK = 0,
@@ -667,6 +667,40 @@ int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, const int32_
                   const int32_t *g_idx, const ts_w4a16_config *cfg, void *stream);
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);
 int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream);
+
+/* moe_router: each token's experts from the router's logits [tokens, experts] (dtype TS_F16 or
+ * TS_BF16), as transformers' MoE routers choose them: p = softmax(float(logits)) over the
+ * experts, the top_k largest p in descending order (equal logits: the lower expert index first)
+ * into ids int32 [tokens, top_k] and their p into weights fp32 [tokens, top_k], divided by their
+ * sum when renormalize is 1 (Mixtral; Qwen3-MoE's norm_topk_prob). 1 <= top_k <= experts <= 1024. */
+typedef struct {
+    ts_dtype dtype;
+    int tokens;
+    int experts;
+    int top_k;
+    int renormalize;
+} ts_moe_router_config;
+
+/* moe_ffn: the expert block after the router, SwiGLU experts as transformers stores them: out
+ * [tokens, hidden] = sum_j weights[t, j] * down[e] (silu(g) * u), e = ids[t, j] (int32 [tokens,
+ * top_k], each in [0, experts), else TS_ERR_INDEX at the next wait), weights fp32 [tokens, top_k];
+ * g and u the rows 0..ffn-1 and ffn..2 ffn-1 of gate_up[e] [2 ffn, hidden] times x[t]; gate_up
+ * [experts, 2 ffn, hidden] and down [experts, hidden, ffn] in dtype (TS_F16 or TS_BF16) as x and
+ * out. Gate, up, the activation and each expert's down product round to dtype, the weighted sum
+ * is fp32 with one rounding. Needs hidden and ffn % 8 == 0 and 16-byte aligned out, x, gate_up
+ * and down (else TS_ERR_UNSUPPORTED). */
+typedef struct {
+    ts_dtype dtype;
+    int tokens;
+    int hidden;
+    int ffn;
+    int experts;
+    int top_k;
+} ts_moe_ffn_config;
+
+int ts_moe_router(float *weights, int32_t *ids, const void *logits, const ts_moe_router_config *cfg, void *stream);
+int ts_moe_ffn(void *out, const void *x, const int32_t *ids, const float *weights, const void *gate_up,
+               const void *down, const ts_moe_ffn_config *cfg, void *stream);
 
 #ifdef __cplusplus
 }

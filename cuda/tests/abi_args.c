@@ -297,6 +297,41 @@ int main(void) {
         expect("set_rows_fp8 dtype i32", ts_set_rows_fp8(P, P, rows, sc, &qi, NULL), TS_ERR_UNSUPPORTED, "set_rows_fp8",
                "dtype", NULL);
     }
+    /* moe_router and moe_ffn: the experts, top_k and the widths. */
+    {
+        int32_t *ids = (int32_t *)P;
+        float *wt = (float *)P;
+        ts_moe_router_config mr = {TS_F16, 7, 128, 8, 1};
+        expect("moe_router valid", ts_moe_router(wt, ids, P, &mr, NULL), TS_ERR_NOT_INITIALIZED, "moe_router", "ts_init",
+               NULL);
+        expect("moe_router null ids", ts_moe_router(wt, NULL, P, &mr, NULL), TS_ERR_INVALID_ARGUMENT, "moe_router", "ids",
+               "NULL");
+        ts_moe_router_config mk = mr;
+        mk.top_k = 129;
+        expect("moe_router top_k past experts", ts_moe_router(wt, ids, P, &mk, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_router", "top_k", "129");
+        ts_moe_router_config me = mr;
+        me.experts = 1025;
+        expect("moe_router 1025 experts", ts_moe_router(wt, ids, P, &me, NULL), TS_ERR_INVALID_ARGUMENT, "moe_router",
+               "experts", "1025");
+        ts_moe_router_config mn = mr;
+        mn.renormalize = 2;
+        expect("moe_router renormalize 2", ts_moe_router(wt, ids, P, &mn, NULL), TS_ERR_INVALID_ARGUMENT, "moe_router",
+               "renormalize", "2");
+        ts_moe_ffn_config mf = {TS_BF16, 8, 2048, 768, 128, 8};
+        expect("moe_ffn valid", ts_moe_ffn(P, P, ids, wt, P, P, &mf, NULL), TS_ERR_NOT_INITIALIZED, "moe_ffn", "ts_init",
+               NULL);
+        expect("moe_ffn null gate_up", ts_moe_ffn(P, P, ids, wt, NULL, P, &mf, NULL), TS_ERR_INVALID_ARGUMENT, "moe_ffn",
+               "gate_up", "NULL");
+        ts_moe_ffn_config mt = mf;
+        mt.top_k = 0;
+        expect("moe_ffn top_k 0", ts_moe_ffn(P, P, ids, wt, P, P, &mt, NULL), TS_ERR_INVALID_ARGUMENT, "moe_ffn", "top_k",
+               "0");
+        ts_moe_ffn_config mh = mf;
+        mh.hidden = 2044;
+        expect("moe_ffn hidden 2044", ts_moe_ffn(P, P, ids, wt, P, P, &mh, NULL), TS_ERR_UNSUPPORTED, "moe_ffn", "hidden",
+               "2044");
+    }
     /* attention_decode_paged: the page size, the table, the pool. */
     {
         const int32_t *tb = (const int32_t *)P;

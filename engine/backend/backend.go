@@ -228,6 +228,22 @@ type Kernels interface {
 	// [K/8, N], qzeros i32 [K/G, N/8] (storing z - 1), gIdx i32 [K] (each input's group).
 	// scales [K/G, N] in x's type. Unfused equivalent: the dequantised weight, then Gemm.
 	GemmW4A16(out, x, qweight, qzeros, scales, gIdx Buffer, format W4Format, groupSize int) error
+	// MoERouter chooses each token's experts from the router's logits [T, E] (f16 or bf16), as
+	// transformers' MoE routers do: p = softmax(float32(logits)) over the E experts, the topK
+	// largest p in descending order (equal logits: the lower expert index first) into ids i32
+	// [T, topK] and their p into weights f32 [T, topK], renormalised to sum to 1 when
+	// renormalize (Mixtral; Qwen3-MoE's norm_topk_prob). 1 <= topK <= E <= 1024.
+	MoERouter(weights, ids, logits Buffer, topK int, renormalize bool) error
+	// MoEFFN is the expert block of a mixture-of-experts layer after its router, SwiGLU experts
+	// stored as transformers stores them: for x [T, H] and each token's chosen experts ids i32
+	// [T, k] (distinct within a row, each in [0, E)) with their weights f32 [T, k], out [T, H] =
+	// sum_j weights[t, j] · down[e] · (silu(g) ⊙ u), e = ids[t, j], g and u the rows 0..F-1 and
+	// F..2F-1 of gate_up[e] [2F, H] times x[t]; gate_up [E, 2F, H] and down [E, H, F] in x's
+	// storage type. Unfused equivalent, per expert with tokens: the rows of x that chose it
+	// (Embedding over x), Gemm by its gate and up rows, SwiGLU, Gemm by its down projection, each
+	// rounding to the storage type, then the weighted sum over each token's experts in fp32 and
+	// one rounding.
+	MoEFFN(out, x, ids, weights, gateUp, down Buffer) error
 }
 
 // SampleConfig configures seeded sampling as docs/sampling.md defines it.
@@ -278,6 +294,7 @@ var Ops = []string{
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",
 	"attention_decode_fp8", "attention_decode_paged", "attention_prefill_paged",
+	"moe_router", "moe_ffn",
 }
 
 // Timer brackets device work with device events, for benchmarks.

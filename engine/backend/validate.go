@@ -792,3 +792,56 @@ func CheckPhilox(out Buffer) error {
 	}
 	return c.Err()
 }
+
+// MaxMoEExperts is the most experts MoERouter takes in one row (the widest published router is
+// 256; a block of the CUDA kernel holds a row of 1024).
+const MaxMoEExperts = 1024
+
+// CheckMoERouter validates the router's top-k: logits f16 or bf16 [T, E], 1 <= topK <= E <=
+// MaxMoEExperts, weights f32 and ids i32 [T, topK].
+func CheckMoERouter(weights, ids, logits Buffer, topK int) error {
+	c := Validate("moe_router")
+	c.DType("logits", logits, tensor.F16, tensor.BF16)
+	c.Rank("logits", logits, 2)
+	if c.Err() == nil {
+		t, e := logits.Shape()[0], logits.Shape()[1]
+		c.That(e <= MaxMoEExperts, "logits", describe(logits), "want at most %d experts (its last dimension)", MaxMoEExperts)
+		c.That(topK >= 1 && topK <= e, "top_k", fmt.Sprint(topK), "want 1..%d (the experts of logits)", e)
+		if c.Err() == nil {
+			c.DType("weights", weights, tensor.F32)
+			c.Shape("weights", weights, []int{t, topK}, "[tokens of logits, top_k]")
+			c.DType("ids", ids, tensor.I32)
+			c.Shape("ids", ids, []int{t, topK}, "[tokens of logits, top_k]")
+		}
+	}
+	return c.Err()
+}
+
+// CheckMoEFFN validates the expert block: x [T, H], ids i32 and weights f32 [T, k] with k <= E,
+// gate_up [E, 2F, H] and down [E, H, F] in x's storage type, out like x. The expert indices
+// are device data, the backends' to check.
+func CheckMoEFFN(out, x, ids, weights, gateUp, down Buffer) error {
+	c := Validate("moe_ffn")
+	c.Storage("x", x)
+	c.Rank("x", x, 2)
+	c.Same("gate_up", gateUp)
+	c.Rank("gate_up", gateUp, 3)
+	c.DType("ids", ids, tensor.I32)
+	c.Rank("ids", ids, 2)
+	if c.Err() == nil {
+		t, h := x.Shape()[0], x.Shape()[1]
+		e, f2 := gateUp.Shape()[0], gateUp.Shape()[1]
+		k := ids.Shape()[1]
+		c.That(f2%2 == 0 && f2 > 0, "gate_up", describe(gateUp), "want [experts, 2 x ffn, hidden]: an even, non-zero second dimension")
+		c.Shape("gate_up", gateUp, []int{e, f2, h}, "[experts, 2 x ffn, hidden of x]")
+		c.Shape("ids", ids, []int{t, k}, "[tokens of x, top_k]")
+		c.That(k >= 1 && k <= e, "ids", describe(ids), "want 1..%d experts a token (the experts of gate_up)", e)
+		c.DType("weights", weights, tensor.F32)
+		c.Shape("weights", weights, []int{t, k}, "the shape of ids")
+		c.Same("down", down)
+		c.Shape("down", down, []int{e, h, f2 / 2}, "[experts, hidden, ffn] of gate_up")
+		c.Same("out", out)
+		c.Shape("out", out, []int{t, h}, "the shape of x")
+	}
+	return c.Err()
+}

@@ -126,6 +126,14 @@ func Cases() []Case {
 		decodeFP8("attention_decode_fp8 llama3-8b gqa4 d128 B=4 L=4096", 4, 4096, 32, 8, 128),
 		decodeFP8("attention_decode_fp8 qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
 		decodeFP8("attention_decode_fp8 phi3-mini B=16 L=4096", 16, 4096, 32, 32, 96),
+		moeRouter("moe_router qwen3-moe T=1 E=128 k=8", 1, 128, 8, true),
+		moeRouter("moe_router qwen3-moe T=4096 E=128 k=8", 4096, 128, 8, true),
+		moeRouter("moe_router mixtral T=4096 E=8 k=2", 4096, 8, 2, true),
+		moeFFN("moe_ffn qwen3-30b-a3b decode T=1", 1, 2048, 768, 128, 8),
+		moeFFN("moe_ffn qwen3-30b-a3b decode T=16", 16, 2048, 768, 128, 8),
+		moeFFN("moe_ffn qwen3-30b-a3b prefill T=1024", 1024, 2048, 768, 128, 8),
+		moeFFN("moe_ffn mixtral-8x7b decode T=1", 1, 4096, 14336, 8, 2),
+		moeFFN("moe_ffn mixtral-8x7b prefill T=512", 512, 4096, 14336, 8, 2),
 		setRowsFP8("set_rows_fp8 llama3-8b decode T=16 per-head", 4096, 16, 8, 128),
 		setRowsFP8("set_rows_fp8 llama3-8b prefill T=2048 per-head", 4096, 2048, 8, 128),
 		// Paged decode at the same shapes as the contiguous rows below (pages of 16, in order).
@@ -364,5 +372,29 @@ func w4a16Case(name, format string, m, n, k int) Case {
 			in("scales", tensor.BF16, []int{k / g, n}, normal(0.002, 0.01))}, gIdx...),
 		Flops: 2 * elems(m, n, k),
 		Bytes: elems(k, n)/2 + elems(k/g, n)*(f16+1) + elems(m, k)*f16 + elems(m, n)*f16,
+	}
+}
+
+// moeRouter chooses k of e experts for t tokens: the logits read, the choices written.
+func moeRouter(name string, t, e, k int, renormalize bool) Case {
+	return Case{Name: name, Op: "moe_router", Params: fmt.Sprintf(`{"top_k": %d, "renormalize": %v}`, k, renormalize),
+		Inputs: []conformance.InputSpec{in("logits", tensor.F16, []int{t, e}, normal(2, 0))},
+		Bytes:  elems(t, e)*f16 + elems(t, k)*(f32+i32),
+	}
+}
+
+// moeFFN is the expert block of t tokens, each routed to k distinct experts of e drawn
+// uniformly, SwiGLU experts of hidden h and ffn f. Bytes is the floor: the weights of the
+// experts a uniform routing reaches on average, e (1 - (1 - k/e)^t), read once, plus x and out.
+func moeFFN(name string, t, h, f, e, k int) Case {
+	touched := float64(e) * (1 - math.Pow(1-float64(k)/float64(e), float64(t)))
+	return Case{Name: name, Op: "moe_ffn", Params: `{}`,
+		Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{t, h}, nil),
+			in("ids", tensor.I32, []int{t, k}, conformance.DistinctPerRow(e, k)),
+			in("weights", tensor.F32, []int{t, k}, conformance.Const(1/float64(k))),
+			in("gate_up", tensor.F16, []int{e, 2 * f, h}, normal(1/math.Sqrt(float64(h)), 0)),
+			in("down", tensor.F16, []int{e, h, f}, normal(1/math.Sqrt(float64(f)), 0))},
+		Flops: int64(6 * t * k * h * f),
+		Bytes: int64(touched*float64(3*f*h*f16)) + 2*elems(t, h)*f16,
 	}
 }

@@ -46,6 +46,25 @@ func OnePerBucket(n, count int) func(*rand.Rand, int) float64 {
 	}
 }
 
+// DistinctPerRow draws rows of k distinct integers below n (a token's experts): element i is
+// the (i mod k)-th of a uniform random k-subset of [0, n) drawn afresh at every i % k == 0.
+// Elements must be requested in order, as RandomInputs does. It needs k <= n.
+func DistinctPerRow(n, k int) func(*rand.Rand, int) float64 {
+	pool := make([]int, n)
+	return func(r *rand.Rand, i int) float64 {
+		j := i % k
+		if j == 0 {
+			for v := range pool {
+				pool[v] = v
+			}
+		}
+		// Fisher-Yates, one step a draw: pool[j] becomes a value not drawn for this row yet.
+		s := j + r.IntN(n-j)
+		pool[j], pool[s] = pool[s], pool[j]
+		return float64(pool[j])
+	}
+}
+
 // Const always returns v (cache lengths at capacity, say).
 func Const(v float64) func(*rand.Rand, int) float64 {
 	return func(*rand.Rand, int) float64 { return v }

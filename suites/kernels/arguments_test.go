@@ -218,6 +218,11 @@ var indexCalls = []indexCall{
 		dst := zeros(tensor.F8E4M3, 8, 2, 16)
 		return dst, b.SetRowsFP8(dst, f16(2, 2, 16), i32(-1, 3), zeros(tensor.F32, 1))
 	}},
+	// The expert ids are device data (a captured decode step replays the router's new choice).
+	{"moe_ffn", "an expert id past the experts", "ids[3]", "4", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 16)
+		return out, b.MoEFFN(out, f16(2, 16), shaped([]int{2, 2}, 0, 1, 2, 4), zeros(tensor.F32, 2, 2), f16(4, 16, 16), f16(4, 16, 8))
+	}},
 	{"attention_decode_fp8", "a cache length past an FP8 cache's capacity", "cache_lens[0]", "9", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 4, 64)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}

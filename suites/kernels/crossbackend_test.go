@@ -78,6 +78,13 @@ var crossCases = []crossCase{
 	{"gemm_w4a16", `{"format": "gptq", "group_size": 128, "act_order": true}`, []conformance.InputSpec{in("x", tensor.F16, []int{1, 1024}, nil),
 		in("qweight", tensor.I32, []int{128, 512}, conformance.IntsIn(-1<<31, 1<<31)), in("qzeros", tensor.I32, []int{8, 64}, conformance.IntsIn(-1<<31, 1<<31)),
 		in("scales", tensor.F16, []int{8, 512}, normalGen(0.002, 0.01)), in("g_idx", tensor.I32, []int{1024}, conformance.IntsBelow(8))}},
+	// Mixture of experts: Qwen3-MoE's router over 128 experts (random logits rarely tie; any tie
+	// is ranked by the rule both backends share), and a prefill-shaped expert block at a
+	// Qwen3-30B-A3B-like width with 64-row tiles.
+	{"moe_router", `{"top_k": 8, "renormalize": true}`, []conformance.InputSpec{in("logits", tensor.BF16, []int{257, 128}, normalGen(2, 0))}},
+	{"moe_ffn", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{300, 256}, nil),
+		in("ids", tensor.I32, []int{300, 8}, conformance.DistinctPerRow(32, 8)), in("weights", tensor.F32, []int{300, 8}, normalGen(0.05, 0.125)),
+		in("gate_up", tensor.F16, []int{32, 192, 256}, normalGen(0.0625, 0)), in("down", tensor.F16, []int{32, 256, 96}, normalGen(0.1, 0))}},
 	// The FP8 KV cache: a prefill's append at Llama-3-8B's KV row with per-head scales, and a
 	// ragged decode batch over 2500-position caches with them.
 	{"set_rows_fp8", `{}`, []conformance.InputSpec{in("dst", tensor.F8E4M3, []int{4096, 8, 128}, normalGen(100, 0)), in("src", tensor.BF16, []int{333, 8, 128}, normalGen(3, 0)),

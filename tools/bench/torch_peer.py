@@ -592,6 +592,52 @@ def swiglu_quant_fp8(t, p):
             "F.silu(gate) * up, then quant_fp8's eager quantiser (%s)" % p["mode"])
 
 
+def _router_ids(t, E, seed=0):
+    """Each token's k distinct experts drawn uniformly (the bench's routing), and softmax weights."""
+    T, k = t.shape("ids")
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).to(t.device)
+    w = torch.softmax(torch.randn(T, k, generator=g), -1).to(t.device)
+    return ids, w
+
+
+def moe_router(t, p):
+    """transformers' MixtralTopKRouter after its gate linear: softmax in fp32, topk, and the
+    renormalisation when asked (Qwen3-MoE's norm_topk_prob)."""
+    logits = t.randn("logits", 2.0)
+    k, renorm = int(p["top_k"]), bool(p["renormalize"])
+
+    def call():
+        probs = torch.softmax(logits.float(), dim=-1)
+        w, ids = torch.topk(probs, k, dim=-1)
+        if renorm:
+            w = w / w.sum(dim=-1, keepdim=True)
+        return w, ids
+    return call, "softmax(logits.float()), topk(%d)%s" % (k, ", w / w.sum()" if renorm else "")
+
+
+def moe_ffn(t, p):
+    """transformers 5's MixtralExperts.forward (the loop over the experts some token chose: a
+    gather, the gate_up linear, silu * up, the down linear, weighted, index_add_), eager; the
+    loop's nonzero() syncs with the host once a call, as it does in transformers."""
+    x, gate_up, down = t.randn("x"), t.weight("gate_up"), t.weight("down")
+    E = gate_up.shape[0]
+    ids, w = _router_ids(t, E)
+
+    def call():
+        out = torch.zeros_like(x)
+        mask = F.one_hot(ids, num_classes=E).permute(2, 1, 0)
+        hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit:
+            e = e[0]
+            pos, tok = torch.where(mask[e])
+            g, u = F.linear(x[tok], gate_up[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(g) * u, down[e]) * w[tok, pos, None]
+            out.index_add_(0, tok, y.to(out.dtype))
+        return out
+    return call, "transformers' MixtralExperts loop (one_hot, per expert: x[tok] @ gate_up[e].T, silu*up, @ down[e].T, * w, index_add_)"
+
+
 def sample(t, p):
     """The usual PyTorch sampling step (as in Hugging Face's warpers): argmax when greedy, else
     top-k, temperature, softmax, sort, cumsum for top-p, multinomial; the token stays on the
@@ -623,7 +669,7 @@ OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_resid
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
                                set_rows_fp8, attention_decode_fp8, attention_decode_paged,
-                               attention_prefill_paged)}
+                               attention_prefill_paged, moe_router, moe_ffn)}
 
 
 # ------------------------------------------------------------------------------------------------

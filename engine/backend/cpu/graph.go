@@ -242,6 +242,16 @@ func (r *recorder) GemmW4A16(out, x, qweight, qzeros, scales, gIdx backend.Buffe
 	return r.add(backend.CheckGemmW4A16(out, x, qweight, qzeros, scales, gIdx, format, groupSize),
 		func() error { return r.be.GemmW4A16(out, x, qweight, qzeros, scales, gIdx, format, groupSize) })
 }
+func (r *recorder) MoERouter(weights, ids, logits backend.Buffer, topK int, renormalize bool) error {
+	return r.add(backend.CheckMoERouter(weights, ids, logits, topK),
+		func() error { return r.be.MoERouter(weights, ids, logits, topK, renormalize) })
+}
+
+func (r *recorder) MoEFFN(out, x, ids, weights, gateUp, down backend.Buffer) error {
+	return r.add(backend.CheckMoEFFN(out, x, ids, weights, gateUp, down),
+		func() error { return r.be.MoEFFN(out, x, ids, weights, gateUp, down) })
+}
+
 func (r *recorder) Sample(tokens, logits backend.Buffer, cfg backend.SampleConfig) error {
 	return r.add(backend.CheckSample(tokens, logits, cfg), func() error { return r.be.Sample(tokens, logits, cfg) })
 }

@@ -264,6 +264,13 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
 			return b.SetRowsFP8(alloc(t, b, tensor.F8E4M3, 16, 2, 64), f16(2, 2, 64), i32(2), f32(2))
 		}},
+		{"moe_router", "ts_moe_router dtype=4 tokens=3 experts=60 top_k=4 renormalize=0 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			return b.MoERouter(f32(3, 4), alloc(t, b, tensor.I32, 3, 4), bf(3, 60), 4, false)
+		}},
+		{"moe_ffn", "ts_moe_ffn dtype=1 tokens=5 hidden=64 ffn=32 experts=8 top_k=2 stream=0", func() error {
+			return b.MoEFFN(f16(5, 64), f16(5, 64), alloc(t, b, tensor.I32, 5, 2), f32(5, 2), f16(8, 64, 64), f16(8, 64, 32))
+		}},
 		{"attention_decode_fp8", "ts_attention_decode_fp8 dtype=4 batch=2 max_len=32 n_heads=8 n_kv_heads=2 head_dim=128 scale_heads=1 stream=0", func() error {
 			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
 			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }

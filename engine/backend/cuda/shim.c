@@ -421,6 +421,16 @@ int tsg_set_rows_fp8(const tsg_api *a, void *dst, const void *src, const int32_t
     enter(a, "ts_set_rows_fp8");
     return done(a, a->ts_set_rows_fp8(dst, src, rows, scale, cfg, NULL), e);
 }
+int tsg_moe_router(const tsg_api *a, float *weights, int32_t *ids, const void *logits, const ts_moe_router_config *cfg,
+                   tsg_err *e) {
+    enter(a, "ts_moe_router");
+    return done(a, a->ts_moe_router(weights, ids, logits, cfg, NULL), e);
+}
+int tsg_moe_ffn(const tsg_api *a, void *out, const void *x, const int32_t *ids, const float *weights,
+                const void *gate_up, const void *down, const ts_moe_ffn_config *cfg, tsg_err *e) {
+    enter(a, "ts_moe_ffn");
+    return done(a, a->ts_moe_ffn(out, x, ids, weights, gate_up, down, cfg, NULL), e);
+}
 int tsg_attention_decode_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
                              const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                              const ts_decode_fp8_config *cfg, tsg_err *e) {

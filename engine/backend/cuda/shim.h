@@ -93,6 +93,10 @@
     X(ts_set_rows, int, (void *, const void *, const int32_t *, const ts_set_rows_config *, void *))     \
     X(ts_set_rows_fp8, int,                                                                               \
       (void *, const void *, const int32_t *, const float *, const ts_set_rows_fp8_config *, void *))     \
+    X(ts_moe_router, int, (float *, int32_t *, const void *, const ts_moe_router_config *, void *))      \
+    X(ts_moe_ffn, int,                                                                                    \
+      (void *, const void *, const int32_t *, const float *, const void *, const void *,                  \
+       const ts_moe_ffn_config *, void *))                                                                \
     X(ts_attention_decode_fp8, int,                                                                       \
       (void *, const void *, const void *, const void *, const int32_t *, const float *, const float *,   \
        const ts_decode_fp8_config *, void *))                                                             \
@@ -234,6 +238,10 @@ int tsg_set_rows(const tsg_api *a, void *dst, const void *src, const int32_t *ro
                  tsg_err *e);
 int tsg_set_rows_fp8(const tsg_api *a, void *dst, const void *src, const int32_t *rows, const float *scale,
                      const ts_set_rows_fp8_config *cfg, tsg_err *e);
+int tsg_moe_router(const tsg_api *a, float *weights, int32_t *ids, const void *logits, const ts_moe_router_config *cfg,
+                   tsg_err *e);
+int tsg_moe_ffn(const tsg_api *a, void *out, const void *x, const int32_t *ids, const float *weights,
+                const void *gate_up, const void *down, const ts_moe_ffn_config *cfg, tsg_err *e);
 int tsg_attention_decode_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
                              const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                              const ts_decode_fp8_config *cfg, tsg_err *e);

@@ -1477,6 +1477,112 @@ CASES += _bf16_cases(FULL, "pos_embedding", [
 ])
 
 
+# ---------------------------------------------------------------------------------------------
+# Mixture of experts (transformers 5's MixtralTopKRouter / Qwen3MoeTopKRouter and
+# MixtralExperts). Router widths of the real models: Mixtral-8x7B 8 experts, top 2,
+# renormalised; Qwen3-30B-A3B 128, top 8, norm_topk_prob; Qwen1.5-MoE-A2.7B 60 (no multiple of
+# 32), top 4, not renormalised. Router logits N(0, 2^2) unless a case says otherwise.
+
+
+def int_logits(lo, hi, step=1.0):
+    """Router logits on a grid: step * a uniform integer in [lo, hi): many exact ties among each
+    row's top values (equal logits, so equal probabilities, at the k-th place and inside the
+    top k), which the contract breaks to the lower expert index."""
+    return lambda r, shape: step * r.randint(lo, hi, shape).to(F64)
+
+
+def outlier_expert(expert, mean, gap):
+    """N(mean, 1) logits with `expert` in every row gap + U(0, 1) above the row's largest other
+    logit: that expert always first, the others' probabilities e^-gap and below. A mean near 90
+    puts the outlier past 88.7, where an fp32 exp without the row's maximum subtracted
+    overflows."""
+    def draw(r, shape):
+        x = mean + r.randn(shape)
+        others = torch.cat([x[:, :expert], x[:, expert + 1:]], dim=1)
+        x[:, expert] = others.max(-1).values + gap + r.rand(shape[:1])
+        return x
+    return draw
+
+
+def hot_expert(expert, seconds):
+    """Router logits where every token picks `expert` first (0.5 + U(0, 1) above the rest of its
+    row) and one of `seconds` second: the other experts sit 5.5 below and stay idle. One expert
+    takes every token, most take none (a collapsed router, or a batch of one topic)."""
+    def draw(r, shape):
+        x = -4.0 + 0.5 * r.randn(shape)
+        x[:, list(seconds)] = 1.5 + 0.5 * r.randn((shape[0], len(seconds)))
+        x[:, expert] = x.max(-1).values + 0.5 + r.rand(shape[:1])
+        return x
+    return draw
+
+
+MIXTRAL_ROUTER = dict(E=8, top_k=2, renormalize=True)
+QWEN3_MOE_ROUTER = dict(E=128, top_k=8, renormalize=True)
+QWEN15_MOE_ROUTER = dict(E=60, top_k=4, renormalize=False)
+CASES += _cases(COMMITTED, "moe_router", [
+    ("mixtral_e8-k2_t7", dict(MIXTRAL_ROUTER, T=7)),
+    ("mixtral_e8-k2_decode-t1", dict(MIXTRAL_ROUTER, T=1)),
+    ("qwen3-moe_e128-k8_t7", dict(QWEN3_MOE_ROUTER, T=7)),
+    ("qwen3-moe_e128-k8_t33", dict(QWEN3_MOE_ROUTER, T=33)),
+    ("qwen1.5-moe_e60-k4_t33_no-renorm", dict(QWEN15_MOE_ROUTER, T=33)),
+    # k = E: every expert, the whole row sorted
+    ("all-experts_e8-k8_t3", dict(E=8, top_k=8, renormalize=True, T=3)),
+    # integer logits 0..3: ties at the k-th place, inside the top 2, and none, row by row
+    ("ties-int_e8-k2_t33", dict(MIXTRAL_ROUTER, T=33, dist=int_logits(0, 4))),
+    # expert 5 8 above the rest, logits near 90: e^90 overflows fp32 without the max subtracted
+    ("outlier-expert5-near90_e8-k2_t7", dict(MIXTRAL_ROUTER, T=7,
+                                               dist=outlier_expert(5, 84.0, 8.0))),
+])
+CASES += _bf16_cases(COMMITTED, "moe_router", [
+    ("mixtral_e8-k2_t7", dict(MIXTRAL_ROUTER, T=7)),
+    ("qwen3-moe_e128-k8_t7", dict(QWEN3_MOE_ROUTER, T=7)),
+    # logits 0, 0.5, .., 11.5 over 128 experts: about 5 experts a level, so the 8th place ties
+    ("ties-half-int_e128-k8_t33", dict(QWEN3_MOE_ROUTER, T=33, dist=int_logits(0, 24, 0.5))),
+])
+CASES += _cases(FULL, "moe_router", [
+    ("qwen3-moe_e128-k8_t4096", dict(QWEN3_MOE_ROUTER, T=4096)),
+    ("qwen3-moe_e128-k8_t4096_no-renorm", dict(QWEN3_MOE_ROUTER, T=4096, renormalize=False)),
+    ("mixtral_e8-k2_t2048", dict(MIXTRAL_ROUTER, T=2048)),
+    ("e256-k8_t4096", dict(E=256, top_k=8, renormalize=True, T=4096)),
+])
+
+# The expert block: SwiGLU experts stored as transformers 5 stores them (gate_up [E, 2F, H],
+# down [E, H, F]). The committed golden budget is nearly spent, so the committed experts are
+# tiny (E x 2F x H + E x H x F 16-bit values: 96 KB for Mixtral-like E=8 H=64 F=32, 192 KB for
+# Qwen3-like E=64 H=32 F=16); the full tier has the real models: Qwen3-30B-A3B (128 experts,
+# top 8, hidden 2048, moe_intermediate 768) and Mixtral-8x7B (8, top 2, 4096, 14336: 2.8 GB of
+# experts a set).
+MIXTRAL_LIKE = dict(E=8, top_k=2, H=64, ffn=32)
+QWEN3_MOE_LIKE = dict(E=64, top_k=8, H=32, ffn=16)
+HOT3 = dict(E=8, top_k=2, H=32, ffn=16, logits=hot_expert(3, (0, 6)))
+CASES += _cases(COMMITTED, "moe_ffn", [
+    ("mixtral-like_e8-k2-h64-f32_decode-t5", dict(MIXTRAL_LIKE, T=5)),
+    ("mixtral-like_e8-k2-h64-f32_prefill-t40", dict(MIXTRAL_LIKE, T=40)),
+    ("mixtral-like_e8-k2-h64-f32_decode-t1", dict(MIXTRAL_LIKE, T=1)),
+    ("qwen3-moe-like_e64-k8-h32-f16_t3", dict(QWEN3_MOE_LIKE, T=3)),
+    # every token: expert 3 first, expert 0 or 6 second; experts 1, 2, 4, 5 and 7 idle
+    ("hot-expert3_e8-k2-h32-f16_t16", dict(HOT3, T=16)),
+    # 16 choices an expert on average: the CUDA kernels' 64-row tiles (prefill)
+    ("mixtral-like_e8-k2-h32-f16_prefill-t64", dict(MIXTRAL_LIKE, H=32, ffn=16, T=64)),
+])
+CASES += _bf16_cases(COMMITTED, "moe_ffn", [
+    ("mixtral-like_e8-k2-h64-f32_decode-t5", dict(MIXTRAL_LIKE, T=5)),
+    ("hot-expert3_e8-k2-h32-f16_t16", dict(HOT3, T=16)),
+    ("mixtral-like_e8-k2-h32-f16_prefill-t64", dict(MIXTRAL_LIKE, H=32, ffn=16, T=64)),
+])
+QWEN3_30B_A3B = dict(E=128, top_k=8, H=2048, ffn=768)
+MIXTRAL_8X7B = dict(E=8, top_k=2, H=4096, ffn=14336)
+CASES += _cases(FULL, "moe_ffn", [
+    ("qwen3-30b-a3b_e128-k8-h2048-f768_decode-t8", dict(QWEN3_30B_A3B, T=8)),
+    ("qwen3-30b-a3b_e128-k8-h2048-f768_prefill-t1024", dict(QWEN3_30B_A3B, T=1024)),
+    ("mixtral-8x7b_e8-k2-h4096-f14336_decode-t4", dict(MIXTRAL_8X7B, T=4)),
+    ("mixtral-8x7b_e8-k2-h4096-f14336_prefill-t512", dict(MIXTRAL_8X7B, T=512)),
+])
+CASES += _bf16_cases(FULL, "moe_ffn", [
+    ("qwen3-30b-a3b_e128-k8-h2048-f768_decode-t8", dict(QWEN3_30B_A3B, T=8)),
+])
+
+
 _NAME = re.compile(r"^[a-z0-9._-]+$")
 _seen = set()
 for _c in CASES:
@@ -1493,12 +1599,14 @@ def cases_for(tier, ops=None):
 
 # The ops whose expected outputs are exact (ops.py: given in their stored dtype, not fp64), and
 # those dtypes: quant_fp8's, the fused quantisers' out and scales (quant_fp8 of the rounded
-# intermediate; their sum is an fp64 reference) and set_rows_fp8's cache codes. They may hold what the contract gives for
-# non-finite inputs (an inf or NaN scale); an fp64 reference is always finite.
+# intermediate; their sum is an fp64 reference), set_rows_fp8's cache codes and moe_router's
+# expert ids. They may hold what the contract gives for non-finite inputs (an inf or NaN
+# scale); an fp64 reference is always finite.
 EXACT_OPS = {"quant_fp8": (torch.float8_e4m3fn, torch.float32),
              "rmsnorm_quant_fp8": (torch.float8_e4m3fn, torch.float32),
              "swiglu_quant_fp8": (torch.float8_e4m3fn, torch.float32),
-             "set_rows_fp8": (torch.float8_e4m3fn,)}
+             "set_rows_fp8": (torch.float8_e4m3fn,),
+             "moe_router": (torch.int32,)}
 
 
 def build(case):

@@ -8,8 +8,8 @@ returns (params, inputs, expected):
   expected -- {name: float64 tensor}, computed from the inputs upcast to fp64 with no rounding
               to the 16-bit storage type in between, except where the op's contract rounds (the
               writer casts to f32 at the very end); an exact op's outputs (quant_fp8, and
-              the fused quantisers' out and scales) are given in their stored dtype instead
-              and written as they are.
+              the fused quantisers' out and scales, moe_router's int32 ids) are given in their
+              stored dtype instead and written as they are.
 
 Every op but gemm_fp8 takes `dtype`, the 16-bit storage type of its case: "f16" (the default)
 or "bf16" (softmax, set_rows and quant_fp8 also "f32"); gemm_fp8's inputs are f8e4m3 and f32
@@ -898,9 +898,116 @@ def gemm_w4a16(r, *, M, N, K, format, group_size, act_order=False, sym=False, di
     return params, inputs, {"out": out}
 
 
+
+# ---------------------------------------------------------------------------------------------
+# Mixture of experts, as transformers 5 runs it (modeling_mixtral: MixtralTopKRouter and
+# MixtralExperts; modeling_qwen3_moe: Qwen3MoeTopKRouter with norm_topk_prob): the router's
+# softmax and top-k over the gate linear's logits, then the SwiGLU experts each token was routed
+# to, weighted by the router and summed.
+
+
+def check_tie_rule(p, ids):
+    """ids [T, k] must be the k largest of p [T, E] per row, highest first, equal values to the
+    lower index: along a row the values do not increase and equal neighbours have increasing
+    ids, and every expert left out is below the k-th value, or equal to it with a higher index.
+    Raises AssertionError naming the first row that breaks the rule."""
+    T, E = p.shape
+    ids = ids.long()
+    v = p.gather(1, ids)
+    bad = (v[:, 1:] > v[:, :-1]) | ((v[:, 1:] == v[:, :-1]) & (ids[:, 1:] <= ids[:, :-1]))
+    left_out = torch.ones((T, E), dtype=torch.bool).scatter_(1, ids, False)
+    col = torch.arange(E)[None, :]
+    last_v, last_i = v[:, -1:], ids[:, -1:]
+    beats = left_out & ((p > last_v) | ((p == last_v) & (col < last_i)))
+    rows = (bad.any(-1) | beats.any(-1)).nonzero().flatten().tolist()
+    assert not rows, "moe router: ids of row %d break the tie rule (lower index first): %s" % (
+        rows[0], ids[rows[0]].tolist())
+
+
+def route(logits, top_k, renormalize):
+    """The router on logits [T, E] (16-bit, as the gate linear stores them): p = softmax of the
+    fp32-upcast logits, in float64; the top_k largest of each row, highest first, equal values
+    (equal logits) to the lower expert index; with renormalize, divided by their sum (Mixtral,
+    Qwen3-MoE's norm_topk_prob). Returns (weights float64 [T, k], ids int32 [T, k]).
+
+    The ids are a stable descending sort's, not torch.topk's: torch 2.11's CPU topk leaves the
+    order of equal values, and which of them it keeps at the k-th place, unspecified (four equal
+    values at experts 1, 2, 4, 6 come out as 1, 6, 4, 2), while the contract, and the Go and CUDA
+    kernels, take the lower index first. Checked here on every case: the ids obey that rule
+    (check_tie_rule), torch.topk gives the same values and the same ids wherever a value is not
+    tied in its row, and the same experts are the top_k of the logits themselves (no p underflows
+    to a tie that the logits do not have), so a kernel may select on the logits."""
+    T, E = logits.shape
+    assert 1 <= top_k <= E, (top_k, E)
+    p = torch.softmax(d(logits.to(F32)), dim=-1)
+    assert (p > 0).all(), "moe router: a probability underflows float64"
+    order = torch.sort(p, dim=-1, descending=True, stable=True)
+    weights, ids = order.values[:, :top_k], order.indices[:, :top_k]
+    check_tie_rule(p, ids)
+    by_logit = torch.sort(d(logits.to(F32)), dim=-1, descending=True, stable=True).indices
+    assert torch.equal(by_logit[:, :top_k], ids), "moe router: p orders the experts otherwise"
+    tv, ti = torch.topk(p, top_k, dim=-1)
+    assert torch.equal(tv, weights), "moe router: torch.topk's values differ"
+    untied = (p[:, None, :] == weights[:, :, None]).sum(-1) == 1   # [T, k]
+    assert torch.equal(ti[untied], ids[untied]), "moe router: torch.topk picks another expert"
+    if renormalize:
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights, ids.to(I32)
+
+
+def moe_router(r, *, T, E, top_k, renormalize, dist=normal(2.0), dtype="f16"):
+    """The MoE router after the gate linear: logits [T, E] drawn from dist in the storage type;
+    weights (float64, written f32) and ids (int32, exact) of route()."""
+    logits = storage(dtype)(dist(r, (T, E)))
+    weights, ids = route(logits, top_k, renormalize)
+    return ({"top_k": top_k, "renormalize": renormalize}, {"logits": logits},
+            {"weights": weights, "ids": ids})
+
+
+def moe_experts(x, ids, weights, gate_up, down):
+    """out [T, H] = sum_j weights[t, j] down[e] (silu(gate_e x_t) * (up_e x_t)), e = ids[t, j],
+    in float64 with no intermediate rounding: x [T, H], ids int [T, k], weights [T, k] (used as
+    they are stored), gate_up [E, 2F, H] (each expert's F gate rows, then its F up rows, as
+    MixtralExperts.gate_up_proj and its .chunk(2, dim=-1)), down [E, H, F]. One float64 matmul
+    per expert over the tokens routed to it (MixtralExperts' loop), not one per token: the full
+    tier's Mixtral-8x7B experts are 2.8 GB."""
+    T, H = x.shape
+    ffn = gate_up.shape[1] // 2
+    xd, wd, ids = d(x), d(weights), ids.long()
+    out = torch.zeros((T, H), dtype=F64)
+    for e in torch.unique(ids).tolist():
+        tok, slot = torch.nonzero(ids == e, as_tuple=True)
+        h = xd[tok] @ d(gate_up[e]).T                                 # [n, 2F]
+        act = F.silu(h[:, :ffn]) * h[:, ffn:]
+        out.index_add_(0, tok, (act @ d(down[e]).T) * wd[tok, slot, None])
+    return out
+
+
+def moe_ffn(r, *, T, E, top_k, H, ffn, renormalize=True, logits=normal(2.0), dist=normal(),
+            dtype="f16"):
+    """The expert block after the router (moe_experts): x [T, H] from dist; ids and weights from
+    route() of router logits [T, E] drawn from `logits` in the storage type (renormalised for
+    the Mixtral and Qwen3 shapes), the weights stored as float32; then each expert's gate, up
+    (linear_weight [F, H], stacked into gate_up[e]) and down (linear_weight [H, F]) in expert
+    order. The experts are filled in place: drawn one [F, H] block at a time, the full tier's
+    Mixtral-8x7B never holds more than one block in float64."""
+    cast = storage(dtype)
+    x = cast(dist(r, (T, H)))
+    w64, ids = route(cast(logits(r, (T, E))), top_k, renormalize)
+    weights = w64.to(F32)
+    gate_up = torch.empty((E, 2 * ffn, H), dtype=x.dtype)
+    down = torch.empty((E, H, ffn), dtype=x.dtype)
+    for e in range(E):
+        gate_up[e, :ffn] = linear_weight(r, ffn, H, cast)
+        gate_up[e, ffn:] = linear_weight(r, ffn, H, cast)
+        down[e] = linear_weight(r, H, ffn, cast)
+    inputs = {"x": x, "ids": ids, "weights": weights, "gate_up": gate_up, "down": down}
+    return {}, inputs, {"out": moe_experts(x, ids, weights, gate_up, down)}
+
+
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
     swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged,
-    attention_prefill_paged)}
+    attention_prefill_paged, moe_router, moe_ffn)}

@@ -12,7 +12,10 @@ its committed sets, read from disk, are recomputed bit for bit by a numpy f8e4m3
 from the bit layout, and broken variants of each of its steps must disagree with them. gemm_fp8's
 sets on disk are recomputed from that codec and their scales in float64, their x and w checked
 as quantisations (from the bytes alone, and bit for bit from the case's draws), an emulated fp32
-kernel must pass the op's tolerance and broken scale indexing fail it.
+kernel must pass the op's tolerance and broken scale indexing fail it. The MoE sets on disk
+(moe_router, moe_ffn) are recomputed by numpy (a stable sort for the tie rule, a loop over
+tokens and their experts) and cross-checked against transformers' own MixtralTopKRouter,
+Qwen3MoeTopKRouter and MixtralExperts.
 """
 
 import functools
@@ -252,7 +255,36 @@ def reference(op, p, i, rnd=f16):
         return {"out": np_softmax(i["x"])}
     if op == "gemm_w4a16":
         return {"out": i["x"] @ np_w4_dequant(p, i, rnd)}
+    if op == "moe_router":
+        return np_moe_router(i["logits"], p["top_k"], p["renormalize"])
+    if op == "moe_ffn":
+        return {"out": np_moe_ffn(i["x"], i["ids"], i["weights"], i["gate_up"], i["down"])}
     raise KeyError(op)
+
+
+def np_moe_router(logits, k, renormalize):
+    """moe_router in numpy: the float64 softmax of each row, the k largest by a stable sort of
+    the negated probabilities (equal ones keep their order: the lower expert first), then
+    divided by their sum with renormalize."""
+    prob = np_softmax(np.asarray(logits, dtype=np.float64))
+    ids = np.argsort(-prob, axis=-1, kind="stable")[:, :k]
+    w = np.take_along_axis(prob, ids, -1)
+    if renormalize:
+        w = w / w.sum(-1, keepdims=True)
+    return {"weights": w, "ids": ids}
+
+
+def np_moe_ffn(x, ids, weights, gate_up, down):
+    """moe_ffn in numpy, a token and one of its experts at a time: out[t] = sum_j weights[t, j]
+    down[e] (silu(gate_up[e, :F] x_t) * (gate_up[e, F:] x_t)), e = ids[t, j], in float64."""
+    ffn = gate_up.shape[1] // 2
+    out = np.zeros(x.shape, dtype=np.float64)
+    for t in range(x.shape[0]):
+        for j in range(ids.shape[1]):
+            e = int(ids[t, j])
+            g, u = gate_up[e, :ffn] @ x[t], gate_up[e, ffn:] @ x[t]
+            out[t] += float(weights[t, j]) * (down[e] @ (np_silu(g) * u))
+    return out
 
 
 def np_w4_dequant(p, i, rnd):
@@ -352,6 +384,8 @@ def properties(case, p, i, dtype="f16"):
             assert np.nanmax(mx) > 89 and np.nanmin(np.nanmax(mx, -1)) < -104
     if op == "rope":
         rope_properties(name, p, i)
+    if op in ("moe_router", "moe_ffn"):
+        moe_properties(op, name, p, i)
     if op == "embedding" and len(i["ids"]) > 1:
         assert 0 in i["ids"] and i["table"].shape[0] - 1 in i["ids"]
     if op == "set_rows":
@@ -1005,7 +1039,8 @@ def storage_dtype(case, inputs):
                                     ("quant_fp8", "scale"), ("rmsnorm_quant_fp8", "scale"),
                                     ("swiglu_quant_fp8", "scale"), ("gemm_fp8", "x_scales"),
                                     ("gemm_fp8", "w_scales"), ("set_rows_fp8", "scale"),
-                                    ("attention_decode_fp8", "k_scale"), ("attention_decode_fp8", "v_scale")) or \
+                                    ("attention_decode_fp8", "k_scale"), ("attention_decode_fp8", "v_scale"),
+                                    ("moe_ffn", "weights")) or \
                 (case.op in ("softmax", "set_rows", "quant_fp8", "set_rows_fp8") and not half), \
                 "%s/%s: %s is f32" % (case.op, case.name, n)
         if t.dtype == torch.bfloat16:
@@ -1050,8 +1085,8 @@ def check_case(case):
     for n, want in ref.items():
         got = expected[n].float().numpy().astype(np.float64)
         assert got.shape == want.shape, (case.op, case.name, n, got.shape, want.shape)
-        if case.op in ("embedding", "set_rows"):
-            assert np.array_equal(got, want), "%s/%s: %s not exact" % (case.op, case.name, case.op)
+        if case.op in ("embedding", "set_rows") or (case.op, n) == ("moe_router", "ids"):
+            assert np.array_equal(got, want), "%s/%s: %s not exact" % (case.op, case.name, n)
             continue
         # got is the fp64 torch result rounded to fp32: within half an fp32 ulp (plus fp64 noise
         # far below that) of an independent fp64 computation.
@@ -1373,8 +1408,9 @@ def check_round_trip():
                                    ("set_rows", "bf16-odd-3x50_l8_t3"),
                                    ("quant_fp8", "static_s1_e4m3-boundaries_h128_f32"),
                                    ("quant_fp8", "bf16-dynamic-g128_llama3.2-1b_t3"),
-                                   ("gemm_fp8", "block_partial-row-block-n200_m3-k384_out-bf16")}]
-    assert len(picks) == 8
+                                   ("gemm_fp8", "block_partial-row-block-n200_m3-k384_out-bf16"),
+                                   ("moe_router", "ties-int_e8-k2_t33")}]
+    assert len(picks) == 9
     with tempfile.TemporaryDirectory() as tmp:
         for c in picks:
             digests = []
@@ -1820,6 +1856,214 @@ def check_fused_quant_tolerance():
             print("%s rejects %-80s in %d set(s), e.g. %s" % (op, what, len(by), by[0]))
 
 
+
+# ---------------------------------------------------------------------------------------------
+# Mixture of experts (moe_router, moe_ffn): numpy's twins above (np_moe_router, np_moe_ffn) check
+# every case in memory and every committed set on disk; transformers' own modules (the
+# reference the contract names) must land on the same sets: MixtralTopKRouter and
+# Qwen3MoeTopKRouter fed the logits through an identity gate, MixtralExperts loaded with the
+# stored experts and run in the storage type on the CPU.
+
+# A case's shape in its name: _e<E>-k<k>[-h<H>-f<F>]_[decode-|prefill-]t<T>
+_MOE_NAME = re.compile(r"(?:^|_)e([0-9]+)-k([0-9]+)(?:-h([0-9]+)-f([0-9]+))?_(?:[a-z]+-)?t([0-9]+)"
+                       r"(?:_|$)")
+# fp32's largest finite value is e^88.72: a larger logit overflows an fp32 exp of the raw logit
+F32_EXP_MAX = float(np.log(np.finfo(np.float32).max))
+# How far transformers' experts, run in the storage type, may land from the fp64 golden (nmse):
+# they round gate, up, the activation, each expert's weighted output and the running sum to it
+# (measured 2.5e-7 to 4.1e-7 in fp16, u = 2^-11, and 2.2e-5 to 2.7e-5 in bf16, u = 2^-8); a
+# wrong expert, a swapped gate and up or a lost weight is O(1).
+MOE_TRANSFORMERS_NMSE = {"f16": 1e-4, "bf16": 1e-3}
+# transformers' fp32 router weights against the float64 ones (relative): an fp32 softmax, and
+# a division by the fp32 sum of the top k, a few roundings of 2^-24 (measured 4 of them)
+MOE_ROUTER_F32_REL = 8 * 2.0**-24
+
+
+def moe_properties(op, name, p, i):
+    """What a MoE case is named for holds in its data: the shape in its name, distinct experts
+    per row, a router's weights (positive, highest first, summing to one when renormalised),
+    ties where the name says ties, the outlier expert first in every row and past fp32's exp
+    range, one expert taking every token in the hot-expert cases."""
+    m = _MOE_NAME.search(name)
+    assert m, "%s/%s: no _e<E>-k<k>_t<T> in the name" % (op, name)
+    E, k, T = int(m.group(1)), int(m.group(2)), int(m.group(5))
+    if op == "moe_router":
+        logits = i["logits"]
+        assert list(p) == ["top_k", "renormalize"] and isinstance(p["renormalize"], bool), p
+        assert logits.shape == (T, E) and p["top_k"] == k and 1 <= k <= E, (name, logits.shape, p)
+        assert name.endswith("_no-renorm") == (not p["renormalize"]), name
+        top = -np.sort(-logits, axis=-1)
+        inside = (top[:, :k - 1] == top[:, 1:k]).any(-1)
+        boundary = top[:, k - 1] == top[:, k] if k < E else np.zeros(T, dtype=bool)
+        if "ties" in name:
+            assert inside.any() and boundary.any(), \
+                "%s: no ties inside the top %d (%d rows) or at its edge (%d rows)" % (
+                    name, k, inside.sum(), boundary.sum())
+            assert not name.startswith("ties-int") or (~(inside | boundary)).any(), name
+        if "all-experts" in name:
+            assert k == E, name
+        o = re.search(r"outlier-expert([0-9]+)", name)
+        if o:
+            e = int(o.group(1))
+            others = np.delete(logits, e, axis=1)
+            assert np.all(logits[:, e] >= others.max(-1) + 8), "%s: expert %d not 8 above" % (name, e)
+            assert logits[:, e].min() > F32_EXP_MAX, "%s: e^logit fits fp32" % name
+        return
+    x, ids, w, gu, down = i["x"], i["ids"], i["weights"], i["gate_up"], i["down"]
+    H, ffn = int(m.group(3)), int(m.group(4))
+    assert p == {}, (name, p)
+    assert x.shape == (T, H) and ids.shape == (T, k) and w.shape == (T, k), name
+    assert gu.shape == (E, 2 * ffn, H) and down.shape == (E, H, ffn), name
+    assert H % 16 == 0 and ffn % 16 == 0, name
+    assert ids.dtype.kind == "i" and np.all((ids >= 0) & (ids < E)), name
+    assert all(len(set(row.tolist())) == k for row in ids), "%s: an expert twice in a row" % name
+    assert np.all(w > 0) and np.all(w[:, :-1] >= w[:, 1:]), "%s: weights not a router's" % name
+    assert np.all(np.abs(w.sum(-1) - 1) < 1e-6), "%s: weights not renormalised" % name
+    hot = re.search(r"hot-expert([0-9]+)", name)
+    if hot:
+        e = int(hot.group(1))
+        used = np.bincount(ids.ravel(), minlength=E)
+        assert np.all(ids[:, 0] == e) and used[e] == T, "%s: expert %d not in every row" % (name, e)
+        assert (used == 0).sum() >= E // 2, "%s: only %d idle experts" % (name, (used == 0).sum())
+
+
+def moe_files(op, dt):
+    """The files of a MoE set, in order: (name, role, dtype)."""
+    if op == "moe_router":
+        return [("logits", "input", dt), ("weights", "expected", "f32"), ("ids", "expected", "i32")]
+    return [("x", "input", dt), ("ids", "input", "i32"), ("weights", "input", "f32"),
+            ("gate_up", "input", dt), ("down", "input", dt), ("out", "expected", "f32")]
+
+
+def same_up_to_ties(logits, got, want):
+    """Whether the expert lists got and want [T, k] of a router pick the same logit at every
+    place: the same experts, but where a row holds equal logits, any of them in any order."""
+    return np.array_equal(np.take_along_axis(logits, got, -1), np.take_along_axis(logits, want, -1))
+
+
+def transformers_router(kind, logits, k, renormalize, tdt):
+    """(router_logits, weights, ids) of transformers' MixtralTopKRouter ("mixtral") or
+    Qwen3MoeTopKRouter ("qwen3", norm_topk_prob = renormalize) on logits [T, E] (float64
+    numpy), through an identity gate in the torch dtype tdt: F.linear(logits, I) is the logits
+    exactly, so the router sees what the gate linear stored."""
+    from transformers import MixtralConfig, Qwen3MoeConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralTopKRouter
+    from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeTopKRouter
+    T, E = logits.shape
+    if kind == "mixtral":
+        assert renormalize
+        router = MixtralTopKRouter(MixtralConfig(hidden_size=E, num_local_experts=E,
+                                                 num_experts_per_tok=k))
+    else:
+        router = Qwen3MoeTopKRouter(Qwen3MoeConfig(hidden_size=E, num_experts=E,
+                                                   num_experts_per_tok=k,
+                                                   norm_topk_prob=renormalize))
+    router = router.to(tdt)
+    x = torch.from_numpy(logits).to(tdt)
+    with torch.no_grad():
+        router.weight.copy_(torch.eye(E, dtype=tdt))
+        out_logits, weights, ids = router(x)
+    assert torch.equal(out_logits, x), "%s router: the identity gate changed the logits" % kind
+    return weights.to(torch.float64).numpy(), ids.numpy()
+
+
+def transformers_experts(i, tdt):
+    """out [T, H] (float64 numpy) of transformers' MixtralExperts (the eager loop over experts)
+    holding the set's gate_up and down, on its x, ids and f32 weights, in the storage type tdt."""
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+    E, f2, H = i["gate_up"].shape
+    cfg = MixtralConfig(hidden_size=H, intermediate_size=f2 // 2, num_local_experts=E,
+                        num_experts_per_tok=i["ids"].shape[1], hidden_act="silu")
+    cfg._experts_implementation = "eager"
+    experts = MixtralExperts(cfg).to(tdt)
+    with torch.no_grad():
+        experts.gate_up_proj.copy_(torch.from_numpy(i["gate_up"]).to(tdt))
+        experts.down_proj.copy_(torch.from_numpy(i["down"]).to(tdt))
+        out = experts(torch.from_numpy(i["x"]).to(tdt), torch.from_numpy(i["ids"]).long(),
+                      torch.from_numpy(i["weights"]).to(torch.float32))
+    assert out.dtype == tdt
+    return out.to(torch.float64).numpy()
+
+
+def check_moe_sets():
+    """The committed moe_router and moe_ffn sets on disk, read as a reader does: exactly the
+    committed case table, the files, params and properties of each, recomputed by numpy (ids
+    exactly, weights and out within half an fp32 ulp); then transformers on the same sets:
+    MixtralTopKRouter (the renormalised cases, in the storage type) and Qwen3MoeTopKRouter (every
+    case, in fp32: its last cast to the logits' type would round the weights to 16 bits) pick
+    the same experts up to the order of equal logits (torch.topk keeps equal values in no
+    particular order: the rows where it differs are counted), with weights within
+    MOE_ROUTER_F32_REL, and MixtralExperts in the storage type lands within
+    MOE_TRANSFORMERS_NMSE."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "golden", "kernels")
+    t_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}
+    for op in ("moe_router", "moe_ffn"):
+        op_dir = os.path.join(root, op)
+        table = {c.name for c in kernel_cases.cases_for(kernel_cases.COMMITTED, [op])}
+        assert os.path.isdir(op_dir) and set(os.listdir(op_dir)) == table, \
+            "golden/kernels/%s is not the case table (run: python3 tools/gen-golden kernels " \
+            "--op %s)" % (op, op)
+        tie_rows, worst = {}, {}
+        for name in sorted(table):
+            where = "%s/%s" % (op, name)
+            m, arrays = read_set(os.path.join(op_dir, name))
+            assert m["kind"] == "kernel" and m["op"] == op and m["case"] == name and \
+                m["tier"] == "committed", where
+            dt = "bf16" if name.startswith("bf16-") else "f16"
+            files = [(e["name"], e["role"], e["dtype"]) for e in m["files"]]
+            assert files == moe_files(op, dt), "%s: files %s" % (where, files)
+            p = m["params"]
+            ins = {n: (arrays[n].astype(np.float64) if arrays[n].dtype.kind == "f" else arrays[n])
+                   for n, role, _ in files if role == "input"}
+            moe_properties(op, name[len("bf16-"):] if dt == "bf16" else name, p, ins)
+            for n, want in reference(op, p, ins).items():
+                got = arrays[n]
+                if n == "ids":
+                    assert np.array_equal(got, want), "%s: ids differ from numpy" % where
+                    continue
+                got = got.astype(np.float64)
+                atol = 1e-10 * max(1.0, float(np.abs(want).max()))
+                assert np.all(np.abs(got - want) <= 2.0**-24 * 1.01 * np.abs(want) + atol), \
+                    "%s: %s differs from numpy by %g" % (where, n, float(np.abs(got - want).max()))
+            if op == "moe_router":
+                logits, k, renorm = ins["logits"], p["top_k"], p["renormalize"]
+                ids, want = arrays["ids"], arrays["weights"].astype(np.float64)
+                exact = np_moe_router(logits, k, renorm)["weights"]
+                for kind, tdt in (("mixtral", t_dtype[dt]), ("qwen3", torch.float32)):
+                    if kind == "mixtral" and not renorm:
+                        continue
+                    w, got = transformers_router(kind, logits, k, renorm, tdt)
+                    assert same_up_to_ties(logits, got, ids), \
+                        "%s: transformers' %s router picks other experts" % (where, kind)
+                    differ = int((got != ids).any(-1).sum())
+                    if differ:
+                        tie_rows.setdefault(name, {})[kind] = differ
+                    rel = float((np.abs(w - exact) / exact).max())
+                    assert rel <= MOE_ROUTER_F32_REL, "%s: transformers' %s router weights " \
+                        "%.3g off (relative)" % (where, kind, rel)
+                    worst[kind] = max(worst.get(kind, 0.0), rel)
+            else:
+                want = arrays["out"].astype(np.float64)
+                got = transformers_experts({n: arrays[n] for n in ins}, t_dtype[dt])
+                err = got - want
+                nmse = float((err ** 2).sum() / (want ** 2).sum())
+                rms = np.sqrt((want ** 2).mean(-1, keepdims=True))
+                max_err_rms = float((np.abs(err) / rms).max())
+                assert nmse < MOE_TRANSFORMERS_NMSE[dt], \
+                    "%s: transformers' MixtralExperts in %s is %.3g (nmse) off" % (where, dt, nmse)
+                print("moe_ffn %-44s transformers' MixtralExperts in %-4s: nmse %.3g, "
+                      "max |err| / rms(row) %.3g" % (name, dt, nmse, max_err_rms))
+        if op == "moe_router":
+            print("moe_router: transformers' routers pick the golden experts in every set up to "
+                  "equal logits; weights within %.3g (MixtralTopKRouter) and %.3g "
+                  "(Qwen3MoeTopKRouter, fp32) relative" % (worst["mixtral"], worst["qwen3"]))
+            for name, by in sorted(tie_rows.items()):
+                print("moe_router %-36s torch.topk orders equal logits otherwise in %s" % (
+                    name, ", ".join("%d rows (%s)" % (n, kind) for kind, n in sorted(by.items()))))
+        print("%s: %d committed sets on disk match numpy" % (op, len(table)))
+
+
 def run():
     t0 = time.time()
     # The seed derivation is part of the golden data: changing it changes every set.
@@ -1845,6 +2089,7 @@ def run():
         for what in PREFILL_PAGED_BROKEN})
     check_quant_fp8_sets()
     check_gemm_fp8_sets()
+    check_moe_sets()
     check_fused_quant_tolerance()
     check_gpt_ffn_allowance()
     int4_selftest.check_int4_formats()

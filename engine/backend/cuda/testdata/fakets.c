@@ -835,6 +835,32 @@ int ts_set_rows_fp8(void *dst, const void *src, const int32_t *rows, const float
     return TS_OK;
 }
 
+int ts_moe_router(float *weights, int32_t *ids, const void *logits, const ts_moe_router_config *cfg, void *stream) {
+    logf_("ts_moe_router dtype=%d tokens=%d experts=%d top_k=%d renormalize=%d stream=%d", cfg->dtype, cfg->tokens,
+          cfg->experts, cfg->top_k, cfg->renormalize, stream != NULL);
+    int st = enter("ts_moe_router", 1);
+    if (st) return st;
+    NEED("moe_router", weights);
+    NEED("moe_router", ids);
+    NEED("moe_router", logits);
+    return TS_OK;
+}
+
+int ts_moe_ffn(void *out, const void *x, const int32_t *ids, const float *weights, const void *gate_up,
+               const void *down, const ts_moe_ffn_config *cfg, void *stream) {
+    logf_("ts_moe_ffn dtype=%d tokens=%d hidden=%d ffn=%d experts=%d top_k=%d stream=%d", cfg->dtype, cfg->tokens,
+          cfg->hidden, cfg->ffn, cfg->experts, cfg->top_k, stream != NULL);
+    int st = enter("ts_moe_ffn", 1);
+    if (st) return st;
+    NEED("moe_ffn", out);
+    NEED("moe_ffn", x);
+    NEED("moe_ffn", ids);
+    NEED("moe_ffn", weights);
+    NEED("moe_ffn", gate_up);
+    NEED("moe_ffn", down);
+    return TS_OK;
+}
+
 int ts_attention_decode_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
                             const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                             const ts_decode_fp8_config *cfg, void *stream) {
