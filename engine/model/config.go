@@ -1,6 +1,6 @@
-// Package model loads Hugging Face checkpoints (config.json + safetensors) of the Llama, Qwen2,
-// Phi-3 and GPT-2 families and runs their forward passes, prefill and KV-cached decode, on
-// any backend.Backend, copying named activations (taps) to the host when asked for them.
+// Package model loads Hugging Face checkpoints (config.json + safetensors) of the Llama (and
+// Mistral), Qwen2, Qwen3, Mixtral, Phi-3 and GPT-2 families and runs their forward passes,
+// prefill and KV-cached decode, on any backend.Backend, copying named activations (taps) to the host when asked for them.
 package model
 
 import (
@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
@@ -50,11 +51,17 @@ type Config struct {
 	// Quant is the quantized checkpoint's format (quantization_config); nil for a 16- or
 	// 32-bit checkpoint.
 	Quant *Quant
+	// Experts and ExpertsPerToken make every layer's MLP a sparse mixture of experts (Mixtral's
+	// num_local_experts and num_experts_per_tok): a router picks ExpertsPerToken of Experts
+	// SwiGLU experts of width Intermediate per token, their softmax weights renormalised to sum
+	// to 1 when NormTopKProb (always for Mixtral). 0 for a dense MLP.
+	Experts, ExpertsPerToken int
+	NormTopKProb             bool
 }
 
 // familyOf maps config.json's model_type to the family whose layers it has: the weight table
 // and forward it runs with (tools/gen-golden's FAMILY_OF_MODEL_TYPE is the same mapping).
-var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3"}
+var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral"}
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
 type rawConfig struct {
@@ -80,6 +87,9 @@ type rawConfig struct {
 	AttentionBias        *bool           `json:"attention_bias"`
 	MLPBias              *bool           `json:"mlp_bias"`
 	OriginalMaxPositions *int            `json:"original_max_position_embeddings"`
+	// mixtral
+	NumLocalExperts  *int `json:"num_local_experts"`
+	NumExpertsPerTok *int `json:"num_experts_per_tok"`
 	// gpt2
 	NEmbd                 *int     `json:"n_embd"`
 	NLayer                *int     `json:"n_layer"`
@@ -163,7 +173,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.ModelType = r.ModelType
 	c.Family = familyOf[r.ModelType]
 	switch r.ModelType {
-	case "llama", "qwen2", "phi3", "mistral", "qwen3":
+	case "llama", "qwen2", "phi3", "mistral", "qwen3", "mixtral":
 		c.Hidden = need("hidden_size", r.HiddenSize)
 		c.Layers = need("num_hidden_layers", r.NumHiddenLayers)
 		c.Heads = need("num_attention_heads", r.NumAttentionHeads)
@@ -175,6 +185,17 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.Vocab = need("vocab_size", r.VocabSize)
 		c.MaxPositions = need("max_position_embeddings", r.MaxPositionEmbed)
 		c.NormEps = eps("rms_norm_eps", r.RMSNormEps, 1e-6)
+		if r.ModelType == "mixtral" {
+			c.Experts = need("num_local_experts", r.NumLocalExperts)
+			c.ExpertsPerToken = need("num_experts_per_tok", r.NumExpertsPerTok)
+			c.NormTopKProb = true // MixtralTopKRouter always renormalises
+			if err == nil && c.ExpertsPerToken > c.Experts {
+				err = fmt.Errorf("config: num_experts_per_tok = %d: must be at most num_local_experts = %d", c.ExpertsPerToken, c.Experts)
+			}
+			if err == nil && c.Experts > backend.MaxMoEExperts {
+				err = fmt.Errorf("config: num_local_experts = %d: at most %d (moe_router)", c.Experts, backend.MaxMoEExperts)
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -210,9 +231,10 @@ func ParseConfig(data []byte) (*Config, error) {
 		if r.MLPBias != nil && *r.MLPBias {
 			return nil, fmt.Errorf("config: mlp_bias = true is not implemented for %s", r.ModelType)
 		}
-		// Qwen2 and Qwen3 apply their window only with use_sliding_window; Phi-3 and Mistral always do
-		// (Mistral's null sliding_window, as v0.3 publishes it, is no window).
-		if r.SlidingWindow != nil && (r.ModelType == "phi3" || r.ModelType == "mistral" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
+		// Qwen2 and Qwen3 apply their window only with use_sliding_window; Phi-3, Mistral and
+		// Mixtral always do (a null sliding_window, as Mistral v0.3 and Mixtral publish it, is no
+		// window).
+		if r.SlidingWindow != nil && (r.ModelType == "phi3" || r.ModelType == "mistral" || r.ModelType == "mixtral" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
 			if *r.SlidingWindow <= 0 {
 				return nil, fmt.Errorf("config: sliding_window = %d: must be positive", *r.SlidingWindow)
 			}
@@ -261,7 +283,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, phi3, gpt2, mistral)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, phi3, gpt2, mistral, mixtral)", r.ModelType)
 	}
 	if c.HeadDim == 0 && c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)

@@ -105,6 +105,32 @@ func TestMistralIsLlamaWithAWindow(t *testing.T) {
 }
 
 // A Phi-3 window is kept for every layer.
+// Mixtral-8x7B-v0.1's published config.json (the keys the engine reads): Llama's attention, a
+// sparse MoE block of 8 experts, top 2, renormalised; the refusals name the key.
+func TestMixtralIsAMixtureOfExperts(t *testing.T) {
+	const cfg = `{"model_type": "mixtral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "max_position_embeddings": 32768, "rope_theta": 1e6, "rms_norm_eps": 1e-5, "sliding_window": null, "num_local_experts": 8, "num_experts_per_tok": 2, "router_aux_loss_coef": 0.02, "output_router_logits": false, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}`
+	c, err := ParseConfig([]byte(cfg))
+	if err != nil || c.Family != "mixtral" || c.Experts != 8 || c.ExpertsPerToken != 2 || !c.NormTopKProb ||
+		c.SlidingWindow != 0 || c.HeadDim != 128 || c.KVHeads != 8 || c.AttnBias {
+		t.Fatalf("mixtral: %+v, %v", c, err)
+	}
+	for _, bad := range []struct{ edit, want string }{
+		{`"num_experts_per_tok": 2`, "num_experts_per_tok"},
+		{`"num_local_experts": 8`, "num_local_experts"},
+	} {
+		_, err := ParseConfig([]byte(strings.Replace(cfg, bad.edit, strings.Split(bad.edit, ":")[0]+": 9", 1)))
+		if bad.want == "num_local_experts" {
+			_, err = ParseConfig([]byte(strings.Replace(cfg, bad.edit, `"num_local_experts": 2000`, 1)))
+		}
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s edited: err %v, want one naming %s", bad.edit, err, bad.want)
+		}
+	}
+	if _, err := ParseConfig([]byte(strings.Replace(cfg, `"num_local_experts": 8, `, "", 1))); err == nil || !strings.Contains(err.Error(), "missing num_local_experts") {
+		t.Errorf("no num_local_experts: %v", err)
+	}
+}
+
 func TestSlidingWindowRecorded(t *testing.T) {
 	c, err := LoadConfig("../../golden/models/phi3-tiny")
 	if err != nil || c.SlidingWindow != 2047 || c.LayerWindow(0) != 2047 || c.LayerWindow(1) != 2047 {

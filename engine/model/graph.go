@@ -313,7 +313,8 @@ func (m *Model) appendWeightRefs(refs []backend.Buffer) []backend.Buffer {
 	for _, l := range m.Layers {
 		a, f := l.Attn, l.MLP
 		refs = append(refs, l.AttnNorm.W, l.AttnNorm.B, l.FFNNorm.W, l.FFNNorm.B,
-			a.Wq, a.Bq, a.Wk, a.Bk, a.Wv, a.Bv, a.Wo, a.Bo, f.Gate, f.Up, f.UpB, f.Down, f.DownB)
+			a.Wq, a.Bq, a.Wk, a.Bk, a.Wv, a.Bv, a.Wo, a.Bo, f.Gate, f.Up, f.UpB, f.Down, f.DownB,
+			f.Router, f.ExpertsGateUp, f.ExpertsDown)
 		for _, q := range []*QLinear{a.Qq, a.Qk, a.Qv, a.Qo, f.QGate, f.QUp, f.QDown} {
 			if q == nil {
 				refs = append(refs, nil, nil, nil, nil)

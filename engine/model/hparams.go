@@ -53,7 +53,7 @@ func (c *Config) HParams() []HParam {
 			}
 		}
 	}
-	return []HParam{
+	hp := []HParam{
 		{"hidden_size", c.Hidden},
 		{"num_layers", c.Layers},
 		{"num_heads", c.Heads},
@@ -75,6 +75,13 @@ func (c *Config) HParams() []HParam {
 		{"rope_attention_factor", factor},
 		{"rope_long_from", longFrom},
 	}
+	if c.Experts > 0 {
+		// Recorded only for mixture-of-experts sets, so the dense families' sets stay as they
+		// are: the experts, the top k, and whether the chosen weights are renormalised.
+		hp = append(hp, HParam{"num_experts", c.Experts}, HParam{"num_experts_per_tok", c.ExpertsPerToken},
+			HParam{"norm_topk_prob", c.NormTopKProb})
+	}
+	return hp
 }
 
 // FreqList is a list of inverse frequencies, equal to the reference's to FreqListRtol: the

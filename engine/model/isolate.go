@@ -82,8 +82,12 @@ func (m *Model) TapOp(name string) string {
 			return "swiglu"
 		}
 		return "gelu_tanh"
+	case "router_logits":
+		return "gemm (the router)"
 	case "ffn_out":
 		switch {
+		case c.Experts > 0:
+			return "moe_router, then moe_ffn (the chosen experts and their weighted sum)"
 		case fused && c.Activation == "silu":
 			return "swiglu_gemm (the activation and the down projection)"
 		case fused:

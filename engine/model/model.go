@@ -134,6 +134,13 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 				return nil, err
 			}
 		}
+		var moe [3]backend.Buffer
+		if cfg.Experts > 0 {
+			if moe, err = stackExperts(be, mem, m.w, cfg, name); err != nil {
+				m.Close()
+				return nil, err
+			}
+		}
 		m.Layers = append(m.Layers, &Layer{
 			Index:    l,
 			AttnNorm: Norm{W: g("attn_norm"), B: g("attn_norm_b")},
@@ -142,7 +149,8 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 				Wo: g("wo"), Bo: g("bo"), QNorm: g("q_norm"), KNorm: g("k_norm"), qkvW: fw[0], qkvB: fw[1],
 				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo"), qkvQ: fq[0]},
 			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2],
-				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1]},
+				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1],
+				Router: moe[0], ExpertsGateUp: moe[1], ExpertsDown: moe[2]},
 		})
 	}
 	if err := uploadBiasBroadcast(be, m); err != nil {
@@ -656,11 +664,35 @@ type MLP struct {
 	// fields above then nil); nil for a 16-bit projection.
 	QGate, QUp, QDown *QLinear
 	gateUpQ           *fusedFP8 // QGate and QUp as one FP8 projection; nil when they cannot be
+	// Router [E, H], ExpertsGateUp [E, 2F, H] and ExpertsDown [E, H, F] make the block a sparse
+	// mixture of experts (Config.Experts > 0: Mixtral); nil for a dense MLP.
+	Router, ExpertsGateUp, ExpertsDown backend.Buffer
+}
+
+// forwardMoE is the sparse mixture-of-experts block, as transformers' MixtralSparseMoeBlock:
+// the router's logits (a Gemm by Router, in the storage type), its softmax top-k, renormalised
+// with NormTopKProb (moe_router), the chosen experts' SwiGLU FFNs and their weighted sum (moe_ffn).
+func (f *MLP) forwardMoE(p *pass, in pending, name func(string) string) (out, x backend.Buffer) {
+	c, be, T := &p.m.Cfg, p.be, p.T
+	x, hn := p.settle(in)
+	logits := p.alloc(T, c.Experts)
+	p.do(be.Gemm(logits, hn, f.Router, nil))
+	p.tap(name("router_logits"), logits)
+	weights := p.allocT(tensor.F32, T, c.ExpertsPerToken)
+	ids := p.allocT(tensor.I32, T, c.ExpertsPerToken)
+	p.do(be.MoERouter(weights, ids, logits, c.ExpertsPerToken, c.NormTopKProb))
+	out = p.alloc(T, c.Hidden)
+	p.do(be.MoEFFN(out, hn, ids, weights, f.ExpertsGateUp, f.ExpertsDown))
+	p.tap(name("ffn_out"), out)
+	return out, x
 }
 
 // Forward returns ffn_out [T, H] for the input in (its residual add and norm run here, x the
 // residual stream after the add).
 func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x backend.Buffer) {
+	if f.Router != nil {
+		return f.forwardMoE(p, in, name)
+	}
 	c, be, T := &p.m.Cfg, p.be, p.T
 	act := p.alloc(T, c.Intermediate)
 	// The kernel follows the configured activation (the hyper-parameter checked against the
@@ -747,4 +779,37 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 	p.linear(out, act, f.Down, f.QDown, f.DownB)
 	p.tap(name("ffn_out"), out)
 	return out, x
+}
+
+// stackExperts copies a layer's experts, loaded one tensor each (weights.go's mixtralMoE), on
+// the device into the layouts moe_ffn takes: gate_up [E, 2F, H] (each expert's gate rows, then
+// its up rows) and down [E, H, F]; the per-expert buffers are freed (fuse). It returns the
+// router and views of the two.
+func stackExperts(be backend.Backend, mem backend.Memory, w map[string]backend.Buffer, c *Config, name func(string) string) ([3]backend.Buffer, error) {
+	var gateUp, down []string
+	for e := 0; e < c.Experts; e++ {
+		ex := func(s string) string { return name(fmt.Sprintf("experts.%d.%s", e, s)) }
+		gateUp = append(gateUp, ex("gate"), ex("up"))
+		down = append(down, ex("down"))
+	}
+	var out [3]backend.Buffer
+	out[0] = w[name("router")]
+	for k, set := range []struct {
+		into  string
+		names []string
+		shape []int
+	}{
+		{name("experts_gate_up"), gateUp, []int{c.Experts, 2 * c.Intermediate, c.Hidden}},
+		{name("experts_down"), down, []int{c.Experts, c.Hidden, c.Intermediate}},
+	} {
+		if _, err := fuse(be, mem, w, set.into, set.names...); err != nil {
+			return out, err
+		}
+		v, err := mem.View(w[set.into], set.shape...)
+		if err != nil {
+			return out, err
+		}
+		out[k+1] = v
+	}
+	return out, nil
 }

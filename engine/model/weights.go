@@ -118,7 +118,27 @@ var weightTables = map[string][]weight{
 	},
 }
 
+// The sparse MoE block of Mixtral, as its published checkpoints store it: the router, then each
+// expert's w1 (gate), w3 (up) and w2 (down) ("{e}" is the expert). Load stacks each layer's
+// experts into the [E, 2F, H] and [E, H, F] buffers moe_ffn takes (moeExperts).
+var mixtralMoE = []weight{
+	{HF: "model.layers.{i}.block_sparse_moe.gate.weight", Shape: eh, Into: "layers.{i}.router"},
+	{HF: "model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight", Shape: ih, Into: "layers.{i}.experts.{e}.gate"},
+	{HF: "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight", Shape: ih, Into: "layers.{i}.experts.{e}.up"},
+	{HF: "model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", Shape: hi, Into: "layers.{i}.experts.{e}.down"},
+}
+
+func eh(c *Config) []int { return []int{c.Experts, c.Hidden} }
+
 func init() {
+	for _, w := range weightTables["qwen2"] {
+		if !strings.HasSuffix(w.HF, ".bias") && !strings.Contains(w.HF, ".mlp.") {
+			weightTables["mixtral"] = append(weightTables["mixtral"], w)
+		}
+		if w.HF == "model.layers.{i}.post_attention_layernorm.weight" {
+			weightTables["mixtral"] = append(weightTables["mixtral"], mixtralMoE...)
+		}
+	}
 	for _, w := range weightTables["qwen2"] {
 		if !strings.HasSuffix(w.HF, ".bias") {
 			weightTables["llama"] = append(weightTables["llama"], w)
@@ -184,12 +204,18 @@ func planLoad(c *Config, ck *safetensors.Checkpoint, table []weight) []loadJob {
 			jobs = append(jobs, loadJob{hfName: w.HF, name: w.HF, tiedTo: w.TiedTo})
 			continue
 		}
-		n := 1
+		n, experts := 1, 1
 		if strings.Contains(w.HF, "{i}") {
 			n = c.Layers
 		}
-		for layer := 0; layer < n; layer++ {
-			sub := func(s string) string { return strings.ReplaceAll(s, "{i}", strconv.Itoa(layer)) }
+		if strings.Contains(w.HF, "{e}") {
+			experts = c.Experts
+		}
+		for at := 0; at < n*experts; at++ {
+			layer, expert := at/experts, at%experts
+			sub := func(s string) string {
+				return strings.ReplaceAll(strings.ReplaceAll(s, "{i}", strconv.Itoa(layer)), "{e}", strconv.Itoa(expert))
+			}
 			name := sub(w.HF)
 			hfName := name
 			if _, ok := ck.Info(hfName); !ok && c.Family == "gpt2" {

@@ -11,7 +11,7 @@ import (
 // legends and keep the same colour in every report, whichever of them a set stores.
 var knownKinds = []string{
 	"attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn", "attn_out", "resid_attn",
-	"ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "resid_ffn",
+	"ffn_norm", "router_logits", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "resid_ffn",
 }
 
 // palette has one colour per known kind, then more for kinds this list does not know. Red is

@@ -325,6 +325,18 @@ var brokenVariants = []broken{
 		func(m *model.Model) { only1 := model.LayerSet{false, true}; m.Cfg.WindowedLayers = &only1 }},
 	{"mistral-tiny", "window one key short (4 instead of 5)", "prefill.layers.0.attn",
 		func(m *model.Model) { m.Cfg.SlidingWindow = 4 }},
+	// Mixtral's sparse MoE block: the router's choice and weights, and which experts run.
+	{"mixtral-tiny", "the top-k weights not renormalised", "prefill.layers.0.ffn_out",
+		func(m *model.Model) { m.Cfg.NormTopKProb = false }},
+	{"mixtral-tiny", "one expert a token instead of two", "prefill.layers.0.ffn_out",
+		func(m *model.Model) { m.Cfg.ExpertsPerToken = 1 }},
+	{"mixtral-tiny", "layer 1 runs layer 0's experts", "prefill.layers.1.ffn_out",
+		func(m *model.Model) {
+			f, g := m.Layers[1].MLP, m.Layers[0].MLP
+			f.ExpertsGateUp, f.ExpertsDown = g.ExpertsGateUp, g.ExpertsDown
+		}},
+	{"mixtral-tiny", "layer 1 routes with layer 0's router", "prefill.layers.1.router_logits",
+		func(m *model.Model) { m.Layers[1].MLP.Router = m.Layers[0].MLP.Router }},
 	// Qwen3's per-head norms of q and k: each weight shows at its own tap.
 	{"qwen3-tiny", "q_norm and k_norm weights swapped in layer 1", "prefill.layers.1.q_norm",
 		func(m *model.Model) { a := m.Layers[1].Attn; a.QNorm, a.KNorm = a.KNorm, a.QNorm }},

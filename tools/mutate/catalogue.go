@@ -445,6 +445,27 @@ var catalogue = []Mutant{
 		Suites:      models,
 	},
 	{
+		ID: "go-model-mixtral-w1-w3-swapped", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "Mixtral's experts stacked with w3 (up) as the gate and w1 (gate) as up",
+		Original:    `gateUp = append(gateUp, ex("gate"), ex("up"))`,
+		Replacement: `gateUp = append(gateUp, ex("up"), ex("gate"))`,
+		Suites:      models,
+	},
+	{
+		ID: "go-model-moe-renormalisation-dropped", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "the MoE block's router weights used as the softmax gives them, not renormalised over the top k",
+		Original:    `p.do(be.MoERouter(weights, ids, logits, c.ExpertsPerToken, c.NormTopKProb))`,
+		Replacement: `p.do(be.MoERouter(weights, ids, logits, c.ExpertsPerToken, false))`,
+		Suites:      models,
+	},
+	{
+		ID: "go-model-moe-experts-of-layer-0", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "every MoE layer stacks and runs layer 0's experts (the stacking names the wrong layer)",
+		Original:    `if moe, err = stackExperts(be, mem, m.w, cfg, name); err != nil {`,
+		Replacement: `if moe, err = stackExperts(be, mem, m.w, cfg, func(s string) string { return "layers.0." + s }); err != nil {`,
+		Suites:      models,
+	},
+	{
 		ID: "go-model-qwen3-head-dim-derived", Side: SideGo, File: "engine/model/config.go",
 		Bug:         "an explicit head_dim ignored (hidden_size / heads taken, as Qwen2 read it before)",
 		Original:    "c.HeadDim = *r.HeadDimKey",

@@ -247,6 +247,38 @@ QWEN3_4B = {
     "vocab_size": 151936,
 }
 
+# mistralai/Mixtral-8x7B-v0.1: Mistral's attention (GQA 4:1, no biases, an untied head) without a
+# window (sliding_window null) and with RoPE theta 1e6, and in every layer a sparse
+# mixture-of-experts block instead of the dense MLP (model_type mixtral, MixtralForCausalLM): a
+# router (block_sparse_moe.gate, [E, H]) picks num_experts_per_tok of num_local_experts SwiGLU
+# experts of width intermediate_size per token, their softmax weights renormalised to sum to 1.
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mixtral",
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 2,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "num_local_experts": 8,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.02,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
 
 def derived(base, **overrides):
     cfg = dict(base)
@@ -358,6 +390,17 @@ QWEN3_TINY = derived(QWEN3_4B, hidden_size=128, intermediate_size=192, num_hidde
 MISTRAL_TINY = derived(MISTRAL_7B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
                        num_attention_heads=8, num_key_value_heads=2, vocab_size=384,
                        bos_token_id=382, eos_token_id=383, sliding_window=5)
+#  mixtral-tiny:    Mixtral-8x7B's config cut down: mistral-tiny's attention widths (8 q / 2 kv
+#                   heads of 16, head_dim implicit, GQA 4:1 as Mixtral's) without a window, theta
+#                   1e6, an untied head, and in each layer 4 experts of width 64 with 2 chosen a
+#                   token (Mixtral's top 2, renormalised). The experts are narrow to keep the set
+#                   small: they are a third of its 1.21 MB. Its prompt reaches every expert of both
+#                   layers (tokens per expert 1, 2, 15, 14 and 2, 11, 15, 4) and every stored
+#                   token's choice is decisive (selftest/models.py: check_router), which the
+#                   variants tried with other widths and vocabularies were not all.
+MIXTRAL_TINY = derived(MIXTRAL_8X7B, hidden_size=128, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=8, num_key_value_heads=2, num_local_experts=4,
+                       num_experts_per_tok=2, vocab_size=384, bos_token_id=382, eos_token_id=383)
 # llama3-tiny with an intermediate size of 256: every projection's input width a multiple of the
 # FP8 block (128), as the quantized sets need (fine-grained FP8 scales 1x128 input groups).
 LLAMA3_QTINY = derived(LLAMA3_TINY, intermediate_size=256)
@@ -411,6 +454,7 @@ MODELS = [
     ModelSpec("qwen2-swa-tiny", "qwen2", COMMITTED, QWEN2_SWA_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("mistral-tiny", "llama", COMMITTED, MISTRAL_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen3-tiny", "qwen3", COMMITTED, QWEN3_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("mixtral-tiny", "mixtral", COMMITTED, MIXTRAL_TINY, 8, EPSILON_COMMITTED),
     # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
     ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
@@ -444,12 +488,18 @@ MODELS = [
               "bf16"),
 ]
 # config.json's model_type -> the family whose layers it has (the generator's structure; the
-# engine reads the same mapping): Mistral is Llama's layers with a sliding window.
+# engine reads the same mapping): Mistral is Llama's layers with a sliding window; Mixtral is
+# Llama's attention with a sparse mixture-of-experts block for the MLP, a family of its own.
 FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama",
-                        "mistral": "llama", "qwen3": "qwen3"}
+                        "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral"}
 # model_type -> the class transformers must load it as
 ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
-        "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+        "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM",
+        "mixtral": "MixtralForCausalLM"}
+# The families whose MLP is a sparse mixture of experts (a router, then num_experts_per_tok of
+# num_local_experts SwiGLU experts a token): their sets have the router_logits tap instead of the
+# dense MLP's ffn_gate, ffn_up and ffn_act (models/taps.py).
+MOE_FAMILIES = ("mixtral",)
 # Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
 # synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
 # Real checkpoints: the full-size epsilons. Real logit scales differ from the synthetic ones; the
@@ -501,6 +551,12 @@ MODELS += [
     with_layers(ModelSpec("qwen2.5-7b-yarn", "qwen2", FULL, QWEN25_7B_YARN, 8, EPSILON_FULL), 2),
     with_layers(ModelSpec("mistral-7b", "llama", FULL, MISTRAL_7B, 8, EPSILON_FULL), 2),
     with_layers(ModelSpec("qwen3-4b", "qwen3", FULL, QWEN3_4B, 8, EPSILON_FULL), 2),
+    # Mixtral-8x7B's 8 experts of 14336 over 4096 (1.4G parameters a layer) cut to one layer:
+    # two took 19.8-20.3 GB of RSS (16.4 GB of it anonymous) while transformers loaded and
+    # stacked their experts (measured 2026-11-28 with the full tier's 16 loader threads; the fp32
+    # model alone is 12.7 GB), and a build loads the model twice (models/peak.py, then the
+    # references); one layer peaks at 14.4 GB (10.7 GB anonymous)
+    with_layers(ModelSpec("mixtral-8x7b", "mixtral", FULL, MIXTRAL_8X7B, 8, EPSILON_FULL), 1),
 ]
 BY_NAME = {m.name: m for m in MODELS}
 assert len(BY_NAME) == len(MODELS)
@@ -514,7 +570,9 @@ for _m in MODELS:  # a bf16 set is named so, and its config says what its checkp
 # Dimensions
 
 
-Dims = namedtuple("Dims", "family H L nH nKV D I V P tied eps")
+# E, K: a mixture-of-experts family's experts (num_local_experts) and experts a token
+# (num_experts_per_tok), I then each expert's width; 0 and 0 for a dense MLP.
+Dims = namedtuple("Dims", "family H L nH nKV D I V P tied eps E K", defaults=(0, 0))
 
 
 def dims(family, cfg):
@@ -527,9 +585,13 @@ def dims(family, cfg):
     H, nH = cfg["hidden_size"], cfg["num_attention_heads"]
     nKV = cfg.get("num_key_value_heads") or nH
     D = cfg.get("head_dim") or H // nH
+    E = K = 0
+    if family in MOE_FAMILIES:
+        E, K = cfg["num_local_experts"], cfg["num_experts_per_tok"]
+        assert 1 <= K <= E, (K, E)
     return Dims(family, H, cfg["num_hidden_layers"], nH, nKV, D, cfg["intermediate_size"],
                 cfg["vocab_size"], cfg["max_position_embeddings"],
-                cfg.get("tie_word_embeddings", False), cfg["rms_norm_eps"])
+                cfg.get("tie_word_embeddings", False), cfg["rms_norm_eps"], E, K)
 
 
 def rope_theta(cfg):

@@ -200,6 +200,10 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
         with open(os.path.join(set_dir, CALIBRATION_FILE), "wb") as f:
             f.write(cal)
 
+    if d.E and d.K < d.E:
+        with phase("routing"):
+            check_routing_decisive(name, taps, json.loads(cal), d.K, strict=source == SYNTHETIC)
+
     params = {
         "family": family,
         "source": source,
@@ -331,3 +335,37 @@ def stale_model_dirs(models_dir, keep, tier):
                          and (m.get("params") or {}).get("source") == SYNTHETIC):
             stale.append(name)
     return stale
+
+
+# A backend may make this many times the calibrated error (golden/tolerances.yaml's
+# tap_calibration factor); a routing decision must clear twice that.
+ROUTING_MARGIN = 2 * 4
+
+
+def check_routing_decisive(name, taps, cal, k, strict):
+    """Every stored token's expert choice in a mixture-of-experts set is decisive: the gap between
+    its k-th and next router logit exceeds ROUTING_MARGIN times the calibrated router_logits error
+    of its row (max_err_rms x the row's rms). Where it does not, a correct engine, whose logits
+    err by up to that, may choose another expert, and its ffn_out then differs by a whole expert:
+    a false failure. A synthetic set that fails is refused (another seed or prompt gives one that
+    passes); a real checkpoint's is what it is, and is reported. selftest/models.py's check_router
+    checks the committed sets the same way."""
+    errs = {e["tap"]: e for e in cal["taps"]}
+    worst, where = float("inf"), None
+    for tap, t in taps.items():
+        if not tap.endswith(".router_logits"):
+            continue
+        rl = t.double()
+        top = rl.sort(dim=-1, descending=True).values
+        gap = top[:, k - 1] - top[:, k]
+        err = (errs[tap]["max_err_rms"] * rl.pow(2).mean(-1).sqrt()).clamp(min=1e-30)
+        ratio = (gap / err).min().item()
+        if ratio < worst:
+            worst, where = ratio, tap
+    if worst <= ROUTING_MARGIN:
+        msg = ("%s: %s: a token's %d-th and %d-th router logits are %.3g times their calibrated "
+               "error apart (want > %d): a correct engine may route it to another expert"
+               % (name, where, k, k + 1, worst, ROUTING_MARGIN))
+        if strict:
+            raise SystemExit(msg + "; draw the set with another seed or prompt")
+        print("warning: " + msg + " (a real checkpoint: kept)", flush=True)

@@ -39,6 +39,16 @@ from models.threads import intra_op_threads
 # hooks below keep the fp32 MKL path (MKL_CBWR, one thread) that the reference already uses, so the
 # calibration is byte-reproducible on every host exactly as the reference is.
 #
+# A mixture of experts (Mixtral) is rounded where the engine's ops store values: the router's
+# gate linear output (router_logits, which the engine's moe_router reads in fp16), from which the
+# experts are chosen again (the router's own softmax, top k and renormalisation on the rounded
+# logits, in fp32 like moe_router's), and inside moe_ffn each expert's gate and up (rounded
+# apart), its activation and its down product, then the weighted sum of a token's experts in fp32
+# with one rounding (the block's output, ffn_out). transformers' expert loop has no module inside
+# an expert to hook, so for this forward the experts' forward is transformers' own loop
+# (MixtralExperts.forward, the same ops in the same order) with those roundings put in; the
+# selftest runs it with an identity rounding against the reference's taps.
+#
 # The residual adds are not modules, so they cannot be hooked directly: the output hook of the
 # attention block's last projection returns fp16(x + attn_out) - x, so the layer's own
 # `residual + hidden_states` yields the rounded sum (exactly, wherever that difference is an fp32
@@ -183,17 +193,68 @@ class Rounder(TapCapture):
             self.put(name, r)
         return record
 
+    def _route(self, router, p):
+        """The router's logits rounded (router_logits), and its choice made again from them:
+        MixtralTopKRouter.forward's softmax, top k and renormalisation on the rounded values."""
+        def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            logits = self.round(out[0])
+            self.put(p + "router_logits", logits[None])  # [B*T, E], batch 1
+            probs = torch.nn.functional.softmax(logits.float(), dim=-1)
+            top_value, indices = torch.topk(probs, router.top_k, dim=-1)
+            top_value /= top_value.sum(dim=-1, keepdim=True)
+            return logits, top_value, indices
+        self.handles.append(router.register_forward_hook(hook))
+
+    def _experts(self, experts):
+        """The experts' forward for this pass: transformers' eager loop (MixtralExperts.forward)
+        with each expert's gate, up, activation and down product rounded (the weighted sum in
+        fp32: the block's output is rounded as ffn_out). Other lockstep threads run the
+        original."""
+        original = experts.forward
+        F = torch.nn.functional
+
+        def forward(hidden_states, top_k_index, top_k_weights):
+            if not self.mine():
+                return original(hidden_states, top_k_index, top_k_weights)
+            final_hidden_states = torch.zeros_like(hidden_states)
+            with torch.no_grad():
+                expert_mask = F.one_hot(top_k_index, num_classes=experts.num_experts)
+                expert_mask = expert_mask.permute(2, 1, 0)
+                expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+            for expert_idx in expert_hit:
+                expert_idx = expert_idx[0]
+                if expert_idx == experts.num_experts:
+                    continue
+                top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+                current_state = hidden_states[token_idx]
+                gate, up = F.linear(current_state,
+                                    experts.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+                gate, up = self.round(gate), self.round(up)
+                current_hidden_states = self.round(experts.act_fn(gate) * up)
+                current_hidden_states = self.round(
+                    F.linear(current_hidden_states, experts.down_proj[expert_idx]))
+                current_hidden_states = (current_hidden_states
+                                         * top_k_weights[token_idx, top_k_pos, None])
+                final_hidden_states.index_add_(0, token_idx,
+                                               current_hidden_states.to(final_hidden_states.dtype))
+            return final_hidden_states
+        experts.forward = forward  # an instance attribute: Module.__call__ calls it
+        self.patched.append(experts)
+
     def install(self):
         d, m = self.d, self.model
         put = self.put
-        if self.family in ("qwen2", "phi3", "llama", "qwen3"):
+        self.patched = []
+        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral"):
             base = m.model
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._enter(layer, i)
                 self._round_out(layer.input_layernorm, lambda r, p=p: put(p + "attn_norm", r))
-                if self.family in ("qwen2", "llama", "qwen3"):
+                if self.family in ("qwen2", "llama", "qwen3", "mixtral"):
                     self._round_out(att.q_proj, lambda r, p=p: self._heads(p + "q", d.nH, r))
                     self._round_out(att.k_proj, lambda r, p=p: self._heads(p + "k", d.nKV, r))
                     self._round_out(att.v_proj, lambda r, p=p: self._heads(p + "v", d.nKV, r))
@@ -212,6 +273,12 @@ class Rounder(TapCapture):
                 self._attn_residual(att.o_proj, p)
                 self._pin_in(layer.post_attention_layernorm)
                 self._round_out(layer.post_attention_layernorm, lambda r, p=p: put(p + "ffn_norm", r))
+                if self.family == "mixtral":
+                    self._route(mlp.gate, p)
+                    self._experts(mlp.experts)
+                    self._round_out(mlp, self._set_m(p + "ffn_out"))
+                    self._layer_out(layer, p)
+                    continue
                 if self.family in ("qwen2", "llama", "qwen3"):
                     self._round_out(mlp.gate_proj, lambda r, p=p: put(p + "ffn_gate", r))
                     self._round_out(mlp.up_proj, lambda r, p=p: put(p + "ffn_up", r))
@@ -258,6 +325,9 @@ class Rounder(TapCapture):
         for h in self.handles:
             h.remove()
         self.handles = []
+        for mod in getattr(self, "patched", []):
+            del mod.forward
+        self.patched = []
 
     @contextmanager
     def rope_rounding(self, modeling):

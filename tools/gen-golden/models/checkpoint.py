@@ -50,7 +50,12 @@ def tensor_seed(seed, name):
 #       FINAL_NORM_GAIN times that, so the logits have std ~4 FINAL_NORM_GAIN and the sampled
 #       distributions are as peaked as a trained model's (see FINAL_NORM_GAIN);
 #   biases (Qwen2 q/k/v, GPT-2 Conv1D and LayerNorm beta): 0.1 N(0, 1) (a dropped bias is
-#       hundreds of fp16 ulps off).
+#       hundreds of fp16 ulps off);
+#   a mixture of experts (Mixtral's block_sparse_moe): each expert's w1 (gate) and w3 (up) as the
+#       input-side matrices and its w2 (down) as the output-side ones (fan_in its width, so an
+#       expert's output is a dense MLP's of that width, and the renormalised top-k weights, which
+#       sum to 1, mix a few of them); the router (gate) N(0, (ROUTER_GAIN/sqrt(H))^2), so its
+#       logits on the normed stream (elements ~1) have std ~ROUTER_GAIN (see ROUTER_GAIN).
 # After the draw, models/peak.py raises some output rows (params.peak) so that every greedy and
 # seeded step has a dominant token.
 
@@ -70,6 +75,16 @@ RESID_GAIN = 16.0  # output-side std multiplier: residual stream rms ~10 after t
 # limit by 7% at one of 52272 taps. What makes every step of every set decisive is the peaked
 # output rows of models/peak.py, shaped after this draw.
 FINAL_NORM_GAIN = 3.0
+# The router's logit scale (Init above): std ~1, a trained router's order, so that a token's
+# renormalised top-k weights are mixed (with a larger scale the first expert's weight nears 1 and
+# an engine that weighs its experts wrongly, or not at all, would pass). Which experts the tokens
+# choose, and how far each choice is from a tie in units of the 16-bit rounding (which moves a
+# logit by a fixed fraction of its size), do not depend on the scale but on the draw: the selftest
+# holds every committed set's prompt to at least 3 experts a layer and every stored token's gap
+# between its k-th and next logit to more than 8 times its calibrated error (check_router): a
+# token whose choice flips under a correct engine's rounding runs another expert, and its ffn_out
+# differs by a whole expert's output.
+ROUTER_GAIN = 1.0
 
 
 def final_norm_gain(tier):
@@ -89,14 +104,15 @@ def init_specs(family, cfg, gain=1.0):
     final_bias = Init("bias", 0.1 * gain)
     attn_out = Init("normal", RESID_GAIN / math.sqrt(d.nH * d.D * 2 * L))
     ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
+    router = Init("normal", ROUTER_GAIN / math.sqrt(H))
     specs = []
-    if family in ("qwen2", "phi3", "llama", "qwen3"):
+    if family in ("qwen2", "phi3", "llama", "qwen3", "mixtral"):
         qd, kvd = d.nH * d.D, d.nKV * d.D
         specs.append(("model.embed_tokens.weight", (V, H), emb))
         for i in range(L):
             p = "model.layers.%d." % i
             specs.append((p + "input_layernorm.weight", (H,), norm))
-            if family in ("qwen2", "llama", "qwen3"):  # Llama, Qwen3: attention_bias false
+            if family in ("qwen2", "llama", "qwen3", "mixtral"):  # attention_bias false but Qwen2
                 for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
                     specs.append((p + "self_attn.%s.weight" % n, (rows, H), w_in))
                     if family == "qwen2":
@@ -108,6 +124,17 @@ def init_specs(family, cfg, gain=1.0):
                 specs.append((p + "self_attn.qkv_proj.weight", (qd + 2 * kvd, H), w_in))
             specs.append((p + "self_attn.o_proj.weight", (H, qd), attn_out))
             specs.append((p + "post_attention_layernorm.weight", (H,), norm))
+            if family == "mixtral":
+                # the published Mixtral layout (what save_pretrained writes; transformers 5 loads
+                # it into mlp.gate.weight and the stacked mlp.experts.gate_up_proj [E, 2I, H] =
+                # [w1; w3] per expert and mlp.experts.down_proj [E, H, I] = w2)
+                specs.append((p + "block_sparse_moe.gate.weight", (d.E, H), router))
+                for e in range(d.E):
+                    x = p + "block_sparse_moe.experts.%d." % e
+                    specs.append((x + "w1.weight", (I, H), w_in))
+                    specs.append((x + "w3.weight", (I, H), w_in))
+                    specs.append((x + "w2.weight", (H, I), ffn_out))
+                continue
             if family in ("qwen2", "llama", "qwen3"):
                 specs.append((p + "mlp.gate_proj.weight", (I, H), w_in))
                 specs.append((p + "mlp.up_proj.weight", (I, H), w_in))

@@ -5,13 +5,14 @@ cache."""
 
 import math
 import os
+import re
 from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 import sampling
-from common.configs import ARCH, FAMILY_OF_MODEL_TYPE, dims
+from common.configs import ARCH, FAMILY_OF_MODEL_TYPE, MOE_FAMILIES, dims
 from common.dtypes import F32, F64, I32
 from models.generation import GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, SAMPLE_TOP_K, \
     SAMPLE_TOP_P
@@ -72,14 +73,21 @@ def load_model(set_dir, family, dtype=F32, threads=1):
         model, _ = load_quantized(set_dir, family, storage)
         check_arch(set_dir, model, family)
         return model
+    # A mixture of experts runs transformers' eager expert loop (MixtralExperts.forward: each
+    # expert's tokens gathered, two F.linear and the activation, weighted, index_add_), not the
+    # default torch._grouped_mm, whose CPU kernel is another summation
+    moe = {"experts_implementation": "eager"} if family in MOE_FAMILIES else {}
     with loader_threads(threads):
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True)
+            set_dir, dtype=dtype, attn_implementation="eager", local_files_only=True, **moe)
     model.eval()
     check_arch(set_dir, model, family)
     if model.config._attn_implementation != "eager":
         raise RuntimeError("attention implementation is %s, want eager"
                            % model.config._attn_implementation)
+    if moe and model.config._experts_implementation != "eager":
+        raise RuntimeError("experts implementation is %s, want eager"
+                           % model.config._experts_implementation)
     return model
 
 
@@ -111,13 +119,58 @@ def _upcast_equal(param, t):
                zip(param.reshape(-1).split(CHUNK), t.reshape(-1).split(CHUNK)))
 
 
+# Checkpoint tensors that transformers 5 loads into a part of another parameter
+# (conversion_mapping.py: Mixtral's WeightRenaming of block_sparse_moe to mlp, and the
+# WeightConverters that stack the experts): name pattern -> (the parameter, which part of it).
+# Expert e's w1 (gate) and w3 (up) are rows [0, I) and [I, 2I) of gate_up_proj[e] (Concatenate on
+# dim 1 of the stacked [E, I, H] lists, w1 first), its w2 is down_proj[e].
+MOE_LOADED = {
+    "mixtral": [
+        (r"model\.layers\.(\d+)\.block_sparse_moe\.gate\.weight",
+         lambda i: ("model.layers.%s.mlp.gate.weight" % i, None)),
+        (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w1\.weight",
+         lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "first"))),
+        (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w3\.weight",
+         lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "second"))),
+        (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w2\.weight",
+         lambda i, e: ("model.layers.%s.mlp.experts.down_proj" % i, (int(e), "all"))),
+    ],
+}
+
+
+def loaded_part(model_type, name, state):
+    """Where transformers put checkpoint tensor `name` of a model_type whose loader regroups
+    tensors (MOE_LOADED): (state key, the part of that parameter holding it), or None."""
+    for pattern, where in MOE_LOADED.get(model_type, ()):
+        m = re.fullmatch(pattern, name)
+        if m is None:
+            continue
+        key, part = where(*m.groups())
+        if key not in state:
+            return None
+        p = state[key]
+        if part is None:
+            return key, p, part
+        e, rows = part
+        if not 0 <= e < p.shape[0]:
+            return None
+        half = p.shape[1] // 2
+        view = {"first": p[e, :half], "second": p[e, half:], "all": p[e]}[rows]
+        return key, view, part
+    return None
+
+
 def check_loaded_weights(model, set_dir, pool=None):
-    """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding.
+    """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding; a
+    tensor the loader regroups (Mixtral's router and experts, MOE_LOADED) is the part of the
+    parameter it went to, and every part of such a parameter came from the checkpoint, once.
     With a pool (one_thread_workers) the tensors are compared in parallel. Returns the set of the
     checkpoint's dtypes (torch dtypes)."""
     from safetensors import safe_open
     state = model.state_dict()
+    model_type = model.config.model_type
     names, dtypes = [], set()
+    parts = {}  # a regrouped parameter's key -> the parts of it the checkpoint filled
     # a quantized checkpoint's projections are reference modules built from their stored
     # tensors (models/quantize.py: load_quantized), compared there, not here
     quantized = getattr(model, "quantized_tensors", set())
@@ -131,6 +184,15 @@ def check_loaded_weights(model, set_dir, pool=None):
                 if name in quantized:
                     continue
                 t = f.get_tensor(name)
+                regrouped = loaded_part(model_type, name, state)
+                if regrouped is not None:
+                    key, view, part = regrouped
+                    if part in parts.setdefault(key, set()):
+                        raise RuntimeError("%s: %s fills a part of %s twice" % (fname, name, key))
+                    parts[key].add(part)
+                    compared.append((name, view, t))
+                    dtypes.add(t.dtype)
+                    continue
                 key = name if name in state else None
                 if key is None:  # real GPT-2 checkpoints store h.0... without "transformer."
                     for prefix in ("transformer.", "model."):
@@ -148,6 +210,16 @@ def check_loaded_weights(model, set_dir, pool=None):
             for (name, _, _), ok in zip(compared, same):
                 if not ok:
                     raise RuntimeError("%s: %s differs after loading" % (fname, name))
+    # a regrouped parameter is whole: every expert's parts (the router: itself)
+    for key, got in parts.items():
+        p = state[key]
+        want = {None} if key.endswith(".gate.weight") else {
+            (e, r) for e in range(p.shape[0])
+            for r in (("first", "second") if key.endswith("gate_up_proj") else ("all",))}
+        if got != want:
+            raise RuntimeError("%s: %s filled by %d of its %d parts" % (set_dir, key, len(got),
+                                                                       len(want)))
+        names.append(key)
     # ... and every model tensor came from the checkpoint (transformers would initialise a missing
     # one randomly); a tied head is the embedding's storage.
     loaded = {state[k].data_ptr() for k in names}
@@ -166,6 +238,15 @@ HPARAM_KEYS = ["hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_d
                "rope_type", "rotary_dim", "partial_rotary_factor", "tied_head", "activation",
                "sliding_window", "rope_inv_freq", "rope_long_inv_freq", "rope_attention_factor",
                "rope_long_from"]
+# ... and after them, a mixture-of-experts family's (only there, so the dense sets are unchanged):
+# the experts of a layer, the experts a token, and whether the top k's softmax weights are
+# renormalised to sum to 1 (Mixtral's router always does; Qwen3-MoE's norm_topk_prob).
+MOE_HPARAM_KEYS = ["num_experts", "num_experts_per_tok", "norm_topk_prob"]
+
+
+def hparam_keys(family):
+    """params.hparams' keys, in order, of a set of `family`."""
+    return HPARAM_KEYS + (MOE_HPARAM_KEYS if family in MOE_FAMILIES else [])
 
 
 def reference_rope(model):
@@ -239,10 +320,25 @@ def reference_hparams(model, family):
             "rope_attention_factor": attention_factor, "rope_long_from": long_from,
         }
         norms = [m.variance_epsilon for m in model.modules() if hasattr(m, "variance_epsilon")]
+    if family in MOE_FAMILIES:
+        # from the sparse block's modules: the router's top_k and expert count, the stacked
+        # experts' (each its own gate_up_proj [2I, H] and down_proj [H, I], I the
+        # intermediate_size)
+        blocks = [layer.mlp for layer in model.model.layers]
+        router, experts = blocks[0].gate, blocks[0].experts
+        if any((b.gate.num_experts, b.gate.top_k, b.experts.num_experts,
+                b.experts.intermediate_dim) != (c.num_local_experts, c.num_experts_per_tok,
+                                                c.num_local_experts, c.intermediate_size)
+               for b in blocks):
+            raise RuntimeError("the sparse MoE blocks disagree with the config's experts")
+        hp.update(num_experts=int(router.num_experts), num_experts_per_tok=int(router.top_k),
+                  norm_topk_prob=bool(getattr(router, "norm_topk_prob", True)))
+        if experts.gate_up_proj.shape[1] != 2 * hp["intermediate_size"]:
+            raise RuntimeError("experts' gate_up_proj %s" % (tuple(experts.gate_up_proj.shape),))
     for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
               "intermediate_size", "vocab_size", "max_positions"):
         hp[k] = int(hp[k])
-    assert list(hp) == HPARAM_KEYS, list(hp)
+    assert list(hp) == hparam_keys(family), list(hp)
     # What the config says is what the modules use: every norm's eps, the tied head's storage.
     if not norms or any(e != hp["norm_eps"] for e in norms):
         raise RuntimeError("norm eps in the modules %s, config %r" % (sorted(set(norms)),

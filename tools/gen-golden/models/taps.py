@@ -11,11 +11,14 @@ from common.dtypes import F32
 # Taps
 
 LAYER_TAPS = ["attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn",
-              "attn_out", "resid_attn", "ffn_norm", "ffn_gate", "ffn_up", "ffn_act", "ffn_out",
-              "resid_ffn"]
+              "attn_out", "resid_attn", "ffn_norm", "router_logits", "ffn_gate", "ffn_up",
+              "ffn_act", "ffn_out", "resid_ffn"]
 QK_NORM = {"q_norm", "k_norm"}  # Qwen3's per-head RMSNorm of q and k before RoPE
-ABSENT = {"qwen2": QK_NORM, "phi3": QK_NORM, "llama": QK_NORM, "qwen3": set(),
-          "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM}
+ROUTER = {"router_logits"}  # a mixture of experts' router: its gate linear's output [T, E]
+DENSE_MLP = {"ffn_gate", "ffn_up", "ffn_act"}  # inside the experts of a mixture of experts
+ABSENT = {"qwen2": QK_NORM | ROUTER, "phi3": QK_NORM | ROUTER, "llama": QK_NORM | ROUTER,
+          "qwen3": ROUTER, "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM | ROUTER,
+          "mixtral": QK_NORM | DENSE_MLP}
 
 
 def tap_names(family, n_layers):
@@ -36,6 +39,8 @@ def tap_shape(name, d, T):
         return (T, d.nH * d.D)
     if tap in ("ffn_gate", "ffn_up", "ffn_act"):
         return (T, d.I)
+    if tap == "router_logits":
+        return (T, d.E)
     if tap == "logits":
         return (T, d.V)
     return (T, d.H)
@@ -144,16 +149,22 @@ class Recorder(TapCapture):
             self.put(name, x.reshape(x.shape[0], x.shape[1], heads, self.d.D))
         return put
 
+    def _tokens(self, name):
+        """A tap of a module that flattens the batch (MixtralTopKRouter: [B*T, E]; batch 1)."""
+        def put(x):
+            self.put(name, x[None])
+        return put
+
     def install(self):
         d, m = self.d, self.model
-        if self.family in ("qwen2", "phi3", "llama", "qwen3"):
+        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral"):
             base = m.model
             self._in(base.layers[0], "embed")
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._out(layer.input_layernorm, p + "attn_norm")
-                if self.family in ("qwen2", "llama", "qwen3"):
+                if self.family in ("qwen2", "llama", "qwen3", "mixtral"):
                     self._out(att.q_proj, None, self._heads(p + "q", d.nH))
                     self._out(att.k_proj, None, self._heads(p + "k", d.nKV))
                     self._out(att.v_proj, None, self._heads(p + "v", d.nKV))
@@ -167,6 +178,13 @@ class Recorder(TapCapture):
                 self._out(att.o_proj, p + "attn_out")
                 self._in(layer.post_attention_layernorm, p + "resid_attn")
                 self._out(layer.post_attention_layernorm, p + "ffn_norm")
+                if self.family == "mixtral":
+                    # MixtralTopKRouter returns (router_logits, scores, indices): the gate
+                    # linear's output; ffn_out is the whole sparse block's (MixtralSparseMoeBlock)
+                    self._out(mlp.gate, None, self._tokens(p + "router_logits"))
+                    self._out(mlp, p + "ffn_out")
+                    self._out(layer, p + "resid_ffn")
+                    continue
                 if self.family in ("qwen2", "llama", "qwen3"):
                     self._out(mlp.gate_proj, p + "ffn_gate")
                     self._out(mlp.up_proj, p + "ffn_up")

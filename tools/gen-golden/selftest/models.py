@@ -13,13 +13,15 @@ must be byte-identical), then read back from its files only:
     {"format": "pt"} only, sorted names, contiguous offsets, F16, or BF16 for a bf16 set), the
     safetensors library reads back exactly the drawn weights, and transformers' config class
     sees the distinguishing features (GQA 7:1 / 4:1, fused projections, head_dim, tied heads, no
-    biases, eps, theta, the RoPE type; LongRoPE's switch among the stored decode steps); a
+    biases, eps, theta, the RoPE type; LongRoPE's switch among the stored decode steps; Mixtral's
+    experts and top k, its router and experts under the published block_sparse_moe names); a
     quantized set's file is safetensors' own layout (check_safetensors), every projection in the
     format's tensors, exactly what models/quantize.py makes of the seeded draw;
   - an independent float64 numpy forward (prefill, then decode through its own KV cache) from
     config.json + model.safetensors reproduces every tap within fp32 noise (a quantized set's
     projections dequantised from the format's tensors by the formats' descriptions, an FP8 set's
-    inputs quantised as the reference's: Linears);
+    inputs quantised as the reference's: Linears; a mixture of experts' block from the published
+    w1 / w3 / w2 tensors and the contract's routing: route, moe_block);
   - q_rope / k_rope are the RoPE of q / k at the right positions (fp64 rotate_half formula with
     config.json's scaled tables and attention factor; LongRoPE: the table of each pass, both
     tables appearing in a synthetic set), and this check does fail for unrotated,
@@ -27,7 +29,11 @@ must be byte-identical), then read back from its files only:
     no attention factor and the other LongRoPE table;
   - neighbouring taps chain: resid_attn = previous residual + attn_out, resid_ffn = resid_attn +
     ffn_out, ffn_act = act(gate) * up (or gelu_new(up)), final_norm and logits from the last
-    resid_ffn and the weights;
+    resid_ffn and the weights; a mixture of experts' router_logits from ffn_norm and its ffn_out
+    from the experts the stored router_logits choose;
+  - a mixture of experts' routing (check_router): the prompt's tokens reach at least 3 experts a
+    layer, none of them every token, and every stored token's choice is decisive against the
+    calibrated router error;
   - each decode step's logits equal the last row of a cache-free transformers forward over the
     same sequence (LongRoPE: its rotary embedding picking the table per position, as the cached
     passes did: cached_rope); greedy tokens, margins and top-5 lists follow from the logits taps,
@@ -201,7 +207,7 @@ def check_format(s):
     want_keys = PARAM_KEYS + (["peak"] if p.get("source") == "synthetic" else []) + (
         ["quantization"] if s.quant is not None else [])
     check(list(p) == want_keys, "params keys %s, want %s" % (list(p), want_keys))
-    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3")
+    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
     check(p["dtype"] in configs.DTYPES, "dtype %r" % (p["dtype"],))
@@ -298,7 +304,8 @@ def check_hparams(s):
     table of keys and defaults (docs/golden-format.md, "The checkpoint"): two routes to the same
     numbers, so a generator recording something other than the config's meaning fails here."""
     cfg, d, hp = s.cfg, s.dims, s.p["hparams"]
-    check(list(hp) == reference.HPARAM_KEYS, "hparams keys %s" % list(hp))
+    keys = reference.hparam_keys(s.family)
+    check(list(hp) == keys, "hparams keys %s, want %s" % (list(hp), keys))
     want = {"hidden_size": d.H, "num_layers": d.L, "num_heads": d.nH, "num_kv_heads": d.nKV,
             "head_dim": d.D, "intermediate_size": d.I, "vocab_size": d.V, "max_positions": d.P,
             "norm_eps": d.eps, "tied_head": d.tied}
@@ -310,7 +317,7 @@ def check_hparams(s):
     else:
         sc = rope_scaling.rope_scaling(cfg)
         partial = cfg.get("partial_rotary_factor", 1.0)
-        window = cfg.get("sliding_window")  # Llama: no such key, no window
+        window = cfg.get("sliding_window")  # Llama: no such key, no window; Mixtral's null
         if s.family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
             window = None  # Qwen2 applies its window only with use_sliding_window
         want.update(rope_theta=configs.rope_theta(cfg), rope_type=sc.rope_type,
@@ -338,7 +345,11 @@ def check_hparams(s):
               % (af, sc.attention_factor))
         check(hp["rope_long_from"] == sc.long_from, "hparams.rope_long_from = %r, want %r"
               % (hp["rope_long_from"], sc.long_from))
-    for k in reference.HPARAM_KEYS:
+    if s.family in configs.MOE_FAMILIES:
+        # Mixtral's router always renormalises its top k (there is no key for it)
+        want.update(num_experts=cfg["num_local_experts"],
+                    num_experts_per_tok=cfg["num_experts_per_tok"], norm_topk_prob=True)
+    for k in keys:
         if k in tables and s.family != "gpt2":
             continue  # checked above
         check(hp[k] == want[k] and type(hp[k]) is type(want[k]),
@@ -650,6 +661,33 @@ def check_config(s, spec):
               and w["model.layers.0.self_attn.k_norm.weight"].shape == (d.D,)
               and not any(k.endswith(".bias") for k in w.where),
               "tied head not stored; q/k norms of head_dim; no biases")
+    elif spec.family == "mixtral":
+        check(type(c).__name__ == "MixtralConfig", "config class")
+        check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
+              "GQA 4:1 with >= 2 kv heads")
+        check("head_dim" not in s.cfg and c.hidden_size // c.num_attention_heads == d.D
+              and d.D % 8 == 0 and (d.D // 2) % 8 == 0, "implicit head_dim, multiples of 8")
+        check(c.num_local_experts == d.E == 4 and c.num_experts_per_tok == d.K == 2
+              and c.router_jitter_noise == 0.0 and d.I % 8 == 0 and d.H % 8 == 0,
+              "4 experts, top 2, no jitter; widths multiples of 8 (moe_ffn's)")
+        check(not c.tie_word_embeddings and c.rms_norm_eps == 1e-5
+              and c.rope_parameters["rope_theta"] == 1e6 and c.sliding_window is None,
+              "untied / eps / theta / no window")
+        # the published layout: the router and every expert's w1, w3 [I, H] and w2 [H, I] under
+        # block_sparse_moe, nothing under mlp (transformers' in-memory names), no biases
+        entries = safetensors_entries(s.dir)
+        want = {"lm_head.weight": [d.V, d.H]}
+        for i in range(d.L):
+            b = "model.layers.%d.block_sparse_moe." % i
+            want[b + "gate.weight"] = [d.E, d.H]
+            for e in range(d.E):
+                for x, shape in (("w1", [d.I, d.H]), ("w3", [d.I, d.H]), ("w2", [d.H, d.I])):
+                    want["%sexperts.%d.%s.weight" % (b, e, x)] = shape
+        got = {k: e["shape"] for k, e in entries.items()
+               if ".block_sparse_moe." in k or k == "lm_head.weight"}
+        check(got == want, "Mixtral's tensors %s, want %s" % (sorted(got)[:6], sorted(want)[:6]))
+        check(not any(".mlp." in k or k.endswith(".bias") for k in entries),
+              "no mlp.* tensors (transformers' in-memory names), no biases")
     elif s.cfg.get("model_type") == "mistral":
         check(type(c).__name__ == "MistralConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -773,9 +811,10 @@ def layer_window(family, cfg, i):
     """Layer i's sliding window by the contract's reading of config.json (0: none): Phi-3's
     sliding_window on every layer; Qwen2's with use_sliding_window only, on the layers its
     layer_types call sliding_attention, by default those from max_window_layers (28) on; none
-    for Llama and GPT-2; Mistral's (model_type mistral, the llama family) on every layer."""
+    for Llama and GPT-2; Mistral's (model_type mistral, the llama family) and Mixtral's on every
+    layer (null: none, as Mixtral publishes it)."""
     w = cfg.get("sliding_window")
-    if family == "phi3" or cfg.get("model_type") == "mistral":
+    if family in ("phi3", "mixtral") or cfg.get("model_type") == "mistral":
         return w or 0
     if family not in ("qwen2", "qwen3") or not cfg.get("use_sliding_window", False) or not w:
         return 0
@@ -954,6 +993,33 @@ class Linears:
         return x @ W.T
 
 
+def route(logits, k):
+    """A token's experts and their weights by the contract (docs/golden-format.md's moe_router,
+    Mixtral's router): p = softmax(logits) in float64, the k largest p (equal ones: the lower
+    expert first), their p renormalised to sum to 1. logits [T, E] -> ids [T, k], weights
+    [T, k]."""
+    x = np.asarray(logits, dtype=np.float64)
+    p = np.exp(x - x.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    E = x.shape[1]
+    ids = np.stack([np.lexsort((np.arange(E), -row))[:k] for row in p])
+    wts = np.take_along_axis(p, ids, 1)
+    return ids, wts / wts.sum(-1, keepdims=True)
+
+
+def moe_block(f, ids, wts, w, b, d):
+    """Mixtral's sparse block on f [T, H] from the published tensors under prefix b
+    (block_sparse_moe.): sum over a token's experts e of weight * w2_e (silu(w1_e f) * w3_e f)."""
+    out = np.zeros((f.shape[0], d.H))
+    for e in np.unique(ids):
+        x = b + "experts.%d." % e
+        w1, w3, w2 = (w[x + n + ".weight"] for n in ("w1", "w3", "w2"))
+        rows, slot = np.nonzero(ids == e)
+        y = (silu(f[rows] @ w1.T) * (f[rows] @ w3.T)) @ w2.T
+        out[rows] += wts[rows, slot][:, None] * y
+    return out
+
+
 def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
     """One forward pass of T tokens; cache: per layer [K, V] (grown here). Returns the taps.
     lin(x, name): the projection `name` (without ".weight") of x, Linears for a quantized set;
@@ -980,7 +1046,7 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
             if family == "qwen2":
                 q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm")
                            + w[b + "self_attn.%s_proj.bias" % n] for n in "qkv")
-            elif family in ("llama", "qwen3"):  # no biases
+            elif family in ("llama", "qwen3", "mixtral"):  # no biases
                 q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm") for n in "qkv")
             else:
                 qkv = lin(h, b + "self_attn.qkv_proj", p + "attn_norm")
@@ -1011,6 +1077,16 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
         taps[p + "attn_out"] = ao
         r = x + ao
         taps[p + "resid_attn"] = r
+        if family in configs.MOE_FAMILIES:
+            f = rms_norm(r, w[b + "post_attention_layernorm.weight"], d.eps)
+            rl = f @ w[b + "block_sparse_moe.gate.weight"].T
+            taps[p + "ffn_norm"], taps[p + "router_logits"] = f, rl
+            ids, wts = route(rl, d.K)
+            fo = moe_block(f, ids, wts, w, b + "block_sparse_moe.", d)
+            taps[p + "ffn_out"] = fo
+            x = r + fo
+            taps[p + "resid_ffn"] = x
+            continue
         if family == "gpt2":
             f = layer_norm(r, w[b + "ln_2.weight"], w[b + "ln_2.bias"], d.eps)
             up = f @ w[b + "mlp.c_fc.weight"] + w[b + "mlp.c_fc.bias"]
@@ -1166,7 +1242,16 @@ def check_chain(s):
             p = "layers.%d." % i
             pairs = [(t(p + "resid_attn"), prev + t(p + "attn_out")),
                      (t(p + "resid_ffn"), t(p + "resid_attn") + t(p + "ffn_out"))]
-            if s.family == "gpt2":
+            if s.family in configs.MOE_FAMILIES:
+                # the router reads ffn_norm; the block's output is the experts the stored
+                # router_logits choose, applied to ffn_norm
+                b = "model.layers.%d." % i
+                rl = t(p + "router_logits")
+                ids, wts = route(rl, d.K)
+                pairs += [(rl, t(p + "ffn_norm") @ w[b + "block_sparse_moe.gate.weight"].T),
+                          (t(p + "ffn_out"), moe_block(t(p + "ffn_norm"), ids, wts, w,
+                                                       b + "block_sparse_moe.", d))]
+            elif s.family == "gpt2":
                 pairs.append((t(p + "ffn_act"), gelu_new(t(p + "ffn_up"))))
             else:
                 pairs.append((t(p + "ffn_act"), silu(t(p + "ffn_gate")) * t(p + "ffn_up")))
@@ -1190,6 +1275,60 @@ def check_chain(s):
                   % (prefix, what, rel))
             worst = max(worst, rel)
     return worst
+
+
+# golden/tolerances.yaml's tap_calibration factor: a backend may make this many times the
+# calibrated error in amplitude.
+CALIBRATION_FACTOR = 4
+# A mixture of experts' prompt tokens reach at least this many experts in every layer (all of them
+# where a layer has fewer).
+MIN_EXPERTS_USED = 3
+
+
+def check_router(s):
+    """A mixture of experts' routing, from the stored taps and calibration.json: the prompt's
+    tokens spread over at least MIN_EXPERTS_USED experts in every layer, none of which is in every
+    token's top k (a router that sends everything one way tests little of the block); and every
+    stored token's choice is decisive: the gap between its k-th and next router logit is more than
+    twice CALIBRATION_FACTOR times the calibrated router_logits error of its row (max_err_rms times
+    the row's rms), so that no correct engine, whose logits err by up to that, picks another expert
+    (its ffn_out would then differ by a whole expert's output, far beyond any limit). Returns
+    (the prompt's token counts per layer and expert, the smallest gap in those units). A set of a
+    real checkpoint is what it is: its routing is reported, not held to these."""
+    d = s.dims
+    with open(os.path.join(s.dir, calibration.CALIBRATION_FILE)) as f:
+        cal = {e["tap"]: e for e in json.load(f)["taps"]}
+
+    def require(cond, msg):
+        if s.p["source"] == "synthetic":
+            check(cond, msg)
+        elif not cond:
+            print("warning: %s: %s (a real checkpoint)" % (s.dir, msg))
+    counts = []
+    for i in range(d.L):
+        ids, _ = route(s.a("prefill.layers.%d.router_logits" % i), d.K)
+        n = np.bincount(ids.reshape(-1), minlength=d.E)
+        counts.append(n.tolist())
+        require(int((n > 0).sum()) >= min(MIN_EXPERTS_USED, d.E) and n.max() < len(ids),
+                "layer %d: the prompt's tokens reach the experts %s times: one expert takes every "
+                "token, or fewer than %d are used" % (i, n.tolist(), MIN_EXPERTS_USED))
+    worst = math.inf
+    if d.K < d.E:
+        for prefix in ["prefill"] + ["decode.%d" % j for j in range(s.p["decode_steps"])]:
+            for i in range(d.L):
+                name = "%s.layers.%d.router_logits" % (prefix, i)
+                rl = s.a(name).astype(np.float64)
+                top = -np.sort(-rl, axis=1)
+                gap = top[:, d.K - 1] - top[:, d.K]
+                err = np.maximum(cal[name]["max_err_rms"] * np.sqrt((rl * rl).mean(1)), 1e-30)
+                ratios = gap / err
+                ratio = float(ratios.min())
+                require(ratio > 2 * CALIBRATION_FACTOR,
+                        "%s: a token's %d-th and %d-th router logits are %.3g apart, %.3g times "
+                        "its calibrated error: a correct engine may choose another expert"
+                        % (name, d.K, d.K + 1, float(gap[np.argmin(ratios)]), ratio))
+                worst = min(worst, ratio)
+    return counts, worst
 
 
 @contextmanager
@@ -1571,6 +1710,12 @@ def check_set(d, spec=None):
         "fp16": fp16_drift(s),
         "calibration": check_calibration(s),
     }
+    router = ""
+    if s.family in configs.MOE_FAMILIES:
+        counts, gap = check_router(s)
+        router = "; router: prompt tokens per expert %s, smallest decision gap %.3g x the " \
+                 "calibrated error" % (" | ".join("L%d %s" % (i, c) for i, c in enumerate(counts)),
+                                       gap)
     mg = s.a("greedy_top2_margin")
     drift, comparable, agree = res["fp16"]
     numpy_err, fp8 = res["numpy"]
@@ -1590,12 +1735,12 @@ def check_set(d, spec=None):
     print("%-14s taps vs numpy fp64 %.1e%s, rope %.1e%s, chain %.1e, decode vs no-cache %.1e; "
           "margins min %.3f median %.3f (%d < eps %g); %s margin drift %.4f; sampled: "
           "margins vs no-cache %.1e, %d/32 steps >= eps, %s samples the same token at %s/32; "
-          "calibration: worst nmse %.3g at %s"
+          "calibration: worst nmse %.3g at %s%s"
           % (s.m["model"], numpy_err, q, rope_err, switch, res["chain"], res["decode"],
              float(mg.min()), float(np.median(mg)), int((mg < s.p["margin_epsilon"]).sum()),
              s.p["margin_epsilon"], s.p["dtype"], drift, res["sampled"], comparable,
              s.p["dtype"], "n/a (FP8: fp8_drift)" if agree is None else agree,
-             res["calibration"][0], res["calibration"][1]), flush=True)
+             res["calibration"][0], res["calibration"][1], router), flush=True)
 
 
 def check_chunked_draw():
@@ -1778,7 +1923,7 @@ def run(set_dirs=None):
         return 0
     check_chunked_draw()
     specs = configs.models_for(configs.COMMITTED)
-    check({m.family for m in specs} == {"qwen2", "phi3", "llama", "gpt2", "qwen3"},
+    check({m.family for m in specs} == {"qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral"},
           "a tiny model of every family")
     check({rope_scaling.rope_scaling(m.config).rope_type for m in specs if m.family != "gpt2"}
           == {"default", "llama3", "yarn", "longrope"}, "a tiny model of every RoPE type")
