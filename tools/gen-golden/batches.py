@@ -48,7 +48,10 @@ N_TOKENS = DECODE_STEPS + 1
 
 # name: the set; model: the model set whose checkpoint it uses (same tier); batch: B; shared:
 # {dst: (src, n)}, sequence dst's first n prompt tokens are sequence src's (src < dst).
-BatchSpec = namedtuple("BatchSpec", "name model tier batch shared", defaults=(None,))
+# prompt_tag: the name the prompts are drawn under (prompt_ids), the set's own when None; a
+# mixture of experts' set may need another draw for every routing decision to be decisive
+# (models/build.py, check_routing_decisive).
+BatchSpec = namedtuple("BatchSpec", "name model tier batch shared prompt_tag", defaults=(None, None))
 
 # Shared prompt prefixes of the full-tier B=16 sets, over LENGTHS: chains (4 from 0, 6 from 4,
 # 11 from 6, 13 from 11, 15 from 13), a prefix of a whole prompt (4 takes all 16 of sequence
@@ -66,6 +69,9 @@ BATCHES = [
     # qwen2-swa-tiny's 7-position window on layer 1: served over pages of 4 and 16, the windows'
     # edges fall inside pages and inside prompt chunks
     BatchSpec("qwen2-swa-tiny-b3", "qwen2-swa-tiny", COMMITTED, 3),
+    # mixtral-tiny's sparse MoE block: four sequences' tokens routed in one moe_router and
+    # moe_ffn call per layer and step, served over pages as every batch set is
+    BatchSpec("mixtral-tiny-b4", "mixtral-tiny", COMMITTED, 4, prompt_tag="mixtral-tiny-b4.3"),
     BatchSpec("qwen2.5-0.5b-b16", "qwen2.5-0.5b", FULL, 16, SHARED_B16),
     BatchSpec("llama3.2-1b-b16", "llama3.2-1b", FULL, 16, SHARED_B16),
 ]
@@ -116,7 +122,7 @@ def set_prompts(spec, vocab_size):
     tokens replaced by its source's (spec.shared)."""
     prompts = []
     for b, P in enumerate(prompt_lens(spec)):
-        p = prompt_ids(spec.name, b, P, vocab_size)
+        p = prompt_ids(spec.prompt_tag or spec.name, b, P, vocab_size)
         src, n = (spec.shared or {}).get(b, (None, 0))
         if n:
             p = torch.cat([prompts[src][:n], p[n:]])
@@ -328,6 +334,11 @@ def _build(spec, set_dir, model_dir, mm, cfg, family, pool):
                 {pre + k: v for k, v in taps.items()},
                 {pre + k: cal_taps[k] for k in taps}, pool))
         del cal_taps
+        if d.E and d.K < d.E:
+            # each sequence's routing decisive, as a model set's (models/build.py)
+            with phases("routing"):
+                model_build.check_routing_decisive(spec.name, {pre + k: v for k, v in taps.items()},
+                                                   json.loads(cal_parts[-1]), d.K, strict=True)
         tensors = [(pre + "prompt_ids", prompt, "input")]
         tensors += [(pre + k, v, "expected") for k, v in taps.items()]
         tensors += [(pre + "greedy_tokens", tokens, "expected"),
