@@ -370,3 +370,30 @@ func TestTopKMatchesAStableSort(t *testing.T) {
 		}
 	}
 }
+
+// Integer outputs (moe_router's expert ids) are judged by equality alone: max_abs 0 passes
+// equal ids and fails one different id; any other tolerance, or a float reference, is refused.
+func TestIntegerOutputsCompareForEquality(t *testing.T) {
+	ids := func(v ...int32) *tensor.Tensor { return tensor.FromI32([]int{len(v)}, v) }
+	exact := Tolerance{MaxAbs: ptr(0), Why: "t"}
+	r, err := Compare(ids(3, 0, 7), ids(3, 0, 7), exact)
+	if err != nil || !r.Pass() {
+		t.Fatalf("equal ids: %v, %v", r, err)
+	}
+	r, err = Compare(ids(3, 1, 7), ids(3, 0, 7), exact)
+	if err != nil || r.Pass() {
+		t.Fatalf("one id off: pass %v, %v", r.Pass(), err)
+	}
+	for _, bad := range []struct {
+		got, want *tensor.Tensor
+		tol       Tolerance
+	}{
+		{ids(1), ids(1), Tolerance{MaxAbs: ptr(1), Why: "t"}},
+		{ids(1), ids(1), Tolerance{MaxAbs: ptr(0), NMSE: ptr(1e-6), Why: "t"}},
+		{ids(1), f32(1), exact},
+	} {
+		if _, err := Compare(bad.got, bad.want, bad.tol); err == nil || !strings.Contains(err.Error(), "integer tensors") {
+			t.Errorf("%v vs %v under %+v: err %v, want the integer refusal", bad.got.DType, bad.want.DType, bad.tol, err)
+		}
+	}
+}
