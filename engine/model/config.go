@@ -1,6 +1,7 @@
 // Package model loads Hugging Face checkpoints (config.json + safetensors) of the Llama (and
-// Mistral), Qwen2, Qwen3, Mixtral, Phi-3 and GPT-2 families and runs their forward passes,
-// prefill and KV-cached decode, on any backend.Backend, copying named activations (taps) to the host when asked for them.
+// Mistral), Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3 and GPT-2 families and runs their forward
+// passes, prefill and KV-cached decode, on any backend.Backend, copying named activations (taps)
+// to the host when asked for them.
 package model
 
 import (
@@ -18,7 +19,7 @@ import (
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
 type Config struct {
-	Family       string // "llama", "qwen2", "qwen3", "phi3" or "gpt2": the layers' structure (familyOf)
+	Family       string // "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "phi3" or "gpt2": the layers' structure (familyOf)
 	ModelType    string // config.json's model_type (mistral is the llama family with a window)
 	Hidden       int
 	Layers       int
@@ -61,7 +62,7 @@ type Config struct {
 
 // familyOf maps config.json's model_type to the family whose layers it has: the weight table
 // and forward it runs with (tools/gen-golden's FAMILY_OF_MODEL_TYPE is the same mapping).
-var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral"}
+var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral", "qwen3_moe": "qwen3_moe"}
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
 type rawConfig struct {
@@ -87,9 +88,14 @@ type rawConfig struct {
 	AttentionBias        *bool           `json:"attention_bias"`
 	MLPBias              *bool           `json:"mlp_bias"`
 	OriginalMaxPositions *int            `json:"original_max_position_embeddings"`
-	// mixtral
-	NumLocalExperts  *int `json:"num_local_experts"`
-	NumExpertsPerTok *int `json:"num_experts_per_tok"`
+	// mixtral; qwen3_moe (num_experts and the rest)
+	NumLocalExperts     *int  `json:"num_local_experts"`
+	NumExpertsPerTok    *int  `json:"num_experts_per_tok"`
+	NumExperts          *int  `json:"num_experts"`
+	MoEIntermediateSize *int  `json:"moe_intermediate_size"`
+	NormTopKProb        *bool `json:"norm_topk_prob"`
+	DecoderSparseStep   *int  `json:"decoder_sparse_step"`
+	MLPOnlyLayers       []int `json:"mlp_only_layers"`
 	// gpt2
 	NEmbd                 *int     `json:"n_embd"`
 	NLayer                *int     `json:"n_layer"`
@@ -173,7 +179,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.ModelType = r.ModelType
 	c.Family = familyOf[r.ModelType]
 	switch r.ModelType {
-	case "llama", "qwen2", "phi3", "mistral", "qwen3", "mixtral":
+	case "llama", "qwen2", "phi3", "mistral", "qwen3", "mixtral", "qwen3_moe":
 		c.Hidden = need("hidden_size", r.HiddenSize)
 		c.Layers = need("num_hidden_layers", r.NumHiddenLayers)
 		c.Heads = need("num_attention_heads", r.NumAttentionHeads)
@@ -185,15 +191,43 @@ func ParseConfig(data []byte) (*Config, error) {
 		c.Vocab = need("vocab_size", r.VocabSize)
 		c.MaxPositions = need("max_position_embeddings", r.MaxPositionEmbed)
 		c.NormEps = eps("rms_norm_eps", r.RMSNormEps, 1e-6)
-		if r.ModelType == "mixtral" {
+		switch r.ModelType {
+		case "mixtral":
 			c.Experts = need("num_local_experts", r.NumLocalExperts)
 			c.ExpertsPerToken = need("num_experts_per_tok", r.NumExpertsPerTok)
 			c.NormTopKProb = true // MixtralTopKRouter always renormalises
+		case "qwen3_moe":
+			// Every layer sparse (Qwen3-30B-A3B, Qwen3-235B-A22B): the experts' width is
+			// moe_intermediate_size; intermediate_size would be a dense layer's, and there is none.
+			// The published configs say num_experts; transformers 5's save_pretrained writes
+			// num_local_experts. Either, or both when equal.
+			experts := r.NumExperts
+			if experts == nil {
+				experts = r.NumLocalExperts
+			} else if r.NumLocalExperts != nil && *r.NumLocalExperts != *experts && err == nil {
+				err = fmt.Errorf("config: num_experts = %d and num_local_experts = %d differ", *experts, *r.NumLocalExperts)
+			}
+			c.Experts = need("num_experts", experts)
+			c.ExpertsPerToken = need("num_experts_per_tok", r.NumExpertsPerTok)
+			c.Intermediate = need("moe_intermediate_size", r.MoEIntermediateSize)
+			c.NormTopKProb = r.NormTopKProb != nil && *r.NormTopKProb // transformers' default: false
+			if err == nil && r.DecoderSparseStep != nil && *r.DecoderSparseStep != 1 {
+				err = fmt.Errorf("config: decoder_sparse_step = %d is not implemented (1: every layer sparse)", *r.DecoderSparseStep)
+			}
+			if err == nil && len(r.MLPOnlyLayers) > 0 {
+				err = fmt.Errorf("config: mlp_only_layers = %v is not implemented (every layer sparse)", r.MLPOnlyLayers)
+			}
+		}
+		if c.Experts > 0 {
+			key := "num_local_experts"
+			if r.ModelType == "qwen3_moe" {
+				key = "num_experts"
+			}
 			if err == nil && c.ExpertsPerToken > c.Experts {
-				err = fmt.Errorf("config: num_experts_per_tok = %d: must be at most num_local_experts = %d", c.ExpertsPerToken, c.Experts)
+				err = fmt.Errorf("config: num_experts_per_tok = %d: must be at most %s = %d", c.ExpertsPerToken, key, c.Experts)
 			}
 			if err == nil && c.Experts > backend.MaxMoEExperts {
-				err = fmt.Errorf("config: num_local_experts = %d: at most %d (moe_router)", c.Experts, backend.MaxMoEExperts)
+				err = fmt.Errorf("config: %s = %d: at most %d (moe_router)", key, c.Experts, backend.MaxMoEExperts)
 			}
 		}
 		if err != nil {
@@ -239,6 +273,8 @@ func ParseConfig(data []byte) (*Config, error) {
 				return nil, fmt.Errorf("config: sliding_window = %d: must be positive", *r.SlidingWindow)
 			}
 			c.SlidingWindow = *r.SlidingWindow
+			// Qwen3-MoE's attention windows every layer (transformers reads neither layer_types nor
+			// max_window_layers for it); Qwen2's and Qwen3's the layers those name.
 			if r.ModelType == "qwen2" || r.ModelType == "qwen3" {
 				var err error
 				if c.WindowedLayers, err = qwen2WindowedLayers(&r, c.Layers); err != nil {
@@ -283,7 +319,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, phi3, gpt2, mistral, mixtral)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, qwen3_moe, phi3, gpt2, mistral, mixtral)", r.ModelType)
 	}
 	if c.HeadDim == 0 && c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)

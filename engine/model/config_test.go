@@ -131,6 +131,41 @@ func TestMixtralIsAMixtureOfExperts(t *testing.T) {
 	}
 }
 
+// Qwen3-30B-A3B's published config.json: Qwen3's attention, 128 experts of moe_intermediate_size
+// 768 (intermediate_size is a dense layer's, which it has none of), top 8, renormalised; the
+// variants with dense layers are refused by name.
+func TestQwen3MoEConfig(t *testing.T) {
+	const cfg = `{"model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936, "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "use_sliding_window": false, "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}`
+	c, err := ParseConfig([]byte(cfg))
+	if err != nil || c.Family != "qwen3_moe" || c.Experts != 128 || c.ExpertsPerToken != 8 || !c.NormTopKProb ||
+		c.Intermediate != 768 || c.HeadDim != 128 || c.KVHeads != 4 || c.AttnBias || c.SlidingWindow != 0 {
+		t.Fatalf("qwen3_moe: %+v, %v", c, err)
+	}
+	if c, err := ParseConfig([]byte(strings.Replace(cfg, `"norm_topk_prob": true, `, "", 1))); err != nil || c.NormTopKProb {
+		t.Errorf("qwen3_moe without norm_topk_prob (transformers' default false): %+v, %v", c, err)
+	}
+	// transformers 5 re-saves the key as num_local_experts: read either, refuse the two differing
+	if c, err := ParseConfig([]byte(strings.Replace(cfg, `"num_experts": 128`, `"num_local_experts": 128`, 1))); err != nil || c.Experts != 128 {
+		t.Errorf("qwen3_moe with num_local_experts: %+v, %v", c, err)
+	}
+	if _, err := ParseConfig([]byte(strings.Replace(cfg, `"num_experts": 128`, `"num_experts": 128, "num_local_experts": 64`, 1))); err == nil || !strings.Contains(err.Error(), "differ") {
+		t.Errorf("num_experts and num_local_experts differing: %v", err)
+	}
+	if c, err := ParseConfig([]byte(strings.Replace(cfg, `"use_sliding_window": false, "sliding_window": null`, `"use_sliding_window": true, "sliding_window": 4096, "max_window_layers": 28`, 1))); err != nil || c.SlidingWindow != 4096 || c.WindowedLayers != nil {
+		t.Errorf("qwen3_moe windows every layer: %+v, %v", c, err)
+	}
+	for edit, key := range map[string]string{
+		`"decoder_sparse_step": 2`: "decoder_sparse_step",
+		`"mlp_only_layers": [0]`:   "mlp_only_layers",
+		`"num_experts": 2000`:      "num_experts",
+	} {
+		old := map[string]string{"decoder_sparse_step": `"decoder_sparse_step": 1`, "mlp_only_layers": `"mlp_only_layers": []`, "num_experts": `"num_experts": 128`}[key]
+		if _, err := ParseConfig([]byte(strings.Replace(cfg, old, edit, 1))); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: err %v, want one naming %s", edit, err, key)
+		}
+	}
+}
+
 func TestSlidingWindowRecorded(t *testing.T) {
 	c, err := LoadConfig("../../golden/models/phi3-tiny")
 	if err != nil || c.SlidingWindow != 2047 || c.LayerWindow(0) != 2047 || c.LayerWindow(1) != 2047 {

@@ -128,6 +128,15 @@ var mixtralMoE = []weight{
 	{HF: "model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight", Shape: hi, Into: "layers.{i}.experts.{e}.down"},
 }
 
+// Qwen3-MoE's sparse block as its published checkpoints store it: the router mlp.gate, then
+// each expert's gate_proj, up_proj and down_proj (of width moe_intermediate_size).
+var qwen3MoE = []weight{
+	{HF: "model.layers.{i}.mlp.gate.weight", Shape: eh, Into: "layers.{i}.router"},
+	{HF: "model.layers.{i}.mlp.experts.{e}.gate_proj.weight", Shape: ih, Into: "layers.{i}.experts.{e}.gate"},
+	{HF: "model.layers.{i}.mlp.experts.{e}.up_proj.weight", Shape: ih, Into: "layers.{i}.experts.{e}.up"},
+	{HF: "model.layers.{i}.mlp.experts.{e}.down_proj.weight", Shape: hi, Into: "layers.{i}.experts.{e}.down"},
+}
+
 func eh(c *Config) []int { return []int{c.Experts, c.Hidden} }
 
 func init() {
@@ -148,6 +157,15 @@ func init() {
 			weightTables["qwen3"] = append(weightTables["qwen3"],
 				weight{HF: "model.layers.{i}.self_attn.q_norm.weight", Shape: hd, Into: "layers.{i}.q_norm"},
 				weight{HF: "model.layers.{i}.self_attn.k_norm.weight", Shape: hd, Into: "layers.{i}.k_norm"})
+		}
+	}
+	// Qwen3-MoE: Qwen3's attention (with q_norm and k_norm), every MLP the sparse block.
+	for _, w := range weightTables["qwen3"] {
+		if !strings.Contains(w.HF, ".mlp.") {
+			weightTables["qwen3_moe"] = append(weightTables["qwen3_moe"], w)
+		}
+		if w.HF == "model.layers.{i}.post_attention_layernorm.weight" {
+			weightTables["qwen3_moe"] = append(weightTables["qwen3_moe"], qwen3MoE...)
 		}
 	}
 }

@@ -337,6 +337,11 @@ var brokenVariants = []broken{
 		}},
 	{"mixtral-tiny", "layer 1 routes with layer 0's router", "prefill.layers.1.router_logits",
 		func(m *model.Model) { m.Layers[1].MLP.Router = m.Layers[0].MLP.Router }},
+	// Qwen3-MoE: Qwen3's attention and the sparse block with norm_topk_prob from the config.
+	{"qwen3-moe-tiny", "norm_topk_prob ignored (the top-k weights not renormalised)", "prefill.layers.0.ffn_out",
+		func(m *model.Model) { m.Cfg.NormTopKProb = false }},
+	{"qwen3-moe-tiny", "layer 1 routes with layer 0's router", "prefill.layers.1.router_logits",
+		func(m *model.Model) { m.Layers[1].MLP.Router = m.Layers[0].MLP.Router }},
 	// Qwen3's per-head norms of q and k: each weight shows at its own tap.
 	{"qwen3-tiny", "q_norm and k_norm weights swapped in layer 1", "prefill.layers.1.q_norm",
 		func(m *model.Model) { a := m.Layers[1].Attn; a.QNorm, a.KNorm = a.KNorm, a.QNorm }},

@@ -466,6 +466,20 @@ var catalogue = []Mutant{
 		Suites:      models,
 	},
 	{
+		ID: "go-config-qwen3-moe-norm-topk-inverted", Side: SideGo, File: "engine/model/config.go",
+		Bug:         "Qwen3-MoE's norm_topk_prob read with its sense inverted",
+		Original:    `c.NormTopKProb = r.NormTopKProb != nil && *r.NormTopKProb // transformers' default: false`,
+		Replacement: `c.NormTopKProb = r.NormTopKProb == nil || !*r.NormTopKProb`,
+		Suites:      models,
+	},
+	{
+		ID: "go-config-qwen3-moe-expert-width", Side: SideGo, File: "engine/model/config.go",
+		Bug:         "Qwen3-MoE's experts given intermediate_size (a dense layer's width) instead of moe_intermediate_size",
+		Original:    `c.Intermediate = need("moe_intermediate_size", r.MoEIntermediateSize)`,
+		Replacement: `c.Intermediate = need("intermediate_size", r.IntermediateSize)`,
+		Suites:      models,
+	},
+	{
 		ID: "go-model-qwen3-head-dim-derived", Side: SideGo, File: "engine/model/config.go",
 		Bug:         "an explicit head_dim ignored (hidden_size / heads taken, as Qwen2 read it before)",
 		Original:    "c.HeadDim = *r.HeadDimKey",

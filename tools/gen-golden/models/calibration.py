@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import torch
 
-from common.configs import dims
+from common.configs import MOE_FAMILIES, QK_NORM_FAMILIES, dims
 from common.dtypes import BF16, F16, F64, TORCH_DTYPE
 from models.reference import CHUNK, modeling_module
 from models.taps import TapCapture
@@ -39,15 +39,16 @@ from models.threads import intra_op_threads
 # hooks below keep the fp32 MKL path (MKL_CBWR, one thread) that the reference already uses, so the
 # calibration is byte-reproducible on every host exactly as the reference is.
 #
-# A mixture of experts (Mixtral) is rounded where the engine's ops store values: the router's
-# gate linear output (router_logits, which the engine's moe_router reads in fp16), from which the
-# experts are chosen again (the router's own softmax, top k and renormalisation on the rounded
-# logits, in fp32 like moe_router's), and inside moe_ffn each expert's gate and up (rounded
-# apart), its activation and its down product, then the weighted sum of a token's experts in fp32
-# with one rounding (the block's output, ffn_out). transformers' expert loop has no module inside
-# an expert to hook, so for this forward the experts' forward is transformers' own loop
-# (MixtralExperts.forward, the same ops in the same order) with those roundings put in; the
-# selftest runs it with an identity rounding against the reference's taps.
+# A mixture of experts (Mixtral, Qwen3-MoE) is rounded where the engine's ops store values: the
+# router's gate linear output (router_logits, which the engine's moe_router reads in fp16), from
+# which the experts are chosen again (the router's own softmax, top k and, where it renormalises,
+# renormalisation on the rounded logits, in fp32 like moe_router's), and inside moe_ffn each
+# expert's gate and up (rounded apart), its activation and its down product, then the weighted sum
+# of a token's experts in fp32 with one rounding (the block's output, ffn_out). transformers'
+# expert loop has no module inside an expert to hook, so for this forward the experts' forward is
+# transformers' own loop (MixtralExperts.forward; Qwen3MoeExperts.forward is the same code) with
+# those roundings put in; the selftest runs it with an identity rounding against the reference's
+# taps.
 #
 # The residual adds are not modules, so they cannot be hooked directly: the output hook of the
 # attention block's last projection returns fp16(x + attn_out) - x, so the layer's own
@@ -195,7 +196,12 @@ class Rounder(TapCapture):
 
     def _route(self, router, p):
         """The router's logits rounded (router_logits), and its choice made again from them:
-        MixtralTopKRouter.forward's softmax, top k and renormalisation on the rounded values."""
+        MixtralTopKRouter.forward's (Qwen3MoeTopKRouter.forward's) softmax, top k and
+        renormalisation on the rounded values, the renormalisation only where the router does it
+        (Mixtral's always; Qwen3-MoE's with norm_topk_prob). Qwen3-MoE's cast of the weights to
+        the logits' dtype is fp32 to fp32 here: nothing."""
+        renormalise = bool(getattr(router, "norm_topk_prob", True))
+
         def hook(_m, _args, out):
             if not self.mine():  # another lockstep thread's pass
                 return None
@@ -203,15 +209,16 @@ class Rounder(TapCapture):
             self.put(p + "router_logits", logits[None])  # [B*T, E], batch 1
             probs = torch.nn.functional.softmax(logits.float(), dim=-1)
             top_value, indices = torch.topk(probs, router.top_k, dim=-1)
-            top_value /= top_value.sum(dim=-1, keepdim=True)
+            if renormalise:
+                top_value /= top_value.sum(dim=-1, keepdim=True)
             return logits, top_value, indices
         self.handles.append(router.register_forward_hook(hook))
 
     def _experts(self, experts):
-        """The experts' forward for this pass: transformers' eager loop (MixtralExperts.forward)
-        with each expert's gate, up, activation and down product rounded (the weighted sum in
-        fp32: the block's output is rounded as ffn_out). Other lockstep threads run the
-        original."""
+        """The experts' forward for this pass: transformers' eager loop (MixtralExperts.forward,
+        the same code as Qwen3MoeExperts.forward) with each expert's gate, up, activation and down
+        product rounded (the weighted sum in fp32: the block's output is rounded as ffn_out).
+        Other lockstep threads run the original."""
         original = experts.forward
         F = torch.nn.functional
 
@@ -247,18 +254,18 @@ class Rounder(TapCapture):
         d, m = self.d, self.model
         put = self.put
         self.patched = []
-        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral"):
+        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
             base = m.model
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._enter(layer, i)
                 self._round_out(layer.input_layernorm, lambda r, p=p: put(p + "attn_norm", r))
-                if self.family in ("qwen2", "llama", "qwen3", "mixtral"):
+                if self.family != "phi3":
                     self._round_out(att.q_proj, lambda r, p=p: self._heads(p + "q", d.nH, r))
                     self._round_out(att.k_proj, lambda r, p=p: self._heads(p + "k", d.nKV, r))
                     self._round_out(att.v_proj, lambda r, p=p: self._heads(p + "v", d.nKV, r))
-                    if self.family == "qwen3":  # the engine stores each normed head (rmsnorm)
+                    if self.family in QK_NORM_FAMILIES:  # the engine stores each normed head
                         self._round_out(att.q_norm, lambda r, p=p: self._heads(p + "q_norm", d.nH, r))
                         self._round_out(att.k_norm, lambda r, p=p: self._heads(p + "k_norm", d.nKV, r))
                 else:
@@ -273,7 +280,7 @@ class Rounder(TapCapture):
                 self._attn_residual(att.o_proj, p)
                 self._pin_in(layer.post_attention_layernorm)
                 self._round_out(layer.post_attention_layernorm, lambda r, p=p: put(p + "ffn_norm", r))
-                if self.family == "mixtral":
+                if self.family in MOE_FAMILIES:
                     self._route(mlp.gate, p)
                     self._experts(mlp.experts)
                     self._round_out(mlp, self._set_m(p + "ffn_out"))

@@ -51,11 +51,12 @@ def tensor_seed(seed, name):
 #       distributions are as peaked as a trained model's (see FINAL_NORM_GAIN);
 #   biases (Qwen2 q/k/v, GPT-2 Conv1D and LayerNorm beta): 0.1 N(0, 1) (a dropped bias is
 #       hundreds of fp16 ulps off);
-#   a mixture of experts (Mixtral's block_sparse_moe): each expert's w1 (gate) and w3 (up) as the
-#       input-side matrices and its w2 (down) as the output-side ones (fan_in its width, so an
-#       expert's output is a dense MLP's of that width, and the renormalised top-k weights, which
-#       sum to 1, mix a few of them); the router (gate) N(0, (ROUTER_GAIN/sqrt(H))^2), so its
-#       logits on the normed stream (elements ~1) have std ~ROUTER_GAIN (see ROUTER_GAIN).
+#   a mixture of experts (Mixtral's block_sparse_moe, Qwen3-MoE's mlp): each expert's gate (w1,
+#       gate_proj) and up (w3, up_proj) as the input-side matrices and its down (w2, down_proj) as
+#       the output-side ones (fan_in its width, so an expert's output is a dense MLP's of that
+#       width, and the renormalised top-k weights, which sum to 1, mix a few of them); the router
+#       (gate) N(0, (ROUTER_GAIN/sqrt(H))^2), so its logits on the normed stream (elements ~1)
+#       have std ~ROUTER_GAIN (see ROUTER_GAIN).
 # After the draw, models/peak.py raises some output rows (params.peak) so that every greedy and
 # seeded step has a dominant token.
 
@@ -106,18 +107,18 @@ def init_specs(family, cfg, gain=1.0):
     ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
     router = Init("normal", ROUTER_GAIN / math.sqrt(H))
     specs = []
-    if family in ("qwen2", "phi3", "llama", "qwen3", "mixtral"):
+    if family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
         qd, kvd = d.nH * d.D, d.nKV * d.D
         specs.append(("model.embed_tokens.weight", (V, H), emb))
         for i in range(L):
             p = "model.layers.%d." % i
             specs.append((p + "input_layernorm.weight", (H,), norm))
-            if family in ("qwen2", "llama", "qwen3", "mixtral"):  # attention_bias false but Qwen2
+            if family != "phi3":  # attention_bias false but Qwen2
                 for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
                     specs.append((p + "self_attn.%s.weight" % n, (rows, H), w_in))
                     if family == "qwen2":
                         specs.append((p + "self_attn.%s.bias" % n, (rows,), bias))
-                if family == "qwen3":  # RMSNorm over each head of q and k
+                if family in ("qwen3", "qwen3_moe"):  # RMSNorm over each head of q and k
                     specs.append((p + "self_attn.q_norm.weight", (d.D,), norm))
                     specs.append((p + "self_attn.k_norm.weight", (d.D,), norm))
             else:
@@ -134,6 +135,18 @@ def init_specs(family, cfg, gain=1.0):
                     specs.append((x + "w1.weight", (I, H), w_in))
                     specs.append((x + "w3.weight", (I, H), w_in))
                     specs.append((x + "w2.weight", (H, I), ffn_out))
+                continue
+            if family == "qwen3_moe":
+                # the published Qwen3-MoE layout (what save_pretrained writes; transformers 5 loads
+                # the router as it is and stacks the experts into mlp.experts.gate_up_proj
+                # [E, 2I, H] = [gate_proj; up_proj] per expert and mlp.experts.down_proj [E, H, I]),
+                # I = moe_intermediate_size
+                specs.append((p + "mlp.gate.weight", (d.E, H), router))
+                for e in range(d.E):
+                    x = p + "mlp.experts.%d." % e
+                    specs.append((x + "gate_proj.weight", (I, H), w_in))
+                    specs.append((x + "up_proj.weight", (I, H), w_in))
+                    specs.append((x + "down_proj.weight", (H, I), ffn_out))
                 continue
             if family in ("qwen2", "llama", "qwen3"):
                 specs.append((p + "mlp.gate_proj.weight", (I, H), w_in))

@@ -121,9 +121,11 @@ def _upcast_equal(param, t):
 
 # Checkpoint tensors that transformers 5 loads into a part of another parameter
 # (conversion_mapping.py: Mixtral's WeightRenaming of block_sparse_moe to mlp, and the
-# WeightConverters that stack the experts): name pattern -> (the parameter, which part of it).
-# Expert e's w1 (gate) and w3 (up) are rows [0, I) and [I, 2I) of gate_up_proj[e] (Concatenate on
-# dim 1 of the stacked [E, I, H] lists, w1 first), its w2 is down_proj[e].
+# WeightConverters that stack the experts, Mixtral's and qwen2_moe's, which qwen3_moe uses): name
+# pattern -> (the parameter, which part of it). Expert e's gate (Mixtral's w1, Qwen3-MoE's
+# gate_proj) and up (w3, up_proj) are rows [0, I) and [I, 2I) of gate_up_proj[e] (Concatenate on
+# dim 1 of the stacked [E, I, H] lists, the gate first), its down (w2, down_proj) is down_proj[e].
+# Qwen3-MoE's router, model.layers.{i}.mlp.gate.weight, loads under its own name.
 MOE_LOADED = {
     "mixtral": [
         (r"model\.layers\.(\d+)\.block_sparse_moe\.gate\.weight",
@@ -133,6 +135,14 @@ MOE_LOADED = {
         (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w3\.weight",
          lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "second"))),
         (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w2\.weight",
+         lambda i, e: ("model.layers.%s.mlp.experts.down_proj" % i, (int(e), "all"))),
+    ],
+    "qwen3_moe": [
+        (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.gate_proj\.weight",
+         lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "first"))),
+        (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.up_proj\.weight",
+         lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "second"))),
+        (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.down_proj\.weight",
          lambda i, e: ("model.layers.%s.mlp.experts.down_proj" % i, (int(e), "all"))),
     ],
 }
@@ -162,8 +172,9 @@ def loaded_part(model_type, name, state):
 
 def check_loaded_weights(model, set_dir, pool=None):
     """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding; a
-    tensor the loader regroups (Mixtral's router and experts, MOE_LOADED) is the part of the
-    parameter it went to, and every part of such a parameter came from the checkpoint, once.
+    tensor the loader regroups (Mixtral's router and experts, Qwen3-MoE's experts: MOE_LOADED) is
+    the part of the parameter it went to, and every part of such a parameter came from the
+    checkpoint, once.
     With a pool (one_thread_workers) the tensors are compared in parallel. Returns the set of the
     checkpoint's dtypes (torch dtypes)."""
     from safetensors import safe_open
@@ -240,7 +251,8 @@ HPARAM_KEYS = ["hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_d
                "rope_long_from"]
 # ... and after them, a mixture-of-experts family's (only there, so the dense sets are unchanged):
 # the experts of a layer, the experts a token, and whether the top k's softmax weights are
-# renormalised to sum to 1 (Mixtral's router always does; Qwen3-MoE's norm_topk_prob).
+# renormalised to sum to 1 (Mixtral's router always does; Qwen3-MoE's where its norm_topk_prob
+# says so). Their intermediate_size is each expert's width.
 MOE_HPARAM_KEYS = ["num_experts", "num_experts_per_tok", "norm_topk_prob"]
 
 
@@ -322,17 +334,29 @@ def reference_hparams(model, family):
         norms = [m.variance_epsilon for m in model.modules() if hasattr(m, "variance_epsilon")]
     if family in MOE_FAMILIES:
         # from the sparse block's modules: the router's top_k and expert count, the stacked
-        # experts' (each its own gate_up_proj [2I, H] and down_proj [H, I], I the
-        # intermediate_size)
+        # experts' (each its own gate_up_proj [2I, H] and down_proj [H, I], I the experts' width:
+        # Mixtral's intermediate_size, Qwen3-MoE's moe_intermediate_size, which is then the
+        # set's intermediate_size; Qwen3-MoE's own intermediate_size is a dense MLP's, and no
+        # layer has one: every layer's mlp must be the sparse block)
         blocks = [layer.mlp for layer in model.model.layers]
+        if not all(hasattr(b, "gate") and hasattr(b, "experts") for b in blocks):
+            raise RuntimeError("layers %s have a dense MLP: only every layer sparse is implemented"
+                               % [i for i, b in enumerate(blocks) if not hasattr(b, "experts")])
+        width = c.moe_intermediate_size if family == "qwen3_moe" else c.intermediate_size
+        hp["intermediate_size"] = width
         router, experts = blocks[0].gate, blocks[0].experts
         if any((b.gate.num_experts, b.gate.top_k, b.experts.num_experts,
                 b.experts.intermediate_dim) != (c.num_local_experts, c.num_experts_per_tok,
-                                                c.num_local_experts, c.intermediate_size)
+                                                c.num_local_experts, width)
                for b in blocks):
             raise RuntimeError("the sparse MoE blocks disagree with the config's experts")
+        # MixtralTopKRouter always renormalises (no attribute); Qwen3MoeTopKRouter as its
+        # norm_topk_prob says (the config's, default false)
+        norm = bool(getattr(router, "norm_topk_prob", True))
+        if family == "qwen3_moe" and norm != bool(c.norm_topk_prob):
+            raise RuntimeError("router norm_topk_prob %s, config %s" % (norm, c.norm_topk_prob))
         hp.update(num_experts=int(router.num_experts), num_experts_per_tok=int(router.top_k),
-                  norm_topk_prob=bool(getattr(router, "norm_topk_prob", True)))
+                  norm_topk_prob=norm)
         if experts.gate_up_proj.shape[1] != 2 * hp["intermediate_size"]:
             raise RuntimeError("experts' gate_up_proj %s" % (tuple(experts.gate_up_proj.shape),))
     for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",

@@ -5,6 +5,7 @@ wrapper of apply_rotary_pos_emb."""
 import threading
 from contextlib import contextmanager
 
+from common.configs import MOE_FAMILIES, QK_NORM_FAMILIES
 from common.dtypes import F32
 
 # ---------------------------------------------------------------------------------------------
@@ -18,7 +19,7 @@ ROUTER = {"router_logits"}  # a mixture of experts' router: its gate linear's ou
 DENSE_MLP = {"ffn_gate", "ffn_up", "ffn_act"}  # inside the experts of a mixture of experts
 ABSENT = {"qwen2": QK_NORM | ROUTER, "phi3": QK_NORM | ROUTER, "llama": QK_NORM | ROUTER,
           "qwen3": ROUTER, "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM | ROUTER,
-          "mixtral": QK_NORM | DENSE_MLP}
+          "mixtral": QK_NORM | DENSE_MLP, "qwen3_moe": DENSE_MLP}
 
 
 def tap_names(family, n_layers):
@@ -150,25 +151,26 @@ class Recorder(TapCapture):
         return put
 
     def _tokens(self, name):
-        """A tap of a module that flattens the batch (MixtralTopKRouter: [B*T, E]; batch 1)."""
+        """A tap of a module that flattens the batch (MixtralTopKRouter, Qwen3MoeTopKRouter:
+        [B*T, E]; batch 1)."""
         def put(x):
             self.put(name, x[None])
         return put
 
     def install(self):
         d, m = self.d, self.model
-        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral"):
+        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
             base = m.model
             self._in(base.layers[0], "embed")
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
                 att, mlp = layer.self_attn, layer.mlp
                 self._out(layer.input_layernorm, p + "attn_norm")
-                if self.family in ("qwen2", "llama", "qwen3", "mixtral"):
+                if self.family != "phi3":
                     self._out(att.q_proj, None, self._heads(p + "q", d.nH))
                     self._out(att.k_proj, None, self._heads(p + "k", d.nKV))
                     self._out(att.v_proj, None, self._heads(p + "v", d.nKV))
-                    if self.family == "qwen3":  # [B, T, heads, D] before the transpose
+                    if self.family in QK_NORM_FAMILIES:  # [B, T, heads, D] before the transpose
                         self._out(att.q_norm, None, self._heads(p + "q_norm", d.nH))
                         self._out(att.k_norm, None, self._heads(p + "k_norm", d.nKV))
                 else:
@@ -178,9 +180,10 @@ class Recorder(TapCapture):
                 self._out(att.o_proj, p + "attn_out")
                 self._in(layer.post_attention_layernorm, p + "resid_attn")
                 self._out(layer.post_attention_layernorm, p + "ffn_norm")
-                if self.family == "mixtral":
-                    # MixtralTopKRouter returns (router_logits, scores, indices): the gate
-                    # linear's output; ffn_out is the whole sparse block's (MixtralSparseMoeBlock)
+                if self.family in MOE_FAMILIES:
+                    # MixtralTopKRouter and Qwen3MoeTopKRouter return (router_logits, scores,
+                    # indices): the gate linear's output; ffn_out is the whole sparse block's
+                    # (MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock)
                     self._out(mlp.gate, None, self._tokens(p + "router_logits"))
                     self._out(mlp, p + "ffn_out")
                     self._out(layer, p + "resid_ffn")

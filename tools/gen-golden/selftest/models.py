@@ -14,14 +14,16 @@ must be byte-identical), then read back from its files only:
     safetensors library reads back exactly the drawn weights, and transformers' config class
     sees the distinguishing features (GQA 7:1 / 4:1, fused projections, head_dim, tied heads, no
     biases, eps, theta, the RoPE type; LongRoPE's switch among the stored decode steps; Mixtral's
-    experts and top k, its router and experts under the published block_sparse_moe names); a
+    and Qwen3-MoE's experts and top k, their routers and experts under the published names,
+    block_sparse_moe's and mlp's); a
     quantized set's file is safetensors' own layout (check_safetensors), every projection in the
     format's tensors, exactly what models/quantize.py makes of the seeded draw;
   - an independent float64 numpy forward (prefill, then decode through its own KV cache) from
     config.json + model.safetensors reproduces every tap within fp32 noise (a quantized set's
     projections dequantised from the format's tensors by the formats' descriptions, an FP8 set's
     inputs quantised as the reference's: Linears; a mixture of experts' block from the published
-    w1 / w3 / w2 tensors and the contract's routing: route, moe_block);
+    per-expert tensors (w1 / w3 / w2, gate_proj / up_proj / down_proj) and the contract's
+    routing: route, moe_block);
   - q_rope / k_rope are the RoPE of q / k at the right positions (fp64 rotate_half formula with
     config.json's scaled tables and attention factor; LongRoPE: the table of each pass, both
     tables appearing in a synthetic set), and this check does fail for unrotated,
@@ -207,7 +209,7 @@ def check_format(s):
     want_keys = PARAM_KEYS + (["peak"] if p.get("source") == "synthetic" else []) + (
         ["quantization"] if s.quant is not None else [])
     check(list(p) == want_keys, "params keys %s, want %s" % (list(p), want_keys))
-    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral")
+    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral", "qwen3_moe")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
     check(p["dtype"] in configs.DTYPES, "dtype %r" % (p["dtype"],))
@@ -318,7 +320,8 @@ def check_hparams(s):
         sc = rope_scaling.rope_scaling(cfg)
         partial = cfg.get("partial_rotary_factor", 1.0)
         window = cfg.get("sliding_window")  # Llama: no such key, no window; Mixtral's null
-        if s.family in ("qwen2", "qwen3") and not cfg.get("use_sliding_window", False):
+        if s.family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window",
+                                                                         False):
             window = None  # Qwen2 applies its window only with use_sliding_window
         want.update(rope_theta=configs.rope_theta(cfg), rope_type=sc.rope_type,
                     rotary_dim=int(d.D * partial), partial_rotary_factor=float(partial),
@@ -346,9 +349,14 @@ def check_hparams(s):
         check(hp["rope_long_from"] == sc.long_from, "hparams.rope_long_from = %r, want %r"
               % (hp["rope_long_from"], sc.long_from))
     if s.family in configs.MOE_FAMILIES:
-        # Mixtral's router always renormalises its top k (there is no key for it)
-        want.update(num_experts=cfg["num_local_experts"],
-                    num_experts_per_tok=cfg["num_experts_per_tok"], norm_topk_prob=True)
+        # Mixtral's router always renormalises its top k (there is no key for it); Qwen3-MoE's
+        # experts are num_experts (or, absent, num_local_experts, transformers 5's name for it),
+        # renormalised where norm_topk_prob (default false), of width moe_intermediate_size
+        # (dims: d.I, the intermediate_size above)
+        want.update(num_experts=(cfg["num_local_experts"] if s.family == "mixtral"
+                                 else configs.qwen3_moe_experts(cfg)),
+                    num_experts_per_tok=cfg["num_experts_per_tok"],
+                    norm_topk_prob=renormalises(s.family, cfg))
     for k in keys:
         if k in tables and s.family != "gpt2":
             continue  # checked above
@@ -688,6 +696,48 @@ def check_config(s, spec):
         check(got == want, "Mixtral's tensors %s, want %s" % (sorted(got)[:6], sorted(want)[:6]))
         check(not any(".mlp." in k or k.endswith(".bias") for k in entries),
               "no mlp.* tensors (transformers' in-memory names), no biases")
+    elif spec.family == "qwen3_moe":
+        check(type(c).__name__ == "Qwen3MoeConfig", "config class")
+        check(c.num_attention_heads // c.num_key_value_heads == 2 and c.num_key_value_heads >= 2,
+              "GQA 2:1 with >= 2 kv heads")
+        check("head_dim" in s.cfg and c.head_dim == s.cfg["head_dim"] == d.D
+              and d.D % 8 == 0 and (d.D // 2) % 8 == 0, "explicit head_dim, multiples of 8")
+        # the published keys: num_experts (transformers 5 reads it as num_local_experts and would
+        # write that), norm_topk_prob true, every layer sparse; the experts' width is
+        # moe_intermediate_size, and intermediate_size (a dense MLP's, which no layer has)
+        # differs from it, so reading the wrong one fails on the checkpoint's shapes
+        check("num_experts" in s.cfg and "num_local_experts" not in s.cfg
+              and c.num_experts == d.E == 8 and c.num_experts_per_tok == d.K == 2
+              and s.cfg["norm_topk_prob"] is True and c.norm_topk_prob is True
+              and s.cfg["decoder_sparse_step"] == c.decoder_sparse_step == 1
+              and s.cfg["mlp_only_layers"] == c.mlp_only_layers == [],
+              "8 experts (num_experts), top 2 renormalised (norm_topk_prob), every layer sparse")
+        check(c.moe_intermediate_size == d.I and c.intermediate_size != d.I
+              and d.I % 8 == 0 and d.H % 8 == 0,
+              "experts of moe_intermediate_size, not intermediate_size; multiples of 8 (moe_ffn's)")
+        check(not c.tie_word_embeddings and c.rms_norm_eps == 1e-6 and not c.attention_bias
+              and c.rope_parameters["rope_theta"] == 1e6 and c.sliding_window is None,
+              "untied / eps / no biases / theta / no window")
+        # the published layout: the router mlp.gate and every expert's gate_proj, up_proj [I, H]
+        # and down_proj [H, I] under mlp.experts.{e}, nothing stacked (transformers' in-memory
+        # gate_up_proj / down_proj), q_norm and k_norm of head_dim, no biases
+        entries = safetensors_entries(s.dir)
+        want = {"lm_head.weight": [d.V, d.H]}
+        for i in range(d.L):
+            router, experts = moe_names(s.family, i)
+            want[router] = [d.E, d.H]
+            for e in range(d.E):
+                for n, shape in zip(experts(e), ([d.I, d.H], [d.I, d.H], [d.H, d.I])):
+                    want[n] = shape
+            for n in ("q_norm", "k_norm"):
+                want["model.layers.%d.self_attn.%s.weight" % (i, n)] = [d.D]
+        got = {k: e["shape"] for k, e in entries.items()
+               if ".mlp." in k or "_norm." in k and ".self_attn." in k or k == "lm_head.weight"}
+        check(got == want, "Qwen3-MoE's tensors %s, want %s" % (
+            sorted(set(got) ^ set(want))[:6] or sorted(k for k in got if got[k] != want[k])[:6],
+            len(want)))
+        check(not any(k.endswith(".bias") or k.endswith("_proj") for k in entries),
+              "no biases, no stacked experts")
     elif s.cfg.get("model_type") == "mistral":
         check(type(c).__name__ == "MistralConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -812,10 +862,13 @@ def layer_window(family, cfg, i):
     sliding_window on every layer; Qwen2's with use_sliding_window only, on the layers its
     layer_types call sliding_attention, by default those from max_window_layers (28) on; none
     for Llama and GPT-2; Mistral's (model_type mistral, the llama family) and Mixtral's on every
-    layer (null: none, as Mixtral publishes it)."""
+    layer (null: none, as Mixtral publishes it); Qwen3-MoE's with use_sliding_window only, on every
+    layer (Qwen3MoeAttention: no layer_types, max_window_layers unread)."""
     w = cfg.get("sliding_window")
     if family in ("phi3", "mixtral") or cfg.get("model_type") == "mistral":
         return w or 0
+    if family == "qwen3_moe":  # every layer, with use_sliding_window (no layer_types)
+        return (w or 0) if cfg.get("use_sliding_window", False) else 0
     if family not in ("qwen2", "qwen3") or not cfg.get("use_sliding_window", False) or not w:
         return 0
     types = cfg.get("layer_types")
@@ -993,27 +1046,47 @@ class Linears:
         return x @ W.T
 
 
-def route(logits, k):
+def route(logits, k, renormalise=True):
     """A token's experts and their weights by the contract (docs/golden-format.md's moe_router,
-    Mixtral's router): p = softmax(logits) in float64, the k largest p (equal ones: the lower
-    expert first), their p renormalised to sum to 1. logits [T, E] -> ids [T, k], weights
-    [T, k]."""
+    Mixtral's and Qwen3-MoE's routers): p = softmax(logits) in float64, the k largest p (equal
+    ones: the lower expert first), their p renormalised to sum to 1 where `renormalise`
+    (renormalises), else as they are. logits [T, E] -> ids [T, k], weights [T, k]."""
     x = np.asarray(logits, dtype=np.float64)
     p = np.exp(x - x.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     E = x.shape[1]
     ids = np.stack([np.lexsort((np.arange(E), -row))[:k] for row in p])
     wts = np.take_along_axis(p, ids, 1)
-    return ids, wts / wts.sum(-1, keepdims=True)
+    return ids, (wts / wts.sum(-1, keepdims=True) if renormalise else wts)
 
 
-def moe_block(f, ids, wts, w, b, d):
-    """Mixtral's sparse block on f [T, H] from the published tensors under prefix b
-    (block_sparse_moe.): sum over a token's experts e of weight * w2_e (silu(w1_e f) * w3_e f)."""
+def renormalises(family, cfg):
+    """Whether a mixture of experts' router renormalises its top k's weights, by the contract's
+    reading of config.json: Mixtral's always (no key), Qwen3-MoE's with norm_topk_prob (default
+    false, Qwen3MoeConfig's)."""
+    if family == "mixtral":
+        return True
+    return bool(cfg.get("norm_topk_prob", False))
+
+
+def moe_names(family, i):
+    """Layer i's published mixture-of-experts tensor names: (the router's, expert e -> the names
+    of its gate, up and down). Mixtral: block_sparse_moe.gate, experts.{e}.w1 / w3 / w2;
+    Qwen3-MoE: mlp.gate, experts.{e}.gate_proj / up_proj / down_proj."""
+    if family == "mixtral":
+        b, parts = "model.layers.%d.block_sparse_moe." % i, ("w1", "w3", "w2")
+    else:
+        b, parts = "model.layers.%d.mlp." % i, ("gate_proj", "up_proj", "down_proj")
+    return b + "gate.weight", lambda e: tuple("%sexperts.%d.%s.weight" % (b, e, n) for n in parts)
+
+
+def moe_block(f, ids, wts, w, experts, d):
+    """A sparse block on f [T, H] from the published tensors (experts: moe_names' function of
+    an expert, its gate, up and down names): sum over a token's experts e of weight *
+    down_e (silu(gate_e f) * up_e f)."""
     out = np.zeros((f.shape[0], d.H))
     for e in np.unique(ids):
-        x = b + "experts.%d." % e
-        w1, w3, w2 = (w[x + n + ".weight"] for n in ("w1", "w3", "w2"))
+        w1, w3, w2 = (w[n] for n in experts(int(e)))
         rows, slot = np.nonzero(ids == e)
         y = (silu(f[rows] @ w1.T) * (f[rows] @ w3.T)) @ w2.T
         out[rows] += wts[rows, slot][:, None] * y
@@ -1046,7 +1119,7 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
             if family == "qwen2":
                 q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm")
                            + w[b + "self_attn.%s_proj.bias" % n] for n in "qkv")
-            elif family in ("llama", "qwen3", "mixtral"):  # no biases
+            elif family in ("llama", "qwen3", "mixtral", "qwen3_moe"):  # no biases
                 q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm") for n in "qkv")
             else:
                 qkv = lin(h, b + "self_attn.qkv_proj", p + "attn_norm")
@@ -1056,7 +1129,7 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
         k = k.reshape(T, d.nKV, d.D)
         v = v.reshape(T, d.nKV, d.D)
         taps[p + "attn_norm"], taps[p + "q"], taps[p + "k"], taps[p + "v"] = h, q, k, v
-        if family == "qwen3":  # RMSNorm over each head (head_dim), before RoPE
+        if family in configs.QK_NORM_FAMILIES:  # RMSNorm over each head (head_dim), before RoPE
             q = rms_norm(q, w[b + "self_attn.q_norm.weight"], d.eps)
             k = rms_norm(k, w[b + "self_attn.k_norm.weight"], d.eps)
             taps[p + "q_norm"], taps[p + "k_norm"] = q, k
@@ -1079,10 +1152,11 @@ def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
         taps[p + "resid_attn"] = r
         if family in configs.MOE_FAMILIES:
             f = rms_norm(r, w[b + "post_attention_layernorm.weight"], d.eps)
-            rl = f @ w[b + "block_sparse_moe.gate.weight"].T
+            router, experts = moe_names(family, i)
+            rl = f @ w[router].T
             taps[p + "ffn_norm"], taps[p + "router_logits"] = f, rl
-            ids, wts = route(rl, d.K)
-            fo = moe_block(f, ids, wts, w, b + "block_sparse_moe.", d)
+            ids, wts = route(rl, d.K, renormalises(family, cfg))
+            fo = moe_block(f, ids, wts, w, experts, d)
             taps[p + "ffn_out"] = fo
             x = r + fo
             taps[p + "resid_ffn"] = x
@@ -1198,7 +1272,7 @@ def check_rope(s):
         for i in range(s.dims.L):
             for x in ("q", "k"):
                 # Qwen3 rotates its per-head normed q and k (the q_norm / k_norm taps)
-                src = x + "_norm" if s.family == "qwen3" else x
+                src = x + "_norm" if s.family in configs.QK_NORM_FAMILIES else x
                 base = s.a("%s.layers.%d.%s" % (prefix, i, src)).astype(np.float64)
                 got = s.a("%s.layers.%d.%s_rope" % (prefix, i, x))
                 rel = close(got, rope(base, pos, inv, af), ROPE_RTOL)
@@ -1245,12 +1319,12 @@ def check_chain(s):
             if s.family in configs.MOE_FAMILIES:
                 # the router reads ffn_norm; the block's output is the experts the stored
                 # router_logits choose, applied to ffn_norm
-                b = "model.layers.%d." % i
+                router, experts = moe_names(s.family, i)
                 rl = t(p + "router_logits")
-                ids, wts = route(rl, d.K)
-                pairs += [(rl, t(p + "ffn_norm") @ w[b + "block_sparse_moe.gate.weight"].T),
-                          (t(p + "ffn_out"), moe_block(t(p + "ffn_norm"), ids, wts, w,
-                                                       b + "block_sparse_moe.", d))]
+                ids, wts = route(rl, d.K, renormalises(s.family, s.cfg))
+                pairs += [(rl, t(p + "ffn_norm") @ w[router].T),
+                          (t(p + "ffn_out"), moe_block(t(p + "ffn_norm"), ids, wts, w, experts,
+                                                       d))]
             elif s.family == "gpt2":
                 pairs.append((t(p + "ffn_act"), gelu_new(t(p + "ffn_up"))))
             else:
@@ -1923,8 +1997,8 @@ def run(set_dirs=None):
         return 0
     check_chunked_draw()
     specs = configs.models_for(configs.COMMITTED)
-    check({m.family for m in specs} == {"qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral"},
-          "a tiny model of every family")
+    check({m.family for m in specs} == {"qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral",
+                                        "qwen3_moe"}, "a tiny model of every family")
     check({rope_scaling.rope_scaling(m.config).rope_type for m in specs if m.family != "gpt2"}
           == {"default", "llama3", "yarn", "longrope"}, "a tiny model of every RoPE type")
     check({m.dtype for m in specs} == set(configs.DTYPES), "a tiny model of every dtype")
