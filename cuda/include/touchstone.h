@@ -129,8 +129,9 @@ int ts_recorded_paths(char *buf, size_t buf_size, size_t *needed);
  * batched decode step uses does not depend on how many other rows (sequences) share the call, so a
  * sequence's logits are bit-identical alone or in a batch of up to 16. Off (the default), the ops
  * pick their kernel and work split by the whole call's size, the fastest choice: the projections of
- * more than 4 rows (and any projection whose weight exceeds 32 MiB) take cuBLAS, whose kernel and
- * split-K differ with m, and attention_decode splits the cache length by the batch size. On:
+ * more rows than the gemv row limit (ts_set_gemv_rows; and any projection whose weight exceeds
+ * 32 MiB) take cuBLAS, whose kernel and split-K differ with m, and attention_decode splits the
+ * cache length by the batch size. On:
  *  - gemm, rmsnorm_gemm and swiglu_gemm take the gemv for every call of up to 16 rows (k % 8 == 0,
  *    16-byte aligned operands, any weight size, 16-bit or fp32 out), rows that do not fit shared
  *    memory at once in chunks; each row's sum runs in the same order whatever the row count;
