@@ -116,38 +116,24 @@ func moeFFNByExpert(b backend.Backend, m *moeFFNCall, ids, weights *tensor.Tenso
 			return err
 		}
 		bufs = append(bufs, idx)
-		rows, err := alloc(dt, n, h)
-		if err != nil {
-			return err
+		// rows and y are [n, H], gate, up and act [n, F]; the expert's weights are row views.
+		var scratch [5]backend.Buffer
+		for i, width := range []int{h, f, f, f, h} {
+			if scratch[i], err = alloc(dt, n, width); err != nil {
+				return err
+			}
 		}
-		gate, err := alloc(dt, n, f)
-		if err != nil {
-			return err
+		rows, gate, up, act, y := scratch[0], scratch[1], scratch[2], scratch[3], scratch[4]
+		var views [3]backend.Buffer
+		for i, r := range []struct {
+			of         backend.Buffer
+			start, num int
+		}{{gu, ex * 2 * f, f}, {gu, ex*2*f + f, f}, {dn, ex * h, h}} {
+			if views[i], err = mem.Rows(r.of, r.start, r.num); err != nil {
+				return err
+			}
 		}
-		up, err := alloc(dt, n, f)
-		if err != nil {
-			return err
-		}
-		act, err := alloc(dt, n, f)
-		if err != nil {
-			return err
-		}
-		y, err := alloc(dt, n, h)
-		if err != nil {
-			return err
-		}
-		wGate, err := mem.Rows(gu, ex*2*f, f)
-		if err != nil {
-			return err
-		}
-		wUp, err := mem.Rows(gu, ex*2*f+f, f)
-		if err != nil {
-			return err
-		}
-		wDown, err := mem.Rows(dn, ex*h, h)
-		if err != nil {
-			return err
-		}
+		wGate, wUp, wDown := views[0], views[1], views[2]
 		for _, step := range []func() error{
 			func() error { return b.Embedding(rows, idx, m.x) },
 			func() error { return b.Gemm(gate, rows, wGate, nil) },
