@@ -1,7 +1,7 @@
 /*
  * gelu.cuh: the two GELUs in fp32, shared by the elementwise ops (gelu.cu, gelu_tanh.cu: their
- * header comments give the derivations and the measured error), gelu_scale.cu and gpt_ffn's
- * epilogue, so a fused op applies exactly the function the unfused gelu kernel does.
+ * header comments give the derivations and the measured error), gelu_scale.cu, geglu.cu and
+ * gpt_ffn's epilogue, so a fused op applies exactly the function the unfused gelu kernel does.
  */
 #ifndef TOUCHSTONE_GELU_CUH
 #define TOUCHSTONE_GELU_CUH

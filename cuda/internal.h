@@ -19,6 +19,7 @@
 #define TOUCHSTONE_INTERNAL_H
 
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -75,7 +76,7 @@ void release_wait_events();
 void note_launch(const char *op, const void *kernel, const char *call, const char *dims);
 /* Sets the deadline from ts_set_deadline or TOUCHSTONE_DEADLINE (what names the source). */
 int set_deadline(const char *op, const char *what, double seconds);
-/* A kernel's name, demangled and without its parameter list, e.g. rmsnorm_vec_kernel<4, __half>
+/* A kernel's name, demangled and without its parameter list, e.g. layernorm_vec_kernel<4, __half>
  * ("?" when CUDA cannot name it): the launch log, path recording and hang messages use it. */
 std::string kernel_name(const void *kernel);
 
@@ -246,7 +247,7 @@ const char *dtype_name(int dtype);
  * __nv_bfloat16. Every kernel that reads or writes 16-bit data takes the type as its last template
  * argument T (softmax_kernel, whose input may be fp32 as well, as its first), so the two share one
  * source: the same vector widths, tiling and launch plans, and the path table names each instance
- * (rmsnorm_vec_kernel<1, __nv_bfloat16>). Both are 2 bytes, so
+ * (layernorm_vec_kernel<1, __nv_bfloat16>). Both are 2 bytes, so
  * a 16-byte vector holds 8 of either and every byte count is the same. Math is fp32 for both; the
  * types differ only where a value is stored (or rounded as if stored): from_float<T> and pack2<T>,
  * round to nearest even in T. The kernels that only copy 16-bit rows bit for bit (embedding,
@@ -363,12 +364,13 @@ void gemm_fp8_release();
  * both storage types). */
 template <typename T>
 int launch_swiglu(const char *op, T *out, const T *gate, const T *up, int64_t n, cudaStream_t stream);
-/* rmsnorm and rmsnorm_residual on rows x hidden (their files), launch records under op. */
-template <typename T>
-int launch_rmsnorm(const char *op, T *out, const T *x, const T *weight, int rows, int hidden, float eps,
+/* rmsnorm and rmsnorm_residual on rows x hidden (their files), launch records under op; the weight
+ * W is T itself or float (an fp32 weight, ts_norm_config's weight_dtype TS_F32). */
+template <typename W, typename T>
+int launch_rmsnorm(const char *op, T *out, const T *x, const W *weight, int rows, int hidden, float eps,
                    cudaStream_t stream);
-template <typename T>
-int launch_rmsnorm_residual(const char *op, T *sum_out, T *out, const T *x, const T *residual, const T *weight,
+template <typename W, typename T>
+int launch_rmsnorm_residual(const char *op, T *sum_out, T *out, const T *x, const T *residual, const W *weight,
                             int rows, int hidden, float eps, cudaStream_t stream);
 /* layernorm and layernorm_residual likewise. */
 template <typename T>
@@ -503,6 +505,11 @@ __device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
 template <typename T>
 __device__ __forceinline__ void load8(const T *p, float (&v)[8]) {
     unpack8<T>(*reinterpret_cast<const uint4 *>(p), v);
+}
+/* 8 fp32 values (rmsnorm's fp32 weight) from a 16-byte aligned p: two 16-byte loads. */
+__device__ __forceinline__ void load8(const float *p, float (&v)[8]) {
+    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
 template <typename T>
@@ -737,10 +744,11 @@ __device__ __forceinline__ void layernorm_row_generic(const T *src_row, float su
 
 /* The end of an RMSNorm over a row held in registers, shared by rmsnorm and rmsnorm_residual:
  * the row's sum of squares from each thread's share ss (fp32), then
- * out_row = T((v * inv) * weight), the reference's rounding order. */
-template <int VPT, typename T>
+ * out_row = T((v * inv) * weight), the reference's rounding order. The weight W is T or float (an
+ * fp32 weight such as Gemma's 1 + w): the product is fp32 either way, so only the load differs. */
+template <int VPT, typename W, typename T>
 __device__ __forceinline__ void rmsnorm_row_regs(float (&v)[VPT][8], float ss, int nvec, int hidden, float eps,
-                                                  const T *weight, T *out_row, float *scratch) {
+                                                  const W *weight, T *out_row, float *scratch) {
     const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
@@ -757,21 +765,35 @@ __device__ __forceinline__ void rmsnorm_row_regs(float (&v)[VPT][8], float ss, i
 
 /* The same for the generic kernels, re-reading the row (src_row) from global memory: each
  * thread reads only elements it squared (or stored) itself. */
-template <typename T>
+template <typename W, typename T>
 __device__ __forceinline__ void rmsnorm_row_generic(const T *src_row, float ss, int hidden, float eps,
-                                                     const T *weight, T *out_row, float *scratch) {
+                                                     const W *weight, T *out_row, float *scratch) {
     const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / (float)hidden + eps);
     for (int i = threadIdx.x; i < hidden; i += blockDim.x)
         out_row[i] = from_float<T>((to_float(src_row[i]) * inv) * to_float(weight[i]));
 }
 
-/* The ts_norm_config checks every norm entry runs after its pointer checks. */
-inline void check_norm(Validator &v, const ts_norm_config *cfg) {
+/* The ts_norm_config checks every norm entry runs after its pointer checks. f32_weight: the op
+ * takes an fp32 weight (weight_dtype TS_F32: rmsnorm, rmsnorm_residual); the LayerNorms do not,
+ * and refuse it by name. */
+inline void check_norm(Validator &v, const ts_norm_config *cfg, bool f32_weight) {
     v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->rows, "cfg->rows");
     v.positive(cfg->hidden, "cfg->hidden");
     v.eps(cfg->eps, "cfg->eps");
     v.elements("x", {cfg->rows, cfg->hidden});
+    const int wd = cfg->weight_dtype;
+    if (!v.ok() || wd == 0 || wd == cfg->dtype || (f32_weight && wd == TS_F32)) return;
+    if (wd < TS_F16 || wd > TS_F8E5M2)
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->weight_dtype = %d: not a ts_dtype (0: the storage dtype)", wd);
+    else if (f32_weight)
+        v.fail(TS_ERR_UNSUPPORTED, "cfg->weight_dtype = %d (%s): the weight is in the storage dtype (0 or %s) or TS_F32",
+               wd, dtype_name(wd), dtype_name(cfg->dtype));
+    else
+        v.fail(TS_ERR_UNSUPPORTED,
+               "cfg->weight_dtype = %d (%s): gamma and beta are in the storage dtype (0 or %s); an fp32 weight is "
+               "rmsnorm's and rmsnorm_residual's only",
+               wd, dtype_name(wd), dtype_name(cfg->dtype));
 }
 
 /* gemm's and swiglu_gemm's out_dtype against in_dtype, after both passed their own checks: a
@@ -786,15 +808,24 @@ inline void check_out_dtype(Validator &v, const ts_gemm_config *cfg) {
 }
 
 /* The ts_embedding_config checks of embedding and pos_embedding; rows_of names the [tokens,
- * hidden] operand the op reads or writes ("out" for the gather, "x" for the position add). */
-inline void check_embedding(Validator &v, const ts_embedding_config *cfg, const char *rows_of) {
+ * hidden] operand the op reads or writes ("out" for the gather, "x" for the position add).
+ * scaled: the op takes a scale (embedding: any finite one, 0 and 1 meaning none); pos_embedding
+ * takes none and refuses one rather than ignore it. */
+inline void check_embedding(Validator &v, const ts_embedding_config *cfg, const char *rows_of, bool scaled) {
     v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->tokens, "cfg->tokens");
     v.positive(cfg->hidden, "cfg->hidden");
     v.positive(cfg->table_rows, "cfg->table_rows");
     v.elements(rows_of, {cfg->tokens, cfg->hidden});
     v.elements("table", {cfg->table_rows, cfg->hidden});
+    if (v.ok() && scaled && !std::isfinite(cfg->scale))
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->scale = %g: must be finite (0 or 1: no scaling)", (double)cfg->scale);
+    if (v.ok() && !scaled && cfg->scale != 0.0f && cfg->scale != 1.0f)
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->scale = %g: this op takes no scale (0 or 1)", (double)cfg->scale);
 }
+
+/* Whether an embedding config asks for a scaled gather (a scale other than 0 and 1). */
+inline bool embedding_scaled(const ts_embedding_config *cfg) { return cfg->scale != 0.0f && cfg->scale != 1.0f; }
 
 /* The head layout both attention kernels support: n_kv_heads divides n_heads (GQA) and
  * head_dim is a multiple of 8 (16-byte vectors) up to 256 (their template instances). */

@@ -97,7 +97,7 @@ const char *base_name(const char *path) {
 
 void vformat(char *buf, size_t n, const char *fmt, va_list ap) { std::vsnprintf(buf, n, fmt, ap); }
 
-/* "void (anonymous namespace)::rmsnorm_vec_kernel<8, __half>(__half*, ...)" -> "rmsnorm_vec_kernel<8, __half>". */
+/* "void (anonymous namespace)::rmsnorm_vec_kernel<8, float, __half>(__half*, ...)" -> "rmsnorm_vec_kernel<8, float, __half>". */
 std::string short_name(std::string name) {
     if (!name.empty() && name.back() == ')') { /* drop the parameter list */
         int depth = 0;

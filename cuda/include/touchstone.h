@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 22
+#define TS_ABI_VERSION 23
 
 typedef enum {
     TS_OK = 0,
@@ -116,7 +116,7 @@ int ts_memory_in_use(int64_t *bytes);
 int ts_release_workspaces(void);
 /* Path recording, for coverage tests: while on, each kernel launch, library call and device
  * fault read back is counted under "<op>\t<what>", where what is the kernel's demangled name
- * without its parameter list (e.g. rmsnorm_vec_kernel<4, __nv_bfloat16>: a kernel of 16-bit data
+ * without its parameter list (e.g. layernorm_vec_kernel<4, __nv_bfloat16>: a kernel of 16-bit data
  * names its storage type, __half or __nv_bfloat16), the library call (cublasGemmEx) or
  * "fault:<kind>" (rope's fault:position). on = 1 clears the counts and starts; 0 stops. Needs no
  * ts_init. */
@@ -227,12 +227,17 @@ typedef struct {
     int64_t n;
 } ts_elementwise_config;
 
-/* rmsnorm, layernorm, layernorm_residual, rmsnorm_residual: rows x hidden. */
+/* rmsnorm, layernorm, layernorm_residual, rmsnorm_residual: rows x hidden.
+ * weight_dtype, 0 or dtype: the weight (gamma, beta) in the storage dtype; TS_F32: an fp32 weight
+ * [hidden] (Gemma's 1 + w, folded once at load: exact in fp32), taken by rmsnorm and
+ * rmsnorm_residual only (the math is fp32 either way, out rounded once); layernorm and
+ * layernorm_residual refuse it with TS_ERR_UNSUPPORTED. */
 typedef struct {
     ts_dtype dtype;
     int rows;
     int hidden;
     float eps;
+    ts_dtype weight_dtype;
 } ts_norm_config;
 
 /* rope on x [tokens, heads, head_dim]; NeoX/rotate_half pairs (i, i + rope_dim/2) for
@@ -390,6 +395,13 @@ typedef struct {
     int gelu; /* ts_gelu_kind */
 } ts_gpt_ffn_config;
 
+/* geglu: n elements of gate, up and out, any shape; gelu is a ts_gelu_kind. */
+typedef struct {
+    ts_dtype dtype;
+    int64_t n;
+    int gelu; /* ts_gelu_kind */
+} ts_geglu_config;
+
 /* gelu_scale: n elements, any shape; gelu is a ts_gelu_kind, scale any finite float. */
 typedef struct {
     ts_dtype dtype;
@@ -399,12 +411,17 @@ typedef struct {
 } ts_gelu_scale_config;
 
 /* embedding: out[t] = table[ids[t]], table [table_rows, hidden] (table_rows = vocab).
- * pos_embedding: out[t] = x[t] + table[positions[t]], table [table_rows, hidden]. */
+ * pos_embedding: out[t] = x[t] + table[positions[t]], table [table_rows, hidden].
+ * scale, 0 or 1: no scaling (a bit-exact gather); else embedding's out = table[id] * scale,
+ * rounded once to the storage dtype (Gemma's embed_scale, sqrt(hidden): the caller rounds it to
+ * dtype as transformers does, so the product of two 16-bit values is exact in fp32), finite;
+ * pos_embedding refuses any other scale with TS_ERR_INVALID_ARGUMENT. */
 typedef struct {
     ts_dtype dtype;
     int tokens;
     int hidden;
     int table_rows;
+    float scale;
 } ts_embedding_config;
 
 /* set_rows: dst[rows[i]] = src[i] for i < src_rows, a bit-exact row scatter in place into dst
@@ -558,14 +575,16 @@ typedef struct {
 
 /* out = x + residual, in fp32 then rounded to the storage dtype; out may equal x (in place). */
 int ts_residual_add(void *out, const void *x, const void *residual, const ts_elementwise_config *cfg, void *stream);
+/* out = x / sqrt(mean(x^2) + eps) * weight per row, fp32 math, out rounded once (weight in the
+ * storage dtype or, cfg->weight_dtype TS_F32, fp32). */
 int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream);
 int ts_layernorm(void *out, const void *x, const void *gamma, const void *beta, const ts_norm_config *cfg, void *stream);
 /* Unfused equivalent: ts_residual_add(sum, x, residual) then ts_layernorm(out, sum, ...). */
 int ts_layernorm_residual(void *sum, void *out, const void *x, const void *residual, const void *gamma,
                           const void *beta, const ts_norm_config *cfg, void *stream);
 /* Unfused equivalent: ts_residual_add(sum, x, residual) then ts_rmsnorm(out, sum, weight, ...): out
- * normalises the sum rounded to the storage dtype. sum may equal x or residual (in place); out must
- * not overlap sum, x or residual. */
+ * normalises the sum rounded to the storage dtype; weight as rmsnorm's (fp32 with cfg->weight_dtype
+ * TS_F32). sum may equal x or residual (in place); out must not overlap sum, x or residual. */
 int ts_rmsnorm_residual(void *sum, void *out, const void *x, const void *residual, const void *weight,
                         const ts_norm_config *cfg, void *stream);
 /* out may equal x. */
@@ -580,6 +599,10 @@ int ts_attention_decode(void *out, const void *q, const void *k_cache, const voi
 int ts_attention_scores_softmax(void *probs, const void *q, const void *k, const ts_scores_config *cfg, void *stream);
 /* out = silu(gate) * up */
 int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_config *cfg, void *stream);
+/* out = gelu(gate) * up with the GELU of cfg->gelu (Gemma's gelu_pytorch_tanh MLP: TS_GELU_TANH;
+ * the exact GELU of other GeGLU models: TS_GELU_ERF), fp32 math from the 16-bit inputs, out
+ * rounded once; out may equal gate or up. */
+int ts_geglu(void *out, const void *gate, const void *up, const ts_geglu_config *cfg, void *stream);
 /* Unfused equivalent: gemm(g, x, w_gate), gemm(u, x, w_up), swiglu(a, g, u), gemm(out, a, w_down). */
 int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up, const void *w_down,
                   const ts_ffn_config *cfg, void *stream);

@@ -72,7 +72,7 @@ extern "C" int ts_layernorm(void *out, const void *x, const void *gamma, const v
     v.ptr(beta, "beta");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    ts::check_norm(v, cfg);
+    ts::check_norm(v, cfg, false);
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);

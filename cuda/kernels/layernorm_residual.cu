@@ -81,7 +81,7 @@ extern "C" int ts_layernorm_residual(void *sum, void *out, const void *x, const 
     v.ptr(beta, "beta");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    ts::check_norm(v, cfg);
+    ts::check_norm(v, cfg, false);
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);

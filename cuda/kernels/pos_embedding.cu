@@ -68,7 +68,7 @@ extern "C" int ts_pos_embedding(void *out, const void *x, const void *table, con
     v.ptr(positions, "positions");
     v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
-    ts::check_embedding(v, cfg, "x");
+    ts::check_embedding(v, cfg, "x", false);
     if (!v.ok()) return v.status();
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);

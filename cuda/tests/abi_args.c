@@ -36,12 +36,12 @@ int main(void) {
         return 1;
     }
     ts_elementwise_config ew = {TS_F16, 1024};
-    ts_norm_config nc = {TS_F16, 4, 896, 1e-6f};
+    ts_norm_config nc = {TS_F16, 4, 896, 1e-6f, (ts_dtype)0};
     ts_rope_config rc = {TS_F16, 7, 14, 64, 64, 1e6f, NULL, NULL, 0, 1.0f};
     ts_attention_config ac = {TS_F16, 1, 16, 14, 2, 64, 1, 0.125f, 0};
     ts_decode_config dc = {TS_F16, 1, 4096, 14, 2, 64, 0.125f, 0};
     ts_ffn_config fc = {TS_F16, 4, 896, 4864};
-    ts_embedding_config ec = {TS_F16, 8, 896, 151936};
+    ts_embedding_config ec = {TS_F16, 8, 896, 151936, 0.0f};
     ts_gemm_config gc = {TS_F16, TS_F16, 7, 896, 896};
     ts_softmax_config sc = {TS_F32, 2, 151936};
 
@@ -247,6 +247,72 @@ int main(void) {
     expect("embedding vocab 0", ts_embedding(P, P, P, &v0, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "table_rows", "0");
     expect("pos_embedding null table", ts_pos_embedding(P, P, NULL, P, &ec, NULL), TS_ERR_INVALID_ARGUMENT,
            "pos_embedding", "table", NULL);
+
+    /* Gemma 3 (ABI 23): fp32 norm weights (rmsnorm and rmsnorm_residual only; the LayerNorms share
+     * the config and refuse them by name), the scaled embedding (pos_embedding refuses a scale),
+     * and geglu. */
+    {
+        ts_norm_config w32 = {TS_F16, 4, 1152, 1e-6f, TS_F32};
+        expect("rmsnorm f32 weight valid", ts_rmsnorm(P, P, P, &w32, NULL), TS_ERR_NOT_INITIALIZED, "rmsnorm",
+               "ts_init", NULL);
+        expect("rmsnorm_residual f32 weight valid", ts_rmsnorm_residual(P, P2, P, P, P, &w32, NULL),
+               TS_ERR_NOT_INITIALIZED, "rmsnorm_residual", "ts_init", NULL);
+        ts_norm_config b_w32 = {TS_BF16, 4, 2560, 1e-6f, TS_F32};
+        expect("bf16 rmsnorm f32 weight valid", ts_rmsnorm(P, P, P, &b_w32, NULL), TS_ERR_NOT_INITIALIZED, "rmsnorm",
+               "ts_init", NULL);
+        ts_norm_config same = {TS_BF16, 4, 2560, 1e-6f, TS_BF16};
+        expect("rmsnorm weight_dtype = dtype valid", ts_rmsnorm(P, P, P, &same, NULL), TS_ERR_NOT_INITIALIZED,
+               "rmsnorm", "ts_init", NULL);
+        expect("layernorm weight_dtype = dtype valid", ts_layernorm(P, P, P, P, &same, NULL), TS_ERR_NOT_INITIALIZED,
+               "layernorm", "ts_init", NULL);
+        expect("layernorm f32 weight", ts_layernorm(P, P, P, P, &w32, NULL), TS_ERR_UNSUPPORTED, "layernorm",
+               "weight_dtype", "= 2 (TS_F32)");
+        expect("layernorm_residual f32 weight", ts_layernorm_residual(P, P2, P, P, P, P, &w32, NULL),
+               TS_ERR_UNSUPPORTED, "layernorm_residual", "weight_dtype", "= 2 (TS_F32)");
+        ts_norm_config mixw = {TS_F16, 4, 1152, 1e-6f, TS_BF16};
+        expect("rmsnorm bf16 weight of f16 x", ts_rmsnorm(P, P, P, &mixw, NULL), TS_ERR_UNSUPPORTED, "rmsnorm",
+               "weight_dtype", "= 4 (TS_BF16)");
+        mixw.weight_dtype = (ts_dtype)9;
+        expect("rmsnorm_residual weight_dtype 9", ts_rmsnorm_residual(P, P2, P, P, P, &mixw, NULL),
+               TS_ERR_INVALID_ARGUMENT, "rmsnorm_residual", "weight_dtype", "= 9");
+
+        ts_embedding_config es = {TS_F16, 8, 1152, 262144, 33.9375f};
+        expect("embedding scaled valid", ts_embedding(P, P, P, &es, NULL), TS_ERR_NOT_INITIALIZED, "embedding", "ts_init",
+               NULL);
+        es.scale = -2.0f;
+        expect("embedding negative scale valid", ts_embedding(P, P, P, &es, NULL), TS_ERR_NOT_INITIALIZED, "embedding",
+               "ts_init", NULL);
+        es.scale = NAN;
+        expect("embedding scale nan", ts_embedding(P, P, P, &es, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "scale",
+               "nan");
+        es.scale = INFINITY;
+        expect("embedding scale inf", ts_embedding(P, P, P, &es, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "scale",
+               "inf");
+        es.scale = 1.0f;
+        expect("pos_embedding scale 1 valid", ts_pos_embedding(P, P, P, P, &es, NULL), TS_ERR_NOT_INITIALIZED,
+               "pos_embedding", "ts_init", NULL);
+        es.scale = 2.0f;
+        expect("pos_embedding scale 2", ts_pos_embedding(P, P, P, P, &es, NULL), TS_ERR_INVALID_ARGUMENT,
+               "pos_embedding", "scale", "= 2");
+
+        ts_geglu_config gg = {TS_F16, 6912, TS_GELU_TANH};
+        expect("geglu valid", ts_geglu(P2, P, P, &gg, NULL), TS_ERR_NOT_INITIALIZED, "geglu", "ts_init", NULL);
+        expect("geglu in place valid", ts_geglu(P, P, P2, &gg, NULL), TS_ERR_NOT_INITIALIZED, "geglu", "ts_init", NULL);
+        ts_geglu_config g0 = gg;
+        g0.gelu = 2;
+        expect("geglu gelu kind", ts_geglu(P, P, P, &g0, NULL), TS_ERR_INVALID_ARGUMENT, "geglu", "gelu", "2");
+        g0 = gg;
+        g0.n = 0;
+        expect("geglu n 0", ts_geglu(P, P, P, &g0, NULL), TS_ERR_INVALID_ARGUMENT, "geglu", "n", "0");
+        g0 = gg;
+        g0.dtype = TS_F32;
+        expect("geglu dtype f32", ts_geglu(P, P, P, &g0, NULL), TS_ERR_UNSUPPORTED, "geglu", "dtype", "TS_F32");
+        expect("geglu null up", ts_geglu(P, P, NULL, &gg, NULL), TS_ERR_INVALID_ARGUMENT, "geglu", "up", "NULL");
+        expect("geglu null gate", ts_geglu(P, NULL, P, &gg, NULL), TS_ERR_INVALID_ARGUMENT, "geglu", "gate", "NULL");
+        expect("geglu null cfg", ts_geglu(P, P, P, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "geglu", "cfg", "NULL");
+        ts_geglu_config b_gg = {TS_BF16, 10240, TS_GELU_ERF};
+        expect("bf16 geglu valid", ts_geglu(P, P, P, &b_gg, NULL), TS_ERR_NOT_INITIALIZED, "geglu", "ts_init", NULL);
+    }
     ts_set_rows_config sr = {TS_F16, 4096, 1, 128};
     const int32_t *rows = (const int32_t *)P;
     expect("set_rows null dst", ts_set_rows(NULL, P, rows, &sr, NULL), TS_ERR_INVALID_ARGUMENT, "set_rows", "dst", "NULL");
@@ -585,7 +651,7 @@ int main(void) {
         ts_gelu_scale_config b_gs = {TS_BF16, 3072, TS_GELU_TANH, 0.5f};
         expect("bf16 gelu_scale valid", ts_gelu_scale(P, P, &b_gs, NULL), TS_ERR_NOT_INITIALIZED, "gelu_scale",
                "ts_init", NULL);
-        ts_norm_config b_nc = {TS_BF16, 4, 2048, 1e-5f};
+        ts_norm_config b_nc = {TS_BF16, 4, 2048, 1e-5f, (ts_dtype)0};
         expect("bf16 rmsnorm valid", ts_rmsnorm(P, P, P, &b_nc, NULL), TS_ERR_NOT_INITIALIZED, "rmsnorm", "ts_init", NULL);
         expect("bf16 layernorm valid", ts_layernorm(P, P, P, P, &b_nc, NULL), TS_ERR_NOT_INITIALIZED, "layernorm",
                "ts_init", NULL);
@@ -617,7 +683,7 @@ int main(void) {
         ts_gpt_ffn_config b_gf = {TS_BF16, 1, 768, 3072, TS_GELU_ERF};
         expect("bf16 gpt_ffn valid", ts_gpt_ffn(P, P, P, P, P, P, &b_gf, NULL), TS_ERR_NOT_INITIALIZED, "gpt_ffn",
                "ts_init", NULL);
-        ts_embedding_config b_ec = {TS_BF16, 8, 2048, 128256};
+        ts_embedding_config b_ec = {TS_BF16, 8, 2048, 128256, 0.0f};
         expect("bf16 embedding valid", ts_embedding(P, P, P, &b_ec, NULL), TS_ERR_NOT_INITIALIZED, "embedding", "ts_init",
                NULL);
         expect("bf16 pos_embedding valid", ts_pos_embedding(P, P, P, P, &b_ec, NULL), TS_ERR_NOT_INITIALIZED,

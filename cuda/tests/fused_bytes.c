@@ -69,7 +69,7 @@ static void norm_fused(void **a) {
     check(ts_rmsnorm_gemm(a[0], a[1], a[2], a[3], a[4], a[5], a[6], &c, NULL), "rmsnorm_gemm");
 }
 static void norm_unfused(void **a) {
-    ts_norm_config n = {TS_F16, 1, H, 1e-6f};
+    ts_norm_config n = {TS_F16, 1, H, 1e-6f, (ts_dtype)0};
     ts_gemm_config g = {TS_F16, TS_F16, 1, N, H};
     check(ts_rmsnorm_residual(a[1], a[7], a[2], a[3], a[4], &n, NULL), "rmsnorm_residual");
     check(ts_gemm(a[0], a[7], a[5], a[6], &g, NULL), "gemm");

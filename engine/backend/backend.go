@@ -80,7 +80,9 @@ type AttentionConfig struct {
 type Kernels interface {
 	// ResidualAdd computes out = x + residual elementwise. out may be x (in place).
 	ResidualAdd(out, x, residual Buffer) error
-	// RMSNorm normalises each row of x [T, H] by its root mean square and scales by weight [H].
+	// RMSNorm normalises each row of x [T, H] by its root mean square and scales by weight [H]:
+	// in x's storage dtype, or f32 (Gemma's 1 + w, folded once at load; the math is fp32 either
+	// way, out rounded once).
 	RMSNorm(out, x, weight Buffer, eps float32) error
 	// LayerNorm normalises each row of x [T, H] to zero mean and unit variance, then applies
 	// gamma and beta [H].
@@ -91,7 +93,8 @@ type Kernels interface {
 	// RMSNormResidual is the fused pre-norm step of Qwen2, Phi-3 and Llama. Unfused
 	// equivalent: ResidualAdd(sum, x, residual) followed by RMSNorm(out, sum, weight, eps), so
 	// out normalises the fp16-rounded sum. sum may be x or residual (in place: the residual
-	// stream updated where it lies); out must not overlap sum, x or residual.
+	// stream updated where it lies); out must not overlap sum, x or residual. weight as RMSNorm's
+	// (f32 or the storage dtype).
 	RMSNormResidual(sum, out, x, residual, weight Buffer, eps float32) error
 	// RoPE rotates x [T, heads, HeadDim] by the positions [T] (i32). out may be x.
 	RoPE(out, x, positions Buffer, cfg RoPEConfig) error
@@ -134,6 +137,10 @@ type Kernels interface {
 	AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens Buffer, cfg AttentionConfig) error
 	// SwiGLU computes out = silu(gate) * up elementwise.
 	SwiGLU(out, gate, up Buffer) error
+	// GeGLU computes out = GELU(gate) * up elementwise, the exact GELU or (tanh) the tanh form
+	// (Gemma's gelu_pytorch_tanh MLP), in fp32 from the 16-bit inputs with one rounding. out may
+	// be gate or up.
+	GeGLU(out, gate, up Buffer, tanh bool) error
 	// SwiGLUFFN is the whole gated FFN. Unfused equivalent, each step rounding to fp16:
 	// Gemm(g, x, wGate), Gemm(u, x, wUp), SwiGLU(a, g, u), Gemm(out, a, wDown).
 	SwiGLUFFN(out, x, wGate, wUp, wDown Buffer) error
@@ -174,8 +181,11 @@ type Kernels interface {
 	GELUScale(out, x Buffer, tanh bool, scale float32) error
 	// PosEmbedding adds learned absolute position rows: out = x [T, H] + table[positions].
 	PosEmbedding(out, x, table, positions Buffer) error
-	// Embedding gathers rows of table [V, H] by the i32 ids [T] into out [T, H].
-	Embedding(out, ids, table Buffer) error
+	// Embedding gathers rows of table [V, H] by the i32 ids [T] into out [T, H], each multiplied
+	// by scale and rounded once to the storage dtype (Gemma's embed_scale, sqrt(H), which the
+	// caller rounds to that dtype as transformers does: the product of two 16-bit values is exact
+	// in fp32). scale is finite and nonzero; 1 is none, a bit-exact gather.
+	Embedding(out, ids, table Buffer, scale float32) error
 	// SetRows scatters the rows of src [T, ...] into dst [R, ...] in place, dst[rows[i]] =
 	// src[i] for the i32 rows [T], each in [0, R), and leaves every other row of dst as it was:
 	// the KV-cache append. dst and src are both f16 or both f32 with the same number of
@@ -289,7 +299,7 @@ type Backend interface {
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
-	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
+	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "geglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
 	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",

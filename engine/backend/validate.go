@@ -56,7 +56,8 @@ func CheckBinary(op, aName, bName string, out, a, b Buffer) error {
 	return c.Err()
 }
 
-// checkNorm validates x [T, H], out like x, eps, and each [H] parameter vector.
+// checkNorm validates x [T, H], out like x, eps, and each [H] parameter vector: in the storage
+// dtype, or for RMSNorm's weight also f32 (Gemma's 1 + w, which no 16-bit type holds exactly).
 func checkNorm(c *Check, out, x Buffer, eps float32, params map[string]Buffer) {
 	c.Storage("x", x)
 	c.Rank("x", x, 2)
@@ -70,14 +71,28 @@ func checkNorm(c *Check, out, x Buffer, eps float32, params map[string]Buffer) {
 		if !ok {
 			continue
 		}
-		c.Same(name, p)
+		if name != "weight" || p == nil || p.DType() != tensor.F32 {
+			refuseF32NormWeight(c, name, p)
+			c.Same(name, p)
+		}
 		c.Shape(name, p, []int{h}, "the hidden size of x")
 	}
 	c.Same("out", out)
 	c.Shape("out", out, x.Shape(), "the shape of x")
 }
 
-// CheckRMSNorm validates RMSNorm.
+// refuseF32NormWeight fails an op other than RMSNorm and RMSNormResidual whose norm weight
+// (named arg) is f32: only those two take Gemma's fp32 1 + w; the others (the LayerNorms, the
+// fused norms) read their weights in the storage dtype, and a silent conversion would hide a
+// loader that handed them the wrong one.
+func refuseF32NormWeight(c *Check, arg string, w Buffer) {
+	if w != nil && w.DType() == tensor.F32 {
+		c.fail(arg, describe(w), "an f32 norm weight (Gemma's 1 + w) is taken by rmsnorm and rmsnorm_residual only; "+
+			"%s needs it in the storage dtype %v", c.op, c.Stored())
+	}
+}
+
+// CheckRMSNorm validates RMSNorm: weight [H] in x's storage dtype or f32.
 func CheckRMSNorm(out, x, weight Buffer, eps float32) error {
 	c := Validate("rmsnorm")
 	checkNorm(c, out, x, eps, map[string]Buffer{"weight": weight})
@@ -96,7 +111,7 @@ func CheckLayerNormResidual(sum, out, x, residual, gamma, beta Buffer, eps float
 	return checkNormResidual("layernorm_residual", sum, out, x, residual, eps, map[string]Buffer{"gamma": gamma, "beta": beta})
 }
 
-// CheckRMSNormResidual validates the fused residual add + RMSNorm.
+// CheckRMSNormResidual validates the fused residual add + RMSNorm: weight as RMSNorm's.
 func CheckRMSNormResidual(sum, out, x, residual, weight Buffer, eps float32) error {
 	return checkNormResidual("rmsnorm_residual", sum, out, x, residual, eps, map[string]Buffer{"weight": weight})
 }
@@ -336,9 +351,11 @@ func CheckAttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale B
 	return c.Err()
 }
 
-// CheckEmbedding validates a token embedding gather.
-func CheckEmbedding(out, ids, table Buffer) error {
+// CheckEmbedding validates a token embedding gather, scaled by a finite nonzero scale (1: none).
+func CheckEmbedding(out, ids, table Buffer, scale float32) error {
 	c := Validate("embedding")
+	s := float64(scale)
+	c.That(s != 0 && !math.IsInf(s, 0) && !math.IsNaN(s), "scale", fmtF(scale), "must be finite and nonzero (1: no scaling)")
 	c.DType("ids", ids, tensor.I32)
 	c.MinRank("ids", ids, 1)
 	c.Storage("table", table)
@@ -482,6 +499,7 @@ func checkNormGemm(op string, out, sum, x, residual, w, bias Buffer, eps float32
 	}
 	t, h, n := x.Shape()[0], x.Shape()[1], w.Shape()[0]
 	for i, v := range vecs {
+		refuseF32NormWeight(c, names[i], v)
 		c.Same(names[i], v)
 		c.Shape(names[i], v, []int{h}, "the hidden size of x")
 	}
@@ -622,6 +640,7 @@ func CheckRMSNormQuantFP8(out, scales, sum, x, residual, weight, scale Buffer, g
 		return c.Err()
 	}
 	t, h := x.Shape()[0], x.Shape()[1]
+	refuseF32NormWeight(c, "weight", weight)
 	c.Same("weight", weight)
 	c.Shape("weight", weight, []int{h}, "the hidden size of x")
 	if residual != nil {

@@ -56,6 +56,18 @@ func Cases() []Case {
 		{Name: "swiglu 4096x4096", Op: "swiglu", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("gate", tensor.F16, []int{rows, hidden}, normal(2, 0)), in("up", tensor.F16, []int{rows, hidden}, nil)},
 			Bytes:  3 * n * f16},
+		// Gemma 3: its GeGLU activation at Gemma-3-4B's intermediate size (10240) for a 4096-token
+		// prefill, its RMSNorm with the fp32 weight 1 + w (Gemma3RMSNorm eager: x.float() ... *
+		// (1 + w), then .to(dtype)) and its scaled embedding (embed(ids) * embed_scale.to(dtype)).
+		{Name: "geglu tanh 4096x10240 (gemma-3-4b) bf16", Op: "geglu", Params: `{"gelu": "tanh"}`,
+			Inputs: []conformance.InputSpec{in("gate", tensor.BF16, []int{rows, 10240}, normal(2, 0)), in("up", tensor.BF16, []int{rows, 10240}, nil)},
+			Bytes:  3 * elems(rows, 10240) * f16},
+		{Name: "rmsnorm fp32 weight 4096x2560 (gemma-3-4b) bf16", Op: "rmsnorm", Params: `{"eps": 1e-6}`,
+			Inputs: []conformance.InputSpec{in("x", tensor.BF16, []int{rows, 2560}, nil), in("weight", tensor.F32, []int{2560}, ones)},
+			Bytes:  2*elems(rows, 2560)*f16 + 2560*f32},
+		{Name: "embedding scaled 4096 ids x 1152 (gemma-3-1b, vocab 262144) bf16", Op: "embedding", Params: `{"scale": 34}`,
+			Inputs: []conformance.InputSpec{in("ids", tensor.I32, []int{rows}, conformance.IntsBelow(262144)), in("table", tensor.BF16, []int{262144, 1152}, nil)},
+			Bytes:  2*elems(rows, 1152)*f16 + rows*i32},
 		{Name: "pos_embedding 4096x4096", Op: "pos_embedding", Params: `{}`,
 			Inputs: []conformance.InputSpec{x, in("table", tensor.F16, []int{rows, hidden}, nil), in("positions", tensor.I32, []int{rows}, conformance.IntsBelow(rows))},
 			Bytes:  3*n*f16 + rows*i32},

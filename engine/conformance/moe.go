@@ -135,7 +135,7 @@ func moeFFNByExpert(b backend.Backend, m *moeFFNCall, ids, weights *tensor.Tenso
 		}
 		wGate, wUp, wDown := views[0], views[1], views[2]
 		for _, step := range []func() error{
-			func() error { return b.Embedding(rows, idx, m.x) },
+			func() error { return b.Embedding(rows, idx, m.x, 1) },
 			func() error { return b.Gemm(gate, rows, wGate, nil) },
 			func() error { return b.Gemm(up, rows, wUp, nil) },
 			func() error { return b.SwiGLU(act, gate, up) },

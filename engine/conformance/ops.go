@@ -90,6 +90,18 @@ type rmsnormResidualParams struct {
 	InPlace bool    `json:"inplace"`
 }
 
+// gegluParams are geglu's: the GELU form of the gate, "erf" or "tanh" (Gemma's
+// gelu_pytorch_tanh).
+type gegluParams struct {
+	GELU string `json:"gelu"`
+}
+
+// embeddingParams: a scaled case (Gemma's embed_scale) carries scale, the storage-dtype value
+// the kernel receives; absent, the gather is unscaled.
+type embeddingParams struct {
+	Scale *float32 `json:"scale,omitempty"`
+}
+
 // unaryParams are an elementwise op's: inplace writes out over x.
 type unaryParams struct {
 	InPlace bool `json:"inplace"`
@@ -453,6 +465,20 @@ func init() {
 		c.do(func() error { return c.b.SwiGLU(out, g, u) })
 		c.output("out", out)
 	})
+	register("geglu", func(c *call) {
+		var p gegluParams
+		c.params(&p)
+		var tanh bool
+		if c.err == nil {
+			var err error
+			tanh, err = gptFFNParams{GELU: p.GELU}.tanh()
+			c.fail(err)
+		}
+		g, u := c.input("gate"), c.input("up")
+		out := c.like(g)
+		c.do(func() error { return c.b.GeGLU(out, g, u, tanh) })
+		c.output("out", out)
+	})
 	register("swiglu_ffn", func(c *call) {
 		c.params(&noParams{})
 		x, wg, wu, wd := c.input("x"), c.input("w_gate"), c.input("w_up"), c.input("w_down")
@@ -622,14 +648,19 @@ func init() {
 		c.output("out", out)
 	})
 	register("embedding", func(c *call) {
-		c.params(&noParams{})
+		var p embeddingParams
+		c.params(&p)
+		scale := float32(1)
+		if p.Scale != nil {
+			scale = *p.Scale
+		}
 		ids, table := c.input("ids"), c.input("table")
 		h := c.dim("table", table, 1)
 		var out backend.Buffer
 		if c.err == nil {
 			out = c.alloc(table.DType(), append(append([]int{}, ids.Shape()...), h))
 		}
-		c.do(func() error { return c.b.Embedding(out, ids, table) })
+		c.do(func() error { return c.b.Embedding(out, ids, table, scale) })
 		c.output("out", out)
 	})
 	register("set_rows", func(c *call) {

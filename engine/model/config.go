@@ -1,5 +1,5 @@
 // Package model loads Hugging Face checkpoints (config.json + safetensors) of the Llama (and
-// Mistral), Qwen2, Qwen3, Qwen3-MoE, Mixtral, Phi-3 and GPT-2 families and runs their forward
+// Mistral), Qwen2, Qwen3, Qwen3-MoE, Mixtral, Gemma 3, Phi-3 and GPT-2 families and runs their forward
 // passes, prefill and KV-cached decode, on any backend.Backend, copying named activations (taps)
 // to the host when asked for them.
 package model
@@ -19,7 +19,7 @@ import (
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
 type Config struct {
-	Family       string // "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "phi3" or "gpt2": the layers' structure (familyOf)
+	Family       string // "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma3", "phi3" or "gpt2": the layers' structure (familyOf)
 	ModelType    string // config.json's model_type (mistral is the llama family with a window)
 	Hidden       int
 	Layers       int
@@ -58,11 +58,18 @@ type Config struct {
 	// to 1 when NormTopKProb (always for Mixtral). 0 for a dense MLP.
 	Experts, ExpertsPerToken int
 	NormTopKProb             bool
+	// Gemma 3 (gemma.go): EmbedScale multiplies the embedding (sqrt(hidden_size); 0: none),
+	// AttnScalar replaces head_dim in the scores' scale (query_pre_attn_scalar; 0: head_dim),
+	// NormPlusOne makes every norm weight 1 + w, PostNorms adds a norm after attention and
+	// after the MLP, RopeLocalTheta is the sliding layers' RoPE base (0: the model's).
+	EmbedScale, AttnScalar float32
+	NormPlusOne, PostNorms bool
+	RopeLocalTheta         float32
 }
 
 // familyOf maps config.json's model_type to the family whose layers it has: the weight table
 // and forward it runs with (tools/gen-golden's FAMILY_OF_MODEL_TYPE is the same mapping).
-var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral", "qwen3_moe": "qwen3_moe"}
+var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3"}
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
 type rawConfig struct {
@@ -169,6 +176,9 @@ func ParseConfig(data []byte) (*Config, error) {
 			err = fmt.Errorf("config: %s = %v: must be in (0, 1]", key, v)
 		}
 		return float32(v)
+	}
+	if r.ModelType == "gemma3_text" {
+		return parseGemma3Config(data, &r)
 	}
 	if c.Quant, err = parseQuant(r.QuantizationConfig); err != nil {
 		return nil, err
@@ -319,7 +329,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, qwen3_moe, phi3, gpt2, mistral, mixtral)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, qwen3_moe, phi3, gpt2, mistral, mixtral, gemma3_text)", r.ModelType)
 	}
 	if c.HeadDim == 0 && c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)
@@ -384,6 +394,28 @@ func ropeTheta(r *rawConfig) (float32, error) {
 		return 0, fmt.Errorf("config: rope_theta = %v: must be finite and > 1", *theta)
 	}
 	return float32(*theta), nil
+}
+
+// parseGemma3Config is ParseConfig of a gemma3_text config (gemma.go).
+func parseGemma3Config(data []byte, r *rawConfig) (*Config, error) {
+	c := Config{ModelType: r.ModelType, Family: familyOf[r.ModelType]}
+	q, err := parseQuant(r.QuantizationConfig)
+	if err != nil {
+		return nil, err
+	}
+	if q != nil {
+		return nil, fmt.Errorf("config: quantization_config (%s) with model_type %q is not implemented: quantized checkpoints run for llama and qwen2", q.Format, r.ModelType)
+	}
+	if err := parseGemma3(data, r, &c); err != nil {
+		return nil, err
+	}
+	if c.Heads%c.KVHeads != 0 {
+		return nil, fmt.Errorf("config: num_key_value_heads = %d does not divide num_attention_heads = %d", c.KVHeads, c.Heads)
+	}
+	if c.DType, err = storageDType(r); err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 // storageDType maps config.json's torch_dtype (or dtype) to the dtype the model runs in (see

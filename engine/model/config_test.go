@@ -39,11 +39,11 @@ func TestParseConfigFamilies(t *testing.T) {
 
 func TestParseConfigRefusesUnimplemented(t *testing.T) {
 	for extra, key := range map[string]string{
-		`, "rope_scaling": {"type": "linear", "factor": 4}`: "rope_scaling.rope_type = \"linear\"",
-		`, "partial_rotary_factor": 0.5`:                    "partial_rotary_factor",
-		`, "hidden_act": "gelu"`:                            "hidden_act",
-		`, "rope_parameters": {"rope_theta": 1e4}`:          "rope_parameters.rope_theta",
-		`, "num_key_value_heads": 3`:                        "num_key_value_heads",
+		`, "rope_scaling": {"type": "dynamic", "factor": 4}`: "rope_scaling.rope_type = \"dynamic\"",
+		`, "partial_rotary_factor": 0.5`:                     "partial_rotary_factor",
+		`, "hidden_act": "gelu"`:                             "hidden_act",
+		`, "rope_parameters": {"rope_theta": 1e4}`:           "rope_parameters.rope_theta",
+		`, "num_key_value_heads": 3`:                         "num_key_value_heads",
 	} {
 		_, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", extra, 1)))
 		if err == nil || !strings.Contains(err.Error(), key) {

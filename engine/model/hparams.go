@@ -14,7 +14,7 @@ import (
 
 // HParam is one hyper-parameter as the loader derived it from config.json, under the name the
 // model sets record it by (params.hparams, docs/golden-format.md). Value is an int, a float32
-// (what the kernels take), a string, a bool, a FreqList, or nil where the family has no such
+// (what the kernels take), a string, a bool, a FreqList, a []string, or nil where the family has no such
 // parameter.
 type HParam struct {
 	Name  string
@@ -80,6 +80,24 @@ func (c *Config) HParams() []HParam {
 		// are: the experts, the top k, and whether the chosen weights are renormalised.
 		hp = append(hp, HParam{"num_experts", c.Experts}, HParam{"num_experts_per_tok", c.ExpertsPerToken},
 			HParam{"norm_topk_prob", c.NormTopKProb})
+	}
+	if c.Family == "gemma3" {
+		// Recorded only for Gemma 3 sets: the sliding layers' RoPE (the entries above are the
+		// global layers'), the scores' scalar, the embedding's scale and each layer's type.
+		local := make(FreqList, c.RopeDim/2)
+		for i := range local {
+			local[i] = InvFreq(c.RopeLocalTheta, c.RopeDim, i, nil, 0)
+		}
+		types := make([]string, c.Layers)
+		for i := range types {
+			types[i] = "full_attention"
+			if c.LayerWindow(i) > 0 {
+				types[i] = "sliding_attention"
+			}
+		}
+		hp = append(hp, HParam{"rope_local_theta", c.RopeLocalTheta}, HParam{"rope_local_inv_freq", local},
+			HParam{"query_pre_attn_scalar", c.AttnScalar}, HParam{"embed_scale", c.EmbedScale},
+			HParam{"layer_types", types})
 	}
 	return hp
 }
@@ -165,6 +183,17 @@ func sameHParam(raw json.RawMessage, got any) bool {
 		return isNum && err == nil && float32(v) == g
 	case string, bool:
 		return want == got
+	case []string:
+		list, ok := want.([]any)
+		if !ok || len(list) != len(g) {
+			return false
+		}
+		for i, v := range list {
+			if v != g[i] {
+				return false
+			}
+		}
+		return true
 	case FreqList:
 		return g.diff(raw) == ""
 	}

@@ -34,6 +34,8 @@ func (m *Model) TapOp(name string) string {
 	// As the forward decides (Norm.Forward, normGemm): a norm with a bias is a LayerNorm; either
 	// fuses with the q/k/v projection after it in a fused decode.
 	rms := len(m.Layers) == 0 || m.Layers[0].AttnNorm.B == nil
+	// Gemma's fp32 norm weights have no fused norm-and-projection op (normGemm)
+	normFused := fused && !c.NormPlusOne
 	if q := m.tapLinear(layer, kind); q != nil {
 		return q.opName(kind, fused)
 	}
@@ -52,12 +54,20 @@ func (m *Model) TapOp(name string) string {
 			return norm + " (the embedding's attn_norm)"
 		}
 		return norm + "_residual (the previous layer's ffn_out added, then attn_norm)"
+	case "attn_post_norm", "ffn_post_norm":
+		return "rmsnorm (the " + strings.TrimSuffix(kind, "_post_norm") + " block's output, before its residual add)"
 	case "resid_attn", "ffn_norm":
+		if c.PostNorms {
+			return norm + "_residual (attn_post_norm added to the stream, then ffn_norm)"
+		}
 		return norm + "_residual (attn_out added to the stream, then ffn_norm)"
 	case "resid_ffn", "final_norm":
+		if c.PostNorms {
+			return norm + "_residual (ffn_post_norm added to the stream, then the next norm)"
+		}
 		return norm + "_residual (ffn_out added to the stream, then the next norm)"
 	case "q", "k", "v":
-		if fused {
+		if normFused {
 			return norm + "_gemm (attn_norm and the fused q/k/v projection)"
 		}
 		return "gemm (the " + kind + " projection)"
@@ -73,13 +83,16 @@ func (m *Model) TapOp(name string) string {
 	case "attn_out":
 		return "gemm (the output projection)"
 	case "ffn_gate", "ffn_up":
-		if fused && c.Activation == "silu" {
+		if normFused && c.Activation == "silu" {
 			return "rmsnorm_gemm (ffn_norm and the fused gate/up projection)"
 		}
 		return "gemm (the " + strings.TrimPrefix(kind, "ffn_") + " projection)"
 	case "ffn_act":
-		if c.Activation == "silu" {
+		switch c.Activation {
+		case "silu":
 			return "swiglu"
+		case "gelu_pytorch_tanh":
+			return "geglu (tanh)"
 		}
 		return "gelu_tanh"
 	case "router_logits":
@@ -90,7 +103,7 @@ func (m *Model) TapOp(name string) string {
 			return "moe_router, then moe_ffn (the chosen experts and their weighted sum)"
 		case fused && c.Activation == "silu":
 			return "swiglu_gemm (the activation and the down projection)"
-		case fused:
+		case fused && c.Activation == "gelu_new":
 			return "gpt_ffn (up projection, gelu_tanh and down projection)"
 		}
 		return "gemm (the down projection)"

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"math"
 	"path/filepath"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -145,6 +144,9 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			Index:    l,
 			AttnNorm: Norm{W: g("attn_norm"), B: g("attn_norm_b")},
 			FFNNorm:  Norm{W: g("ffn_norm"), B: g("ffn_norm_b")},
+			// Gemma 3's norms after attention and after the MLP; nil elsewhere
+			PostAttnNorm: Norm{W: g("attn_post_norm")},
+			PostFFNNorm:  Norm{W: g("ffn_post_norm")},
 			Attn: &Attention{Wq: g("wq"), Bq: g("bq"), Wk: g("wk"), Bk: g("bk"), Wv: g("wv"), Bv: g("bv"),
 				Wo: g("wo"), Bo: g("bo"), QNorm: g("q_norm"), KNorm: g("k_norm"), qkvW: fw[0], qkvB: fw[1],
 				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo"), qkvQ: fq[0]},
@@ -448,7 +450,7 @@ func (m *Model) admitIn(maxLen, pos int, ids []int32) error {
 func (p *pass) run() {
 	m, c, T := p.m, &p.m.Cfg, p.T
 	x := p.alloc(T, c.Hidden)
-	p.do(p.be.Embedding(x, p.ids, m.w["embed"]))
+	p.do(p.be.Embedding(x, p.ids, m.w["embed"], c.embedScale()))
 	if pe := m.w["pos_embed"]; pe != nil {
 		x2 := p.alloc(T, c.Hidden)
 		p.do(p.be.PosEmbedding(x2, x, pe, p.posBuf))
@@ -487,8 +489,12 @@ func (p *pass) run() {
 type Layer struct {
 	Index             int
 	AttnNorm, FFNNorm Norm
-	Attn              *Attention
-	MLP               *MLP
+	// PostAttnNorm and PostFFNNorm normalise the attention's and the MLP's outputs before their
+	// residual adds (Gemma 3's post_attention_layernorm and post_feedforward_layernorm); zero
+	// Norms where the family has none.
+	PostAttnNorm, PostFFNNorm Norm
+	Attn                      *Attention
+	MLP                       *MLP
 }
 
 // Forward runs the layer on its input in (the residual stream, not yet added and normalised:
@@ -496,9 +502,23 @@ type Layer struct {
 // layer's attention norm, or the final norm), tapped as nextTap.
 func (l *Layer) Forward(p *pass, in pending, next Norm, nextTap string) pending {
 	name := func(s string) string { return fmt.Sprintf("layers.%d.%s", l.Index, s) }
-	a, x := l.Attn.Forward(p, in, p.cache(l), p.m.Cfg.LayerWindow(l.Index), name)
+	a, x := l.Attn.Forward(p, in, p.cache(l), l.Index, p.m.Cfg.LayerWindow(l.Index), name)
+	a = l.PostAttnNorm.post(p, a, name("attn_post_norm"))
 	f, r := l.MLP.Forward(p, pending{x: x, y: a, n: l.FFNNorm, sumTap: name("resid_attn"), normTap: name("ffn_norm")}, name)
+	f = l.PostFFNNorm.post(p, f, name("ffn_post_norm"))
 	return pending{x: r, y: f, n: next, sumTap: name("resid_ffn"), normTap: nextTap}
+}
+
+// post is a block output's own norm before its residual add (Gemma 3), tapped as tap; x itself
+// where the layer has none.
+func (n Norm) post(p *pass, x backend.Buffer, tap string) backend.Buffer {
+	if n.W == nil {
+		return x
+	}
+	out := p.alloc(p.T, p.m.Cfg.Hidden)
+	n.Forward(p, out, x)
+	p.tap(tap, out)
+	return out
 }
 
 // addNorm returns sum = x + y and n(sum), tapped as sumTap and normTap, with one fused op:
@@ -544,7 +564,7 @@ type Attention struct {
 
 // Forward returns attn_out [T, H] for the input in (its residual add and norm run here, x the
 // residual stream after the add), appending this pass's keys and values to cache.
-func (a *Attention) Forward(p *pass, in pending, cache *kvCache, window int, name func(string) string) (out, x backend.Buffer) {
+func (a *Attention) Forward(p *pass, in pending, cache *kvCache, layer, window int, name func(string) string) (out, x backend.Buffer) {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	nH, nKV, D := c.Heads, c.KVHeads, c.HeadDim
 	var qb, kb, vb backend.Buffer
@@ -611,7 +631,7 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, window int, nam
 		p.tap(name("k_norm"), k)
 	}
 	if c.RopeTheta != 0 {
-		rc := p.ropeConfig()
+		rc := p.ropeConfig(layer)
 		if qk != nil {
 			// Adjacent heads of one row, one position: rotate q and k in place in one launch
 			// (their taps above were copied before).
@@ -634,7 +654,7 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, window int, nam
 		p.do(be.SetRows(cache.kRows, k, p.cacheRows))
 		p.do(be.SetRows(cache.vRows, v, p.cacheRows))
 	}
-	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: float32(1 / math.Sqrt(float64(D))), Window: window}
+	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: c.AttnScale(), Window: window}
 	var heads backend.Buffer
 	if st := p.served; st != nil {
 		// Every chunk's new tokens against its sequence's pages, in one launch.
@@ -757,6 +777,24 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 			return out, x
 		}
 		p.do(be.SwiGLU(act, g, up))
+	case c.Activation == "gelu_pytorch_tanh" && f.Gate != nil:
+		// GeGLU (Gemma 3): gate and up as SwiGLU's, then gelu_tanh(gate) * up in one op
+		var g, up backend.Buffer
+		if p.singleStep() && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
+			gu := p.alloc(T, 2*c.Intermediate)
+			x = p.normGemm(in, gu, f.gateUp.all, nil)
+			halves := f.gateUp.outputs(p, gu)
+			g, up = halves[0], halves[1]
+		} else {
+			var hn backend.Buffer
+			x, hn = p.settle(in)
+			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
+			p.do(be.Gemm(g, hn, f.Gate, nil))
+			p.do(be.Gemm(up, hn, f.Up, nil))
+		}
+		p.tap(name("ffn_gate"), g)
+		p.tap(name("ffn_up"), up)
+		p.do(be.GeGLU(act, g, up, true))
 	case c.Activation == "gelu_new" && f.Gate == nil:
 		var hn backend.Buffer
 		x, hn = p.settle(in)
@@ -772,7 +810,7 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 		p.tap(name("ffn_up"), up)
 		p.do(be.GELUTanh(act, up))
 	default:
-		p.do(fmt.Errorf("model: activation %q with gate projection %v is not implemented (silu with one, gelu_new without)", c.Activation, f.Gate != nil))
+		p.do(fmt.Errorf("model: activation %q with gate projection %v is not implemented (silu or gelu_pytorch_tanh with one, gelu_new without)", c.Activation, f.Gate != nil))
 	}
 	p.tap(name("ffn_act"), act)
 	out = p.alloc(T, c.Hidden)

@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // pending is a residual add and the norm after it, not yet run: the stream sum = x + y (y nil:
@@ -41,7 +42,8 @@ func (p *pass) settle(in pending) (sum, normed backend.Buffer) {
 // then a Gemm. The fused op never stores the norm, so a requested norm tap is computed beside
 // it, from the sum it stored, by the norm it equals.
 func (p *pass) normGemm(in pending, out, w, bias backend.Buffer) backend.Buffer {
-	if !p.fused() {
+	// Gemma's fp32 norm weights (1 + w) have no fused op: rmsnorm_gemm takes a 16-bit weight
+	if !p.fused() || in.n.W.DType() == tensor.F32 {
 		sum, normed := p.settle(in)
 		p.do(p.be.Gemm(out, normed, w, bias))
 		return sum

@@ -27,10 +27,10 @@ func (t *ropeTables) free() {
 // transformers does, by the length of the sequence a forward call covers: a prefill longer
 // than the original context uses them for every token (LongFrom 0); a decode step from the
 // position where the sequence first exceeds it.
-func (p *pass) ropeConfig() backend.RoPEConfig {
+func (p *pass) ropeConfig(layer int) backend.RoPEConfig {
 	c := &p.m.Cfg
-	rc := backend.RoPEConfig{HeadDim: c.HeadDim, RopeDim: c.RopeDim, FreqBase: c.RopeTheta}
-	s := c.RopeScaling
+	theta, s := c.LayerRope(layer)
+	rc := backend.RoPEConfig{HeadDim: c.HeadDim, RopeDim: c.RopeDim, FreqBase: theta}
 	if s == nil {
 		return rc
 	}

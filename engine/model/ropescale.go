@@ -15,7 +15,7 @@ import (
 // computed here in float64 from the config, as transformers' modeling_rope_utils defines them,
 // and rounded to fp32 once (the kernel's input; it forms the quotient in double).
 type RopeScaling struct {
-	Type            string    // "llama3", "yarn" or "longrope"
+	Type            string    // "linear", "llama3", "yarn" or "longrope"
 	Divisor         []float32 // [RopeDim/2]: inv_freq_i = theta^(-2i/RopeDim) / Divisor[i]
 	Long            []float32 // longrope: the long factors' table, else nil
 	LongFrom        int       // longrope: positions >= LongFrom use Long (transformers: seq_len > original)
@@ -78,6 +78,7 @@ type ropeParams struct {
 // partial_rotary_factor (transformers' _validate_*_rope_parameters).
 var ropeTypeKeys = map[string][]string{
 	"default":  {},
+	"linear":   {"factor"},
 	"llama3":   {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
 	"yarn":     {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim", "truncate"},
 	"longrope": {"factor", "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"},
@@ -100,6 +101,12 @@ func parseRopeScaling(r *rawConfig, c *Config) (*RopeScaling, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
+	return parseRopeDict(key, raw, r, c)
+}
+
+// parseRopeDict reads one RoPE parameter dict (raw, named key in errors) for c's RopeTheta and
+// RopeDim: nil for the default RoPE.
+func parseRopeDict(key string, raw json.RawMessage, r *rawConfig, c *Config) (*RopeScaling, error) {
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &keys); err != nil {
 		return nil, fmt.Errorf("config: %s: %w", key, err)
@@ -125,7 +132,7 @@ func parseRopeScaling(r *rawConfig, c *Config) (*RopeScaling, error) {
 	}
 	allowed, ok := ropeTypeKeys[typ]
 	if !ok {
-		return nil, fmt.Errorf("config: %s.rope_type = %q is not implemented (default, llama3, yarn, longrope)", key, typ)
+		return nil, fmt.Errorf("config: %s.rope_type = %q is not implemented (default, linear, llama3, yarn, longrope)", key, typ)
 	}
 	for k := range keys {
 		switch {
@@ -181,6 +188,15 @@ func parseRopeScaling(r *rawConfig, c *Config) (*RopeScaling, error) {
 	}
 	s.Factor = factor
 	switch typ {
+	case "linear":
+		// transformers' _compute_linear_scaling_rope_parameters: every inverse frequency / factor
+		if p.Factor == nil {
+			return nil, fmt.Errorf("config: %s.factor is missing (rope_type linear needs it)", key)
+		}
+		s.Divisor = make([]float32, half)
+		for i := range s.Divisor {
+			s.Divisor[i] = float32(factor)
+		}
 	case "llama3":
 		for name, v := range map[string]*float64{"factor": p.Factor, "low_freq_factor": p.LowFreqFactor, "high_freq_factor": p.HighFreqFactor} {
 			if v == nil {

@@ -30,7 +30,7 @@ func TestRopeScalingRefusals(t *testing.T) {
 		`, "rope_scaling": {"rope_type": "longrope", "short_factor": [1, 2], "long_factor": [1, 2], "original_max_position_embeddings": 4096}`:           "rope_scaling.short_factor has 2 values: must have one per rotated pair (64)",
 		`, "rope_scaling": {"rope_type": "longrope", "long_factor": [1], "original_max_position_embeddings": 4096}`:                                      "rope_scaling.short_factor is missing",
 		`, "rope_scaling": {"rope_type": "yarn", "factor": 4}, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "yarn"}`:                         "rope_parameters.rope_type beside rope_scaling",
-		`, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "linear", "factor": 2}`:                                                              `rope_parameters.rope_type = "linear" is not implemented`,
+		`, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "dynamic", "factor": 2}`:                                                             `rope_parameters.rope_type = "dynamic" is not implemented`,
 		`, "rope_scaling": {"rope_type": "yarn", "factor": "four"}`:                                                                                      "rope_scaling",
 		`, "attention_bias": true`: "attention_bias = true is not implemented for llama",
 		`, "mlp_bias": true`:       "mlp_bias = true is not implemented for llama",

@@ -61,6 +61,11 @@ type weight struct {
 	// use or free), only checked to be the embedding's copy, since transformers unties a
 	// checkpoint whose two tensors differ and would compute with lm_head.weight.
 	TiedTo string
+	// PlusOne marks a Gemma norm weight w, which the norm uses as 1 + w: it is loaded as that
+	// sum in fp32 (w rounded to the storage dtype first, as the model holds it; the sum exact
+	// but for w below 2^-24), which rmsnorm takes as an fp32 weight. transformers computes
+	// 1.0 + w.float() at every call: the same value.
+	PlusOne bool
 }
 
 // weightTables maps a family to its checkpoint layout. Llama's is Qwen2's without the q/k/v
@@ -139,7 +144,30 @@ var qwen3MoE = []weight{
 
 func eh(c *Config) []int { return []int{c.Experts, c.Hidden} }
 
+// gemma3 is Gemma 3's layout (Gemma3ForCausalLM): Llama's projections, q_norm and k_norm, the
+// four norms of a layer (post_attention_layernorm is the norm after attention here, not before
+// the MLP: that is pre_feedforward_layernorm), every norm weight w used as 1 + w.
+var gemma3 = []weight{
+	{HF: "model.embed_tokens.weight", Shape: vh, Into: "embed"},
+	{HF: "model.layers.{i}.input_layernorm.weight", Shape: h, Into: "layers.{i}.attn_norm", PlusOne: true},
+	{HF: "model.layers.{i}.self_attn.q_proj.weight", Shape: qh, Into: "layers.{i}.wq"},
+	{HF: "model.layers.{i}.self_attn.k_proj.weight", Shape: kvh, Into: "layers.{i}.wk"},
+	{HF: "model.layers.{i}.self_attn.v_proj.weight", Shape: kvh, Into: "layers.{i}.wv"},
+	{HF: "model.layers.{i}.self_attn.q_norm.weight", Shape: hd, Into: "layers.{i}.q_norm", PlusOne: true},
+	{HF: "model.layers.{i}.self_attn.k_norm.weight", Shape: hd, Into: "layers.{i}.k_norm", PlusOne: true},
+	{HF: "model.layers.{i}.self_attn.o_proj.weight", Shape: hq, Into: "layers.{i}.wo"},
+	{HF: "model.layers.{i}.post_attention_layernorm.weight", Shape: h, Into: "layers.{i}.attn_post_norm", PlusOne: true},
+	{HF: "model.layers.{i}.pre_feedforward_layernorm.weight", Shape: h, Into: "layers.{i}.ffn_norm", PlusOne: true},
+	{HF: "model.layers.{i}.mlp.gate_proj.weight", Shape: ih, Into: "layers.{i}.wgate"},
+	{HF: "model.layers.{i}.mlp.up_proj.weight", Shape: ih, Into: "layers.{i}.wup"},
+	{HF: "model.layers.{i}.mlp.down_proj.weight", Shape: hi, Into: "layers.{i}.wdown"},
+	{HF: "model.layers.{i}.post_feedforward_layernorm.weight", Shape: h, Into: "layers.{i}.ffn_post_norm", PlusOne: true},
+	{HF: "model.norm.weight", Shape: h, Into: "final_norm", PlusOne: true},
+	{HF: "lm_head.weight", Shape: vh, Into: "head", Optional: true, TiedTo: "model.embed_tokens.weight"},
+}
+
 func init() {
+	weightTables["gemma3"] = gemma3
 	for _, w := range weightTables["qwen2"] {
 		if !strings.HasSuffix(w.HF, ".bias") && !strings.Contains(w.HF, ".mlp.") {
 			weightTables["mixtral"] = append(weightTables["mixtral"], w)
@@ -199,6 +227,7 @@ type loadJob struct {
 	target    tensor.DType // the storage dtype it is converted to (Config.StorageDType)
 	shape     []int
 	transpose bool
+	plusOne   bool     // weight.PlusOne
 	names     []string // engine weights, in row order
 	rows      []int    // their row counts when split, else nil
 	tiedTo    string
@@ -252,7 +281,7 @@ func planLoad(c *Config, ck *safetensors.Checkpoint, table []weight) []loadJob {
 			if want := w.Shape(c); !tensor.SameShape(info.Shape, want) {
 				return append(jobs, loadJob{err: fmt.Errorf("model: tensor %s has shape %s, the config wants %s", name, tensor.ShapeString(info.Shape), tensor.ShapeString(want))})
 			}
-			j := loadJob{hfName: hfName, name: name, dtype: info.DType, target: c.StorageDType(), shape: info.Shape, transpose: w.Transpose, names: []string{sub(w.Into)}}
+			j := loadJob{hfName: hfName, name: name, dtype: info.DType, target: c.StorageDType(), shape: info.Shape, transpose: w.Transpose, plusOne: w.PlusOne, names: []string{sub(w.Into)}}
 			if w.Split != nil {
 				j.names, j.rows = nil, w.SplitRows(c)
 				for _, s := range w.Split {
@@ -284,6 +313,13 @@ func prepare(ck *safetensors.Checkpoint, j *loadJob) ([]*tensor.Tensor, error) {
 	}
 	if j.transpose {
 		t = transpose(t)
+	}
+	if j.plusOne {
+		v := t.Float32()
+		for k := range v {
+			v[k]++
+		}
+		t = tensor.FromF32(t.Shape, v)
 	}
 	if j.rows == nil {
 		return []*tensor.Tensor{t}, nil

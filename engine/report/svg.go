@@ -10,8 +10,9 @@ import (
 // knownKinds are the layer tap kinds of the golden sets in forward order; they come first in
 // legends and keep the same colour in every report, whichever of them a set stores.
 var knownKinds = []string{
-	"attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn", "attn_out", "resid_attn",
-	"ffn_norm", "router_logits", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "resid_ffn",
+	"attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn", "attn_out", "attn_post_norm",
+	"resid_attn", "ffn_norm", "router_logits", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "ffn_post_norm",
+	"resid_ffn",
 }
 
 // palette has one colour per known kind, then more for kinds this list does not know. Red is

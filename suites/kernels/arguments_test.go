@@ -84,8 +84,21 @@ var badCalls = []badCall{
 		return b.SwiGLUFFN(out, f16(2, 64), f16(32, 64), f16(32, 64), f16(64, 31))
 	}, []int{2, 64}},
 	{"embedding", "table", "f16[0,8]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
-		return b.Embedding(out, i32(0), f16(0, 8))
+		return b.Embedding(out, i32(0), f16(0, 8), 1)
 	}, []int{1, 8}},
+	{"embedding", "scale", "+Inf", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		return b.Embedding(out, i32(0), f16(4, 8), float32(math.Inf(1)))
+	}, []int{1, 8}},
+	{"geglu", "up", "f16[3,4]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.GeGLU(out, f16(3, 5), f16(3, 4), true)
+	}, []int{3, 5}},
+	{"rmsnorm_gemm", "norm_weight", "f32[64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		// Gemma's fp32 norm weight goes to rmsnorm and rmsnorm_residual only
+		w, err := b.Alloc(tensor.F32, 64)
+		Expect(err).NotTo(HaveOccurred())
+		defer w.Free()
+		return b.RMSNormGemm(out, nil, f16(2, 64), nil, w, f16(16, 64), nil, 1e-6)
+	}, []int{2, 16}},
 	{"set_rows", "src", "f16[1,2,63]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
 		return b.SetRows(out, f16(1, 2, 63), i32(0))
 	}, []int{16, 2, 64}},
@@ -188,7 +201,11 @@ type indexCall struct {
 var indexCalls = []indexCall{
 	{"embedding", "an out-of-range id", "ids[1]", "10", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 8)
-		return out, b.Embedding(out, i32(0, 10), f16(10, 8))
+		return out, b.Embedding(out, i32(0, 10), f16(10, 8), 1)
+	}},
+	{"embedding", "an out-of-range id, scaled (the scaling kernel's own check)", "ids[0]", "-1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 8)
+		return out, b.Embedding(out, i32(-1, 3), f16(10, 8), 33.9375)
 	}},
 	{"pos_embedding", "an out-of-range position", "positions[2]", "16", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(3, 8)

@@ -437,13 +437,13 @@ func nextRow(b backend.Backend, idx backend.Buffer, rows int) (backend.Buffer, e
 
 type embeddingOffByOne struct{ *cpu.Backend }
 
-func (k embeddingOffByOne) Embedding(out, ids, table backend.Buffer) error {
+func (k embeddingOffByOne) Embedding(out, ids, table backend.Buffer, scale float32) error {
 	p, err := nextRow(k, ids, table.Shape()[0])
 	if err != nil {
 		return err
 	}
 	defer p.Free()
-	return k.Backend.Embedding(out, p, table)
+	return k.Backend.Embedding(out, p, table, scale)
 }
 
 type setRowsOffByOne struct{ *cpu.Backend }

@@ -112,6 +112,16 @@ var crossCases = []crossCase{
 	{"swiglu_quant_fp8", `{"mode": "dynamic", "group_size": 128}`, []conformance.InputSpec{in("gate", tensor.BF16, []int{64, 14336}, normalGen(2, 0)), in("up", tensor.BF16, []int{64, 14336}, nil)}},
 	{"swiglu_quant_fp8", `{"mode": "dynamic", "group_size": 4864}`, []conformance.InputSpec{in("gate", tensor.F16, []int{33, 4864}, normalGen(2, 0)), in("up", tensor.F16, []int{33, 4864}, nil)}},
 	{"swiglu_quant_fp8", `{"mode": "static"}`, []conformance.InputSpec{in("gate", tensor.F16, []int{64, 11008}, normalGen(2, 0)), in("up", tensor.F16, []int{64, 11008}, nil), in("scale", tensor.F32, []int{1}, normalGen(0.002, 0.02))}},
+	// Gemma 3: GeGLU at Gemma-3-4B's ffn (10240) in its tanh form and an odd width in the exact
+	// one; RMSNorm and its residual form with the fp32 weight 1 + w at Gemma-3-4B's hidden size
+	// and at head_dim 256 (the q/k norm); the scaled embedding at Gemma-3-1B's width, sqrt(1152)
+	// rounded to bf16 (34) as transformers rounds it.
+	{"geglu", `{"gelu": "tanh"}`, []conformance.InputSpec{in("gate", tensor.BF16, []int{64, 10240}, normalGen(2, 0)), in("up", tensor.BF16, []int{64, 10240}, nil)}},
+	{"geglu", `{"gelu": "erf"}`, []conformance.InputSpec{in("gate", tensor.F16, []int{33, 10001}, normalGen(2, 0)), in("up", tensor.F16, []int{33, 10001}, nil)}},
+	{"rmsnorm", `{"eps": 1e-6}`, []conformance.InputSpec{in("x", tensor.BF16, []int{257, 2560}, nil), in("weight", tensor.F32, []int{2560}, nearOne)}},
+	{"rmsnorm", `{"eps": 1e-6}`, []conformance.InputSpec{in("x", tensor.F16, []int{333 * 8, 256}, nil), in("weight", tensor.F32, []int{256}, nearOne)}},
+	{"rmsnorm_residual", `{"eps": 1e-6, "inplace": false}`, []conformance.InputSpec{in("x", tensor.F16, []int{129, 2560}, nil), in("residual", tensor.F16, []int{129, 2560}, nil), in("weight", tensor.F32, []int{2560}, nearOne)}},
+	{"embedding", `{"scale": 34}`, []conformance.InputSpec{in("ids", tensor.I32, []int{333}, intsUpTo(4096)), in("table", tensor.BF16, []int{4096, 1152}, nil)}},
 }
 
 // storage is the dtype of the case's 16-bit inputs (tensor.Invalid: none), which picks a

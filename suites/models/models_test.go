@@ -347,6 +347,23 @@ var brokenVariants = []broken{
 		func(m *model.Model) { a := m.Layers[1].Attn; a.QNorm, a.KNorm = a.KNorm, a.QNorm }},
 	{"qwen3-tiny", "k normalised with q_norm's weight in layer 0", "prefill.layers.0.k_norm",
 		func(m *model.Model) { a := m.Layers[0].Attn; a.KNorm = a.QNorm }},
+	// Gemma 3: each of its departures from Llama shows at the first tap it moves.
+	{"gemma3-tiny", "embedding not scaled by sqrt(hidden_size)", "prefill.embed",
+		func(m *model.Model) { m.Cfg.EmbedScale = 0 }},
+	{"gemma3-tiny", "scores scaled by head_dim^-0.5, query_pre_attn_scalar ignored", "prefill.layers.0.attn",
+		func(m *model.Model) { m.Cfg.AttnScalar = 0 }},
+	{"gemma3-tiny", "sliding layers rotated with the global RoPE base", "prefill.layers.0.q_rope",
+		func(m *model.Model) { m.Cfg.RopeLocalTheta = 0 }},
+	{"gemma3-tiny", "the global layers' linear RoPE scaling dropped", "prefill.layers.1.q_rope",
+		func(m *model.Model) { m.Cfg.RopeScaling = nil }},
+	{"gemma3-tiny", "every layer sliding, layer_types ignored", "prefill.layers.1.q_rope",
+		func(m *model.Model) { m.Cfg.WindowedLayers = nil }},
+	{"gemma3-tiny", "layer 0's post-attention norm with the pre-feedforward weight", "prefill.layers.0.attn_post_norm",
+		func(m *model.Model) { m.Layers[0].PostAttnNorm = m.Layers[0].FFNNorm }},
+	{"gemma3-tiny-bf16", "layer 1's post-feedforward norm with the post-attention weight", "prefill.layers.1.ffn_post_norm",
+		func(m *model.Model) { l := m.Layers[1]; l.PostFFNNorm = l.PostAttnNorm }},
+	{"gemma3-tiny-bf16", "q_norm and k_norm weights swapped in layer 1", "prefill.layers.1.q_norm",
+		func(m *model.Model) { a := m.Layers[1].Attn; a.QNorm, a.KNorm = a.KNorm, a.QNorm }},
 	// Full size: deep layers run under limits their calibration widened; these show a
 	// wrong weight in a late layer is still caught at that layer's own tap.
 	{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",

@@ -78,6 +78,12 @@ def residual_add(t, p):
 def rmsnorm(t, p):
     x, w = t.randn("x"), 1 + 0.1 * t.randn("weight")
     H, eps = x.shape[-1], p["eps"]
+    if w.dtype == torch.float32 and x.dtype != torch.float32:
+        # Gemma's fp32 weight 1 + w: transformers' Gemma3RMSNorm, eager (fp32 math, one cast)
+        def gemma():
+            xf = x.float()
+            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+        return gemma, "x.float() * rsqrt(mean(x.float()^2) + %r) * weight (f32), .to(dtype)" % eps
     return (lambda: F.rms_norm(x, (H,), w, eps)), "F.rms_norm(x, (%d,), weight, %r)" % (H, eps)
 
 
@@ -255,6 +261,13 @@ def swiglu(t, p):
     return (lambda: F.silu(g) * u), "F.silu(gate) * up"
 
 
+def geglu(t, p):
+    g, u = t.randn("gate", 2.0), t.randn("up")
+    approx = "tanh" if p["gelu"] == "tanh" else "none"
+    return ((lambda: F.gelu(g, approximate=approx) * u),
+            "F.gelu(gate, approximate=%r) * up" % approx)
+
+
 def swiglu_ffn(t, p):
     x, wg, wu, wd = t.randn("x"), t.weight("w_gate"), t.weight("w_up"), t.weight("w_down")
     return (lambda: F.linear(F.silu(F.linear(x, wg)) * F.linear(x, wu), wd),
@@ -340,6 +353,10 @@ def pos_embedding(t, p):
 def embedding(t, p):
     table = t.randn("table")
     ids = t.randint("ids", table.shape[0]).long()  # token ids come from the tokenizer as int64
+    if "scale" in p:
+        # Gemma3TextScaledWordEmbedding: the scale a 0-dim tensor of the table's dtype
+        scale = torch.tensor(float(p["scale"]), device=table.device).to(table.dtype)
+        return (lambda: F.embedding(ids, table) * scale), "F.embedding(ids, table) * embed_scale.to(dtype)"
     return (lambda: F.embedding(ids, table)), "F.embedding(ids, table)"
 
 
@@ -665,7 +682,7 @@ def sample(t, p):
 
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
-                               rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu,
+                               rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu, geglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
                                set_rows_fp8, attention_decode_fp8, attention_decode_paged,

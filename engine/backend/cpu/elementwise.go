@@ -52,6 +52,16 @@ func (*Backend) SwiGLU(out, gate, up backend.Buffer) error {
 
 func swiglu(g, u float32) float32 { return silu(g) * u }
 
+// GeGLU computes GELU(gate) * up, the GELU (exact, or the tanh form) in fp64 as GELU's, the
+// product in fp32, rounded once to the storage dtype on the store.
+func (*Backend) GeGLU(out, gate, up backend.Buffer, tanh bool) error {
+	gelu := geluErf
+	if tanh {
+		gelu = geluTanh
+	}
+	return binary("geglu", "gate", "up", out, gate, up, func(g, u float32) float32 { return gelu(g) * u })
+}
+
 func silu(x float32) float32 {
 	return float32(float64(x) / (1 + math.Exp(-float64(x))))
 }

@@ -14,9 +14,10 @@ func checkRows(op, arg string, idx []int32, n int) error {
 	return nil
 }
 
-// Embedding gathers table rows: out[t] = table[ids[t]]. The copy is exact.
-func (*Backend) Embedding(out, ids, table backend.Buffer) error {
-	if err := backend.CheckEmbedding(out, ids, table); err != nil {
+// Embedding gathers table rows: out[t] = table[ids[t]] · scale. Unscaled (1) the copy is exact;
+// scaled, each value is the fp32 product of two 16-bit values (exact) rounded once on the store.
+func (*Backend) Embedding(out, ids, table backend.Buffer, scale float32) error {
+	if err := backend.CheckEmbedding(out, ids, table, scale); err != nil {
 		return err
 	}
 	ts, err := tensors("embedding", out, ids, table)
@@ -27,9 +28,20 @@ func (*Backend) Embedding(out, ids, table backend.Buffer) error {
 	if err := checkRows("embedding", "ids", ts[1].I32, vocab); err != nil {
 		return err
 	}
-	for t, id := range ts[1].I32 {
-		copyElems(ts[0], t*h, ts[2], int(id)*h, h)
+	if scale == 1 {
+		for t, id := range ts[1].I32 {
+			copyElems(ts[0], t*h, ts[2], int(id)*h, h)
+		}
+		return nil
 	}
+	tab := ts[2].Float32()
+	vals := make([]float32, len(ts[1].I32)*h)
+	for t, id := range ts[1].I32 {
+		for i, v := range tab[int(id)*h : (int(id)+1)*h] {
+			vals[t*h+i] = v * scale
+		}
+	}
+	store(ts[0], vals)
 	return nil
 }
 

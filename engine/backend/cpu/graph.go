@@ -157,6 +157,9 @@ func (r *recorder) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qSt
 func (r *recorder) SwiGLU(out, gate, up backend.Buffer) error {
 	return r.add(backend.CheckBinary("swiglu", "gate", "up", out, gate, up), func() error { return r.be.SwiGLU(out, gate, up) })
 }
+func (r *recorder) GeGLU(out, gate, up backend.Buffer, tanh bool) error {
+	return r.add(backend.CheckBinary("geglu", "gate", "up", out, gate, up), func() error { return r.be.GeGLU(out, gate, up, tanh) })
+}
 func (r *recorder) SwiGLUFFN(out, x, wGate, wUp, wDown backend.Buffer) error {
 	return r.add(backend.CheckSwiGLUFFN(out, x, wGate, wUp, wDown),
 		func() error { return r.be.SwiGLUFFN(out, x, wGate, wUp, wDown) })
@@ -196,8 +199,8 @@ func (r *recorder) PosEmbedding(out, x, table, positions backend.Buffer) error {
 	return r.add(backend.CheckPosEmbedding(out, x, table, positions),
 		func() error { return r.be.PosEmbedding(out, x, table, positions) })
 }
-func (r *recorder) Embedding(out, ids, table backend.Buffer) error {
-	return r.add(backend.CheckEmbedding(out, ids, table), func() error { return r.be.Embedding(out, ids, table) })
+func (r *recorder) Embedding(out, ids, table backend.Buffer, scale float32) error {
+	return r.add(backend.CheckEmbedding(out, ids, table, scale), func() error { return r.be.Embedding(out, ids, table, scale) })
 }
 func (r *recorder) SetRows(dst, src, rows backend.Buffer) error {
 	return r.add(backend.CheckSetRows(dst, src, rows), func() error { return r.be.SetRows(dst, src, rows) })

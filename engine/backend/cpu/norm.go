@@ -7,7 +7,9 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// RMSNorm computes x / sqrt(mean(x²) + eps) · weight per row, with the reduction in fp64.
+// RMSNorm computes x / sqrt(mean(x²) + eps) · weight per row, with the reduction in fp64. The
+// weight is read as fp32 whatever its dtype (the storage dtype, or f32: Gemma's 1 + w), so an
+// f32 weight takes the same path, with out rounded once on the store.
 func (*Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
 	if err := backend.CheckRMSNorm(out, x, weight, eps); err != nil {
 		return err

@@ -93,8 +93,39 @@ func TestBadArgumentsAreNamedErrors(t *testing.T) {
 		{"empty cache", "attention_decode", "cache_lens[0]", "0", func() error {
 			return b.AttentionDecode(f16(1, 14, 64), f16(1, 14, 64), f16(1, 16, 2, 64), f16(1, 16, 2, 64), ints(t, 0), attn)
 		}},
-		{"id out of vocab", "embedding", "ids[1]", "10", func() error { return b.Embedding(f16(2, 8), ints(t, 0, 10), f16(10, 8)) }},
-		{"vocab 0", "embedding", "table", "f16[0,8]", func() error { return b.Embedding(f16(1, 8), ints(t, 0), f16(0, 8)) }},
+		{"id out of vocab", "embedding", "ids[1]", "10", func() error { return b.Embedding(f16(2, 8), ints(t, 0, 10), f16(10, 8), 1) }},
+		{"vocab 0", "embedding", "table", "f16[0,8]", func() error { return b.Embedding(f16(1, 8), ints(t, 0), f16(0, 8), 1) }},
+		{"embedding scale 0", "embedding", "scale", "0", func() error { return b.Embedding(f16(1, 8), ints(t, 0), f16(4, 8), 0) }},
+		{"embedding scale NaN", "embedding", "scale", "NaN", func() error {
+			return b.Embedding(f16(1, 8), ints(t, 0), f16(4, 8), float32(math.NaN()))
+		}},
+		{"scaled id out of vocab", "embedding", "ids[0]", "4", func() error { return b.Embedding(f16(1, 8), ints(t, 4), f16(4, 8), 33.9375) }},
+		{"geglu up shape", "geglu", "up", "f16[2,6911]", func() error { return b.GeGLU(f16(2, 6912), f16(2, 6912), f16(2, 6911), true) }},
+		{"geglu bf16 up", "geglu", "up", "bf16[4]", func() error { return b.GeGLU(f16(4), f16(4), buf(t, tensor.BF16, 4), false) }},
+		// An f32 norm weight (Gemma's 1 + w) is RMSNorm's and RMSNormResidual's alone: every other
+		// op with a norm weight refuses it, naming the weight.
+		{"rmsnorm f32 weight length", "rmsnorm", "weight", "f32[895]", func() error {
+			return b.RMSNorm(f16(2, 896), f16(2, 896), buf(t, tensor.F32, 895), 1e-6)
+		}},
+		{"rmsnorm bf16 weight of f16 x", "rmsnorm", "weight", "bf16[896]", func() error {
+			return b.RMSNorm(f16(2, 896), f16(2, 896), buf(t, tensor.BF16, 896), 1e-6)
+		}},
+		{"layernorm f32 gamma", "layernorm", "gamma", "f32[896]", func() error {
+			return b.LayerNorm(f16(2, 896), f16(2, 896), buf(t, tensor.F32, 896), f16(896), 1e-5)
+		}},
+		{"layernorm_residual f32 beta", "layernorm_residual", "beta", "f32[896]", func() error {
+			return b.LayerNormResidual(f16(2, 896), f16(2, 896), f16(2, 896), f16(2, 896), f16(896), buf(t, tensor.F32, 896), 1e-5)
+		}},
+		{"rmsnorm_gemm f32 norm weight", "rmsnorm_gemm", "norm_weight", "f32[896]", func() error {
+			return b.RMSNormGemm(f16(2, 64), nil, f16(2, 896), nil, buf(t, tensor.F32, 896), f16(64, 896), nil, 1e-6)
+		}},
+		{"layernorm_gemm f32 gamma", "layernorm_gemm", "gamma", "f32[896]", func() error {
+			return b.LayerNormGemm(f16(2, 64), nil, f16(2, 896), nil, buf(t, tensor.F32, 896), f16(896), f16(64, 896), nil, 1e-5)
+		}},
+		{"rmsnorm_quant_fp8 f32 weight", "rmsnorm_quant_fp8", "weight", "f32[896]", func() error {
+			return b.RMSNormQuantFP8(buf(t, tensor.F8E4M3, 2, 896), buf(t, tensor.F32, 2, 7), nil, f16(2, 896), nil,
+				buf(t, tensor.F32, 896), nil, 128, 1e-6)
+		}},
 		{"position beyond table", "pos_embedding", "positions[0]", "64", func() error { return b.PosEmbedding(f16(1, 8), f16(1, 8), f16(64, 8), ints(t, 64)) }},
 		{"row beyond dst", "set_rows", "rows[1]", "16", func() error { return b.SetRows(f16(16, 2, 8), f16(2, 2, 8), ints(t, 3, 16)) }},
 		{"negative row", "set_rows", "rows[0]", "-1", func() error { return b.SetRows(f16(16, 2, 8), f16(1, 16), ints(t, -1)) }},

@@ -153,13 +153,19 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		call     func() error
 	}{
 		{"residual_add", "ts_residual_add dtype=1 n=3584 inplace=0 stream=0", func() error { return b.ResidualAdd(f16(4, 896), x, f16(4, 896)) }},
-		{"rmsnorm", "ts_rmsnorm dtype=1 rows=4 hidden=896 eps=1e-06 stream=0", func() error { return b.RMSNorm(f16(4, 896), x, f16(896), 1e-6) }},
+		{"rmsnorm", "ts_rmsnorm dtype=1 rows=4 hidden=896 eps=1e-06 weight_dtype=0 stream=0", func() error { return b.RMSNorm(f16(4, 896), x, f16(896), 1e-6) }},
+		{"rmsnorm", "ts_rmsnorm dtype=4 rows=2 hidden=1152 eps=1e-06 weight_dtype=2 stream=0", func() error {
+			return b.RMSNorm(alloc(t, b, tensor.BF16, 2, 1152), alloc(t, b, tensor.BF16, 2, 1152), f32(1152), 1e-6)
+		}},
 		{"layernorm", "ts_layernorm dtype=1 rows=4 hidden=896 eps=1e-05 stream=0", func() error { return b.LayerNorm(f16(4, 896), x, f16(896), f16(896), 1e-5) }},
 		{"layernorm_residual", "ts_layernorm_residual dtype=1 rows=4 hidden=896 eps=1e-05 stream=0", func() error {
 			return b.LayerNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), f16(896), f16(896), 1e-5)
 		}},
-		{"rmsnorm_residual", "ts_rmsnorm_residual dtype=1 rows=4 hidden=896 eps=1e-06 stream=0", func() error {
+		{"rmsnorm_residual", "ts_rmsnorm_residual dtype=1 rows=4 hidden=896 eps=1e-06 weight_dtype=0 stream=0", func() error {
 			return b.RMSNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), f16(896), 1e-6)
+		}},
+		{"rmsnorm_residual", "ts_rmsnorm_residual dtype=1 rows=4 hidden=896 eps=1e-06 weight_dtype=2 stream=0", func() error {
+			return b.RMSNormResidual(f16(4, 896), f16(4, 896), x, f16(4, 896), f32(896), 1e-6)
 		}},
 		{"rope", "ts_rope dtype=1 tokens=3 heads=14 head_dim=64 rope_dim=32 freq_base=1e+06 freq_divisor=0 long_divisor=0 long_from=0 attention_factor=1 stream=0", func() error {
 			return b.RoPE(f16(3, 14, 64), f16(3, 14, 64), i32(3), backend.RoPEConfig{HeadDim: 64, RopeDim: 32, FreqBase: 1e6})
@@ -175,6 +181,12 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			return b.AttentionDecode(f16(2, 14, 64), f16(2, 14, 64), f16(2, 16, 2, 64), f16(2, 16, 2, 64), i32(2), attn)
 		}},
 		{"swiglu", "ts_swiglu dtype=1 n=3584 stream=0", func() error { return b.SwiGLU(f16(4, 896), x, f16(4, 896)) }},
+		{"geglu", "ts_geglu dtype=1 n=3584 gelu=1 stream=0", func() error { return b.GeGLU(f16(4, 896), x, f16(4, 896), true) }},
+		{"geglu", "ts_geglu dtype=4 n=6912 gelu=0 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			g := bf(1, 6912)
+			return b.GeGLU(g, g, bf(1, 6912), false)
+		}},
 		{"gemm_swiglu", "ts_gemm_swiglu dtype=1 rows=4 hidden=896 ffn=4864 stream=0", func() error {
 			return b.GemmSwiGLU(f16(4, 4864), x, f16(2*4864, 896))
 		}},
@@ -206,11 +218,15 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"gelu_tanh", "ts_gelu_tanh dtype=1 n=3584 stream=0", func() error { return b.GELUTanh(f16(4, 896), x) }},
 		{"gelu_scale", "ts_gelu_scale dtype=1 n=3584 gelu=0 scale=-0.75 stream=0", func() error { return b.GELUScale(f16(4, 896), x, false, -0.75) }},
 		{"gelu_scale", "ts_gelu_scale dtype=1 n=3584 gelu=1 scale=0.125 stream=0", func() error { return b.GELUScale(x, x, true, 0.125) }},
-		{"pos_embedding", "ts_pos_embedding dtype=1 tokens=4 hidden=896 table_rows=1024 stream=0", func() error {
+		{"pos_embedding", "ts_pos_embedding dtype=1 tokens=4 hidden=896 table_rows=1024 scale=0 stream=0", func() error {
 			return b.PosEmbedding(f16(4, 896), x, f16(1024, 896), i32(4))
 		}},
-		{"embedding", "ts_embedding dtype=1 tokens=6 hidden=896 table_rows=151936 stream=0", func() error {
-			return b.Embedding(f16(2, 3, 896), i32(2, 3), f16(151936, 896))
+		{"embedding", "ts_embedding dtype=1 tokens=6 hidden=896 table_rows=151936 scale=1 stream=0", func() error {
+			return b.Embedding(f16(2, 3, 896), i32(2, 3), f16(151936, 896), 1)
+		}},
+		{"embedding", "ts_embedding dtype=4 tokens=3 hidden=1152 table_rows=262144 scale=34 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			return b.Embedding(bf(3, 1152), i32(3), bf(262144, 1152), 34)
 		}},
 		{"set_rows", "ts_set_rows dtype=1 dst_rows=4096 src_rows=1 row_elems=128 stream=0", func() error {
 			return b.SetRows(f16(4096, 2, 64), f16(1, 2, 64), i32(1))
@@ -395,7 +411,7 @@ func TestIndexFaultIsAnArgumentError(t *testing.T) {
 	b := openFake(t)
 	ids := upload(t, b, tensor.FromI32([]int{2}, []int32{0, 10}))
 	out := alloc(t, b, tensor.F16, 2, 8)
-	if err := b.Embedding(out, ids, alloc(t, b, tensor.F16, 10, 8)); err != nil {
+	if err := b.Embedding(out, ids, alloc(t, b, tensor.F16, 10, 8), 1); err != nil {
 		t.Fatal(err) // asynchronous: the launch succeeds
 	}
 	const msg = "embedding: ids[1] = 10: must be in [0, 10) (the rows of table)"

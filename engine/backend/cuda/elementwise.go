@@ -43,6 +43,23 @@ func (b *Backend) SwiGLU(out, gate, up backend.Buffer) error {
 	return b.launched(op, C.tsg_swiglu(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &cfg, b.e), arg{"out", out})
 }
 
+// GeGLU computes out = GELU(gate) * up (the tanh form with tanh), one rounding.
+func (b *Backend) GeGLU(out, gate, up backend.Buffer, tanh bool) error {
+	const op = "geglu"
+	if err := backend.CheckBinary(op, "gate", "up", out, gate, up); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"gate", gate}, arg{"up", up})
+	if err != nil {
+		return err
+	}
+	cfg := C.ts_geglu_config{dtype: dtype(d[1].dt), n: C.int64_t(tensor.NumElements(d[1].shape)), gelu: C.TS_GELU_ERF}
+	if tanh {
+		cfg.gelu = C.TS_GELU_TANH
+	}
+	return b.launched(op, C.tsg_geglu(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &cfg, b.e), arg{"out", out})
+}
+
 // GELU is the exact, erf-based GELU.
 func (b *Backend) GELU(out, x backend.Buffer) error {
 	const op = "gelu"

@@ -10,12 +10,12 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// Embedding gathers rows of table [V, H] by the i32 ids into out. Ids are range-checked on
-// the device: one outside [0, V) surfaces as TS_ERR_INDEX at the next Download or
-// Synchronize (at once with guards on).
-func (b *Backend) Embedding(out, ids, table backend.Buffer) error {
+// Embedding gathers rows of table [V, H] by the i32 ids into out, times scale rounded once (1:
+// a bit-exact gather). Ids are range-checked on the device: one outside [0, V) surfaces as
+// TS_ERR_INDEX at the next Download or Synchronize (at once with guards on).
+func (b *Backend) Embedding(out, ids, table backend.Buffer, scale float32) error {
 	const op = "embedding"
-	if err := backend.CheckEmbedding(out, ids, table); err != nil {
+	if err := backend.CheckEmbedding(out, ids, table, scale); err != nil {
 		return err
 	}
 	d, err := b.device(op, arg{"out", out}, arg{"ids", ids}, arg{"table", table})
@@ -28,6 +28,7 @@ func (b *Backend) Embedding(out, ids, table backend.Buffer) error {
 		tokens:     c.int("tokens", tensor.NumElements(d[1].shape)), // ids may have any rank
 		hidden:     c.int("hidden", d[2].shape[1]),
 		table_rows: c.int("table_rows", d[2].shape[0]),
+		scale:      C.float(scale),
 	}
 	if c.err != nil {
 		return c.err

@@ -103,7 +103,7 @@ func TestGuardedBuffersAreLaidOutAroundTheData(t *testing.T) {
 func TestGuardsReportIndexFaultsAtTheOp(t *testing.T) {
 	b := openGuarded(t)
 	t.Setenv("FAKETS_FAIL", "ts_copy_to_host:-8:embedding: ids[1] = 10: must be in [0, 10) (the rows of table)")
-	err := b.Embedding(alloc(t, b, tensor.F16, 2, 8), alloc(t, b, tensor.I32, 2), alloc(t, b, tensor.F16, 10, 8))
+	err := b.Embedding(alloc(t, b, tensor.F16, 2, 8), alloc(t, b, tensor.I32, 2), alloc(t, b, tensor.F16, 10, 8), 1)
 	var ae *backend.ArgError
 	if !errors.As(err, &ae) || ae.Op != "embedding" || ae.Arg != "ids[1]" {
 		t.Errorf("err = %v, want the index fault", err)

@@ -7,16 +7,26 @@ import "C"
 
 import (
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
-// normConfig is the config of a norm over the rows of x [rows, hidden].
+// normConfig is the config of a norm over the rows of x [rows, hidden]. Its weight_dtype stays 0
+// (the storage dtype) unless the caller sets TS_F32.
 func normConfig(op string, x *buffer, eps float32) (C.ts_norm_config, error) {
 	c := dims{op: op}
 	cfg := C.ts_norm_config{dtype: dtype(x.dt), rows: c.int("rows", x.shape[0]), hidden: c.int("hidden", x.shape[1]), eps: C.float(eps)}
 	return cfg, c.err
 }
 
-// RMSNorm normalises each row of x by its root mean square and scales by weight.
+// rmsWeight sets the config's weight_dtype for an f32 weight (Gemma's 1 + w), which only the
+// RMSNorms take; a 16-bit weight leaves it 0, the storage dtype.
+func rmsWeight(cfg *C.ts_norm_config, weight *buffer) {
+	if weight.dt == tensor.F32 {
+		cfg.weight_dtype = C.TS_F32
+	}
+}
+
+// RMSNorm normalises each row of x by its root mean square and scales by weight (16-bit or f32).
 func (b *Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
 	const op = "rmsnorm"
 	if err := backend.CheckRMSNorm(out, x, weight, eps); err != nil {
@@ -30,6 +40,7 @@ func (b *Backend) RMSNorm(out, x, weight backend.Buffer, eps float32) error {
 	if err != nil {
 		return err
 	}
+	rmsWeight(&cfg, d[2])
 	return b.launched(op, C.tsg_rmsnorm(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), &cfg, b.e), arg{"out", out})
 }
 
@@ -85,6 +96,7 @@ func (b *Backend) RMSNormResidual(sum, out, x, residual, weight backend.Buffer, 
 	if err != nil {
 		return err
 	}
+	rmsWeight(&cfg, d[4])
 	st := C.tsg_rmsnorm_residual(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), ptr(d[4]), &cfg, b.e)
 	return b.launched(op, st, arg{"sum", sum}, arg{"out", out})
 }

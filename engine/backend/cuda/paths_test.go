@@ -125,7 +125,7 @@ func TestKernelPathTable(t *testing.T) {
 // RecordPaths and RecordedPaths reach the library (the fake returns FAKETS_PATHS).
 func TestRecordedPathsThroughTheLibrary(t *testing.T) {
 	b := openFake(t)
-	t.Setenv("FAKETS_PATHS", "rmsnorm\trmsnorm_vec_kernel<4, __half>\t2\n")
+	t.Setenv("FAKETS_PATHS", "rmsnorm\trmsnorm_vec_kernel<4, float, __half>\t2\n")
 	if err := b.RecordPaths(true); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestRecordedPathsThroughTheLibrary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got[backend.PathKey{Op: "rmsnorm", What: "rmsnorm_vec_kernel<4, __half>"}] != 2 || len(got) != 1 {
+	if got[backend.PathKey{Op: "rmsnorm", What: "rmsnorm_vec_kernel<4, float, __half>"}] != 2 || len(got) != 1 {
 		t.Errorf("got %v", got)
 	}
 	if err := b.RecordPaths(false); err != nil {

@@ -353,6 +353,10 @@ int tsg_swiglu(const tsg_api *a, void *out, const void *gate, const void *up, co
     enter(a, "ts_swiglu");
     return done(a, a->ts_swiglu(out, gate, up, cfg, NULL), e);
 }
+int tsg_geglu(const tsg_api *a, void *out, const void *gate, const void *up, const ts_geglu_config *cfg, tsg_err *e) {
+    enter(a, "ts_geglu");
+    return done(a, a->ts_geglu(out, gate, up, cfg, NULL), e);
+}
 int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gate, const void *w_up,
                    const void *w_down, const ts_ffn_config *cfg, tsg_err *e) {
     enter(a, "ts_swiglu_ffn");

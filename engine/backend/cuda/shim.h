@@ -69,6 +69,7 @@
     X(ts_attention_decode, int,                                                                           \
       (void *, const void *, const void *, const void *, const int32_t *, const ts_decode_config *, void *)) \
     X(ts_swiglu, int, (void *, const void *, const void *, const ts_elementwise_config *, void *))       \
+    X(ts_geglu, int, (void *, const void *, const void *, const ts_geglu_config *, void *))             \
     X(ts_swiglu_ffn, int,                                                                                 \
       (void *, const void *, const void *, const void *, const void *, const ts_ffn_config *, void *))   \
     X(ts_gemm_swiglu, int, (void *, const void *, const void *, const ts_ffn_config *, void *))          \
@@ -212,6 +213,7 @@ int tsg_attention_decode(const tsg_api *a, void *out, const void *q, const void 
                          const int32_t *cache_lens, const ts_decode_config *cfg, tsg_err *e);
 int tsg_swiglu(const tsg_api *a, void *out, const void *gate, const void *up, const ts_elementwise_config *cfg,
                tsg_err *e);
+int tsg_geglu(const tsg_api *a, void *out, const void *gate, const void *up, const ts_geglu_config *cfg, tsg_err *e);
 int tsg_swiglu_ffn(const tsg_api *a, void *out, const void *x, const void *w_gate, const void *w_up,
                    const void *w_down, const ts_ffn_config *cfg, tsg_err *e);
 int tsg_gemm_swiglu(const tsg_api *a, void *out, const void *x, const void *w_gate_up, const ts_ffn_config *cfg,

@@ -325,6 +325,47 @@ QWEN3_30B_A3B = {
 }
 
 
+# google/gemma-3-1b-it (model_type gemma3_text, Gemma3ForCausalLM): the embedding scaled by
+# sqrt(hidden_size) (rounded to the storage dtype, as transformers' embed_scale), RMSNorms of
+# weight (1 + w) computed in fp32, a norm before and after both attention and the MLP, q_norm and
+# k_norm over each head, GeGLU with the tanh GELU (hidden_activation gelu_pytorch_tanh), the
+# attention scaled by query_pre_attn_scalar^-0.5, sliding-window layers with their own RoPE base
+# (rope_local_base_freq) beside every sliding_window_pattern-th layer's global attention
+# (rope_theta, and rope_scaling on those layers only), a tied head (transformers' default true).
+# The hub file's keys (sliding_window_pattern, rope_local_base_freq); transformers 5 reads them
+# into layer_types and rope_parameters per layer type.
+GEMMA3_1B = {
+    "architectures": ["Gemma3ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": None,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "final_logit_softcapping": None,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 1152,
+    "initializer_range": 0.02,
+    "intermediate_size": 6912,
+    "max_position_embeddings": 32768,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 4,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_local_base_freq": 10000.0,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "sliding_window": 512,
+    "sliding_window_pattern": 6,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 262144,
+}
+
+
 def derived(base, **overrides):
     cfg = dict(base)
     for k, v in overrides.items():
@@ -470,6 +511,17 @@ QWEN3_MOE_TINY = derived(QWEN3_30B_A3B, hidden_size=128, intermediate_size=128,
                          moe_intermediate_size=16, num_hidden_layers=2, max_window_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8,
                          num_experts_per_tok=2, vocab_size=384, bos_token_id=0, eos_token_id=0)
+#  gemma3-tiny:     Gemma-3-1B's config cut down: 4 q / 1 kv head (GQA 4:1, as the 1B's) of an
+#                   explicit head_dim of 64 on a hidden size of 128 (q twice the residual width,
+#                   as the 1B's 1024 on 1152), query_pre_attn_scalar 48 where head_dim is 64 (the
+#                   27B's is 168 on 128), so an engine scaling by head_dim^-0.5 fails; layer 0
+#                   sliding (a window of 5 positions, RoPE base 1e4) and layer 1 global
+#                   (sliding_window_pattern 2; RoPE base 1e6 with the 4B's linear scaling, factor
+#                   8, on the global layers only), GeGLU (tanh) of width 192, a tied head.
+GEMMA3_TINY = derived(GEMMA3_1B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=64,
+                      query_pre_attn_scalar=48, sliding_window=5, sliding_window_pattern=2,
+                      rope_scaling={"factor": 8.0, "rope_type": "linear"}, vocab_size=384)
 # llama3-tiny with an intermediate size of 256: every projection's input width a multiple of the
 # FP8 block (128), as the quantized sets need (fine-grained FP8 scales 1x128 input groups).
 LLAMA3_QTINY = derived(LLAMA3_TINY, intermediate_size=256)
@@ -525,6 +577,9 @@ MODELS = [
     ModelSpec("qwen3-tiny", "qwen3", COMMITTED, QWEN3_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("mixtral-tiny", "mixtral", COMMITTED, MIXTRAL_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen3-moe-tiny", "qwen3_moe", COMMITTED, QWEN3_MOE_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("gemma3-tiny", "gemma3", COMMITTED, GEMMA3_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("gemma3-tiny-bf16", "gemma3", COMMITTED, bf16_config(GEMMA3_TINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16"),
     # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
     ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
@@ -563,11 +618,12 @@ MODELS = [
 # Qwen3-MoE is Qwen3's attention (q_norm, k_norm) with a sparse block in every layer, another.
 FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama",
                         "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral",
-                        "qwen3_moe": "qwen3_moe"}
+                        "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3"}
 # model_type -> the class transformers must load it as
 ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
         "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM",
-        "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+        "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+        "gemma3_text": "Gemma3ForCausalLM"}
 # The families whose MLP is a sparse mixture of experts (a router, then num_experts_per_tok of
 # the layer's experts a token): their sets have the router_logits tap instead of the dense MLP's
 # ffn_gate, ffn_up and ffn_act (models/taps.py).
@@ -575,6 +631,11 @@ MOE_FAMILIES = ("mixtral", "qwen3_moe")
 # The families with Qwen3's attention: an RMSNorm over each head of q and k (q_norm, k_norm)
 # before RoPE, no biases.
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
+# Gemma 3's layers (model_type gemma3_text): norms of weight 1 + w, a norm after attention and
+# after the MLP as well as before them (the attn_post_norm and ffn_post_norm taps), q_norm and
+# k_norm (over heads laid out [B, heads, T, D], after the transpose), GeGLU, the scaled embedding,
+# and a RoPE base per layer type.
+GEMMA_FAMILIES = ("gemma3",)
 # Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
 # synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
 # Real checkpoints: the full-size epsilons. Real logit scales differ from the synthetic ones; the
@@ -626,6 +687,13 @@ MODELS += [
     with_layers(ModelSpec("qwen2.5-7b-yarn", "qwen2", FULL, QWEN25_7B_YARN, 8, EPSILON_FULL), 2),
     with_layers(ModelSpec("mistral-7b", "llama", FULL, MISTRAL_7B, 8, EPSILON_FULL), 2),
     with_layers(ModelSpec("qwen3-4b", "qwen3", FULL, QWEN3_4B, 8, EPSILON_FULL), 2),
+]
+# Gemma-3-1B's first 6 layers: five sliding (window 512) and one global, as its
+# sliding_window_pattern 6 lays them out; the 262144-token tied embedding at full size.
+MODELS += [
+    with_layers(ModelSpec("gemma3-1b", "gemma3", FULL, GEMMA3_1B, 8, EPSILON_FULL), 6),
+    with_layers(ModelSpec("gemma3-1b-bf16", "gemma3", FULL, bf16_config(GEMMA3_1B), 8,
+                          EPSILON_BF16_FULL, "bf16"), 6),
 ]
 # No full-tier mixture-of-experts model set yet: at real widths a prompt's routing has choices
 # closer than a correct fp16 engine's error (an estimate of Qwen3-30B-A3B's, top 8 of 128, cut to
@@ -700,9 +768,11 @@ def dims(family, cfg):
         E, K, I = qwen3_moe_experts(cfg), cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]
     if family in MOE_FAMILIES:
         assert 1 <= K <= E, (K, E)
+    # Gemma3TextConfig ties the head by default (the hub's gemma-3 files leave the key out)
+    tied = cfg.get("tie_word_embeddings", family in GEMMA_FAMILIES)
     return Dims(family, H, cfg["num_hidden_layers"], nH, nKV, D, I,
                 cfg["vocab_size"], cfg["max_position_embeddings"],
-                cfg.get("tie_word_embeddings", False), cfg["rms_norm_eps"], E, K)
+                tied, cfg["rms_norm_eps"], E, K)
 
 
 # Qwen3-MoE presets: every layer a sparse MoE block (decoder_sparse_step 1, no mlp_only_layers), as

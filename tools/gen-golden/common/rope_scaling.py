@@ -81,7 +81,7 @@ def longrope_attention_factor(factor, original):
     return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
 
 
-# The scaled RoPE of a config: rope_type ("default", "llama3", "yarn", "longrope"), base, dim (the
+# The scaled RoPE of a config: rope_type ("default", "linear", "llama3", "yarn", "longrope"), base, dim (the
 # rotated dims), freq_divisor and long_divisor (lists of fp64 divisors per pair, or None),
 # attention_factor (fp64) and long_from (the first position that uses long_divisor, or None).
 RopeScaling = namedtuple("RopeScaling", "rope_type base dim freq_divisor long_divisor "
@@ -113,6 +113,8 @@ def rope_scaling(cfg):
         original = 4096  # Phi3Config's default wins over rope_scaling's (transformers 5.17)
     else:
         original = sc.get("original_max_position_embeddings", max_pos)
+    if kind == "linear":  # every pair's frequency divided by the factor (Gemma-3-4B's global layers)
+        return RopeScaling(kind, base, dim, [float(sc["factor"])] * (dim // 2), None, 1.0, None)
     if kind == "llama3":
         div = llama3_divisor(base, dim, sc["factor"], sc["low_freq_factor"],
                              sc["high_freq_factor"], original)

@@ -11,9 +11,9 @@ import torch
 from common.dtypes import F64
 from common.seeds import Draw, case_seed
 from kernels.inputs import (all_but_one, block_magnitudes, causal_mask, constant_rows,
-                            e4m3_boundaries, gelu_inputs, log_magnitude, normal, outlier_channels,
-                            random_mask, row_offsets, row_scales, table_rows, uniform, with_large,
-                            with_spans, with_zeros)
+                            e4m3_boundaries, gelu_inputs, log_magnitude, normal, odd_rows_scaled,
+                            outlier_channels, random_mask, row_offsets, row_scales, table_rows,
+                            uniform, with_large, with_spans, with_zeros)
 from kernels.ops import OPS
 
 # ---------------------------------------------------------------------------------------------
@@ -1583,6 +1583,86 @@ CASES += _bf16_cases(FULL, "moe_ffn", [
 ])
 
 
+# ---------------------------------------------------------------------------------------------
+# Gemma 3 (transformers' Gemma3ForCausalLM): its RMSNorm's fp32 weight 1 + w (rmsnorm and
+# rmsnorm_residual with w32), its scaled embedding (sqrt(hidden) rounded to the storage type) and
+# its GeGLU MLP (geglu, gelu_pytorch_tanh). Gemma-3-1B: hidden 1152, 4 q / 1 kv heads of 256, ffn
+# 6912, vocab 262144; Gemma-3-4B: hidden 2560, 8 q / 4 kv heads of 256, ffn 10240; rms eps 1e-6.
+# The fp32-weight row kernels take every plan once in fp16 and bf16 (1152: vec<1>, 2560: vec<2>,
+# 4104 and 8200: vec<4> and vec<8> at their narrowest widths, as the bf16 cases do), the
+# per-head q/k norm its rows of head_dim 256; outlier channels (|x| ~ 20) dominate a row's rms.
+GEMMA3_1B, GEMMA3_4B = 1152, 2560
+CASES += _cases(COMMITTED, "rmsnorm", [
+    ("gemma-3-1b_w32_t4", dict(T=4, H=GEMMA3_1B, eps=1e-6, w32=True)),                # vec<1, float>
+    ("gemma-3-4b_w32_t2", dict(T=2, H=GEMMA3_4B, eps=1e-6, w32=True)),                # vec<2, float>
+    # q_norm over each head of 2 tokens x 8 query heads: 16 rows of 256
+    ("gemma-3-4b-q-norm_d256_w32_t16", dict(T=16, H=256, eps=1e-6, w32=True)),
+    ("outliers-x20_gemma-3-1b_w32_t2", dict(T=2, H=GEMMA3_1B, eps=1e-6, w32=True, dist=OUTLIERS)),
+    ("h4104_w32_t1", dict(T=1, H=4104, eps=1e-6, w32=True)),                          # vec<4, float>
+    ("h8200_w32_t1", dict(T=1, H=8200, eps=1e-6, w32=True)),                          # vec<8, float>
+])
+CASES += _bf16_cases(COMMITTED, "rmsnorm", [
+    ("gemma-3-1b_w32_t2", dict(T=2, H=GEMMA3_1B, eps=1e-6, w32=True)),
+    ("gemma-3-4b_w32_t1", dict(T=1, H=GEMMA3_4B, eps=1e-6, w32=True)),
+    # k_norm over each head of 2 tokens x 4 kv heads
+    ("gemma-3-4b-k-norm_d256_w32_t8", dict(T=8, H=256, eps=1e-6, w32=True)),
+    ("h4104_w32_t1", dict(T=1, H=4104, eps=1e-6, w32=True)),
+    ("h8200_w32_t1", dict(T=1, H=8200, eps=1e-6, w32=True)),
+])
+CASES += _cases(COMMITTED, "rmsnorm_residual", [
+    ("gemma-3-1b_w32_t2", dict(T=2, H=GEMMA3_1B, eps=1e-6, inplace=False, w32=True)),
+    ("gemma-3-4b_w32_t1_inplace", dict(T=1, H=GEMMA3_4B, eps=1e-6, inplace=True, w32=True)),
+    ("outliers-x20_gemma-3-1b_w32_t2", dict(T=2, H=GEMMA3_1B, eps=1e-6, inplace=False, w32=True,
+                                            dist=OUTLIERS)),
+    ("h4104_w32_t1_inplace", dict(T=1, H=4104, eps=1e-6, inplace=True, w32=True)),
+    ("h8200_w32_t1", dict(T=1, H=8200, eps=1e-6, inplace=False, w32=True)),
+])
+CASES += _bf16_cases(COMMITTED, "rmsnorm_residual", [
+    ("gemma-3-1b_w32_t1_inplace", dict(T=1, H=GEMMA3_1B, eps=1e-6, inplace=True, w32=True)),
+    ("gemma-3-4b_w32_t2", dict(T=2, H=GEMMA3_4B, eps=1e-6, inplace=False, w32=True)),
+    ("h4104_w32_t1", dict(T=1, H=4104, eps=1e-6, inplace=False, w32=True)),
+    ("h8200_w32_t1_inplace", dict(T=1, H=8200, eps=1e-6, inplace=True, w32=True)),
+])
+# The scaled gather: ids at 0 and vocab - 1 (embedding's draw), sqrt(1152) = 33.94 (33.9375 in
+# fp16, 34 in bf16), sqrt(2560); odd rows 3000 times larger, so that half of their products pass
+# fp16's 65504 (|x| > 0.64) and round to inf, as the reference's fp16 product does.
+CASES += _cases(COMMITTED, "embedding", [
+    ("gemma-3-1b-v8_t4_scaled", dict(V=8, H=GEMMA3_1B, T=4, scale=math.sqrt(GEMMA3_1B))),
+    ("gemma-3-4b-v4_t2_scaled", dict(V=4, H=GEMMA3_4B, T=2, scale=math.sqrt(GEMMA3_4B))),
+    ("overflow-inf_gemma-3-1b-v8_t4_scaled", dict(V=8, H=GEMMA3_1B, T=4, scale=math.sqrt(GEMMA3_1B),
+                                                  dist=odd_rows_scaled(3000.0))),
+])
+CASES += _bf16_cases(COMMITTED, "embedding", [
+    ("gemma-3-1b-v8_t3_scaled", dict(V=8, H=GEMMA3_1B, T=3, scale=math.sqrt(GEMMA3_1B))),
+])
+# GeGLU at Gemma-3-1B's ffn, both GELUs (the tanh one is Gemma's); a length that is no multiple of
+# 8 (the vector loop's scalar tail); gates to +-40 (tanh's tails: gelu(-40) underflows to -0,
+# gelu(40) = 40); outlier channels in gate and up; bf16 gates past fp16's range.
+GEGLU_OUTLIERS = outlier_channels((3, 100, 517, 4000), 20.0)
+CASES += _cases(COMMITTED, "geglu", [
+    ("gemma-3-1b_f6912_t1_tanh", dict(T=1, ffn=6912, gelu="tanh")),
+    ("gemma-3-1b_f6912_t1_erf", dict(T=1, ffn=6912, gelu="erf")),
+    ("odd-f1001_t3_tanh", dict(T=3, ffn=1001, gelu="tanh")),
+    ("large-gate40_f6912_t1_tanh", dict(T=1, ffn=6912, gelu="tanh", gate=uniform(-40.0, 40.0))),
+    ("outliers-x20_f6912_t1_erf", dict(T=1, ffn=6912, gelu="erf", gate=GEGLU_OUTLIERS,
+                                       up=GEGLU_OUTLIERS)),
+])
+CASES += _bf16_cases(COMMITTED, "geglu", [
+    ("gemma-3-1b_f6912_t1_tanh", dict(T=1, ffn=6912, gelu="tanh")),
+    ("large-mag-1e6_odd-f1001_t2_erf", dict(T=2, ffn=1001, gelu="erf",
+                                            gate=with_large(gelu_inputs(), 0.1, 1e5, 1e6))),
+])
+# Full tier: Gemma-3-4B's widths at a prefill of 2048 tokens, Gemma-3-1B's whole vocabulary.
+CASES += _cases(FULL, "rmsnorm", [("gemma-3-4b_w32_t2048", dict(T=2048, H=GEMMA3_4B, eps=1e-6, w32=True))])
+CASES += _cases(FULL, "rmsnorm_residual", [
+    ("gemma-3-4b_w32_t2048", dict(T=2048, H=GEMMA3_4B, eps=1e-6, inplace=False, w32=True)),
+])
+CASES += _cases(FULL, "geglu", [("gemma-3-4b_f10240_t2048_tanh", dict(T=2048, ffn=10240, gelu="tanh"))])
+CASES += _bf16_cases(FULL, "geglu", [("gemma-3-4b_f10240_t2048_tanh", dict(T=2048, ffn=10240, gelu="tanh"))])
+CASES += _cases(FULL, "embedding", [
+    ("gemma-3-1b-full-vocab_t16_scaled", dict(V=262144, H=GEMMA3_1B, T=16, scale=math.sqrt(GEMMA3_1B))),
+])
+
 _NAME = re.compile(r"^[a-z0-9._-]+$")
 _seen = set()
 for _c in CASES:
@@ -1599,14 +1679,15 @@ def cases_for(tier, ops=None):
 
 # The ops whose expected outputs are exact (ops.py: given in their stored dtype, not fp64), and
 # those dtypes: quant_fp8's, the fused quantisers' out and scales (quant_fp8 of the rounded
-# intermediate; their sum is an fp64 reference), set_rows_fp8's cache codes and moe_router's
-# expert ids. They may hold what the contract gives for non-finite inputs (an inf or NaN
+# intermediate; their sum is an fp64 reference), set_rows_fp8's cache codes, moe_router's
+# expert ids and the scaled embedding's out (the 16-bit product as f32, inf where it overflows). They may hold what the contract gives for non-finite inputs (an inf or NaN
 # scale); an fp64 reference is always finite.
 EXACT_OPS = {"quant_fp8": (torch.float8_e4m3fn, torch.float32),
              "rmsnorm_quant_fp8": (torch.float8_e4m3fn, torch.float32),
              "swiglu_quant_fp8": (torch.float8_e4m3fn, torch.float32),
              "set_rows_fp8": (torch.float8_e4m3fn,),
-             "moe_router": (torch.int32,)}
+             "moe_router": (torch.int32,),
+             "embedding": (torch.float32,)}  # the scaled gather: its product rounded once
 
 
 def build(case):

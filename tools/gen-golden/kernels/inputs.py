@@ -80,6 +80,16 @@ def row_scales(lo, hi, dist=None):
     return draw
 
 
+def odd_rows_scaled(factor):
+    """N(0, 1) with every odd row (first dim) multiplied by factor: a table whose odd rows are
+    large (embedding's draw always reads the last row, odd for an even vocabulary, and row 0)."""
+    def draw(r, shape):
+        x = r.randn(shape)
+        x[1::2] *= factor
+        return x
+    return draw
+
+
 def with_large(dist, frac, lo, hi):
     """dist with a fraction of its values replaced by random-sign log-uniform magnitudes in
     [lo, hi] (beyond fp16's 65504 for the bf16 cases: bf16 has fp32's range)."""
@@ -170,6 +180,14 @@ def e4m3_boundaries():
 def norm_weight(r, n, cast=to_f16):
     """RMSNorm weight / LayerNorm gamma: near one, like trained models."""
     return cast(1.0 + 0.1 * r.randn((n,)))
+
+
+def gemma_norm_weight(r, n, cast=to_f16):
+    """Gemma's RMSNorm weight as an engine holds it: the checkpoint's w (small, as trained Gemma
+    norms are; in the storage dtype, as the checkpoint stores it) folded once at load into the fp32
+    1 + w, as transformers' Gemma3RMSNorm computes (1.0 + self.weight.float()): exact in fp32,
+    which no 16-bit type holds (1 + w needs more significant bits than w)."""
+    return 1.0 + cast(0.1 * r.randn((n,))).to(F32)
 
 
 def linear_weight(r, out_features, in_features, cast=to_f16):

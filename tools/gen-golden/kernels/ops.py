@@ -31,7 +31,7 @@ from common.fp8 import FP8_BLOCK, QUANT_AMAX_FLOOR, quant_groups, quant_weight_b
 from common.int4 import quant_int4
 from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, TORCH_DTYPE, storage, to_e4m3
 from common.rope_scaling import published_rope, rope_inv_freq
-from kernels.inputs import gelu_inputs, linear_weight, norm_weight, normal
+from kernels.inputs import gelu_inputs, gemma_norm_weight, linear_weight, norm_weight, normal
 
 # What attention_decode caches hold at and beyond cache_lens[b]; exact in fp16, 9984 in bf16
 # (the nearest bf16 value, which those cases store).
@@ -52,9 +52,13 @@ def residual_add(r, *, shape, inplace, dist=normal(), dtype="f16"):
     return {"inplace": inplace}, {"x": x, "residual": residual}, {"out": d(x) + d(residual)}
 
 
-def rmsnorm(r, *, T, H, eps, dist=normal(), dtype="f16"):
+def rmsnorm(r, *, T, H, eps, dist=normal(), w32=False, dtype="f16"):
+    """w32: the weight in fp32, Gemma's 1 + w (gemma_norm_weight); the reference is the same norm,
+    the weight used exactly (Gemma3RMSNorm's x.float() * rsqrt(mean(x^2) + eps) * (1 + w), rounded
+    once to the storage type by the kernel)."""
     cast = storage(dtype)
-    x, weight = cast(dist(r, (T, H))), norm_weight(r, H, cast)
+    x = cast(dist(r, (T, H)))
+    weight = gemma_norm_weight(r, H, cast) if w32 else norm_weight(r, H, cast)
     out = F.rms_norm(d(x), (H,), d(weight), eps)
     return {"eps": eps}, {"x": x, "weight": weight}, {"out": out}
 
@@ -80,10 +84,11 @@ def layernorm_residual(r, *, T, H, eps, dist=normal(), dtype="f16"):
     return {"eps": eps}, inputs, {"sum": s, "out": out}
 
 
-def rmsnorm_residual(r, *, T, H, eps, inplace, dist=normal(), dtype="f16"):
+def rmsnorm_residual(r, *, T, H, eps, inplace, dist=normal(), w32=False, dtype="f16"):
+    """w32: the weight in fp32, Gemma's 1 + w, as rmsnorm's."""
     cast = storage(dtype)
     x, residual = cast(dist(r, (T, H))), cast(dist(r, (T, H)))
-    weight = norm_weight(r, H, cast)
+    weight = gemma_norm_weight(r, H, cast) if w32 else norm_weight(r, H, cast)
     s = d(x) + d(residual)
     # As layernorm_residual: the kernel stores the sum in fp16 (bf16) (one rounding of the fp32
     # add, which to_f16 / to_bf16 reproduce: the fp64 sum of two fp16 or two bf16 values is exact,
@@ -460,6 +465,17 @@ def swiglu(r, *, T, ffn, gate=normal(), up_std=1.0, dtype="f16"):
     return {}, {"gate": g, "up": up}, {"out": F.silu(d(g)) * d(up)}
 
 
+def geglu(r, *, T, ffn, gelu, gate=gelu_inputs(), up=normal(), dtype="f16"):
+    """Gemma's MLP activation, act_fn(gate_proj(x)) * up_proj(x) with gelu_pytorch_tanh (gelu
+    "tanh"), or the exact GELU of other GeGLU models ("erf"), in fp64 from the 16-bit gate and up:
+    the kernel rounds once. gelu_inputs puts a quarter of the gates in [-4, -1], where the two
+    GELUs differ by more than 1%."""
+    cast = storage(dtype)
+    g, u = cast(gate(r, (T, ffn))), cast(up(r, (T, ffn)))
+    out = F.gelu(d(g), approximate="tanh" if gelu == "tanh" else "none") * d(u)
+    return {"gelu": gelu}, {"gate": g, "up": u}, {"out": out}
+
+
 def gemm_swiglu(r, *, T, H, ffn, dist=normal(), dtype="f16"):
     """silu(x Wg^T) * (x Wu^T) over the stacked weight [Wg; Wu] (Phi-3's gate_up_proj)."""
     cast = storage(dtype)
@@ -619,12 +635,24 @@ def pos_embedding(r, *, H, P, positions, dtype="f16"):
     return {}, {"x": x, "table": table, "positions": pos}, {"out": out}
 
 
-def embedding(r, *, V, H, T, dtype="f16"):
+def embedding(r, *, V, H, T, scale=None, dist=None, dtype="f16"):
+    """scale: Gemma's embed_scale (sqrt(hidden)), which Gemma3TextScaledWordEmbedding keeps in
+    fp32 and multiplies in the storage type, embed(ids) * embed_scale.to(dtype): the params hold
+    that rounded value, and the expected out is the product rounded once to the storage type (two
+    16-bit values multiply exactly in fp32), inf where it passes the type's range, as torch gives
+    it: an exact op, stored as f32 (EXACT_OPS in cases.py). No scale: the bit-exact gather."""
     ids = r.randint(0, V, (T,))
     if T > 1:  # always touch the first and the last row of the table
         ids[0], ids[-1] = V - 1, 0
-    table = storage(dtype)(r.randn((V, H)))
-    return {}, {"ids": ids, "table": table}, {"out": d(table)[ids.long()]}
+    cast = storage(dtype)
+    table = cast(r.randn((V, H)) if dist is None else dist(r, (V, H)))
+    if scale is None:
+        return {}, {"ids": ids, "table": table}, {"out": d(table)[ids.long()]}
+    s = torch.tensor(scale, dtype=F64).to(F32).to(table.dtype)      # embed_scale.to(dtype)
+    out = table[ids.long()] * s                                      # transformers' product
+    once = (d(table)[ids.long()] * d(s)).to(F32).to(table.dtype)     # exact, then one rounding
+    assert torch.equal(out.view(torch.int16), once.view(torch.int16)), "the product rounds twice"
+    return {"scale": float(s)}, {"ids": ids, "table": table}, {"out": out.to(F32)}
 
 
 def set_rows(r, *, R, row, rows, dtype="f16"):
@@ -1007,7 +1035,7 @@ def moe_ffn(r, *, T, E, top_k, H, ffn, renormalize=True, logits=normal(2.0), dis
 
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
-    attention_prefill, attention_decode, attention_scores_softmax, swiglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
+    attention_prefill, attention_decode, attention_scores_softmax, swiglu, geglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
     swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged,
     attention_prefill_paged, moe_router, moe_ffn)}

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import torch
 
-from common.configs import MOE_FAMILIES, QK_NORM_FAMILIES, dims
+from common.configs import GEMMA_FAMILIES, MOE_FAMILIES, QK_NORM_FAMILIES, dims
 from common.dtypes import BF16, F16, F64, TORCH_DTYPE
 from models.reference import CHUNK, modeling_module
 from models.taps import TapCapture
@@ -49,6 +49,11 @@ from models.threads import intra_op_threads
 # transformers' own loop (MixtralExperts.forward; Qwen3MoeExperts.forward is the same code) with
 # those roundings put in; the selftest runs it with an identity rounding against the reference's
 # taps.
+#
+# Gemma 3 stores what the other families do plus its norms after attention and after the MLP
+# (each rounded, and the residual add after it, as below for o_proj), and its embedding is the
+# 16-bit row times sqrt(H) rounded to the storage type, one rounding of the product (the layer
+# input's).
 #
 # The residual adds are not modules, so they cannot be hooked directly: the output hook of the
 # attention block's last projection returns fp16(x + attn_out) - x, so the layer's own
@@ -163,6 +168,52 @@ class Rounder(TapCapture):
             return self.s - self.x
         self.handles.append(proj.register_forward_hook(hook))
 
+    def _post_norm_residual(self, norm, p):
+        """Gemma's norm after attention: its rounded output is attn_post_norm; return
+        fp16(x + attn_post_norm) - x so that the layer's residual add yields resid_attn
+        rounded (as _attn_residual does for the other families' o_proj)."""
+        def hook(_m, _args, out):
+            if not self.mine():  # another lockstep thread's pass
+                return None
+            a = self.round(out)
+            self.s = self.round(self.x + a)
+            self.put(p + "attn_post_norm", a)
+            self.put(p + "resid_attn", self.s)
+            return self.s - self.x
+        self.handles.append(norm.register_forward_hook(hook))
+
+    def _head_major(self, name, heads, x):
+        """Gemma's q_norm / k_norm output [B, heads, T, D], recorded [B, T, heads, D]."""
+        self.put(name, x.transpose(1, 2))
+
+    def _install_gemma(self):
+        """Gemma 3: every norm (the four of a layer, q_norm and k_norm, the final one), every
+        linear, RoPE, the attention output and the GeGLU activation rounded where the engine
+        stores them; the residual adds after the post-norms."""
+        d, base, put = self.d, self.model.model, self.put
+        for i, layer in enumerate(base.layers):
+            p = "layers.%d." % i
+            att, mlp = layer.self_attn, layer.mlp
+            self._enter(layer, i)
+            self._round_out(layer.input_layernorm, lambda r, p=p: put(p + "attn_norm", r))
+            self._round_out(att.q_proj, lambda r, p=p: self._heads(p + "q", d.nH, r))
+            self._round_out(att.k_proj, lambda r, p=p: self._heads(p + "k", d.nKV, r))
+            self._round_out(att.v_proj, lambda r, p=p: self._heads(p + "v", d.nKV, r))
+            self._round_out(att.q_norm, lambda r, p=p: self._head_major(p + "q_norm", d.nH, r))
+            self._round_out(att.k_norm, lambda r, p=p: self._head_major(p + "k_norm", d.nKV, r))
+            self._round_in(att.o_proj, p + "attn")
+            self._round_out(att.o_proj, lambda r, p=p: put(p + "attn_out", r))
+            self._post_norm_residual(layer.post_attention_layernorm, p)
+            self._pin_in(layer.pre_feedforward_layernorm)
+            self._round_out(layer.pre_feedforward_layernorm, lambda r, p=p: put(p + "ffn_norm", r))
+            self._round_out(mlp.gate_proj, lambda r, p=p: put(p + "ffn_gate", r))
+            self._round_out(mlp.up_proj, lambda r, p=p: put(p + "ffn_up", r))
+            self._round_in(mlp.down_proj, p + "ffn_act")
+            self._round_out(mlp, lambda r, p=p: put(p + "ffn_out", r))
+            self._round_out(layer.post_feedforward_layernorm, self._set_m(p + "ffn_post_norm"))
+            self._layer_out(layer, p)
+        self._round_out(base.norm, lambda r: put("final_norm", r))
+
     def _pin_in(self, norm):
         """The second norm reads resid_attn exactly (the layer's add may miss it by an fp32 ulp
         where fp16(x + a) - x is not an fp32 value)."""
@@ -254,7 +305,9 @@ class Rounder(TapCapture):
         d, m = self.d, self.model
         put = self.put
         self.patched = []
-        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
+        if self.family in GEMMA_FAMILIES:
+            self._install_gemma()
+        elif self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
             base = m.model
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
@@ -367,6 +420,12 @@ def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None,
     if rounding is not None or not weights_stored:
         for _ in (map if pool is None else pool.map)(round_in_place, list(model.parameters())):
             pass
+    if family in GEMMA_FAMILIES:
+        # transformers multiplies the embedding by embed_scale.to(weight dtype): sqrt(H) rounded
+        # to fp16 (bf16) in a 16-bit model, as the engine does; fp32 in the reference's
+        with torch.no_grad():
+            es = model.model.embed_tokens.embed_scale
+            es.copy_(rnd.round(es))
     rnd.install()
     try:
         with torch.no_grad(), rnd.rope_rounding(modeling_module(model.config.model_type)):

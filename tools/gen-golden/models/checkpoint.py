@@ -13,7 +13,7 @@ from collections import namedtuple
 import numpy as np
 import torch
 
-from common.configs import CONFIG_DTYPE, dims
+from common.configs import CONFIG_DTYPE, GEMMA_FAMILIES, dims
 from common.dtypes import F32, F64, TORCH_DTYPE, storage
 from common.seeds import Draw
 
@@ -57,6 +57,14 @@ def tensor_seed(seed, name):
 #       width, and the renormalised top-k weights, which sum to 1, mix a few of them); the router
 #       (gate) N(0, (ROUTER_GAIN/sqrt(H))^2), so its logits on the normed stream (elements ~1)
 #       have std ~ROUTER_GAIN (see ROUTER_GAIN).
+#   Gemma 3 (gemma_specs), whose norms multiply by 1 + w and whose embedding is scaled by
+#       sqrt(H): each norm's w drawn as 0.1 N(0, 1), so 1 + w is the other families' norm weight;
+#       the embedding N(0, (4/H)^2), so the scaled rows have the other families' rms 4/sqrt(H);
+#       the norms after attention and after the MLP centred on POST_NORM_GAIN / sqrt(2L) (each
+#       block's update is normalised there, so their weight, not o_proj's or down_proj's scale,
+#       sets how the stream grows: to rms ~POST_NORM_GAIN after the last layer); o_proj and
+#       down_proj N(0, 1/fan_in); the final norm centred on gain sqrt(H) with a tied head, whose
+#       rows are sqrt(H) times smaller than the other families' (logits std ~4 gain).
 # After the draw, models/peak.py raises some output rows (params.peak) so that every greedy and
 # seeded step has a dominant token.
 
@@ -76,6 +84,8 @@ RESID_GAIN = 16.0  # output-side std multiplier: residual stream rms ~10 after t
 # limit by 7% at one of 52272 taps. What makes every step of every set decisive is the peaked
 # output rows of models/peak.py, shaped after this draw.
 FINAL_NORM_GAIN = 3.0
+# Gemma 3's post-norm scale (see the Init notes): the residual stream's rms after the last layer.
+POST_NORM_GAIN = 10.0
 # The router's logit scale (Init above): std ~1, a trained router's order, so that a token's
 # renormalised top-k weights are mixed (with a larger scale the first expert's weight nears 1 and
 # an engine that weighs its experts wrongly, or not at all, would pass). Which experts the tokens
@@ -107,6 +117,8 @@ def init_specs(family, cfg, gain=1.0):
     ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
     router = Init("normal", ROUTER_GAIN / math.sqrt(H))
     specs = []
+    if family in GEMMA_FAMILIES:
+        return gemma_specs(d, gain)
     if family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
         qd, kvd = d.nH * d.D, d.nKV * d.D
         specs.append(("model.embed_tokens.weight", (V, H), emb))
@@ -177,6 +189,36 @@ def init_specs(family, cfg, gain=1.0):
             specs.append(("lm_head.weight", (V, H), emb))
     else:
         raise KeyError(family)
+    return specs
+
+
+def gemma_specs(d, gain):
+    """init_specs of Gemma 3 (Gemma3ForCausalLM's names; the tied head is not stored)."""
+    H, L, I, V = d.H, d.L, d.I, d.V
+    qd, kvd = d.nH * d.D, d.nKV * d.D
+    norm = Init("norm", 0.1, 0.0)  # w of a norm weight 1 + w
+    post = POST_NORM_GAIN / math.sqrt(2 * L)
+    post_norm = Init("norm", 0.1 * post, post - 1.0)
+    g = gain * (math.sqrt(H) if d.tied else 1.0)
+    final_norm = Init("norm", 0.1 * g, g - 1.0)
+    specs = [("model.embed_tokens.weight", (V, H), Init("normal", 4.0 / H))]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        specs.append((p + "input_layernorm.weight", (H,), norm))
+        for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
+            specs.append((p + "self_attn.%s.weight" % n, (rows, H), Init("normal", 1.0 / math.sqrt(H))))
+        specs.append((p + "self_attn.q_norm.weight", (d.D,), norm))
+        specs.append((p + "self_attn.k_norm.weight", (d.D,), norm))
+        specs.append((p + "self_attn.o_proj.weight", (H, qd), Init("normal", 1.0 / math.sqrt(qd))))
+        specs.append((p + "post_attention_layernorm.weight", (H,), post_norm))
+        specs.append((p + "pre_feedforward_layernorm.weight", (H,), norm))
+        specs.append((p + "mlp.gate_proj.weight", (I, H), Init("normal", 1.0 / math.sqrt(H))))
+        specs.append((p + "mlp.up_proj.weight", (I, H), Init("normal", 1.0 / math.sqrt(H))))
+        specs.append((p + "mlp.down_proj.weight", (H, I), Init("normal", 1.0 / math.sqrt(I))))
+        specs.append((p + "post_feedforward_layernorm.weight", (H,), post_norm))
+    specs.append(("model.norm.weight", (H,), final_norm))
+    if not d.tied:
+        specs.append(("lm_head.weight", (V, H), Init("normal", 4.0 / math.sqrt(H))))
     return specs
 
 

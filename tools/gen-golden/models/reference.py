@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 import sampling
-from common.configs import ARCH, FAMILY_OF_MODEL_TYPE, MOE_FAMILIES, dims
+from common.configs import ARCH, FAMILY_OF_MODEL_TYPE, GEMMA_FAMILIES, MOE_FAMILIES, dims
 from common.dtypes import F32, F64, I32
 from models.generation import GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, SAMPLE_TOP_K, \
     SAMPLE_TOP_P
@@ -34,7 +34,8 @@ def modeling_module(model_type):
     """transformers' modeling module of a config.json model_type (Mistral's has its own
     apply_rotary_pos_emb, which the RoPE taps wrap)."""
     import importlib
-    return importlib.import_module("transformers.models.%s.modeling_%s" % (model_type, model_type))
+    package = {"gemma3_text": "gemma3"}.get(model_type, model_type)
+    return importlib.import_module("transformers.models.%s.modeling_%s" % (package, package))
 
 
 @contextmanager
@@ -256,9 +257,68 @@ HPARAM_KEYS = ["hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_d
 MOE_HPARAM_KEYS = ["num_experts", "num_experts_per_tok", "norm_topk_prob"]
 
 
+# ... and Gemma 3's (only there): the sliding layers' RoPE base and inverse frequencies (the
+# HPARAM_KEYS RoPE entries are the global layers'), the attention's query_pre_attn_scalar (the
+# scores are scaled by its -0.5 power), the embedding's scale (sqrt(hidden_size) as
+# transformers holds it, fp32) and every layer's type (sliding_attention or full_attention).
+GEMMA_HPARAM_KEYS = ["rope_local_theta", "rope_local_inv_freq", "query_pre_attn_scalar",
+                     "embed_scale", "layer_types"]
+
+
 def hparam_keys(family):
     """params.hparams' keys, in order, of a set of `family`."""
-    return HPARAM_KEYS + (MOE_HPARAM_KEYS if family in MOE_FAMILIES else [])
+    return HPARAM_KEYS + (MOE_HPARAM_KEYS if family in MOE_FAMILIES else []) + (
+        GEMMA_HPARAM_KEYS if family in GEMMA_FAMILIES else [])
+
+
+def gemma_rope(model, layer_type):
+    """Gemma 3's RoPE of one layer type (Gemma3RotaryEmbedding keeps a table per type): (theta,
+    rope_type, inv_freq as floats, attention_factor)."""
+    rot = model.model.rotary_emb
+    rp = model.config.rope_parameters[layer_type]
+    if rot.rope_type[layer_type] != rp["rope_type"]:
+        raise RuntimeError("%s rotary embedding rope_type %r, config %r"
+                           % (layer_type, rot.rope_type[layer_type], rp["rope_type"]))
+    if rp["rope_type"] not in ("default", "linear"):
+        raise RuntimeError("Gemma 3 %s rope_type %r: only default and linear are implemented"
+                           % (layer_type, rp["rope_type"]))
+    inv = getattr(rot, "%s_original_inv_freq" % layer_type)
+    if inv.dtype != F32:
+        raise RuntimeError("inv_freq is %s, want float32" % inv.dtype)
+    return (float(rp["rope_theta"]), rp["rope_type"], [float(v) for v in inv.tolist()],
+            float(getattr(rot, "%s_attention_scaling" % layer_type)))
+
+
+def gemma_hparams(model):
+    """reference_hparams of Gemma 3 (see GEMMA_HPARAM_KEYS)."""
+    c = model.config
+    theta, rope_type, inv, factor = gemma_rope(model, "full_attention")
+    local_theta, _, local_inv, _ = gemma_rope(model, "sliding_attention")
+    att = model.model.layers[0].self_attn
+    if c.attn_logit_softcapping is not None or c.final_logit_softcapping is not None:
+        raise RuntimeError("soft-capping (attn %r, final %r) is not implemented"
+                           % (c.attn_logit_softcapping, c.final_logit_softcapping))
+    hp = {
+        "hidden_size": c.hidden_size, "num_layers": c.num_hidden_layers,
+        "num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
+        "head_dim": att.head_dim, "intermediate_size": c.intermediate_size,
+        "vocab_size": c.vocab_size, "max_positions": c.max_position_embeddings,
+        "norm_eps": float(c.rms_norm_eps), "rope_theta": theta, "rope_type": rope_type,
+        "rotary_dim": 2 * len(inv), "partial_rotary_factor": 1.0,
+        "tied_head": bool(c.tie_word_embeddings), "activation": c.hidden_activation,
+        "sliding_window": None if c.sliding_window is None else int(c.sliding_window),
+        "rope_inv_freq": inv, "rope_long_inv_freq": None, "rope_attention_factor": factor,
+        "rope_long_from": None,
+        "rope_local_theta": local_theta, "rope_local_inv_freq": local_inv,
+        "query_pre_attn_scalar": float(c.query_pre_attn_scalar),
+        "embed_scale": float(model.model.embed_tokens.scalar_embed_scale),
+        "layer_types": list(c.layer_types),
+    }
+    if att.scaling != c.query_pre_attn_scalar ** -0.5:
+        raise RuntimeError("attention scaling %r, config query_pre_attn_scalar %r"
+                           % (att.scaling, c.query_pre_attn_scalar))
+    norms = [m.eps for m in model.modules() if type(m).__name__ == "Gemma3RMSNorm"]
+    return hp, norms
 
 
 def reference_rope(model):
@@ -298,7 +358,9 @@ def reference_hparams(model, family):
     from config.json's dict: an engine that reads config.json differently from transformers must
     show up by name."""
     c = model.config
-    if family == "gpt2":
+    if family in GEMMA_FAMILIES:
+        hp, norms = gemma_hparams(model)
+    elif family == "gpt2":
         block = model.transformer.h[0]
         hp = {
             "hidden_size": c.n_embd, "num_layers": c.n_layer, "num_heads": c.n_head,

@@ -5,21 +5,26 @@ wrapper of apply_rotary_pos_emb."""
 import threading
 from contextlib import contextmanager
 
-from common.configs import MOE_FAMILIES, QK_NORM_FAMILIES
+from common.configs import GEMMA_FAMILIES, MOE_FAMILIES, QK_NORM_FAMILIES
 from common.dtypes import F32
 
 # ---------------------------------------------------------------------------------------------
 # Taps
 
 LAYER_TAPS = ["attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn",
-              "attn_out", "resid_attn", "ffn_norm", "router_logits", "ffn_gate", "ffn_up",
-              "ffn_act", "ffn_out", "resid_ffn"]
+              "attn_out", "attn_post_norm", "resid_attn", "ffn_norm", "router_logits", "ffn_gate",
+              "ffn_up", "ffn_act", "ffn_out", "ffn_post_norm", "resid_ffn"]
 QK_NORM = {"q_norm", "k_norm"}  # Qwen3's per-head RMSNorm of q and k before RoPE
 ROUTER = {"router_logits"}  # a mixture of experts' router: its gate linear's output [T, E]
 DENSE_MLP = {"ffn_gate", "ffn_up", "ffn_act"}  # inside the experts of a mixture of experts
-ABSENT = {"qwen2": QK_NORM | ROUTER, "phi3": QK_NORM | ROUTER, "llama": QK_NORM | ROUTER,
-          "qwen3": ROUTER, "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM | ROUTER,
-          "mixtral": QK_NORM | DENSE_MLP, "qwen3_moe": DENSE_MLP}
+# Gemma's norms after attention (post_attention_layernorm) and after the MLP
+# (post_feedforward_layernorm), each on its block's output before the residual add
+POST_NORM = {"attn_post_norm", "ffn_post_norm"}
+ABSENT = {"qwen2": QK_NORM | ROUTER | POST_NORM, "phi3": QK_NORM | ROUTER | POST_NORM,
+          "llama": QK_NORM | ROUTER | POST_NORM, "qwen3": ROUTER | POST_NORM,
+          "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM | ROUTER | POST_NORM,
+          "mixtral": QK_NORM | DENSE_MLP | POST_NORM, "qwen3_moe": DENSE_MLP | POST_NORM,
+          "gemma3": ROUTER}
 
 
 def tap_names(family, n_layers):
@@ -157,8 +162,47 @@ class Recorder(TapCapture):
             self.put(name, x[None])
         return put
 
+    def _head_major(self, name, heads):
+        """A tap of a module that runs on [B, heads, T, D] (Gemma's q_norm and k_norm, after
+        the transpose), stored [B, T, heads, D]."""
+        def put(x):
+            assert x.shape[1] == heads and x.shape[-1] == self.d.D, (name, tuple(x.shape))
+            self.put(name, x.transpose(1, 2))
+        return put
+
+    def _install_gemma(self):
+        d, m = self.d, self.model
+        base = m.model
+        self._in(base.layers[0], "embed")
+        for i, layer in enumerate(base.layers):
+            p = "layers.%d." % i
+            att, mlp = layer.self_attn, layer.mlp
+            self._out(layer.input_layernorm, p + "attn_norm")
+            self._out(att.q_proj, None, self._heads(p + "q", d.nH))
+            self._out(att.k_proj, None, self._heads(p + "k", d.nKV))
+            self._out(att.v_proj, None, self._heads(p + "v", d.nKV))
+            self._out(att.q_norm, None, self._head_major(p + "q_norm", d.nH))
+            self._out(att.k_norm, None, self._head_major(p + "k_norm", d.nKV))
+            self.handles.append(att.register_forward_pre_hook(self._enter_attn(i)))
+            self._in(att.o_proj, p + "attn")
+            self._out(att.o_proj, p + "attn_out")
+            self._out(layer.post_attention_layernorm, p + "attn_post_norm")
+            self._in(layer.pre_feedforward_layernorm, p + "resid_attn")
+            self._out(layer.pre_feedforward_layernorm, p + "ffn_norm")
+            self._out(mlp.gate_proj, p + "ffn_gate")
+            self._out(mlp.up_proj, p + "ffn_up")
+            self._in(mlp.down_proj, p + "ffn_act")
+            self._out(mlp, p + "ffn_out")
+            self._out(layer.post_feedforward_layernorm, p + "ffn_post_norm")
+            self._out(layer, p + "resid_ffn")
+        self._out(base.norm, "final_norm")
+        self._out(m.lm_head, "logits")
+
     def install(self):
         d, m = self.d, self.model
+        if self.family in GEMMA_FAMILIES:
+            self._install_gemma()
+            return
         if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
             base = m.model
             self._in(base.layers[0], "embed")

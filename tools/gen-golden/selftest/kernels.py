@@ -34,6 +34,7 @@ from common import manifest, seeds
 from kernels import cases as kernel_cases
 from kernels import ops as kernel_ops
 from selftest import fp8_accum
+from selftest import gemma as gemma_selftest
 from selftest import int4 as int4_selftest
 
 
@@ -180,6 +181,9 @@ def reference(op, p, i, rnd=f16):
                                         lambda i, n, m: n - m + 1 + np.arange(m))}
     if op == "swiglu":
         return {"out": np_silu(i["gate"]) * i["up"]}
+    if op == "geglu":
+        g = reference("gelu_tanh" if p["gelu"] == "tanh" else "gelu", {}, {"x": i["gate"]})["out"]
+        return {"out": g * i["up"]}
     if op == "swiglu_ffn":
         x = i["x"]
         return {"out": (np_silu(x @ i["w_gate"].T) * (x @ i["w_up"].T)) @ i["w_down"].T}
@@ -242,7 +246,11 @@ def reference(op, p, i, rnd=f16):
     if op == "pos_embedding":
         return {"out": i["x"] + i["table"][i["positions"]]}
     if op == "embedding":
-        return {"out": i["table"][i["ids"]]}
+        if "scale" not in p:
+            return {"out": i["table"][i["ids"]]}
+        # Gemma's scaled gather: the exact product rounded once, inf past the type's range
+        with np.errstate(over="ignore"):
+            return {"out": rnd(i["table"][i["ids"]] * p["scale"])}
     if op == "set_rows":
         out = i["dst"].copy()
         for k, row in enumerate(i["rows"]):
@@ -388,6 +396,8 @@ def properties(case, p, i, dtype="f16"):
         moe_properties(op, name, p, i)
     if op == "embedding" and len(i["ids"]) > 1:
         assert 0 in i["ids"] and i["table"].shape[0] - 1 in i["ids"]
+    if op in gemma_selftest.OPS:
+        gemma_selftest.properties(op, name, p, i, ROUND[dtype])
     if op == "set_rows":
         rows = [int(v) for v in i["rows"]]
         assert len(set(rows)) == len(rows), "%s: rows must be distinct" % name
@@ -1041,6 +1051,8 @@ def storage_dtype(case, inputs):
                                     ("gemm_fp8", "w_scales"), ("set_rows_fp8", "scale"),
                                     ("attention_decode_fp8", "k_scale"), ("attention_decode_fp8", "v_scale"),
                                     ("moe_ffn", "weights")) or \
+                ((case.op, n) in (("rmsnorm", "weight"), ("rmsnorm_residual", "weight")) and
+                 "_w32" in case.name) or \
                 (case.op in ("softmax", "set_rows", "quant_fp8", "set_rows_fp8") and not half), \
                 "%s/%s: %s is f32" % (case.op, case.name, n)
         if t.dtype == torch.bfloat16:
@@ -2092,6 +2104,8 @@ def run():
     check_moe_sets()
     check_fused_quant_tolerance()
     check_gpt_ffn_allowance()
+    gemma_selftest.check_geglu_tolerance(lambda op: yardstick(op, "swiglu"), tolerance_share, a, ROUND)
+    gemma_selftest.check_w32_weights(a)
     int4_selftest.check_int4_formats()
     fp8_accum.check_gemm_fp8_accumulation(gemm_fp8_yardstick()[1]["bf16"]["atol_rms"])
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))

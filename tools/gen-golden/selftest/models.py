@@ -209,7 +209,8 @@ def check_format(s):
     want_keys = PARAM_KEYS + (["peak"] if p.get("source") == "synthetic" else []) + (
         ["quantization"] if s.quant is not None else [])
     check(list(p) == want_keys, "params keys %s, want %s" % (list(p), want_keys))
-    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral", "qwen3_moe")
+    check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral", "qwen3_moe",
+                          "gemma3")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
     check(p["dtype"] in configs.DTYPES, "dtype %r" % (p["dtype"],))
@@ -316,6 +317,8 @@ def check_hparams(s):
         want.update(rope_theta=None, rope_type=None, rotary_dim=None, partial_rotary_factor=None,
                     activation=cfg.get("activation_function", "gelu_new"), sliding_window=None,
                     **{k: None for k in tables})
+    elif s.family in configs.GEMMA_FAMILIES:
+        check_gemma_hparams(s, want, tables)
     else:
         sc = rope_scaling.rope_scaling(cfg)
         partial = cfg.get("partial_rotary_factor", 1.0)
@@ -362,6 +365,47 @@ def check_hparams(s):
             continue  # checked above
         check(hp[k] == want[k] and type(hp[k]) is type(want[k]),
               "hparams.%s = %r, config.json says %r" % (k, hp[k], want[k]))
+
+
+def gemma_layer_types(cfg):
+    """Gemma 3's layer types from config.json: layer_types, else every sliding_window_pattern-th
+    layer (default 6) global and the rest sliding (Gemma3TextConfig.__post_init__)."""
+    if cfg.get("layer_types"):
+        return list(cfg["layer_types"])
+    n = cfg.get("sliding_window_pattern", 6)
+    return ["sliding_attention" if (i + 1) % n else "full_attention"
+            for i in range(cfg["num_hidden_layers"])]
+
+
+def check_gemma_hparams(s, want, tables):
+    """Gemma 3's hparams against config.json: the global layers' RoPE (rope_theta and
+    rope_scaling) in the shared keys, the sliding layers' (rope_local_base_freq, unscaled) in
+    rope_local_*, query_pre_attn_scalar, the embedding scale sqrt(hidden_size), the layer types."""
+    cfg, d, hp = s.cfg, s.dims, s.p["hparams"]
+    check(cfg.get("attn_logit_softcapping") is None and cfg.get("final_logit_softcapping") is None,
+          "a Gemma 3 set with soft-capping")
+    sc = rope_scaling.rope_scaling(cfg)
+    local = rope_scaling.RopeScaling("default", float(cfg.get("rope_local_base_freq", 10000.0)),
+                                     sc.dim, None, None, 1.0, None)
+    want.update(rope_theta=configs.rope_theta(cfg), rope_type=sc.rope_type, rotary_dim=sc.dim,
+                partial_rotary_factor=1.0,
+                activation=cfg.get("hidden_activation", "gelu_pytorch_tanh"),
+                sliding_window=cfg.get("sliding_window"), rope_long_inv_freq=None,
+                rope_attention_factor=1.0, rope_long_from=None, rope_local_theta=local.base,
+                query_pre_attn_scalar=float(cfg.get("query_pre_attn_scalar", 256)),
+                embed_scale=float(cfg["hidden_size"] ** 0.5),
+                layer_types=gemma_layer_types(cfg))
+    for key, rs in (("rope_inv_freq", sc), ("rope_local_inv_freq", local)):
+        got = hp[key]
+        check(isinstance(got, list) and len(got) == rs.dim // 2
+              and all(type(v) is float and float(np.float32(v)) == v for v in got),
+              "hparams.%s: a list of %d fp32 values" % (key, rs.dim // 2))
+        rel = float(np.abs(np.array(got) / inv_freq(rs, np.array([0]))[0] - 1).max())
+        check(rel <= rope_scaling.INV_FREQ_RTOL, "hparams.%s off config.json's tables by %.3g"
+              % (key, rel))
+    for k in ("rope_long_inv_freq", "rope_attention_factor", "rope_long_from"):
+        check(hp[k] == want[k], "hparams.%s = %r, want %r" % (k, hp[k], want[k]))
+    tables.append("rope_local_inv_freq")
 
 
 def safetensors_entries(d):
@@ -751,6 +795,29 @@ def check_config(s, spec):
         w = s.weights()
         check("lm_head.weight" in w and not any(k.endswith(".bias") for k in w.where),
               "untied head stored; no biases")
+    elif spec.family == "gemma3":
+        check(type(c).__name__ == "Gemma3TextConfig", "config class")
+        check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads == 1,
+              "GQA 4:1 with one kv head (Gemma-3-1B's)")
+        check(c.head_dim == d.D == 64 and c.num_attention_heads * c.head_dim == 2 * c.hidden_size
+              and c.query_pre_attn_scalar != c.head_dim,
+              "explicit head_dim: q twice the residual width; query_pre_attn_scalar not head_dim")
+        check(c.layer_types == ["sliding_attention", "full_attention"]
+              and generation.PROMPT_LEN > 2 * c.sliding_window,
+              "layer 0 sliding with a window well inside the prompt, layer 1 global")
+        check(c.rope_parameters["full_attention"]["rope_type"] == "linear"
+              and c.rope_parameters["sliding_attention"]["rope_type"] == "default"
+              and c.rope_parameters["sliding_attention"]["rope_theta"] == 1e4
+              and c.rope_parameters["full_attention"]["rope_theta"] == 1e6,
+              "linear scaling on the global layer only; local base 1e4, global 1e6")
+        check(c.tie_word_embeddings and c.hidden_activation == "gelu_pytorch_tanh"
+              and c.attn_logit_softcapping is None and c.final_logit_softcapping is None,
+              "tied / GeGLU tanh / no soft-capping")
+        w = s.weights()
+        check("lm_head.weight" not in w and "model.layers.0.post_feedforward_layernorm.weight" in w
+              and w["model.layers.0.self_attn.k_norm.weight"].shape == (d.D,)
+              and not any(k.endswith(".bias") for k in w.where),
+              "tied head not stored; four norms a layer, q/k norms of head_dim; no biases")
     elif spec.family == "llama":
         check(type(c).__name__ == "LlamaConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -865,6 +932,8 @@ def layer_window(family, cfg, i):
     layer (null: none, as Mixtral publishes it); Qwen3-MoE's with use_sliding_window only, on every
     layer (Qwen3MoeAttention: no layer_types, max_window_layers unread)."""
     w = cfg.get("sliding_window")
+    if family in configs.GEMMA_FAMILIES:  # the layers gemma_layer_types calls sliding
+        return (w or 0) if gemma_layer_types(cfg)[i] == "sliding_attention" else 0
     if family in ("phi3", "mixtral") or cfg.get("model_type") == "mistral":
         return w or 0
     if family == "qwen3_moe":  # every layer, with use_sliding_window (no layer_types)
@@ -1093,12 +1162,75 @@ def moe_block(f, ids, wts, w, experts, d):
     return out
 
 
+def layer_rope(cfg, family, i):
+    """Layer i's RoPE by the contract's reading of config.json: rope_scaling.rope_scaling for
+    every layer, but Gemma 3's sliding layers, whose base is rope_local_base_freq (default 1e4),
+    unscaled (rope_scaling applies to its global layers only)."""
+    sc = rope_scaling.rope_scaling(cfg)
+    if family in configs.GEMMA_FAMILIES and gemma_layer_types(cfg)[i] == "sliding_attention":
+        return rope_scaling.RopeScaling("default", float(cfg.get("rope_local_base_freq", 1e4)),
+                                        sc.dim, None, None, 1.0, None)
+    return sc
+
+
+def np_pass_gemma(cfg, d, w, ids, pos, cache, lin):
+    """np_pass of Gemma 3 by the contract's reading of config.json: the embedding times
+    sqrt(hidden_size); every norm x / rms(x) * (1 + w), four a layer and q_norm / k_norm over each
+    head; the global layers' RoPE from rope_theta and rope_scaling, the sliding ones' from
+    rope_local_base_freq unscaled, with their window; scores scaled by query_pre_attn_scalar^-0.5;
+    the block outputs normed before each residual add; GeGLU with the tanh GELU; the tied head."""
+    def norm(x, name):
+        return rms_norm(x, 1.0 + w[name], d.eps)
+    taps = {}
+    T = len(ids)
+    x = w["model.embed_tokens.weight"][ids] * math.sqrt(d.H)
+    taps["embed"] = x
+    types = gemma_layer_types(cfg)
+    scale = float(cfg.get("query_pre_attn_scalar", 256)) ** -0.5
+    for i in range(d.L):
+        p, b = "layers.%d." % i, "model.layers.%d." % i
+        h = norm(x, b + "input_layernorm.weight")
+        q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm") for n in "qkv")
+        q, k, v = q.reshape(T, d.nH, d.D), k.reshape(T, d.nKV, d.D), v.reshape(T, d.nKV, d.D)
+        taps[p + "attn_norm"], taps[p + "q"], taps[p + "k"], taps[p + "v"] = h, q, k, v
+        q, k = norm(q, b + "self_attn.q_norm.weight"), norm(k, b + "self_attn.k_norm.weight")
+        taps[p + "q_norm"], taps[p + "k_norm"] = q, k
+        sc = layer_rope(cfg, "gemma3", i)
+        inv = inv_freq(sc, pos)
+        q, k = rope(q, pos, inv, sc.attention_factor), rope(k, pos, inv, sc.attention_factor)
+        taps[p + "q_rope"], taps[p + "k_rope"] = q, k
+        cache[i][0] = np.concatenate([cache[i][0], k]) if cache[i][0] is not None else k
+        cache[i][1] = np.concatenate([cache[i][1], v]) if cache[i][1] is not None else v
+        a = attention(q, cache[i][0], cache[i][1], pos, scale, layer_window("gemma3", cfg, i))
+        taps[p + "attn"] = a
+        ao = lin(a, b + "self_attn.o_proj", p + "attn")
+        pa = norm(ao, b + "post_attention_layernorm.weight")
+        r = x + pa
+        taps[p + "attn_out"], taps[p + "attn_post_norm"], taps[p + "resid_attn"] = ao, pa, r
+        f = norm(r, b + "pre_feedforward_layernorm.weight")
+        gate = lin(f, b + "mlp.gate_proj", p + "ffn_norm")
+        up = lin(f, b + "mlp.up_proj", p + "ffn_norm")
+        act = gelu_new(gate) * up
+        fo = lin(act, b + "mlp.down_proj", p + "ffn_act")
+        pf = norm(fo, b + "post_feedforward_layernorm.weight")
+        x = r + pf
+        taps.update({p + "ffn_norm": f, p + "ffn_gate": gate, p + "ffn_up": up,
+                     p + "ffn_act": act, p + "ffn_out": fo, p + "ffn_post_norm": pf,
+                     p + "resid_ffn": x})
+    fn = norm(x, "model.norm.weight")
+    taps["final_norm"] = fn
+    taps["logits"] = fn @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+    return taps
+
+
 def np_pass(family, cfg, d, w, ids, pos, cache, lin=None):
     """One forward pass of T tokens; cache: per layer [K, V] (grown here). Returns the taps.
     lin(x, name): the projection `name` (without ".weight") of x, Linears for a quantized set;
     by default x @ W.T of the stored weight."""
     if lin is None:
         lin = lambda x, name, tap=None: x @ w[name + ".weight"].T  # noqa: E731
+    if family in configs.GEMMA_FAMILIES:
+        return np_pass_gemma(cfg, d, w, ids, pos, cache, lin)
     taps = {}
     T = len(ids)
     if family == "gpt2":
@@ -1263,16 +1395,21 @@ def check_rope(s):
     passes = [("prefill", np.arange(P))]
     passes += [("decode.%d" % i, np.array([P + i])) for i in range(s.p["decode_steps"])]
     for prefix, pos in passes:
-        inv = inv_freq(sc, pos)
         if sc.long_divisor is not None:
             n_long = int((pos >= sc.long_from).sum())
             check(n_long in (0, len(pos)), "%s: a pass mixing the tables (the prefill is longer "
                   "than the original context?)" % prefix)
             used[prefix] = "long" if n_long else "short"
         for i in range(s.dims.L):
+            # Gemma 3: the layer type's table; the other type's must fail
+            lsc = layer_rope(s.cfg, s.family, i)
+            inv = inv_freq(lsc, pos)
+            other_type = [lt for lt in (layer_rope(s.cfg, s.family, j) for j in range(s.dims.L))
+                          if lt.base != lsc.base or lt.freq_divisor != lsc.freq_divisor]
             for x in ("q", "k"):
-                # Qwen3 rotates its per-head normed q and k (the q_norm / k_norm taps)
-                src = x + "_norm" if s.family in configs.QK_NORM_FAMILIES else x
+                # Qwen3 and Gemma 3 rotate their per-head normed q and k (q_norm / k_norm taps)
+                src = x + "_norm" if (s.family in configs.QK_NORM_FAMILIES
+                                      or s.family in configs.GEMMA_FAMILIES) else x
                 base = s.a("%s.layers.%d.%s" % (prefix, i, src)).astype(np.float64)
                 got = s.a("%s.layers.%d.%s_rope" % (prefix, i, x))
                 rel = close(got, rope(base, pos, inv, af), ROPE_RTOL)
@@ -1285,6 +1422,9 @@ def check_rope(s):
                           (rope_gptj(base, pos, inv, af), "GPT-J pairing")]
                 if af != 1.0:
                     wrongs.append((rope(base, pos, inv), "no attention factor"))
+                if other_type:
+                    wrongs.append((rope(base, pos, inv_freq(other_type[0], pos), af),
+                                   "other layer type's"))
                 if sc.long_divisor is not None:
                     other = "short" if used[prefix] == "long" else "long"
                     wrongs.append((rope(base, pos, inv_freq(sc, pos, other), af),
@@ -1294,7 +1434,7 @@ def check_rope(s):
                         continue
                     check(close(got, wrong, 0) > 20 * ROPE_RTOL,
                           "%s.layers.%d.%s_rope: a %s rotation would pass" % (prefix, i, x, what))
-                if sc.freq_divisor is not None:
+                if lsc.freq_divisor is not None:
                     unscaled = rope(base, pos, inv_freq(plain, pos), af)
                     unscaled_gap = max(unscaled_gap, close(got, unscaled, 0))
     # The scaled tables themselves (apart from the factor) are visible at these positions: at
@@ -1316,7 +1456,19 @@ def check_chain(s):
             p = "layers.%d." % i
             pairs = [(t(p + "resid_attn"), prev + t(p + "attn_out")),
                      (t(p + "resid_ffn"), t(p + "resid_attn") + t(p + "ffn_out"))]
-            if s.family in configs.MOE_FAMILIES:
+            if s.family in configs.GEMMA_FAMILIES:
+                # the residual adds take the post-norms of the block outputs
+                b = "model.layers.%d." % i
+
+                def gnorm(x, name, b=b):
+                    return rms_norm(x, 1.0 + w[b + name + ".weight"], d.eps)
+                pairs = [(t(p + "attn_post_norm"), gnorm(t(p + "attn_out"), "post_attention_layernorm")),
+                         (t(p + "resid_attn"), prev + t(p + "attn_post_norm")),
+                         (t(p + "ffn_norm"), gnorm(t(p + "resid_attn"), "pre_feedforward_layernorm")),
+                         (t(p + "ffn_act"), gelu_new(t(p + "ffn_gate")) * t(p + "ffn_up")),
+                         (t(p + "ffn_post_norm"), gnorm(t(p + "ffn_out"), "post_feedforward_layernorm")),
+                         (t(p + "resid_ffn"), t(p + "resid_attn") + t(p + "ffn_post_norm"))]
+            elif s.family in configs.MOE_FAMILIES:
                 # the router reads ffn_norm; the block's output is the experts the stored
                 # router_logits choose, applied to ffn_norm
                 router, experts = moe_names(s.family, i)
@@ -1340,7 +1492,8 @@ def check_chain(s):
             fn = layer_norm(prev, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], d.eps)
             head = w.get("lm_head.weight", w["transformer.wte.weight"])
         else:
-            fn = rms_norm(prev, w["model.norm.weight"], d.eps)
+            gain = w["model.norm.weight"] + (1.0 if s.family in configs.GEMMA_FAMILIES else 0.0)
+            fn = rms_norm(prev, gain, d.eps)
             head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
         for got, want, what in ((t("final_norm"), fn, "final_norm"),
                                 (t("logits"), t("final_norm") @ head.T, "logits")):
@@ -1758,10 +1911,13 @@ def check_calibration(s):
         prev = t("embed")
         for i in range(s.dims.L):
             p = "layers.%d." % i
-            check(torch.equal(t(p + "resid_attn"), f16(prev + t(p + "attn_out"))),
-                  "%s.%sresid_attn is not %s(x + attn_out)" % (prefix, p, dtype))
-            check(torch.equal(t(p + "resid_ffn"), f16(t(p + "resid_attn") + t(p + "ffn_out"))),
-                  "%s.%sresid_ffn is not %s(resid_attn + ffn_out)" % (prefix, p, dtype))
+            # Gemma 3 adds the post-norms of the block outputs
+            ao, fo = (("attn_post_norm", "ffn_post_norm") if s.family in configs.GEMMA_FAMILIES
+                      else ("attn_out", "ffn_out"))
+            check(torch.equal(t(p + "resid_attn"), f16(prev + t(p + ao))),
+                  "%s.%sresid_attn is not %s(x + %s)" % (prefix, p, dtype, ao))
+            check(torch.equal(t(p + "resid_ffn"), f16(t(p + "resid_attn") + t(p + fo))),
+                  "%s.%sresid_ffn is not %s(resid_attn + %s)" % (prefix, p, dtype, fo))
             prev = t(p + "resid_ffn")
     worst = max(cal["taps"], key=lambda e: e["nmse"])
     return worst["nmse"], worst["tap"]

@@ -554,8 +554,8 @@ int ts_residual_add(void *out, const void *x, const void *residual, const ts_ele
 int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream);
 #ifndef FAKE_OMIT_RMSNORM
 int ts_rmsnorm(void *out, const void *x, const void *weight, const ts_norm_config *cfg, void *stream) {
-    logf_("ts_rmsnorm dtype=%d rows=%d hidden=%d eps=%g stream=%d", cfg->dtype, cfg->rows, cfg->hidden, cfg->eps,
-          stream != NULL);
+    logf_("ts_rmsnorm dtype=%d rows=%d hidden=%d eps=%g weight_dtype=%d stream=%d", cfg->dtype, cfg->rows,
+          cfg->hidden, cfg->eps, cfg->weight_dtype, stream != NULL);
     int st = enter("ts_rmsnorm", 1);
     if (st) return st;
     NEED("rmsnorm", out);
@@ -598,8 +598,8 @@ int ts_layernorm_residual(void *sum, void *out, const void *x, const void *resid
 
 int ts_rmsnorm_residual(void *sum, void *out, const void *x, const void *residual, const void *weight,
                         const ts_norm_config *cfg, void *stream) {
-    logf_("ts_rmsnorm_residual dtype=%d rows=%d hidden=%d eps=%g stream=%d", cfg->dtype, cfg->rows, cfg->hidden,
-          cfg->eps, stream != NULL);
+    logf_("ts_rmsnorm_residual dtype=%d rows=%d hidden=%d eps=%g weight_dtype=%d stream=%d", cfg->dtype, cfg->rows,
+          cfg->hidden, cfg->eps, cfg->weight_dtype, stream != NULL);
     int st = enter("ts_rmsnorm_residual", 1);
     if (st) return st;
     NEED("rmsnorm_residual", sum);
@@ -662,6 +662,16 @@ int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_
     NEED("swiglu", out);
     NEED("swiglu", gate);
     NEED("swiglu", up);
+    return TS_OK;
+}
+
+int ts_geglu(void *out, const void *gate, const void *up, const ts_geglu_config *cfg, void *stream) {
+    logf_("ts_geglu dtype=%d n=%lld gelu=%d stream=%d", cfg->dtype, (long long)cfg->n, cfg->gelu, stream != NULL);
+    int st = enter("ts_geglu", 1);
+    if (st) return st;
+    NEED("geglu", out);
+    NEED("geglu", gate);
+    NEED("geglu", up);
     return TS_OK;
 }
 
@@ -789,8 +799,8 @@ int ts_gelu_scale(void *out, const void *x, const ts_gelu_scale_config *cfg, voi
 
 int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t *positions,
                      const ts_embedding_config *cfg, void *stream) {
-    logf_("ts_pos_embedding dtype=%d tokens=%d hidden=%d table_rows=%d stream=%d", cfg->dtype, cfg->tokens, cfg->hidden,
-          cfg->table_rows, stream != NULL);
+    logf_("ts_pos_embedding dtype=%d tokens=%d hidden=%d table_rows=%d scale=%g stream=%d", cfg->dtype, cfg->tokens,
+          cfg->hidden, cfg->table_rows, (double)cfg->scale, stream != NULL);
     int st = enter("ts_pos_embedding", 1);
     if (st) return st;
     NEED("pos_embedding", out);
@@ -801,8 +811,8 @@ int ts_pos_embedding(void *out, const void *x, const void *table, const int32_t 
 }
 
 int ts_embedding(void *out, const int32_t *ids, const void *table, const ts_embedding_config *cfg, void *stream) {
-    logf_("ts_embedding dtype=%d tokens=%d hidden=%d table_rows=%d stream=%d", cfg->dtype, cfg->tokens, cfg->hidden,
-          cfg->table_rows, stream != NULL);
+    logf_("ts_embedding dtype=%d tokens=%d hidden=%d table_rows=%d scale=%g stream=%d", cfg->dtype, cfg->tokens,
+          cfg->hidden, cfg->table_rows, (double)cfg->scale, stream != NULL);
     int st = enter("ts_embedding", 1);
     if (st) return st;
     NEED("embedding", out);
