@@ -220,6 +220,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}`, 1)))
 	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": `+ctFP8Dynamic, 1)))
 	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": true, "sym": true}`, 1)))
+	f.Add([]byte(strings.Replace(gemmaHub, "%s", "", 1)))
+	f.Add([]byte(gemmaV5))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -238,7 +240,8 @@ func FuzzParseConfig(f *testing.F) {
 				t.Fatalf("accepted quantization %+v for %s", qc, c.Family)
 			}
 		}
-		if c.Hidden <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim*c.Heads != c.Hidden || c.Heads%c.KVHeads != 0 ||
+		// an explicit head_dim (Qwen3, Gemma 3) need not be hidden_size / heads
+		if c.Hidden <= 0 || c.Heads <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || c.Heads%c.KVHeads != 0 ||
 			c.Layers <= 0 || c.Vocab <= 0 || c.Intermediate <= 0 || !(c.NormEps > 0) || c.MaxPositions <= 0 {
 			t.Fatalf("accepted an unusable config %+v from %q", c, data)
 		}
@@ -259,7 +262,15 @@ func FuzzParseConfig(f *testing.F) {
 				}
 			}
 		}
-		if want := map[bool]string{true: "gelu_new", false: "silu"}[c.Family == "gpt2"]; c.Activation != want {
+		if c.Family == "gemma3" && (c.Activation != "gelu_pytorch_tanh" || !c.NormPlusOne || !(c.AttnScalar > 0) ||
+			!(c.RopeLocalTheta > 1) || c.WindowedLayers == nil || len(*c.WindowedLayers) != c.Layers || c.SlidingWindow <= 0) {
+			t.Fatalf("bad gemma3 config %+v", c)
+		}
+		want := map[string]string{"gpt2": "gelu_new", "gemma3": "gelu_pytorch_tanh"}[c.Family]
+		if want == "" {
+			want = "silu"
+		}
+		if c.Activation != want {
 			t.Fatalf("activation %q for %s, want %q", c.Activation, c.Family, want)
 		}
 	})
