@@ -197,8 +197,8 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
                                                 const KV *kc, const KV *vc, const int32_t *lens, const float *k_scale,
                                                 const float *v_scale, int scale_heads, int max_len, int nh, int nkv,
                                                 int group, int hchunks, int chunk, int nsplit, float scale,
-                                                int window, int len_fault, KVPages pages, int table_fault,
-                                                ts::FaultRecord *fault) {
+                                                int window, float softcap, int len_fault, KVPages pages,
+                                                int table_fault, ts::FaultRecord *fault) {
     constexpr bool kFP8 = std::is_same<KV, unsigned char>::value;
     constexpr int KW = D / 8;       /* words of a lane's K (and Q) piece: D/4 dims */
     constexpr int NK = D / 16;      /* k-steps of S = Q K^T */
@@ -240,6 +240,7 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
         sc *= k_scale[hs];
         vsc = v_scale[hs];
     }
+    const float inv_cap = softcap > 0.0f ? 1.0f / softcap : 0.0f;
     const int len = w.len;
     /* A sliding window's keys are [lo, len); the splits start at lo rounded down to a 16-key tile
      * (a paged tile's keys share one page read), keys before lo are masked. */
@@ -325,7 +326,11 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = k0 + 16 * u + 8 * nt + 2 * tq + (e & 1);
-                    s[u][nt][e] = key >= lo && key < end ? s[u][nt][e] * sc : -INFINITY;
+                    /* softcap > 0 (a uniform branch): cap · tanh(s / cap) of the scaled score,
+                     * before the mask (touchstone.h). */
+                    float se = s[u][nt][e] * sc;
+                    if (softcap > 0.0f) se = ts::softcap_score(se, softcap, inv_cap);
+                    s[u][nt][e] = key >= lo && key < end ? se : -INFINITY;
                 }
             }
 
@@ -513,6 +518,7 @@ struct DecodeShape {
     int batch, max_len, n_heads, n_kv_heads, head_dim;
     float scale;
     int window = 0;
+    float softcap = 0.0f; /* 0: none; > 0: the scores' soft cap (touchstone.h) */
 };
 
 /* The checks both decode entries run on the shape and buffers after their pointer checks: the
@@ -528,6 +534,7 @@ inline void check_decode(ts::Validator &val, ts_dtype dtype, const DecodeShape &
     val.positive(c.head_dim, "cfg->head_dim");
     val.scale(c.scale, "cfg->scale");
     ts::check_window(val, c.window, true);
+    ts::check_softcap(val, c.softcap);
     ts::check_heads(val, c.n_heads, c.n_kv_heads, c.head_dim);
     val.elements("k_cache", {c.batch, c.max_len, c.n_kv_heads, c.head_dim});
     val.elements("q", {c.batch, c.n_heads, c.head_dim});
@@ -590,13 +597,13 @@ int launch_mma(const char *op, Kernel kernel, T *out, const T *q, const KV *kc, 
     }
     const dim3 grid((unsigned)groups, (unsigned)nsplit);
     const char *d = ts::dims("batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d group=%d maxg=%d splits=%lld "
-                             "chunk=%lld scale=%g window=%d (tensor cores%s%s)",
+                             "chunk=%lld scale=%g window=%d softcap=%g (tensor cores%s%s)",
                              c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
-                             (long long)chunk, c.scale, c.window, sizeof(KV) == 1 ? ", e4m3 cache" : "",
+                             (long long)chunk, c.scale, c.window, c.softcap, sizeof(KV) == 1 ? ", e4m3 cache" : "",
                              pages.table ? ", paged" : "");
     TS_LAUNCH(op, kernel, grid, kMmaThreads, 0, stream, d, out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
               v_scale, scale_heads, c.max_len, c.n_heads, c.n_kv_heads, group, hchunks, (int)chunk, (int)nsplit,
-              c.scale, c.window, len_fault, pages, table_fault, ts::fault_record());
+              c.scale, c.window, c.softcap, len_fault, pages, table_fault, ts::fault_record());
     return TS_OK;
 }
 

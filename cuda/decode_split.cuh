@@ -48,8 +48,8 @@ template <int MAXG, bool PAGED, typename T>
 __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc,
                                                   const T *vc, const int32_t *lens, int max_len, int nh, int nkv,
                                                   int D, int group, int hchunks, int chunk, int nsplit, float scale,
-                                                  int window, int len_fault, KVPages pages, int table_fault,
-                                                  ts::FaultRecord *fault) {
+                                                  int window, float softcap, int len_fault, KVPages pages,
+                                                  int table_fault, ts::FaultRecord *fault) {
     extern __shared__ __align__(16) unsigned char smem[];
     const DecodeLayout L = decode_layout(D, MAXG);
     float *q_s = reinterpret_cast<float *>(smem + L.q_off);
@@ -148,7 +148,13 @@ __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float
             for (int g = 0; g < MAXG; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], 1);
             if (part == 0) {
 #pragma unroll
-                for (int g = 0; g < MAXG; ++g) p_s[g * kTile + j] = j < nvalid ? s[g] * scale : -INFINITY;
+                for (int g = 0; g < MAXG; ++g) {
+                    /* softcap > 0 (a uniform branch): cap · tanh(s / cap) of the scaled score,
+                     * before the mask (touchstone.h). */
+                    float sg = s[g] * scale;
+                    if (softcap > 0.0f) sg = ts::softcap_score(sg, softcap, 1.0f / softcap);
+                    p_s[g * kTile + j] = j < nvalid ? sg : -INFINITY;
+                }
             }
         }
         __syncthreads();
@@ -228,11 +234,11 @@ template <int MAXG, typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_split_kernel(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc, const T *vc,
                                   const int32_t *lens, int max_len, int nh, int nkv, int D, int group, int hchunks,
-                                  int chunk, int nsplit, float scale, int window, int len_fault, KVPages pages,
-                                  int table_fault, ts::FaultRecord *fault) {
+                                  int chunk, int nsplit, float scale, int window, float softcap, int len_fault,
+                                  KVPages pages, int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_split_body<MAXG, false, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
-                                      chunk, nsplit, scale, window, len_fault, pages, table_fault, fault);
+                                      chunk, nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
 }
 
 template <int MAXG, typename T>
@@ -240,10 +246,11 @@ __global__ void __launch_bounds__(kThreads)
     attention_decode_paged_split_kernel(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc,
                                         const T *vc, const int32_t *lens, int max_len, int nh, int nkv, int D,
                                         int group, int hchunks, int chunk, int nsplit, float scale, int window,
-                                        int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
+                                        float softcap, int len_fault, KVPages pages, int table_fault,
+                                        ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_split_body<MAXG, true, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
-                                     chunk, nsplit, scale, window, len_fault, pages, table_fault, fault);
+                                     chunk, nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
 }
 
 /* out[b, h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the splits (empty ones have
@@ -312,11 +319,11 @@ int launch_split(const char *op, T *out, const T *q, const T *kc, const T *vc, c
     }
     const dim3 grid((unsigned)groups, (unsigned)nsplit);
     const char *d = ts::dims("batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d group=%d maxg=%d splits=%lld "
-                             "chunk=%lld scale=%g window=%d%s",
+                             "chunk=%lld scale=%g window=%d softcap=%g%s",
                              c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
-                             (long long)chunk, c.scale, c.window, pages.table ? " (paged)" : "");
+                             (long long)chunk, c.scale, c.window, c.softcap, pages.table ? " (paged)" : "");
     TS_LAUNCH(op, split_kernel, grid, kThreads, (size_t)L.bytes, stream, d, out, part_acc, part_ml, q, kc, vc, lens,
-              c.max_len, c.n_heads, c.n_kv_heads, D, group, hchunks, (int)chunk, (int)nsplit, c.scale, c.window, len_fault, pages,
+              c.max_len, c.n_heads, c.n_kv_heads, D, group, hchunks, (int)chunk, (int)nsplit, c.scale, c.window, c.softcap, len_fault, pages,
               table_fault, ts::fault_record());
     if (nsplit > 1) {
         const int threads = D >= 256 ? 256 : ts::round_up(D, 32);

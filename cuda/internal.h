@@ -847,6 +847,23 @@ inline void check_window(Validator &v, int window, bool causal) {
                window);
 }
 
+/* The attention configs' softcap (touchstone.h, "Logit soft-capping"): 0 or a positive finite
+ * value. */
+inline void check_softcap(Validator &v, float softcap) {
+    if (v.ok() && !(softcap >= 0.0f && std::isfinite(softcap)))
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->softcap = %g: must be 0 (none) or positive and finite", softcap);
+}
+
+/* Soft-capping of a scaled score s (natural units): cap * tanh(s / cap), s / cap as
+ * s * (1 / cap) (inv_cap rounded once on the host; the quotient differs by at most one
+ * rounding, 2^-24 relative, from the division transformers does). tanhf: CUDA's full-accuracy
+ * tanh (2 ulp, Programming Guide table of single-precision functions), not tanh.approx.f32,
+ * whose 2^-10.987 relative error would be 0.025 at a cap of 50: the score error it would
+ * add exceeds the fp16 rounding of q and k the tolerances were derived for. */
+__device__ __forceinline__ float softcap_score(float s, float cap, float inv_cap) {
+    return cap * tanhf(s * inv_cap);
+}
+
 } // namespace ts
 
 #endif /* TOUCHSTONE_INTERNAL_H */

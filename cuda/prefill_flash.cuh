@@ -79,12 +79,16 @@ __device__ __forceinline__ void load_tile_paged(T *dst, const T *base, int64_t r
  * this KV head: the sequence's contiguous rows, or the paged pool's through trow). Query row i is
  * at position prefix + i: causal, it sees keys 0 .. prefix + i; with a sliding window (window > 0,
  * causal) only keys prefix + i - window + 1 .. prefix + i, and tiles wholly before the block's
- * first row's window are never loaded. */
+ * first row's window are never loaded. softcap > 0: each score s = scale · q·k becomes
+ * softcap · tanh(s / softcap) before the mask (touchstone.h), then is multiplied by log2(e)
+ * instead of scale_log2. The cap is a uniform branch on softcap (the same value in every
+ * thread), not a template parameter: no new kernel instances (path table, binary size) and the
+ * uncapped path pays one predicated-off branch a tile (ptxas -v: see the commit message). */
 template <int DP, int MT, bool PAGED, typename T>
 __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q_stride, const T *kb, const T *vb,
                                              int64_t kv_stride, const ts_decode::KVPages &pages, const int32_t *trow,
                                              int q0, int q_len, int kv_len, int prefix, int causal, int window,
-                                             int D, float scale_log2) {
+                                             int D, float scale_log2, float softcap, float scale) {
     using F = Flash<DP, MT>;
     constexpr int kMt = MT, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
     constexpr int kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
@@ -121,6 +125,8 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
     const int wrow = warp * 16 * kMt;   /* this warp's first row in the tile */
     const int row0 = q0 + wrow;         /* ... in the sequence's queries (at position prefix + row0) */
     const int g8 = lane >> 2;           /* this lane's rows: row0 + 16 mt + g8 (+ 8) */
+    /* The softmax's multiplier into log2 units: scale · log2(e), or log2(e) for capped scores. */
+    const float mul = softcap > 0.0f ? 1.4426950408889634f : scale_log2;
 
     float o[kMt][kDt][4];
 #pragma unroll
@@ -183,6 +189,19 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
                 }
             }
 
+            /* Soft-capping in natural units (s = scale · q·k, cap · tanh(s / cap)), before the
+             * mask; the softmax below then multiplies by log2(e) alone (mul). */
+            if (softcap > 0.0f) {
+                const float inv_cap = 1.0f / softcap;
+#pragma unroll
+                for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+                    for (int n = 0; n < kNt; ++n)
+#pragma unroll
+                        for (int c = 0; c < 4; ++c)
+                            s[mt][n][c] = ts::softcap_score(s[mt][n][c] * scale, softcap, inv_cap);
+            }
+
             /* Masks: only the tiles that reach past the sequence end or this warp's diagonal, or
              * start before its last row's window. */
             if (k0 + kBc > kv_len || (causal && k0 + kBc - 1 > prefix + row0) ||
@@ -211,15 +230,15 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
                     for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-                    const float m_new = fmaxf(m_run[mt][r], mx * scale_log2);
+                    const float m_new = fmaxf(m_run[mt][r], mx * mul);
                     const float m_use = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing visible yet */
                     const float alpha = ts::ex2_approx(m_run[mt][r] - m_use);
                     m_run[mt][r] = m_new;
                     float sum = 0.0f;
 #pragma unroll
                     for (int n = 0; n < kNt; ++n) {
-                        s[mt][n][2 * r] = ts::ex2_approx(fmaf(s[mt][n][2 * r], scale_log2, -m_use));
-                        s[mt][n][2 * r + 1] = ts::ex2_approx(fmaf(s[mt][n][2 * r + 1], scale_log2, -m_use));
+                        s[mt][n][2 * r] = ts::ex2_approx(fmaf(s[mt][n][2 * r], mul, -m_use));
+                        s[mt][n][2 * r + 1] = ts::ex2_approx(fmaf(s[mt][n][2 * r + 1], mul, -m_use));
                         sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
                     }
                     l_run[mt][r] = l_run[mt][r] * alpha + sum; /* this lane's part of the row sum */

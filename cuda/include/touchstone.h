@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 23
+#define TS_ABI_VERSION 24
 
 typedef enum {
     TS_OK = 0,
@@ -265,6 +265,14 @@ typedef struct {
  * position p see only keys p - window + 1 .. p (transformers' sliding_window: key > p - window),
  * with causal masking (a prefill with a window must be causal). */
 
+/* Logit soft-capping (the attention configs' `softcap`, the last field of ts_attention_config,
+ * ts_scores_config, ts_decode_config, ts_paged_decode_config, ts_paged_prefill_config and
+ * ts_decode_fp8_config): 0: none; > 0 (finite): each score s = scale · q·k becomes
+ * softcap · tanh(s / softcap) before the causal/window mask and the softmax (Gemma 2's
+ * attn_logit_softcapping: transformers' eager_attention_forward divides the scaled scores by
+ * softcap, takes tanh, multiplies back, then adds the mask). Negative, NaN or inf is
+ * TS_ERR_INVALID_ARGUMENT naming the op and cfg->softcap. */
+
 /* attention_prefill: q [batch, seq_len, n_heads, head_dim], k/v [batch, seq_len, n_kv_heads,
  * head_dim], out like q; query head h reads kv head h / (n_heads / n_kv_heads). */
 typedef struct {
@@ -277,6 +285,7 @@ typedef struct {
     int causal; /* nonzero: query i sees keys 0..i */
     float scale;
     int window; /* 0, or the sliding window (causal only) */
+    float softcap; /* 0: none; > 0: soft-capping of the scaled scores (above) */
 } ts_attention_config;
 
 /* attention_scores_softmax: q [batch, seq_q, n_heads, head_dim], k [batch, seq_k, n_kv_heads,
@@ -292,6 +301,7 @@ typedef struct {
     int head_dim;
     int causal; /* nonzero: query i sees keys 0 .. seq_k - seq_q + i */
     float scale;
+    float softcap; /* 0: none; > 0: soft-capping of the scaled scores (above) */
 } ts_scores_config;
 
 /* attention_decode: q [batch, n_heads, head_dim], caches [batch, max_len, n_kv_heads,
@@ -307,6 +317,7 @@ typedef struct {
     float scale;
     int window; /* 0, or the sliding window: the query (position cache_lens[b] - 1) sees the last
                    min(window, cache_lens[b]) keys */
+    float softcap; /* 0: none; > 0: soft-capping of the scaled scores (above) */
 } ts_decode_config;
 
 /* attention_decode_paged: attention_decode over a paged KV cache (vLLM's layout). k/v caches
@@ -331,6 +342,7 @@ typedef struct {
     int head_dim;
     float scale;
     int window; /* 0, or the sliding window, as ts_decode_config's */
+    float softcap; /* 0: none; > 0: soft-capping of the scaled scores (above) */
 } ts_paged_decode_config;
 
 /* attention_prefill_paged: new tokens attending causally to their sequences' paged caches
@@ -358,6 +370,7 @@ typedef struct {
     float scale;
     int window; /* 0, or the sliding window: query i of sequence b (at position p) sees p - window
                    + 1 .. p */
+    float softcap; /* 0: none; > 0: soft-capping of the scaled scores (above) */
 } ts_paged_prefill_config;
 
 /* swiglu_ffn: x [rows, hidden], w_gate/w_up [ffn, hidden], w_down [hidden, ffn]. The gate, up
@@ -466,6 +479,7 @@ typedef struct {
     int head_dim;
     float scale;
     int scale_heads;
+    float softcap; /* 0: none; > 0: soft-capping of the scaled scores (above) */
 } ts_decode_fp8_config;
 
 /* gemm: out [m, n] = x [m, k] . w^T (w is [n, k]) + bias [n] (bias may be NULL). x, w and bias

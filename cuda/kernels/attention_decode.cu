@@ -63,18 +63,18 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_mma_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q, const T *kc,
                                 const T *vc, const int32_t *lens, const float *k_scale, const float *v_scale,
                                 int scale_heads, int max_len, int nh, int nkv, int group, int hchunks, int chunk,
-                                int nsplit, float scale, int window, int len_fault, KVPages pages, int table_fault,
+                                int nsplit, float scale, int window, float softcap, int len_fault, KVPages pages, int table_fault,
                                 ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_mma_body<D, MAXG, UNROLL, false, T, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale, v_scale,
                                            scale_heads, max_len, nh, nkv, group, hchunks, chunk, nsplit, scale,
-                                           window, len_fault, pages, table_fault, fault);
+                                           window, softcap, len_fault, pages, table_fault, fault);
 }
 
 template <int D, typename T>
 int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
                  cudaStream_t stream) {
-    const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale, c.window};
+    const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale, c.window, c.softcap};
     constexpr int U = decode_unroll(D);
     const int fault = ts::FAULT_DECODE_CACHE_LEN;
     if (c.n_heads / c.n_kv_heads <= 8)
@@ -99,7 +99,7 @@ int launch_attention_decode(T *out, const T *q, const T *kc, const T *vc, const 
     default:
         break;
     }
-    const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale, c.window};
+    const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale, c.window, c.softcap};
     return launch_split_for_group("attention_decode", out, q, kc, vc, lens, shape, ts::FAULT_DECODE_CACHE_LEN,
                                   KVPages{nullptr, 0, 0, 0}, 0, stream);
 }
@@ -118,7 +118,7 @@ extern "C" int ts_attention_decode(void *out, const void *q, const void *k_cache
     val.ptr(cfg, "cfg");
     if (!val.ok()) return val.status();
     const DecodeShape shape{cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale,
-                            cfg->window};
+                            cfg->window, cfg->softcap};
     check_decode(val, cfg->dtype, shape, out, q, k_cache, v_cache);
     if (!val.ok()) return val.status();
     cudaStream_t st;

@@ -25,18 +25,18 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_fp8_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q,
                                 const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
                                 const float *k_scale, const float *v_scale, int scale_heads, int max_len, int nh,
-                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale, int window,
+                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale, int window, float softcap,
                                 int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_mma_body<D, MAXG, UNROLL, false, unsigned char, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
                                                        v_scale, scale_heads, max_len, nh, nkv, group, hchunks, chunk,
-                                                       nsplit, scale, window, len_fault, pages, table_fault, fault);
+                                                       nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
 }
 
 template <int D, typename T>
 int launch_d(T *out, const T *q, const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
              const float *ks, const float *vs, const ts_decode_fp8_config &c, cudaStream_t stream) {
-    const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale};
+    const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale, 0, c.softcap};
     constexpr int U = decode_unroll_fp8(D);
     const char *op = "attention_decode_fp8";
     const int fault = ts::FAULT_DECODE_FP8_CACHE_LEN;
@@ -78,7 +78,8 @@ extern "C" int ts_attention_decode_fp8(void *out, const void *q, const void *k_c
     val.ptr(v_scale, "v_scale");
     val.ptr(cfg, "cfg");
     if (!val.ok()) return val.status();
-    const DecodeShape shape{cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale};
+    const DecodeShape shape{cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale, 0,
+                            cfg->softcap};
     check_decode(val, cfg->dtype, shape, out, q, k_cache, v_cache);
     if (val.ok() && cfg->scale_heads != 1 && cfg->scale_heads != cfg->n_kv_heads)
         val.fail(TS_ERR_INVALID_ARGUMENT, "cfg->scale_heads = %d: want 1 (per tensor) or cfg->n_kv_heads = %d (per head)",

@@ -22,12 +22,12 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_paged_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q, const T *kc,
                                   const T *vc, const int32_t *lens, const float *k_scale, const float *v_scale,
                                   int scale_heads, int max_len, int nh, int nkv, int group, int hchunks, int chunk,
-                                  int nsplit, float scale, int window, int len_fault, KVPages pages,
+                                  int nsplit, float scale, int window, float softcap, int len_fault, KVPages pages,
                                   int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
     decode_mma_body<D, MAXG, UNROLL, true, T, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale, v_scale,
                                                  scale_heads, max_len, nh, nkv, group, hchunks, chunk, nsplit, scale,
-                                                 window, len_fault, pages, table_fault, fault);
+                                                 window, softcap, len_fault, pages, table_fault, fault);
 }
 
 constexpr const char *kOp = "attention_decode_paged";
@@ -52,7 +52,7 @@ int launch(T *out, const T *q, const T *kc, const T *vc, const int32_t *table, c
     const KVPages pages{table, c.table_width, shift, c.num_blocks};
     /* The decode kernels' max_len is what a sequence can reach: its row of the table, full. */
     const DecodeShape shape{c.batch, c.table_width * c.block_size, c.n_heads, c.n_kv_heads, c.head_dim, c.scale,
-                            c.window};
+                            c.window, c.softcap};
     switch (c.head_dim) {
     case 32:
         return launch_mma_d<32>(out, q, kc, vc, lens, shape, pages, stream);
@@ -88,7 +88,7 @@ extern "C" int ts_attention_decode_paged(void *out, const void *q, const void *k
     /* The shared decode checks (dtype, sizes, scale, heads, q, grid, alignment) with a page as
      * the cache's length, then the pool and the table by their own shapes. */
     const DecodeShape shape{cfg->batch, cfg->block_size, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale,
-                            cfg->window};
+                            cfg->window, cfg->softcap};
     check_decode(val, cfg->dtype, shape, out, q, k_cache, v_cache);
     val.elements("k_cache", {cfg->num_blocks, cfg->block_size, cfg->n_kv_heads, cfg->head_dim});
     val.elements("block_table", {cfg->batch, cfg->table_width});

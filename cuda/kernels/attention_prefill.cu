@@ -42,7 +42,7 @@ using namespace ts_prefill;
 template <int DP, int MT, typename T>
 __global__ void __launch_bounds__(kThreads, MT == 1 ? 1 : 0)
     attention_prefill_kernel(T *out, const T *q, const T *k, const T *v, int seq, int nh, int nkv, int D, int causal,
-                             int window, float scale_log2, int q_tiles) {
+                             int window, float scale_log2, float softcap, float scale, int q_tiles) {
     ts::pdl_wait();
     const int bhs = (int)(gridDim.x / (unsigned)q_tiles); /* batch x heads */
     const int tile = q_tiles - 1 - (int)(blockIdx.x / (unsigned)bhs);
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 1 : 0)
     const int64_t seq_q = (int64_t)b * seq * nh + h, seq_kv = (int64_t)b * seq * nkv + kvh;
     prefill_body<DP, MT, false, T>(out + seq_q * D, q + seq_q * D, q_stride, k + seq_kv * D, v + seq_kv * D, kv_stride,
                                    ts_decode::KVPages{nullptr, 0, 0, 0}, nullptr, tile * Flash<DP, MT>::kBr, seq, seq,
-                                   0, causal, window, D, scale_log2);
+                                   0, causal, window, D, scale_log2, softcap, scale);
 }
 
 template <int DP, int MT, typename T>
@@ -72,10 +72,11 @@ int launch_dp(T *out, const T *q, const T *k, const T *v, const ts_attention_con
     const unsigned grid = (unsigned)((int64_t)q_tiles * c.n_heads * c.batch);
     /* ex2 of scale * log2(e) * s: the product rounded once, in double first. */
     const float scale_log2 = (float)((double)c.scale * 1.4426950408889634);
-    const char *d = ts::dims("batch=%d seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d (padded %d, %d rows a warp) causal=%d window=%d scale=%g",
-                             c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, DP, 16 * MT, c.causal, c.window, c.scale);
+    const char *d = ts::dims("batch=%d seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d (padded %d, %d rows a warp) causal=%d window=%d scale=%g softcap=%g",
+                             c.batch, c.seq_len, c.n_heads, c.n_kv_heads, c.head_dim, DP, 16 * MT, c.causal, c.window, c.scale,
+                             c.softcap);
     TS_LAUNCH(op, kernel, grid, kThreads, smem, stream, d, out, q, k, v, c.seq_len, c.n_heads, c.n_kv_heads,
-              c.head_dim, c.causal != 0 ? 1 : 0, c.window, scale_log2, q_tiles);
+              c.head_dim, c.causal != 0 ? 1 : 0, c.window, scale_log2, c.softcap, c.scale, q_tiles);
     return TS_OK;
 }
 
@@ -130,6 +131,7 @@ extern "C" int ts_attention_prefill(void *out, const void *q, const void *k, con
     val.positive(cfg->head_dim, "cfg->head_dim");
     val.scale(cfg->scale, "cfg->scale");
     ts::check_window(val, cfg->window, cfg->causal != 0);
+    ts::check_softcap(val, cfg->softcap);
     ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);
     val.elements("q", {cfg->batch, cfg->seq_len, cfg->n_heads, cfg->head_dim});
     if (val.ok() && ts::ceil_div(cfg->seq_len, kMinBr) * cfg->n_heads * cfg->batch > 0x7fffffff)

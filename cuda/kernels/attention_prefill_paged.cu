@@ -23,7 +23,8 @@ template <int DP, typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_prefill_paged_kernel(T *out, const T *q, const T *kc, const T *vc, const int32_t *q_starts,
                                    const int32_t *kv_lens, KVPages pages, int batch, int total_q, int nh, int nkv,
-                                   int D, int window, float scale_log2, ts::FaultRecord *fault) {
+                                   int D, int window, float scale_log2, float softcap, float scale,
+                                   ts::FaultRecord *fault) {
     ts::pdl_wait();
     constexpr int kBr = Flash<DP, 1>::kBr;
     const int h = (int)(blockIdx.x % (unsigned)nh);
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row0 = (int64_t)qs * nh + h;
     prefill_body<DP, 1, true, T>(out + row0 * D, q + row0 * D, q_stride, kc + (int64_t)kvh * D, vc + (int64_t)kvh * D,
                                  kv_stride, pages, pages.table + (int64_t)b * pages.width, t * kBr, q_len, kv_len,
-                                 kv_len - q_len, 1, window, D, scale_log2);
+                                 kv_len - q_len, 1, window, D, scale_log2, softcap, scale);
 }
 
 /* The most query tiles `batch` sequences of total_q rows can take: ceil(rows / kBr) each. */
@@ -91,11 +92,11 @@ int launch_dp(T *out, const T *q, const T *kc, const T *vc, const int32_t *table
     const unsigned grid = (unsigned)(max_tiles(c.total_q, c.batch, F::kBr) * c.n_heads);
     const float scale_log2 = (float)((double)c.scale * 1.4426950408889634);
     const char *d = ts::dims("batch=%d total_q=%d num_blocks=%d block_size=%d table_width=%d n_heads=%d n_kv_heads=%d "
-                             "head_dim=%d (padded %d) window=%d scale=%g",
+                             "head_dim=%d (padded %d) window=%d scale=%g softcap=%g",
                              c.batch, c.total_q, c.num_blocks, c.block_size, c.table_width, c.n_heads, c.n_kv_heads,
-                             c.head_dim, DP, c.window, c.scale);
+                             c.head_dim, DP, c.window, c.scale, c.softcap);
     TS_LAUNCH(kOp, kernel, grid, kThreads, smem, stream, d, out, q, kc, vc, q_starts, kv_lens, pages, c.batch, c.total_q,
-              c.n_heads, c.n_kv_heads, c.head_dim, c.window, scale_log2, ts::fault_record());
+              c.n_heads, c.n_kv_heads, c.head_dim, c.window, scale_log2, c.softcap, c.scale, ts::fault_record());
     return TS_OK;
 }
 
@@ -138,6 +139,7 @@ extern "C" int ts_attention_prefill_paged(void *out, const void *q, const void *
     val.positive(cfg->head_dim, "cfg->head_dim");
     val.scale(cfg->scale, "cfg->scale");
     ts::check_window(val, cfg->window, true);
+    ts::check_softcap(val, cfg->softcap);
     if (val.ok() && cfg->head_dim > 256)
         val.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build takes head dims up to 256", cfg->head_dim);
     if (val.ok()) ts::check_heads(val, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim);

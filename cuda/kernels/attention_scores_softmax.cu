@@ -25,7 +25,7 @@ constexpr int kRows = 2; /* query rows per block, each key row read once for bot
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     scores_softmax_kernel(float *probs, const T *q, const T *k, int seq_q, int seq_k, int n_heads, int n_kv_heads,
-                          int head_dim, int causal, float scale) {
+                          int head_dim, int causal, float scale, float softcap) {
     ts::pdl_wait();
     __shared__ float qs[kRows][kMaxHeadDim];
     __shared__ float scratch[32];
@@ -57,7 +57,9 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-            const float s = ts::warp_sum(acc[r]) * scale;
+            float s = ts::warp_sum(acc[r]) * scale;
+            /* softcap > 0 (a uniform branch): cap · tanh(s / cap), before the mask (touchstone.h). */
+            if (softcap > 0.0f) s = ts::softcap_score(s, softcap, 1.0f / softcap);
             if (r < rows && j < visible(r)) {
                 if (lane == 0) rows_out[(int64_t)r * seq_k + j] = s;
                 mx[r] = fmaxf(mx[r], s);
@@ -99,6 +101,7 @@ extern "C" int ts_attention_scores_softmax(void *probs, const void *q, const voi
     v.positive(cfg->n_kv_heads, "cfg->n_kv_heads");
     v.positive(cfg->head_dim, "cfg->head_dim");
     v.scale(cfg->scale, "cfg->scale");
+    ts::check_softcap(v, cfg->softcap);
     if (v.ok() && cfg->n_heads % cfg->n_kv_heads != 0)
         v.fail(TS_ERR_SHAPE_MISMATCH, "cfg->n_kv_heads = %d: must divide n_heads (%d)", cfg->n_kv_heads, cfg->n_heads);
     if (v.ok() && cfg->seq_q > cfg->seq_k)
@@ -117,15 +120,16 @@ extern "C" int ts_attention_scores_softmax(void *probs, const void *q, const voi
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
     const char *op = v.op();
-    const char *d = ts::dims("batch=%d seq_q=%d seq_k=%d heads=%d/%d head_dim=%d causal=%d", cfg->batch, cfg->seq_q,
-                             cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal);
+    const char *d = ts::dims("batch=%d seq_q=%d seq_k=%d heads=%d/%d head_dim=%d causal=%d softcap=%g", cfg->batch,
+                             cfg->seq_q, cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal,
+                             cfg->softcap);
     const dim3 grid((unsigned)ts::ceil_div(cfg->seq_q, kRows), cfg->n_heads, cfg->batch);
     return ts::with_storage(cfg->dtype, [&](auto tag) -> int {
         using T = typename decltype(tag)::type;
         auto kernel = scores_softmax_kernel<T>;
         TS_LAUNCH(op, kernel, grid, kThreads, 0, st, d, static_cast<float *>(probs), static_cast<const T *>(q),
                   static_cast<const T *>(k), cfg->seq_q, cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim,
-                  cfg->causal, cfg->scale);
+                  cfg->causal, cfg->scale, cfg->softcap);
         return TS_OK;
     });
 }

@@ -478,6 +478,46 @@ int main(void) {
         expect("decode_fp8 per-tensor valid", ts_attention_decode_fp8(P, P, P, P, P, sc, sc, &d1, NULL),
                TS_ERR_NOT_INITIALIZED, "attention_decode_fp8", "ts_init", NULL);
     }
+    /* softcap (ABI v24): 0 or positive and finite, checked by every attention entry. */
+    {
+        const int32_t *tb = (const int32_t *)P;
+        const float *scl = (const float *)P;
+        const float bad[] = {-1.0f, NAN, INFINITY};
+        const char *badv[] = {"-1", "nan", "inf"};
+        for (int i = 0; i < 3; ++i) {
+            ts_attention_config a = ac;
+            a.softcap = bad[i];
+            expect("prefill softcap", ts_attention_prefill(P, P, P, P, &a, NULL), TS_ERR_INVALID_ARGUMENT,
+                   "attention_prefill", "softcap", badv[i]);
+            ts_decode_config d = dc;
+            d.softcap = bad[i];
+            expect("decode softcap", ts_attention_decode(P, P, P, P, P, &d, NULL), TS_ERR_INVALID_ARGUMENT,
+                   "attention_decode", "softcap", badv[i]);
+            ts_scores_config s = {TS_F16, 1, 16, 16, 14, 2, 64, 1, 0.125f, bad[i]};
+            expect("scores softcap", ts_attention_scores_softmax(P, P, P, &s, NULL), TS_ERR_INVALID_ARGUMENT,
+                   "attention_scores_softmax", "softcap", badv[i]);
+            ts_paged_decode_config pg = {TS_BF16, 2, 64, 16, 8, 32, 8, 64, 0.125f, 0, bad[i]};
+            expect("decode_paged softcap", ts_attention_decode_paged(P, P, P, P, tb, tb, &pg, NULL),
+                   TS_ERR_INVALID_ARGUMENT, "attention_decode_paged", "softcap", badv[i]);
+            ts_paged_prefill_config pp = {TS_F16, 2, 70, 64, 16, 8, 14, 2, 64, 0.125f, 0, bad[i]};
+            expect("prefill_paged softcap", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pp, NULL),
+                   TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged", "softcap", badv[i]);
+            ts_decode_fp8_config d8 = {TS_F16, 2, 256, 8, 2, 128, 0.088f, 2, bad[i]};
+            expect("decode_fp8 softcap", ts_attention_decode_fp8(P, P, P, P, P, scl, scl, &d8, NULL),
+                   TS_ERR_INVALID_ARGUMENT, "attention_decode_fp8", "softcap", badv[i]);
+        }
+        ts_attention_config a = ac;
+        a.softcap = 50.0f;
+        expect("prefill softcap 50 valid", ts_attention_prefill(P, P, P, P, &a, NULL), TS_ERR_NOT_INITIALIZED,
+               "attention_prefill", "ts_init", NULL);
+        ts_decode_config d = dc;
+        d.softcap = 50.0f;
+        expect("decode softcap 50 valid", ts_attention_decode(P, P, P, P, P, &d, NULL), TS_ERR_NOT_INITIALIZED,
+               "attention_decode", "ts_init", NULL);
+        ts_decode_fp8_config d8 = {TS_F16, 2, 256, 8, 2, 128, 0.088f, 2, 50.0f};
+        expect("decode_fp8 softcap 50 valid", ts_attention_decode_fp8(P, P, P, P, P, scl, scl, &d8, NULL),
+               TS_ERR_NOT_INITIALIZED, "attention_decode_fp8", "ts_init", NULL);
+    }
     ts_gemm_config gk = gc;
     gk.k = 0;
     expect("gemm k 0", ts_gemm(P, P, P, NULL, &gk, NULL), TS_ERR_INVALID_ARGUMENT, "gemm", "k", "0");

@@ -72,6 +72,11 @@ type AttentionConfig struct {
 	// Window + 1 .. p (transformers' sliding_window: key > p - window). A prefill with one must
 	// be causal; attention_scores_softmax and attention_decode_fp8 refuse one.
 	Window int
+	// Softcap is Gemma 2's attention logit soft-capping (0: none): each score s = Scale · q·k
+	// becomes Softcap · tanh(s / Softcap) before the causal/window mask and the softmax
+	// (transformers' eager_attention_forward with attn_logit_softcapping). Positive and finite
+	// when set.
+	Softcap float32
 }
 
 // Kernels is the set of ops under test. Shapes are read from the buffers; the layouts are

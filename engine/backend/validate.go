@@ -176,6 +176,8 @@ func checkHeads(c *Check, cfg AttentionConfig) {
 			"must divide n_heads (%d)", cfg.NumHeads)
 	}
 	c.That(cfg.Window >= 0, "window", fmtI(cfg.Window), "must be >= 0 (0: no sliding window)")
+	c.That(cfg.Softcap >= 0 && !math.IsInf(float64(cfg.Softcap), 0), "softcap", fmtF(cfg.Softcap),
+		"must be 0 (none) or positive and finite")
 }
 
 // refuseWindow fails an op that has no sliding window, naming it, for cfg.Window > 0.

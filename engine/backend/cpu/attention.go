@@ -55,6 +55,18 @@ func (*Backend) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buffer
 	return nil
 }
 
+// softcap is the attention configs' logit soft-capping of a scaled score s: cap · tanh(s / cap)
+// for cap > 0 (Gemma 2's attn_logit_softcapping, transformers' eager_attention_forward: the scaled
+// scores divided by the cap, tanh, multiplied back, before the mask), s itself for cap 0. In
+// the fp64 of the scores around it (the kernels' fp32 tanh is within the ops' tolerance of it).
+func softcap(s float64, c float32) float64 {
+	if c <= 0 {
+		return s
+	}
+	limit := float64(c)
+	return limit * math.Tanh(s/limit)
+}
+
 // attendOne computes every head of one query token. qRow is the index of the token's
 // first head in q/out (in heads), kvRow the index of the sequence's first position in the
 // key/value tensors (in positions), and visible how many positions it sees (the query is at
@@ -78,7 +90,7 @@ func attendOne[KV float32 | float64](out, q []float32, k, v []KV, cfg backend.At
 			for i := range qh {
 				dot += float64(qh[i]) * float64(kj[i])
 			}
-			scores[j] = dot * float64(cfg.Scale)
+			scores[j] = softcap(dot*float64(cfg.Scale), cfg.Softcap)
 			maxScore = math.Max(maxScore, scores[j])
 		}
 		var denom float64

@@ -37,7 +37,7 @@ func (*Backend) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend.A
 					for d, x := range qrow {
 						s += float64(x) * float64(krow[d])
 					}
-					scores[j] = s * float64(cfg.Scale)
+					scores[j] = softcap(s*float64(cfg.Scale), cfg.Softcap)
 					mx = math.Max(mx, scores[j])
 				}
 				var sum float64

@@ -29,6 +29,7 @@ func (b *Backend) AttentionPrefill(out, q, k, v backend.Buffer, cfg backend.Atte
 		head_dim:   c.int("head_dim", cfg.HeadDim),
 		causal:     cBool(cfg.Causal),
 		scale:      C.float(cfg.Scale),
+		softcap:    C.float(cfg.Softcap),
 		window:     c.int("window", cfg.Window),
 	}
 	if c.err != nil {
@@ -60,6 +61,7 @@ func (b *Backend) AttentionDecode(out, q, kCache, vCache, cacheLens backend.Buff
 		n_kv_heads: c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:   c.int("head_dim", cfg.HeadDim),
 		scale:      C.float(cfg.Scale),
+		softcap:    C.float(cfg.Softcap),
 		window:     c.int("window", cfg.Window),
 	}
 	if c.err != nil {
@@ -90,6 +92,7 @@ func (b *Backend) AttentionScoresSoftmax(probs, q, k backend.Buffer, cfg backend
 		head_dim:   c.int("head_dim", cfg.HeadDim),
 		causal:     cBool(cfg.Causal),
 		scale:      C.float(cfg.Scale),
+		softcap:    C.float(cfg.Softcap),
 	}
 	if c.err != nil {
 		return c.err
@@ -131,6 +134,7 @@ func (b *Backend) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cache
 		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:    c.int("head_dim", cfg.HeadDim),
 		scale:       C.float(cfg.Scale),
+		softcap:     C.float(cfg.Softcap),
 		window:      c.int("window", cfg.Window),
 	}
 	if c.err != nil {
@@ -166,6 +170,7 @@ func (b *Backend) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qSta
 		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:    c.int("head_dim", cfg.HeadDim),
 		scale:       C.float(cfg.Scale),
+		softcap:     C.float(cfg.Softcap),
 		window:      c.int("window", cfg.Window),
 	}
 	if c.err != nil {

@@ -174,11 +174,25 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			return b.RoPE(f16(3, 14, 64), f16(3, 14, 64), i32(3), backend.RoPEConfig{HeadDim: 64, RopeDim: 64, FreqBase: 1e4,
 				FreqDivisor: f32(32), LongDivisor: f32(32), LongFrom: 4096, AttentionFactor: 1.1902381})
 		}},
-		{"attention_prefill", "ts_attention_prefill dtype=1 batch=2 seq_len=5 n_heads=14 n_kv_heads=2 head_dim=64 causal=1 scale=0.125 stream=0", func() error {
+		{"attention_prefill", "ts_attention_prefill dtype=1 batch=2 seq_len=5 n_heads=14 n_kv_heads=2 head_dim=64 causal=1 scale=0.125 softcap=0 stream=0", func() error {
 			return b.AttentionPrefill(f16(2, 5, 14, 64), f16(2, 5, 14, 64), f16(2, 5, 2, 64), f16(2, 5, 2, 64), attn)
 		}},
-		{"attention_decode", "ts_attention_decode dtype=1 batch=2 max_len=16 n_heads=14 n_kv_heads=2 head_dim=64 scale=0.125 stream=0", func() error {
+		{"attention_decode", "ts_attention_decode dtype=1 batch=2 max_len=16 n_heads=14 n_kv_heads=2 head_dim=64 scale=0.125 softcap=0 stream=0", func() error {
 			return b.AttentionDecode(f16(2, 14, 64), f16(2, 14, 64), f16(2, 16, 2, 64), f16(2, 16, 2, 64), i32(2), attn)
+		}},
+		{"attention_prefill", "ts_attention_prefill dtype=1 batch=1 seq_len=5 n_heads=8 n_kv_heads=4 head_dim=256 causal=1 scale=0.0625 softcap=50 stream=0", func() error {
+			capped := backend.AttentionConfig{NumHeads: 8, NumKVHeads: 4, HeadDim: 256, Causal: true, Scale: 0.0625, Softcap: 50}
+			return b.AttentionPrefill(f16(1, 5, 8, 256), f16(1, 5, 8, 256), f16(1, 5, 4, 256), f16(1, 5, 4, 256), capped)
+		}},
+		{"attention_decode", "ts_attention_decode dtype=1 batch=2 max_len=16 n_heads=14 n_kv_heads=2 head_dim=64 scale=0.125 softcap=50 stream=0", func() error {
+			capped := attn
+			capped.Softcap = 50
+			return b.AttentionDecode(f16(2, 14, 64), f16(2, 14, 64), f16(2, 16, 2, 64), f16(2, 16, 2, 64), i32(2), capped)
+		}},
+		{"attention_scores_softmax", "ts_attention_scores_softmax dtype=1 batch=2 seq_q=3 seq_k=5 n_heads=14 n_kv_heads=2 head_dim=64 causal=1 scale=0.125 softcap=50 stream=0", func() error {
+			capped := attn
+			capped.Softcap = 50
+			return b.AttentionScoresSoftmax(f32(2, 14, 3, 5), f16(2, 3, 14, 64), f16(2, 5, 2, 64), capped)
 		}},
 		{"swiglu", "ts_swiglu dtype=1 n=3584 stream=0", func() error { return b.SwiGLU(f16(4, 896), x, f16(4, 896)) }},
 		{"geglu", "ts_geglu dtype=1 n=3584 gelu=1 stream=0", func() error { return b.GeGLU(f16(4, 896), x, f16(4, 896), true) }},
@@ -190,7 +204,7 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"gemm_swiglu", "ts_gemm_swiglu dtype=1 rows=4 hidden=896 ffn=4864 stream=0", func() error {
 			return b.GemmSwiGLU(f16(4, 4864), x, f16(2*4864, 896))
 		}},
-		{"attention_scores_softmax", "ts_attention_scores_softmax dtype=1 batch=2 seq_q=3 seq_k=5 n_heads=14 n_kv_heads=2 head_dim=64 causal=1 scale=0.125 stream=0", func() error {
+		{"attention_scores_softmax", "ts_attention_scores_softmax dtype=1 batch=2 seq_q=3 seq_k=5 n_heads=14 n_kv_heads=2 head_dim=64 causal=1 scale=0.125 softcap=0 stream=0", func() error {
 			return b.AttentionScoresSoftmax(f32(2, 14, 3, 5), f16(2, 3, 14, 64), f16(2, 5, 2, 64), attn)
 		}},
 		{"rmsnorm_gemm", "ts_rmsnorm_gemm dtype=1 rows=4 hidden=896 n=1152 eps=1e-06 residual=1 bias=1 stream=0", func() error {
@@ -287,22 +301,22 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"moe_ffn", "ts_moe_ffn dtype=1 tokens=5 hidden=64 ffn=32 experts=8 top_k=2 stream=0", func() error {
 			return b.MoEFFN(f16(5, 64), f16(5, 64), alloc(t, b, tensor.I32, 5, 2), f32(5, 2), f16(8, 64, 64), f16(8, 64, 32))
 		}},
-		{"attention_decode_fp8", "ts_attention_decode_fp8 dtype=4 batch=2 max_len=32 n_heads=8 n_kv_heads=2 head_dim=128 scale_heads=1 stream=0", func() error {
+		{"attention_decode_fp8", "ts_attention_decode_fp8 dtype=4 batch=2 max_len=32 n_heads=8 n_kv_heads=2 head_dim=128 scale_heads=1 softcap=50 stream=0", func() error {
 			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
 			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }
-			cfg := backend.AttentionConfig{NumHeads: 8, NumKVHeads: 2, HeadDim: 128, Scale: 0.088}
+			cfg := backend.AttentionConfig{NumHeads: 8, NumKVHeads: 2, HeadDim: 128, Scale: 0.088, Softcap: 50}
 			return b.AttentionDecodeFP8(bf(2, 8, 128), bf(2, 8, 128), f8(2, 32, 2, 128), f8(2, 32, 2, 128),
 				alloc(t, b, tensor.I32, 2), f32(1), f32(1), cfg)
 		}},
-		{"attention_decode_paged", "ts_attention_decode_paged dtype=1 batch=2 num_blocks=9 block_size=16 table_width=4 n_heads=14 n_kv_heads=2 head_dim=64 stream=0", func() error {
+		{"attention_decode_paged", "ts_attention_decode_paged dtype=1 batch=2 num_blocks=9 block_size=16 table_width=4 n_heads=14 n_kv_heads=2 head_dim=64 softcap=30 stream=0", func() error {
 			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
-			cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+			cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125, Softcap: 30}
 			return b.AttentionDecodePaged(f16(2, 14, 64), f16(2, 14, 64), f16(9, 16, 2, 64), f16(9, 16, 2, 64), i32(2, 4), i32(2), cfg)
 		}},
-		{"attention_prefill_paged", "ts_attention_prefill_paged dtype=4 batch=2 total_q=5 num_blocks=9 block_size=16 table_width=4 n_heads=32 n_kv_heads=8 head_dim=64 stream=0", func() error {
+		{"attention_prefill_paged", "ts_attention_prefill_paged dtype=4 batch=2 total_q=5 num_blocks=9 block_size=16 table_width=4 n_heads=32 n_kv_heads=8 head_dim=64 softcap=50 stream=0", func() error {
 			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
 			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
-			cfg := backend.AttentionConfig{NumHeads: 32, NumKVHeads: 8, HeadDim: 64, Scale: 0.125}
+			cfg := backend.AttentionConfig{NumHeads: 32, NumKVHeads: 8, HeadDim: 64, Scale: 0.125, Softcap: 50}
 			return b.AttentionPrefillPaged(bf(5, 32, 64), bf(5, 32, 64), bf(9, 16, 8, 64), bf(9, 16, 8, 64), i32(2, 4), i32(3), i32(2), cfg)
 		}},
 	} {

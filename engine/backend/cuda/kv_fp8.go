@@ -56,6 +56,7 @@ func (b *Backend) AttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, 
 		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
 		head_dim:    c.int("head_dim", cfg.HeadDim),
 		scale:       C.float(cfg.Scale),
+		softcap:     C.float(cfg.Softcap),
 		scale_heads: c.int("scale_heads", d[5].shape[0]),
 	}
 	if c.err != nil {

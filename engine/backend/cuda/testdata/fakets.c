@@ -628,9 +628,9 @@ int ts_rope(void *out, const void *x, const int32_t *positions, const ts_rope_co
 int ts_attention_prefill(void *out, const void *q, const void *k, const void *v, const ts_attention_config *cfg,
                          void *stream) {
     logf_("ts_attention_prefill dtype=%d batch=%d seq_len=%d n_heads=%d n_kv_heads=%d head_dim=%d causal=%d "
-          "scale=%g stream=%d",
+          "scale=%g softcap=%g stream=%d",
           cfg->dtype, cfg->batch, cfg->seq_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal, cfg->scale,
-          stream != NULL);
+          (double)cfg->softcap, stream != NULL);
     int st = enter("ts_attention_prefill", 1);
     if (st) return st;
     NEED("attention_prefill", out);
@@ -642,9 +642,9 @@ int ts_attention_prefill(void *out, const void *q, const void *k, const void *v,
 
 int ts_attention_decode(void *out, const void *q, const void *k_cache, const void *v_cache, const int32_t *cache_lens,
                         const ts_decode_config *cfg, void *stream) {
-    logf_("ts_attention_decode dtype=%d batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d scale=%g stream=%d",
+    logf_("ts_attention_decode dtype=%d batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d scale=%g softcap=%g stream=%d",
           cfg->dtype, cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale,
-          stream != NULL);
+          (double)cfg->softcap, stream != NULL);
     int st = enter("ts_attention_decode", 1);
     if (st) return st;
     NEED("attention_decode", out);
@@ -702,9 +702,9 @@ int ts_gemm_swiglu(void *out, const void *x, const void *w_gate_up, const ts_ffn
 
 int ts_attention_scores_softmax(void *probs, const void *q, const void *k, const ts_scores_config *cfg, void *stream) {
     logf_("ts_attention_scores_softmax dtype=%d batch=%d seq_q=%d seq_k=%d n_heads=%d n_kv_heads=%d head_dim=%d causal=%d "
-          "scale=%g stream=%d",
+          "scale=%g softcap=%g stream=%d",
           cfg->dtype, cfg->batch, cfg->seq_q, cfg->seq_k, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->causal,
-          cfg->scale, stream != NULL);
+          cfg->scale, (double)cfg->softcap, stream != NULL);
     int st = enter("ts_attention_scores_softmax", 1);
     if (st) return st;
     NEED("attention_scores_softmax", probs);
@@ -875,9 +875,9 @@ int ts_attention_decode_fp8(void *out, const void *q, const void *k_cache, const
                             const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                             const ts_decode_fp8_config *cfg, void *stream) {
     logf_("ts_attention_decode_fp8 dtype=%d batch=%d max_len=%d n_heads=%d n_kv_heads=%d head_dim=%d scale_heads=%d "
-          "stream=%d",
+          "softcap=%g stream=%d",
           cfg->dtype, cfg->batch, cfg->max_len, cfg->n_heads, cfg->n_kv_heads, cfg->head_dim, cfg->scale_heads,
-          stream != NULL);
+          (double)cfg->softcap, stream != NULL);
     int st = enter("ts_attention_decode_fp8", 1);
     if (st) return st;
     NEED("attention_decode_fp8", out);
@@ -894,9 +894,9 @@ int ts_attention_decode_paged(void *out, const void *q, const void *k_cache, con
                               const int32_t *block_table, const int32_t *cache_lens,
                               const ts_paged_decode_config *cfg, void *stream) {
     logf_("ts_attention_decode_paged dtype=%d batch=%d num_blocks=%d block_size=%d table_width=%d n_heads=%d "
-          "n_kv_heads=%d head_dim=%d stream=%d",
+          "n_kv_heads=%d head_dim=%d softcap=%g stream=%d",
           cfg->dtype, cfg->batch, cfg->num_blocks, cfg->block_size, cfg->table_width, cfg->n_heads, cfg->n_kv_heads,
-          cfg->head_dim, stream != NULL);
+          cfg->head_dim, (double)cfg->softcap, stream != NULL);
     int st = enter("ts_attention_decode_paged", 1);
     if (st) return st;
     NEED("attention_decode_paged", out);
@@ -912,9 +912,9 @@ int ts_attention_prefill_paged(void *out, const void *q, const void *k_cache, co
                                const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
                                const ts_paged_prefill_config *cfg, void *stream) {
     logf_("ts_attention_prefill_paged dtype=%d batch=%d total_q=%d num_blocks=%d block_size=%d table_width=%d "
-          "n_heads=%d n_kv_heads=%d head_dim=%d stream=%d",
+          "n_heads=%d n_kv_heads=%d head_dim=%d softcap=%g stream=%d",
           cfg->dtype, cfg->batch, cfg->total_q, cfg->num_blocks, cfg->block_size, cfg->table_width, cfg->n_heads,
-          cfg->n_kv_heads, cfg->head_dim, stream != NULL);
+          cfg->n_kv_heads, cfg->head_dim, (double)cfg->softcap, stream != NULL);
     int st = enter("ts_attention_prefill_paged", 1);
     if (st) return st;
     NEED("attention_prefill_paged", out);
