@@ -33,6 +33,7 @@ type attentionParams struct {
 	Causal     bool    `json:"causal"`
 	Scale      float32 `json:"scale"`
 	Window     int     `json:"window,omitempty"` // the sliding window; absent: none
+	Softcap    float32 `json:"softcap,omitempty"` // Gemma 2's attention logit soft cap; absent: none
 }
 
 type decodeParams struct {
@@ -41,6 +42,7 @@ type decodeParams struct {
 	HeadDim    int     `json:"head_dim"`
 	Scale      float32 `json:"scale"`
 	Window     int     `json:"window,omitempty"` // the sliding window; absent: none
+	Softcap    float32 `json:"softcap,omitempty"` // Gemma 2's attention logit soft cap; absent: none
 }
 
 type gemmParams struct {
@@ -400,7 +402,7 @@ func init() {
 	register("attention_prefill", func(c *call) {
 		var p attentionParams
 		c.params(&p)
-		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale, Window: p.Window}
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
 		q, k, v := c.input("q"), c.input("k"), c.input("v")
 		out := c.like(q)
 		c.do(func() error { return c.b.AttentionPrefill(out, q, k, v, cfg) })
@@ -409,7 +411,7 @@ func init() {
 	register("attention_scores_softmax", func(c *call) {
 		var p attentionParams
 		c.params(&p)
-		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale, Window: p.Window}
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
 		q, k := c.input("q"), c.input("k")
 		var probs backend.Buffer
 		if b, sq, sk := c.dim("q", q, 0), c.dim("q", q, 1), c.dim("k", k, 1); c.err == nil {
@@ -422,7 +424,7 @@ func init() {
 	register("attention_decode", func(c *call) {
 		var p decodeParams
 		c.params(&p)
-		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale, Window: p.Window}
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
 		q, kc, vc, lens := c.input("q"), c.input("k_cache"), c.input("v_cache"), c.input("cache_lens")
 		out := c.like(q)
 		c.do(func() error { return c.b.AttentionDecode(out, q, kc, vc, lens, cfg) })
@@ -431,7 +433,7 @@ func init() {
 	register("attention_decode_fp8", func(c *call) {
 		var p decodeParams
 		c.params(&p)
-		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale, Window: p.Window}
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
 		q, kc, vc, lens := c.input("q"), c.input("k_cache"), c.input("v_cache"), c.input("cache_lens")
 		ks, vs := c.input("k_scale"), c.input("v_scale")
 		out := c.like(q)
@@ -441,7 +443,7 @@ func init() {
 	register("attention_decode_paged", func(c *call) {
 		var p decodeParams
 		c.params(&p)
-		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale, Window: p.Window}
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
 		q, kc, vc := c.input("q"), c.input("k_cache"), c.input("v_cache")
 		table, lens := c.input("block_table"), c.input("cache_lens")
 		out := c.like(q)
@@ -451,7 +453,7 @@ func init() {
 	register("attention_prefill_paged", func(c *call) {
 		var p decodeParams
 		c.params(&p)
-		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: true, Scale: p.Scale, Window: p.Window}
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: true, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
 		q, kc, vc := c.input("q"), c.input("k_cache"), c.input("v_cache")
 		table, starts, lens := c.input("block_table"), c.input("q_starts"), c.input("kv_lens")
 		out := c.like(q)

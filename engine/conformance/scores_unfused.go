@@ -13,12 +13,13 @@ import (
 // [seq_q, seq_k], s * scale, -inf above the causal diagonal, softmax(probs, s). The products and
 // the softmax are the backend's; the per-head gathers of q and k (token-major in the set, a
 // head's rows strided) and the scale and mask are done on the host, exactly: a copy, and the one
-// fp32 product by scale the fused kernel also forms. Its time therefore includes a round trip of
+// fp32 product by scale the fused kernel also forms (and, with a softcap, cap · tanh(s / cap)
+// of it in fp32, before the mask, as the fused kernel does). Its time therefore includes a round trip of
 // the scores through the host: a correctness reference, not a speed one.
 func scoresSoftmaxUnfused(c *call) {
 	var p attentionParams
 	c.params(&p)
-	cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale}
+	cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: p.Causal, Scale: p.Scale, Softcap: p.Softcap}
 	qt, kt := c.host("q"), c.host("k")
 	if c.err != nil {
 		return
@@ -102,6 +103,9 @@ func scoresSoftmaxUnfused(c *call) {
 			for j := range row {
 				if j < visible {
 					row[j] *= p.Scale
+					if p.Softcap > 0 {
+						row[j] = p.Softcap * float32(math.Tanh(float64(row[j]/p.Softcap)))
+					}
 				} else {
 					row[j] = float32(math.Inf(-1))
 				}

@@ -1772,3 +1772,83 @@ CASES += _cases(FULL, "attention_prefill_paged", [
     ("qwen2.5-0.5b_bs16_b2_pre3000-0_new600-1500_w1024",
      dict(QWEN, block_size=16, seqs=[(3000, 600), (0, 1500)], window=1024)),
 ])
+
+# ---------------------------------------------------------------------------------------------
+# Gemma 2's attention logit soft-capping (attn_logit_softcapping 50.0; ABI v24's softcap): each
+# scaled score s becomes 50 tanh(s / 50) before the mask. At Gemma-2's head layouts: 2B's 8 query
+# heads on 4 KV heads of 256 (scale 256^-0.5), 9B's 16 on 8 of 256, 27B's 32 on 16 of 128 with
+# query_pre_attn_scalar 144 (scale 144^-0.5). q and k are drawn with std 8 so that the scaled
+# scores have a spread of about 64 (2B, 9B) and 60 (27B): far beyond +-50, and the generator
+# asserts that at least CAP_BITES of them lie beyond half the cap (check_cap_bites), so a kernel
+# that ignores the cap, caps the unscaled product or clamps instead of tanh is far off. Gemma 2
+# alternates sliding (window 4096) and global layers: the sliding cases use small windows ending
+# mid-tile, where most of a late row's keys are masked.
+GEMMA2_2B = dict(nH=8, nKV=4, D=256, scale=256 ** -0.5, softcap=50.0)
+GEMMA2_9B = dict(nH=16, nKV=8, D=256, scale=256 ** -0.5, softcap=50.0)
+GEMMA2_27B = dict(nH=32, nKV=16, D=128, scale=144 ** -0.5, softcap=50.0)
+CAP_QK = normal(8.0)
+CASES += _cases(COMMITTED, "attention_prefill", [
+    ("gemma2-2b_s10_cap50", dict(GEMMA2_2B, B=1, S=10, qk=CAP_QK)),
+    ("gemma2-27b-4heads_s24_w7_cap50", dict(GEMMA2_27B, nH=4, nKV=2, B=1, S=24, window=7, qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_prefill", [
+    ("gemma2-9b-4heads_s18_w5_cap50", dict(GEMMA2_9B, nH=4, nKV=2, B=1, S=18, window=5, qk=CAP_QK)),
+])
+CASES += _cases(COMMITTED, "attention_decode", [
+    # head_dim 256: the split kernel; 27B's 128: the tensor-core kernel, a window of 9
+    ("gemma2-2b_b2_lens24-7_cap50", dict(GEMMA2_2B, L=24, cache_lens=[24, 7], qk=CAP_QK)),
+    ("gemma2-27b-4heads_len70_w9_cap50", dict(GEMMA2_27B, nH=4, nKV=2, L=72, cache_lens=[70], window=9,
+                                               qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_decode", [
+    ("gemma2-27b-8heads_len50_cap50", dict(GEMMA2_27B, nH=8, nKV=4, L=56, cache_lens=[50], qk=CAP_QK)),
+])
+CASES += _cases(COMMITTED, "attention_decode_paged", [
+    ("gemma2-9b-4heads_bs16_lens33-5_cap50", dict(GEMMA2_9B, nH=4, nKV=2, block_size=16,
+                                                  cache_lens=[33, 5], qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_decode_paged", [
+    ("gemma2-27b-4heads_bs8_len40_w11_cap50", dict(GEMMA2_27B, nH=4, nKV=2, block_size=8,
+                                                   cache_lens=[40], window=11, qk=CAP_QK)),
+])
+CASES += _cases(COMMITTED, "attention_prefill_paged", [
+    ("gemma2-27b-4heads_bs16_pre20_new12_cap50", dict(GEMMA2_27B, nH=4, nKV=2, block_size=16,
+                                                      seqs=[(20, 12)], qk=CAP_QK)),
+])
+CASES += _cases(COMMITTED, "attention_decode_fp8", [
+    ("gemma2-27b-8heads_per-head_len48_cap50", dict(GEMMA2_27B, nH=8, nKV=4, L=48, cache_lens=[48],
+                                                    scale_heads=4, qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_decode_fp8", [
+    ("gemma2-27b-8heads_len30_cap50", dict(GEMMA2_27B, nH=8, nKV=4, L=32, cache_lens=[30], scale_heads=1,
+                                           qk=CAP_QK)),
+])
+CASES += _cases(COMMITTED, "attention_scores_softmax", [
+    ("gemma2-2b_sq6_sk16_cap50", dict(GEMMA2_2B, B=1, Sq=6, Sk=16, qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_scores_softmax", [
+    ("gemma2-27b-4heads_sq5_sk12_cap50", dict(GEMMA2_27B, nH=4, nKV=2, B=1, Sq=5, Sk=12, qk=CAP_QK)),
+])
+# At the real lengths: Gemma-2-9B's prefill of 2048 (global and with a 1024 window) and decode
+# of B = 4 up to 4096.
+CASES += _cases(FULL, "attention_prefill", [
+    ("gemma2-9b_s2048_cap50", dict(GEMMA2_9B, B=1, S=2048, qk=CAP_QK)),
+    ("gemma2-9b_s2048_w1024_cap50", dict(GEMMA2_9B, B=1, S=2048, window=1024, qk=CAP_QK)),
+])
+CASES += _bf16_cases(FULL, "attention_prefill", [
+    ("gemma2-27b_s2048_cap50", dict(GEMMA2_27B, B=1, S=2048, qk=CAP_QK)),
+])
+CASES += _cases(FULL, "attention_decode", [
+    ("gemma2-9b_b4_lens4096-4000-1025-3_cap50", dict(GEMMA2_9B, L=4096, cache_lens=[4096, 4000, 1025, 3],
+                                                     qk=CAP_QK)),
+    ("gemma2-27b_b4_lens4096-2000_w1024_cap50", dict(GEMMA2_27B, L=4096, cache_lens=[4096, 2000, 4096, 17],
+                                                     window=1024, qk=CAP_QK)),
+])
+CASES += _cases(FULL, "attention_decode_paged", [
+    ("gemma2-27b_bs16_b4_lens4096-1000-30-4096_cap50", dict(GEMMA2_27B, block_size=16,
+                                                           cache_lens=[4096, 1000, 30, 4096], qk=CAP_QK)),
+])
+CASES += _cases(FULL, "attention_decode_fp8", [
+    ("gemma2-27b_b4_l4096_cap50", dict(GEMMA2_27B, L=4096, cache_lens=[4096, 4096, 2049, 1],
+                                       scale_heads=16, qk=CAP_QK)),
+])

@@ -179,24 +179,68 @@ def rope(r, *, nH, nKV, D, positions, base=None, rope_dim=None, dist=normal(), s
     return params, inputs, {"q_out": q_out, "k_out": k_out}
 
 
-def sdpa(q, k, v, *, causal, scale, visible=None):
+# The fraction of a capped case's scaled scores that must lie beyond 0.5 * cap (where tanh has
+# bent them by more than 7%): a case whose scores all sit in tanh's linear range would pass a
+# kernel that ignores the cap.
+CAP_BITES = 0.10
+
+
+def check_cap_bites(q, k, scale, softcap):
+    """Asserts that at least CAP_BITES of the scaled scores of q [B, heads, Sq, D] and k [B,
+    kv heads, Sk, D] (fp64, any masking ignored) lie beyond +-0.5 * softcap."""
+    group = q.shape[1] // k.shape[1]
+    s = (q @ k.repeat_interleave(group, dim=1).transpose(-1, -2)) * scale
+    beyond = (s.abs() > 0.5 * softcap).double().mean().item()
+    assert beyond >= CAP_BITES, "softcap %g: only %.3f of the scores beyond half the cap" % (softcap, beyond)
+
+
+def softcap_scores(s, softcap):
+    """Gemma 2's attention logit soft-capping of scaled scores s, exactly as transformers'
+    eager_attention_forward (models/gemma2/modeling_gemma2.py): the scaled scores divided by
+    softcap, tanh, multiplied back; before the mask is added. softcap 0: none."""
+    if not softcap:
+        return s
+    s = s / softcap
+    s = torch.tanh(s)
+    return s * softcap
+
+
+def eager_capped(q, k, v, *, causal, scale, softcap, visible=None):
+    """transformers' eager_attention_forward with attn_logit_softcapping on [B, heads, S, D]
+    fp64 tensors (k, v with fewer heads: repeat_kv): scores q k^T * scaling, soft-capped, the
+    causal (or `visible`) mask added as -inf, softmax, times v."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = softcap_scores((q @ k.transpose(-1, -2)) * scale, softcap)
+    sq, sk = s.shape[-2], s.shape[-1]
+    if visible is None and causal:
+        visible = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None]
+    if visible is not None:
+        s = s.masked_fill(~visible, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def sdpa(q, k, v, *, causal, scale, visible=None, softcap=0.0):
     """torch SDPA on [B, heads, S, D] fp64 tensors. The math backend is pinned so the reduction
     order does not depend on which fused CPU kernel torch would pick. visible: a boolean mask
     [Sq, Sk] (True where the query sees the key) with causal False, for a causal diagonal other
-    than is_causal's top-left one (query i sees keys 0..i)."""
+    than is_causal's top-left one (query i sees keys 0..i). softcap > 0: SDPA has no soft-cap,
+    so Gemma 2's eager attention (eager_capped) instead."""
+    if softcap:
+        return eager_capped(q, k, v, causal=causal, scale=scale, softcap=softcap, visible=visible)
     with sdpa_kernel([SDPBackend.MATH]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, is_causal=causal,
                                               scale=scale, enable_gqa=True)
 
 
-def decode_sdpa(q, k, v, scale, window=0):
+def decode_sdpa(q, k, v, scale, window=0, softcap=0.0):
     """One sequence's decode attention in fp64: its new token's q [nH, D] over its cache k, v
     [n, nKV, D] (the first n positions, contiguous) -> [nH, D]; a sliding window (window > 0)
     keeps the last `window` positions (transformers: key > position - window)."""
     if window > 0:
         k, v = k[-window:], v[-window:]
     return sdpa(d(q)[None, :, None, :], d(k).transpose(0, 1)[None], d(v).transpose(0, 1)[None],
-                causal=False, scale=scale)[0, :, 0, :]
+                causal=False, scale=scale, softcap=softcap)[0, :, 0, :]
 
 
 def window_mask(pos, n, window):
@@ -207,7 +251,7 @@ def window_mask(pos, n, window):
     return visible & (j > p - window) if window > 0 else visible
 
 
-def offset_causal_sdpa(q, k, v, scale, window=0):
+def offset_causal_sdpa(q, k, v, scale, window=0, softcap=0.0):
     """One sequence's prefill over its whole cache in fp64: its m new tokens' q [m, nH, D] over
     k, v [n, nKV, D] (the first n positions, contiguous, the new tokens' the last m): query i is
     at position n - m + i and sees positions 0 .. n - m + i (the last `window` of them with a
@@ -215,11 +259,11 @@ def offset_causal_sdpa(q, k, v, scale, window=0):
     m, n = q.shape[0], k.shape[0]
     visible = window_mask(n - m + torch.arange(m), n, window)
     return sdpa(d(q).transpose(0, 1)[None], d(k).transpose(0, 1)[None], d(v).transpose(0, 1)[None],
-                causal=False, scale=scale, visible=visible)[0].transpose(0, 1)
+                causal=False, scale=scale, visible=visible, softcap=softcap)[0].transpose(0, 1)
 
 
 def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=None, vdist=normal(),
-                      window=0, dtype="f16"):
+                      window=0, softcap=0.0, dtype="f16"):
     """Causal (or full) GQA attention over whole sequences; window > 0 (causal only) is a
     sliding window, stored as params.window."""
     assert window == 0 or causal, "a sliding window needs causal attention"
@@ -230,34 +274,41 @@ def attention_prefill(r, *, B, S, nH, nKV, D, qk=normal(), causal=True, scale=No
     # Files use [B, S, heads, D]; SDPA wants [B, heads, S, D].
     if window > 0:
         out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
-                   causal=False, scale=scale, visible=window_mask(torch.arange(S), S, window)).transpose(1, 2)
+                   causal=False, scale=scale, visible=window_mask(torch.arange(S), S, window),
+                   softcap=softcap).transpose(1, 2)
     else:
         out = sdpa(d(q).transpose(1, 2), d(k).transpose(1, 2), d(v).transpose(1, 2),
-                   causal=causal, scale=scale).transpose(1, 2)
+                   causal=causal, scale=scale, softcap=softcap).transpose(1, 2)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": causal, "scale": scale}
     if window > 0:
         params["window"] = window
+    if softcap:
+        check_cap_bites(d(q).transpose(1, 2), d(k).transpose(1, 2), scale, softcap)
+        params["softcap"] = softcap
     return params, {"q": q, "k": k, "v": v}, {"out": out}
 
 
 def attention_scores_softmax(r, *, B, Sq, Sk, nH, nKV, D, causal=True, scale=None, qk=normal(),
-                             dtype="f16"):
+                             softcap=0.0, dtype="f16"):
     """softmax(scale q k^T + causal mask) per head in fp64, the queries the last Sq positions."""
     cast = storage(dtype)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     q, k = cast(qk(r, (B, Sq, nH, D))), cast(qk(r, (B, Sk, nKV, D)))
     qh = d(q).transpose(1, 2)                                          # [B, nH, Sq, D]
     kh = d(k).transpose(1, 2).repeat_interleave(nH // nKV, dim=1)      # [B, nH, Sk, D]
-    s = (qh @ kh.transpose(-1, -2)) * scale
+    s = softcap_scores((qh @ kh.transpose(-1, -2)) * scale, softcap)
     if causal:
         hidden = torch.arange(Sk)[None, :] > (Sk - Sq + torch.arange(Sq)[:, None])
         s = s.masked_fill(hidden, float("-inf"))
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "causal": causal, "scale": scale}
+    if softcap:
+        check_cap_bites(qh, kh, scale, softcap)
+        params["softcap"] = softcap
     return params, {"q": q, "k": k}, {"probs": torch.softmax(s, dim=-1)}
 
 
 def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal(), qk=normal(),
-                     window=0, dtype="f16"):
+                     window=0, softcap=0.0, dtype="f16"):
     cast = storage(dtype)
     B = len(cache_lens)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
@@ -270,10 +321,13 @@ def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()
         v_cache[b, n:] = POISON
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        out[b] = decode_sdpa(q[b], k_cache[b, :n], v_cache[b, :n], scale, window)
+        out[b] = decode_sdpa(q[b], k_cache[b, :n], v_cache[b, :n], scale, window, softcap)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
     if window > 0:
         params["window"] = window
+    if softcap:
+        check_cap_bites(d(q)[:, :, None, :], d(k_cache[:, :min(cache_lens)]).transpose(1, 2), scale, softcap)
+        params["softcap"] = softcap
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache,
               "cache_lens": torch.tensor(cache_lens, dtype=I32)}
     return params, inputs, {"out": out}
@@ -332,7 +386,7 @@ def paged_gather(k_cache, v_cache, table, b, n):
 
 def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=None, spare=2,
                            shared=None, scale=None, vdist=normal(), qk=normal(), window=0,
-                           dtype="f16"):
+                           softcap=0.0, dtype="f16"):
     """attention_decode over a paged KV cache (paged_kv's pool, lens = cache_lens, the shared
     pages full in both sequences): the new token of sequence b attends to its first
     cache_lens[b] positions gathered through its row of the table. Draws q [B, nH, D], the
@@ -345,10 +399,15 @@ def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=
         vdist=vdist, cast=storage(dtype))
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        out[b] = decode_sdpa(q[b], *paged_gather(k_cache, v_cache, table, b, n), scale, window)
+        out[b] = decode_sdpa(q[b], *paged_gather(k_cache, v_cache, table, b, n), scale, window,
+                             softcap)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
     if window > 0:
         params["window"] = window
+    if softcap:
+        kg = paged_gather(k_cache, v_cache, table, 0, cache_lens[0])[0]
+        check_cap_bites(d(q[:1])[:, :, None, :], d(kg).transpose(0, 1)[None], scale, softcap)
+        params["softcap"] = softcap
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "cache_lens": torch.tensor(cache_lens, dtype=I32)}
     return params, inputs, {"out": out}
@@ -356,7 +415,7 @@ def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=
 
 def attention_prefill_paged(r, *, nH, nKV, D, block_size, seqs, max_blocks=None, spare=2,
                             shared=None, scale=None, vdist=normal(), qk=normal(), window=0,
-                            dtype="f16"):
+                            softcap=0.0, dtype="f16"):
     """Prefill of new tokens against a cached prefix through a paged KV cache (chunked prefill,
     prefix caching; FlashInfer's batch prefill with a paged cache): seqs [(prefix, new), ...],
     one a sequence, new >= 1. q [total_q, nH, D] holds every sequence's new queries in sequence
@@ -380,10 +439,15 @@ def attention_prefill_paged(r, *, nH, nKV, D, block_size, seqs, max_blocks=None,
     for b, n in enumerate(kv_lens):
         rows = slice(starts[b], starts[b + 1])
         out[rows] = offset_causal_sdpa(q[rows], *paged_gather(k_cache, v_cache, table, b, n),
-                                       scale, window)
+                                       scale, window, softcap)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
     if window > 0:
         params["window"] = window
+    if softcap:
+        kg = paged_gather(k_cache, v_cache, table, 0, kv_lens[0])[0]
+        rows = slice(starts[0], starts[1])
+        check_cap_bites(d(q[rows]).transpose(0, 1)[None], d(kg).transpose(0, 1)[None], scale, softcap)
+        params["softcap"] = softcap
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "q_starts": torch.tensor(starts, dtype=I32),
               "kv_lens": torch.tensor(kv_lens, dtype=I32)}
@@ -428,7 +492,7 @@ def set_rows_fp8(r, *, R, heads, D, rows, scale_heads, headroom=1.0, dist=normal
 
 
 def attention_decode_fp8(r, *, nH, nKV, D, L, cache_lens, scale_heads, headroom=1.0, scale=None,
-                         vdist=normal(), qk=normal(), dtype="f16"):
+                         vdist=normal(), qk=normal(), softcap=0.0, dtype="f16"):
     """attention_decode over an FP8 cache: K and V drawn as attention_decode draws them, quantised
     per tensor or per KV head (kv_scales over the visible positions, kv_quant), positions past
     cache_lens[b] set to the largest code (448 times the scale: a kernel that reads them gets
@@ -451,8 +515,11 @@ def attention_decode_fp8(r, *, nH, nKV, D, L, cache_lens, scale_heads, headroom=
     kd, vd = kc.to(F64) * per_k, vc.to(F64) * per_v
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
-        out[b] = decode_sdpa(q[b], kd[b, :n], vd[b, :n], scale)
+        out[b] = decode_sdpa(q[b], kd[b, :n], vd[b, :n], scale, 0, softcap)
     params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
+    if softcap:
+        check_cap_bites(d(q)[:, :, None, :], kd[:, :min(cache_lens)].transpose(1, 2), scale, softcap)
+        params["softcap"] = softcap
     inputs = {"q": q, "k_cache": kc, "v_cache": vc, "cache_lens": torch.tensor(cache_lens, dtype=I32),
               "k_scale": ks, "v_scale": vs}
     return params, inputs, {"out": out}
