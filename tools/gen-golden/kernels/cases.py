@@ -1824,7 +1824,7 @@ CASES += _bf16_cases(COMMITTED, "attention_decode_fp8", [
                                            qk=CAP_QK)),
 ])
 CASES += _cases(COMMITTED, "attention_scores_softmax", [
-    ("gemma2-2b_sq6_sk16_cap50", dict(GEMMA2_2B, B=1, Sq=6, Sk=16, qk=CAP_QK)),
+    ("gemma2-2b_s10_cap50", dict(GEMMA2_2B, B=1, Sq=10, Sk=10, qk=CAP_QK)),
 ])
 CASES += _bf16_cases(COMMITTED, "attention_scores_softmax", [
     ("gemma2-27b-4heads_sq5_sk12_cap50", dict(GEMMA2_27B, nH=4, nKV=2, B=1, Sq=5, Sk=12, qk=CAP_QK)),
