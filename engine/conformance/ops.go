@@ -32,7 +32,7 @@ type attentionParams struct {
 	HeadDim    int     `json:"head_dim"`
 	Causal     bool    `json:"causal"`
 	Scale      float32 `json:"scale"`
-	Window     int     `json:"window,omitempty"` // the sliding window; absent: none
+	Window     int     `json:"window,omitempty"`  // the sliding window; absent: none
 	Softcap    float32 `json:"softcap,omitempty"` // Gemma 2's attention logit soft cap; absent: none
 }
 
@@ -41,7 +41,7 @@ type decodeParams struct {
 	NumKVHeads int     `json:"n_kv_heads"`
 	HeadDim    int     `json:"head_dim"`
 	Scale      float32 `json:"scale"`
-	Window     int     `json:"window,omitempty"` // the sliding window; absent: none
+	Window     int     `json:"window,omitempty"`  // the sliding window; absent: none
 	Softcap    float32 `json:"softcap,omitempty"` // Gemma 2's attention logit soft cap; absent: none
 }
 
