@@ -326,13 +326,21 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int key = k0 + 16 * u + 8 * nt + 2 * tq + (e & 1);
-                    /* softcap > 0 (a uniform branch): cap · tanh(s / cap) of the scaled score,
-                     * before the mask (touchstone.h). */
-                    float se = s[u][nt][e] * sc;
-                    if (softcap > 0.0f) se = ts::softcap_score(se, softcap, inv_cap);
-                    s[u][nt][e] = key >= lo && key < end ? se : -INFINITY;
+                    s[u][nt][e] = key >= lo && key < end ? s[u][nt][e] * sc : -INFINITY;
                 }
             }
+        /* softcap > 0 (a uniform branch, once a step, out of the mma loop so the uncapped path's
+         * registers are untouched): cap · tanh(s / cap) of the scaled scores, the masked keys
+         * (-inf) left masked, as capping before the mask does (touchstone.h). */
+        if (softcap > 0.0f) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        if (s[u][nt][e] != -INFINITY) s[u][nt][e] = ts::softcap_score(s[u][nt][e], softcap, inv_cap);
+        }
 
         /* Online softmax per head row (every step has a visible key: a warp's steps start at or
          * past lo but for warp 0's first, whose first tile holds lo; so every max is finite). */

@@ -148,13 +148,7 @@ __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float
             for (int g = 0; g < MAXG; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], 1);
             if (part == 0) {
 #pragma unroll
-                for (int g = 0; g < MAXG; ++g) {
-                    /* softcap > 0 (a uniform branch): cap · tanh(s / cap) of the scaled score,
-                     * before the mask (touchstone.h). */
-                    float sg = s[g] * scale;
-                    if (softcap > 0.0f) sg = ts::softcap_score(sg, softcap, 1.0f / softcap);
-                    p_s[g * kTile + j] = j < nvalid ? sg : -INFINITY;
-                }
+                for (int g = 0; g < MAXG; ++g) p_s[g * kTile + j] = j < nvalid ? s[g] * scale : -INFINITY;
             }
         }
         __syncthreads();
@@ -164,7 +158,15 @@ __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float
         for (int t = 0; t < kHeadsPerWarp; ++t) {
             const int g = warp + 4 * t;
             if (g < MAXG) {
-                const float x0 = p_s[g * kTile + lane], x1 = p_s[g * kTile + lane + 32];
+                float x0 = p_s[g * kTile + lane], x1 = p_s[g * kTile + lane + 32];
+                /* softcap > 0 (a uniform branch, out of the dot-product loop so the uncapped
+                 * path's registers are untouched): cap · tanh(s / cap) of the scaled scores, the
+                 * masked keys (-inf) left masked, as capping before the mask does (touchstone.h). */
+                if (softcap > 0.0f) {
+                    const float inv_cap = 1.0f / softcap;
+                    if (x0 != -INFINITY) x0 = ts::softcap_score(x0, softcap, inv_cap);
+                    if (x1 != -INFINITY) x1 = ts::softcap_score(x1, softcap, inv_cap);
+                }
                 const float mx = ts::warp_max(fmaxf(x0, x1));
                 const float m_new = fmaxf(m_run[t], mx); /* finite: the tile has a valid key */
                 const float alpha = expf(m_run[t] - m_new);

@@ -855,13 +855,21 @@ inline void check_softcap(Validator &v, float softcap) {
 }
 
 /* Soft-capping of a scaled score s (natural units): cap * tanh(s / cap), s / cap as
- * s * (1 / cap) (inv_cap rounded once on the host; the quotient differs by at most one
- * rounding, 2^-24 relative, from the division transformers does). tanhf: CUDA's full-accuracy
- * tanh (2 ulp, Programming Guide table of single-precision functions), not tanh.approx.f32,
- * whose 2^-10.987 relative error would be 0.025 at a cap of 50: the score error it would
- * add exceeds the fp16 rounding of q and k the tolerances were derived for. */
+ * s * inv_cap (inv_cap = 1 / cap rounded once; the quotient differs by at most one rounding,
+ * 2^-24 relative, from the division transformers does). tanh(x) = 1 - 2 / (e^(2x) + 1) with
+ * e^(2x) by the SFU's ex2.approx (relative error about 2^-22) and 1 / (.) by rcp.approx (1 ulp):
+ * e^(2x) overflows to inf for x > 44 (tanh = 1 exactly, 1 / inf = 0) and underflows to 0 below
+ * -44 (tanh = -1). Its error against fp64 tanh, emulated in fp32 over s in [-400, 400] at cap 50
+ * (tools/gen-golden/selftest/kernels.py, softcap_tanh_error, each SFU result perturbed by its
+ * bound): at most 2.25e-5 absolute on the capped score at cap 50 (2^-21 of the cap; tanhf's 2
+ * ulp would be 6e-6), 4.6% of the 4.9e-4 score error that the fp16 rounding of P, which the
+ * attention tolerances budget, amounts to. Not tanhf: its two-branch libdevice body (a polynomial below |x| = 0.6)
+ * kept several registers live inside the score loops and made the uncapped tensor-core decode
+ * at head_dim 64 spill (ptxas -v, sm_90: 0 -> 52/76 bytes of spill stores/loads); not
+ * tanh.approx.f32, whose 2^-10.987 relative error is 0.025 at a cap of 50. */
 __device__ __forceinline__ float softcap_score(float s, float cap, float inv_cap) {
-    return cap * tanhf(s * inv_cap);
+    const float e = ex2_approx(s * inv_cap * 2.88539008177792681f); /* e^(2x), 2 log2(e) */
+    return cap - 2.0f * cap * rcp_approx(e + 1.0f);
 }
 
 } // namespace ts

@@ -1012,8 +1012,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-softcap-decode-split-clamp", Side: SideCUDA, File: "cuda/decode_split.cuh",
 		Bug:         "the split decode clamps the scores to +-cap instead of cap · tanh(s / cap)",
-		Original:    "if (softcap > 0.0f) sg = ts::softcap_score(sg, softcap, 1.0f / softcap);",
-		Replacement: "if (softcap > 0.0f) sg = fminf(fmaxf(sg, -softcap), softcap);",
+		Original:    "if (x0 != -INFINITY) x0 = ts::softcap_score(x0, softcap, inv_cap);",
+		Replacement: "if (x0 != -INFINITY) x0 = fminf(fmaxf(x0, -softcap), softcap);",
 		Suites:      kernels, Labels: "op:attention_decode || op:attention_decode_paged",
 	},
 	{
@@ -1026,8 +1026,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-softcap-decode-fp8-before-key-scale", Side: SideCUDA, File: "cuda/decode_mma.cuh",
 		Bug:         "the FP8 decode soft-caps the scores of the codes before their key scale is applied",
-		Original:    "if (softcap > 0.0f) se = ts::softcap_score(se, softcap, inv_cap);",
-		Replacement: "if (softcap > 0.0f) se = kFP8 ? ts::softcap_score(se / (sc / scale), softcap, inv_cap) * (sc / scale) : ts::softcap_score(se, softcap, inv_cap);",
+		Original:    "if (s[u][nt][e] != -INFINITY) s[u][nt][e] = ts::softcap_score(s[u][nt][e], softcap, inv_cap);",
+		Replacement: "if (s[u][nt][e] != -INFINITY) s[u][nt][e] = kFP8 ? ts::softcap_score(s[u][nt][e] / (sc / scale), softcap, inv_cap) * (sc / scale) : ts::softcap_score(s[u][nt][e], softcap, inv_cap);",
 		Suites:      kernels, Labels: "op:attention_decode_fp8",
 	},
 	{
@@ -1054,8 +1054,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-window-decode-mask-dropped", Side: SideCUDA, File: "cuda/decode_mma.cuh",
 		Bug:         "the tensor-core decode keeps the keys between its 16-aligned split start and the window's start",
-		Original:    "s[u][nt][e] = key >= lo && key < end ? se : -INFINITY;",
-		Replacement: "s[u][nt][e] = key >= base && key < end ? se : -INFINITY;",
+		Original:    "s[u][nt][e] = key >= lo && key < end ? s[u][nt][e] * sc : -INFINITY;",
+		Replacement: "s[u][nt][e] = key >= base && key < end ? s[u][nt][e] * sc : -INFINITY;",
 		Suites:      kernels, Labels: "op:attention_decode || op:attention_decode_paged",
 	},
 	{

@@ -107,14 +107,41 @@ def np_rope(x, pos, base, r, freq_divisor=None, long_divisor=None, long_from=Non
     return out
 
 
-def np_attention(q, k, v, scale, causal, window=0):
+def np_cap(s, softcap):
+    """Gemma 2's attention logit soft-capping of scaled scores (before any mask): softcap *
+    tanh(s / softcap); softcap 0: s."""
+    return softcap * np.tanh(s / softcap) if softcap else s
+
+
+def softcap_tanh_error(cap=50.0):
+    """The worst absolute error of the CUDA kernels' soft cap (internal.h, softcap_score: cap -
+    2 cap / (e^(2 s / cap) + 1), fp32, e^(2x) by ex2.approx with its 2^-22 relative error, the
+    reciprocal by rcp.approx, 1 ulp) against fp64 cap * tanh(s / cap), emulated in numpy over s in
+    [-400, 400]: each approximate SFU result is perturbed by its documented bound both ways."""
+    s = np.linspace(-400.0, 400.0, 400001).astype(np.float32)
+    c, inv = np.float32(cap), np.float32(1.0) / np.float32(cap)
+    want = cap * np.tanh(s.astype(np.float64) / cap)
+    worst = 0.0
+    with np.errstate(over="ignore"):
+        for de in (1 - 2.0**-22, 1.0, 1 + 2.0**-22):
+            for dr in (1 - 2.0**-23, 1.0, 1 + 2.0**-23):
+                arg = (s * inv * np.float32(2.88539008177792681)).astype(np.float32)
+                e = (np.exp2(arg.astype(np.float64)) * de).astype(np.float32)
+                r = (1.0 / (e.astype(np.float64) + 1.0) * dr).astype(np.float32)
+                got = (c - np.float32(2.0) * c * r).astype(np.float32)
+                worst = max(worst, float(np.abs(got.astype(np.float64) - want).max()))
+    return worst
+
+
+def np_attention(q, k, v, scale, causal, window=0, softcap=0.0):
     """q [Sq, nH, D], k/v [Sk, nKV, D] -> [Sq, nH, D], explicit scores and softmax; with a
-    sliding window (causal) query t sees keys t - window + 1 .. t."""
+    sliding window (causal) query t sees keys t - window + 1 .. t; softcap > 0 caps the scaled
+    scores before the mask (np_cap)."""
     nH, nKV = q.shape[1], k.shape[1]
     out = np.empty_like(q)
     for h in range(nH):
         kv = h // (nH // nKV)
-        s = q[:, h, :] @ k[:, kv, :].T * scale
+        s = np_cap(q[:, h, :] @ k[:, kv, :].T * scale, softcap)
         if causal:
             s = np.where(np.tri(*s.shape, dtype=bool), s, -np.inf)
         if window > 0:
@@ -123,7 +150,7 @@ def np_attention(q, k, v, scale, causal, window=0):
     return out
 
 
-def np_attention_seen(q, k, v, scale, seen, window=0):
+def np_attention_seen(q, k, v, scale, seen, window=0, softcap=0.0):
     """q [Sq, nH, D], k/v [Sk, nKV, D] -> [Sq, nH, D], query t attending to keys 0 .. seen[t]-1
     (the last `window` of them with a sliding window; explicit scores and softmax); a query that
     sees no key gets 0."""
@@ -134,7 +161,7 @@ def np_attention_seen(q, k, v, scale, seen, window=0):
     some = ~hidden.all(-1)
     for h in range(nH):
         kv = h // (nH // nKV)
-        s = np.where(hidden, -np.inf, q[:, h, :] @ k[:, kv, :].T * scale)[some]
+        s = np.where(hidden, -np.inf, np_cap(q[:, h, :] @ k[:, kv, :].T * scale, softcap))[some]
         out[some, h, :] = np_softmax(s) @ v[:, kv, :]
     return out
 
@@ -164,7 +191,8 @@ def reference(op, p, i, rnd=f16):
         return {"q_out": np_rope(i["q"], *args), "k_out": np_rope(i["k"], *args)}
     if op == "attention_prefill":
         out = np.stack([np_attention(i["q"][b], i["k"][b], i["v"][b], p["scale"], p["causal"],
-                                     p.get("window", 0)) for b in range(i["q"].shape[0])])
+                                     p.get("window", 0), p.get("softcap", 0.0))
+                        for b in range(i["q"].shape[0])])
         return {"out": out}
     if op == "attention_decode":
         out = []
@@ -172,7 +200,7 @@ def reference(op, p, i, rnd=f16):
         for b, n in enumerate(i["cache_lens"]):
             lo = max(0, n - w) if w > 0 else 0
             out.append(np_attention(i["q"][b][None], i["k_cache"][b, lo:n], i["v_cache"][b, lo:n],
-                                    p["scale"], False)[0])
+                                    p["scale"], False, softcap=p.get("softcap", 0.0))[0])
         return {"out": np.stack(out)}
     if op == "attention_decode_paged":
         return reference("attention_decode", p, dict(i, **paged_caches(i)))
@@ -238,7 +266,7 @@ def reference(op, p, i, rnd=f16):
         probs = np.zeros((B, nH, Sq, Sk))
         for b in range(B):
             for h in range(nH):
-                s = q[b, :, h] @ k[b, :, h // (nH // nKV)].T * p["scale"]
+                s = np_cap(q[b, :, h] @ k[b, :, h // (nH // nKV)].T * p["scale"], p.get("softcap", 0.0))
                 for t in range(Sq):
                     seen = Sk - Sq + t + 1 if p["causal"] else Sk
                     probs[b, h, t, :seen] = np_softmax(s[t, :seen])
@@ -377,6 +405,7 @@ def properties(case, p, i, dtype="f16"):
                 assert not np.any(i[c][b, :n] == poison)
     if op.startswith("attention_"):
         window_properties(op, name, p)
+        softcap_properties(op, name, p)
     if op == "attention_decode_paged":
         paged_properties(name, p, i, dtype)
     if op == "attention_prefill_paged":
@@ -429,6 +458,22 @@ def bf16_properties(case, name, p, i):
 
 
 _WINDOW_NAME = re.compile(r"_w([0-9]+)$")
+
+
+_SOFTCAP_TANH_ERROR = []
+
+
+def softcap_properties(op, name, p):
+    """A capped case (params.softcap) says its cap in its name (cap50) and carries Gemma 2's 50;
+    the kernels' tanh formulation (softcap_tanh_error) stays within 2^-17 of the cap, far below
+    the 2^-11 relative rounding of P the attention tolerances budget (measured once)."""
+    cap = p.get("softcap", 0.0)
+    assert ("cap%g" % cap in name) if cap else "cap" not in name.split("_")[-1], (op, name, cap)
+    if cap:
+        assert cap == 50.0, (op, name, cap)
+        if not _SOFTCAP_TANH_ERROR:
+            _SOFTCAP_TANH_ERROR.append(softcap_tanh_error(cap))
+        assert _SOFTCAP_TANH_ERROR[0] <= cap * 2.0**-17, _SOFTCAP_TANH_ERROR[0]
 
 
 def window_properties(op, name, p):
@@ -1138,7 +1183,8 @@ def check_kv_fp8(case, p, inputs, expected):
         per = sc if sc.size > 1 else np.repeat(sc, nKV)
         kv[n] = e4m3_decode(f8(inputs[n])) * per[None, None, :, None]
     lens = inputs["cache_lens"].numpy()
-    want = np.stack([np_attention(q[b][None], kv["k_cache"][b, :n], kv["v_cache"][b, :n], p["scale"], False)[0]
+    want = np.stack([np_attention(q[b][None], kv["k_cache"][b, :n], kv["v_cache"][b, :n], p["scale"], False,
+                                  softcap=p.get("softcap", 0.0))[0]
                      for b, n in enumerate(lens)])
     for b, n in enumerate(lens):  # a kernel that reads past a length sees +448
         assert np.all(f8(inputs["k_cache"])[b, n:] == 0x7E), where
@@ -1296,7 +1342,8 @@ def np_paged_broken(p, i, rows, view, rnd):
     out = []
     for b, n in enumerate(i["cache_lens"]):
         r = inside(i, rows(i, b, int(n)))
-        out.append(np_attention(i["q"][b][None], kv[0][r], kv[1][r], p["scale"], False)[0])
+        out.append(np_attention(i["q"][b][None], kv[0][r], kv[1][r], p["scale"], False,
+                                softcap=p.get("softcap", 0.0))[0])
     return rnd(np.stack(out))
 
 
@@ -1342,7 +1389,8 @@ def np_prefill_paged(p, i, rows, view, seen, poison=np.nan):
         n, first, m = int(n), int(starts[b]), int(starts[b + 1] - starts[b])
         r = inside(i, rows(i, b, n, m))
         out[first:first + m] = np_attention_seen(i["q"][first:first + m], kv[0][r], kv[1][r],
-                                                 p["scale"], seen(i, n, m), p.get("window", 0))
+                                                 p["scale"], seen(i, n, m), p.get("window", 0),
+                                                 p.get("softcap", 0.0))
     return out
 
 
