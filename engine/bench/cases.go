@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
@@ -176,6 +177,12 @@ func Cases() []Case {
 		prefill("attention_prefill llama3-8b gqa4 d128 S=2048", 1, 2048, 32, 8, 128, true),
 		prefill("attention_prefill llama3-8b gqa4 d128 S=256", 1, 256, 32, 8, 128, true),
 		prefill("attention_prefill gemma mqa d256 S=2048", 1, 2048, 8, 1, 256, true),
+		// Gemma 2's attention logit soft-capping (softcap 50) at Gemma-2-9B's 16 query heads on 8
+		// KV heads of 256; the same shapes without the cap beside them measure what it costs.
+		softcapped(prefill("attention_prefill gemma2-9b softcap 50 S=2048", 1, 2048, 16, 8, 256, true), 50),
+		prefill("attention_prefill gemma2-9b S=2048", 1, 2048, 16, 8, 256, true),
+		softcapped(decode("attention_decode gemma2-9b softcap 50 B=4 L=4096", 4, 4096, 16, 8, 256), 50),
+		decode("attention_decode gemma2-9b B=4 L=4096", 4, 4096, 16, 8, 256),
 		gemm("gemm phi3-mini qkv_proj M=128", 128, 9216, 3072),
 		gemm("gemm qwen2.5-0.5b lm_head M=16 f32", 16, 151936, 896),
 		gemmSwiGLU("gemm_swiglu qwen2.5-0.5b decode T=1", 1, 896, 4864),
@@ -248,6 +255,13 @@ func gemmSwiGLU(name string, t, h, f int) Case {
 		Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{t, h}, nil),
 			in("w_gate_up", tensor.F16, []int{2 * f, h}, normal(1/math.Sqrt(float64(h)), 0))},
 		Flops: int64(2 * t * 2 * f * h), Bytes: elems(2*f, h)*f16 + elems(t, h)*f16 + elems(t, f)*f16}
+}
+
+// softcapped gives an attention case Gemma 2's logit soft cap (params.softcap; its peer caps
+// the scores too: torch_peer.py's flex_attention score_mod, or eager math).
+func softcapped(c Case, softcap float64) Case {
+	c.Params = strings.TrimSuffix(c.Params, "}") + fmt.Sprintf(`, "softcap": %v}`, softcap)
+	return c
 }
 
 // decode reads each sequence's whole K and V cache once.

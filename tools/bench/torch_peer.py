@@ -160,7 +160,59 @@ def rope(t, p):
     return call, desc
 
 
+_FLEX = {}
+
+
+def _softcapped(q, k, v, causal, p):
+    """Gemma 2's soft-capped attention in torch: flex_attention (torch.nn.attention.flex_attention,
+    compiled) with a score_mod that caps each scaled score, softcap * tanh(score / softcap), and a
+    causal block mask, as transformers' flex path for Gemma 2 runs it; where flex_attention is
+    unavailable (an older torch, no triton) transformers' eager attention instead: the scores,
+    the cap, the mask, softmax in fp32 -- labelled as such."""
+    scale, cap = float(p["scale"]), float(p["softcap"])
+    gqa = q.shape[1] != k.shape[1]
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        if not q.is_cuda:
+            raise RuntimeError("flex_attention is compiled for CUDA here")
+        if "flex" not in _FLEX:
+            _FLEX["flex"] = torch.compile(flex_attention)
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return cap * torch.tanh(score / cap)
+        block_mask = None
+        if causal:
+            sq, sk = q.shape[2], k.shape[2]
+            block_mask = create_block_mask(lambda b, h, qi, ki: ki <= qi + (sk - sq), None, None, sq, sk,
+                                           device=q.device)
+        flex = _FLEX["flex"]
+        call = lambda: flex(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+                            enable_gqa=gqa)
+        call()  # compile now, not inside the timed runs
+        return call, ("torch.compile(flex_attention)(q, k, v, score_mod=softcap %g * tanh(s / %g), "
+                      "block_mask=%s, scale=%.6g, enable_gqa=%s)" % (cap, cap, "causal" if causal else None,
+                                                                     scale, gqa))
+    except Exception as e:  # noqa: BLE001 -- any failure means "flex_attention not here"
+        log("softcap: flex_attention unavailable (%s), eager math instead" % str(e)[:120])
+    rep = q.shape[1] // k.shape[1]
+    ke = k.repeat_interleave(rep, dim=1) if rep > 1 else k
+    ve = v.repeat_interleave(rep, dim=1) if rep > 1 else v
+    sq, sk = q.shape[2], k.shape[2]
+    hidden = torch.ones(sq, sk, dtype=torch.bool, device=q.device).triu(sk - sq + 1) if causal else None
+
+    def eager():
+        s = torch.matmul(q, ke.transpose(-1, -2)) * scale
+        s = torch.tanh(s / cap) * cap
+        if hidden is not None:
+            s = s.masked_fill(hidden, float("-inf"))
+        return torch.matmul(s.softmax(-1, dtype=torch.float32).to(q.dtype), ve)
+    return eager, ("EAGER MATH (flex_attention unavailable): q @ k^T * scale, tanh(s / %g) * %g, "
+                   "causal mask, softmax(fp32) @ v" % (cap, cap))
+
+
 def _sdpa(q, k, v, causal, p):
+    if p.get("softcap"):
+        return _softcapped(q, k, v, causal, p)
     scale = float(p["scale"])
     # enable_gqa only when heads differ, as transformers does; it can narrow the backends.
     gqa = q.shape[1] != k.shape[1]
