@@ -457,7 +457,7 @@ def bf16_properties(case, name, p, i):
         assert (col > 15).sum() >= 2 and np.median(col) < 2, "bf16-%s: no outlier channels" % name
 
 
-_WINDOW_NAME = re.compile(r"_w([0-9]+)$")
+_WINDOW_NAME = re.compile(r"_w([0-9]+)(?:_cap[0-9]+)?$")
 
 
 _SOFTCAP_TANH_ERROR = []
@@ -477,13 +477,13 @@ def softcap_properties(op, name, p):
 
 
 def window_properties(op, name, p):
-    """A windowed attention case (params.window, the last key, never 0) says its window in its
-    name (_w<N>), and only those do."""
+    """A windowed attention case (params.window, the last key but for a softcap after it, never
+    0) says its window in its name (_w<N>), and only those do."""
     m = _WINDOW_NAME.search(name)
     if "window" not in p:
         assert m is None, "%s/%s: named _w<N> without params.window" % (op, name)
         return
-    assert list(p)[-1] == "window" and p["window"] >= 1, "%s/%s: window %r" % (op, name, p["window"])
+    assert [k for k in p if k != "softcap"][-1] == "window" and p["window"] >= 1, "%s/%s: window %r" % (op, name, p["window"])
     assert m and int(m.group(1)) == p["window"], "%s/%s: window %d not in the name" % (
         op, name, p["window"])
     assert op != "attention_prefill" or p["causal"], "%s/%s: a window without causal" % (op, name)
@@ -1254,7 +1254,7 @@ def paged_properties(name, p, i, dtype, prefix=None):
     nb, bs = i["k_cache"].shape[:2]
     B, max_blocks = t.shape
     assert list(p) == ["n_heads", "n_kv_heads", "head_dim", "scale"] + (
-        ["window"] if "window" in p else []), name
+        ["window"] if "window" in p else []) + (["softcap"] if "softcap" in p else []), name
     assert bs in [2 ** k for k in range(9)] and "_bs%d_" % bs in name + "_", name
     assert t.dtype == np.int32 and lens.shape == (B,), name
     held = np.zeros((nb, bs), dtype=bool)
