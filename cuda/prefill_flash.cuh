@@ -82,8 +82,16 @@ __device__ __forceinline__ void load_tile_paged(T *dst, const T *base, int64_t r
  * first row's window are never loaded. softcap > 0: each score s = scale · q·k becomes
  * softcap · tanh(s / softcap) before the mask (touchstone.h), then is multiplied by log2(e)
  * instead of scale_log2. The cap is a uniform branch on softcap (the same value in every
- * thread), not a template parameter: no new kernel instances (path table, binary size) and the
- * uncapped path pays one predicated-off branch a tile (ptxas -v: see the commit message). */
+ * thread, one taken-or-not branch a tile), not a template parameter: no new kernel instances
+ * (path table rows, committed cases to take them, binary size). ptxas -v (sm_90, nvcc 13.0,
+ * before -> after): registers within -3..+14 of before in every prefill instance (DP 96 MT 1:
+ * 216 -> 230); spill stores/loads 0 -> 8/8 at DP 64 MT 2, 0 -> 8/32 at DP 80 MT 2, 0 -> 28/44
+ * in the paged kernel at DP 256, 4/4 -> 0 at DP 96 MT 2, the rest unchanged. The tensor-core
+ * decode (decode_mma.cuh) at head_dim 64, held to 128 registers by its 4-blocks hint, went from
+ * 0 to 16/44 bytes; its SASS (cuobjdump, attention_decode_mma_kernel<64, 8, 2, __half>) has
+ * every local load and store before or after the key loop, none inside it, and the capped
+ * block behind one branch. A GPU timing of the uncapped cases against the parent commit is
+ * still owed (docs/PERF.md). */
 template <int DP, int MT, bool PAGED, typename T>
 __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q_stride, const T *kb, const T *vb,
                                              int64_t kv_stride, const ts_decode::KVPages &pages, const int32_t *trow,
