@@ -38,8 +38,8 @@ int main(void) {
     ts_elementwise_config ew = {TS_F16, 1024};
     ts_norm_config nc = {TS_F16, 4, 896, 1e-6f, (ts_dtype)0};
     ts_rope_config rc = {TS_F16, 7, 14, 64, 64, 1e6f, NULL, NULL, 0, 1.0f};
-    ts_attention_config ac = {TS_F16, 1, 16, 14, 2, 64, 1, 0.125f, 0};
-    ts_decode_config dc = {TS_F16, 1, 4096, 14, 2, 64, 0.125f, 0};
+    ts_attention_config ac = {TS_F16, 1, 16, 14, 2, 64, 1, 0.125f, 0, 0.0f};
+    ts_decode_config dc = {TS_F16, 1, 4096, 14, 2, 64, 0.125f, 0, 0.0f};
     ts_ffn_config fc = {TS_F16, 4, 896, 4864};
     ts_embedding_config ec = {TS_F16, 8, 896, 151936, 0.0f};
     ts_gemm_config gc = {TS_F16, TS_F16, 7, 896, 896};
@@ -177,7 +177,7 @@ int main(void) {
            TS_ERR_INVALID_ARGUMENT, "layernorm_gemm", "hidden", "-3");
     expect("rmsnorm_gemm null norm_weight", ts_rmsnorm_gemm(P, NULL, P, NULL, NULL, P, NULL, &ng, NULL),
            TS_ERR_INVALID_ARGUMENT, "rmsnorm_gemm", "norm_weight", "NULL");
-    ts_scores_config asc = {TS_F16, 1, 16, 16, 14, 2, 64, 1, 0.125f};
+    ts_scores_config asc = {TS_F16, 1, 16, 16, 14, 2, 64, 1, 0.125f, 0.0f};
     expect("scores valid", ts_attention_scores_softmax(P, P, P, &asc, NULL), TS_ERR_NOT_INITIALIZED,
            "attention_scores_softmax", "ts_init", NULL);
     ts_scores_config as0 = asc;
@@ -401,7 +401,7 @@ int main(void) {
     /* attention_decode_paged: the page size, the table, the pool. */
     {
         const int32_t *tb = (const int32_t *)P;
-        ts_paged_decode_config pg = {TS_BF16, 2, 64, 16, 8, 32, 8, 64, 0.125f, 0};
+        ts_paged_decode_config pg = {TS_BF16, 2, 64, 16, 8, 32, 8, 64, 0.125f, 0, 0.0f};
         expect("decode_paged valid", ts_attention_decode_paged(P, P, P, P, tb, tb, &pg, NULL), TS_ERR_NOT_INITIALIZED,
                "attention_decode_paged", "ts_init", NULL);
         expect("decode_paged null block_table", ts_attention_decode_paged(P, P, P, P, NULL, tb, &pg, NULL),
@@ -434,7 +434,7 @@ int main(void) {
     /* attention_prefill_paged: the page size, the starts, the head dims it takes. */
     {
         const int32_t *tb = (const int32_t *)P;
-        ts_paged_prefill_config pp = {TS_F16, 2, 70, 64, 16, 8, 14, 2, 64, 0.125f, 0};
+        ts_paged_prefill_config pp = {TS_F16, 2, 70, 64, 16, 8, 14, 2, 64, 0.125f, 0, 0.0f};
         expect("prefill_paged valid", ts_attention_prefill_paged(P, P, P, P, tb, tb, tb, &pp, NULL),
                TS_ERR_NOT_INITIALIZED, "attention_prefill_paged", "ts_init", NULL);
         expect("prefill_paged null q_starts", ts_attention_prefill_paged(P, P, P, P, tb, NULL, tb, &pp, NULL),
@@ -460,7 +460,7 @@ int main(void) {
     /* attention_decode_fp8: the scales, their heads, the head dims it reads. */
     {
         const float *sc = (const float *)P;
-        ts_decode_fp8_config d8 = {TS_F16, 2, 256, 8, 2, 128, 0.088f, 2};
+        ts_decode_fp8_config d8 = {TS_F16, 2, 256, 8, 2, 128, 0.088f, 2, 0.0f};
         expect("decode_fp8 valid", ts_attention_decode_fp8(P, P, P, P, P, sc, sc, &d8, NULL), TS_ERR_NOT_INITIALIZED,
                "attention_decode_fp8", "ts_init", NULL);
         expect("decode_fp8 null v_scale", ts_attention_decode_fp8(P, P, P, P, P, sc, NULL, &d8, NULL),
@@ -701,13 +701,13 @@ int main(void) {
                "rmsnorm_residual", "ts_init", NULL);
         ts_rope_config b_rc = {TS_BF16, 7, 32, 64, 64, 5e5f, NULL, NULL, 0, 1.0f};
         expect("bf16 rope valid", ts_rope(P, P, P, &b_rc, NULL), TS_ERR_NOT_INITIALIZED, "rope", "ts_init", NULL);
-        ts_attention_config b_ac = {TS_BF16, 1, 16, 32, 8, 64, 1, 0.125f, 0};
+        ts_attention_config b_ac = {TS_BF16, 1, 16, 32, 8, 64, 1, 0.125f, 0, 0.0f};
         expect("bf16 attention_prefill valid", ts_attention_prefill(P, P, P, P, &b_ac, NULL), TS_ERR_NOT_INITIALIZED,
                "attention_prefill", "ts_init", NULL);
-        ts_decode_config b_dc = {TS_BF16, 2, 4096, 32, 8, 64, 0.125f, 0};
+        ts_decode_config b_dc = {TS_BF16, 2, 4096, 32, 8, 64, 0.125f, 0, 0.0f};
         expect("bf16 attention_decode valid", ts_attention_decode(P, P, P, P, P, &b_dc, NULL), TS_ERR_NOT_INITIALIZED,
                "attention_decode", "ts_init", NULL);
-        ts_scores_config b_sc = {TS_BF16, 1, 16, 16, 32, 8, 64, 1, 0.125f};
+        ts_scores_config b_sc = {TS_BF16, 1, 16, 16, 32, 8, 64, 1, 0.125f, 0.0f};
         expect("bf16 attention_scores_softmax valid", ts_attention_scores_softmax(P, P, P, &b_sc, NULL),
                TS_ERR_NOT_INITIALIZED, "attention_scores_softmax", "ts_init", NULL);
         ts_ffn_config b_fc = {TS_BF16, 4, 2048, 8192};
