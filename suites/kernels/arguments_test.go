@@ -80,6 +80,23 @@ var badCalls = []badCall{
 		cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
 		return b.AttentionDecode(out, f16(1, 14, 64), f16(1, 16, 2, 64), f16(1, 15, 2, 64), i32(16), cfg)
 	}, []int{1, 14, 64}},
+	{"attention_prefill", "softcap", "-50", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		cfg := backend.AttentionConfig{NumHeads: 8, NumKVHeads: 4, HeadDim: 256, Causal: true, Scale: 0.0625, Softcap: -50}
+		return b.AttentionPrefill(out, f16(1, 4, 8, 256), f16(1, 4, 4, 256), f16(1, 4, 4, 256), cfg)
+	}, []int{1, 4, 8, 256}},
+	{"attention_decode", "softcap", "NaN", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125, Softcap: float32(math.NaN())}
+		return b.AttentionDecode(out, f16(1, 14, 64), f16(1, 16, 2, 64), f16(1, 16, 2, 64), i32(16), cfg)
+	}, []int{1, 14, 64}},
+	{"attention_scores_softmax", "softcap", "+Inf", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Causal: true, Scale: 0.125, Softcap: float32(math.Inf(1))}
+		probs, err := b.Alloc(tensor.F32, 1, 14, 3, 5)
+		if err != nil {
+			return err
+		}
+		defer probs.Free()
+		return b.AttentionScoresSoftmax(probs, f16(1, 3, 14, 64), f16(1, 5, 2, 64), cfg)
+	}, []int{1, 14, 64}},
 	{"swiglu_ffn", "w_down", "f16[64,31]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
 		return b.SwiGLUFFN(out, f16(2, 64), f16(32, 64), f16(32, 64), f16(64, 31))
 	}, []int{2, 64}},
