@@ -232,6 +232,42 @@ func compareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Toleranc
 	return rows, nil
 }
 
+// CompareUntappedLogits runs CompareTaps' passes with no tap requested, as generation runs
+// them (the head on the last position alone, and whatever follows it: Gemma 2's final soft
+// cap), and compares each decode step's logits with the reference's logits tap under the same
+// limits, so that the path generation takes is checked by value, not only through the tokens it
+// picks (a monotonic error, a missing cap, keeps the greedy tokens).
+func CompareUntappedLogits(m *Model, set *golden.Set, p *SetParams, tols *compare.Tolerances) ([]compare.TapResult, error) {
+	cal, err := set.Calibration()
+	if err != nil {
+		return nil, err
+	}
+	toks, err := set.Tensor("greedy_tokens")
+	if err != nil {
+		return nil, err
+	}
+	if len(toks.I32) < p.DecodeSteps {
+		return nil, fmt.Errorf("%s: %d greedy tokens for %d decode steps", set.ID(), len(toks.I32), p.DecodeSteps)
+	}
+	m.RequestTaps(nil)
+	if _, err := m.Prefill(p.PromptIDs); err != nil {
+		return nil, err
+	}
+	rows := make([]compare.TapResult, 0, p.DecodeSteps)
+	for s := 0; s < p.DecodeSteps; s++ {
+		got, err := m.Decode(toks.I32[s])
+		if err != nil {
+			return nil, fmt.Errorf("decode step %d: %w", s, err)
+		}
+		r, err := compareTap(set, cal, tols, fmt.Sprintf("decode.%d.logits", s), got, nil, false)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
 // readTaps reads the set's files on one worker per CPU, by name.
 func readTaps(set *golden.Set, files []golden.File) (map[string]*tensor.Tensor, error) {
 	ts := make([]*tensor.Tensor, len(files))

@@ -19,7 +19,7 @@ import (
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
 type Config struct {
-	Family       string // "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma3", "phi3" or "gpt2": the layers' structure (familyOf)
+	Family       string // "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma2", "gemma3", "phi3" or "gpt2": the layers' structure (familyOf)
 	ModelType    string // config.json's model_type (mistral is the llama family with a window)
 	Hidden       int
 	Layers       int
@@ -65,11 +65,14 @@ type Config struct {
 	EmbedScale, AttnScalar float32
 	NormPlusOne, PostNorms bool
 	RopeLocalTheta         float32
+	// Gemma 2: AttnSoftcap caps the attention scores (attn_logit_softcapping), FinalSoftcap the
+	// logits (final_logit_softcapping): cap · tanh(x / cap); 0 for none.
+	AttnSoftcap, FinalSoftcap float32
 }
 
 // familyOf maps config.json's model_type to the family whose layers it has: the weight table
 // and forward it runs with (tools/gen-golden's FAMILY_OF_MODEL_TYPE is the same mapping).
-var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3"}
+var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3", "gemma2": "gemma2"}
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
 type rawConfig struct {
@@ -177,8 +180,8 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		return float32(v)
 	}
-	if r.ModelType == "gemma3_text" {
-		return parseGemma3Config(data, &r)
+	if r.ModelType == "gemma3_text" || r.ModelType == "gemma2" {
+		return parseGemmaConfig(data, &r)
 	}
 	if c.Quant, err = parseQuant(r.QuantizationConfig); err != nil {
 		return nil, err
@@ -329,7 +332,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, qwen3_moe, phi3, gpt2, mistral, mixtral, gemma3_text)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, qwen3_moe, phi3, gpt2, mistral, mixtral, gemma2, gemma3_text)", r.ModelType)
 	}
 	if c.HeadDim == 0 && c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)
@@ -396,8 +399,8 @@ func ropeTheta(r *rawConfig) (float32, error) {
 	return float32(*theta), nil
 }
 
-// parseGemma3Config is ParseConfig of a gemma3_text config (gemma.go).
-func parseGemma3Config(data []byte, r *rawConfig) (*Config, error) {
+// parseGemmaConfig is ParseConfig of a gemma3_text or gemma2 config (gemma.go).
+func parseGemmaConfig(data []byte, r *rawConfig) (*Config, error) {
 	c := Config{ModelType: r.ModelType, Family: familyOf[r.ModelType]}
 	q, err := parseQuant(r.QuantizationConfig)
 	if err != nil {
@@ -406,7 +409,7 @@ func parseGemma3Config(data []byte, r *rawConfig) (*Config, error) {
 	if q != nil {
 		return nil, fmt.Errorf("config: quantization_config (%s) with model_type %q is not implemented: quantized checkpoints run for llama and qwen2", q.Format, r.ModelType)
 	}
-	if err := parseGemma3(data, r, &c); err != nil {
+	if err := parseGemma(data, r, &c); err != nil {
 		return nil, err
 	}
 	if c.Heads%c.KVHeads != 0 {

@@ -222,6 +222,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(strings.Replace(qwenCfg, "%s", `, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1, "desc_act": true, "sym": true}`, 1)))
 	f.Add([]byte(strings.Replace(gemmaHub, "%s", "", 1)))
 	f.Add([]byte(gemmaV5))
+	f.Add([]byte(strings.Replace(gemma2Hub, "%s", "", 1)))
+	f.Add([]byte(strings.Replace(gemma2Hub, "%s", `, "attn_logit_softcapping": null, "layer_types": ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]`, 1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {
@@ -266,7 +268,15 @@ func FuzzParseConfig(f *testing.F) {
 			!(c.RopeLocalTheta > 1) || c.WindowedLayers == nil || len(*c.WindowedLayers) != c.Layers || c.SlidingWindow <= 0) {
 			t.Fatalf("bad gemma3 config %+v", c)
 		}
-		want := map[string]string{"gpt2": "gelu_new", "gemma3": "gelu_pytorch_tanh"}[c.Family]
+		if c.Family == "gemma2" && (c.Activation != "gelu_pytorch_tanh" || !c.NormPlusOne || !(c.AttnScalar > 0) || c.RopeLocalTheta != 0 ||
+			c.WindowedLayers == nil || len(*c.WindowedLayers) != c.Layers || c.SlidingWindow <= 0 ||
+			c.AttnSoftcap < 0 || c.FinalSoftcap < 0 || math.IsInf(float64(c.AttnSoftcap), 0) || math.IsInf(float64(c.FinalSoftcap), 0)) {
+			t.Fatalf("bad gemma2 config %+v", c)
+		}
+		if c.Family != "gemma2" && (c.AttnSoftcap != 0 || c.FinalSoftcap != 0) {
+			t.Fatalf("soft caps on a %s config %+v", c.Family, c)
+		}
+		want := map[string]string{"gpt2": "gelu_new", "gemma3": "gelu_pytorch_tanh", "gemma2": "gelu_pytorch_tanh"}[c.Family]
 		if want == "" {
 			want = "silu"
 		}

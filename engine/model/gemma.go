@@ -14,8 +14,14 @@ import (
 // norm x / rms(x) (1 + w), a norm after attention and after the MLP as well as before them,
 // GeGLU with the tanh GELU, the embedding times sqrt(hidden_size), sliding-window layers with
 // their own RoPE base beside global ones, a tied head by default.
+//
+// Gemma 2 (model_type gemma2, Gemma2ForCausalLM) is the same layer without q_norm and k_norm,
+// with one RoPE base for every layer, every other layer sliding (the even ones), and soft-capping
+// where Gemma 3 has none: the attention scores capped at attn_logit_softcapping (cap ·
+// tanh(s / cap) before the mask, default 50) and the logits at final_logit_softcapping
+// (default 30).
 
-// gemmaRaw holds the config.json keys only Gemma 3 reads.
+// gemmaRaw holds the config.json keys only Gemma reads.
 type gemmaRaw struct {
 	HiddenActivation      *string         `json:"hidden_activation"`
 	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
@@ -35,8 +41,17 @@ const (
 	gemma3AttnScalar    = 256
 )
 
-// parseGemma3 fills c from a gemma3_text config: the widths (r's common keys), then Gemma's own.
-func parseGemma3(data []byte, r *rawConfig, c *Config) error {
+// gemma2Defaults are Gemma2Config's.
+const (
+	gemma2Theta    = 1e4
+	gemma2Window   = 4096
+	gemma2AttnCap  = 50
+	gemma2FinalCap = 30
+)
+
+// parseGemma fills c from a gemma3_text or gemma2 config (c.Family says which): the widths
+// (r's common keys), then Gemma's own.
+func parseGemma(data []byte, r *rawConfig, c *Config) error {
 	var g gemmaRaw
 	if err := json.Unmarshal(data, &g); err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -60,7 +75,7 @@ func parseGemma3(data []byte, r *rawConfig, c *Config) error {
 	c.Layers = need("num_hidden_layers", r.NumHiddenLayers, 0)
 	c.Heads = need("num_attention_heads", r.NumAttentionHeads, 0)
 	c.KVHeads = need("num_key_value_heads", r.NumKeyValueHeads, c.Heads)
-	c.HeadDim = need("head_dim", r.HeadDimKey, gemma3HeadDim)
+	c.HeadDim = need("head_dim", r.HeadDimKey, gemma3HeadDim) // Gemma2Config's default too
 	c.Intermediate = need("intermediate_size", r.IntermediateSize, 0)
 	c.Vocab = need("vocab_size", r.VocabSize, 0)
 	c.MaxPositions = need("max_position_embeddings", r.MaxPositionEmbed, 0)
@@ -75,10 +90,8 @@ func parseGemma3(data []byte, r *rawConfig, c *Config) error {
 		return fmt.Errorf("config: rms_norm_eps = %v: must be in (0, 1]", eps)
 	}
 	c.NormEps = float32(eps)
-	for key, raw := range map[string]json.RawMessage{"attn_logit_softcapping": g.AttnLogitSoftcapping, "final_logit_softcapping": g.FinalLogitSoftcapping} {
-		if !isNull(raw) {
-			return fmt.Errorf("config: %s = %s is not implemented (Gemma 3 publishes null; Gemma 2's soft-capping is not supported)", key, bytes.TrimSpace(raw))
-		}
+	if err := gemmaSoftcaps(&g, c); err != nil {
+		return err
 	}
 	if g.Bidirectional != nil && *g.Bidirectional {
 		return fmt.Errorf("config: use_bidirectional_attention = true is not implemented (causal attention only)")
@@ -96,7 +109,7 @@ func parseGemma3(data []byte, r *rawConfig, c *Config) error {
 	c.Activation = act
 	for key, p := range map[string]*bool{"attention_bias": r.AttentionBias, "mlp_bias": r.MLPBias} {
 		if p != nil && *p {
-			return fmt.Errorf("config: %s = true is not implemented for gemma3_text", key)
+			return fmt.Errorf("config: %s = true is not implemented for %s", key, c.ModelType)
 		}
 	}
 	if r.PartialRotaryFactor != nil && *r.PartialRotaryFactor != 1 {
@@ -116,23 +129,83 @@ func parseGemma3(data []byte, r *rawConfig, c *Config) error {
 	if err := gemmaWindows(r, &g, c); err != nil {
 		return err
 	}
+	if c.Family == "gemma2" {
+		// One RoPE for every layer (Gemma2RotaryEmbedding): rope_theta (default 1e4) and
+		// whatever scaling the config asks for.
+		c.RopeDim = c.HeadDim
+		if c.HeadDim%2 != 0 {
+			return fmt.Errorf("config: head dim %d is odd: RoPE needs pairs", c.HeadDim)
+		}
+		var err error
+		if c.RopeTheta, err = ropeTheta(r); err != nil {
+			if r.RopeTheta != nil || !isNull(r.RopeParameters) {
+				return err
+			}
+			c.RopeTheta = gemma2Theta
+		}
+		c.RopeScaling, err = parseRopeScaling(r, c)
+		return err
+	}
 	return gemmaRope(r, &g, c)
 }
 
-// gemmaWindows reads which layers slide: layer_types, else every sliding_window_pattern-th layer
-// (default 6) global and the rest sliding, as Gemma3TextConfig derives them.
-func gemmaWindows(r *rawConfig, g *gemmaRaw, c *Config) error {
-	if r.SlidingWindow == nil || *r.SlidingWindow <= 0 {
-		return fmt.Errorf("config: sliding_window = %s: Gemma 3's sliding layers need a positive window", ptrString(r.SlidingWindow))
+// gemmaSoftcaps reads the soft caps: Gemma 2's (null for none; absent, Gemma2Config's defaults
+// 50 and 30), and Gemma 3's, which publishes null and runs none (a number is refused).
+func gemmaSoftcaps(g *gemmaRaw, c *Config) error {
+	for _, k := range []struct {
+		key string
+		raw json.RawMessage
+		def float64
+		dst *float32
+	}{
+		{"attn_logit_softcapping", g.AttnLogitSoftcapping, gemma2AttnCap, &c.AttnSoftcap},
+		{"final_logit_softcapping", g.FinalLogitSoftcapping, gemma2FinalCap, &c.FinalSoftcap},
+	} {
+		if c.Family != "gemma2" {
+			if !isNull(k.raw) {
+				return fmt.Errorf("config: %s = %s is not implemented for %s (its published configs say null; Gemma 2's soft-capping runs as model_type gemma2)", k.key, bytes.TrimSpace(k.raw), c.ModelType)
+			}
+			continue
+		}
+		v := k.def
+		if k.raw != nil {
+			if isNull(k.raw) {
+				continue // no cap
+			}
+			if err := json.Unmarshal(k.raw, &v); err != nil {
+				return fmt.Errorf("config: %s = %s: want a number or null", k.key, bytes.TrimSpace(k.raw))
+			}
+		}
+		if !(v > 0) || math.IsInf(v, 0) || v > math.MaxFloat32 {
+			return fmt.Errorf("config: %s = %v: must be finite and > 0 (null for none)", k.key, v)
+		}
+		*k.dst = float32(v)
 	}
-	c.SlidingWindow = *r.SlidingWindow
+	return nil
+}
+
+// gemmaWindows reads which layers slide: layer_types, else (Gemma 3) every
+// sliding_window_pattern-th layer (default 6) global and the rest sliding, as Gemma3TextConfig
+// derives them, or (Gemma 2) the even layers sliding, as Gemma2Config does.
+func gemmaWindows(r *rawConfig, g *gemmaRaw, c *Config) error {
+	w := r.SlidingWindow
+	if w == nil && c.Family == "gemma2" {
+		def := gemma2Window
+		w = &def
+	}
+	if w == nil || *w <= 0 {
+		return fmt.Errorf("config: sliding_window = %s: %s's sliding layers need a positive window", ptrString(r.SlidingWindow), c.ModelType)
+	}
+	c.SlidingWindow = *w
 	if len(r.LayerTypes) > 0 {
 		var err error
 		c.WindowedLayers, err = qwen2WindowedLayers(r, c.Layers)
 		return err
 	}
 	n := gemma3WindowPattern
-	if g.SlidingWindowPattern != nil {
+	if c.Family == "gemma2" {
+		n = 2 // layer i slides when (i + 1) % 2 != 0
+	} else if g.SlidingWindowPattern != nil {
 		n = *g.SlidingWindowPattern
 	}
 	if n <= 0 {
@@ -230,7 +303,7 @@ func gemmaRope(r *rawConfig, g *gemmaRaw, c *Config) error {
 }
 
 // LayerRope is layer i's RoPE base and scaling: Gemma 3's sliding layers take their own base,
-// unscaled; every other layer the model's.
+// unscaled; every other layer (and every Gemma 2 layer) the model's.
 func (c *Config) LayerRope(i int) (float32, *RopeScaling) {
 	if c.RopeLocalTheta != 0 && c.LayerWindow(i) > 0 {
 		return c.RopeLocalTheta, nil
@@ -239,7 +312,7 @@ func (c *Config) LayerRope(i int) (float32, *RopeScaling) {
 }
 
 // AttnScale is the attention's score scale: query_pre_attn_scalar^-0.5 where the config gives
-// one (Gemma 3), else head_dim^-0.5.
+// one (Gemma), else head_dim^-0.5.
 func (c *Config) AttnScale() float32 {
 	if c.AttnScalar > 0 {
 		return float32(1 / math.Sqrt(float64(c.AttnScalar)))

@@ -79,3 +79,80 @@ func TestParseGemma3RefusesByName(t *testing.T) {
 		t.Errorf("a scaled sliding RoPE: %v", err)
 	}
 }
+
+// gemma2Hub is google/gemma-2-2b's config.json as the hub publishes it, cut to 4 layers (%s:
+// extra keys).
+const gemma2Hub = `{"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "hidden_size": 2304,
+ "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+ "intermediate_size": 9216, "vocab_size": 256000, "max_position_embeddings": 8192,
+ "rms_norm_eps": 1e-6, "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+ "query_pre_attn_scalar": 256, "rope_theta": 10000.0, "sliding_window": 4096,
+ "cache_implementation": "hybrid", "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0,
+ "torch_dtype": "float32"%s}`
+
+func TestParseGemma2(t *testing.T) {
+	c, err := ParseConfig([]byte(strings.Replace(gemma2Hub, "%s", "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Family != "gemma2" || !c.TiedHead || !c.NormPlusOne || !c.PostNorms || c.Activation != "gelu_pytorch_tanh" {
+		t.Errorf("%+v", c)
+	}
+	if c.AttnSoftcap != 50 || c.FinalSoftcap != 30 || c.RopeTheta != 1e4 || c.RopeLocalTheta != 0 || c.RopeScaling != nil {
+		t.Errorf("caps %v %v, RoPE %v %v %+v", c.AttnSoftcap, c.FinalSoftcap, c.RopeTheta, c.RopeLocalTheta, c.RopeScaling)
+	}
+	for i := 0; i < 4; i++ {
+		theta, s := c.LayerRope(i)
+		sliding := i%2 == 0 // Gemma2Config: layer i slides when (i + 1) % 2 != 0
+		if (c.LayerWindow(i) == 4096) != sliding || theta != 1e4 || s != nil {
+			t.Errorf("layer %d: window %d, theta %v, scaling %v", i, c.LayerWindow(i), theta, s)
+		}
+	}
+	if c.AttnScale() != 1/16.0 || c.EmbedScale != float32(math.Sqrt(2304)) || c.embedScale() != 48 {
+		t.Errorf("scale %v, embed scale %v (%v as stored)", c.AttnScale(), c.EmbedScale, c.embedScale())
+	}
+	// Gemma2Config's defaults where the keys are absent; null caps mean none; layer_types wins.
+	bare := `{"model_type": "gemma2", "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 2,
+	 "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64, "head_dim": 32%s}`
+	if c, err = ParseConfig([]byte(strings.Replace(bare, "%s", "", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if c.AttnSoftcap != 50 || c.FinalSoftcap != 30 || c.SlidingWindow != 4096 || c.RopeTheta != 1e4 || c.AttnScale() != 1/16.0 {
+		t.Errorf("defaults: %+v", c)
+	}
+	nulls := `, "attn_logit_softcapping": null, "final_logit_softcapping": null, "layer_types": ["full_attention", "sliding_attention", "full_attention"], "sliding_window": 8`
+	if c, err = ParseConfig([]byte(strings.Replace(bare, "%s", nulls, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if c.AttnSoftcap != 0 || c.FinalSoftcap != 0 || c.LayerWindow(0) != 0 || c.LayerWindow(1) != 8 {
+		t.Errorf("null caps and layer_types: %+v", c)
+	}
+	for _, name := range []string{"attn_logit_softcapping", "final_logit_softcapping"} {
+		hp := map[string]any{}
+		for _, p := range c.HParams() {
+			hp[p.Name] = p.Value
+		}
+		if v, ok := hp[name]; !ok || v != nil {
+			t.Errorf("hparams.%s = %v (present %v), want null", name, v, ok)
+		}
+	}
+}
+
+func TestParseGemma2RefusesByName(t *testing.T) {
+	for extra, want := range map[string]string{
+		`, "attn_logit_softcapping": 0`:         "attn_logit_softcapping = 0: must be finite and > 0",
+		`, "final_logit_softcapping": -30`:      "final_logit_softcapping = -30",
+		`, "final_logit_softcapping": "30"`:     `final_logit_softcapping = "30": want a number or null`,
+		`, "attn_logit_softcapping": 1e39`:      "attn_logit_softcapping = 1e+39",
+		`, "sliding_window": 0`:                 "sliding_window = 0",
+		`, "hidden_activation": "gelu"`:         `hidden_act = "gelu_pytorch_tanh" beside hidden_activation = "gelu"`,
+		`, "attention_bias": true`:              "attention_bias = true is not implemented for gemma2",
+		`, "query_pre_attn_scalar": -1`:         "query_pre_attn_scalar = -1",
+		`, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"}`: `model_type "gemma2" is not implemented`,
+	} {
+		_, err := ParseConfig([]byte(strings.Replace(gemma2Hub, "%s", extra, 1)))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", extra, err, want)
+		}
+	}
+}

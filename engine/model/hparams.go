@@ -81,13 +81,10 @@ func (c *Config) HParams() []HParam {
 		hp = append(hp, HParam{"num_experts", c.Experts}, HParam{"num_experts_per_tok", c.ExpertsPerToken},
 			HParam{"norm_topk_prob", c.NormTopKProb})
 	}
-	if c.Family == "gemma3" {
-		// Recorded only for Gemma 3 sets: the sliding layers' RoPE (the entries above are the
-		// global layers'), the scores' scalar, the embedding's scale and each layer's type.
-		local := make(FreqList, c.RopeDim/2)
-		for i := range local {
-			local[i] = InvFreq(c.RopeLocalTheta, c.RopeDim, i, nil, 0)
-		}
+	if c.Family == "gemma3" || c.Family == "gemma2" {
+		// Recorded only for Gemma sets: Gemma 3's sliding layers' RoPE (the entries above are the
+		// global layers'; Gemma 2 has one RoPE), the scores' scalar, the embedding's scale, each
+		// layer's type, and Gemma 2's soft caps (null for none).
 		types := make([]string, c.Layers)
 		for i := range types {
 			types[i] = "full_attention"
@@ -95,9 +92,19 @@ func (c *Config) HParams() []HParam {
 				types[i] = "sliding_attention"
 			}
 		}
-		hp = append(hp, HParam{"rope_local_theta", c.RopeLocalTheta}, HParam{"rope_local_inv_freq", local},
-			HParam{"query_pre_attn_scalar", c.AttnScalar}, HParam{"embed_scale", c.EmbedScale},
+		if c.Family == "gemma3" {
+			local := make(FreqList, c.RopeDim/2)
+			for i := range local {
+				local[i] = InvFreq(c.RopeLocalTheta, c.RopeDim, i, nil, 0)
+			}
+			hp = append(hp, HParam{"rope_local_theta", c.RopeLocalTheta}, HParam{"rope_local_inv_freq", local})
+		}
+		hp = append(hp, HParam{"query_pre_attn_scalar", c.AttnScalar}, HParam{"embed_scale", c.EmbedScale},
 			HParam{"layer_types", types})
+		if c.Family == "gemma2" {
+			hp = append(hp, HParam{"attn_logit_softcapping", capOrNil(c.AttnSoftcap)},
+				HParam{"final_logit_softcapping", capOrNil(c.FinalSoftcap)})
+		}
 	}
 	return hp
 }
@@ -239,4 +246,12 @@ func formatHParam(v any) string {
 // errNoHParams is the error for a set generated before params.hparams existed.
 func errNoHParams(set *golden.Set) error {
 	return fmt.Errorf("%s: params has no hparams (the reference's hyper-parameters): the set predates them; regenerate it (make golden for the committed sets, make golden-full or gen-golden models --checkpoint for the others)", set.ID())
+}
+
+// capOrNil is a soft cap as the reference's config holds it: the value, or null for none.
+func capOrNil(v float32) any {
+	if v == 0 {
+		return nil
+	}
+	return v
 }

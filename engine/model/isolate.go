@@ -108,6 +108,9 @@ func (m *Model) TapOp(name string) string {
 		}
 		return "gemm (the down projection)"
 	case "logits":
+		if c.FinalSoftcap > 0 {
+			return "gemm (the LM head, fp32 out), then logit_softcap"
+		}
 		return "gemm (the LM head, fp32 out)"
 	default:
 		return "(no op known for tap kind " + kind + ")"

@@ -473,15 +473,26 @@ func (p *pass) run() {
 	case p.allLogits:
 		// A batched decode step: every row is a sequence's next-token logits.
 		p.do(p.be.Gemm(p.out, fn, m.w["head"], nil))
+		p.softcap(p.out)
 		p.tap("logits", p.out)
 	case m.want["logits"]:
 		all := p.allocT(tensor.F32, T, c.Vocab)
 		p.do(p.be.Gemm(all, fn, m.w["head"], nil))
+		p.softcap(all)
 		p.tap("logits", all)
 		p.do(p.mem.WriteRows(p.out, 0, p.rows(all, T-1, 1)))
 	default:
 		// Only the last position's logits feed the next token: one GEMV instead of T.
 		p.do(p.be.Gemm(p.out, p.rows(fn, T-1, 1), m.w["head"], nil))
+		p.softcap(p.out)
+	}
+}
+
+// softcap applies the final logit soft cap (Gemma 2's final_logit_softcapping) to the fp32
+// logits in place, as the model's output and the logits tap hold them; nothing without one.
+func (p *pass) softcap(logits backend.Buffer) {
+	if c := p.m.Cfg.FinalSoftcap; c > 0 {
+		p.do(p.be.LogitSoftcap(logits, logits, c))
 	}
 }
 
@@ -654,7 +665,7 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, layer, window i
 		p.do(be.SetRows(cache.kRows, k, p.cacheRows))
 		p.do(be.SetRows(cache.vRows, v, p.cacheRows))
 	}
-	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: c.AttnScale(), Window: window}
+	ac := backend.AttentionConfig{NumHeads: nH, NumKVHeads: nKV, HeadDim: D, Causal: true, Scale: c.AttnScale(), Window: window, Softcap: c.AttnSoftcap}
 	var heads backend.Buffer
 	if st := p.served; st != nil {
 		// Every chunk's new tokens against its sequence's pages, in one launch.

@@ -168,6 +168,12 @@ var gemma3 = []weight{
 
 func init() {
 	weightTables["gemma3"] = gemma3
+	// Gemma 2 (Gemma2ForCausalLM): Gemma 3's layer without q_norm and k_norm.
+	for _, w := range gemma3 {
+		if !strings.Contains(w.HF, "_norm.weight") || strings.Contains(w.HF, "layernorm") {
+			weightTables["gemma2"] = append(weightTables["gemma2"], w)
+		}
+	}
 	for _, w := range weightTables["qwen2"] {
 		if !strings.HasSuffix(w.HF, ".bias") && !strings.Contains(w.HF, ".mlp.") {
 			weightTables["mixtral"] = append(weightTables["mixtral"], w)

@@ -107,6 +107,19 @@ func checkTaps(s *golden.Set, fused bool) {
 	}
 }
 
+// checkUntappedLogits compares the logits of the stored decode steps run with no tap requested
+// (model.CompareUntappedLogits) with the reference's.
+func checkUntappedLogits(s *golden.Set) {
+	m, p := loadModel(s)
+	rows, err := model.CompareUntappedLogits(m, s, p, tols)
+	harness.SkipUnsupported(err)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(rows).To(HaveLen(p.DecodeSteps))
+	if first := compare.FirstFailure(rows); first >= 0 {
+		Fail(fmt.Sprintf("%s: %s of a pass without taps is out of tolerance (the tapped pass's logits are checked by \"every tap\"):\n%s", s.ID(), rows[first].Name, rows[first].Result.Table()))
+	}
+}
+
 // triage runs the isolated replay of a failing set (every op fed the reference's inputs), writes
 // the HTML report of both runs into harness.TriageDir, attaches its path as a report entry, and
 // returns what to add to the failure message: the op the isolated replay blames, and the path.
@@ -364,6 +377,20 @@ var brokenVariants = []broken{
 		func(m *model.Model) { l := m.Layers[1]; l.PostFFNNorm = l.PostAttnNorm }},
 	{"gemma3-tiny-bf16", "q_norm and k_norm weights swapped in layer 1", "prefill.layers.1.q_norm",
 		func(m *model.Model) { a := m.Layers[1].Attn; a.QNorm, a.KNorm = a.KNorm, a.QNorm }},
+	// Gemma 2: its soft caps and its layer alternation, each at the first tap it moves (the
+	// tiny set's attention cap is 4, below its largest scores; the logits' 30 below its largest).
+	{"gemma2-tiny", "attention soft cap dropped", "prefill.layers.0.attn",
+		func(m *model.Model) { m.Cfg.AttnSoftcap = 0 }},
+	{"gemma2-tiny", "attention capped at Gemma 2's published 50, not the config's", "prefill.layers.0.attn",
+		func(m *model.Model) { m.Cfg.AttnSoftcap = 50 }},
+	{"gemma2-tiny", "final logit soft cap dropped", "prefill.logits",
+		func(m *model.Model) { m.Cfg.FinalSoftcap = 0 }},
+	{"gemma2-tiny-bf16", "final logits capped with the attention's cap", "prefill.logits",
+		func(m *model.Model) { m.Cfg.FinalSoftcap = m.Cfg.AttnSoftcap }},
+	{"gemma2-tiny", "the odd layers sliding instead of the even ones", "prefill.layers.0.attn",
+		func(m *model.Model) { odd := model.LayerSet{false, true}; m.Cfg.WindowedLayers = &odd }},
+	{"gemma2-tiny-bf16", "embedding not scaled by sqrt(hidden_size)", "prefill.embed",
+		func(m *model.Model) { m.Cfg.EmbedScale = 0 }},
 	// Full size: deep layers run under limits their calibration widened; these show a
 	// wrong weight in a late layer is still caught at that layer's own tap.
 	{"qwen2.5-0.5b", "RoPE theta 1e4 instead of 1e6", "prefill.layers.0.q_rope",

@@ -47,6 +47,7 @@ func modelSpecs(s *golden.Set) {
 	// The decode steps op by op, as a prefill runs them: the composition the fused ops
 	// (model.Model.Fused) must equal, kept passing beside them.
 	It("every tap with the fused decode ops off", Label("unfused"), func() { checkTaps(s, false) })
+	It("the logits of decode steps run without taps, as generation runs them", func() { checkUntappedLogits(s) })
 	It("greedy generation of the reference's tokens", func() { checkGreedy(s) })
 	It("seeded generation draws the reference's tokens (docs/sampling.md)", harness.Sampling, func() { checkSeeded(s) })
 	It("seeded generation, teacher-forced on the reference's tokens, draws its token at every step the margin decides",

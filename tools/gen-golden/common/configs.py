@@ -365,6 +365,42 @@ GEMMA3_1B = {
     "vocab_size": 262144,
 }
 
+# google/gemma-2-2b (model_type gemma2, Gemma2ForCausalLM): Gemma 3's layer without q_norm and
+# k_norm, one RoPE base (rope_theta) for every layer, every other layer sliding (layer 0 first,
+# Gemma2Config's default layer_types), the attention scores soft-capped at 50
+# (attn_logit_softcapping: 50 tanh(s / 50) before the mask) and the logits at 30
+# (final_logit_softcapping). The hub file but its torch_dtype (float32 there; a set's dtype is
+# its own, as for the other configs).
+GEMMA2_2B = {
+    "architectures": ["Gemma2ForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0,
+    "bos_token_id": 2,
+    "cache_implementation": "hybrid",
+    "eos_token_id": 1,
+    "final_logit_softcapping": 30.0,
+    "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2304,
+    "initializer_range": 0.02,
+    "intermediate_size": 9216,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma2",
+    "num_attention_heads": 8,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 4,
+    "pad_token_id": 0,
+    "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
+
 
 def derived(base, **overrides):
     cfg = dict(base)
@@ -522,6 +558,18 @@ GEMMA3_TINY = derived(GEMMA3_1B, hidden_size=128, intermediate_size=192, num_hid
                       num_attention_heads=4, num_key_value_heads=1, head_dim=64,
                       query_pre_attn_scalar=48, sliding_window=5, sliding_window_pattern=2,
                       rope_scaling={"factor": 8.0, "rope_type": "linear"}, vocab_size=384)
+#  gemma2-tiny:     Gemma-2-2B's config cut down: 4 q / 2 kv heads (GQA 2:1, as the 2B's 8:4) of
+#                   64 on a hidden size of 128, query_pre_attn_scalar 48 (as gemma3-tiny), layer 0
+#                   sliding (a window of 5 positions) and layer 1 global, GeGLU (tanh) of width
+#                   192, a tied head; the attention cap lowered to GEMMA2_TINY_ATTN_CAP so that the
+#                   tiny checkpoint's scores reach it (the selftest asserts a share of them past
+#                   half the cap: at 50 they would not bend, and an engine ignoring the cap would
+#                   pass), the logits' cap Gemma 2's 30 (the committed logits reach past it).
+GEMMA2_TINY_ATTN_CAP = 4.0
+GEMMA2_TINY = derived(GEMMA2_2B, hidden_size=128, intermediate_size=192, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                      query_pre_attn_scalar=48, sliding_window=5,
+                      attn_logit_softcapping=GEMMA2_TINY_ATTN_CAP, vocab_size=384)
 # llama3-tiny with an intermediate size of 256: every projection's input width a multiple of the
 # FP8 block (128), as the quantized sets need (fine-grained FP8 scales 1x128 input groups).
 LLAMA3_QTINY = derived(LLAMA3_TINY, intermediate_size=256)
@@ -580,6 +628,9 @@ MODELS = [
     ModelSpec("gemma3-tiny", "gemma3", COMMITTED, GEMMA3_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("gemma3-tiny-bf16", "gemma3", COMMITTED, bf16_config(GEMMA3_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
+    ModelSpec("gemma2-tiny", "gemma2", COMMITTED, GEMMA2_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("gemma2-tiny-bf16", "gemma2", COMMITTED, bf16_config(GEMMA2_TINY), 8,
+              EPSILON_BF16_COMMITTED, "bf16"),
     # bf16: qwen2-tiny's and llama3-tiny's configs in bf16, drawn from their own seeds (the names')
     ModelSpec("qwen2-tiny-bf16", "qwen2", COMMITTED, bf16_config(QWEN2_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
@@ -618,12 +669,12 @@ MODELS = [
 # Qwen3-MoE is Qwen3's attention (q_norm, k_norm) with a sparse block in every layer, another.
 FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama",
                         "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral",
-                        "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3"}
+                        "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3", "gemma2": "gemma2"}
 # model_type -> the class transformers must load it as
 ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
         "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM",
         "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-        "gemma3_text": "Gemma3ForCausalLM"}
+        "gemma3_text": "Gemma3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
 # The families whose MLP is a sparse mixture of experts (a router, then num_experts_per_tok of
 # the layer's experts a token): their sets have the router_logits tap instead of the dense MLP's
 # ffn_gate, ffn_up and ffn_act (models/taps.py).
@@ -634,8 +685,9 @@ QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
 # Gemma 3's layers (model_type gemma3_text): norms of weight 1 + w, a norm after attention and
 # after the MLP as well as before them (the attn_post_norm and ffn_post_norm taps), q_norm and
 # k_norm (over heads laid out [B, heads, T, D], after the transpose), GeGLU, the scaled embedding,
-# and a RoPE base per layer type.
-GEMMA_FAMILIES = ("gemma3",)
+# and a RoPE base per layer type; Gemma 2's (model_type gemma2) the same without q_norm and k_norm,
+# one RoPE, and soft caps on the attention scores and the logits.
+GEMMA_FAMILIES = ("gemma3", "gemma2")
 # Checkpoint sets (real weights): the full-size epsilon. Real logit scales differ from the
 # synthetic ones; the value is recorded in the set, so a consumer can see what was assumed.
 # Real checkpoints: the full-size epsilons. Real logit scales differ from the synthetic ones; the
@@ -694,6 +746,13 @@ MODELS += [
     with_layers(ModelSpec("gemma3-1b", "gemma3", FULL, GEMMA3_1B, 8, EPSILON_FULL), 6),
     with_layers(ModelSpec("gemma3-1b-bf16", "gemma3", FULL, bf16_config(GEMMA3_1B), 8,
                           EPSILON_BF16_FULL, "bf16"), 6),
+]
+# Gemma-2-2B's first 4 layers (sliding, global, sliding, global; the window of 4096 holds the
+# whole pass), its caps 50 and 30, the 256000-token tied embedding at full size.
+MODELS += [
+    with_layers(ModelSpec("gemma2-2b", "gemma2", FULL, GEMMA2_2B, 8, EPSILON_FULL), 4),
+    with_layers(ModelSpec("gemma2-2b-bf16", "gemma2", FULL, bf16_config(GEMMA2_2B), 8,
+                          EPSILON_BF16_FULL, "bf16"), 4),
 ]
 # No full-tier mixture-of-experts model set yet: at real widths a prompt's routing has choices
 # closer than a correct fp16 engine's error (an estimate of Qwen3-30B-A3B's, top 8 of 128, cut to

@@ -187,9 +187,9 @@ class Rounder(TapCapture):
         self.put(name, x.transpose(1, 2))
 
     def _install_gemma(self):
-        """Gemma 3: every norm (the four of a layer, q_norm and k_norm, the final one), every
-        linear, RoPE, the attention output and the GeGLU activation rounded where the engine
-        stores them; the residual adds after the post-norms."""
+        """Gemma 3 and 2: every norm (the four of a layer, Gemma 3's q_norm and k_norm, the final
+        one), every linear, RoPE, the attention output and the GeGLU activation rounded where the
+        engine stores them; the residual adds after the post-norms."""
         d, base, put = self.d, self.model.model, self.put
         for i, layer in enumerate(base.layers):
             p = "layers.%d." % i
@@ -199,8 +199,9 @@ class Rounder(TapCapture):
             self._round_out(att.q_proj, lambda r, p=p: self._heads(p + "q", d.nH, r))
             self._round_out(att.k_proj, lambda r, p=p: self._heads(p + "k", d.nKV, r))
             self._round_out(att.v_proj, lambda r, p=p: self._heads(p + "v", d.nKV, r))
-            self._round_out(att.q_norm, lambda r, p=p: self._head_major(p + "q_norm", d.nH, r))
-            self._round_out(att.k_norm, lambda r, p=p: self._head_major(p + "k_norm", d.nKV, r))
+            if self.family == "gemma3":  # Gemma 2 has no q_norm / k_norm
+                self._round_out(att.q_norm, lambda r, p=p: self._head_major(p + "q_norm", d.nH, r))
+                self._round_out(att.k_norm, lambda r, p=p: self._head_major(p + "k_norm", d.nKV, r))
             self._round_in(att.o_proj, p + "attn")
             self._round_out(att.o_proj, lambda r, p=p: put(p + "attn_out", r))
             self._post_norm_residual(layer.post_attention_layernorm, p)
@@ -379,7 +380,11 @@ class Rounder(TapCapture):
             if not self.mine():  # another lockstep thread's pass
                 return None
             put("logits", out)
-        self.handles.append(m.lm_head.register_forward_hook(logits))
+        if getattr(m.config, "final_logit_softcapping", None) is None:
+            self.handles.append(m.lm_head.register_forward_hook(logits))
+        else:  # Gemma 2: the model's output, soft-capped in fp32 as the engine's logit_softcap
+            self.handles.append(m.register_forward_hook(
+                lambda mod, args, out: logits(mod, args, out.logits)))
 
     def remove(self):
         for h in self.handles:

@@ -84,6 +84,12 @@ RESID_GAIN = 16.0  # output-side std multiplier: residual stream rms ~10 after t
 # limit by 7% at one of 52272 taps. What makes every step of every set decisive is the peaked
 # output rows of models/peak.py, shaped after this draw.
 FINAL_NORM_GAIN = 3.0
+# Gemma 2's committed final norm scale instead: its logits pass through the soft cap of 30
+# (final_logit_softcapping), and at std ~12 the top tokens crowd under the cap, where a bf16
+# margin of 4-6 epsilon (models/peak.py) cannot be reached (every target failed: the boosted rows
+# pile up at the cap); at std ~6 the peaked tokens sit at 15-25, where the cap still bends them by
+# units (the final-cap broken variants fail at the logits tap).
+GEMMA2_FINAL_NORM_GAIN = 1.5
 # Gemma 3's post-norm scale (see the Init notes): the residual stream's rms after the last layer.
 POST_NORM_GAIN = 10.0
 # The router's logit scale (Init above): std ~1, a trained router's order, so that a token's
@@ -193,12 +199,15 @@ def init_specs(family, cfg, gain=1.0):
 
 
 def gemma_specs(d, gain):
-    """init_specs of Gemma 3 (Gemma3ForCausalLM's names; the tied head is not stored)."""
+    """init_specs of Gemma 3 and 2 (Gemma3ForCausalLM's and Gemma2ForCausalLM's names; Gemma 2
+    has no q_norm and k_norm; the tied head is not stored)."""
     H, L, I, V = d.H, d.L, d.I, d.V
     qd, kvd = d.nH * d.D, d.nKV * d.D
     norm = Init("norm", 0.1, 0.0)  # w of a norm weight 1 + w
     post = POST_NORM_GAIN / math.sqrt(2 * L)
     post_norm = Init("norm", 0.1 * post, post - 1.0)
+    if d.family == "gemma2":
+        gain = min(gain, GEMMA2_FINAL_NORM_GAIN)
     g = gain * (math.sqrt(H) if d.tied else 1.0)
     final_norm = Init("norm", 0.1 * g, g - 1.0)
     specs = [("model.embed_tokens.weight", (V, H), Init("normal", 4.0 / H))]
@@ -207,8 +216,9 @@ def gemma_specs(d, gain):
         specs.append((p + "input_layernorm.weight", (H,), norm))
         for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
             specs.append((p + "self_attn.%s.weight" % n, (rows, H), Init("normal", 1.0 / math.sqrt(H))))
-        specs.append((p + "self_attn.q_norm.weight", (d.D,), norm))
-        specs.append((p + "self_attn.k_norm.weight", (d.D,), norm))
+        if d.family == "gemma3":
+            specs.append((p + "self_attn.q_norm.weight", (d.D,), norm))
+            specs.append((p + "self_attn.k_norm.weight", (d.D,), norm))
         specs.append((p + "self_attn.o_proj.weight", (H, qd), Init("normal", 1.0 / math.sqrt(qd))))
         specs.append((p + "post_attention_layernorm.weight", (H,), post_norm))
         specs.append((p + "pre_feedforward_layernorm.weight", (H,), norm))

@@ -263,12 +263,15 @@ MOE_HPARAM_KEYS = ["num_experts", "num_experts_per_tok", "norm_topk_prob"]
 # transformers holds it, fp32) and every layer's type (sliding_attention or full_attention).
 GEMMA_HPARAM_KEYS = ["rope_local_theta", "rope_local_inv_freq", "query_pre_attn_scalar",
                      "embed_scale", "layer_types"]
+# Gemma 2's: one RoPE (no local entries), and its soft caps (null for none).
+GEMMA2_HPARAM_KEYS = ["query_pre_attn_scalar", "embed_scale", "layer_types",
+                      "attn_logit_softcapping", "final_logit_softcapping"]
 
 
 def hparam_keys(family):
     """params.hparams' keys, in order, of a set of `family`."""
-    return HPARAM_KEYS + (MOE_HPARAM_KEYS if family in MOE_FAMILIES else []) + (
-        GEMMA_HPARAM_KEYS if family in GEMMA_FAMILIES else [])
+    gemma = {"gemma3": GEMMA_HPARAM_KEYS, "gemma2": GEMMA2_HPARAM_KEYS}
+    return HPARAM_KEYS + (MOE_HPARAM_KEYS if family in MOE_FAMILIES else []) + gemma.get(family, [])
 
 
 def gemma_rope(model, layer_type):
@@ -290,14 +293,23 @@ def gemma_rope(model, layer_type):
 
 
 def gemma_hparams(model):
-    """reference_hparams of Gemma 3 (see GEMMA_HPARAM_KEYS)."""
+    """reference_hparams of Gemma 3 (see GEMMA_HPARAM_KEYS) and Gemma 2 (GEMMA2_HPARAM_KEYS)."""
     c = model.config
-    theta, rope_type, inv, factor = gemma_rope(model, "full_attention")
-    local_theta, _, local_inv, _ = gemma_rope(model, "sliding_attention")
+    gemma2 = c.model_type == "gemma2"
+    if gemma2:  # one rotary embedding (Gemma2RotaryEmbedding), as the other families'
+        rope_type, inv, _, factor, _ = reference_rope(model)
+        theta = float(c.rope_parameters["rope_theta"])
+        if rope_type != "default":
+            raise RuntimeError("Gemma 2 rope_type %r: only default is implemented" % rope_type)
+        local_theta = local_inv = None
+    else:
+        theta, rope_type, inv, factor = gemma_rope(model, "full_attention")
+        local_theta, _, local_inv, _ = gemma_rope(model, "sliding_attention")
+        if c.attn_logit_softcapping is not None or c.final_logit_softcapping is not None:
+            raise RuntimeError("Gemma 3 soft-capping (attn %r, final %r) is not implemented"
+                               % (c.attn_logit_softcapping, c.final_logit_softcapping))
     att = model.model.layers[0].self_attn
-    if c.attn_logit_softcapping is not None or c.final_logit_softcapping is not None:
-        raise RuntimeError("soft-capping (attn %r, final %r) is not implemented"
-                           % (c.attn_logit_softcapping, c.final_logit_softcapping))
+    cap = lambda v: None if v is None else float(v)
     hp = {
         "hidden_size": c.hidden_size, "num_layers": c.num_hidden_layers,
         "num_heads": c.num_attention_heads, "num_kv_heads": c.num_key_value_heads,
@@ -314,10 +326,17 @@ def gemma_hparams(model):
         "embed_scale": float(model.model.embed_tokens.scalar_embed_scale),
         "layer_types": list(c.layer_types),
     }
+    if gemma2:
+        del hp["rope_local_theta"], hp["rope_local_inv_freq"]
+        hp["attn_logit_softcapping"] = cap(c.attn_logit_softcapping)
+        hp["final_logit_softcapping"] = cap(c.final_logit_softcapping)
+        if att.attn_logit_softcapping != c.attn_logit_softcapping:
+            raise RuntimeError("attention soft cap %r, config %r"
+                               % (att.attn_logit_softcapping, c.attn_logit_softcapping))
     if att.scaling != c.query_pre_attn_scalar ** -0.5:
         raise RuntimeError("attention scaling %r, config query_pre_attn_scalar %r"
                            % (att.scaling, c.query_pre_attn_scalar))
-    norms = [m.eps for m in model.modules() if type(m).__name__ == "Gemma3RMSNorm"]
+    norms = [m.eps for m in model.modules() if type(m).__name__ in ("Gemma3RMSNorm", "Gemma2RMSNorm")]
     return hp, norms
 
 

@@ -24,7 +24,7 @@ ABSENT = {"qwen2": QK_NORM | ROUTER | POST_NORM, "phi3": QK_NORM | ROUTER | POST
           "llama": QK_NORM | ROUTER | POST_NORM, "qwen3": ROUTER | POST_NORM,
           "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM | ROUTER | POST_NORM,
           "mixtral": QK_NORM | DENSE_MLP | POST_NORM, "qwen3_moe": DENSE_MLP | POST_NORM,
-          "gemma3": ROUTER}
+          "gemma3": ROUTER, "gemma2": QK_NORM | ROUTER}
 
 
 def tap_names(family, n_layers):
@@ -181,8 +181,9 @@ class Recorder(TapCapture):
             self._out(att.q_proj, None, self._heads(p + "q", d.nH))
             self._out(att.k_proj, None, self._heads(p + "k", d.nKV))
             self._out(att.v_proj, None, self._heads(p + "v", d.nKV))
-            self._out(att.q_norm, None, self._head_major(p + "q_norm", d.nH))
-            self._out(att.k_norm, None, self._head_major(p + "k_norm", d.nKV))
+            if self.family == "gemma3":  # Gemma 2 has no q_norm / k_norm
+                self._out(att.q_norm, None, self._head_major(p + "q_norm", d.nH))
+                self._out(att.k_norm, None, self._head_major(p + "k_norm", d.nKV))
             self.handles.append(att.register_forward_pre_hook(self._enter_attn(i)))
             self._in(att.o_proj, p + "attn")
             self._out(att.o_proj, p + "attn_out")
@@ -196,7 +197,10 @@ class Recorder(TapCapture):
             self._out(layer.post_feedforward_layernorm, p + "ffn_post_norm")
             self._out(layer, p + "resid_ffn")
         self._out(base.norm, "final_norm")
-        self._out(m.lm_head, "logits")
+        if m.config.final_logit_softcapping is None:
+            self._out(m.lm_head, "logits")
+        else:  # Gemma 2: the logits the model returns, after the final soft cap
+            self._out(m, None, lambda out: self.put("logits", out.logits))
 
     def install(self):
         d, m = self.d, self.model

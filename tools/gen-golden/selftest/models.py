@@ -210,7 +210,7 @@ def check_format(s):
         ["quantization"] if s.quant is not None else [])
     check(list(p) == want_keys, "params keys %s, want %s" % (list(p), want_keys))
     check(p["family"] in ("qwen2", "phi3", "llama", "gpt2", "qwen3", "mixtral", "qwen3_moe",
-                          "gemma3")
+                          "gemma3", "gemma2")
           and p["source"] in ("synthetic", "checkpoint"),
           "family/source")
     check(p["dtype"] in configs.DTYPES, "dtype %r" % (p["dtype"],))
@@ -368,23 +368,48 @@ def check_hparams(s):
 
 
 def gemma_layer_types(cfg):
-    """Gemma 3's layer types from config.json: layer_types, else every sliding_window_pattern-th
-    layer (default 6) global and the rest sliding (Gemma3TextConfig.__post_init__)."""
+    """Gemma's layer types from config.json: layer_types, else (Gemma 3) every
+    sliding_window_pattern-th layer (default 6) global and the rest sliding
+    (Gemma3TextConfig.__post_init__), or (Gemma 2) every other layer, the even ones sliding
+    (Gemma2Config.__post_init__)."""
     if cfg.get("layer_types"):
         return list(cfg["layer_types"])
-    n = cfg.get("sliding_window_pattern", 6)
+    n = 2 if cfg["model_type"] == "gemma2" else cfg.get("sliding_window_pattern", 6)
     return ["sliding_attention" if (i + 1) % n else "full_attention"
             for i in range(cfg["num_hidden_layers"])]
 
 
 def check_gemma_hparams(s, want, tables):
-    """Gemma 3's hparams against config.json: the global layers' RoPE (rope_theta and
-    rope_scaling) in the shared keys, the sliding layers' (rope_local_base_freq, unscaled) in
-    rope_local_*, query_pre_attn_scalar, the embedding scale sqrt(hidden_size), the layer types."""
+    """Gemma's hparams against config.json: the global layers' RoPE (rope_theta and
+    rope_scaling) in the shared keys, Gemma 3's sliding layers' (rope_local_base_freq, unscaled)
+    in rope_local_*, query_pre_attn_scalar, the embedding scale sqrt(hidden_size), the layer
+    types, and Gemma 2's soft caps (Gemma2Config's defaults 50 and 30 where the key is absent)."""
     cfg, d, hp = s.cfg, s.dims, s.p["hparams"]
+    sc = rope_scaling.rope_scaling(cfg)
+    if s.family == "gemma2":
+        cap = lambda key, default: None if cfg.get(key, default) is None else float(cfg.get(key, default))
+        want.update(rope_theta=configs.rope_theta(cfg), rope_type=sc.rope_type, rotary_dim=sc.dim,
+                    partial_rotary_factor=1.0,
+                    activation=cfg.get("hidden_activation", "gelu_pytorch_tanh"),
+                    sliding_window=cfg.get("sliding_window", 4096), rope_long_inv_freq=None,
+                    rope_attention_factor=1.0, rope_long_from=None,
+                    query_pre_attn_scalar=float(cfg.get("query_pre_attn_scalar", 256)),
+                    embed_scale=float(cfg["hidden_size"] ** 0.5),
+                    layer_types=gemma_layer_types(cfg),
+                    attn_logit_softcapping=cap("attn_logit_softcapping", 50.0),
+                    final_logit_softcapping=cap("final_logit_softcapping", 30.0))
+        got = hp["rope_inv_freq"]
+        check(isinstance(got, list) and len(got) == sc.dim // 2
+              and all(type(v) is float and float(np.float32(v)) == v for v in got),
+              "hparams.rope_inv_freq: a list of %d fp32 values" % (sc.dim // 2))
+        rel = float(np.abs(np.array(got) / inv_freq(sc, np.array([0]))[0] - 1).max())
+        check(rel <= rope_scaling.INV_FREQ_RTOL, "hparams.rope_inv_freq off config.json's tables "
+              "by %.3g" % rel)
+        for k in ("rope_long_inv_freq", "rope_attention_factor", "rope_long_from"):
+            check(hp[k] == want[k], "hparams.%s = %r, want %r" % (k, hp[k], want[k]))
+        return
     check(cfg.get("attn_logit_softcapping") is None and cfg.get("final_logit_softcapping") is None,
           "a Gemma 3 set with soft-capping")
-    sc = rope_scaling.rope_scaling(cfg)
     local = rope_scaling.RopeScaling("default", float(cfg.get("rope_local_base_freq", 10000.0)),
                                      sc.dim, None, None, 1.0, None)
     want.update(rope_theta=configs.rope_theta(cfg), rope_type=sc.rope_type, rotary_dim=sc.dim,
@@ -818,6 +843,37 @@ def check_config(s, spec):
               and w["model.layers.0.self_attn.k_norm.weight"].shape == (d.D,)
               and not any(k.endswith(".bias") for k in w.where),
               "tied head not stored; four norms a layer, q/k norms of head_dim; no biases")
+    elif spec.family == "gemma2":
+        check(type(c).__name__ == "Gemma2Config", "config class")
+        check(c.num_attention_heads // c.num_key_value_heads == 2 and c.num_key_value_heads == 2,
+              "GQA 2:1 (Gemma-2-2B's 8:4)")
+        check(c.head_dim == d.D == 64 and c.num_attention_heads * c.head_dim == 2 * c.hidden_size
+              and c.query_pre_attn_scalar != c.head_dim,
+              "explicit head_dim: q twice the residual width; query_pre_attn_scalar not head_dim")
+        check(c.layer_types == ["sliding_attention", "full_attention"]
+              and generation.PROMPT_LEN > 2 * c.sliding_window,
+              "layer 0 sliding with a window well inside the prompt, layer 1 global")
+        check(c.tie_word_embeddings and c.hidden_activation == "gelu_pytorch_tanh"
+              and c.attn_logit_softcapping == configs.GEMMA2_TINY_ATTN_CAP
+              and c.final_logit_softcapping == 30.0,
+              "tied / GeGLU tanh / the tiny attention cap and Gemma 2's logit cap 30")
+        w = s.weights()
+        check("lm_head.weight" not in w and "model.layers.0.post_feedforward_layernorm.weight" in w
+              and not any("q_norm" in k or "k_norm" in k for k in w.where)
+              and not any(k.endswith(".bias") for k in w.where),
+              "tied head not stored; four norms a layer, no q/k norms; no biases")
+        # The cap bends the scores it is there for: a share of every layer's causal prefill
+        # scores lies past half the cap (an engine that drops the cap then fails at attn).
+        cap, scale = c.attn_logit_softcapping, c.query_pre_attn_scalar ** -0.5
+        for i in range(d.L):
+            q = s.a("prefill.layers.%d.q_rope" % i).astype(np.float64)
+            k = np.repeat(s.a("prefill.layers.%d.k_rope" % i).astype(np.float64),
+                          d.nH // d.nKV, axis=1)
+            raw = np.einsum("thd,uhd->htu", q, k) * scale
+            seen = np.tril(np.ones(raw.shape[1:], bool))
+            share = float((np.abs(raw[:, seen]) > cap / 2).mean())
+            check(share >= 0.05, "layer %d: %.1f%% of the prefill scores past half the attention "
+                  "cap %g (want >= 5%%)" % (i, 100 * share, cap))
     elif spec.family == "llama":
         check(type(c).__name__ == "LlamaConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -946,9 +1002,10 @@ def layer_window(family, cfg, i):
     return w if i >= cfg.get("max_window_layers", 28) else 0
 
 
-def attention(q, K, V, pos, scale, window=0):
+def attention(q, K, V, pos, scale, window=0, softcap=None):
     """q [T, nH, D] at absolute positions pos; K/V [S, nKV, D] hold positions 0..S-1; a query
-    at p sees keys 0..p, with a sliding window only those above p - window."""
+    at p sees keys 0..p, with a sliding window only those above p - window; softcap (Gemma 2):
+    the scaled scores become softcap tanh(s / softcap) before the mask."""
     T, nH, D = q.shape
     nKV = K.shape[1]
     out = np.empty((T, nH, D))
@@ -959,6 +1016,8 @@ def attention(q, K, V, pos, scale, window=0):
     for h in range(nH):
         kv = h // (nH // nKV)
         sc = q[:, h, :] @ K[:, kv, :].T * scale
+        if softcap is not None:
+            sc = softcap * np.tanh(sc / softcap)
         sc = np.where(seen, sc, -np.inf)
         sc = np.exp(sc - sc.max(-1, keepdims=True))
         out[:, h, :] = (sc / sc.sum(-1, keepdims=True)) @ V[:, kv, :]
@@ -1165,16 +1224,18 @@ def moe_block(f, ids, wts, w, experts, d):
 def layer_rope(cfg, family, i):
     """Layer i's RoPE by the contract's reading of config.json: rope_scaling.rope_scaling for
     every layer, but Gemma 3's sliding layers, whose base is rope_local_base_freq (default 1e4),
-    unscaled (rope_scaling applies to its global layers only)."""
+    unscaled (rope_scaling applies to its global layers only). Gemma 2 has one RoPE."""
     sc = rope_scaling.rope_scaling(cfg)
-    if family in configs.GEMMA_FAMILIES and gemma_layer_types(cfg)[i] == "sliding_attention":
+    if family == "gemma3" and gemma_layer_types(cfg)[i] == "sliding_attention":
         return rope_scaling.RopeScaling("default", float(cfg.get("rope_local_base_freq", 1e4)),
                                         sc.dim, None, None, 1.0, None)
     return sc
 
 
 def np_pass_gemma(cfg, d, w, ids, pos, cache, lin):
-    """np_pass of Gemma 3 by the contract's reading of config.json: the embedding times
+    """np_pass of Gemma 3 (and Gemma 2: no q_norm / k_norm, one RoPE, the scores and the logits
+    soft-capped at attn_logit_softcapping and final_logit_softcapping, Gemma2Config's 50 and 30
+    where absent) by the contract's reading of config.json: the embedding times
     sqrt(hidden_size); every norm x / rms(x) * (1 + w), four a layer and q_norm / k_norm over each
     head; the global layers' RoPE from rope_theta and rope_scaling, the sliding ones' from
     rope_local_base_freq unscaled, with their window; scores scaled by query_pre_attn_scalar^-0.5;
@@ -1185,7 +1246,11 @@ def np_pass_gemma(cfg, d, w, ids, pos, cache, lin):
     T = len(ids)
     x = w["model.embed_tokens.weight"][ids] * math.sqrt(d.H)
     taps["embed"] = x
-    types = gemma_layer_types(cfg)
+    family = "gemma2" if cfg["model_type"] == "gemma2" else "gemma3"
+    attn_cap = final_cap = None
+    if family == "gemma2":
+        attn_cap = cfg.get("attn_logit_softcapping", 50.0)
+        final_cap = cfg.get("final_logit_softcapping", 30.0)
     scale = float(cfg.get("query_pre_attn_scalar", 256)) ** -0.5
     for i in range(d.L):
         p, b = "layers.%d." % i, "model.layers.%d." % i
@@ -1193,15 +1258,17 @@ def np_pass_gemma(cfg, d, w, ids, pos, cache, lin):
         q, k, v = (lin(h, b + "self_attn.%s_proj" % n, p + "attn_norm") for n in "qkv")
         q, k, v = q.reshape(T, d.nH, d.D), k.reshape(T, d.nKV, d.D), v.reshape(T, d.nKV, d.D)
         taps[p + "attn_norm"], taps[p + "q"], taps[p + "k"], taps[p + "v"] = h, q, k, v
-        q, k = norm(q, b + "self_attn.q_norm.weight"), norm(k, b + "self_attn.k_norm.weight")
-        taps[p + "q_norm"], taps[p + "k_norm"] = q, k
-        sc = layer_rope(cfg, "gemma3", i)
+        if family == "gemma3":
+            q, k = norm(q, b + "self_attn.q_norm.weight"), norm(k, b + "self_attn.k_norm.weight")
+            taps[p + "q_norm"], taps[p + "k_norm"] = q, k
+        sc = layer_rope(cfg, family, i)
         inv = inv_freq(sc, pos)
         q, k = rope(q, pos, inv, sc.attention_factor), rope(k, pos, inv, sc.attention_factor)
         taps[p + "q_rope"], taps[p + "k_rope"] = q, k
         cache[i][0] = np.concatenate([cache[i][0], k]) if cache[i][0] is not None else k
         cache[i][1] = np.concatenate([cache[i][1], v]) if cache[i][1] is not None else v
-        a = attention(q, cache[i][0], cache[i][1], pos, scale, layer_window("gemma3", cfg, i))
+        a = attention(q, cache[i][0], cache[i][1], pos, scale, layer_window(family, cfg, i),
+                      attn_cap)
         taps[p + "attn"] = a
         ao = lin(a, b + "self_attn.o_proj", p + "attn")
         pa = norm(ao, b + "post_attention_layernorm.weight")
@@ -1220,6 +1287,8 @@ def np_pass_gemma(cfg, d, w, ids, pos, cache, lin):
     fn = norm(x, "model.norm.weight")
     taps["final_norm"] = fn
     taps["logits"] = fn @ w.get("lm_head.weight", w["model.embed_tokens.weight"]).T
+    if final_cap is not None:
+        taps["logits"] = final_cap * np.tanh(taps["logits"] / final_cap)
     return taps
 
 
@@ -1409,7 +1478,7 @@ def check_rope(s):
             for x in ("q", "k"):
                 # Qwen3 and Gemma 3 rotate their per-head normed q and k (q_norm / k_norm taps)
                 src = x + "_norm" if (s.family in configs.QK_NORM_FAMILIES
-                                      or s.family in configs.GEMMA_FAMILIES) else x
+                                      or s.family == "gemma3") else x
                 base = s.a("%s.layers.%d.%s" % (prefix, i, src)).astype(np.float64)
                 got = s.a("%s.layers.%d.%s_rope" % (prefix, i, x))
                 rel = close(got, rope(base, pos, inv, af), ROPE_RTOL)
@@ -1495,8 +1564,12 @@ def check_chain(s):
             gain = w["model.norm.weight"] + (1.0 if s.family in configs.GEMMA_FAMILIES else 0.0)
             fn = rms_norm(prev, gain, d.eps)
             head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+        logits = t("final_norm") @ head.T
+        if s.family == "gemma2" and s.cfg.get("final_logit_softcapping", 30.0) is not None:
+            cap = s.cfg.get("final_logit_softcapping", 30.0)  # Gemma 2's final soft cap
+            logits = cap * np.tanh(logits / cap)
         for got, want, what in ((t("final_norm"), fn, "final_norm"),
-                                (t("logits"), t("final_norm") @ head.T, "logits")):
+                                (t("logits"), logits, "logits")):
             rel = close(got, want, TAP_RTOL)
             check(rel <= TAP_RTOL, "%s.%s from the last resid_ffn (relative %.3g)"
                   % (prefix, what, rel))
