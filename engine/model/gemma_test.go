@@ -140,14 +140,14 @@ func TestParseGemma2(t *testing.T) {
 
 func TestParseGemma2RefusesByName(t *testing.T) {
 	for extra, want := range map[string]string{
-		`, "attn_logit_softcapping": 0`:         "attn_logit_softcapping = 0: must be finite and > 0",
-		`, "final_logit_softcapping": -30`:      "final_logit_softcapping = -30",
-		`, "final_logit_softcapping": "30"`:     `final_logit_softcapping = "30": want a number or null`,
-		`, "attn_logit_softcapping": 1e39`:      "attn_logit_softcapping = 1e+39",
-		`, "sliding_window": 0`:                 "sliding_window = 0",
-		`, "hidden_activation": "gelu"`:         `hidden_act = "gelu_pytorch_tanh" beside hidden_activation = "gelu"`,
-		`, "attention_bias": true`:              "attention_bias = true is not implemented for gemma2",
-		`, "query_pre_attn_scalar": -1`:         "query_pre_attn_scalar = -1",
+		`, "attn_logit_softcapping": 0`:     "attn_logit_softcapping = 0: must be finite and > 0",
+		`, "final_logit_softcapping": -30`:  "final_logit_softcapping = -30",
+		`, "final_logit_softcapping": "30"`: `final_logit_softcapping = "30": want a number or null`,
+		`, "attn_logit_softcapping": 1e39`:  "attn_logit_softcapping = 1e+39",
+		`, "sliding_window": 0`:             "sliding_window = 0",
+		`, "hidden_activation": "gelu"`:     `hidden_act = "gelu_pytorch_tanh" beside hidden_activation = "gelu"`,
+		`, "attention_bias": true`:          "attention_bias = true is not implemented for gemma2",
+		`, "query_pre_attn_scalar": -1`:     "query_pre_attn_scalar = -1",
 		`, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true, "version": "gemm"}`: `model_type "gemma2" is not implemented`,
 	} {
 		_, err := ParseConfig([]byte(strings.Replace(gemma2Hub, "%s", extra, 1)))
