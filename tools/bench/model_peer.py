@@ -10,9 +10,9 @@ is freed before the second loads):
 
 - "eager": eager attention, DynamicCache, every forward issued from the host under
   torch.inference_mode (what `model.generate` does without a cache implementation or compile);
-- "compile": SDPA attention, StaticCache, the decode step through
-  torch.compile(mode="reduce-overhead", fullgraph=True), i.e. Inductor kernels replayed from CUDA
-  graphs (the transformers "static cache + torch.compile" recipe, as gpt-fast does it); prefill
+- "compile": SDPA attention (eager for a soft-capped model: compile_attention), StaticCache, the
+  decode step through torch.compile(mode="reduce-overhead", fullgraph=True), i.e. Inductor kernels
+  replayed from CUDA graphs (the transformers "static cache + torch.compile" recipe, as gpt-fast does it); prefill
   is the uncompiled forward into the same cache, as `generate` does it.
 
 Each peer reports:
@@ -217,11 +217,24 @@ def full_attention_within_window(model, cache_len):
             "it: same attention, one static graph)")
 
 
+def compile_attention(model_dir):
+    """The compile peer's attention: SDPA, but eager for a model with attention soft-capping
+    (Gemma 2's attn_logit_softcapping): transformers 5.17's sdpa_attention_forward drops the
+    softcap argument without a word, so an SDPA peer would time (and compute) uncapped attention;
+    its eager attention caps, and torch.compile fuses it."""
+    import json
+    import os
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    return "eager" if cfg.get("attn_logit_softcapping") is not None else "sdpa"
+
+
 def run_compile(req, device, timed):
     from torch._dynamo.utils import counters
     from transformers import StaticCache
 
-    model = load(req, device, "sdpa")
+    attn = compile_attention(req["model_dir"])
+    model = load(req, device, attn)
     log("compile: loaded", req["model_dir"])
     prompts, decode_ids = batched(req)
     B, n_prompt, n_decode = len(prompts), len(prompts[0]), len(decode_ids)
@@ -323,7 +336,7 @@ def run_compile(req, device, timed):
                 loop_times.append(loop_ms)
     del model, cache, compiled
     return {
-        "call": model_call("sdpa") + ", "
+        "call": model_call(attn) + ", "
                 f"StaticCache(max_cache_len={cache_len}) reset before each round{note}, batch {B}; prefill: forward("
                 "position_ids, logits_to_keep=1) uncompiled; decode: torch.compile(forward(input_ids, "
                 "position_ids, logits_to_keep=1), mode='reduce-overhead', fullgraph=True), Inductor "
