@@ -191,8 +191,16 @@ __device__ __forceinline__ uint32_t cache_word(const uint32_t (&raw)[W], int j) 
 }
 
 /* The body of attention_decode_mma_kernel and attention_decode_fp8_kernel (each file's
- * __global__ wrapper sets the launch bounds). */
-template <int D, int MAXG, int UNROLL, bool PAGED, typename KV, typename T>
+ * __global__ wrapper sets the launch bounds). CAP (the instance launched when softcap > 0)
+ * soft-caps the scaled scores; CAP = false compiles no trace of the cap: a uniform runtime branch
+ * on softcap, even never taken, makes the uncapped kernel at head_dim 64 (held to 128 registers
+ * by its 4-blocks hint) spill 16/44 bytes. ptxas -v (sm_90, nvcc 13.0): every CAP = false
+ * instance has the registers and spill of the kernel without the cap (prefill_body in
+ * prefill_flash.cuh says more); the CAP = true instances use from 18 registers fewer to 25 more
+ * than their twins and spill only at head_dim 64, where the uncapped twins spill too: paged
+ * 16/16 to 88/108 bytes of spill stores/loads (at most the uncapped twins'), E4M3 with groups of
+ * 16 36/32 (fp16) and 44/36 (bf16) against 20/24 and 36/32. */
+template <int D, int MAXG, int UNROLL, bool PAGED, bool CAP, typename KV, typename T>
 __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q,
                                                 const KV *kc, const KV *vc, const int32_t *lens, const float *k_scale,
                                                 const float *v_scale, int scale_heads, int max_len, int nh, int nkv,
@@ -240,7 +248,7 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
         sc *= k_scale[hs];
         vsc = v_scale[hs];
     }
-    const float inv_cap = softcap > 0.0f ? 1.0f / softcap : 0.0f;
+    const float inv_cap = CAP ? 1.0f / softcap : 0.0f;
     const int len = w.len;
     /* A sliding window's keys are [lo, len); the splits start at lo rounded down to a 16-key tile
      * (a paged tile's keys share one page read), keys before lo are masked. */
@@ -329,10 +337,9 @@ __device__ __forceinline__ void decode_mma_body(T *out, float *part_acc, float2 
                     s[u][nt][e] = key >= lo && key < end ? s[u][nt][e] * sc : -INFINITY;
                 }
             }
-        /* softcap > 0 (a uniform branch, once a step, out of the mma loop so the uncapped path's
-         * registers are untouched): cap · tanh(s / cap) of the scaled scores, the masked keys
-         * (-inf) left masked, as capping before the mask does (touchstone.h). */
-        if (softcap > 0.0f) {
+        /* CAP (softcap > 0): cap · tanh(s / cap) of the scaled scores, the masked keys (-inf)
+         * left masked, as capping before the mask does (touchstone.h). */
+        if constexpr (CAP) {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
@@ -566,9 +573,10 @@ inline void check_pages(ts::Validator &val, int num_blocks, int block_size, int 
                  table_width, block_size);
 }
 
-/* Launches kernel (attention_decode_mma_kernel<D, MAXG, UNROLL, T> or its FP8 twin, which share
- * decode_mma_body and one argument list) over the shape's blocks and splits. */
-template <int D, int MAXG, int UNROLL, typename KV, typename T, typename Kernel>
+/* Launches kernel (attention_decode_mma_kernel<D, MAXG, UNROLL, CAP, T> or its paged or FP8 twin,
+ * which share decode_mma_body and one argument list) over the shape's blocks and splits. CAP is
+ * the kernel's: the capped and uncapped instances' occupancies are cached apart. */
+template <int D, int MAXG, int UNROLL, bool CAP, typename KV, typename T, typename Kernel>
 int launch_mma(const char *op, Kernel kernel, T *out, const T *q, const KV *kc, const KV *vc, const int32_t *lens,
                const float *k_scale, const float *v_scale, int scale_heads, int len_fault, const DecodeShape &c,
                cudaStream_t stream, KVPages pages = KVPages{nullptr, 0, 0, 0}, int table_fault = 0) {

@@ -43,8 +43,14 @@ __host__ __device__ inline DecodeLayout decode_layout(int D, int maxg) {
     return L;
 }
 
-/* The split kernel's body; PAGED reads the caches through pages' block table (KVPages). */
-template <int MAXG, bool PAGED, typename T>
+/* The split kernel's body; PAGED reads the caches through pages' block table (KVPages), CAP
+ * soft-caps the scores (the instance launched when softcap > 0). CAP = false compiles no trace
+ * of the cap: a uniform runtime branch on softcap, even never taken, changes ptxas's allocation
+ * of the uncapped instances (MAXG 4: 96 registers and 28/36 bytes of spill stores/loads rather
+ * than 109 and none). ptxas -v (sm_90, nvcc 13.0): the CAP = false instances have the registers
+ * and spill of the kernel without the cap; the CAP = true ones 72-128 registers, spill 8/24 at
+ * MAXG 2 paged, 28/36 at MAXG 4 and 4/8 at MAXG 8 contiguous (the uncapped twin 8/8). */
+template <int MAXG, bool PAGED, bool CAP, typename T>
 __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc,
                                                   const T *vc, const int32_t *lens, int max_len, int nh, int nkv,
                                                   int D, int group, int hchunks, int chunk, int nsplit, float scale,
@@ -159,10 +165,9 @@ __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float
             const int g = warp + 4 * t;
             if (g < MAXG) {
                 float x0 = p_s[g * kTile + lane], x1 = p_s[g * kTile + lane + 32];
-                /* softcap > 0 (a uniform branch, out of the dot-product loop so the uncapped
-                 * path's registers are untouched): cap · tanh(s / cap) of the scaled scores, the
-                 * masked keys (-inf) left masked, as capping before the mask does (touchstone.h). */
-                if (softcap > 0.0f) {
+                /* CAP: cap · tanh(s / cap) of the scaled scores, the masked keys (-inf) left
+                 * masked, as capping before the mask does (touchstone.h). */
+                if constexpr (CAP) {
                     const float inv_cap = 1.0f / softcap;
                     if (x0 != -INFINITY) x0 = ts::softcap_score(x0, softcap, inv_cap);
                     if (x1 != -INFINITY) x1 = ts::softcap_score(x1, softcap, inv_cap);
@@ -232,18 +237,18 @@ __device__ __forceinline__ void decode_split_body(T *out, float *part_acc, float
     }
 }
 
-template <int MAXG, typename T>
+template <int MAXG, bool CAP, typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_split_kernel(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc, const T *vc,
                                   const int32_t *lens, int max_len, int nh, int nkv, int D, int group, int hchunks,
                                   int chunk, int nsplit, float scale, int window, float softcap, int len_fault,
                                   KVPages pages, int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
-    decode_split_body<MAXG, false, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
-                                      chunk, nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
+    decode_split_body<MAXG, false, CAP, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
+                                           chunk, nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
 }
 
-template <int MAXG, typename T>
+template <int MAXG, bool CAP, typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_paged_split_kernel(T *out, float *part_acc, float2 *part_ml, const T *q, const T *kc,
                                         const T *vc, const int32_t *lens, int max_len, int nh, int nkv, int D,
@@ -251,8 +256,8 @@ __global__ void __launch_bounds__(kThreads)
                                         float softcap, int len_fault, KVPages pages, int table_fault,
                                         ts::FaultRecord *fault) {
     ts::pdl_wait();
-    decode_split_body<MAXG, true, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
-                                     chunk, nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
+    decode_split_body<MAXG, true, CAP, T>(out, part_acc, part_ml, q, kc, vc, lens, max_len, nh, nkv, D, group, hchunks,
+                                          chunk, nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
 }
 
 /* out[b, h] = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s over the splits (empty ones have
@@ -280,8 +285,8 @@ __global__ void __launch_bounds__(256)
 }
 
 /* Launches the split kernel (attention_decode_split_kernel, or its paged twin when pages.table is
- * set) and, with several splits, the combine kernel. */
-template <int MAXG, typename T>
+ * set; CAP: the soft-capping instance) and, with several splits, the combine kernel. */
+template <int MAXG, bool CAP, typename T>
 int launch_split(const char *op, T *out, const T *q, const T *kc, const T *vc, const int32_t *lens,
                  const DecodeShape &c, int len_fault, KVPages pages, int table_fault, cudaStream_t stream) {
     const int D = c.head_dim, group = c.n_heads / c.n_kv_heads;
@@ -292,7 +297,8 @@ int launch_split(const char *op, T *out, const T *q, const T *kc, const T *vc, c
                              "%s: cfg->head_dim = %d: needs %d bytes of shared memory per block, the "
                              "device allows %d",
                              op, D, L.bytes, ts::max_shared_optin());
-    auto split_kernel = pages.table ? attention_decode_paged_split_kernel<MAXG, T> : attention_decode_split_kernel<MAXG, T>;
+    auto split_kernel =
+        pages.table ? attention_decode_paged_split_kernel<MAXG, CAP, T> : attention_decode_split_kernel<MAXG, CAP, T>;
     static std::atomic<int> smem_allowed_on{-1}, paged_smem_allowed_on{-1};
     if (L.bytes > 48 * 1024)
         TS_CHECK(op, ts::allow_max_shared(op, split_kernel, pages.table ? paged_smem_allowed_on : smem_allowed_on));
@@ -325,8 +331,8 @@ int launch_split(const char *op, T *out, const T *q, const T *kc, const T *vc, c
                              c.batch, c.max_len, c.n_heads, c.n_kv_heads, D, group, MAXG, (long long)nsplit,
                              (long long)chunk, c.scale, c.window, c.softcap, pages.table ? " (paged)" : "");
     TS_LAUNCH(op, split_kernel, grid, kThreads, (size_t)L.bytes, stream, d, out, part_acc, part_ml, q, kc, vc, lens,
-              c.max_len, c.n_heads, c.n_kv_heads, D, group, hchunks, (int)chunk, (int)nsplit, c.scale, c.window, c.softcap, len_fault, pages,
-              table_fault, ts::fault_record());
+              c.max_len, c.n_heads, c.n_kv_heads, D, group, hchunks, (int)chunk, (int)nsplit, c.scale, c.window,
+              c.softcap, len_fault, pages, table_fault, ts::fault_record());
     if (nsplit > 1) {
         const int threads = D >= 256 ? 256 : ts::round_up(D, 32);
         const unsigned cgrid = (unsigned)((int64_t)c.batch * c.n_heads);
@@ -342,14 +348,23 @@ int launch_split(const char *op, T *out, const T *q, const T *kc, const T *vc, c
 
 /* launch_split with the smallest head group (MAXG 1, 2, 4, 8) that holds the query heads of a
  * KV head. */
+template <bool CAP, typename T>
+int launch_split_group(const char *op, T *out, const T *q, const T *kc, const T *vc, const int32_t *lens,
+                       const DecodeShape &c, int len_fault, KVPages pages, int table_fault, cudaStream_t stream) {
+    const int group = c.n_heads / c.n_kv_heads;
+    if (group <= 1) return launch_split<1, CAP>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
+    if (group <= 2) return launch_split<2, CAP>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
+    if (group <= 4) return launch_split<4, CAP>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
+    return launch_split<8, CAP>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
+}
+
+/* launch_split_group with the soft-capping instances when softcap > 0. */
 template <typename T>
 int launch_split_for_group(const char *op, T *out, const T *q, const T *kc, const T *vc, const int32_t *lens,
                            const DecodeShape &c, int len_fault, KVPages pages, int table_fault, cudaStream_t stream) {
-    const int group = c.n_heads / c.n_kv_heads;
-    if (group <= 1) return launch_split<1>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
-    if (group <= 2) return launch_split<2>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
-    if (group <= 4) return launch_split<4>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
-    return launch_split<8>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
+    if (c.softcap > 0.0f)
+        return launch_split_group<true>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
+    return launch_split_group<false>(op, out, q, kc, vc, lens, c, len_fault, pages, table_fault, stream);
 }
 
 } // namespace ts_decode

@@ -1,9 +1,10 @@
 /*
  * elementwise.cuh — everything the elementwise ops (residual_add, swiglu, geglu, gelu, gelu_tanh,
- * gelu_scale) share: loop bodies, kernels, launchers and ABI entries, generic over the op's math
- * and the storage type T (__half or __nv_bfloat16, internal.h). Each op's .cu file holds its
- * functor (its math, with the why of its numerics) and a one-line ts_* entry (gelu_scale, whose
- * functor carries its scale, and geglu, whose config picks its functor, entries of their own).
+ * gelu_scale, and logit_softcap over 16-bit logits) share: loop bodies, kernels, launchers and ABI
+ * entries, generic over the op's math and the storage type T (__half or __nv_bfloat16,
+ * internal.h). Each op's .cu file holds its functor (its math, with the why of its numerics) and a
+ * one-line ts_* entry (gelu_scale, whose functor carries its scale, geglu, whose config picks its
+ * functor, and logit_softcap, with its fp32 kernel, entries of their own).
  *
  * Grid-stride loops over n elements. VEC (every pointer 16-byte aligned): 16-byte accesses of
  * 8 values, kElementwiseUnroll of them in flight per thread, then a scalar tail of n % 8

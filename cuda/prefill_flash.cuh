@@ -79,20 +79,18 @@ __device__ __forceinline__ void load_tile_paged(T *dst, const T *base, int64_t r
  * this KV head: the sequence's contiguous rows, or the paged pool's through trow). Query row i is
  * at position prefix + i: causal, it sees keys 0 .. prefix + i; with a sliding window (window > 0,
  * causal) only keys prefix + i - window + 1 .. prefix + i, and tiles wholly before the block's
- * first row's window are never loaded. softcap > 0: each score s = scale · q·k becomes
- * softcap · tanh(s / softcap) before the mask (touchstone.h), then is multiplied by log2(e)
- * instead of scale_log2. The cap is a uniform branch on softcap (the same value in every
- * thread, one taken-or-not branch a tile), not a template parameter: no new kernel instances
- * (path table rows, committed cases to take them, binary size). ptxas -v (sm_90, nvcc 13.0,
- * before -> after): registers within -3..+14 of before in every prefill instance (DP 96 MT 1:
- * 216 -> 230); spill stores/loads 0 -> 8/8 at DP 64 MT 2, 0 -> 8/32 at DP 80 MT 2, 0 -> 28/44
- * in the paged kernel at DP 256, 4/4 -> 0 at DP 96 MT 2, the rest unchanged. The tensor-core
- * decode (decode_mma.cuh) at head_dim 64, held to 128 registers by its 4-blocks hint, went from
- * 0 to 16/44 bytes; its SASS (cuobjdump, attention_decode_mma_kernel<64, 8, 2, __half>) has
- * every local load and store before or after the key loop, none inside it, and the capped
- * block behind one branch. A GPU timing of the uncapped cases against the parent commit is
- * still owed (docs/PERF.md). */
-template <int DP, int MT, bool PAGED, typename T>
+ * first row's window are never loaded. CAP (the instance launched when softcap > 0): each score
+ * s = scale · q·k becomes softcap · tanh(s / softcap) before the mask (touchstone.h), then is
+ * multiplied by log2(e) instead of scale_log2; CAP = false compiles no trace of the cap. A
+ * template parameter, not a uniform runtime branch on softcap: the branch, even never taken,
+ * changes ptxas's allocation of the uncapped kernels (spill where there was none) and slows
+ * them. ptxas -v (sm_90, nvcc 13.0): every CAP = false instance, here and in decode_mma_body and
+ * decode_split_body, has the registers and spill of the kernel without the cap, its SASS the
+ * same but for the parameters' constant-bank offsets. The CAP = true prefill instances use from
+ * 2 registers fewer to 48 more than their uncapped twins (DP 32 MT 2: 238 against 190); spill
+ * stores/loads 20/20 bytes at DP 96 MT 2 (uncapped 4/4), 20/36 at DP 256 (16/32), 48/84 in the
+ * paged kernel at DP 256 (none), none elsewhere. */
+template <int DP, int MT, bool PAGED, bool CAP, typename T>
 __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q_stride, const T *kb, const T *vb,
                                              int64_t kv_stride, const ts_decode::KVPages &pages, const int32_t *trow,
                                              int q0, int q_len, int kv_len, int prefix, int causal, int window,
@@ -134,7 +132,7 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
     const int row0 = q0 + wrow;         /* ... in the sequence's queries (at position prefix + row0) */
     const int g8 = lane >> 2;           /* this lane's rows: row0 + 16 mt + g8 (+ 8) */
     /* The softmax's multiplier into log2 units: scale · log2(e), or log2(e) for capped scores. */
-    const float mul = softcap > 0.0f ? 1.4426950408889634f : scale_log2;
+    const float mul = CAP ? 1.4426950408889634f : scale_log2;
 
     float o[kMt][kDt][4];
 #pragma unroll
@@ -199,7 +197,7 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
 
             /* Soft-capping in natural units (s = scale · q·k, cap · tanh(s / cap)), before the
              * mask; the softmax below then multiplies by log2(e) alone (mul). */
-            if (softcap > 0.0f) {
+            if constexpr (CAP) {
                 const float inv_cap = 1.0f / softcap;
 #pragma unroll
                 for (int mt = 0; mt < kMt; ++mt)

@@ -423,6 +423,14 @@ typedef struct {
     float scale;
 } ts_gelu_scale_config;
 
+/* logit_softcap: n elements (n >= 0), any shape; dtype TS_F32, TS_F16 or TS_BF16; softcap positive
+ * and finite (ts_logit_softcap). */
+typedef struct {
+    ts_dtype dtype;
+    int64_t n;
+    float softcap;
+} ts_logit_softcap_config;
+
 /* embedding: out[t] = table[ids[t]], table [table_rows, hidden] (table_rows = vocab).
  * pos_embedding: out[t] = x[t] + table[positions[t]], table [table_rows, hidden].
  * scale, 0 or 1: no scaling (a bit-exact gather); else embedding's out = table[id] * scale,
@@ -617,6 +625,16 @@ int ts_swiglu(void *out, const void *gate, const void *up, const ts_elementwise_
  * the exact GELU of other GeGLU models: TS_GELU_ERF), fp32 math from the 16-bit inputs, out
  * rounded once; out may equal gate or up. */
 int ts_geglu(void *out, const void *gate, const void *up, const ts_geglu_config *cfg, void *stream);
+/* Final logit soft-capping (Gemma 2's final_logit_softcapping, 30.0 in every published config):
+ * out = softcap · tanh(x / softcap) elementwise over cfg->n elements, transformers'
+ * Gemma2ForCausalLM `logits = logits / cap; logits = torch.tanh(logits); logits = logits * cap`.
+ * cfg->dtype is that of x and out: TS_F32 (the engine's logits: the lm-head gemm writes fp32) or
+ * TS_F16 / TS_BF16 (libraries that keep logits in the storage dtype). Computed in fp32 (tanh as
+ * the attention soft cap's, internal.h's softcap_score: within 2^-21 of the cap) with one
+ * rounding to dtype; out may equal x (in place). cfg->softcap must be positive and finite (0,
+ * negative, NaN or inf is TS_ERR_INVALID_ARGUMENT naming logit_softcap, cfg->softcap and the
+ * value); cfg->n >= 0 (0 launches nothing; the pointers are still required). */
+int ts_logit_softcap(void *out, const void *x, const ts_logit_softcap_config *cfg, void *stream);
 /* Unfused equivalent: gemm(g, x, w_gate), gemm(u, x, w_up), swiglu(a, g, u), gemm(out, a, w_down). */
 int ts_swiglu_ffn(void *out, const void *x, const void *w_gate, const void *w_up, const void *w_down,
                   const ts_ffn_config *cfg, void *stream);

@@ -58,30 +58,39 @@ using namespace ts_decode;
 
 /* At least 4 blocks (16 warps) per SM for D <= 64: the kernel is latency-bound there (Qwen2.5's
  * shape: 142 registers gave 3 blocks, 19% occupancy, 34% of DRAM bandwidth under ncu). */
-template <int D, int MAXG, int UNROLL, typename T>
+template <int D, int MAXG, int UNROLL, bool CAP, typename T>
 __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_mma_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q, const T *kc,
                                 const T *vc, const int32_t *lens, const float *k_scale, const float *v_scale,
                                 int scale_heads, int max_len, int nh, int nkv, int group, int hchunks, int chunk,
-                                int nsplit, float scale, int window, float softcap, int len_fault, KVPages pages, int table_fault,
-                                ts::FaultRecord *fault) {
+                                int nsplit, float scale, int window, float softcap, int len_fault, KVPages pages,
+                                int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
-    decode_mma_body<D, MAXG, UNROLL, false, T, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale, v_scale,
-                                           scale_heads, max_len, nh, nkv, group, hchunks, chunk, nsplit, scale,
-                                           window, softcap, len_fault, pages, table_fault, fault);
+    decode_mma_body<D, MAXG, UNROLL, false, CAP, T, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
+                                                       v_scale, scale_heads, max_len, nh, nkv, group, hchunks, chunk,
+                                                       nsplit, scale, window, softcap, len_fault, pages, table_fault,
+                                                       fault);
 }
 
-template <int D, typename T>
-int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
-                 cudaStream_t stream) {
+template <int D, bool CAP, typename T>
+int launch_mma_dc(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
+                  cudaStream_t stream) {
     const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale, c.window, c.softcap};
     constexpr int U = decode_unroll(D);
     const int fault = ts::FAULT_DECODE_CACHE_LEN;
     if (c.n_heads / c.n_kv_heads <= 8)
-        return launch_mma<D, 8, U>("attention_decode", attention_decode_mma_kernel<D, 8, U, T>, out, q, kc, vc, lens,
-                                nullptr, nullptr, 1, fault, shape, stream);
-    return launch_mma<D, 16, U>("attention_decode", attention_decode_mma_kernel<D, 16, U, T>, out, q, kc, vc, lens,
-                             nullptr, nullptr, 1, fault, shape, stream);
+        return launch_mma<D, 8, U, CAP>("attention_decode", attention_decode_mma_kernel<D, 8, U, CAP, T>, out, q, kc,
+                                        vc, lens, nullptr, nullptr, 1, fault, shape, stream);
+    return launch_mma<D, 16, U, CAP>("attention_decode", attention_decode_mma_kernel<D, 16, U, CAP, T>, out, q, kc,
+                                     vc, lens, nullptr, nullptr, 1, fault, shape, stream);
+}
+
+/* The soft cap is the kernel's template argument CAP (decode_mma.cuh). */
+template <int D, typename T>
+int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const ts_decode_config &c,
+                 cudaStream_t stream) {
+    if (c.softcap > 0.0f) return launch_mma_dc<D, true>(out, q, kc, vc, lens, c, stream);
+    return launch_mma_dc<D, false>(out, q, kc, vc, lens, c, stream);
 }
 
 template <typename T>

@@ -20,31 +20,40 @@ namespace {
 
 using namespace ts_decode;
 
-template <int D, int MAXG, int UNROLL, typename T>
+template <int D, int MAXG, int UNROLL, bool CAP, typename T>
 __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_fp8_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q,
                                 const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
                                 const float *k_scale, const float *v_scale, int scale_heads, int max_len, int nh,
-                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale, int window, float softcap,
-                                int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
+                                int nkv, int group, int hchunks, int chunk, int nsplit, float scale, int window,
+                                float softcap, int len_fault, KVPages pages, int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
-    decode_mma_body<D, MAXG, UNROLL, false, unsigned char, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
-                                                       v_scale, scale_heads, max_len, nh, nkv, group, hchunks, chunk,
-                                                       nsplit, scale, window, softcap, len_fault, pages, table_fault, fault);
+    decode_mma_body<D, MAXG, UNROLL, false, CAP, unsigned char, T>(out, part_acc, part_ml, counters, q, kc, vc, lens,
+                                                                   k_scale, v_scale, scale_heads, max_len, nh, nkv,
+                                                                   group, hchunks, chunk, nsplit, scale, window,
+                                                                   softcap, len_fault, pages, table_fault, fault);
 }
 
-template <int D, typename T>
-int launch_d(T *out, const T *q, const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
-             const float *ks, const float *vs, const ts_decode_fp8_config &c, cudaStream_t stream) {
+template <int D, bool CAP, typename T>
+int launch_dc(T *out, const T *q, const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
+              const float *ks, const float *vs, const ts_decode_fp8_config &c, cudaStream_t stream) {
     const DecodeShape shape{c.batch, c.max_len, c.n_heads, c.n_kv_heads, c.head_dim, c.scale, 0, c.softcap};
     constexpr int U = decode_unroll_fp8(D);
     const char *op = "attention_decode_fp8";
     const int fault = ts::FAULT_DECODE_FP8_CACHE_LEN;
     if (c.n_heads / c.n_kv_heads <= 8)
-        return launch_mma<D, 8, U>(op, attention_decode_fp8_kernel<D, 8, U, T>, out, q, kc, vc, lens, ks, vs,
-                                c.scale_heads, fault, shape, stream);
-    return launch_mma<D, 16, U>(op, attention_decode_fp8_kernel<D, 16, U, T>, out, q, kc, vc, lens, ks, vs,
-                             c.scale_heads, fault, shape, stream);
+        return launch_mma<D, 8, U, CAP>(op, attention_decode_fp8_kernel<D, 8, U, CAP, T>, out, q, kc, vc, lens, ks,
+                                        vs, c.scale_heads, fault, shape, stream);
+    return launch_mma<D, 16, U, CAP>(op, attention_decode_fp8_kernel<D, 16, U, CAP, T>, out, q, kc, vc, lens, ks, vs,
+                                     c.scale_heads, fault, shape, stream);
+}
+
+/* The soft cap is the kernel's template argument CAP (decode_mma.cuh). */
+template <int D, typename T>
+int launch_d(T *out, const T *q, const unsigned char *kc, const unsigned char *vc, const int32_t *lens,
+             const float *ks, const float *vs, const ts_decode_fp8_config &c, cudaStream_t stream) {
+    if (c.softcap > 0.0f) return launch_dc<D, true>(out, q, kc, vc, lens, ks, vs, c, stream);
+    return launch_dc<D, false>(out, q, kc, vc, lens, ks, vs, c, stream);
 }
 
 template <typename T>

@@ -17,7 +17,7 @@ namespace {
 
 using namespace ts_decode;
 
-template <int D, int MAXG, int UNROLL, typename T>
+template <int D, int MAXG, int UNROLL, bool CAP, typename T>
 __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
     attention_decode_paged_kernel(T *out, float *part_acc, float2 *part_ml, int *counters, const T *q, const T *kc,
                                   const T *vc, const int32_t *lens, const float *k_scale, const float *v_scale,
@@ -25,23 +25,32 @@ __global__ void __launch_bounds__(kMmaThreads, D <= 64 ? 4 : 1)
                                   int nsplit, float scale, int window, float softcap, int len_fault, KVPages pages,
                                   int table_fault, ts::FaultRecord *fault) {
     ts::pdl_wait();
-    decode_mma_body<D, MAXG, UNROLL, true, T, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale, v_scale,
-                                                 scale_heads, max_len, nh, nkv, group, hchunks, chunk, nsplit, scale,
-                                                 window, softcap, len_fault, pages, table_fault, fault);
+    decode_mma_body<D, MAXG, UNROLL, true, CAP, T, T>(out, part_acc, part_ml, counters, q, kc, vc, lens, k_scale,
+                                                      v_scale, scale_heads, max_len, nh, nkv, group, hchunks, chunk,
+                                                      nsplit, scale, window, softcap, len_fault, pages, table_fault,
+                                                      fault);
 }
 
 constexpr const char *kOp = "attention_decode_paged";
 
-template <int D, typename T>
-int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const DecodeShape &shape,
-                 const KVPages &pages, cudaStream_t stream) {
+template <int D, bool CAP, typename T>
+int launch_mma_dc(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const DecodeShape &shape,
+                  const KVPages &pages, cudaStream_t stream) {
     constexpr int U = decode_unroll(D);
     const int lf = ts::FAULT_PAGED_CACHE_LEN, tf = ts::FAULT_PAGED_BLOCK_TABLE;
     if (shape.n_heads / shape.n_kv_heads <= 8)
-        return launch_mma<D, 8, U>(kOp, attention_decode_paged_kernel<D, 8, U, T>, out, q, kc, vc, lens, nullptr,
-                                   nullptr, 1, lf, shape, stream, pages, tf);
-    return launch_mma<D, 16, U>(kOp, attention_decode_paged_kernel<D, 16, U, T>, out, q, kc, vc, lens, nullptr,
-                                nullptr, 1, lf, shape, stream, pages, tf);
+        return launch_mma<D, 8, U, CAP>(kOp, attention_decode_paged_kernel<D, 8, U, CAP, T>, out, q, kc, vc, lens,
+                                        nullptr, nullptr, 1, lf, shape, stream, pages, tf);
+    return launch_mma<D, 16, U, CAP>(kOp, attention_decode_paged_kernel<D, 16, U, CAP, T>, out, q, kc, vc, lens,
+                                     nullptr, nullptr, 1, lf, shape, stream, pages, tf);
+}
+
+/* The soft cap is the kernel's template argument CAP (decode_mma.cuh). */
+template <int D, typename T>
+int launch_mma_d(T *out, const T *q, const T *kc, const T *vc, const int32_t *lens, const DecodeShape &shape,
+                 const KVPages &pages, cudaStream_t stream) {
+    if (shape.softcap > 0.0f) return launch_mma_dc<D, true>(out, q, kc, vc, lens, shape, pages, stream);
+    return launch_mma_dc<D, false>(out, q, kc, vc, lens, shape, pages, stream);
 }
 
 template <typename T>

@@ -39,7 +39,7 @@ using namespace ts_prefill;
  * 178 registers against 168, two blocks an SM rather than three): Qwen2.5's causal S=2048 runs in
  * 0.0503 ms with it, 0.0530 without (H100, both in one job). Two m-tiles keep the default, which
  * was faster for them (non-causal S=2048 0.0668 against 0.0707). */
-template <int DP, int MT, typename T>
+template <int DP, int MT, bool CAP, typename T>
 __global__ void __launch_bounds__(kThreads, MT == 1 ? 1 : 0)
     attention_prefill_kernel(T *out, const T *q, const T *k, const T *v, int seq, int nh, int nkv, int D, int causal,
                              int window, float scale_log2, float softcap, float scale, int q_tiles) {
@@ -51,12 +51,13 @@ __global__ void __launch_bounds__(kThreads, MT == 1 ? 1 : 0)
     const int kvh = h / (nh / nkv);
     const int64_t q_stride = (int64_t)nh * D, kv_stride = (int64_t)nkv * D;
     const int64_t seq_q = (int64_t)b * seq * nh + h, seq_kv = (int64_t)b * seq * nkv + kvh;
-    prefill_body<DP, MT, false, T>(out + seq_q * D, q + seq_q * D, q_stride, k + seq_kv * D, v + seq_kv * D, kv_stride,
-                                   ts_decode::KVPages{nullptr, 0, 0, 0}, nullptr, tile * Flash<DP, MT>::kBr, seq, seq,
-                                   0, causal, window, D, scale_log2, softcap, scale);
+    prefill_body<DP, MT, false, CAP, T>(out + seq_q * D, q + seq_q * D, q_stride, k + seq_kv * D, v + seq_kv * D,
+                                        kv_stride, ts_decode::KVPages{nullptr, 0, 0, 0}, nullptr,
+                                        tile * Flash<DP, MT>::kBr, seq, seq, 0, causal, window, D, scale_log2, softcap,
+                                        scale);
 }
 
-template <int DP, int MT, typename T>
+template <int DP, int MT, bool CAP, typename T>
 int launch_dp(T *out, const T *q, const T *k, const T *v, const ts_attention_config &c, cudaStream_t stream) {
     const char *op = "attention_prefill";
     const size_t smem = Flash<DP, MT>::bytes;
@@ -65,7 +66,7 @@ int launch_dp(T *out, const T *q, const T *k, const T *v, const ts_attention_con
                              "attention_prefill: cfg->head_dim = %d: needs %zu bytes of shared memory per block, the "
                              "device allows %d",
                              c.head_dim, smem, ts::max_shared_optin());
-    auto kernel = attention_prefill_kernel<DP, MT, T>;
+    auto kernel = attention_prefill_kernel<DP, MT, CAP, T>;
     static std::atomic<int> smem_allowed_on{-1};
     if (smem > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, kernel, smem_allowed_on));
     const int q_tiles = (int)ts::ceil_div(c.seq_len, Flash<DP, MT>::kBr);
@@ -89,26 +90,34 @@ bool pick_two_mtiles(const ts_attention_config &c) {
     return c.causal == 0 || (c.seq_len >= 1024 && (int64_t)c.batch * c.n_heads >= 24);
 }
 
-template <int DP, typename T>
+template <int DP, bool CAP, typename T>
 int launch_mt(T *out, const T *q, const T *k, const T *v, const ts_attention_config &c, cudaStream_t stream) {
     if constexpr (DP <= 128) {
-        if (pick_two_mtiles(c)) return launch_dp<DP, 2>(out, q, k, v, c, stream);
+        if (pick_two_mtiles(c)) return launch_dp<DP, 2, CAP>(out, q, k, v, c, stream);
     }
-    return launch_dp<DP, 1>(out, q, k, v, c, stream);
+    return launch_dp<DP, 1, CAP>(out, q, k, v, c, stream);
 }
 
+template <bool CAP, typename T>
+int launch_head_dim(T *out, const T *q, const T *k, const T *v, const ts_attention_config &c, cudaStream_t stream) {
+    const int d = c.head_dim;
+    if (d <= 32) return launch_mt<32, CAP>(out, q, k, v, c, stream);
+    if (d <= 64) return launch_mt<64, CAP>(out, q, k, v, c, stream);
+    if (d <= 80) return launch_mt<80, CAP>(out, q, k, v, c, stream);
+    if (d <= 96) return launch_mt<96, CAP>(out, q, k, v, c, stream);
+    if (d <= 128) return launch_mt<128, CAP>(out, q, k, v, c, stream);
+    if (d <= 160) return launch_mt<160, CAP>(out, q, k, v, c, stream);
+    if (d <= 192) return launch_mt<192, CAP>(out, q, k, v, c, stream);
+    return launch_mt<256, CAP>(out, q, k, v, c, stream);
+}
+
+/* The soft cap is the kernels' template argument CAP (prefill_flash.cuh): the uncapped
+ * instances compile to the kernel without it. */
 template <typename T>
 int launch_attention_prefill(T *out, const T *q, const T *k, const T *v, const ts_attention_config &c,
                              cudaStream_t stream) {
-    const int d = c.head_dim;
-    if (d <= 32) return launch_mt<32>(out, q, k, v, c, stream);
-    if (d <= 64) return launch_mt<64>(out, q, k, v, c, stream);
-    if (d <= 80) return launch_mt<80>(out, q, k, v, c, stream);
-    if (d <= 96) return launch_mt<96>(out, q, k, v, c, stream);
-    if (d <= 128) return launch_mt<128>(out, q, k, v, c, stream);
-    if (d <= 160) return launch_mt<160>(out, q, k, v, c, stream);
-    if (d <= 192) return launch_mt<192>(out, q, k, v, c, stream);
-    return launch_mt<256>(out, q, k, v, c, stream);
+    if (c.softcap > 0.0f) return launch_head_dim<true>(out, q, k, v, c, stream);
+    return launch_head_dim<false>(out, q, k, v, c, stream);
 }
 
 } // namespace

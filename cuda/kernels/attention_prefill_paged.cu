@@ -19,7 +19,7 @@ using ts_decode::KVPages;
 
 constexpr const char *kOp = "attention_prefill_paged";
 
-template <int DP, typename T>
+template <int DP, bool CAP, typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_prefill_paged_kernel(T *out, const T *q, const T *kc, const T *vc, const int32_t *q_starts,
                                    const int32_t *kv_lens, KVPages pages, int batch, int total_q, int nh, int nkv,
@@ -66,15 +66,15 @@ __global__ void __launch_bounds__(kThreads)
     const int kvh = h / (nh / nkv);
     const int64_t q_stride = (int64_t)nh * D, kv_stride = (int64_t)nkv * D;
     const int64_t row0 = (int64_t)qs * nh + h;
-    prefill_body<DP, 1, true, T>(out + row0 * D, q + row0 * D, q_stride, kc + (int64_t)kvh * D, vc + (int64_t)kvh * D,
-                                 kv_stride, pages, pages.table + (int64_t)b * pages.width, t * kBr, q_len, kv_len,
-                                 kv_len - q_len, 1, window, D, scale_log2, softcap, scale);
+    prefill_body<DP, 1, true, CAP, T>(out + row0 * D, q + row0 * D, q_stride, kc + (int64_t)kvh * D,
+                                      vc + (int64_t)kvh * D, kv_stride, pages, pages.table + (int64_t)b * pages.width,
+                                      t * kBr, q_len, kv_len, kv_len - q_len, 1, window, D, scale_log2, softcap, scale);
 }
 
 /* The most query tiles `batch` sequences of total_q rows can take: ceil(rows / kBr) each. */
 inline int64_t max_tiles(int total_q, int batch, int kBr) { return ts::ceil_div(total_q, kBr) + batch; }
 
-template <int DP, typename T>
+template <int DP, bool CAP, typename T>
 int launch_dp(T *out, const T *q, const T *kc, const T *vc, const int32_t *table, const int32_t *q_starts,
               const int32_t *kv_lens, const ts_paged_prefill_config &c, cudaStream_t stream) {
     using F = Flash<DP, 1>;
@@ -83,7 +83,7 @@ int launch_dp(T *out, const T *q, const T *kc, const T *vc, const int32_t *table
         return ts::set_error(TS_ERR_UNSUPPORTED,
                              "%s: cfg->head_dim = %d: needs %zu bytes of shared memory per block, the device allows %d",
                              kOp, c.head_dim, smem, ts::max_shared_optin());
-    auto kernel = attention_prefill_paged_kernel<DP, T>;
+    auto kernel = attention_prefill_paged_kernel<DP, CAP, T>;
     static std::atomic<int> smem_allowed_on{-1};
     if (smem > 48 * 1024) TS_CHECK(kOp, ts::allow_max_shared(kOp, kernel, smem_allowed_on));
     int shift = 0;
@@ -100,18 +100,26 @@ int launch_dp(T *out, const T *q, const T *kc, const T *vc, const int32_t *table
     return TS_OK;
 }
 
+template <bool CAP, typename T>
+int launch_head_dim(T *out, const T *q, const T *kc, const T *vc, const int32_t *table, const int32_t *q_starts,
+                    const int32_t *kv_lens, const ts_paged_prefill_config &c, cudaStream_t stream) {
+    const int d = c.head_dim;
+    if (d <= 32) return launch_dp<32, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    if (d <= 64) return launch_dp<64, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    if (d <= 80) return launch_dp<80, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    if (d <= 96) return launch_dp<96, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    if (d <= 128) return launch_dp<128, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    if (d <= 160) return launch_dp<160, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    if (d <= 192) return launch_dp<192, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    return launch_dp<256, CAP>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+}
+
+/* The soft cap is the kernel's template argument CAP (prefill_flash.cuh). */
 template <typename T>
 int launch(T *out, const T *q, const T *kc, const T *vc, const int32_t *table, const int32_t *q_starts,
            const int32_t *kv_lens, const ts_paged_prefill_config &c, cudaStream_t stream) {
-    const int d = c.head_dim;
-    if (d <= 32) return launch_dp<32>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
-    if (d <= 64) return launch_dp<64>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
-    if (d <= 80) return launch_dp<80>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
-    if (d <= 96) return launch_dp<96>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
-    if (d <= 128) return launch_dp<128>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
-    if (d <= 160) return launch_dp<160>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
-    if (d <= 192) return launch_dp<192>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
-    return launch_dp<256>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    if (c.softcap > 0.0f) return launch_head_dim<true>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
+    return launch_head_dim<false>(out, q, kc, vc, table, q_starts, kv_lens, c, stream);
 }
 
 } // namespace

@@ -242,6 +242,55 @@ int main(void) {
     expect("gelu_scale dtype f32", ts_gelu_scale(P, P, &gs0, NULL), TS_ERR_UNSUPPORTED, "gelu_scale", "dtype", NULL);
     expect("gelu_scale null x", ts_gelu_scale(P, NULL, &gs, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "x", "NULL");
     expect("gelu_scale null cfg", ts_gelu_scale(P, P, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "gelu_scale", "cfg", "NULL");
+    /* logit_softcap (ABI v24): fp32, fp16 or bf16 logits, in place or not, n >= 0, a positive
+     * finite cap. */
+    ts_logit_softcap_config lc = {TS_F32, 256000, 30.0f};
+    expect("logit_softcap valid", ts_logit_softcap(P2, P, &lc, NULL), TS_ERR_NOT_INITIALIZED, "logit_softcap", "ts_init",
+           NULL);
+    expect("logit_softcap in place valid", ts_logit_softcap(P, P, &lc, NULL), TS_ERR_NOT_INITIALIZED, "logit_softcap",
+           "ts_init", NULL);
+    ts_logit_softcap_config lc0 = lc;
+    lc0.n = 0; /* nothing to cap: valid, launches nothing */
+    expect("logit_softcap n 0 valid", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_NOT_INITIALIZED, "logit_softcap",
+           "ts_init", NULL);
+    lc0.n = -3;
+    expect("logit_softcap n < 0", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap", "cfg->n",
+           "-3");
+    lc0 = lc;
+    lc0.dtype = TS_F16;
+    expect("logit_softcap f16 valid", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_NOT_INITIALIZED, "logit_softcap",
+           "ts_init", NULL);
+    lc0.dtype = TS_BF16;
+    expect("logit_softcap bf16 valid", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_NOT_INITIALIZED, "logit_softcap",
+           "ts_init", NULL);
+    lc0.dtype = TS_I32;
+    expect("logit_softcap dtype i32", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_UNSUPPORTED, "logit_softcap",
+           "cfg->dtype", "TS_I32");
+    lc0.dtype = (ts_dtype)9;
+    expect("logit_softcap dtype 9", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap",
+           "cfg->dtype", "9");
+    lc0 = lc;
+    lc0.softcap = 0.0f;
+    expect("logit_softcap softcap 0", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap",
+           "cfg->softcap", "0");
+    lc0.softcap = -30.0f;
+    expect("logit_softcap softcap < 0", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap",
+           "cfg->softcap", "-30");
+    lc0.softcap = NAN;
+    expect("logit_softcap softcap nan", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap",
+           "cfg->softcap", "nan");
+    lc0.softcap = INFINITY;
+    expect("logit_softcap softcap inf", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap",
+           "cfg->softcap", "inf");
+    lc0.n = 0; /* the cap is checked even when nothing runs */
+    expect("logit_softcap n 0 softcap inf", ts_logit_softcap(P, P, &lc0, NULL), TS_ERR_INVALID_ARGUMENT,
+           "logit_softcap", "cfg->softcap", "inf");
+    expect("logit_softcap null out", ts_logit_softcap(NULL, P, &lc, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap",
+           "out", "NULL");
+    expect("logit_softcap null x", ts_logit_softcap(P, NULL, &lc, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap", "x",
+           "NULL");
+    expect("logit_softcap null cfg", ts_logit_softcap(P, P, NULL, NULL), TS_ERR_INVALID_ARGUMENT, "logit_softcap", "cfg",
+           "NULL");
     ts_embedding_config v0 = ec;
     v0.table_rows = 0;
     expect("embedding vocab 0", ts_embedding(P, P, P, &v0, NULL), TS_ERR_INVALID_ARGUMENT, "embedding", "table_rows", "0");

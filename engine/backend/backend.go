@@ -210,6 +210,13 @@ type Kernels interface {
 	// Softmax normalises each row of x (fp16 or fp32) over its last dimension into the
 	// fp32 out. -inf entries get probability 0.
 	Softmax(out, x Buffer) error
+	// LogitSoftcap is Gemma 2's final logit soft-capping: out = softcap · tanh(x / softcap)
+	// elementwise (transformers' Gemma2ForCausalLM: logits / cap, tanh, * cap;
+	// final_logit_softcapping is 30 in every published config), computed in fp32 or better and
+	// rounded once to out's dtype. x and out are both f32 (the engine's logits: the lm-head Gemm
+	// writes f32) or both f16 or bf16, of one shape; out may be x (in place). softcap is positive
+	// and finite.
+	LogitSoftcap(out, x Buffer, softcap float32) error
 	// QuantFP8 quantises x [T, H] (f16, bf16 or f32) into the f8e4m3 out [T, H] exactly as
 	// docs/quantization.md defines it, bit for bit. Dynamic (scale nil): each row in groups of
 	// groupSize elements (H: per token; 128: the 1x128 groups of fine-grained FP8), the group's
@@ -306,7 +313,7 @@ var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",
 	"attention_prefill", "attention_decode", "attention_scores_softmax", "swiglu", "geglu", "swiglu_ffn", "gemm_swiglu", "rmsnorm_gemm", "layernorm_gemm", "swiglu_gemm", "gpt_ffn",
 	"gelu", "gelu_tanh", "gelu_scale",
-	"pos_embedding", "embedding", "set_rows", "gemm", "softmax",
+	"pos_embedding", "embedding", "set_rows", "gemm", "softmax", "logit_softcap",
 	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",
 	"attention_decode_fp8", "attention_decode_paged", "attention_prefill_paged",
 	"moe_router", "moe_ffn",

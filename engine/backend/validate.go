@@ -591,6 +591,22 @@ func CheckSoftmax(out, x Buffer) error {
 	return c.Err()
 }
 
+// CheckLogitSoftcap validates the final logit soft cap (Kernels.LogitSoftcap): a positive
+// finite softcap, x f32, f16 or bf16 of any shape (the f32 logits of the lm-head Gemm, or
+// logits kept in the storage dtype), out of x's dtype and shape.
+func CheckLogitSoftcap(out, x Buffer, softcap float32) error {
+	c := Validate("logit_softcap")
+	s := float64(softcap)
+	c.That(s > 0 && !math.IsInf(s, 0), "softcap", fmtF(softcap), "must be positive and finite")
+	c.DType("x", x, tensor.F32, tensor.F16, tensor.BF16)
+	c.MinRank("x", x, 1)
+	if c.Err() == nil {
+		c.DType("out", out, x.DType())
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}
+
 // CheckQuantFP8 validates an FP8 quantisation (Kernels.QuantFP8): x f16, bf16 or f32 [T, H],
 // out f8e4m3 [T, H]; dynamic (scale nil) with groupSize dividing H and scales f32
 // [T, H/groupSize]; static with the f32 scale [1], no scales and groupSize 0.

@@ -92,6 +92,10 @@ func Cases() []Case {
 			Bytes: 2*2*elems(rows, 32, 128)*f16 + 2*rows*i32},
 		{Name: "softmax 128x151936 f32", Op: "softmax", Params: `{}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F32, []int{128, 151936}, normal(3, 0))}, Bytes: 2 * elems(128, 151936) * f32},
+		// Gemma 2's final logit soft cap over fp32 logits at its vocabulary (256000): a decode
+		// step's row (1 MB each way: launch-bound) and a 2048-token prefill's (2.1 GB each way).
+		logitSoftcap("logit_softcap gemma2 V=256000 T=1 f32", 1),
+		logitSoftcap("logit_softcap gemma2 V=256000 T=64 f32", 64),
 		// FP8 activation quantisation: DeepSeek-V3's hidden 7168 in 1x128 groups at a prefill of
 		// 4096 tokens, and per token at Llama-3-8B's 4096 for a decode batch of 16. Traffic: x
 		// read, one byte a value and one fp32 scale a group written.
@@ -205,6 +209,15 @@ func Cases() []Case {
 				in("w_down", tensor.F16, []int{896, 4864}, normal(1/math.Sqrt(4864), 0))},
 			Flops: 2 * 128 * 3 * 896 * 4864, Bytes: 3*elems(4864, 896)*f16 + 2*elems(128, 896)*f16},
 	}
+}
+
+// logitSoftcap reads t rows of Gemma 2's fp32 logits (std 40: most past the cap of 30) and
+// writes their capped values; its peer is transformers' eager logits / cap, tanh, * cap.
+func logitSoftcap(name string, t int) Case {
+	const vocab = 256000
+	return Case{Name: name, Op: "logit_softcap", Params: `{"softcap": 30, "inplace": false}`,
+		Inputs: []conformance.InputSpec{in("x", tensor.F32, []int{t, vocab}, normal(40, 0))},
+		Bytes:  2 * elems(t, vocab) * f32}
 }
 
 // rmsnormGemm reads x and the residual, writes the sum, and reads the projection once.

@@ -53,8 +53,8 @@ func TestParseConfigRefusesUnimplemented(t *testing.T) {
 	if _, err := ParseConfig([]byte(strings.Replace(qwenCfg, "%s", "", 1))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ParseConfig([]byte(`{"model_type": "gemma2"}`)); err == nil || !strings.Contains(err.Error(), `model_type "gemma2"`) {
-		t.Errorf("gemma2: %v", err)
+	if _, err := ParseConfig([]byte(`{"model_type": "deepseek_v3"}`)); err == nil || !strings.Contains(err.Error(), `model_type "deepseek_v3" is not implemented`) {
+		t.Errorf("deepseek_v3: %v", err)
 	}
 }
 

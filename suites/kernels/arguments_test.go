@@ -128,6 +128,19 @@ var badCalls = []badCall{
 	{"gelu_scale", "scale", "NaN", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
 		return b.GELUScale(out, f16(3, 5), true, float32(math.NaN()))
 	}, []int{3, 5}},
+	{"logit_softcap", "softcap", "0", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.LogitSoftcap(out, f16(3, 5), 0)
+	}, []int{3, 5}},
+	{"logit_softcap", "softcap", "-Inf", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.LogitSoftcap(out, out, float32(math.Inf(-1)))
+	}, []int{2, 7}},
+	{"logit_softcap", "out", "f16[3,5]", func(b backend.Backend, out backend.Buffer, _ func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		// fp32 logits capped into a 16-bit buffer: the out must be the logits' dtype
+		x, err := b.Alloc(tensor.F32, 3, 5)
+		Expect(err).NotTo(HaveOccurred())
+		defer x.Free()
+		return b.LogitSoftcap(out, x, 30)
+	}, []int{3, 5}},
 }
 
 var _ = Describe("bad arguments", harness.Kernel, func() {

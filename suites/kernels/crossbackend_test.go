@@ -65,6 +65,10 @@ var crossCases = []crossCase{
 	{"set_rows", `{}`, []conformance.InputSpec{in("dst", tensor.F16, []int{4096, 8, 128}, nil), in("src", tensor.F16, []int{333, 8, 128}, nil), in("rows", tensor.I32, []int{333}, conformance.OnePerBucket(4096, 333))}},
 	{"gemm", `{"has_bias": true, "out_dtype": "f16"}`, []conformance.InputSpec{in("x", tensor.F16, []int{77, 2048}, nil), in("w", tensor.F16, []int{1536, 2048}, normalGen(1/math.Sqrt(2048), 0)), in("bias", tensor.F16, []int{1536}, nil)}},
 	{"softmax", `{}`, []conformance.InputSpec{in("x", tensor.F32, []int{8, 100003}, normalGen(4, 0))}},
+	// Gemma 2's final logit soft cap at its vocabulary (256000) on fp32 logits of std 40, in place,
+	// and on bf16 logits of an odd width.
+	{"logit_softcap", `{"softcap": 30, "inplace": true}`, []conformance.InputSpec{in("x", tensor.F32, []int{4, 256000}, normalGen(40, 0))}},
+	{"logit_softcap", `{"softcap": 30, "inplace": false}`, []conformance.InputSpec{in("x", tensor.BF16, []int{7, 50001}, normalGen(40, 0))}},
 	{"quant_fp8", `{"mode": "dynamic", "group_size": 128}`, []conformance.InputSpec{in("x", tensor.BF16, []int{333, 7168}, normalGen(3, 0))}},
 	{"quant_fp8", `{"mode": "dynamic", "group_size": 5120}`, []conformance.InputSpec{in("x", tensor.F16, []int{257, 5120}, nil)}},
 	// FP8 values spread over the format (std 100 of 448), scales ~0.01: products ~1, sums ~sqrt(K)

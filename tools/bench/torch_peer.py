@@ -499,6 +499,13 @@ def softmax(t, p):
         "torch.softmax(x, dim=-1, dtype=torch.float32)"
 
 
+def logit_softcap(t, p):
+    # Gemma2ForCausalLM's final soft cap as transformers runs it, eagerly: logits / cap,
+    # torch.tanh, * cap, three elementwise kernels over the fp32 logits.
+    x, cap = t.randn("x", 40.0), float(p["softcap"])
+    return (lambda: x.div(cap).tanh().mul(cap)), "logits.div(%g).tanh().mul(%g) (eager)" % (cap, cap)
+
+
 def gemm_fp8(t, p):
     """torch._scaled_mm, the FP8 GEMM of PyTorch (cuBLASLt): per-token and per-channel scales
     (row-wise), or 1x128 / 128x128 block scales where this build has them; else the dequantised
@@ -736,7 +743,7 @@ def sample(t, p):
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_residual,
                                rmsnorm_residual, rope, attention_prefill, attention_decode, attention_scores_softmax, swiglu, geglu,
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
-                               gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
+                               gemm, softmax, logit_softcap, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
                                set_rows_fp8, attention_decode_fp8, attention_decode_paged,
                                attention_prefill_paged, moe_router, moe_ffn)}
 

@@ -366,6 +366,20 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:geglu",
 	},
 	{
+		ID: "go-logit-softcap-no-divide", Side: SideGo, File: "engine/backend/cpu/logit_softcap.go",
+		Bug:         "the final logit soft cap takes tanh of the raw logit, cap * tanh(x), the division by the cap dropped",
+		Original:    `vals[i] = float32(c * math.Tanh(float64(v)/c))`,
+		Replacement: `vals[i] = float32(c * math.Tanh(float64(v)))`,
+		Suites:      kernels, Labels: "op:logit_softcap",
+	},
+	{
+		ID: "go-logit-softcap-clamp", Side: SideGo, File: "engine/backend/cpu/logit_softcap.go",
+		Bug:         "the final logit soft cap clamps the logits to [-cap, cap] instead of tanh",
+		Original:    `vals[i] = float32(c * math.Tanh(float64(v)/c))`,
+		Replacement: `vals[i] = float32(math.Max(-c, math.Min(c, float64(v))))`,
+		Suites:      kernels, Labels: "op:logit_softcap",
+	},
+	{
 		ID: "go-embedding-scale-dropped", Side: SideGo, File: "engine/backend/cpu/embedding.go",
 		Bug:         "the scaled embedding gathers the rows without Gemma's embed_scale",
 		Original:    `vals[t*h+i] = v * scale`,
@@ -547,6 +561,34 @@ var catalogue = []Mutant{
 		Bug:         "Gemma's embedding scaled by sqrt(hidden_size) / 2 (a halved normaliser)",
 		Original:    "return tensor.Round(c.StorageDType(), c.EmbedScale)",
 		Replacement: "return tensor.Round(c.StorageDType(), c.EmbedScale/2)",
+		Suites:      models,
+	},
+	{
+		ID: "go-model-gemma2-attn-softcap-dropped", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "Gemma 2's attention soft cap never reaches the attention ops",
+		Original:    "Window: window, Softcap: c.AttnSoftcap}",
+		Replacement: "Window: window}",
+		Suites:      models,
+	},
+	{
+		ID: "go-model-gemma2-final-softcap-prefill-only", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "Gemma 2's final logit soft cap applied to the tapped logits only, not the last row that feeds the next token",
+		Original:    "p.do(p.be.Gemm(p.out, p.rows(fn, T-1, 1), m.w[\"head\"], nil))\n\t\tp.softcap(p.out)",
+		Replacement: "p.do(p.be.Gemm(p.out, p.rows(fn, T-1, 1), m.w[\"head\"], nil))",
+		Suites:      models,
+	},
+	{
+		ID: "go-config-gemma2-attn-cap-into-final", Side: SideGo, File: "engine/model/gemma.go",
+		Bug:         "Gemma 2's attn_logit_softcapping read into the final cap's field (then overwritten): the attention runs uncapped",
+		Original:    "gemma2AttnCap, &c.AttnSoftcap}",
+		Replacement: "gemma2AttnCap, &c.FinalSoftcap}",
+		Suites:      models,
+	},
+	{
+		ID: "go-config-gemma2-no-layer-slides", Side: SideGo, File: "engine/model/gemma.go",
+		Bug:         "Gemma 2's default layer pattern read with a period of 1: every layer global, the window never applied",
+		Original:    "n = 2 // layer i slides when (i + 1) % 2 != 0",
+		Replacement: "n = 1 // layer i slides when (i + 1) % 2 != 0",
 		Suites:      models,
 	},
 	{
@@ -1005,7 +1047,7 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-softcap-prefill-scaled-twice", Side: SideCUDA, File: "cuda/prefill_flash.cuh",
 		Bug:         "the flash prefill multiplies the capped scores by scale · log2(e) again (scale applied twice)",
-		Original:    "const float mul = softcap > 0.0f ? 1.4426950408889634f : scale_log2;",
+		Original:    "const float mul = CAP ? 1.4426950408889634f : scale_log2;",
 		Replacement: "const float mul = scale_log2;",
 		Suites:      kernels, Labels: "op:attention_prefill || op:attention_prefill_paged",
 	},
@@ -1019,8 +1061,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-softcap-decode-mma-no-divide", Side: SideCUDA, File: "cuda/decode_mma.cuh",
 		Bug:         "the tensor-core decode takes tanh of the score itself, cap · tanh(s), not of s / cap",
-		Original:    "const float inv_cap = softcap > 0.0f ? 1.0f / softcap : 0.0f;",
-		Replacement: "const float inv_cap = softcap > 0.0f ? 1.0f : 0.0f;",
+		Original:    "const float inv_cap = CAP ? 1.0f / softcap : 0.0f;",
+		Replacement: "const float inv_cap = CAP ? 1.0f : 0.0f;",
 		Suites:      kernels, Labels: "op:attention_decode || op:attention_decode_paged || op:attention_decode_fp8",
 	},
 	{
@@ -1456,6 +1498,20 @@ var catalogue = []Mutant{
 		Original:    `return ts::gelu_erf(x) * scale; }`,
 		Replacement: `return ts::gelu_tanh(x) * scale; }`,
 		Suites:      kernels, Labels: "op:gelu_scale",
+	},
+	{
+		ID: "cuda-logit-softcap-no-divide", Side: SideCUDA, File: "cuda/kernels/logit_softcap.cu",
+		Bug:         "the final logit soft cap's functor gets 1 for 1 / cap: cap * tanh(x), the division dropped",
+		Original:    `const LogitSoftcapOp f{cfg->softcap, 1.0f / cfg->softcap};`,
+		Replacement: `const LogitSoftcapOp f{cfg->softcap, 1.0f};`,
+		Suites:      kernels, Labels: "op:logit_softcap",
+	},
+	{
+		ID: "cuda-logit-softcap-f32-tail-dropped", Side: SideCUDA, File: "cuda/kernels/logit_softcap.cu",
+		Bug:         "the fp32 soft cap's vector path skips the n % 4 scalar tail (the last logits of the vocabulary left uncapped)",
+		Original:    `for (int64_t i = start + tid; i < n; i += NT) out[i] = f(x[i]);`,
+		Replacement: `for (int64_t i = start + tid; i < (VEC ? start : n); i += NT) out[i] = f(x[i]);`,
+		Suites:      kernels, Labels: "op:logit_softcap",
 	},
 	{
 		ID: "cuda-gemv-k-tail-dropped", Side: SideCUDA, File: "cuda/gemv.cuh",

@@ -218,6 +218,9 @@ func (r *recorder) Gemm(out, x, w, bias backend.Buffer) error {
 func (r *recorder) Softmax(out, x backend.Buffer) error {
 	return r.add(backend.CheckSoftmax(out, x), func() error { return r.be.Softmax(out, x) })
 }
+func (r *recorder) LogitSoftcap(out, x backend.Buffer, softcap float32) error {
+	return r.add(backend.CheckLogitSoftcap(out, x, softcap), func() error { return r.be.LogitSoftcap(out, x, softcap) })
+}
 
 func (r *recorder) GemmFP8(out, x, xScales, w, wScales backend.Buffer, block bool) error {
 	return r.add(backend.CheckGemmFP8(out, x, xScales, w, wScales, block),

@@ -45,6 +45,19 @@ func TestBadArgumentsAreNamedErrors(t *testing.T) {
 		{"f32 input", "gelu", "x", "f32[3]", func() error { return b.GELU(f16(3), buf(t, tensor.F32, 3)) }},
 		{"gelu_scale inf scale", "gelu_scale", "scale", "+Inf", func() error { return b.GELUScale(f16(3), f16(3), false, float32(math.Inf(1))) }},
 		{"gelu_scale out shape", "gelu_scale", "out", "f16[4]", func() error { return b.GELUScale(f16(4), f16(3), true, -0.5) }},
+		{"logit_softcap zero cap", "logit_softcap", "softcap", "0", func() error { return b.LogitSoftcap(f16(3), f16(3), 0) }},
+		{"logit_softcap negative cap", "logit_softcap", "softcap", "-30", func() error {
+			return b.LogitSoftcap(buf(t, tensor.F32, 2, 5), buf(t, tensor.F32, 2, 5), -30)
+		}},
+		{"logit_softcap NaN cap", "logit_softcap", "softcap", "NaN", func() error { return b.LogitSoftcap(f16(3), f16(3), float32(math.NaN())) }},
+		{"logit_softcap inf cap", "logit_softcap", "softcap", "+Inf", func() error { return b.LogitSoftcap(f16(3), f16(3), float32(math.Inf(1))) }},
+		{"logit_softcap i32 logits", "logit_softcap", "x", "i32[3]", func() error { return b.LogitSoftcap(f16(3), buf(t, tensor.I32, 3), 30) }},
+		{"logit_softcap f16 out of f32 logits", "logit_softcap", "out", "f16[2,5]", func() error {
+			return b.LogitSoftcap(f16(2, 5), buf(t, tensor.F32, 2, 5), 30)
+		}},
+		{"logit_softcap out shape", "logit_softcap", "out", "f32[2,4]", func() error {
+			return b.LogitSoftcap(buf(t, tensor.F32, 2, 4), buf(t, tensor.F32, 2, 5), 30)
+		}},
 		{"rmsnorm weight", "rmsnorm", "weight", "f16[895]", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(895), 1e-6) }},
 		{"rmsnorm eps", "rmsnorm", "eps", "0", func() error { return b.RMSNorm(f16(2, 896), f16(2, 896), f16(896), 0) }},
 		{"rmsnorm_residual sum", "rmsnorm_residual", "sum", "f16[2,895]", func() error {

@@ -252,6 +252,15 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"gemm", "ts_gemm in_dtype=1 out_dtype=1 m=4 n=128 k=896 bias=0 stream=0", func() error { return b.Gemm(f16(4, 128), x, f16(128, 896), nil) }},
 		{"softmax", "ts_softmax in_dtype=2 rows=6 n=50 stream=0", func() error { return b.Softmax(f32(2, 3, 50), f32(2, 3, 50)) }},
 		{"softmax", "ts_softmax in_dtype=1 rows=2 n=50 stream=0", func() error { return b.Softmax(f32(2, 50), f16(2, 50)) }},
+		// Gemma 2's final soft cap: fp32 logits at its vocabulary in place, and bf16 logits out of place.
+		{"logit_softcap", "ts_logit_softcap dtype=2 n=512000 softcap=30 inplace=1 stream=0", func() error {
+			logits := f32(2, 256000)
+			return b.LogitSoftcap(logits, logits, 30)
+		}},
+		{"logit_softcap", "ts_logit_softcap dtype=4 n=3003 softcap=50 inplace=0 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			return b.LogitSoftcap(bf(3, 1001), bf(3, 1001), 50)
+		}},
 		{"quant_fp8", "ts_quant_fp8 in_dtype=4 rows=3 hidden=2048 group_size=128 static=0 stream=0", func() error {
 			return b.QuantFP8(alloc(t, b, tensor.F8E4M3, 3, 2048), f32(3, 16), alloc(t, b, tensor.BF16, 3, 2048), nil, 128)
 		}},

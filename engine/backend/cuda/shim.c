@@ -463,6 +463,10 @@ int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_con
     enter(a, "ts_softmax");
     return done(a, a->ts_softmax(out, x, cfg, NULL), e);
 }
+int tsg_logit_softcap(const tsg_api *a, void *out, const void *x, const ts_logit_softcap_config *cfg, tsg_err *e) {
+    enter(a, "ts_logit_softcap");
+    return done(a, a->ts_logit_softcap(out, x, cfg, NULL), e);
+}
 int tsg_quant_fp8(const tsg_api *a, void *out, float *scales, const void *x, const float *scale,
                   const ts_quant_config *cfg, tsg_err *e) {
     enter(a, "ts_quant_fp8");

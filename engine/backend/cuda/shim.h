@@ -109,6 +109,7 @@
        const ts_paged_prefill_config *, void *))                                                          \
     X(ts_gemm, int, (void *, const void *, const void *, const void *, const ts_gemm_config *, void *))  \
     X(ts_softmax, int, (void *, const void *, const ts_softmax_config *, void *))                         \
+    X(ts_logit_softcap, int, (void *, const void *, const ts_logit_softcap_config *, void *))             \
     X(ts_quant_fp8, int, (void *, float *, const void *, const float *, const ts_quant_config *, void *))  \
     X(ts_gemm_fp8, int,                                                                                   \
       (void *, const void *, const float *, const void *, const float *, const ts_gemm_fp8_config *, void *)) \
@@ -256,6 +257,7 @@ int tsg_attention_prefill_paged(const tsg_api *a, void *out, const void *q, cons
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e);
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e);
+int tsg_logit_softcap(const tsg_api *a, void *out, const void *x, const ts_logit_softcap_config *cfg, tsg_err *e);
 int tsg_quant_fp8(const tsg_api *a, void *out, float *scales, const void *x, const float *scale,
                   const ts_quant_config *cfg, tsg_err *e);
 int tsg_gemm_fp8(const tsg_api *a, void *out, const void *x, const float *x_scales, const void *w,

@@ -1663,6 +1663,39 @@ CASES += _cases(FULL, "embedding", [
     ("gemma-3-1b-full-vocab_t16_scaled", dict(V=262144, H=GEMMA3_1B, T=16, scale=math.sqrt(GEMMA3_1B))),
 ])
 
+# Gemma 2's final logit soft cap (transformers' Gemma2ForCausalLM, final_logit_softcapping 30.0 in
+# every published config; vocab 256000): logits of std 40, far past the cap (70% beyond half of
+# it), with 5% outliers of |x| in [100, 1e4] (the saturation region, tanh within 3e-3 of 1 and
+# beyond, up to where e^(2x / cap) overflows fp32 at |x| > 1331) and, in each case's first row, exact
+# ±1e4, ±cap, 0, both sides of that overflow and, in the fp16 cases, ±inf (fp16 logits past
+# 65504). fp32 (the engine's logits: the lm-head gemm writes f32), fp16 and bf16 (libraries that
+# keep logits in the storage type), each in place and not; lengths no multiple of the vector
+# width (4 fp32, 8 16-bit values: the scalar tails); one logit alone; and one case at 50
+# (Gemma 2's attention cap, which a kernel with the final cap hard-coded gets wrong).
+LOGIT_EDGES = (1e4, -1e4, 30.0, -30.0, 0.0, 1320.0, -1320.0, 1340.0, -1340.0, 0.5, -0.5)
+LOGITS = with_spans(with_large(normal(40.0), 0.05, 100.0, 1e4), [(0, 0, LOGIT_EDGES)])
+LOGIT_INFS = ((0, len(LOGIT_EDGES), 1), (0, len(LOGIT_EDGES) + 1, -1))
+CASES += _cases(COMMITTED, "logit_softcap", [
+    ("gemma2-f32_v2051_t1_cap30", dict(T=1, V=2051, softcap=30.0, dtype="f32", dist=LOGITS)),
+    ("gemma2-f32_v1001_t2_cap30_inplace", dict(T=2, V=1001, softcap=30.0, dtype="f32", dist=LOGITS,
+                                               inplace=True)),
+    ("one-logit-f32_v1_t1_cap30", dict(T=1, V=1, softcap=30.0, dtype="f32", dist=normal(40.0))),
+    ("attn-cap-f32_v515_t1_cap50", dict(T=1, V=515, softcap=50.0, dtype="f32", dist=LOGITS)),
+    ("gemma2-f16_v2053_t1_cap30", dict(T=1, V=2053, softcap=30.0, dtype="f16", dist=LOGITS,
+                                       infs=LOGIT_INFS)),
+    ("gemma2-f16_v1001_t1_cap30_inplace", dict(T=1, V=1001, softcap=30.0, dtype="f16", dist=LOGITS,
+                                               infs=LOGIT_INFS, inplace=True)),
+])
+CASES += _bf16_cases(COMMITTED, "logit_softcap", [
+    ("gemma2_v2053_t1_cap30", dict(T=1, V=2053, softcap=30.0, dist=LOGITS)),
+    ("gemma2_v1001_t1_cap30_inplace", dict(T=1, V=1001, softcap=30.0, dist=LOGITS, inplace=True)),
+])
+# At Gemma-2's whole vocabulary: a decode step's row and a batch of 16.
+CASES += _cases(FULL, "logit_softcap", [
+    ("gemma2-f32_v256000_t1_cap30", dict(T=1, V=256000, softcap=30.0, dtype="f32", dist=LOGITS)),
+    ("gemma2-f32_v256000_t16_cap30", dict(T=16, V=256000, softcap=30.0, dtype="f32", dist=LOGITS)),
+])
+
 _NAME = re.compile(r"^[a-z0-9._-]+$")
 _seen = set()
 for _c in CASES:
@@ -1828,6 +1861,29 @@ CASES += _cases(COMMITTED, "attention_scores_softmax", [
 ])
 CASES += _bf16_cases(COMMITTED, "attention_scores_softmax", [
     ("gemma2-27b-4heads_sq5_sk12_cap50", dict(GEMMA2_27B, nH=4, nKV=2, B=1, Sq=5, Sk=12, qk=CAP_QK)),
+])
+# The soft cap is a template argument of the attention kernels (a kernel instance of its own):
+# each capped instance the cases above take in one storage type alone is taken in the other
+# here (engine/backend/cuda/pathtable.go), at 2 query heads on 1 KV head. Prefill at head_dim
+# 128 and paged prefill in bf16; the split decode and the paged split decode at 256 in bf16;
+# the paged tensor-core decode at 128 in fp16.
+CASES += _bf16_cases(COMMITTED, "attention_prefill", [
+    ("gemma2-27b-2heads_s12_cap50", dict(GEMMA2_27B, nH=2, nKV=1, B=1, S=12, qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_decode", [
+    ("gemma2-2b-2heads_len9_cap50", dict(GEMMA2_2B, nH=2, nKV=1, L=9, cache_lens=[9], qk=CAP_QK)),
+])
+CASES += _cases(COMMITTED, "attention_decode_paged", [
+    ("gemma2-27b-2heads_bs8_len13_cap50", dict(GEMMA2_27B, nH=2, nKV=1, block_size=8, cache_lens=[13],
+                                               qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_decode_paged", [
+    ("gemma2-2b-2heads_bs4_len11_cap50", dict(GEMMA2_2B, nH=2, nKV=1, block_size=4, cache_lens=[11],
+                                              qk=CAP_QK)),
+])
+CASES += _bf16_cases(COMMITTED, "attention_prefill_paged", [
+    ("gemma2-27b-2heads_bs8_pre5_new6_cap50", dict(GEMMA2_27B, nH=2, nKV=1, block_size=8, seqs=[(5, 6)],
+                                                   qk=CAP_QK)),
 ])
 # At the real lengths: Gemma-2-9B's prefill of 2048 (global and with a 1024 window) and decode
 # of B = 4 up to 4096.

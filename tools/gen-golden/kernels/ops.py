@@ -12,7 +12,7 @@ returns (params, inputs, expected):
               stored dtype instead and written as they are.
 
 Every op but gemm_fp8 takes `dtype`, the 16-bit storage type of its case: "f16" (the default)
-or "bf16" (softmax, set_rows and quant_fp8 also "f32"); gemm_fp8's inputs are f8e4m3 and f32
+or "bf16" (softmax, logit_softcap, set_rows and quant_fp8 also "f32"); gemm_fp8's inputs are f8e4m3 and f32
 and its `out_dtype` param names its output. Inputs are drawn in fp64 and rounded to fp32, then
 to that type (to_f16, to_bf16); each intermediate rounding of the op's contract (the stored sum
 of the residual norms, the normalised row of rmsnorm_gemm / layernorm_gemm, the activation of
@@ -761,6 +761,24 @@ def softmax(r, *, T, N, dtype, dist=normal(std=2.0), mask=None):
     return {}, {"x": x}, {"out": torch.softmax(d(x), dim=-1)}
 
 
+def logit_softcap(r, *, T, V, softcap, dtype, dist=normal(), inplace=False, infs=()):
+    """Gemma 2's final logit soft-capping as transformers' Gemma2ForCausalLM writes it, `logits =
+    logits / cap; logits = torch.tanh(logits); logits = logits * cap`, in fp64 on the logits the
+    kernel receives: f32 (the engine's, the lm-head gemm's fp32 output) or the 16-bit storage type
+    (dtype). softcap is taken as the float32 the kernel receives (the params store that value).
+    infs: (row, col, sign) logits set to sign * inf after the rounding (fp16 logits past 65504):
+    tanh(±inf) = ±1, so their out is ±cap."""
+    cap = float(torch.tensor(softcap, dtype=F32))
+    x = dist(r, (T, V))
+    x = x.to(F32) if dtype == "f32" else storage(dtype)(x)
+    for row, col, sign in infs:
+        x[row, col] = sign * math.inf
+    out = d(x) / cap
+    out = torch.tanh(out)
+    out = out * cap
+    return {"softcap": cap, "inplace": inplace}, {"x": x}, {"out": out}
+
+
 # ---------------------------------------------------------------------------------------------
 # FP8 quantisation (docs/quantization.md). The arithmetic is exact (a maximum, two correctly
 # rounded float32 divisions, one conversion), so the expected outputs are what a kernel must
@@ -1103,6 +1121,6 @@ def moe_ffn(r, *, T, E, top_k, H, ffn, renormalize=True, logits=normal(2.0), dis
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, geglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
-    pos_embedding, embedding, set_rows, gemm, softmax, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
+    pos_embedding, embedding, set_rows, gemm, softmax, logit_softcap, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
     swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged,
     attention_prefill_paged, moe_router, moe_ffn)}

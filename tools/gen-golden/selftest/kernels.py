@@ -36,6 +36,7 @@ from kernels import ops as kernel_ops
 from selftest import fp8_accum
 from selftest import gemma as gemma_selftest
 from selftest import int4 as int4_selftest
+from selftest import logit_softcap as logit_softcap_selftest
 
 
 def bf16_bits_to_f64(bits):
@@ -291,6 +292,8 @@ def reference(op, p, i, rnd=f16):
         return {"out": np_softmax(i["x"])}
     if op == "gemm_w4a16":
         return {"out": i["x"] @ np_w4_dequant(p, i, rnd)}
+    if op in logit_softcap_selftest.OPS:
+        return logit_softcap_selftest.reference(p, i)
     if op == "moe_router":
         return np_moe_router(i["logits"], p["top_k"], p["renormalize"])
     if op == "moe_ffn":
@@ -427,6 +430,8 @@ def properties(case, p, i, dtype="f16"):
         assert 0 in i["ids"] and i["table"].shape[0] - 1 in i["ids"]
     if op in gemma_selftest.OPS:
         gemma_selftest.properties(op, name, p, i, ROUND[dtype])
+    if op in logit_softcap_selftest.OPS:
+        logit_softcap_selftest.properties(case.name, p, i, case.kwargs.get("dtype", "f16"))
     if op == "set_rows":
         rows = [int(v) for v in i["rows"]]
         assert len(set(rows)) == len(rows), "%s: rows must be distinct" % name
@@ -1098,7 +1103,7 @@ def storage_dtype(case, inputs):
                                     ("moe_ffn", "weights")) or \
                 ((case.op, n) in (("rmsnorm", "weight"), ("rmsnorm_residual", "weight")) and
                  "_w32" in case.name) or \
-                (case.op in ("softmax", "set_rows", "quant_fp8", "set_rows_fp8") and not half), \
+                (case.op in ("softmax", "set_rows", "quant_fp8", "set_rows_fp8", "logit_softcap") and not half), \
                 "%s/%s: %s is f32" % (case.op, case.name, n)
         if t.dtype == torch.bfloat16:
             v = a(t)
@@ -2154,6 +2159,7 @@ def run():
     check_gpt_ffn_allowance()
     gemma_selftest.check_geglu_tolerance(lambda op: yardstick(op, "swiglu"), tolerance_share, a, ROUND)
     gemma_selftest.check_w32_weights(a)
+    logit_softcap_selftest.check_tolerance(lambda op: yardstick(op, "softmax"), tolerance_share, a, ROUND)
     int4_selftest.check_int4_formats()
     fp8_accum.check_gemm_fp8_accumulation(gemm_fp8_yardstick()[1]["bf16"]["atol_rms"])
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))

@@ -947,6 +947,16 @@ int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *str
     return TS_OK;
 }
 
+int ts_logit_softcap(void *out, const void *x, const ts_logit_softcap_config *cfg, void *stream) {
+    logf_("ts_logit_softcap dtype=%d n=%lld softcap=%g inplace=%d stream=%d", cfg->dtype, (long long)cfg->n,
+          (double)cfg->softcap, out == x, stream != NULL);
+    int st = enter("ts_logit_softcap", 1);
+    if (st) return st;
+    NEED("logit_softcap", out);
+    NEED("logit_softcap", x);
+    return TS_OK;
+}
+
 int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,
                  void *stream) {
     logf_("ts_quant_fp8 in_dtype=%d rows=%d hidden=%d group_size=%d static=%d stream=%d", cfg->in_dtype, cfg->rows,
