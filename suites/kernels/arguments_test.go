@@ -168,7 +168,7 @@ var _ = Describe("bad arguments", harness.Kernel, func() {
 	}
 
 	for _, bc := range badCalls {
-		It("refuses "+bc.op+" with a bad "+bc.arg+" and leaves the output untouched", harness.Op(bc.op), func() {
+		It("refuses "+bc.op+" with a bad "+bc.arg+" ("+bc.value+") and leaves the output untouched", harness.Op(bc.op), func() {
 			before := tensor.New(tensor.F16, bc.outShape...)
 			for i := range before.F16 {
 				before.F16[i] = float16.Fromfloat32(sentinel)
