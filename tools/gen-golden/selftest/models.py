@@ -685,6 +685,20 @@ def check_peak(s):
                                                          eps))
 
 
+def check_scores_reach_cap(s, c, d):
+    """The attention cap bends the scores it is there for: a share of every layer's causal
+    prefill scores lies past half the cap (an engine that drops the cap then fails at attn)."""
+    cap, scale = c.attn_logit_softcapping, c.query_pre_attn_scalar ** -0.5
+    for i in range(d.L):
+        q = s.a("prefill.layers.%d.q_rope" % i).astype(np.float64)
+        k = np.repeat(s.a("prefill.layers.%d.k_rope" % i).astype(np.float64), d.nH // d.nKV, axis=1)
+        raw = np.einsum("thd,uhd->htu", q, k) * scale
+        seen = np.tril(np.ones(raw.shape[1:], bool))
+        share = float((np.abs(raw[:, seen]) > cap / 2).mean())
+        check(share >= 0.05, "layer %d: %.1f%% of the prefill scores past half the attention "
+              "cap %g (want >= 5%%)" % (i, 100 * share, cap))
+
+
 def check_config(s, spec):
     """transformers' config class reads the features each tiny variant exists for."""
     import transformers
@@ -820,33 +834,31 @@ def check_config(s, spec):
         w = s.weights()
         check("lm_head.weight" in w and not any(k.endswith(".bias") for k in w.where),
               "untied head stored; no biases")
-    elif spec.family == "gemma3":
-        check(type(c).__name__ == "Gemma3TextConfig", "config class")
-        check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads == 1,
-              "GQA 4:1 with one kv head (Gemma-3-1B's)")
-        check(c.head_dim == d.D == 64 and c.num_attention_heads * c.head_dim == 2 * c.hidden_size
-              and c.query_pre_attn_scalar != c.head_dim,
-              "explicit head_dim: q twice the residual width; query_pre_attn_scalar not head_dim")
-        check(c.layer_types == ["sliding_attention", "full_attention"]
-              and generation.PROMPT_LEN > 2 * c.sliding_window,
-              "layer 0 sliding with a window well inside the prompt, layer 1 global")
-        check(c.rope_parameters["full_attention"]["rope_type"] == "linear"
-              and c.rope_parameters["sliding_attention"]["rope_type"] == "default"
-              and c.rope_parameters["sliding_attention"]["rope_theta"] == 1e4
-              and c.rope_parameters["full_attention"]["rope_theta"] == 1e6,
-              "linear scaling on the global layer only; local base 1e4, global 1e6")
-        check(c.tie_word_embeddings and c.hidden_activation == "gelu_pytorch_tanh"
-              and c.attn_logit_softcapping is None and c.final_logit_softcapping is None,
-              "tied / GeGLU tanh / no soft-capping")
+    elif spec.family in configs.GEMMA_FAMILIES:
         w = s.weights()
-        check("lm_head.weight" not in w and "model.layers.0.post_feedforward_layernorm.weight" in w
-              and w["model.layers.0.self_attn.k_norm.weight"].shape == (d.D,)
-              and not any(k.endswith(".bias") for k in w.where),
-              "tied head not stored; four norms a layer, q/k norms of head_dim; no biases")
-    elif spec.family == "gemma2":
-        check(type(c).__name__ == "Gemma2Config", "config class")
-        check(c.num_attention_heads // c.num_key_value_heads == 2 and c.num_key_value_heads == 2,
-              "GQA 2:1 (Gemma-2-2B's 8:4)")
+        if spec.family == "gemma3":
+            check(type(c).__name__ == "Gemma3TextConfig", "config class")
+            check(c.num_attention_heads // c.num_key_value_heads == 4
+                  and c.num_key_value_heads == 1, "GQA 4:1 with one kv head (Gemma-3-1B's)")
+            check(c.rope_parameters["full_attention"]["rope_type"] == "linear"
+                  and c.rope_parameters["sliding_attention"]["rope_type"] == "default"
+                  and c.rope_parameters["sliding_attention"]["rope_theta"] == 1e4
+                  and c.rope_parameters["full_attention"]["rope_theta"] == 1e6,
+                  "linear scaling on the global layer only; local base 1e4, global 1e6")
+            check(c.attn_logit_softcapping is None and c.final_logit_softcapping is None,
+                  "no soft-capping")
+            check(w["model.layers.0.self_attn.k_norm.weight"].shape == (d.D,), "q/k norms of head_dim")
+        else:
+            check(type(c).__name__ == "Gemma2Config", "config class")
+            check(c.num_attention_heads // c.num_key_value_heads == 2
+                  and c.num_key_value_heads == 2, "GQA 2:1 (Gemma-2-2B's 8:4)")
+            check(c.attn_logit_softcapping == configs.GEMMA2_TINY_ATTN_CAP
+                  and c.final_logit_softcapping == 30.0,
+                  "the tiny attention cap and Gemma 2's logit cap 30")
+            check(not any("q_norm" in k or "k_norm" in k for k in w.where), "no q/k norms")
+            check_scores_reach_cap(s, c, d)
+        # both tiny configs: an explicit head_dim (q twice the residual width), the scores'
+        # scalar not head_dim, layer 0 sliding and layer 1 global, a tied GeGLU model
         check(c.head_dim == d.D == 64 and c.num_attention_heads * c.head_dim == 2 * c.hidden_size
               and c.query_pre_attn_scalar != c.head_dim,
               "explicit head_dim: q twice the residual width; query_pre_attn_scalar not head_dim")
@@ -854,26 +866,10 @@ def check_config(s, spec):
               and generation.PROMPT_LEN > 2 * c.sliding_window,
               "layer 0 sliding with a window well inside the prompt, layer 1 global")
         check(c.tie_word_embeddings and c.hidden_activation == "gelu_pytorch_tanh"
-              and c.attn_logit_softcapping == configs.GEMMA2_TINY_ATTN_CAP
-              and c.final_logit_softcapping == 30.0,
-              "tied / GeGLU tanh / the tiny attention cap and Gemma 2's logit cap 30")
-        w = s.weights()
-        check("lm_head.weight" not in w and "model.layers.0.post_feedforward_layernorm.weight" in w
-              and not any("q_norm" in k or "k_norm" in k for k in w.where)
+              and "lm_head.weight" not in w
+              and "model.layers.0.post_feedforward_layernorm.weight" in w
               and not any(k.endswith(".bias") for k in w.where),
-              "tied head not stored; four norms a layer, no q/k norms; no biases")
-        # The cap bends the scores it is there for: a share of every layer's causal prefill
-        # scores lies past half the cap (an engine that drops the cap then fails at attn).
-        cap, scale = c.attn_logit_softcapping, c.query_pre_attn_scalar ** -0.5
-        for i in range(d.L):
-            q = s.a("prefill.layers.%d.q_rope" % i).astype(np.float64)
-            k = np.repeat(s.a("prefill.layers.%d.k_rope" % i).astype(np.float64),
-                          d.nH // d.nKV, axis=1)
-            raw = np.einsum("thd,uhd->htu", q, k) * scale
-            seen = np.tril(np.ones(raw.shape[1:], bool))
-            share = float((np.abs(raw[:, seen]) > cap / 2).mean())
-            check(share >= 0.05, "layer %d: %.1f%% of the prefill scores past half the attention "
-                  "cap %g (want >= 5%%)" % (i, 100 * share, cap))
+              "tied head not stored; GeGLU tanh; four norms a layer; no biases")
     elif spec.family == "llama":
         check(type(c).__name__ == "LlamaConfig", "config class")
         check(c.num_attention_heads // c.num_key_value_heads == 4 and c.num_key_value_heads >= 2,
@@ -910,8 +906,10 @@ def check_config(s, spec):
               "config.json's %s" % (quantize.format_of(qc), s.quant))
     if spec.family != "gpt2":
         sc = rope_scaling.rope_scaling(s.cfg)
-        check(c.rope_parameters["rope_type"] == sc.rope_type, "rope_type %s, config.json %s"
-              % (c.rope_parameters["rope_type"], sc.rope_type))
+        # Gemma 3 keeps one dict a layer type; rope_scaling is its global layers'
+        rp = c.rope_parameters["full_attention"] if spec.family == "gemma3" else c.rope_parameters
+        check(rp["rope_type"] == sc.rope_type, "rope_type %s, config.json %s"
+              % (rp["rope_type"], sc.rope_type))
         if sc.rope_type == "longrope":
             # the switch to the long factors happens inside the stored decode steps
             P, N = generation.PROMPT_LEN, spec.decode_steps
