@@ -266,6 +266,14 @@ type Kernels interface {
 	// rounding to the storage type, then the weighted sum over each token's experts in fp32 and
 	// one rounding.
 	MoEFFN(out, x, ids, weights, gateUp, down Buffer) error
+	// MoESharedAdd adds a shared expert to a sparse block's output through its sigmoid gate, as
+	// transformers' Qwen2MoeSparseMoeBlock does: out [T, H] = routed + sigmoid(x · gate) ⊙ shared,
+	// one gate value a token (x [T, H] the block's input, gate [1, H] its shared_expert_gate
+	// weight), routed the experts' sum (MoEFFN), shared the shared expert's SwiGLU output; all in
+	// one storage type. The dot product, the sigmoid and the sum in fp32 or better, one rounding
+	// to the storage type; out may be routed (in place). Unfused equivalent: Gemm(g [T, 1], x,
+	// gate), then sigmoid(g) ⊙ shared + routed, each step rounded to the storage type.
+	MoESharedAdd(out, routed, shared, x, gate Buffer) error
 }
 
 // SampleConfig configures seeded sampling as docs/sampling.md defines it.

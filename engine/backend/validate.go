@@ -882,3 +882,24 @@ func CheckMoEFFN(out, x, ids, weights, gateUp, down Buffer) error {
 	}
 	return c.Err()
 }
+
+// CheckMoESharedAdd validates the gated shared expert's add (Kernels.MoESharedAdd): x [T, H] in
+// a storage type, gate [1, H] (shared_expert_gate.weight), routed, shared and out [T, H], all of
+// x's dtype.
+func CheckMoESharedAdd(out, routed, shared, x, gate Buffer) error {
+	c := Validate("moe_shared_add")
+	c.Storage("x", x)
+	c.Rank("x", x, 2)
+	if c.Err() == nil {
+		h := x.Shape()[1]
+		c.Same("gate", gate)
+		c.Shape("gate", gate, []int{1, h}, "[1, hidden of x] (shared_expert_gate.weight)")
+		c.Same("routed", routed)
+		c.Shape("routed", routed, x.Shape(), "the shape of x")
+		c.Same("shared", shared)
+		c.Shape("shared", shared, x.Shape(), "the shape of x")
+		c.Same("out", out)
+		c.Shape("out", out, x.Shape(), "the shape of x")
+	}
+	return c.Err()
+}

@@ -258,6 +258,11 @@ func (r *recorder) MoEFFN(out, x, ids, weights, gateUp, down backend.Buffer) err
 		func() error { return r.be.MoEFFN(out, x, ids, weights, gateUp, down) })
 }
 
+func (r *recorder) MoESharedAdd(out, routed, shared, x, gate backend.Buffer) error {
+	return r.add(backend.CheckMoESharedAdd(out, routed, shared, x, gate),
+		func() error { return r.be.MoESharedAdd(out, routed, shared, x, gate) })
+}
+
 func (r *recorder) Sample(tokens, logits backend.Buffer, cfg backend.SampleConfig) error {
 	return r.add(backend.CheckSample(tokens, logits, cfg), func() error { return r.be.Sample(tokens, logits, cfg) })
 }

@@ -115,3 +115,32 @@ func (*Backend) MoEFFN(out, x, ids, weights, gateUp, down backend.Buffer) error 
 	store(ts[0], res)
 	return nil
 }
+
+// MoESharedAdd is the gated shared expert's add in float64: each token's gate
+// sigmoid(x[t] · gate) from the stored values with no rounding, then routed + gate · shared and
+// one rounding to the storage type, as the contract has it (out may be routed: every row is read
+// before it is written).
+func (*Backend) MoESharedAdd(out, routed, shared, x, gate backend.Buffer) error {
+	if err := backend.CheckMoESharedAdd(out, routed, shared, x, gate); err != nil {
+		return err
+	}
+	ts, err := tensors("moe_shared_add", out, routed, shared, x, gate)
+	if err != nil {
+		return err
+	}
+	t, h := ts[3].Shape[0], ts[3].Shape[1]
+	rv, sv, xv, gv := ts[1].Float32(), ts[2].Float32(), ts[3].Float32(), ts[4].Float32()
+	res := make([]float32, t*h)
+	for r := 0; r < t; r++ {
+		var z float64
+		for c := 0; c < h; c++ {
+			z += float64(xv[r*h+c]) * float64(gv[c])
+		}
+		s := 1 / (1 + math.Exp(-z))
+		for c := 0; c < h; c++ {
+			res[r*h+c] = float32(float64(rv[r*h+c]) + s*float64(sv[r*h+c]))
+		}
+	}
+	store(ts[0], res)
+	return nil
+}
