@@ -19,7 +19,7 @@ import (
 
 // Config is what a forward pass needs from config.json, the same fields for every family.
 type Config struct {
-	Family       string // "llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gemma2", "gemma3", "phi3" or "gpt2": the layers' structure (familyOf)
+	Family       string // "llama", "qwen2", "qwen3", "qwen3_moe", "qwen2_moe", "mixtral", "gemma2", "gemma3", "phi3" or "gpt2": the layers' structure (familyOf)
 	ModelType    string // config.json's model_type (mistral is the llama family with a window)
 	Hidden       int
 	Layers       int
@@ -58,6 +58,10 @@ type Config struct {
 	// to 1 when NormTopKProb (always for Mixtral). 0 for a dense MLP.
 	Experts, ExpertsPerToken int
 	NormTopKProb             bool
+	// SharedIntermediate is the width of the shared expert that Qwen2-MoE's sparse block runs
+	// on every token beside the routed ones (shared_expert_intermediate_size), its output scaled
+	// by sigmoid(x · shared_expert_gate); 0 for none.
+	SharedIntermediate int
 	// Gemma 3 (gemma.go): EmbedScale multiplies the embedding (sqrt(hidden_size); 0: none),
 	// AttnScalar replaces head_dim in the scores' scale (query_pre_attn_scalar; 0: head_dim),
 	// NormPlusOne makes every norm weight 1 + w, PostNorms adds a norm after attention and
@@ -72,7 +76,7 @@ type Config struct {
 
 // familyOf maps config.json's model_type to the family whose layers it has: the weight table
 // and forward it runs with (tools/gen-golden's FAMILY_OF_MODEL_TYPE is the same mapping).
-var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3", "gemma2": "gemma2"}
+var familyOf = map[string]string{"llama": "llama", "qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral", "qwen3_moe": "qwen3_moe", "qwen2_moe": "qwen2_moe", "gemma3_text": "gemma3", "gemma2": "gemma2"}
 
 // rawConfig holds the config.json keys of all three families; pointers tell absent from zero.
 type rawConfig struct {
@@ -106,6 +110,9 @@ type rawConfig struct {
 	NormTopKProb        *bool `json:"norm_topk_prob"`
 	DecoderSparseStep   *int  `json:"decoder_sparse_step"`
 	MLPOnlyLayers       []int `json:"mlp_only_layers"`
+	// qwen2_moe
+	SharedExpertIntermediate *int  `json:"shared_expert_intermediate_size"`
+	QKVBias                  *bool `json:"qkv_bias"`
 	// gpt2
 	NEmbd                 *int     `json:"n_embd"`
 	NLayer                *int     `json:"n_layer"`
@@ -192,7 +199,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.ModelType = r.ModelType
 	c.Family = familyOf[r.ModelType]
 	switch r.ModelType {
-	case "llama", "qwen2", "phi3", "mistral", "qwen3", "mixtral", "qwen3_moe":
+	case "llama", "qwen2", "phi3", "mistral", "qwen3", "mixtral", "qwen3_moe", "qwen2_moe":
 		c.Hidden = need("hidden_size", r.HiddenSize)
 		c.Layers = need("num_hidden_layers", r.NumHiddenLayers)
 		c.Heads = need("num_attention_heads", r.NumAttentionHeads)
@@ -209,7 +216,7 @@ func ParseConfig(data []byte) (*Config, error) {
 			c.Experts = need("num_local_experts", r.NumLocalExperts)
 			c.ExpertsPerToken = need("num_experts_per_tok", r.NumExpertsPerTok)
 			c.NormTopKProb = true // MixtralTopKRouter always renormalises
-		case "qwen3_moe":
+		case "qwen3_moe", "qwen2_moe":
 			// Every layer sparse (Qwen3-30B-A3B, Qwen3-235B-A22B): the experts' width is
 			// moe_intermediate_size; intermediate_size would be a dense layer's, and there is none.
 			// The published configs say num_experts; transformers 5's save_pretrained writes
@@ -224,6 +231,14 @@ func ParseConfig(data []byte) (*Config, error) {
 			c.ExpertsPerToken = need("num_experts_per_tok", r.NumExpertsPerTok)
 			c.Intermediate = need("moe_intermediate_size", r.MoEIntermediateSize)
 			c.NormTopKProb = r.NormTopKProb != nil && *r.NormTopKProb // transformers' default: false
+			if r.ModelType == "qwen2_moe" {
+				// Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B: a shared expert on every token beside the
+				// routed ones, gated by sigmoid(x · shared_expert_gate)
+				c.SharedIntermediate = need("shared_expert_intermediate_size", r.SharedExpertIntermediate)
+				if err == nil && r.QKVBias != nil && !*r.QKVBias {
+					err = fmt.Errorf("config: qkv_bias = false is not implemented for qwen2_moe (its q, k and v projections carry biases)")
+				}
+			}
 			if err == nil && r.DecoderSparseStep != nil && *r.DecoderSparseStep != 1 {
 				err = fmt.Errorf("config: decoder_sparse_step = %d is not implemented (1: every layer sparse)", *r.DecoderSparseStep)
 			}
@@ -233,7 +248,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		if c.Experts > 0 {
 			key := "num_local_experts"
-			if r.ModelType == "qwen3_moe" {
+			if r.ModelType == "qwen3_moe" || r.ModelType == "qwen2_moe" {
 				key = "num_experts"
 			}
 			if err == nil && c.ExpertsPerToken > c.Experts {
@@ -270,15 +285,15 @@ func ParseConfig(data []byte) (*Config, error) {
 			}
 			c.HeadDim = *r.HeadDimKey
 		}
-		c.AttnBias = r.ModelType == "qwen2"
-		if r.AttentionBias != nil && *r.AttentionBias && r.ModelType != "qwen2" {
+		c.AttnBias = r.ModelType == "qwen2" || r.ModelType == "qwen2_moe"
+		if r.AttentionBias != nil && *r.AttentionBias && !c.AttnBias {
 			// Llama's would bias o_proj too, Phi-3's its fused qkv_proj: neither is wired.
 			return nil, fmt.Errorf("config: attention_bias = true is not implemented for %s", r.ModelType)
 		}
 		if r.MLPBias != nil && *r.MLPBias {
 			return nil, fmt.Errorf("config: mlp_bias = true is not implemented for %s", r.ModelType)
 		}
-		// Qwen2 and Qwen3 apply their window only with use_sliding_window; Phi-3, Mistral and
+		// Qwen2, Qwen3 and Qwen2-MoE apply their window only with use_sliding_window; Phi-3, Mistral and
 		// Mixtral always do (a null sliding_window, as Mistral v0.3 and Mixtral publish it, is no
 		// window).
 		if r.SlidingWindow != nil && (r.ModelType == "phi3" || r.ModelType == "mistral" || r.ModelType == "mixtral" || (r.UseSlidingWindow != nil && *r.UseSlidingWindow)) {
@@ -288,11 +303,15 @@ func ParseConfig(data []byte) (*Config, error) {
 			c.SlidingWindow = *r.SlidingWindow
 			// Qwen3-MoE's attention windows every layer (transformers reads neither layer_types nor
 			// max_window_layers for it); Qwen2's and Qwen3's the layers those name.
-			if r.ModelType == "qwen2" || r.ModelType == "qwen3" {
-				var err error
-				if c.WindowedLayers, err = qwen2WindowedLayers(&r, c.Layers); err != nil {
-					return nil, err
-				}
+			var err error
+			switch r.ModelType {
+			case "qwen2", "qwen3":
+				c.WindowedLayers, err = qwen2WindowedLayers(&r, c.Layers)
+			case "qwen2_moe":
+				c.WindowedLayers, err = qwen2MoEWindowedLayers(&r, c.Layers)
+			}
+			if err != nil {
+				return nil, err
 			}
 		} else if len(r.LayerTypes) > 0 && slices.Contains(r.LayerTypes, "sliding_attention") {
 			return nil, fmt.Errorf("config: layer_types has sliding_attention layers but no window applies (sliding_window %v, use_sliding_window %v)", ptrString(r.SlidingWindow), ptrString(r.UseSlidingWindow))
@@ -332,7 +351,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	case "":
 		return nil, fmt.Errorf("config: missing model_type")
 	default:
-		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, qwen3_moe, phi3, gpt2, mistral, mixtral, gemma2, gemma3_text)", r.ModelType)
+		return nil, fmt.Errorf("config: model_type %q is not implemented (llama, qwen2, qwen3, qwen3_moe, qwen2_moe, phi3, gpt2, mistral, mixtral, gemma2, gemma3_text)", r.ModelType)
 	}
 	if c.HeadDim == 0 && c.Hidden%c.Heads != 0 {
 		return nil, fmt.Errorf("config: hidden size %d is not a multiple of the %d heads", c.Hidden, c.Heads)
@@ -452,22 +471,10 @@ func (c *Config) StorageDType() tensor.DType {
 // ("sliding_attention" or "full_attention", one a layer), else the layers from max_window_layers
 // on (transformers' default for an absent key: 28).
 func qwen2WindowedLayers(r *rawConfig, n int) (*LayerSet, error) {
-	out := make(LayerSet, n)
 	if len(r.LayerTypes) > 0 {
-		if len(r.LayerTypes) != n {
-			return nil, fmt.Errorf("config: layer_types has %d entries for %d layers", len(r.LayerTypes), n)
-		}
-		for i, t := range r.LayerTypes {
-			switch t {
-			case "sliding_attention":
-				out[i] = true
-			case "full_attention":
-			default:
-				return nil, fmt.Errorf("config: layer_types[%d] = %q: want \"full_attention\" or \"sliding_attention\"", i, t)
-			}
-		}
-		return &out, nil
+		return layerTypesWindowed(r.LayerTypes, n)
 	}
+	out := make(LayerSet, n)
 	from := 28
 	if r.MaxWindowLayers != nil {
 		from = *r.MaxWindowLayers
@@ -477,6 +484,45 @@ func qwen2WindowedLayers(r *rawConfig, n int) (*LayerSet, error) {
 	}
 	for i := range out {
 		out[i] = i >= from
+	}
+	return &out, nil
+}
+
+// qwen2MoEWindowedLayers is qwen2WindowedLayers for Qwen2-MoE, whose config derives its default
+// layer_types otherwise (Qwen2MoeConfig): the even layers below max_window_layers slide (index
+// i with (i + 1) odd and i < max_window_layers), the others attend to everything.
+func qwen2MoEWindowedLayers(r *rawConfig, n int) (*LayerSet, error) {
+	if len(r.LayerTypes) > 0 {
+		return layerTypesWindowed(r.LayerTypes, n)
+	}
+	below := 28
+	if r.MaxWindowLayers != nil {
+		below = *r.MaxWindowLayers
+	}
+	if below < 0 {
+		return nil, fmt.Errorf("config: max_window_layers = %d: must be >= 0", below)
+	}
+	out := make(LayerSet, n)
+	for i := range out {
+		out[i] = i%2 == 0 && i < below
+	}
+	return &out, nil
+}
+
+// layerTypesWindowed reads config.json's layer_types: the "sliding_attention" layers slide.
+func layerTypesWindowed(types []string, n int) (*LayerSet, error) {
+	if len(types) != n {
+		return nil, fmt.Errorf("config: layer_types has %d entries for %d layers", len(types), n)
+	}
+	out := make(LayerSet, n)
+	for i, t := range types {
+		switch t {
+		case "sliding_attention":
+			out[i] = true
+		case "full_attention":
+		default:
+			return nil, fmt.Errorf("config: layer_types[%d] = %q: want \"full_attention\" or \"sliding_attention\"", i, t)
+		}
 	}
 	return &out, nil
 }

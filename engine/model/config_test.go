@@ -166,6 +166,51 @@ func TestQwen3MoEConfig(t *testing.T) {
 	}
 }
 
+// Qwen1.5-MoE-A2.7B's published config.json: Qwen2's attention with q/k/v biases, 60 experts of
+// moe_intermediate_size 1408, top 4 not renormalised, and a shared expert of 5632 on every token.
+const qwen2MoEHub = `{"model_type": "qwen2_moe", "hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4, "norm_topk_prob": false, "decoder_sparse_step": 1, "vocab_size": 151936, "max_position_embeddings": 8192, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06, "use_sliding_window": false, "sliding_window": 32768, "max_window_layers": 21, "tie_word_embeddings": false, "torch_dtype": "bfloat16"%s}`
+
+func TestQwen2MoEConfig(t *testing.T) {
+	cfg := strings.Replace(qwen2MoEHub, "%s", "", 1)
+	c, err := ParseConfig([]byte(cfg))
+	if err != nil || c.Family != "qwen2_moe" || c.Experts != 60 || c.ExpertsPerToken != 4 || c.NormTopKProb ||
+		c.Intermediate != 1408 || c.SharedIntermediate != 5632 || !c.AttnBias || c.SlidingWindow != 0 || c.TiedHead {
+		t.Fatalf("qwen2_moe: %+v, %v", c, err)
+	}
+	hp := c.HParams()
+	if last := hp[len(hp)-1]; last.Name != "shared_expert_intermediate_size" || last.Value != 5632 {
+		t.Errorf("hparams end with %+v, want shared_expert_intermediate_size 5632", last)
+	}
+	// Qwen2MoeConfig's own default layer_types: the even layers below max_window_layers slide
+	// (not Qwen2's "from max_window_layers on")
+	c, err = ParseConfig([]byte(strings.Replace(strings.Replace(cfg, `"use_sliding_window": false`, `"use_sliding_window": true`, 1), `"max_window_layers": 21`, `"max_window_layers": 5`, 1)))
+	if err != nil || c.SlidingWindow != 32768 {
+		t.Fatalf("qwen2_moe with its window: %+v, %v", c, err)
+	}
+	for l := 0; l < 8; l++ {
+		want := 0
+		if l%2 == 0 && l < 5 {
+			want = 32768
+		}
+		if got := c.LayerWindow(l); got != want {
+			t.Errorf("layer %d window %d, want %d", l, got, want)
+		}
+	}
+	for edit, key := range map[string]string{
+		`"decoder_sparse_step": 2`:                         "decoder_sparse_step",
+		`"decoder_sparse_step": 1, "mlp_only_layers": [3]`: "mlp_only_layers",
+		`"decoder_sparse_step": 1, "qkv_bias": false`:      "qkv_bias",
+		`"decoder_sparse_step": 1, "num_local_experts": 8`: "differ",
+	} {
+		if _, err := ParseConfig([]byte(strings.Replace(cfg, `"decoder_sparse_step": 1`, edit, 1))); err == nil || !strings.Contains(err.Error(), key) {
+			t.Errorf("%s: err %v, want one naming %s", edit, err, key)
+		}
+	}
+	if _, err := ParseConfig([]byte(strings.Replace(cfg, `"shared_expert_intermediate_size": 5632, `, "", 1))); err == nil || !strings.Contains(err.Error(), "missing shared_expert_intermediate_size") {
+		t.Errorf("no shared_expert_intermediate_size: %v", err)
+	}
+}
+
 func TestSlidingWindowRecorded(t *testing.T) {
 	c, err := LoadConfig("../../golden/models/phi3-tiny")
 	if err != nil || c.SlidingWindow != 2047 || c.LayerWindow(0) != 2047 || c.LayerWindow(1) != 2047 {
@@ -223,6 +268,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte(strings.Replace(gemmaHub, "%s", "", 1)))
 	f.Add([]byte(gemmaV5))
 	f.Add([]byte(strings.Replace(gemma2Hub, "%s", "", 1)))
+	f.Add([]byte(strings.Replace(qwen2MoEHub, "%s", "", 1)))
+	f.Add([]byte(strings.Replace(qwen2MoEHub, "%s", `, "use_sliding_window": true, "layer_types": ["sliding_attention"]`, 1)))
 	f.Add([]byte(strings.Replace(gemma2Hub, "%s", `, "attn_logit_softcapping": null, "layer_types": ["full_attention", "sliding_attention", "full_attention", "sliding_attention"]`, 1)))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)

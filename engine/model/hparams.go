@@ -80,6 +80,9 @@ func (c *Config) HParams() []HParam {
 		// are: the experts, the top k, and whether the chosen weights are renormalised.
 		hp = append(hp, HParam{"num_experts", c.Experts}, HParam{"num_experts_per_tok", c.ExpertsPerToken},
 			HParam{"norm_topk_prob", c.NormTopKProb})
+		if c.SharedIntermediate > 0 {
+			hp = append(hp, HParam{"shared_expert_intermediate_size", c.SharedIntermediate})
+		}
 	}
 	if c.Family == "gemma3" || c.Family == "gemma2" {
 		// Recorded only for Gemma sets: Gemma 3's sliding layers' RoPE (the entries above are the

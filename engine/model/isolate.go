@@ -83,7 +83,8 @@ func (m *Model) TapOp(name string) string {
 	case "attn_out":
 		return "gemm (the output projection)"
 	case "ffn_gate", "ffn_up":
-		if normFused && c.Activation == "silu" {
+		// a shared expert's projections read the norm the router read (forwardMoE): no fused norm
+		if normFused && c.Activation == "silu" && c.SharedIntermediate == 0 {
 			return "rmsnorm_gemm (ffn_norm and the fused gate/up projection)"
 		}
 		return "gemm (the " + strings.TrimPrefix(kind, "ffn_") + " projection)"
@@ -97,9 +98,13 @@ func (m *Model) TapOp(name string) string {
 		return "gelu_tanh"
 	case "router_logits":
 		return "gemm (the router)"
-	case "ffn_out":
+	case "moe_out":
+		return "moe_router, then moe_ffn (the chosen experts and their weighted sum)"
+	case "ffn_out", "shared_out":
 		switch {
-		case c.Experts > 0:
+		case kind == "ffn_out" && c.SharedIntermediate > 0:
+			return "moe_shared_add (moe_out plus the shared expert's shared_out scaled by its sigmoid gate)"
+		case kind == "ffn_out" && c.Experts > 0:
 			return "moe_router, then moe_ffn (the chosen experts and their weighted sum)"
 		case fused && c.Activation == "silu":
 			return "swiglu_gemm (the activation and the down projection)"

@@ -140,6 +140,14 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 				return nil, err
 			}
 		}
+		mlp := &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2],
+			QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1],
+			Router: moe[0], ExpertsGateUp: moe[1], ExpertsDown: moe[2]}
+		if cfg.SharedIntermediate > 0 {
+			// Qwen2-MoE: the dense projections are the shared expert's (weights.go's qwen2MoEShared)
+			mlp = &MLP{Router: moe[0], ExpertsGateUp: moe[1], ExpertsDown: moe[2], SharedGate: g("shared_gate"),
+				Shared: &MLP{Gate: mlp.Gate, Up: mlp.Up, Down: mlp.Down, gateUp: fw[2], Width: cfg.SharedIntermediate}}
+		}
 		m.Layers = append(m.Layers, &Layer{
 			Index:    l,
 			AttnNorm: Norm{W: g("attn_norm"), B: g("attn_norm_b")},
@@ -150,9 +158,7 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			Attn: &Attention{Wq: g("wq"), Bq: g("bq"), Wk: g("wk"), Bk: g("bk"), Wv: g("wv"), Bv: g("bv"),
 				Wo: g("wo"), Bo: g("bo"), QNorm: g("q_norm"), KNorm: g("k_norm"), qkvW: fw[0], qkvB: fw[1],
 				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo"), qkvQ: fq[0]},
-			MLP: &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2],
-				QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1],
-				Router: moe[0], ExpertsGateUp: moe[1], ExpertsDown: moe[2]},
+			MLP: mlp,
 		})
 	}
 	if err := uploadBiasBroadcast(be, m); err != nil {
@@ -698,11 +704,29 @@ type MLP struct {
 	// Router [E, H], ExpertsGateUp [E, 2F, H] and ExpertsDown [E, H, F] make the block a sparse
 	// mixture of experts (Config.Experts > 0: Mixtral); nil for a dense MLP.
 	Router, ExpertsGateUp, ExpertsDown backend.Buffer
+	// Shared is a sparse block's shared expert (Qwen2-MoE), a dense MLP run on every token, and
+	// SharedGate [1, H] the Linear whose sigmoid scales its output; nil without one.
+	Shared     *MLP
+	SharedGate backend.Buffer
+	// Width is a dense MLP's intermediate width where it is not Config.Intermediate (the shared
+	// expert's shared_expert_intermediate_size); 0: Config.Intermediate.
+	Width int
+}
+
+// width is the dense MLP's intermediate width.
+func (f *MLP) width(c *Config) int {
+	if f.Width > 0 {
+		return f.Width
+	}
+	return c.Intermediate
 }
 
 // forwardMoE is the sparse mixture-of-experts block, as transformers' MixtralSparseMoeBlock:
 // the router's logits (a Gemm by Router, in the storage type), its softmax top-k, renormalised
 // with NormTopKProb (moe_router), the chosen experts' SwiGLU FFNs and their weighted sum (moe_ffn).
+// With a shared expert (Qwen2MoeSparseMoeBlock) the experts' sum is moe_out; the shared expert
+// runs as a dense MLP on the same norm (its ffn_gate, ffn_up, ffn_act and shared_out taps) and
+// moe_shared_add adds it, scaled by sigmoid(x · SharedGate), in place of the sum: ffn_out.
 func (f *MLP) forwardMoE(p *pass, in pending, name func(string) string) (out, x backend.Buffer) {
 	c, be, T := &p.m.Cfg, p.be, p.T
 	x, hn := p.settle(in)
@@ -714,6 +738,18 @@ func (f *MLP) forwardMoE(p *pass, in pending, name func(string) string) (out, x 
 	p.do(be.MoERouter(weights, ids, logits, c.ExpertsPerToken, c.NormTopKProb))
 	out = p.alloc(T, c.Hidden)
 	p.do(be.MoEFFN(out, hn, ids, weights, f.ExpertsGateUp, f.ExpertsDown))
+	if f.Shared == nil {
+		p.tap(name("ffn_out"), out)
+		return out, x
+	}
+	p.tap(name("moe_out"), out)
+	shared, _ := f.Shared.Forward(p, pending{x: x, normed: hn}, func(s string) string {
+		if s == "ffn_out" {
+			s = "shared_out"
+		}
+		return name(s)
+	})
+	p.do(be.MoESharedAdd(out, out, shared, hn, f.SharedGate))
 	p.tap(name("ffn_out"), out)
 	return out, x
 }
@@ -725,7 +761,8 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 		return f.forwardMoE(p, in, name)
 	}
 	c, be, T := &p.m.Cfg, p.be, p.T
-	act := p.alloc(T, c.Intermediate)
+	F := f.width(c)
+	act := p.alloc(T, F)
 	// The kernel follows the configured activation (the hyper-parameter checked against the
 	// reference's, hparams.go); the weights only have to fit it.
 	switch {
@@ -733,13 +770,13 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 		var g, up backend.Buffer
 		if p.singleStep() && f.UpB == nil && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
 			// One token: gate and up are consecutive columns of one GEMM's output row.
-			gu := p.alloc(T, 2*c.Intermediate)
+			gu := p.alloc(T, 2*F)
 			x = p.normGemm(in, gu, f.gateUp.all, nil)
 			parts := f.gateUp.outputs(p, gu)
 			g, up = parts[0], parts[1]
 		} else if p.singleStep() && f.gateUpQ.intact(f.QGate, f.QUp) {
 			// The same with FP8 projections, on the norm quantised once.
-			gu := p.alloc(T, 2*c.Intermediate)
+			gu := p.alloc(T, 2*F)
 			var xin *fp8Input
 			x, xin = p.normQuant(in, f.gateUpQ.all.Group)
 			f.gateUpQ.all.forwardFP8(p, gu, xin)
@@ -749,13 +786,13 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 			// FP8 projections: the norm quantised once for both
 			var xin *fp8Input
 			x, xin = p.normQuant(in, gr)
-			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
+			g, up = p.alloc(T, F), p.alloc(T, F)
 			f.QGate.forwardFP8(p, g, xin)
 			f.QUp.forwardFP8(p, up, xin)
 		} else {
 			var hn backend.Buffer
 			x, hn = p.settle(in)
-			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
+			g, up = p.alloc(T, F), p.alloc(T, F)
 			p.linear(g, hn, f.Gate, f.QGate, nil)
 			p.linear(up, hn, f.Up, f.QUp, f.UpB)
 		}
@@ -764,7 +801,7 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 		if gr := fp8Group(f.QDown); gr > 0 && p.fuseQuant() {
 			// The activation quantised for the FP8 down projection in one op; the activation
 			// tap, when requested, by the SwiGLU it equals.
-			xin := &fp8Input{q: p.allocT(tensor.F8E4M3, T, c.Intermediate), s: p.allocT(tensor.F32, T, c.Intermediate/gr), group: gr}
+			xin := &fp8Input{q: p.allocT(tensor.F8E4M3, T, F), s: p.allocT(tensor.F32, T, F/gr), group: gr}
 			p.do(be.SwiGLUQuantFP8(xin.q, xin.s, g, up, nil, gr))
 			if p.m.want[name("ffn_act")] {
 				p.do(be.SwiGLU(act, g, up))
@@ -792,14 +829,14 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 		// GeGLU (Gemma 3): gate and up as SwiGLU's, then gelu_tanh(gate) * up in one op
 		var g, up backend.Buffer
 		if p.singleStep() && f.gateUp != nil && f.gateUp.intact(f.Gate, f.Up) {
-			gu := p.alloc(T, 2*c.Intermediate)
+			gu := p.alloc(T, 2*F)
 			x = p.normGemm(in, gu, f.gateUp.all, nil)
 			halves := f.gateUp.outputs(p, gu)
 			g, up = halves[0], halves[1]
 		} else {
 			var hn backend.Buffer
 			x, hn = p.settle(in)
-			g, up = p.alloc(T, c.Intermediate), p.alloc(T, c.Intermediate)
+			g, up = p.alloc(T, F), p.alloc(T, F)
 			p.do(be.Gemm(g, hn, f.Gate, nil))
 			p.do(be.Gemm(up, hn, f.Up, nil))
 		}
@@ -816,7 +853,7 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 			p.tap(name("ffn_out"), out)
 			return out, x
 		}
-		up := p.alloc(T, c.Intermediate)
+		up := p.alloc(T, F)
 		p.do(be.Gemm(up, hn, f.Up, f.UpB))
 		p.tap(name("ffn_up"), up)
 		p.do(be.GELUTanh(act, up))

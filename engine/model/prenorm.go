@@ -15,6 +15,9 @@ type pending struct {
 	x, y            backend.Buffer
 	n               Norm
 	sumTap, normTap string
+	// normed, when set, is n(x) already run (a second reader of one norm, as the shared expert
+	// beside the routed ones): settle returns it and no op fuses the norm again.
+	normed backend.Buffer
 }
 
 // fusedDefault is Model.Fused at Load: on unless TOUCHSTONE_FUSED is 0 or false.
@@ -28,6 +31,9 @@ func (p *pass) fused() bool { return p.decode && p.m.Fused }
 
 // settle runs in's add and norm as ops of their own and returns the stream and its norm.
 func (p *pass) settle(in pending) (sum, normed backend.Buffer) {
+	if in.normed != nil {
+		return in.x, in.normed
+	}
 	if in.y != nil {
 		return p.addNorm(in.x, in.y, in.n, in.sumTap, in.normTap)
 	}
@@ -43,7 +49,7 @@ func (p *pass) settle(in pending) (sum, normed backend.Buffer) {
 // it, from the sum it stored, by the norm it equals.
 func (p *pass) normGemm(in pending, out, w, bias backend.Buffer) backend.Buffer {
 	// Gemma's fp32 norm weights (1 + w) have no fused op: rmsnorm_gemm takes a 16-bit weight
-	if !p.fused() || in.n.W.DType() == tensor.F32 {
+	if !p.fused() || in.normed != nil || in.n.W.DType() == tensor.F32 {
 		sum, normed := p.settle(in)
 		p.do(p.be.Gemm(out, normed, w, bias))
 		return sum

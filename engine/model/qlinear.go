@@ -81,7 +81,7 @@ func (p *pass) fuseQuant() bool { return p.fused() && p.m.inject == nil }
 // then quant_fp8. It returns the stream sum and the quantised norm; a requested norm tap is
 // computed beside the fused op, from the sum it stored, by the norm it equals.
 func (p *pass) normQuant(in pending, group int) (backend.Buffer, *fp8Input) {
-	if !p.fuseQuant() || in.n.B != nil {
+	if !p.fuseQuant() || in.normed != nil || in.n.B != nil {
 		sum, normed := p.settle(in)
 		return sum, p.quantize(normed, group)
 	}

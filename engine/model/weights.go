@@ -144,6 +144,20 @@ var qwen3MoE = []weight{
 
 func eh(c *Config) []int { return []int{c.Experts, c.Hidden} }
 
+// Qwen2-MoE's shared expert (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): a dense SwiGLU MLP of width
+// shared_expert_intermediate_size loaded as a dense layer's (its gate and up fuse as those do),
+// and its gate, a Linear [1, H] whose sigmoid scales the expert's output per token.
+var qwen2MoEShared = []weight{
+	{HF: "model.layers.{i}.mlp.shared_expert.gate_proj.weight", Shape: sh, Into: "layers.{i}.wgate"},
+	{HF: "model.layers.{i}.mlp.shared_expert.up_proj.weight", Shape: sh, Into: "layers.{i}.wup"},
+	{HF: "model.layers.{i}.mlp.shared_expert.down_proj.weight", Shape: hs, Into: "layers.{i}.wdown"},
+	{HF: "model.layers.{i}.mlp.shared_expert_gate.weight", Shape: oneH, Into: "layers.{i}.shared_gate"},
+}
+
+func sh(c *Config) []int   { return []int{c.SharedIntermediate, c.Hidden} }
+func hs(c *Config) []int   { return []int{c.Hidden, c.SharedIntermediate} }
+func oneH(c *Config) []int { return []int{1, c.Hidden} }
+
 // gemma3 is Gemma 3's layout (Gemma3ForCausalLM): Llama's projections, q_norm and k_norm, the
 // four norms of a layer (post_attention_layernorm is the norm after attention here, not before
 // the MLP: that is pre_feedforward_layernorm), every norm weight w used as 1 + w.
@@ -191,6 +205,17 @@ func init() {
 			weightTables["qwen3"] = append(weightTables["qwen3"],
 				weight{HF: "model.layers.{i}.self_attn.q_norm.weight", Shape: hd, Into: "layers.{i}.q_norm"},
 				weight{HF: "model.layers.{i}.self_attn.k_norm.weight", Shape: hd, Into: "layers.{i}.k_norm"})
+		}
+	}
+	// Qwen2-MoE: Qwen2's attention (q, k and v biases), every MLP the sparse block (the router
+	// and experts named as Qwen3-MoE's) with the gated shared expert.
+	for _, w := range weightTables["qwen2"] {
+		if !strings.Contains(w.HF, ".mlp.") {
+			weightTables["qwen2_moe"] = append(weightTables["qwen2_moe"], w)
+		}
+		if w.HF == "model.layers.{i}.post_attention_layernorm.weight" {
+			weightTables["qwen2_moe"] = append(weightTables["qwen2_moe"], qwen3MoE...)
+			weightTables["qwen2_moe"] = append(weightTables["qwen2_moe"], qwen2MoEShared...)
 		}
 	}
 	// Qwen3-MoE: Qwen3's attention (with q_norm and k_norm), every MLP the sparse block.

@@ -11,7 +11,7 @@ import (
 // legends and keep the same colour in every report, whichever of them a set stores.
 var knownKinds = []string{
 	"attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn", "attn_out", "attn_post_norm",
-	"resid_attn", "ffn_norm", "router_logits", "ffn_gate", "ffn_up", "ffn_act", "ffn_out", "ffn_post_norm",
+	"resid_attn", "ffn_norm", "router_logits", "moe_out", "ffn_gate", "ffn_up", "ffn_act", "shared_out", "ffn_out", "ffn_post_norm",
 	"resid_ffn",
 }
 
