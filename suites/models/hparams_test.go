@@ -74,6 +74,8 @@ var hparamBugs = []hparamBug{
 		func(m *model.Model) { m.Cfg.RopeTheta = 1e6 }},
 	{"phi3-tiny", "sliding_window ignored", []string{"sliding_window"},
 		func(m *model.Model) { m.Cfg.SlidingWindow = 0 }},
+	{"qwen2-moe-tiny", "the shared expert's width read from intermediate_size", []string{"shared_expert_intermediate_size"},
+		func(m *model.Model) { m.Cfg.SharedIntermediate = m.Cfg.Intermediate }},
 	{"qwen2-tiny", "RMSNorm eps 1e-5 instead of 1e-6", []string{"norm_eps"},
 		func(m *model.Model) { m.Cfg.NormEps = 1e-5 }},
 	{"qwen2-tiny", "half the head rotated (partial rotary)", []string{"rotary_dim", "partial_rotary_factor", "rope_inv_freq"},

@@ -355,6 +355,16 @@ var brokenVariants = []broken{
 		func(m *model.Model) { m.Cfg.NormTopKProb = false }},
 	{"qwen3-moe-tiny", "layer 1 routes with layer 0's router", "prefill.layers.1.router_logits",
 		func(m *model.Model) { m.Layers[1].MLP.Router = m.Layers[0].MLP.Router }},
+	// Qwen2-MoE: the sparse block's router, its shared expert and the shared expert's gate, each
+	// at the first tap it moves.
+	{"qwen2-moe-tiny", "norm_topk_prob taken as true (the top-k weights renormalised)", "prefill.layers.0.moe_out",
+		func(m *model.Model) { m.Cfg.NormTopKProb = true }},
+	{"qwen2-moe-tiny", "layer 1 runs layer 0's shared expert", "prefill.layers.1.ffn_gate",
+		func(m *model.Model) { m.Layers[1].MLP.Shared = m.Layers[0].MLP.Shared }},
+	{"qwen2-moe-tiny", "layer 1 gates its shared expert with layer 0's shared_expert_gate", "prefill.layers.1.ffn_out",
+		func(m *model.Model) { m.Layers[1].MLP.SharedGate = m.Layers[0].MLP.SharedGate }},
+	{"qwen2-moe-tiny", "layer 0 routes with layer 1's router", "prefill.layers.0.router_logits",
+		func(m *model.Model) { m.Layers[0].MLP.Router = m.Layers[1].MLP.Router }},
 	// Qwen3's per-head norms of q and k: each weight shows at its own tap.
 	{"qwen3-tiny", "q_norm and k_norm weights swapped in layer 1", "prefill.layers.1.q_norm",
 		func(m *model.Model) { a := m.Layers[1].Attn; a.QNorm, a.KNorm = a.KNorm, a.QNorm }},

@@ -536,6 +536,20 @@ var catalogue = []Mutant{
 		Suites:      models,
 	},
 	{
+		ID: "go-model-qwen2-moe-gate-on-stream", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "Qwen2-MoE's shared_expert_gate applied to the residual stream instead of the block's normed input",
+		Original:    `p.do(be.MoESharedAdd(out, out, shared, hn, f.SharedGate))`,
+		Replacement: `p.do(be.MoESharedAdd(out, out, shared, x, f.SharedGate))`,
+		Suites:      models,
+	},
+	{
+		ID: "go-model-qwen2-moe-shared-unnormed", Side: SideGo, File: "engine/model/model.go",
+		Bug:         "Qwen2-MoE's shared expert run on the residual stream, not on the norm the router reads",
+		Original:    `shared, _ := f.Shared.Forward(p, pending{x: x, normed: hn}, func(s string) string {`,
+		Replacement: `shared, _ := f.Shared.Forward(p, pending{x: x, normed: x}, func(s string) string {`,
+		Suites:      models,
+	},
+	{
 		ID: "go-model-gemma-norm-plus-one-dropped", Side: SideGo, File: "engine/model/weights.go",
 		Bug:         "Gemma's norm weights loaded as w instead of 1 + w",
 		Original:    "			v[k]++",
