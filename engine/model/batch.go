@@ -243,7 +243,7 @@ func (b *Batch) decodeStep() error {
 		defer m.endPass()
 		return b.decodePass(m.be, m.mem)
 	}
-	if m.graphs == nil || !m.graphs.enabled || len(m.want) > 0 || m.inject != nil {
+	if m.graphs == nil || !m.graphs.enabled || len(m.want) > 0 || m.inject != nil || m.routes != nil {
 		return eager()
 	}
 	mode, err := invariantMode(m.be)

@@ -174,6 +174,11 @@ func compareTaps(m *Model, set *golden.Set, p *SetParams, tols *compare.Toleranc
 	} else if dt != m.Cfg.StorageDType() {
 		return nil, fmt.Errorf("%s: the model runs in %s but the set's calibration is of a %s implementation (params.dtype %q)", set.ID(), m.Cfg.StorageDType(), dt, p.DType)
 	}
+	_, stop, err := m.FollowAmbiguousRoutes(set, false)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	var bare []string
 	var expected []golden.File
 	for _, f := range set.Files(golden.RoleExpected) {
@@ -249,6 +254,11 @@ func CompareUntappedLogits(m *Model, set *golden.Set, p *SetParams, tols *compar
 	if len(toks.I32) < p.DecodeSteps {
 		return nil, fmt.Errorf("%s: %d greedy tokens for %d decode steps", set.ID(), len(toks.I32), p.DecodeSteps)
 	}
+	_, stop, err := m.FollowAmbiguousRoutes(set, false)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	m.RequestTaps(nil)
 	if _, err := m.Prefill(p.PromptIDs); err != nil {
 		return nil, err
@@ -378,6 +388,11 @@ func Greedy(m *Model, set *golden.Set, p *SetParams) ([]GreedyStep, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, stop, err := m.FollowAmbiguousRoutes(set, false)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	logits, err := m.Prefill(p.PromptIDs)
 	if err != nil {
 		return nil, err
@@ -492,6 +507,11 @@ func seededSteps(set *golden.Set, p *SetParams, got []int32) ([]SampledStep, []s
 // when the reference's margin there is below margin_epsilon. A difference at an early
 // low-margin step ends the comparison there: SeededTeacherForced is the strict check.
 func Seeded(m *Model, set *golden.Set, p *SetParams) ([]SampledStep, error) {
+	_, stop, err := m.FollowAmbiguousRoutes(set, true)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	got, _, err := GenerateSeeded(m, p, nil)
 	if err != nil {
 		return nil, err
@@ -522,6 +542,11 @@ func SeededTeacherForced(m *Model, set *golden.Set, p *SetParams) ([]SampledStep
 	if len(want.I32) != p.Sample.Tokens {
 		return nil, fmt.Errorf("%s: sample_tokens has %d entries for %d tokens", set.ID(), len(want.I32), p.Sample.Tokens)
 	}
+	_, stop, err := m.FollowAmbiguousRoutes(set, true)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
 	got, _, err := GenerateSeeded(m, p, want.I32)
 	if err != nil {
 		return nil, err

@@ -161,7 +161,7 @@ func (m *Model) PrefillReplays() int {
 // change either after Load); reports whether any graph may be used.
 func (m *Model) graphsCurrent() bool {
 	gs := m.graphs
-	if gs == nil || !gs.enabled || len(m.want) > 0 || m.inject != nil {
+	if gs == nil || !gs.enabled || len(m.want) > 0 || m.inject != nil || m.routes != nil {
 		return false
 	}
 	mode, err := invariantMode(m.be)

@@ -27,6 +27,9 @@ type Model struct {
 	// inject holds reference taps by canonical name that a pass writes over its own right
 	// after tapping them (isolate.go); nil in a normal pass.
 	inject map[string]*tensor.Tensor
+	// routes holds the reference's choice of experts at the ambiguous rows of router_logits taps
+	// by canonical name (FollowAmbiguousRoutes); nil: every choice is the engine's own.
+	routes map[string]*routeGuide
 
 	pool      map[string][]backend.Buffer // activations by dtype and shape, reused across passes
 	inUse     []backend.Buffer            // this pass's activations, back to the pool at its end
@@ -736,6 +739,9 @@ func (f *MLP) forwardMoE(p *pass, in pending, name func(string) string) (out, x 
 	weights := p.allocT(tensor.F32, T, c.ExpertsPerToken)
 	ids := p.allocT(tensor.I32, T, c.ExpertsPerToken)
 	p.do(be.MoERouter(weights, ids, logits, c.ExpertsPerToken, c.NormTopKProb))
+	if g := p.m.routes[p.prefix+name("router_logits")]; g != nil {
+		p.do(p.followRoutes(g, logits, weights, ids))
+	}
 	out = p.alloc(T, c.Hidden)
 	p.do(be.MoEFFN(out, hn, ids, weights, f.ExpertsGateUp, f.ExpertsDown))
 	if f.Shared == nil {

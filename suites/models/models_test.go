@@ -101,6 +101,10 @@ func checkTaps(s *golden.Set, fused bool) {
 		}
 	}
 	AddReportEntry("worst tap budget", fmt.Sprintf("%s: %.1f%% of its budget (%d taps, fused decode %v)", worstName, 100*worst, len(rows), fused))
+	if n, stop, err := m.FollowAmbiguousRoutes(s, false); err == nil && n > 0 {
+		stop()
+		AddReportEntry("routing decisions that followed the reference", fmt.Sprintf("%d token rows whose k-th and next router logits are within %d times their calibrated error", n, model.RoutingMargin))
+	}
 	if first := compare.FirstFailure(rows); first >= 0 {
 		Fail(fmt.Sprintf("%s: tap %s [%s] is out of tolerance (fused decode %v)%s; layer diff:\n%s", s.ID(), rows[first].Name,
 			m.TapOp(rows[first].Name), fused, triage(m, s, p, rows, fmt.Sprintf("fused-%v", fused)), attachLayerDiff(s, rows)))
