@@ -11,16 +11,18 @@
  *     ballot's prefix count: token order within an expert, as torch's loop over experts takes
  *     them) and the inverse map (choice -> sorted row), and lists the expert's row tiles of BM
  *     rows for the GEMMs (each tile within one expert; tile i of the list is (expert, first row)).
- *  3. moe_grouped_gemm_kernel<GLU>: one block per (row tile, 64 output columns), tensor cores
- *     (wmma m16n16k16, fp32 accumulation) over the tile's expert's weight: GLU, the gate and up
- *     rows of gate_up[e] times the tile's rows of x gathered by token, gate and up each rounded
- *     to the storage type, silu(g) * u rounded again, into the workspace act [rows, ffn]; else
- *     act times down[e], rounded, into y [rows, hidden]. Blocks past the list's length return.
+ *  3. 16-row tiles (decode: fewer than 16 choices an expert on average): moe_gemv_kernel<GLU>, a
+ *     warp per output column of the tile's expert over every row of the tile (below); 64-row
+ *     tiles (prefill): moe_grouped_gemm_kernel<GLU>, one block per (row tile, 64 output
+ *     columns), tensor cores (wmma m16n16k16, fp32 accumulation) over the tile's expert's weight.
+ *     Either: GLU, the gate and up rows of gate_up[e] times the tile's rows of x gathered by
+ *     token, gate and up each rounded to the storage type, silu(g) * u rounded again, into the
+ *     workspace act [rows, ffn]; else act times down[e], rounded, into y [rows, hidden]. Blocks
+ *     past the list's length return.
  *  4. moe_combine_kernel: a block per token sums weights[t, j] * y[inverse[t, j]] over j in fp32
  *     and rounds once.
- * Each expert's weights are read once per row tile and 64 columns: at decode, where an expert
- * has a row or two, a step reads the chosen experts' weights about once (the floor), BM = 16;
- * with 16 rows an expert or more on average, BM = 64. Needs hidden and ffn % 8 == 0 and x,
+ * Each expert's weights are read once per row tile: at decode, where an expert has a row or two,
+ * a step reads the chosen experts' weights about once (the floor). Needs hidden and ffn % 8 == 0 and x,
  * gate_up, down 16-byte aligned (16-byte loads); anything else is TS_ERR_UNSUPPORTED.
  */
 #include "internal.h"
@@ -190,6 +192,95 @@ __global__ void __launch_bounds__(kMoEThreads)
     }
 }
 
+/* Decode (16-row tiles, a row or two an expert on average): the product is bound by the read of
+ * the chosen experts' weights, which the tensor-core tiles stream too slowly (a block's 64 columns
+ * of 14336-long rows, single-buffered, too few blocks at Mixtral's widths). Here a warp owns one
+ * output column of the tile's expert (GLU: its gate row and its up row) and every row of the tile
+ * at once: its lanes stream the weight row in 16-byte vectors, four in flight a lane, each
+ * vector multiplied into the tile's rows of a (x gathered by token, or act), read as the same
+ * vectors from L1 / L2 (a is small); fp32 accumulation, a shuffle reduction, lane 0 writes. The
+ * roundings are the tensor-core kernel's: gate and up each to T, silu(g) * u to T; the down
+ * product to T. */
+constexpr int kDecodeBM = 16;
+constexpr int kGemvWarpsMoE = 8;
+
+template <bool GLU, typename T>
+__device__ __forceinline__ void moe_gemv_fma(float (&g)[kDecodeBM], float (&u)[kDecodeBM], const uint4 &gv,
+                                             const uint4 &uv, const T *a, const int *rows, int n, int k, int v) {
+    float gf[8], uf[8];
+    ts::unpack8<T>(gv, gf);
+    if constexpr (GLU) ts::unpack8<T>(uv, uf);
+#pragma unroll
+    for (int m = 0; m < kDecodeBM; ++m) {
+        if (m < n) {
+            float af[8];
+            ts::unpack8<T>(reinterpret_cast<const uint4 *>(a + (int64_t)rows[m] * k)[v], af);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                g[m] = fmaf(gf[t], af[t], g[m]);
+                if constexpr (GLU) u[m] = fmaf(uf[t], af[t], u[m]);
+            }
+        }
+    }
+}
+
+template <bool GLU, typename T>
+__global__ void __launch_bounds__(kGemvWarpsMoE * 32)
+    moe_gemv_kernel(T *out, const T *a, const int32_t *sorted, const int32_t *tiles, const int32_t *tiles_total,
+                    const int32_t *counts, const T *__restrict__ w, int top_k, int k, int n_out,
+                    int64_t expert_stride) {
+    ts::pdl_wait();
+    const int tile = blockIdx.x;
+    if (tile >= tiles_total[0]) return;
+    const int e = tiles[2 * tile], row0 = tiles[2 * tile + 1];
+    __shared__ int rows_s[kDecodeBM]; /* each tile row's source row in a */
+    __shared__ int n_s;
+    if (threadIdx.x == 0) {
+        int end = 0;
+        for (int i = 0; i <= e; ++i) end += counts[i];
+        n_s = min(kDecodeBM, end - row0);
+    }
+    __syncthreads();
+    const int n = n_s;
+    if ((int)threadIdx.x < n) rows_s[threadIdx.x] = GLU ? sorted[row0 + threadIdx.x] / top_k : row0 + threadIdx.x;
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int col = blockIdx.y * kGemvWarpsMoE + warp;
+    if (col >= n_out) return;
+    const T *we = w + (int64_t)e * expert_stride;
+    const uint4 *wg = reinterpret_cast<const uint4 *>(we + (int64_t)col * k);
+    const uint4 *wu = reinterpret_cast<const uint4 *>(we + (int64_t)(GLU ? n_out + col : col) * k);
+    float g[kDecodeBM], u[kDecodeBM];
+#pragma unroll
+    for (int m = 0; m < kDecodeBM; ++m) g[m] = u[m] = 0.0f;
+    const int nvec = k >> 3;
+    for (int base = 0; base < nvec; base += 128) {
+        uint4 gv[4], uv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = base + 32 * i + lane;
+            if (v < nvec) {
+                gv[i] = wg[v];
+                if constexpr (GLU) uv[i] = wu[v];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = base + 32 * i + lane;
+            if (v < nvec) moe_gemv_fma<GLU, T>(g, u, gv[i], uv[i], a, rows_s, n, k, v);
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < kDecodeBM; ++m) {
+        if (m < n) {
+            const float gs = ts::warp_sum(g[m]);
+            float val = gs;
+            if constexpr (GLU) val = ts::silu_mul(ts::round_to<T>(gs), ts::round_to<T>(ts::warp_sum(u[m])));
+            if (lane == 0) out[(int64_t)(row0 + m) * n_out + col] = ts::from_float<T>(val);
+        }
+    }
+}
+
 /* out[t] = sum_j weights[t, j] y[inverse[t k + j]] in fp32, one rounding; 8 columns a thread. */
 template <typename T>
 __global__ void moe_combine_kernel(T *out, const T *y, const int32_t *inverse, const int32_t *ids, const float *weights,
@@ -242,14 +333,25 @@ int run(T *out, const T *x, const int32_t *ids, const float *weights, const T *g
     auto permute = moe_permute_kernel<BM>;
     TS_LAUNCH(op, permute, expert_blocks, kCountWarps * 32, 0, st, d, sorted, inverse, tiles, total, counts, ids, rows,
               c.experts);
-    auto up = moe_grouped_gemm_kernel<BM, true, T>;
-    const dim3 grid_up((unsigned)max_tiles, (unsigned)ts::ceil_div(c.ffn, kBN));
-    TS_LAUNCH(op, up, grid_up, kMoEThreads, 0, st, d, act, x, sorted, tiles, total, counts, nullptr, gate_up,
-              c.top_k, c.hidden, c.ffn, (int64_t)2 * c.ffn * c.hidden);
-    auto dn = moe_grouped_gemm_kernel<BM, false, T>;
-    const dim3 grid_dn((unsigned)max_tiles, (unsigned)ts::ceil_div(c.hidden, kBN));
-    TS_LAUNCH(op, dn, grid_dn, kMoEThreads, 0, st, d, y, act, sorted, tiles, total, counts, nullptr, down, c.top_k,
-              c.ffn, c.hidden, (int64_t)c.hidden * c.ffn);
+    if constexpr (BM == kDecodeBM) {
+        auto up = moe_gemv_kernel<true, T>;
+        const dim3 grid_up((unsigned)max_tiles, (unsigned)ts::ceil_div(c.ffn, kGemvWarpsMoE));
+        TS_LAUNCH(op, up, grid_up, kGemvWarpsMoE * 32, 0, st, d, act, x, sorted, tiles, total, counts, gate_up,
+                  c.top_k, c.hidden, c.ffn, (int64_t)2 * c.ffn * c.hidden);
+        auto dn = moe_gemv_kernel<false, T>;
+        const dim3 grid_dn((unsigned)max_tiles, (unsigned)ts::ceil_div(c.hidden, kGemvWarpsMoE));
+        TS_LAUNCH(op, dn, grid_dn, kGemvWarpsMoE * 32, 0, st, d, y, act, sorted, tiles, total, counts, down, c.top_k,
+                  c.ffn, c.hidden, (int64_t)c.hidden * c.ffn);
+    } else {
+        auto up = moe_grouped_gemm_kernel<BM, true, T>;
+        const dim3 grid_up((unsigned)max_tiles, (unsigned)ts::ceil_div(c.ffn, kBN));
+        TS_LAUNCH(op, up, grid_up, kMoEThreads, 0, st, d, act, x, sorted, tiles, total, counts, nullptr, gate_up,
+                  c.top_k, c.hidden, c.ffn, (int64_t)2 * c.ffn * c.hidden);
+        auto dn = moe_grouped_gemm_kernel<BM, false, T>;
+        const dim3 grid_dn((unsigned)max_tiles, (unsigned)ts::ceil_div(c.hidden, kBN));
+        TS_LAUNCH(op, dn, grid_dn, kMoEThreads, 0, st, d, y, act, sorted, tiles, total, counts, nullptr, down,
+                  c.top_k, c.ffn, c.hidden, (int64_t)c.hidden * c.ffn);
+    }
     auto combine = moe_combine_kernel<T>;
     const int threads = std::min(256, ts::round_up((int)ts::ceil_div(c.hidden, 8), 32));
     TS_LAUNCH(op, combine, (unsigned)c.tokens, threads, 0, st, d, out, y, inverse, ids, weights, c.top_k, c.hidden,
@@ -304,6 +406,7 @@ extern "C" int ts_moe_ffn(void *out, const void *x, const int32_t *ids, const fl
         const auto *xt = static_cast<const T *>(x);
         const auto *gu = static_cast<const T *>(gate_up);
         const auto *dn = static_cast<const T *>(down);
-        return wide ? run<64>(o, xt, ids, weights, gu, dn, *cfg, st) : run<16>(o, xt, ids, weights, gu, dn, *cfg, st);
+        return wide ? run<64>(o, xt, ids, weights, gu, dn, *cfg, st)
+                    : run<kDecodeBM>(o, xt, ids, weights, gu, dn, *cfg, st);
     });
 }

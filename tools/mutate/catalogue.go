@@ -1568,7 +1568,28 @@ var catalogue = []Mutant{
 		Original:    `for (int i = 0; i < 8; ++i) acc[i] = fmaf(wt, v[i], acc[i]);`,
 		Replacement: `for (int i = 0; i < 8; ++i) acc[i] = fmaf(1.0f + 0.0f * wt, v[i], acc[i]);`,
 		Suites:      kernels, Labels: "op:moe_ffn",
+	},	{
+		ID: "cuda-moe-gemv-up-reads-gate", Side: SideCUDA, File: "cuda/kernels/moe_ffn.cu",
+		Bug:         "the decode kernel reads the gate rows of gate_up for up too",
+		Original:    `const uint4 *wu = reinterpret_cast<const uint4 *>(we + (int64_t)(GLU ? n_out + col : col) * k);`,
+		Replacement: `const uint4 *wu = reinterpret_cast<const uint4 *>(we + (int64_t)(GLU ? col : col) * k);`,
+		Suites:      kernels, Labels: "op:moe_ffn",
 	},
+	{
+		ID: "cuda-moe-gemv-full-tile-short", Side: SideCUDA, File: "cuda/kernels/moe_ffn.cu",
+		Bug:         "the decode kernel computes at most 15 rows of a tile: an expert's 16th row is never written",
+		Original:    `n_s = min(kDecodeBM, end - row0);`,
+		Replacement: `n_s = min(kDecodeBM - 1, end - row0);`,
+		Suites:      kernels, Labels: "op:moe_ffn",
+	},
+	{
+		ID: "cuda-moe-gemv-tail-dropped", Side: SideCUDA, File: "cuda/kernels/moe_ffn.cu",
+		Bug:         "the decode kernel's k loop stops before a last partial group of 128 vectors",
+		Original:    `for (int base = 0; base < nvec; base += 128) {`,
+		Replacement: `for (int base = 0; base + 128 <= nvec; base += 128) {`,
+		Suites:      kernels, Labels: "op:moe_ffn",
+	},
+
 	{
 		ID: "cuda-moe-k-tail-dropped", Side: SideCUDA, File: "cuda/kernels/moe_ffn.cu",
 		Bug:         "the grouped GEMM's activation tile drops the last 8 columns of k (k0 + c + 8 < k)",
