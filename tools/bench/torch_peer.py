@@ -590,19 +590,7 @@ def gemm_w4a16(t, p):
     if len(works) == 1 or not x.is_cuda:
         return works[0]
     # The strongest peer: tinygemm is a gemv-shaped kernel, the dense GEMM wins past a few rows.
-    def quick(call):
-        for _ in range(3):
-            call()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(10):
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
-    timed = sorted(((quick(c), c, d) for c, d in works), key=lambda r: r[0])
+    timed = sorted(((_quick_ms(c), c, d) for c, d in works), key=lambda r: r[0])
     log("gemm_w4a16: " + ", ".join("%s %.4f ms" % (d.split(" (")[0], t) for t, _, d in timed))
     return timed[0][1], timed[0][2] + " [the faster of %d peers]" % len(works)
 
@@ -668,6 +656,22 @@ def swiglu_quant_fp8(t, p):
             "F.silu(gate) * up, then quant_fp8's eager quantiser (%s)" % p["mode"])
 
 
+def _quick_ms(call):
+    """A quick median of 10 timed calls after 3 untimed ones: enough to choose the strongest of
+    several peers before the real timing."""
+    for _ in range(3):
+        call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(10):
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
 def _router_ids(t, E, seed=0):
     """Each token's k distinct experts drawn uniformly (the bench's routing), and softmax weights."""
     T, k = t.shape("ids")
@@ -693,25 +697,92 @@ def moe_router(t, p):
 
 
 def moe_ffn(t, p):
-    """transformers 5's MixtralExperts.forward (the loop over the experts some token chose: a
-    gather, the gate_up linear, silu * up, the down linear, weighted, index_add_), eager; the
-    loop's nonzero() syncs with the host once a call, as it does in transformers."""
+    """The strongest of three PyTorch forms of the expert block, timed here (the faster is the
+    peer, all three logged): transformers 5's MixtralExperts.forward, eager (the loop over the
+    experts some token chose: a gather, the gate_up linear, silu * up, the down linear, weighted,
+    index_add_; its nonzero() syncs with the host once a call, as in transformers); gpt-fast's
+    ConditionalFeedForward under torch.compile where the rows are few (each token's experts'
+    weights gathered by index and contracted by einsum: the compiled decode form, no host sync);
+    and a grouped GEMM, torch._grouped_mm over the tokens sorted by expert (cuBLAS / CUTLASS
+    grouped kernels on sm90, bf16), where this torch has it."""
     x, gate_up, down = t.randn("x"), t.weight("gate_up"), t.weight("down")
-    E = gate_up.shape[0]
+    E, F2 = gate_up.shape[0], gate_up.shape[1]
     ids, w = _router_ids(t, E)
+    T, k = ids.shape
+    w = w.to(x.dtype)
 
-    def call():
-        out = torch.zeros_like(x)
-        mask = F.one_hot(ids, num_classes=E).permute(2, 1, 0)
-        hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
-        for e in hit:
-            e = e[0]
-            pos, tok = torch.where(mask[e])
-            g, u = F.linear(x[tok], gate_up[e]).chunk(2, dim=-1)
-            y = F.linear(F.silu(g) * u, down[e]) * w[tok, pos, None]
-            out.index_add_(0, tok, y.to(out.dtype))
-        return out
-    return call, "transformers' MixtralExperts loop (one_hot, per expert: x[tok] @ gate_up[e].T, silu*up, @ down[e].T, * w, index_add_)"
+    def eager():
+        def call():
+            out = torch.zeros_like(x)
+            mask = F.one_hot(ids, num_classes=E).permute(2, 1, 0)
+            hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+            for e in hit:
+                e = e[0]
+                pos, tok = torch.where(mask[e])
+                g, u = F.linear(x[tok], gate_up[e]).chunk(2, dim=-1)
+                y = F.linear(F.silu(g) * u, down[e]) * w[tok, pos, None]
+                out.index_add_(0, tok, y.to(out.dtype))
+            return out
+        return call
+
+    def gpt_fast():
+        if T * k > 32:
+            raise RuntimeError("gathers T x k experts' weights: a decode form (T x k <= 32)")
+
+        def cff(xv, idv, wv):
+            w13 = gate_up[idv]                                    # [T, k, 2F, H]
+            h = torch.einsum("th,tkfh->tkf", xv, w13)
+            g, u = h.chunk(2, dim=-1)
+            y = torch.einsum("tkf,tkhf->tkh", F.silu(g) * u, down[idv])
+            return torch.einsum("tkh,tk->th", y, wv)
+        fn = torch.compile(cff, mode="max-autotune-no-cudagraphs")
+        return lambda: fn(x, ids, w)
+
+    def grouped():
+        if not hasattr(torch, "_grouped_mm"):
+            raise RuntimeError("torch._grouped_mm is not in this torch")
+        flat = ids.reshape(-1)
+        bt = gate_up.transpose(-2, -1)   # [E, H, 2F]: the grouped mm's [groups, K, N]
+        bd = down.transpose(-2, -1)      # [E, F, H]
+
+        def call():
+            order = torch.argsort(flat, stable=True)
+            offs = torch.cumsum(torch.bincount(flat, minlength=E), 0).to(torch.int32)
+            xs = x[order // k]
+            h = torch._grouped_mm(xs, bt, offs=offs)
+            g, u = h.chunk(2, dim=-1)
+            y = torch._grouped_mm(F.silu(g) * u, bd, offs=offs)
+            out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+            out.index_add_(0, order // k, (y * w.reshape(-1)[order, None]).float())
+            return out.to(x.dtype)
+        return call
+
+    cands = [("transformers' MixtralExperts loop, eager (one_hot, per expert: x[tok] @ gate_up[e].T, "
+              "silu*up, @ down[e].T, * w, index_add_)", eager)]
+    if x.is_cuda:
+        cands += [("gpt-fast ConditionalFeedForward, torch.compile (experts' weights gathered by id, "
+                   "einsum)", gpt_fast),
+                  ("torch._grouped_mm over the tokens sorted by expert (argsort, bincount offsets, "
+                   "two grouped GEMMs, index_add_)", grouped)]
+    works, ref = [], None
+    for desc, make in cands:
+        try:
+            call = make()
+            out = call().float()
+            if ref is None:
+                ref = out
+            elif not torch.allclose(out, ref, rtol=5e-2, atol=5e-2 * ref.abs().max().item()):
+                log("moe_ffn: %s disagrees with the eager loop, dropped" % desc.split(" (")[0])
+                continue
+            works.append((call, desc))
+        except Exception as e:  # noqa: BLE001 -- any failure means "not supported here"
+            log("moe_ffn: %s unavailable (%s)" % (desc.split(" (")[0], str(e)[:160]))
+    if len(works) == 1:
+        return works[0]
+
+    timed = sorted(((_quick_ms(c), c, d) for c, d in works), key=lambda r: r[0])
+    log("moe_ffn %s: " % (tuple(x.shape),) + ", ".join("%s %.4f ms" % (d.split(" (")[0], ms) for ms, _, d in timed))
+    return timed[0][1], timed[0][2] + " [the faster of %d peers]" % len(works)
 
 
 def sample(t, p):
