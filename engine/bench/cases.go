@@ -150,7 +150,12 @@ func Cases() []Case {
 		moeFFN("moe_ffn qwen3-30b-a3b decode T=16", 16, 2048, 768, 128, 8),
 		moeFFN("moe_ffn qwen3-30b-a3b prefill T=1024", 1024, 2048, 768, 128, 8),
 		moeFFN("moe_ffn mixtral-8x7b decode T=1", 1, 4096, 14336, 8, 2),
+		moeFFN("moe_ffn mixtral-8x7b decode T=4", 4, 4096, 14336, 8, 2),
+		moeFFN("moe_ffn mixtral-8x7b decode T=16", 16, 4096, 14336, 8, 2),
 		moeFFN("moe_ffn mixtral-8x7b prefill T=512", 512, 4096, 14336, 8, 2),
+		moeFFNDType("moe_ffn mixtral-8x7b prefill T=512 bf16", 512, 4096, 14336, 8, 2, tensor.BF16),
+		moeFFN("moe_ffn qwen1.5-moe-a2.7b decode T=1", 1, 2048, 1408, 60, 4),
+		moeFFN("moe_ffn qwen1.5-moe-a2.7b prefill T=1024", 1024, 2048, 1408, 60, 4),
 		setRowsFP8("set_rows_fp8 llama3-8b decode T=16 per-head", 4096, 16, 8, 128),
 		setRowsFP8("set_rows_fp8 llama3-8b prefill T=2048 per-head", 4096, 2048, 8, 128),
 		// Paged decode at the same shapes as the contiguous rows below (pages of 16, in order).
@@ -426,13 +431,18 @@ func moeRouter(name string, t, e, k int, renormalize bool) Case {
 // uniformly, SwiGLU experts of hidden h and ffn f. Bytes is the floor: the weights of the
 // experts a uniform routing reaches on average, e (1 - (1 - k/e)^t), read once, plus x and out.
 func moeFFN(name string, t, h, f, e, k int) Case {
+	return moeFFNDType(name, t, h, f, e, k, tensor.F16)
+}
+
+// moeFFNDType is moeFFN in the storage type dt.
+func moeFFNDType(name string, t, h, f, e, k int, dt tensor.DType) Case {
 	touched := float64(e) * (1 - math.Pow(1-float64(k)/float64(e), float64(t)))
 	return Case{Name: name, Op: "moe_ffn", Params: `{}`,
-		Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{t, h}, nil),
+		Inputs: []conformance.InputSpec{in("x", dt, []int{t, h}, nil),
 			in("ids", tensor.I32, []int{t, k}, conformance.DistinctPerRow(e, k)),
 			in("weights", tensor.F32, []int{t, k}, conformance.Const(1/float64(k))),
-			in("gate_up", tensor.F16, []int{e, 2 * f, h}, normal(1/math.Sqrt(float64(h)), 0)),
-			in("down", tensor.F16, []int{e, h, f}, normal(1/math.Sqrt(float64(f)), 0))},
+			in("gate_up", dt, []int{e, 2 * f, h}, normal(1/math.Sqrt(float64(h)), 0)),
+			in("down", dt, []int{e, h, f}, normal(1/math.Sqrt(float64(f)), 0))},
 		Flops: int64(6 * t * k * h * f),
 		Bytes: int64(touched*float64(3*f*h*f16)) + 2*elems(t, h)*f16,
 	}

@@ -101,4 +101,3 @@ func TestRouteGuidesFollowTheReference(t *testing.T) {
 		m.Close()
 	}
 }
-
