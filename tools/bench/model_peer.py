@@ -105,6 +105,8 @@ class Timer:
 
 # What quant_peer.load built for a quantized checkpoint, for the call line.
 QUANTIZED = {}
+# The experts implementation of a mixture-of-experts model, for the call line.
+EXPERTS = {}
 
 
 def load(req, device, attn):
@@ -121,6 +123,10 @@ def load(req, device, attn):
     QUANTIZED.clear()
     model = AutoModelForCausalLM.from_pretrained(
         req["model_dir"], dtype=torch.float16, attn_implementation=attn, local_files_only=True)
+    # A mixture of experts runs transformers' default experts implementation: grouped_mm
+    # (torch._grouped_mm over the tokens sorted by expert, which compiles whole) where this torch
+    # and GPU dispatch it, else its eager loop over the experts.
+    EXPERTS["impl"] = getattr(model.config, "_experts_implementation", None)
     return model.to(device).eval()
 
 
@@ -128,6 +134,9 @@ def model_call(attn):
     """The call line's account of the loaded model."""
     if "what" in QUANTIZED:
         return "quant_peer.load(attn_implementation=%r): %s" % (attn, QUANTIZED["what"])
+    if EXPERTS.get("impl"):
+        return "AutoModelForCausalLM(dtype=float16, attn_implementation=%r, experts_implementation=%r)" % (
+            attn, EXPERTS["impl"])
     return "AutoModelForCausalLM(dtype=float16, attn_implementation=%r)" % attn
 
 
