@@ -126,7 +126,8 @@ def load(req, device, attn):
     # A mixture of experts runs transformers' default experts implementation: grouped_mm
     # (torch._grouped_mm over the tokens sorted by expert, which compiles whole) where this torch
     # and GPU dispatch it, else its eager loop over the experts.
-    EXPERTS["impl"] = getattr(model.config, "_experts_implementation", None)
+    moe = getattr(model.config, "num_local_experts", None) or getattr(model.config, "num_experts", None)
+    EXPERTS["impl"] = getattr(model.config, "_experts_implementation", None) if moe else None
     return model.to(device).eval()
 
 
