@@ -373,7 +373,7 @@ def add_selection(parser):
                              "case name, qwen2.5-0.5b, qwen2.5-0.5b-b16) or directory "
                              "(kernels/rope/...), or a label: kernels, models, batches, an op, a "
                              "dtype (f16, bf16, f32), a model family (qwen2, phi3, llama, gpt2, "
-                             "qwen3, mixtral, qwen3_moe, gemma3), "
+                             "qwen3, mixtral, qwen3_moe, qwen2_moe, gemma3, gemma2), "
                              "a batch set's model set; no stale set is deleted")
     parser.add_argument("--force", action="store_true",
                         help="full tier: build every selected set, even one whose key is "
