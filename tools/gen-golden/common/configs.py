@@ -325,6 +325,57 @@ QWEN3_30B_A3B = {
 }
 
 
+# Qwen/Qwen1.5-MoE-A2.7B (model_type qwen2_moe, Qwen2MoeForCausalLM; Qwen2-57B-A14B is the same
+# architecture at other widths): Qwen2's attention (q/k/v biases, no q/k norms, MHA here: 16 q and
+# 16 kv heads of 128; Qwen2-57B-A14B's 28 / 4 is GQA) with an untied head, and in every layer a
+# sparse block of two parts whose outputs add: a router (mlp.gate, [E, H], softmax in fp32) picks
+# num_experts_per_tok of num_experts SwiGLU experts of width moe_intermediate_size per token,
+# their softmax weights renormalised only where norm_topk_prob (false here, as in
+# Qwen2-57B-A14B's file: the top k's p as they are); and a shared expert (mlp.shared_expert, a
+# dense SwiGLU MLP of width shared_expert_intermediate_size, which every token runs) whose output
+# is multiplied by sigmoid(mlp.shared_expert_gate(x)), a Linear [1, H] without bias.
+# intermediate_size is a dense MLP's width, which only layers in mlp_only_layers or off the
+# decoder_sparse_step would have: none here (every layer sparse), the only case the generator (and
+# the engine) implement. The published file as we know it, but its torch_dtype (bfloat16 there;
+# a set's is its own) and the provenance keys: it has no mlp_only_layers (Qwen2MoeConfig's
+# default [], every layer sparse with decoder_sparse_step 1), no qkv_bias (Qwen2MoeConfig's
+# default true: the biases are in the checkpoint) and no layer_types (derived: see
+# qwen2_moe_window_layers); sliding_window 32768 and max_window_layers 21 are published but
+# unused while use_sliding_window is false (Qwen2MoeConfig then sets sliding_window to 0).
+# max_position_embeddings is the base model's 8192 (the Chat model's file says 32768).
+QWEN15_MOE_A27B = {
+    "architectures": ["Qwen2MoeForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "decoder_sparse_step": 1,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 5632,
+    "max_position_embeddings": 8192,
+    "max_window_layers": 21,
+    "model_type": "qwen2_moe",
+    "moe_intermediate_size": 1408,
+    "norm_topk_prob": False,
+    "num_attention_heads": 16,
+    "num_experts": 60,
+    "num_experts_per_tok": 4,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 16,
+    "output_router_logits": False,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "router_aux_loss_coef": 0.001,
+    "shared_expert_intermediate_size": 5632,
+    "sliding_window": 32768,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
 # google/gemma-3-1b-it (model_type gemma3_text, Gemma3ForCausalLM): the embedding scaled by
 # sqrt(hidden_size) (rounded to the storage dtype, as transformers' embed_scale), RMSNorms of
 # weight (1 + w) computed in fp32, a norm before and after both attention and the MLP, q_norm and
@@ -547,6 +598,35 @@ QWEN3_MOE_TINY = derived(QWEN3_30B_A3B, hidden_size=128, intermediate_size=128,
                          moe_intermediate_size=16, num_hidden_layers=2, max_window_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8,
                          num_experts_per_tok=2, vocab_size=384, bos_token_id=0, eos_token_id=0)
+#  qwen2-moe-tiny:  Qwen1.5-MoE-A2.7B's config cut down: Qwen2's attention with q/k/v biases
+#                   (qkv_bias's default), theta 1e6, an untied head, 8 q / 2 kv heads of 16 on a
+#                   hidden size of 128 (head_dim implicit; GQA 4:1, as Qwen2-57B-A14B's 28 / 4 is
+#                   GQA where Qwen1.5-MoE-A2.7B is MHA), no window (use_sliding_window false); in
+#                   each layer 8 routed experts of width (moe_intermediate_size) 24 with 4 chosen a
+#                   token, not renormalised (Qwen1.5-MoE's top 4, norm_topk_prob false), and a
+#                   shared expert of width (shared_expert_intermediate_size) 96, 4x the experts',
+#                   Qwen1.5-MoE-A2.7B's ratio (5632 over 1408), through its sigmoid gate; every
+#                   layer sparse (decoder_sparse_step 1, no mlp_only_layers). intermediate_size,
+#                   a dense MLP's width that no layer has, is 160, neither of the other two, so an
+#                   engine taking one width for another fails on the checkpoint's shapes. Top 4 of
+#                   8 is a closer choice than qwen3-moe-tiny's top 2: of 36 draws (expert widths
+#                   8, 16, 24, 32, 40, 48 with 8 / 1, 8 / 2, 8 / 4, 4 / 1, 4 / 2 and 2 / 1 heads)
+#                   33 had a stored token within 8x its calibrated router error of another expert
+#                   (models/build.py: check_routing_decisive; one a choice that the calibration's
+#                   own rounding flipped), layer 0 of 4 / 1 and 2 / 1 heads at any width; of the
+#                   other three, 4 / 2 heads with width 32 (10.0x) had every shared-expert gate of
+#                   its prompt below 0.76 and 8 / 4 heads with width 8 (10.0x) layer 0's gates
+#                   within 0.48 of each other (selftest/models.py: check_shared_gate); this one
+#                   passed every rule. Its prompt reaches every expert of both layers (tokens per
+#                   expert 7, 4, 3, 16, 14, 14, 1, 5 and 2, 12, 8, 15, 5, 15, 5, 2), every stored
+#                   choice at least 11.2 times its calibrated error from a flip
+#                   (selftest/models.py: check_router), and its shared-expert gates span
+#                   0.013-0.989 over the prompt in layer 0 and 0.247-0.928 in layer 1.
+QWEN2_MOE_TINY = derived(QWEN15_MOE_A27B, hidden_size=128, intermediate_size=160,
+                         moe_intermediate_size=24, shared_expert_intermediate_size=96,
+                         num_hidden_layers=2, max_window_layers=2, num_attention_heads=8,
+                         num_key_value_heads=2, num_experts=8, num_experts_per_tok=4,
+                         vocab_size=384, bos_token_id=0, eos_token_id=0)
 #  gemma3-tiny:     Gemma-3-1B's config cut down: 4 q / 1 kv head (GQA 4:1, as the 1B's) of an
 #                   explicit head_dim of 64 on a hidden size of 128 (q twice the residual width,
 #                   as the 1B's 1024 on 1152), query_pre_attn_scalar 48 where head_dim is 64 (the
@@ -625,6 +705,7 @@ MODELS = [
     ModelSpec("qwen3-tiny", "qwen3", COMMITTED, QWEN3_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("mixtral-tiny", "mixtral", COMMITTED, MIXTRAL_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("qwen3-moe-tiny", "qwen3_moe", COMMITTED, QWEN3_MOE_TINY, 8, EPSILON_COMMITTED),
+    ModelSpec("qwen2-moe-tiny", "qwen2_moe", COMMITTED, QWEN2_MOE_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("gemma3-tiny", "gemma3", COMMITTED, GEMMA3_TINY, 8, EPSILON_COMMITTED),
     ModelSpec("gemma3-tiny-bf16", "gemma3", COMMITTED, bf16_config(GEMMA3_TINY), 8,
               EPSILON_BF16_COMMITTED, "bf16"),
@@ -666,19 +747,30 @@ MODELS = [
 # config.json's model_type -> the family whose layers it has (the generator's structure; the
 # engine reads the same mapping): Mistral is Llama's layers with a sliding window; Mixtral is
 # Llama's attention with a sparse mixture-of-experts block for the MLP, a family of its own;
-# Qwen3-MoE is Qwen3's attention (q_norm, k_norm) with a sparse block in every layer, another.
+# Qwen3-MoE is Qwen3's attention (q_norm, k_norm) with a sparse block in every layer, another;
+# Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B) Qwen2's attention with a sparse block and a gated shared
+# expert in every layer, another.
 FAMILY_OF_MODEL_TYPE = {"qwen2": "qwen2", "phi3": "phi3", "gpt2": "gpt2", "llama": "llama",
                         "mistral": "llama", "qwen3": "qwen3", "mixtral": "mixtral",
-                        "qwen3_moe": "qwen3_moe", "gemma3_text": "gemma3", "gemma2": "gemma2"}
+                        "qwen3_moe": "qwen3_moe", "qwen2_moe": "qwen2_moe",
+                        "gemma3_text": "gemma3", "gemma2": "gemma2"}
 # model_type -> the class transformers must load it as
 ARCH = {"qwen2": "Qwen2ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
         "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen3": "Qwen3ForCausalLM",
         "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-        "gemma3_text": "Gemma3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
+        "qwen2_moe": "Qwen2MoeForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+        "gemma2": "Gemma2ForCausalLM"}
 # The families whose MLP is a sparse mixture of experts (a router, then num_experts_per_tok of
 # the layer's experts a token): their sets have the router_logits tap instead of the dense MLP's
-# ffn_gate, ffn_up and ffn_act (models/taps.py).
-MOE_FAMILIES = ("mixtral", "qwen3_moe")
+# ffn_gate, ffn_up and ffn_act (models/taps.py), but where a shared expert runs beside the routed
+# ones (SHARED_EXPERT_FAMILIES).
+MOE_FAMILIES = ("mixtral", "qwen3_moe", "qwen2_moe")
+# The mixture-of-experts families with a shared expert (Qwen2-MoE's mlp.shared_expert, a dense
+# SwiGLU MLP of width shared_expert_intermediate_size that every token runs, its output times
+# sigmoid(mlp.shared_expert_gate(x)) added to the routed experts' sum): their sets have the
+# moe_out (the routed sum) and shared_out (the shared expert's output) taps, and ffn_gate, ffn_up
+# and ffn_act of the shared expert (models/taps.py).
+SHARED_EXPERT_FAMILIES = ("qwen2_moe",)
 # The families with Qwen3's attention: an RMSNorm over each head of q and k (q_norm, k_norm)
 # before RoPE, no biases.
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
@@ -706,7 +798,7 @@ def with_layers(spec, n_layers):
     <model>-l<n>; everything else unchanged."""
     key = "n_layer" if spec.family == "gpt2" else "num_hidden_layers"
     over = {key: n_layers}
-    if spec.family in ("qwen2", "qwen3", "qwen3_moe"):
+    if spec.family in ("qwen2", "qwen3", "qwen3_moe", "qwen2_moe"):
         over["max_window_layers"] = min(spec.config["max_window_layers"], n_layers)
     return spec._replace(name="%s-l%d" % (spec.name, n_layers),
                          config=derived(spec.config, **over))
@@ -760,7 +852,8 @@ MODELS += [
 # chance that all 24 stored decisions clear it), which check_routing_decisive refuses, and
 # Mixtral-8x7B's one-layer checkpoint needs ~15 GB to draw before the rule can judge it. Those
 # sets wait for routing the engine can be told at such choices (the reference's experts
-# where its own margin is inside the error); MIXTRAL_8X7B and QWEN3_30B_A3B are their configs.
+# where its own margin is inside the error); MIXTRAL_8X7B, QWEN3_30B_A3B and QWEN15_MOE_A27B are
+# their configs.
 # The MoE ops are certified at both models' widths by the kernel full tier.
 BY_NAME = {m.name: m for m in MODELS}
 assert len(BY_NAME) == len(MODELS)
@@ -774,33 +867,76 @@ for _m in MODELS:  # a bf16 set is named so, and its config says what its checkp
 # Dimensions
 
 
-# E, K: a mixture-of-experts family's experts (Mixtral's num_local_experts, Qwen3-MoE's
-# num_experts) and experts a token (num_experts_per_tok), I then each expert's width (Mixtral's
-# intermediate_size, Qwen3-MoE's moe_intermediate_size); 0 and 0 for a dense MLP.
-Dims = namedtuple("Dims", "family H L nH nKV D I V P tied eps E K", defaults=(0, 0))
+# E, K: a mixture-of-experts family's experts (Mixtral's num_local_experts, Qwen3-MoE's and
+# Qwen2-MoE's num_experts) and experts a token (num_experts_per_tok), I then each expert's width
+# (Mixtral's intermediate_size, Qwen3-MoE's and Qwen2-MoE's moe_intermediate_size); 0 and 0 for a
+# dense MLP. S: the shared expert's width (Qwen2-MoE's shared_expert_intermediate_size); 0 where
+# there is none.
+Dims = namedtuple("Dims", "family H L nH nKV D I V P tied eps E K S", defaults=(0, 0, 0))
+
+# A config's expert count by family: (the published key, the other name transformers reads for
+# it or None, the config class's default).
+MOE_EXPERT_KEYS = {"qwen3_moe": ("num_experts", "num_local_experts", 128),
+                   "qwen2_moe": ("num_experts", None, 60)}
 
 
-def qwen3_moe_dense_layers(cfg):
-    """The layers of a Qwen3-MoE config that transformers builds with a dense MLP
-    (Qwen3MoeDecoderLayer: those in mlp_only_layers, and with num_experts > 0 those whose index + 1
-    decoder_sparse_step does not divide; every layer when there are no experts). Only configs
-    with none are implemented (Qwen3-30B-A3B: decoder_sparse_step 1, mlp_only_layers [])."""
+def moe_dense_layers(family, cfg):
+    """The layers of a Qwen3-MoE or Qwen2-MoE config that transformers builds with a dense MLP
+    (Qwen3MoeDecoderLayer and Qwen2MoeDecoderLayer alike: those in mlp_only_layers, and with
+    num_experts > 0 those whose index + 1 decoder_sparse_step does not divide; every layer when
+    there are no experts). Only configs with none are implemented (Qwen3-30B-A3B and
+    Qwen1.5-MoE-A2.7B: decoder_sparse_step 1, no mlp_only_layers)."""
     L = cfg["num_hidden_layers"]
     only = cfg.get("mlp_only_layers") or []
     step = cfg.get("decoder_sparse_step", 1)
-    E = qwen3_moe_experts(cfg)
+    E = moe_experts(family, cfg)
     return [i for i in range(L) if i in only or not (E > 0 and (i + 1) % step == 0)]
 
 
-def qwen3_moe_experts(cfg):
-    """A Qwen3-MoE config's expert count: num_experts as published; transformers 5 maps that name
-    to num_local_experts (Qwen3MoeConfig.attribute_map) and its save_pretrained writes only
-    num_local_experts, which counts where num_experts is absent. Both, disagreeing: refused
-    (transformers would take num_local_experts, the published name says otherwise)."""
-    a, b = cfg.get("num_experts"), cfg.get("num_local_experts")
+def moe_experts(family, cfg):
+    """A Qwen3-MoE or Qwen2-MoE config's expert count: num_experts as published. transformers 5
+    maps Qwen3-MoE's to num_local_experts (Qwen3MoeConfig.attribute_map) and its save_pretrained
+    writes only num_local_experts, which then counts where num_experts is absent; Qwen2MoeConfig
+    has no such mapping (it reads and writes num_experts only), so a Qwen2-MoE config with
+    num_local_experts alone would build its default 60 experts: refused. Both, disagreeing:
+    refused (transformers would take one, the other name says otherwise)."""
+    key, alias, default = MOE_EXPERT_KEYS[family]
+    a, b = cfg.get(key), cfg.get("num_local_experts")
     if a is not None and b is not None and a != b:
         raise ValueError("num_experts %r and num_local_experts %r disagree" % (a, b))
-    return a if a is not None else (b if b is not None else 128)  # Qwen3MoeConfig's default
+    if a is None and b is not None and alias is None:
+        raise ValueError("num_local_experts %r without num_experts: %s's config class does not "
+                         "read it (it would build its default %d experts)" % (b, family, default))
+    return a if a is not None else (b if b is not None else default)
+
+
+def qwen2_moe_window_layers(cfg):
+    """The layers of a Qwen2-MoE config that see a sliding window (bools), by Qwen2's rule: only
+    with use_sliding_window (without it Qwen2MoeConfig sets sliding_window to 0: none), on the
+    layers layer_types calls sliding_attention. A config that leaves layer_types out with
+    use_sliding_window true is refused: Qwen2's (and transformers 4's Qwen2-MoE) default windows
+    the layers from max_window_layers on, transformers 5.17's Qwen2MoeConfig.__post_init__ the
+    even layers below max_window_layers, so the reference and an engine following Qwen2 would
+    window different layers. layer_types naming sliding layers without use_sliding_window (or
+    without a positive sliding_window) is refused too: no window applies to them."""
+    L = cfg["num_hidden_layers"]
+    types = cfg.get("layer_types")
+    if types is not None and (len(types) != L or set(types) - {"sliding_attention",
+                                                                "full_attention"}):
+        raise ValueError("layer_types %r: want %d of sliding_attention / full_attention"
+                         % (types, L))
+    on = bool(cfg.get("use_sliding_window", False)) and bool(cfg.get("sliding_window"))
+    if not on:
+        if types is not None and "sliding_attention" in types:
+            raise ValueError("layer_types has sliding_attention layers but no window applies "
+                             "(sliding_window %r, use_sliding_window %r)"
+                             % (cfg.get("sliding_window"), cfg.get("use_sliding_window")))
+        return [False] * L
+    if types is None:
+        raise ValueError("a Qwen2-MoE config with use_sliding_window and no layer_types: "
+                         "transformers 5.17 windows the even layers below max_window_layers, "
+                         "Qwen2's rule those from it on; give layer_types")
+    return [t == "sliding_attention" for t in types]
 
 
 def dims(family, cfg):
@@ -813,33 +949,39 @@ def dims(family, cfg):
     H, nH = cfg["hidden_size"], cfg["num_attention_heads"]
     nKV = cfg.get("num_key_value_heads") or nH
     D = cfg.get("head_dim") or H // nH
-    E = K = 0
+    E = K = S = 0
     I = cfg["intermediate_size"]
     if family == "mixtral":
         E, K = cfg["num_local_experts"], cfg["num_experts_per_tok"]
-    elif family == "qwen3_moe":
-        dense = qwen3_moe_dense_layers(cfg)
+    elif family in ("qwen3_moe", "qwen2_moe"):
+        dense = moe_dense_layers(family, cfg)
         if dense:
-            raise ValueError("Qwen3-MoE layers %s have a dense MLP (mlp_only_layers %r, "
+            raise ValueError("%s layers %s have a dense MLP (mlp_only_layers %r, "
                              "decoder_sparse_step %r): only every layer sparse is implemented"
-                             % (dense, cfg.get("mlp_only_layers"),
-                                cfg.get("decoder_sparse_step", 1)))
-        E, K, I = qwen3_moe_experts(cfg), cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]
+                             % ("Qwen3-MoE" if family == "qwen3_moe" else "Qwen2-MoE", dense,
+                                cfg.get("mlp_only_layers"), cfg.get("decoder_sparse_step", 1)))
+        E, K, I = (moe_experts(family, cfg), cfg["num_experts_per_tok"],
+                   cfg["moe_intermediate_size"])
+    if family == "qwen2_moe":
+        qwen2_moe_window_layers(cfg)  # refuses the layouts it cannot name
+        S = cfg.get("shared_expert_intermediate_size", 5632)  # Qwen2MoeConfig's default
     if family in MOE_FAMILIES:
         assert 1 <= K <= E, (K, E)
     # Gemma3TextConfig ties the head by default (the hub's gemma-3 files leave the key out)
     tied = cfg.get("tie_word_embeddings", family in GEMMA_FAMILIES)
     return Dims(family, H, cfg["num_hidden_layers"], nH, nKV, D, I,
                 cfg["vocab_size"], cfg["max_position_embeddings"],
-                tied, cfg["rms_norm_eps"], E, K)
+                tied, cfg["rms_norm_eps"], E, K, S)
 
 
-# Qwen3-MoE presets: every layer a sparse MoE block (decoder_sparse_step 1, no mlp_only_layers), as
-# Qwen3-30B-A3B's, the only layout the generator and the engine implement.
+# Qwen3-MoE and Qwen2-MoE presets: every layer a sparse MoE block (decoder_sparse_step 1, no
+# mlp_only_layers), as Qwen3-30B-A3B's and Qwen1.5-MoE-A2.7B's, the only layout the generator and
+# the engine implement.
 for _m in MODELS:
-    if _m.family == "qwen3_moe":
-        assert _m.config["decoder_sparse_step"] == 1 and _m.config["mlp_only_layers"] == [] \
-            and qwen3_moe_dense_layers(_m.config) == [], _m.name
+    if _m.family in ("qwen3_moe", "qwen2_moe"):
+        assert _m.config["decoder_sparse_step"] == 1 \
+            and _m.config.get("mlp_only_layers", []) == [] \
+            and moe_dense_layers(_m.family, _m.config) == [], _m.name
 
 
 def rope_theta(cfg):

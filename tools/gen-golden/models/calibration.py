@@ -8,7 +8,8 @@ from contextlib import contextmanager
 
 import torch
 
-from common.configs import GEMMA_FAMILIES, MOE_FAMILIES, QK_NORM_FAMILIES, dims
+from common.configs import GEMMA_FAMILIES, MOE_FAMILIES, QK_NORM_FAMILIES, \
+    SHARED_EXPERT_FAMILIES, dims
 from common.dtypes import BF16, F16, F64, TORCH_DTYPE
 from models.reference import CHUNK, modeling_module
 from models.taps import TapCapture
@@ -39,16 +40,27 @@ from models.threads import intra_op_threads
 # hooks below keep the fp32 MKL path (MKL_CBWR, one thread) that the reference already uses, so the
 # calibration is byte-reproducible on every host exactly as the reference is.
 #
-# A mixture of experts (Mixtral, Qwen3-MoE) is rounded where the engine's ops store values: the
-# router's gate linear output (router_logits, which the engine's moe_router reads in fp16), from
-# which the experts are chosen again (the router's own softmax, top k and, where it renormalises,
-# renormalisation on the rounded logits, in fp32 like moe_router's), and inside moe_ffn each
-# expert's gate and up (rounded apart), its activation and its down product, then the weighted sum
-# of a token's experts in fp32 with one rounding (the block's output, ffn_out). transformers'
-# expert loop has no module inside an expert to hook, so for this forward the experts' forward is
-# transformers' own loop (MixtralExperts.forward; Qwen3MoeExperts.forward is the same code) with
-# those roundings put in; the selftest runs it with an identity rounding against the reference's
-# taps.
+# A mixture of experts (Mixtral, Qwen3-MoE, Qwen2-MoE) is rounded where the engine's ops store
+# values: the router's gate linear output (router_logits, which the engine's moe_router reads in
+# fp16), from which the experts are chosen again (the router's own softmax, top k and, where it
+# renormalises, renormalisation on the rounded logits, in fp32 like moe_router's), and inside
+# moe_ffn each expert's gate and up (rounded apart), its activation and its down product, then
+# the weighted sum of a token's experts in fp32 with one rounding (the block's output, ffn_out).
+# transformers' expert loop has no module inside an expert to hook, so for this forward the
+# experts' forward is transformers' own loop (MixtralExperts.forward; Qwen3MoeExperts.forward and
+# Qwen2MoeExperts.forward are the same code) with those roundings put in; the selftest runs it
+# with an identity rounding against the reference's taps.
+#
+# Qwen2-MoE's block adds a gated shared expert to the routed sum, and the engine stores its parts
+# apart: the routed experts' weighted sum rounded once (moe_out, moe_ffn's output, the loop above
+# rounding its experts' output here instead of the block's), the shared expert as a dense Qwen2
+# MLP (its gate and up, its activation and its output, shared_out, each rounded), and then the
+# block's output (ffn_out) in one rounding of moe_out + sigmoid(x . shared_expert_gate) *
+# shared_out computed in fp32 from those rounded values and the rounded ffn_norm x (the engine's
+# moe_shared_add: the gate's dot product, the sigmoid, the product and the sum all in fp32).
+# transformers' own fp16 forward rounds the gate's logit, the sigmoid, the product and the sum
+# each to fp16; the calibration follows the engine, and the selftest's fp16 run shows that the
+# tolerance covers transformers' roundings too.
 #
 # Gemma 3 stores what the other families do plus its norms after attention and after the MLP
 # (each rounded, and the residual add after it, as below for o_proj), and its embedding is the
@@ -128,13 +140,14 @@ class Rounder(TapCapture):
             return (r,) + tuple(out[1:]) if isinstance(out, tuple) else r
         self.handles.append(module.register_forward_hook(hook))
 
-    def _round_in(self, module, name):
-        """Round the module's (first, positional) input and record it."""
+    def _round_in(self, module, name, tokens=False):
+        """Round the module's (first, positional) input and record it (tokens: an input that
+        flattens the batch, [B*T, ...]; batch 1)."""
         def hook(_m, args):
             if not self.mine():  # another lockstep thread's pass
                 return None
             x = self.round(args[0])
-            self.put(name, x)
+            self.put(name, x[None] if tokens else x)
             return (x,) + tuple(args[1:])
         self.handles.append(module.register_forward_pre_hook(hook))
 
@@ -248,10 +261,10 @@ class Rounder(TapCapture):
 
     def _route(self, router, p):
         """The router's logits rounded (router_logits), and its choice made again from them:
-        MixtralTopKRouter.forward's (Qwen3MoeTopKRouter.forward's) softmax, top k and
-        renormalisation on the rounded values, the renormalisation only where the router does it
-        (Mixtral's always; Qwen3-MoE's with norm_topk_prob). Qwen3-MoE's cast of the weights to
-        the logits' dtype is fp32 to fp32 here: nothing."""
+        MixtralTopKRouter.forward's (Qwen3MoeTopKRouter.forward's, Qwen2MoeTopKRouter.forward's)
+        softmax, top k and renormalisation on the rounded values, the renormalisation only where
+        the router does it (Mixtral's always; Qwen3-MoE's and Qwen2-MoE's with norm_topk_prob).
+        Their cast of the weights to the logits' dtype is fp32 to fp32 here: nothing."""
         renormalise = bool(getattr(router, "norm_topk_prob", True))
 
         def hook(_m, _args, out):
@@ -268,9 +281,10 @@ class Rounder(TapCapture):
 
     def _experts(self, experts):
         """The experts' forward for this pass: transformers' eager loop (MixtralExperts.forward,
-        the same code as Qwen3MoeExperts.forward) with each expert's gate, up, activation and down
-        product rounded (the weighted sum in fp32: the block's output is rounded as ffn_out).
-        Other lockstep threads run the original."""
+        the same code as Qwen3MoeExperts.forward and Qwen2MoeExperts.forward) with each expert's
+        gate, up, activation and down product rounded (the weighted sum in fp32: the block's
+        output is rounded as ffn_out; Qwen2-MoE's experts' output itself as moe_out). Other
+        lockstep threads run the original."""
         original = experts.forward
         F = torch.nn.functional
 
@@ -308,7 +322,7 @@ class Rounder(TapCapture):
         self.patched = []
         if self.family in GEMMA_FAMILIES:
             self._install_gemma()
-        elif self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
+        elif self.family in ("qwen2", "phi3", "llama", "qwen3") + MOE_FAMILIES:
             base = m.model
             for i, layer in enumerate(base.layers):
                 p = "layers.%d." % i
@@ -337,6 +351,18 @@ class Rounder(TapCapture):
                 if self.family in MOE_FAMILIES:
                     self._route(mlp.gate, p)
                     self._experts(mlp.experts)
+                    if self.family in SHARED_EXPERT_FAMILIES:
+                        # Qwen2MoeSparseMoeBlock on the flattened [B*T, H]: the routed sum
+                        # rounded (moe_out), the shared expert a dense MLP rounded as the others
+                        # (shared_out its output, ungated); the gate's logit and sigmoid, the
+                        # product and the sum stay fp32 up to the block's one rounding below
+                        se = mlp.shared_expert
+                        tok = lambda name: lambda r: put(name, r[None])  # noqa: E731
+                        self._round_out(mlp.experts, tok(p + "moe_out"))
+                        self._round_out(se.gate_proj, tok(p + "ffn_gate"))
+                        self._round_out(se.up_proj, tok(p + "ffn_up"))
+                        self._round_in(se.down_proj, p + "ffn_act", tokens=True)
+                        self._round_out(se, tok(p + "shared_out"))
                     self._round_out(mlp, self._set_m(p + "ffn_out"))
                     self._layer_out(layer, p)
                     continue

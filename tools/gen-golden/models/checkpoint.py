@@ -49,14 +49,17 @@ def tensor_seed(seed, name):
 #   the final norm (model.norm, GPT-2's ln_f weight and bias) in the committed tier:
 #       FINAL_NORM_GAIN times that, so the logits have std ~4 FINAL_NORM_GAIN and the sampled
 #       distributions are as peaked as a trained model's (see FINAL_NORM_GAIN);
-#   biases (Qwen2 q/k/v, GPT-2 Conv1D and LayerNorm beta): 0.1 N(0, 1) (a dropped bias is
-#       hundreds of fp16 ulps off);
-#   a mixture of experts (Mixtral's block_sparse_moe, Qwen3-MoE's mlp): each expert's gate (w1,
-#       gate_proj) and up (w3, up_proj) as the input-side matrices and its down (w2, down_proj) as
-#       the output-side ones (fan_in its width, so an expert's output is a dense MLP's of that
-#       width, and the renormalised top-k weights, which sum to 1, mix a few of them); the router
-#       (gate) N(0, (ROUTER_GAIN/sqrt(H))^2), so its logits on the normed stream (elements ~1)
-#       have std ~ROUTER_GAIN (see ROUTER_GAIN).
+#   biases (Qwen2 and Qwen2-MoE q/k/v, GPT-2 Conv1D and LayerNorm beta): 0.1 N(0, 1) (a dropped
+#       bias is hundreds of fp16 ulps off);
+#   a mixture of experts (Mixtral's block_sparse_moe, Qwen3-MoE's and Qwen2-MoE's mlp): each
+#       expert's gate (w1, gate_proj) and up (w3, up_proj) as the input-side matrices and its down
+#       (w2, down_proj) as the output-side ones (fan_in its width, so an expert's output is a
+#       dense MLP's of that width, and the renormalised top-k weights, which sum to 1, mix a few
+#       of them); the router (gate) N(0, (ROUTER_GAIN/sqrt(H))^2), so its logits on the normed
+#       stream (elements ~1) have std ~ROUTER_GAIN (see ROUTER_GAIN); Qwen2-MoE's shared expert
+#       (mlp.shared_expert) as a dense MLP of its width S, and its gate (mlp.shared_expert_gate,
+#       [1, H]) N(0, (SHARED_GATE_GAIN/sqrt(H))^2), logits of std ~SHARED_GATE_GAIN (see
+#       SHARED_GATE_GAIN).
 #   Gemma 3 (gemma_specs), whose norms multiply by 1 + w and whose embedding is scaled by
 #       sqrt(H): each norm's w drawn as 0.1 N(0, 1), so 1 + w is the other families' norm weight;
 #       the embedding N(0, (4/H)^2), so the scaled rows have the other families' rms 4/sqrt(H);
@@ -102,6 +105,18 @@ POST_NORM_GAIN = 10.0
 # token whose choice flips under a correct engine's rounding runs another expert, and its ffn_out
 # differs by a whole expert's output.
 ROUTER_GAIN = 1.0
+# Qwen2-MoE's shared-expert gate's logit scale (Init above): std ~2 on the normed stream, so that
+# sigmoid(logit) spans its range over a prompt, both its saturated ends (a token whose shared
+# expert is nearly off, < 0.12 at -2, or nearly fully on) and its linear middle. A trained gate's
+# spread is of that order; with a much smaller one every token's gate sits near 0.5 and an engine
+# that dropped the sigmoid for a constant one half, or the gate altogether (a factor of 2), would
+# be told apart only by that factor, and with a much larger one the sigmoid is a step whose
+# middle (where its slope, and so a wrong logit's effect, is largest) no token reaches. Over every
+# stored pass of the 36 tiny draws tried the logits had std 2.2; a prompt's tokens share a
+# component of the stream, so a layer's gates move together by an offset and spread less among
+# themselves. The selftest holds the committed prompt's gates to values both below 0.2 and above
+# 0.8, and each layer's to a spread of 0.5 (selftest/models.py: check_shared_gate).
+SHARED_GATE_GAIN = 2.0
 
 
 def final_norm_gain(tier):
@@ -122,19 +137,22 @@ def init_specs(family, cfg, gain=1.0):
     attn_out = Init("normal", RESID_GAIN / math.sqrt(d.nH * d.D * 2 * L))
     ffn_out = Init("normal", RESID_GAIN / math.sqrt(I * 2 * L))
     router = Init("normal", ROUTER_GAIN / math.sqrt(H))
+    shared_gate = Init("normal", SHARED_GATE_GAIN / math.sqrt(H))
     specs = []
     if family in GEMMA_FAMILIES:
         return gemma_specs(d, gain)
-    if family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
+    # q/k/v biases: Qwen2's always; Qwen2-MoE's where qkv_bias (Qwen2MoeConfig's default true)
+    qkv_bias = family == "qwen2" or (family == "qwen2_moe" and cfg.get("qkv_bias", True))
+    if family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe", "qwen2_moe"):
         qd, kvd = d.nH * d.D, d.nKV * d.D
         specs.append(("model.embed_tokens.weight", (V, H), emb))
         for i in range(L):
             p = "model.layers.%d." % i
             specs.append((p + "input_layernorm.weight", (H,), norm))
-            if family != "phi3":  # attention_bias false but Qwen2
+            if family != "phi3":  # attention_bias false but Qwen2 and Qwen2-MoE
                 for n, rows in (("q_proj", qd), ("k_proj", kvd), ("v_proj", kvd)):
                     specs.append((p + "self_attn.%s.weight" % n, (rows, H), w_in))
-                    if family == "qwen2":
+                    if qkv_bias:
                         specs.append((p + "self_attn.%s.bias" % n, (rows,), bias))
                 if family in ("qwen3", "qwen3_moe"):  # RMSNorm over each head of q and k
                     specs.append((p + "self_attn.q_norm.weight", (d.D,), norm))
@@ -154,17 +172,26 @@ def init_specs(family, cfg, gain=1.0):
                     specs.append((x + "w3.weight", (I, H), w_in))
                     specs.append((x + "w2.weight", (H, I), ffn_out))
                 continue
-            if family == "qwen3_moe":
-                # the published Qwen3-MoE layout (what save_pretrained writes; transformers 5 loads
-                # the router as it is and stacks the experts into mlp.experts.gate_up_proj
-                # [E, 2I, H] = [gate_proj; up_proj] per expert and mlp.experts.down_proj [E, H, I]),
-                # I = moe_intermediate_size
+            if family in ("qwen3_moe", "qwen2_moe"):
+                # the published Qwen3-MoE and Qwen1.5-MoE layout (what save_pretrained writes;
+                # transformers 5 loads the router as it is and stacks the experts into
+                # mlp.experts.gate_up_proj [E, 2I, H] = [gate_proj; up_proj] per expert and
+                # mlp.experts.down_proj [E, H, I]), I = moe_intermediate_size
                 specs.append((p + "mlp.gate.weight", (d.E, H), router))
                 for e in range(d.E):
                     x = p + "mlp.experts.%d." % e
                     specs.append((x + "gate_proj.weight", (I, H), w_in))
                     specs.append((x + "up_proj.weight", (I, H), w_in))
                     specs.append((x + "down_proj.weight", (H, I), ffn_out))
+                if family == "qwen2_moe":
+                    # the shared expert, a dense MLP of width S (its down_proj's fan_in S), and
+                    # its sigmoid gate [1, H], loaded as they are
+                    x = p + "mlp.shared_expert."
+                    specs.append((x + "gate_proj.weight", (d.S, H), w_in))
+                    specs.append((x + "up_proj.weight", (d.S, H), w_in))
+                    specs.append((x + "down_proj.weight", (H, d.S),
+                                  Init("normal", RESID_GAIN / math.sqrt(d.S * 2 * L))))
+                    specs.append((p + "mlp.shared_expert_gate.weight", (1, H), shared_gate))
                 continue
             if family in ("qwen2", "llama", "qwen3"):
                 specs.append((p + "mlp.gate_proj.weight", (I, H), w_in))

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 import sampling
-from common.configs import ARCH, FAMILY_OF_MODEL_TYPE, GEMMA_FAMILIES, MOE_FAMILIES, dims
+from common.configs import ARCH, FAMILY_OF_MODEL_TYPE, GEMMA_FAMILIES, MOE_FAMILIES, \
+    SHARED_EXPERT_FAMILIES, dims
 from common.dtypes import F32, F64, I32
 from models.generation import GREEDY_TOKENS, SAMPLE_TEMPERATURE, SAMPLE_TOKENS, SAMPLE_TOP_K, \
     SAMPLE_TOP_P
@@ -123,10 +124,20 @@ def _upcast_equal(param, t):
 # Checkpoint tensors that transformers 5 loads into a part of another parameter
 # (conversion_mapping.py: Mixtral's WeightRenaming of block_sparse_moe to mlp, and the
 # WeightConverters that stack the experts, Mixtral's and qwen2_moe's, which qwen3_moe uses): name
-# pattern -> (the parameter, which part of it). Expert e's gate (Mixtral's w1, Qwen3-MoE's
-# gate_proj) and up (w3, up_proj) are rows [0, I) and [I, 2I) of gate_up_proj[e] (Concatenate on
-# dim 1 of the stacked [E, I, H] lists, the gate first), its down (w2, down_proj) is down_proj[e].
-# Qwen3-MoE's router, model.layers.{i}.mlp.gate.weight, loads under its own name.
+# pattern -> (the parameter, which part of it). Expert e's gate (Mixtral's w1, Qwen3-MoE's and
+# Qwen2-MoE's gate_proj) and up (w3, up_proj) are rows [0, I) and [I, 2I) of gate_up_proj[e]
+# (Concatenate on dim 1 of the stacked [E, I, H] lists, the gate first), its down (w2, down_proj)
+# is down_proj[e]. Qwen3-MoE's and Qwen2-MoE's router, model.layers.{i}.mlp.gate.weight, loads
+# under its own name, as do Qwen2-MoE's shared expert (mlp.shared_expert.gate_proj / up_proj /
+# down_proj, nn.Linear) and its gate (mlp.shared_expert_gate, nn.Linear [1, H]).
+_PER_EXPERT = [
+    (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.gate_proj\.weight",
+     lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "first"))),
+    (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.up_proj\.weight",
+     lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "second"))),
+    (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.down_proj\.weight",
+     lambda i, e: ("model.layers.%s.mlp.experts.down_proj" % i, (int(e), "all"))),
+]
 MOE_LOADED = {
     "mixtral": [
         (r"model\.layers\.(\d+)\.block_sparse_moe\.gate\.weight",
@@ -138,14 +149,8 @@ MOE_LOADED = {
         (r"model\.layers\.(\d+)\.block_sparse_moe\.experts\.(\d+)\.w2\.weight",
          lambda i, e: ("model.layers.%s.mlp.experts.down_proj" % i, (int(e), "all"))),
     ],
-    "qwen3_moe": [
-        (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.gate_proj\.weight",
-         lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "first"))),
-        (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.up_proj\.weight",
-         lambda i, e: ("model.layers.%s.mlp.experts.gate_up_proj" % i, (int(e), "second"))),
-        (r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.down_proj\.weight",
-         lambda i, e: ("model.layers.%s.mlp.experts.down_proj" % i, (int(e), "all"))),
-    ],
+    "qwen3_moe": _PER_EXPERT,
+    "qwen2_moe": _PER_EXPERT,
 }
 
 
@@ -173,7 +178,8 @@ def loaded_part(model_type, name, state):
 
 def check_loaded_weights(model, set_dir, pool=None):
     """Every checkpoint tensor is in the model, upcast exactly; tied heads share the embedding; a
-    tensor the loader regroups (Mixtral's router and experts, Qwen3-MoE's experts: MOE_LOADED) is
+    tensor the loader regroups (Mixtral's router and experts, Qwen3-MoE's and Qwen2-MoE's experts:
+    MOE_LOADED) is
     the part of the parameter it went to, and every part of such a parameter came from the
     checkpoint, once.
     With a pool (one_thread_workers) the tensors are compared in parallel. Returns the set of the
@@ -255,6 +261,9 @@ HPARAM_KEYS = ["hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_d
 # renormalised to sum to 1 (Mixtral's router always does; Qwen3-MoE's where its norm_topk_prob
 # says so). Their intermediate_size is each expert's width.
 MOE_HPARAM_KEYS = ["num_experts", "num_experts_per_tok", "norm_topk_prob"]
+# ... and after those, a family with a shared expert's (Qwen2-MoE's only): its width S, the shared
+# expert's gate_proj rows (the ffn_gate, ffn_up and ffn_act taps' width).
+SHARED_EXPERT_HPARAM_KEYS = ["shared_expert_intermediate_size"]
 
 
 # ... and Gemma 3's (only there): the sliding layers' RoPE base and inverse frequencies (the
@@ -271,7 +280,9 @@ GEMMA2_HPARAM_KEYS = ["query_pre_attn_scalar", "embed_scale", "layer_types",
 def hparam_keys(family):
     """params.hparams' keys, in order, of a set of `family`."""
     gemma = {"gemma3": GEMMA_HPARAM_KEYS, "gemma2": GEMMA2_HPARAM_KEYS}
-    return HPARAM_KEYS + (MOE_HPARAM_KEYS if family in MOE_FAMILIES else []) + gemma.get(family, [])
+    return (HPARAM_KEYS + (MOE_HPARAM_KEYS if family in MOE_FAMILIES else [])
+            + (SHARED_EXPERT_HPARAM_KEYS if family in SHARED_EXPERT_FAMILIES else [])
+            + gemma.get(family, []))
 
 
 def gemma_rope(model, layer_type):
@@ -406,8 +417,9 @@ def reference_hparams(model, family):
             "rotary_dim": 2 * int(model.model.rotary_emb.inv_freq.shape[0]),
             "partial_rotary_factor": float(rp.get("partial_rotary_factor", 1.0)),
             "tied_head": bool(c.tie_word_embeddings), "activation": c.hidden_act,
-            # LlamaConfig has no sliding_window at all: null, no window
-            "sliding_window": (None if getattr(c, "sliding_window", None) is None
+            # LlamaConfig has no sliding_window at all: null, no window; Qwen2MoeConfig sets it
+            # to 0 without use_sliding_window (Qwen2Config to None): no window either
+            "sliding_window": (None if not getattr(c, "sliding_window", None)
                                else int(c.sliding_window)),
             "rope_inv_freq": inv, "rope_long_inv_freq": long_inv,
             "rope_attention_factor": attention_factor, "rope_long_from": long_from,
@@ -416,30 +428,52 @@ def reference_hparams(model, family):
     if family in MOE_FAMILIES:
         # from the sparse block's modules: the router's top_k and expert count, the stacked
         # experts' (each its own gate_up_proj [2I, H] and down_proj [H, I], I the experts' width:
-        # Mixtral's intermediate_size, Qwen3-MoE's moe_intermediate_size, which is then the
-        # set's intermediate_size; Qwen3-MoE's own intermediate_size is a dense MLP's, and no
-        # layer has one: every layer's mlp must be the sparse block)
+        # Mixtral's intermediate_size, Qwen3-MoE's and Qwen2-MoE's moe_intermediate_size, which
+        # is then the set's intermediate_size; their own intermediate_size is a dense MLP's, and
+        # no layer has one: every layer's mlp must be the sparse block)
         blocks = [layer.mlp for layer in model.model.layers]
         if not all(hasattr(b, "gate") and hasattr(b, "experts") for b in blocks):
             raise RuntimeError("layers %s have a dense MLP: only every layer sparse is implemented"
                                % [i for i, b in enumerate(blocks) if not hasattr(b, "experts")])
-        width = c.moe_intermediate_size if family == "qwen3_moe" else c.intermediate_size
+        width = c.intermediate_size if family == "mixtral" else c.moe_intermediate_size
         hp["intermediate_size"] = width
         router, experts = blocks[0].gate, blocks[0].experts
+        # Mixtral's num_local_experts; Qwen3-MoE's num_experts (transformers' attribute_map reads
+        # it as num_local_experts), Qwen2-MoE's num_experts (no mapping)
+        n_experts = c.num_local_experts if family == "mixtral" else c.num_experts
         if any((b.gate.num_experts, b.gate.top_k, b.experts.num_experts,
-                b.experts.intermediate_dim) != (c.num_local_experts, c.num_experts_per_tok,
-                                                c.num_local_experts, width)
+                b.experts.intermediate_dim) != (n_experts, c.num_experts_per_tok, n_experts, width)
                for b in blocks):
             raise RuntimeError("the sparse MoE blocks disagree with the config's experts")
-        # MixtralTopKRouter always renormalises (no attribute); Qwen3MoeTopKRouter as its
-        # norm_topk_prob says (the config's, default false)
+        # MixtralTopKRouter always renormalises (no attribute); Qwen3MoeTopKRouter and
+        # Qwen2MoeTopKRouter as their norm_topk_prob says (the config's, default false)
         norm = bool(getattr(router, "norm_topk_prob", True))
-        if family == "qwen3_moe" and norm != bool(c.norm_topk_prob):
+        if family != "mixtral" and norm != bool(c.norm_topk_prob):
             raise RuntimeError("router norm_topk_prob %s, config %s" % (norm, c.norm_topk_prob))
         hp.update(num_experts=int(router.num_experts), num_experts_per_tok=int(router.top_k),
                   norm_topk_prob=norm)
         if experts.gate_up_proj.shape[1] != 2 * hp["intermediate_size"]:
             raise RuntimeError("experts' gate_up_proj %s" % (tuple(experts.gate_up_proj.shape),))
+    if family in SHARED_EXPERT_FAMILIES:
+        # Qwen2MoeSparseMoeBlock's shared expert (a Qwen2MoeMLP of width S: gate_proj, up_proj
+        # [S, H], down_proj [H, S], no biases) and its gate (a Linear [1, H], no bias), every
+        # layer's the config's shared_expert_intermediate_size wide
+        S = int(blocks[0].shared_expert.gate_proj.out_features)
+        for b in blocks:
+            se, g = b.shared_expert, b.shared_expert_gate
+            shapes = (tuple(se.gate_proj.weight.shape), tuple(se.up_proj.weight.shape),
+                      tuple(se.down_proj.weight.shape), tuple(g.weight.shape))
+            if shapes != ((S, c.hidden_size), (S, c.hidden_size), (c.hidden_size, S),
+                          (1, c.hidden_size)) or any(
+                    m.bias is not None for m in (se.gate_proj, se.up_proj, se.down_proj, g)):
+                raise RuntimeError("shared expert and gate %s (biases %s), want width %d"
+                                   % (shapes, [m.bias is not None for m in (se.gate_proj,
+                                                                            se.up_proj,
+                                                                            se.down_proj, g)], S))
+        if S != c.shared_expert_intermediate_size:
+            raise RuntimeError("shared expert of width %d, config shared_expert_intermediate_size "
+                               "%d" % (S, c.shared_expert_intermediate_size))
+        hp["shared_expert_intermediate_size"] = S
     for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
               "intermediate_size", "vocab_size", "max_positions"):
         hp[k] = int(hp[k])

@@ -5,26 +5,36 @@ wrapper of apply_rotary_pos_emb."""
 import threading
 from contextlib import contextmanager
 
-from common.configs import GEMMA_FAMILIES, MOE_FAMILIES, QK_NORM_FAMILIES
+from common.configs import GEMMA_FAMILIES, MOE_FAMILIES, QK_NORM_FAMILIES, \
+    SHARED_EXPERT_FAMILIES
 from common.dtypes import F32
 
 # ---------------------------------------------------------------------------------------------
 # Taps
 
+# The MLP's taps run in the engine's order: the router, the routed experts (moe_out), then a
+# shared expert's gate, up, activation and output (shared_out), then the block's output.
 LAYER_TAPS = ["attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn",
-              "attn_out", "attn_post_norm", "resid_attn", "ffn_norm", "router_logits", "ffn_gate",
-              "ffn_up", "ffn_act", "ffn_out", "ffn_post_norm", "resid_ffn"]
+              "attn_out", "attn_post_norm", "resid_attn", "ffn_norm", "router_logits", "moe_out",
+              "ffn_gate", "ffn_up", "ffn_act", "shared_out", "ffn_out", "ffn_post_norm",
+              "resid_ffn"]
 QK_NORM = {"q_norm", "k_norm"}  # Qwen3's per-head RMSNorm of q and k before RoPE
 ROUTER = {"router_logits"}  # a mixture of experts' router: its gate linear's output [T, E]
 DENSE_MLP = {"ffn_gate", "ffn_up", "ffn_act"}  # inside the experts of a mixture of experts
 # Gemma's norms after attention (post_attention_layernorm) and after the MLP
 # (post_feedforward_layernorm), each on its block's output before the residual add
 POST_NORM = {"attn_post_norm", "ffn_post_norm"}
-ABSENT = {"qwen2": QK_NORM | ROUTER | POST_NORM, "phi3": QK_NORM | ROUTER | POST_NORM,
-          "llama": QK_NORM | ROUTER | POST_NORM, "qwen3": ROUTER | POST_NORM,
-          "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM | ROUTER | POST_NORM,
-          "mixtral": QK_NORM | DENSE_MLP | POST_NORM, "qwen3_moe": DENSE_MLP | POST_NORM,
-          "gemma3": ROUTER, "gemma2": QK_NORM | ROUTER}
+# A sparse block with a shared expert (Qwen2-MoE): the routed experts' weighted sum (mlp.experts'
+# output, [T, H]) and the shared expert's output before its sigmoid gate (mlp.shared_expert's,
+# [T, H]); ffn_gate, ffn_up and ffn_act are then the shared expert's, [T, S]
+SHARED = {"moe_out", "shared_out"}
+ABSENT = {"qwen2": QK_NORM | ROUTER | POST_NORM | SHARED,
+          "phi3": QK_NORM | ROUTER | POST_NORM | SHARED,
+          "llama": QK_NORM | ROUTER | POST_NORM | SHARED, "qwen3": ROUTER | POST_NORM | SHARED,
+          "gpt2": {"q_rope", "k_rope", "ffn_gate"} | QK_NORM | ROUTER | POST_NORM | SHARED,
+          "mixtral": QK_NORM | DENSE_MLP | POST_NORM | SHARED,
+          "qwen3_moe": DENSE_MLP | POST_NORM | SHARED, "qwen2_moe": QK_NORM | POST_NORM,
+          "gemma3": ROUTER | SHARED, "gemma2": QK_NORM | ROUTER | SHARED}
 
 
 def tap_names(family, n_layers):
@@ -44,7 +54,7 @@ def tap_shape(name, d, T):
     if tap == "attn":
         return (T, d.nH * d.D)
     if tap in ("ffn_gate", "ffn_up", "ffn_act"):
-        return (T, d.I)
+        return (T, d.S if d.S else d.I)  # Qwen2-MoE's: the shared expert's width
     if tap == "router_logits":
         return (T, d.E)
     if tap == "logits":
@@ -144,10 +154,11 @@ class Recorder(TapCapture):
                 fn(out)
         self.handles.append(module.register_forward_hook(hook))
 
-    def _in(self, module, name):
+    def _in(self, module, name, tokens=False):
+        """The module's input; tokens: one that flattens the batch ([B*T, ...]; batch 1)."""
         def hook(_m, args, kwargs):
             x = args[0] if args else kwargs["hidden_states"]
-            self.put(name, x)
+            self.put(name, x[None] if tokens else x)
         self.handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
 
     def _heads(self, name, heads):
@@ -157,7 +168,8 @@ class Recorder(TapCapture):
 
     def _tokens(self, name):
         """A tap of a module that flattens the batch (MixtralTopKRouter, Qwen3MoeTopKRouter:
-        [B*T, E]; batch 1)."""
+        [B*T, E]; Qwen2-MoE's experts and shared expert, which its sparse block runs on the
+        flattened [B*T, H]; batch 1)."""
         def put(x):
             self.put(name, x[None])
         return put
@@ -207,7 +219,7 @@ class Recorder(TapCapture):
         if self.family in GEMMA_FAMILIES:
             self._install_gemma()
             return
-        if self.family in ("qwen2", "phi3", "llama", "qwen3", "mixtral", "qwen3_moe"):
+        if self.family in ("qwen2", "phi3", "llama", "qwen3") + MOE_FAMILIES:
             base = m.model
             self._in(base.layers[0], "embed")
             for i, layer in enumerate(base.layers):
@@ -229,10 +241,21 @@ class Recorder(TapCapture):
                 self._in(layer.post_attention_layernorm, p + "resid_attn")
                 self._out(layer.post_attention_layernorm, p + "ffn_norm")
                 if self.family in MOE_FAMILIES:
-                    # MixtralTopKRouter and Qwen3MoeTopKRouter return (router_logits, scores,
-                    # indices): the gate linear's output; ffn_out is the whole sparse block's
-                    # (MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock)
+                    # MixtralTopKRouter, Qwen3MoeTopKRouter and Qwen2MoeTopKRouter return
+                    # (router_logits, scores, indices): the gate linear's output; ffn_out is the
+                    # whole sparse block's
+                    # (MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock: the
+                    # routed sum plus the gated shared expert)
                     self._out(mlp.gate, None, self._tokens(p + "router_logits"))
+                    if self.family in SHARED_EXPERT_FAMILIES:
+                        # Qwen2MoeSparseMoeBlock: the routed experts' weighted sum, the shared
+                        # expert's gate, up, activation (down_proj's input) and output, ungated
+                        se = mlp.shared_expert
+                        self._out(mlp.experts, None, self._tokens(p + "moe_out"))
+                        self._out(se.gate_proj, None, self._tokens(p + "ffn_gate"))
+                        self._out(se.up_proj, None, self._tokens(p + "ffn_up"))
+                        self._in(se.down_proj, p + "ffn_act", tokens=True)
+                        self._out(se, None, self._tokens(p + "shared_out"))
                     self._out(mlp, p + "ffn_out")
                     self._out(layer, p + "resid_ffn")
                     continue
