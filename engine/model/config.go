@@ -220,11 +220,14 @@ func ParseConfig(data []byte) (*Config, error) {
 			// Every layer sparse (Qwen3-30B-A3B, Qwen3-235B-A22B): the experts' width is
 			// moe_intermediate_size; intermediate_size would be a dense layer's, and there is none.
 			// The published configs say num_experts; transformers 5's save_pretrained writes
-			// num_local_experts. Either, or both when equal.
+			// Qwen3-MoE's as num_local_experts. Either, or both when equal. Qwen2MoeConfig has no
+			// such mapping (a num_local_experts alone is ignored and transformers builds its
+			// default 60 experts), so a qwen2_moe config must say num_experts.
 			experts := r.NumExperts
-			if experts == nil {
+			switch {
+			case experts == nil && r.ModelType == "qwen3_moe":
 				experts = r.NumLocalExperts
-			} else if r.NumLocalExperts != nil && *r.NumLocalExperts != *experts && err == nil {
+			case experts != nil && r.NumLocalExperts != nil && *r.NumLocalExperts != *experts && err == nil:
 				err = fmt.Errorf("config: num_experts = %d and num_local_experts = %d differ", *experts, *r.NumLocalExperts)
 			}
 			c.Experts = need("num_experts", experts)

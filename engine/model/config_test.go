@@ -206,6 +206,9 @@ func TestQwen2MoEConfig(t *testing.T) {
 			t.Errorf("%s: err %v, want one naming %s", edit, err, key)
 		}
 	}
+	if _, err := ParseConfig([]byte(strings.Replace(cfg, `"num_experts": 60`, `"num_local_experts": 60`, 1))); err == nil || !strings.Contains(err.Error(), "missing num_experts") {
+		t.Errorf("qwen2_moe with num_local_experts alone (transformers ignores it and builds 60): %v", err)
+	}
 	if _, err := ParseConfig([]byte(strings.Replace(cfg, `"shared_expert_intermediate_size": 5632, `, "", 1))); err == nil || !strings.Contains(err.Error(), "missing shared_expert_intermediate_size") {
 		t.Errorf("no shared_expert_intermediate_size: %v", err)
 	}
