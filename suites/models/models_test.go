@@ -273,7 +273,9 @@ var fullSize = map[string]bool{"qwen2.5-0.5b": true, "phi3-mini-4k": true, "gpt2
 	"llama3.1-8b-l2": true, "phi3.5-mini": true, "qwen2.5-7b-yarn-l2": true, randinitModel: true,
 	"qwen2.5-0.5b-bf16": true, "llama3.2-1b-bf16": true,
 	"llama3.2-1b-fp8-bf16": true, "llama3.2-1b-fp8dyn-bf16": true, "llama3.2-1b-awq": true, "llama3.2-1b-gptq": true,
-	"qwen2.5-0.5b-fp8-bf16": true, "qwen2.5-0.5b-fp8dyn-bf16": true, "qwen2.5-0.5b-awq": true, "qwen2.5-0.5b-gptq": true}
+	"qwen2.5-0.5b-fp8-bf16": true, "qwen2.5-0.5b-fp8dyn-bf16": true, "qwen2.5-0.5b-awq": true, "qwen2.5-0.5b-gptq": true,
+	// mixtures of experts at their published widths, whose ambiguous routing rows follow the reference
+	"qwen3-30b-a3b-l2": true, "qwen3-30b-a3b-bf16-l2": true, "qwen1.5-moe-a2.7b-l2": true, "mixtral-8x7b-l1": true}
 
 // randinitModel is a Qwen2.5-1.5B-shaped checkpoint with transformers' own random
 // initialisation (28 layers, nearly flat logits over 151936 tokens): deep-layer drift that only

@@ -846,15 +846,21 @@ MODELS += [
     with_layers(ModelSpec("gemma2-2b-bf16", "gemma2", FULL, bf16_config(GEMMA2_2B), 8,
                           EPSILON_BF16_FULL, "bf16"), 4),
 ]
-# No full-tier mixture-of-experts model set yet: at real widths a prompt's routing has choices
-# closer than a correct fp16 engine's error (an estimate of Qwen3-30B-A3B's, top 8 of 128, cut to
-# one layer, 2026-11-28: 2 of the 16 prompt tokens within 8x of it, at 0.8x and 2.2x; about a 5%
-# chance that all 24 stored decisions clear it), which check_routing_decisive refuses, and
-# Mixtral-8x7B's one-layer checkpoint needs ~15 GB to draw before the rule can judge it. Those
-# sets wait for routing the engine can be told at such choices (the reference's experts
-# where its own margin is inside the error); MIXTRAL_8X7B, QWEN3_30B_A3B and QWEN15_MOE_A27B are
-# their configs.
-# The MoE ops are certified at both models' widths by the kernel full tier.
+# Mixture-of-experts full-tier sets at their published widths, a layer or two each. At real widths
+# a prompt's routing has choices closer than a correct engine's error (Qwen3-30B-A3B cut to one
+# layer, 2026-11-28: 2 of its 16 prompt tokens within 8x of it, at 0.8x and 2.2x), which a
+# committed set refuses (check_routing_decisive); these keep them, and the engine follows the
+# reference's experts at exactly those rows (engine/model/routes.go), every other row routed by
+# its own choice. Mixtral-8x7B's layer draws in ~15 GB (two took 19.8-20.3 GB of RSS while
+# transformers loaded and stacked their experts, 2026-11-28): one layer.
+MODELS += [
+    with_layers(ModelSpec("qwen3-30b-a3b", "qwen3_moe", FULL, QWEN3_30B_A3B, 8, EPSILON_FULL), 2),
+    with_layers(ModelSpec("qwen3-30b-a3b-bf16", "qwen3_moe", FULL, bf16_config(QWEN3_30B_A3B), 8,
+                          EPSILON_BF16_FULL, "bf16"), 2),
+    with_layers(ModelSpec("qwen1.5-moe-a2.7b", "qwen2_moe", FULL, QWEN15_MOE_A27B, 8, EPSILON_FULL),
+                2),
+    with_layers(ModelSpec("mixtral-8x7b", "mixtral", FULL, MIXTRAL_8X7B, 8, EPSILON_FULL), 1),
+]
 BY_NAME = {m.name: m for m in MODELS}
 assert len(BY_NAME) == len(MODELS)
 for _m in MODELS:  # a bf16 set is named so, and its config says what its checkpoint stores

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 from common import manifest
 from common.configs import CHECKPOINT_DECODE_STEPS, CHECKPOINT_EPSILON, CHECKPOINT_EPSILON_BF16, \
-    FAMILY_OF_MODEL_TYPE, dims
+    COMMITTED, FAMILY_OF_MODEL_TYPE, dims
 from common.dtypes import BF16, F32, TORCH_DTYPE
 from models import lockstep, peak
 from models.calibration import CALIBRATION_FILE, calibration_bytes, run_rounded
@@ -202,7 +202,8 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
 
     if d.E and d.K < d.E:
         with phase("routing"):
-            check_routing_decisive(name, taps, json.loads(cal), d.K, strict=source == SYNTHETIC)
+            check_routing_decisive(name, taps, json.loads(cal), d.K,
+                                   strict=source == SYNTHETIC and tier == COMMITTED)
 
     params = {
         "family": family,
@@ -343,15 +344,18 @@ ROUTING_MARGIN = 2 * 4
 
 
 def check_routing_decisive(name, taps, cal, k, strict):
-    """Every stored token's expert choice in a mixture-of-experts set is decisive: the gap between
-    its k-th and next router logit exceeds ROUTING_MARGIN times the calibrated router_logits error
-    of its row (max_err_rms x the row's rms). Where it does not, a correct engine, whose logits
-    err by up to that, may choose another expert, and its ffn_out then differs by a whole expert:
-    a false failure. A synthetic set that fails is refused (another seed or prompt gives one that
-    passes); a real checkpoint's is what it is, and is reported. selftest/models.py's check_router
-    checks the committed sets the same way."""
+    """Whether every stored token's expert choice in a mixture-of-experts set is decisive: the
+    gap between its k-th and next router logit exceeds ROUTING_MARGIN times the calibrated
+    router_logits error of its row (max_err_rms x the row's rms). Where it does not, a correct
+    engine, whose logits err by up to that, may choose another expert, and its ffn_out then
+    differs by a whole expert. The engine follows the reference's choice at such a row
+    (engine/model/routes.go reads it off router_logits by the same rule), so a set may keep them;
+    a committed synthetic set (strict) still refuses any, so that the CPU suites judge the
+    engine's own choice at every row (another seed or prompt gives one that passes). Full-tier
+    and real-checkpoint sets report how many rows will follow the reference. selftest/models.py's
+    check_router checks the committed sets the same way."""
     errs = {e["tap"]: e for e in cal["taps"]}
-    worst, where = float("inf"), None
+    worst, where, close, rows = float("inf"), None, 0, 0
     for tap, t in taps.items():
         if not tap.endswith(".router_logits"):
             continue
@@ -359,7 +363,10 @@ def check_routing_decisive(name, taps, cal, k, strict):
         top = rl.sort(dim=-1, descending=True).values
         gap = top[:, k - 1] - top[:, k]
         err = (errs[tap]["max_err_rms"] * rl.pow(2).mean(-1).sqrt()).clamp(min=1e-30)
-        ratio = (gap / err).min().item()
+        ratios = gap / err
+        close += int((ratios <= ROUTING_MARGIN).sum())
+        rows += ratios.numel()
+        ratio = ratios.min().item()
         if ratio < worst:
             worst, where = ratio, tap
     if worst <= ROUTING_MARGIN:
@@ -368,4 +375,5 @@ def check_routing_decisive(name, taps, cal, k, strict):
                % (name, where, k, k + 1, worst, ROUTING_MARGIN))
         if strict:
             raise SystemExit(msg + "; draw the set with another seed or prompt")
-        print("warning: " + msg + " (a real checkpoint: kept)", flush=True)
+        print("note: %s; %d of %d stored routing decisions are that close: the engine follows "
+              "the reference's experts there" % (msg, close, rows), flush=True)

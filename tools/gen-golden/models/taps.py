@@ -5,6 +5,8 @@ wrapper of apply_rotary_pos_emb."""
 import threading
 from contextlib import contextmanager
 
+import torch
+
 from common.configs import GEMMA_FAMILIES, MOE_FAMILIES, QK_NORM_FAMILIES, \
     SHARED_EXPERT_FAMILIES
 from common.dtypes import F32
@@ -166,6 +168,24 @@ class Recorder(TapCapture):
             self.put(name, x.reshape(x.shape[0], x.shape[1], heads, self.d.D))
         return put
 
+    def _check_choice(self, router, name):
+        """The router chose exactly the top k of its logits by value, equal values the lower
+        index first (as a set: the order within the k does not change the block): the engine
+        reads the reference's choice off the router_logits tap where a correct engine's own could
+        differ (engine/model/routes.go), so a choice its exp or topk made otherwise (an fp32 near
+        tie) would be a set no engine can be held to: refused, as an indecisive synthetic set is."""
+        def hook(_m, _args, out):
+            if self.prefix is None or not self.mine():
+                return
+            logits, ids = out[0].detach().double(), out[2].detach()
+            k = ids.shape[-1]
+            order = torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :k]
+            if not torch.equal(order.sort(-1).values, ids.sort(-1).values):
+                rows = (order.sort(-1).values != ids.sort(-1).values).any(-1).nonzero().flatten().tolist()
+                raise RuntimeError("%s%s.%s: the router chose other experts than the top %d of its "
+                                   "logits at rows %s" % (self.label, self.prefix, name, k, rows))
+        self.handles.append(router.register_forward_hook(hook))
+
     def _tokens(self, name):
         """A tap of a module that flattens the batch (MixtralTopKRouter, Qwen3MoeTopKRouter:
         [B*T, E]; Qwen2-MoE's experts and shared expert, which its sparse block runs on the
@@ -247,6 +267,7 @@ class Recorder(TapCapture):
                     # (MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock, Qwen2MoeSparseMoeBlock: the
                     # routed sum plus the gated shared expert)
                     self._out(mlp.gate, None, self._tokens(p + "router_logits"))
+                    self._check_choice(mlp.gate, p + "router_logits")
                     if self.family in SHARED_EXPERT_FAMILIES:
                         # Qwen2MoeSparseMoeBlock: the routed experts' weighted sum, the shared
                         # expert's gate, up, activation (down_proj's input) and output, ungated
