@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 24
+#define TS_ABI_VERSION 25
 
 typedef enum {
     TS_OK = 0,
@@ -757,6 +757,28 @@ typedef struct {
 int ts_moe_router(float *weights, int32_t *ids, const void *logits, const ts_moe_router_config *cfg, void *stream);
 int ts_moe_ffn(void *out, const void *x, const int32_t *ids, const float *weights, const void *gate_up,
                const void *down, const ts_moe_ffn_config *cfg, void *stream);
+
+/* moe_shared_add: x, routed, shared and out [tokens, hidden], gate [1, hidden], all in dtype (TS_F16 or
+ * TS_BF16); tokens > 0, hidden > 0. */
+typedef struct {
+    ts_dtype dtype;
+    int tokens;
+    int hidden;
+} ts_moe_shared_config;
+
+/* The gated shared expert of Qwen2-MoE (transformers' Qwen2MoeSparseMoeBlock: Qwen1.5-MoE-A2.7B,
+ * Qwen2-57B-A14B): out[t] = routed[t] + sigmoid(x[t] . gate) * shared[t], one gate value a token,
+ * x the block's input, gate its shared_expert_gate weight [1, hidden], routed the experts' weighted
+ * sum (ts_moe_ffn), shared the shared expert's SwiGLU output. The dot product is accumulated in
+ * fp32, the sigmoid is fp32 (expf and a division), routed + s * shared one fp32 fma, then one
+ * rounding to dtype. Every token's dot is complete before any of its row is written, so out may
+ * equal routed (in place) or x. Unfused equivalent: gemm(g [tokens, 1], x, gate), then
+ * routed + sigmoid(g) * shared elementwise, each step rounded to dtype (transformers' eager order).
+ * Refused before any launch, TS_ERR_INVALID_ARGUMENT naming moe_shared_add, the argument and the
+ * value: a NULL pointer; cfg->dtype not a ts_dtype (TS_F32 and the FP8 types: TS_ERR_UNSUPPORTED);
+ * cfg->tokens or cfg->hidden <= 0. */
+int ts_moe_shared_add(void *out, const void *routed, const void *shared, const void *x, const void *gate,
+                      const ts_moe_shared_config *cfg, void *stream);
 
 #ifdef __cplusplus
 }

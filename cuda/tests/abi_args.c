@@ -447,6 +447,59 @@ int main(void) {
         expect("moe_ffn hidden 2044", ts_moe_ffn(P, P, ids, wt, P, P, &mh, NULL), TS_ERR_UNSUPPORTED, "moe_ffn", "hidden",
                "2044");
     }
+    /* moe_shared_add (ABI v25): every pointer, a storage dtype, tokens and hidden positive (no token is refused,
+     * as the row ops refuse it), in place over routed or x allowed, odd widths allowed (the scalar kernel). */
+    {
+        ts_moe_shared_config ms = {TS_BF16, 4096, 3584};
+        expect("moe_shared_add valid", ts_moe_shared_add(P2, P, P, P, P, &ms, NULL), TS_ERR_NOT_INITIALIZED,
+               "moe_shared_add", "ts_init", NULL);
+        expect("moe_shared_add in place over routed valid", ts_moe_shared_add(P, P, P2, P2, P2, &ms, NULL),
+               TS_ERR_NOT_INITIALIZED, "moe_shared_add", "ts_init", NULL);
+        expect("moe_shared_add in place over x valid", ts_moe_shared_add(P, P2, P2, P, P2, &ms, NULL),
+               TS_ERR_NOT_INITIALIZED, "moe_shared_add", "ts_init", NULL);
+        ts_moe_shared_config mo = {TS_F16, 3, 100};
+        expect("moe_shared_add odd hidden valid", ts_moe_shared_add(P, P, P, P, P, &mo, NULL), TS_ERR_NOT_INITIALIZED,
+               "moe_shared_add", "ts_init", NULL);
+        expect("moe_shared_add null out", ts_moe_shared_add(NULL, P, P, P, P, &ms, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "out", "NULL");
+        expect("moe_shared_add null routed", ts_moe_shared_add(P, NULL, P, P, P, &ms, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "routed", "NULL");
+        expect("moe_shared_add null shared", ts_moe_shared_add(P, P, NULL, P, P, &ms, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "shared", "NULL");
+        expect("moe_shared_add null x", ts_moe_shared_add(P, P, P, NULL, P, &ms, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "x", "NULL");
+        expect("moe_shared_add null gate", ts_moe_shared_add(P, P, P, P, NULL, &ms, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "gate", "NULL");
+        expect("moe_shared_add null cfg", ts_moe_shared_add(P, P, P, P, P, NULL, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "cfg", "NULL");
+        ts_moe_shared_config md = ms;
+        md.dtype = TS_F32;
+        expect("moe_shared_add dtype f32", ts_moe_shared_add(P, P, P, P, P, &md, NULL), TS_ERR_UNSUPPORTED,
+               "moe_shared_add", "cfg->dtype", "TS_F32");
+        md.dtype = TS_F8E4M3;
+        expect("moe_shared_add dtype f8e4m3", ts_moe_shared_add(P, P, P, P, P, &md, NULL), TS_ERR_UNSUPPORTED,
+               "moe_shared_add", "cfg->dtype", "TS_F8E4M3");
+        md.dtype = (ts_dtype)9;
+        expect("moe_shared_add dtype 9", ts_moe_shared_add(P, P, P, P, P, &md, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "cfg->dtype", "9");
+        ts_moe_shared_config mt = ms;
+        mt.tokens = 0;
+        expect("moe_shared_add tokens 0", ts_moe_shared_add(P, P, P, P, P, &mt, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "cfg->tokens", "0");
+        mt.tokens = -1;
+        expect("moe_shared_add tokens -1", ts_moe_shared_add(P, P, P, P, P, &mt, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "cfg->tokens", "-1");
+        ts_moe_shared_config mh = ms;
+        mh.hidden = 0;
+        expect("moe_shared_add hidden 0", ts_moe_shared_add(P, P, P, P, P, &mh, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "cfg->hidden", "0");
+        mh.hidden = -2048;
+        expect("moe_shared_add hidden -2048", ts_moe_shared_add(P, P, P, P, P, &mh, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "cfg->hidden", "-2048");
+        ts_moe_shared_config mx = {TS_F16, 1 << 30, 1 << 30}; /* 2^60 elements: past the library's 2^59 */
+        expect("moe_shared_add 2^60 elements", ts_moe_shared_add(P, P, P, P, P, &mx, NULL), TS_ERR_INVALID_ARGUMENT,
+               "moe_shared_add", "x", "1073741824");
+    }
     /* attention_decode_paged: the page size, the table, the pool. */
     {
         const int32_t *tb = (const int32_t *)P;

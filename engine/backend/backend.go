@@ -324,7 +324,7 @@ var Ops = []string{
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax", "logit_softcap",
 	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",
 	"attention_decode_fp8", "attention_decode_paged", "attention_prefill_paged",
-	"moe_router", "moe_ffn",
+	"moe_router", "moe_ffn", "moe_shared_add",
 }
 
 // Timer brackets device work with device events, for benchmarks.

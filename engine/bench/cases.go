@@ -156,6 +156,12 @@ func Cases() []Case {
 		moeFFNDType("moe_ffn mixtral-8x7b prefill T=512 bf16", 512, 4096, 14336, 8, 2, tensor.BF16),
 		moeFFN("moe_ffn qwen1.5-moe-a2.7b decode T=1", 1, 2048, 1408, 60, 4),
 		moeFFN("moe_ffn qwen1.5-moe-a2.7b prefill T=1024", 1024, 2048, 1408, 60, 4),
+		// Qwen2-MoE's gated shared expert at Qwen1.5-MoE-A2.7B's 2048 and Qwen2-57B-A14B's 3584: a
+		// decode step's row (launch-bound) and a 4096-token prefill's (its copy-bandwidth target).
+		moeSharedAdd("moe_shared_add qwen1.5-moe-a2.7b decode T=1", 1, 2048),
+		moeSharedAdd("moe_shared_add qwen1.5-moe-a2.7b prefill T=4096", 4096, 2048),
+		moeSharedAdd("moe_shared_add qwen2-57b-a14b decode T=1", 1, 3584),
+		moeSharedAdd("moe_shared_add qwen2-57b-a14b prefill T=4096", 4096, 3584),
 		setRowsFP8("set_rows_fp8 llama3-8b decode T=16 per-head", 4096, 16, 8, 128),
 		setRowsFP8("set_rows_fp8 llama3-8b prefill T=2048 per-head", 4096, 2048, 8, 128),
 		// Paged decode at the same shapes as the contiguous rows below (pages of 16, in order).
@@ -424,6 +430,17 @@ func moeRouter(name string, t, e, k int, renormalize bool) Case {
 	return Case{Name: name, Op: "moe_router", Params: fmt.Sprintf(`{"top_k": %d, "renormalize": %v}`, k, renormalize),
 		Inputs: []conformance.InputSpec{in("logits", tensor.F16, []int{t, e}, normal(2, 0))},
 		Bytes:  elems(t, e)*f16 + elems(t, k)*(f32+i32),
+	}
+}
+
+// moeSharedAdd reads x, routed and shared [t, h] and the gate row, and writes out: the shared
+// expert's add after the experts' sum; its peer is transformers' eager `routed +
+// sigmoid(F.linear(x, gate)) * shared`. The gate is drawn so that the logits have std 2.
+func moeSharedAdd(name string, t, h int) Case {
+	return Case{Name: name, Op: "moe_shared_add", Params: `{"inplace": false}`,
+		Inputs: []conformance.InputSpec{in("routed", tensor.F16, []int{t, h}, nil), in("shared", tensor.F16, []int{t, h}, nil),
+			in("x", tensor.F16, []int{t, h}, nil), in("gate", tensor.F16, []int{1, h}, normal(2/math.Sqrt(float64(h)), 0))},
+		Bytes: 4*elems(t, h)*f16 + int64(h)*f16,
 	}
 }
 

@@ -141,6 +141,36 @@ var badCalls = []badCall{
 		defer x.Free()
 		return b.LogitSoftcap(out, x, 30)
 	}, []int{3, 5}},
+	// moe_shared_add: each of its operands refused, named with its dtype and shape; x first (it
+	// sets the storage dtype and the shape the others must have), no token as the row ops refuse it.
+	{"moe_shared_add", "x", "f32[2,64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		x, err := b.Alloc(tensor.F32, 2, 64)
+		Expect(err).NotTo(HaveOccurred())
+		defer x.Free()
+		return b.MoESharedAdd(out, f16(2, 64), f16(2, 64), x, f16(1, 64))
+	}, []int{2, 64}},
+	{"moe_shared_add", "x", "f16[0,64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.MoESharedAdd(out, f16(2, 64), f16(2, 64), f16(0, 64), f16(1, 64))
+	}, []int{2, 64}},
+	{"moe_shared_add", "gate", "f16[64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		// shared_expert_gate.weight is [1, H]; a flattened [H] is a loader's slip
+		return b.MoESharedAdd(out, f16(2, 64), f16(2, 64), f16(2, 64), f16(64))
+	}, []int{2, 64}},
+	{"moe_shared_add", "gate", "f16[1,63]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.MoESharedAdd(out, f16(2, 64), f16(2, 64), f16(2, 64), f16(1, 63))
+	}, []int{2, 64}},
+	{"moe_shared_add", "routed", "f16[3,64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.MoESharedAdd(out, f16(3, 64), f16(2, 64), f16(2, 64), f16(1, 64))
+	}, []int{2, 64}},
+	{"moe_shared_add", "shared", "bf16[2,64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		sh, err := b.Alloc(tensor.BF16, 2, 64)
+		Expect(err).NotTo(HaveOccurred())
+		defer sh.Free()
+		return b.MoESharedAdd(out, f16(2, 64), sh, f16(2, 64), f16(1, 64))
+	}, []int{2, 64}},
+	{"moe_shared_add", "out", "f16[2,63]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, _ func(...int32) backend.Buffer) error {
+		return b.MoESharedAdd(out, f16(2, 64), f16(2, 64), f16(2, 64), f16(1, 64))
+	}, []int{2, 63}},
 }
 
 var _ = Describe("bad arguments", harness.Kernel, func() {

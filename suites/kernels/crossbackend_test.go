@@ -92,6 +92,14 @@ var crossCases = []crossCase{
 	{"moe_ffn", `{}`, []conformance.InputSpec{in("x", tensor.F16, []int{300, 256}, nil),
 		in("ids", tensor.I32, []int{300, 8}, conformance.DistinctPerRow(32, 8)), in("weights", tensor.F32, []int{300, 8}, normalGen(0.05, 0.125)),
 		in("gate_up", tensor.F16, []int{32, 192, 256}, normalGen(0.0625, 0)), in("down", tensor.F16, []int{32, 256, 96}, normalGen(0.1, 0))}},
+	// Qwen2-MoE's gated shared expert: a prefill at Qwen2-57B-A14B's 3584 (logits of std 2 through
+	// the gate's draw), and in place over routed in bf16 at Qwen1.5-MoE-A2.7B's 2048.
+	{"moe_shared_add", `{"inplace": false}`, []conformance.InputSpec{in("routed", tensor.F16, []int{513, 3584}, nil),
+		in("shared", tensor.F16, []int{513, 3584}, nil), in("x", tensor.F16, []int{513, 3584}, nil),
+		in("gate", tensor.F16, []int{1, 3584}, normalGen(2/math.Sqrt(3584), 0))}},
+	{"moe_shared_add", `{"inplace": true}`, []conformance.InputSpec{in("routed", tensor.BF16, []int{77, 2048}, nil),
+		in("shared", tensor.BF16, []int{77, 2048}, nil), in("x", tensor.BF16, []int{77, 2048}, nil),
+		in("gate", tensor.BF16, []int{1, 2048}, normalGen(3/math.Sqrt(2048), 0))}},
 	// The FP8 KV cache: a prefill's append at Llama-3-8B's KV row with per-head scales, and a
 	// ragged decode batch over 2500-position caches with them.
 	{"set_rows_fp8", `{}`, []conformance.InputSpec{in("dst", tensor.F8E4M3, []int{4096, 8, 128}, normalGen(100, 0)), in("src", tensor.BF16, []int{333, 8, 128}, normalGen(3, 0)),

@@ -785,6 +785,15 @@ def moe_ffn(t, p):
     return timed[0][1], timed[0][2] + " [the faster of %d peers]" % len(works)
 
 
+def moe_shared_add(t, p):
+    """transformers' Qwen2MoeSparseMoeBlock adding its gated shared expert, eagerly: the gate's
+    linear (a [T, 1] GEMM), sigmoid, the product and the add, each a kernel of its own."""
+    routed, shared, x = t.randn("routed"), t.randn("shared"), t.randn("x")
+    gate = t.randn("gate", 2.0 / math.sqrt(t.shape("gate")[-1]))
+    return (lambda: routed + torch.sigmoid(F.linear(x, gate)) * shared), \
+        "routed + torch.sigmoid(F.linear(x, gate)) * shared (eager)"
+
+
 def sample(t, p):
     """The usual PyTorch sampling step (as in Hugging Face's warpers): argmax when greedy, else
     top-k, temperature, softmax, sort, cumsum for top-p, multinomial; the token stays on the
@@ -816,7 +825,7 @@ OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_resid
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, logit_softcap, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
                                set_rows_fp8, attention_decode_fp8, attention_decode_paged,
-                               attention_prefill_paged, moe_router, moe_ffn)}
+                               attention_prefill_paged, moe_router, moe_ffn, moe_shared_add)}
 
 
 # ------------------------------------------------------------------------------------------------

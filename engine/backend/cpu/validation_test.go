@@ -150,6 +150,39 @@ func TestBadArgumentsAreNamedErrors(t *testing.T) {
 		{"gemm bias", "gemm", "bias", "f16[15]", func() error { return b.Gemm(f16(2, 16), f16(2, 32), f16(16, 32), f16(15)) }},
 		{"ffn w_down", "swiglu_ffn", "w_down", "f16[64,31]", func() error { return b.SwiGLUFFN(f16(2, 64), f16(2, 64), f16(32, 64), f16(32, 64), f16(64, 31)) }},
 		{"softmax out dtype", "softmax", "out", "f16[2,8]", func() error { return b.Softmax(f16(2, 8), f16(2, 8)) }},
+		// moe_shared_add: each operand refused by name, x first (it sets the storage dtype and
+		// the shape the others must have); no token (a zero dim) is refused as the row ops
+		// refuse it.
+		{"moe_shared_add f32 x", "moe_shared_add", "x", "f32[2,64]", func() error {
+			return b.MoESharedAdd(f16(2, 64), f16(2, 64), f16(2, 64), buf(t, tensor.F32, 2, 64), f16(1, 64))
+		}},
+		{"moe_shared_add x of one dimension", "moe_shared_add", "x", "f16[64]", func() error {
+			return b.MoESharedAdd(f16(2, 64), f16(2, 64), f16(2, 64), f16(64), f16(1, 64))
+		}},
+		{"moe_shared_add no token", "moe_shared_add", "x", "f16[0,64]", func() error {
+			return b.MoESharedAdd(f16(0, 64), f16(0, 64), f16(0, 64), f16(0, 64), f16(1, 64))
+		}},
+		{"moe_shared_add gate of shape [H]", "moe_shared_add", "gate", "f16[64]", func() error {
+			return b.MoESharedAdd(f16(2, 64), f16(2, 64), f16(2, 64), f16(2, 64), f16(64))
+		}},
+		{"moe_shared_add gate hidden", "moe_shared_add", "gate", "f16[1,63]", func() error {
+			return b.MoESharedAdd(f16(2, 64), f16(2, 64), f16(2, 64), f16(2, 64), f16(1, 63))
+		}},
+		{"moe_shared_add bf16 gate", "moe_shared_add", "gate", "bf16[1,64]", func() error {
+			return b.MoESharedAdd(f16(2, 64), f16(2, 64), f16(2, 64), f16(2, 64), buf(t, tensor.BF16, 1, 64))
+		}},
+		{"moe_shared_add routed rows", "moe_shared_add", "routed", "f16[3,64]", func() error {
+			return b.MoESharedAdd(f16(2, 64), f16(3, 64), f16(2, 64), f16(2, 64), f16(1, 64))
+		}},
+		{"moe_shared_add shared width", "moe_shared_add", "shared", "f16[2,63]", func() error {
+			return b.MoESharedAdd(f16(2, 64), f16(2, 64), f16(2, 63), f16(2, 64), f16(1, 64))
+		}},
+		{"moe_shared_add f32 out", "moe_shared_add", "out", "f32[2,64]", func() error {
+			return b.MoESharedAdd(buf(t, tensor.F32, 2, 64), f16(2, 64), f16(2, 64), f16(2, 64), f16(1, 64))
+		}},
+		{"moe_shared_add nil out", "moe_shared_add", "out", "nil", func() error {
+			return b.MoESharedAdd(nil, f16(2, 64), f16(2, 64), f16(2, 64), f16(1, 64))
+		}},
 	}
 	for _, tc := range cases {
 		err := tc.call()

@@ -310,6 +310,16 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 		{"moe_ffn", "ts_moe_ffn dtype=1 tokens=5 hidden=64 ffn=32 experts=8 top_k=2 stream=0", func() error {
 			return b.MoEFFN(f16(5, 64), f16(5, 64), alloc(t, b, tensor.I32, 5, 2), f32(5, 2), f16(8, 64, 64), f16(8, 64, 32))
 		}},
+		// Qwen2-MoE's gated shared expert: a bf16 prefill at Qwen2-57B-A14B's 3584 in place over
+		// routed (as a decode step adds it), and an fp16 decode at Qwen1.5-MoE-A2.7B's 2048.
+		{"moe_shared_add", "ts_moe_shared_add dtype=4 tokens=17 hidden=3584 inplace=1 stream=0", func() error {
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			routed := bf(17, 3584)
+			return b.MoESharedAdd(routed, routed, bf(17, 3584), bf(17, 3584), bf(1, 3584))
+		}},
+		{"moe_shared_add", "ts_moe_shared_add dtype=1 tokens=1 hidden=2048 inplace=0 stream=0", func() error {
+			return b.MoESharedAdd(f16(1, 2048), f16(1, 2048), f16(1, 2048), f16(1, 2048), f16(1, 2048))
+		}},
 		{"attention_decode_fp8", "ts_attention_decode_fp8 dtype=4 batch=2 max_len=32 n_heads=8 n_kv_heads=2 head_dim=128 scale_heads=1 softcap=50 stream=0", func() error {
 			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
 			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }

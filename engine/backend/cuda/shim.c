@@ -435,6 +435,11 @@ int tsg_moe_ffn(const tsg_api *a, void *out, const void *x, const int32_t *ids, 
     enter(a, "ts_moe_ffn");
     return done(a, a->ts_moe_ffn(out, x, ids, weights, gate_up, down, cfg, NULL), e);
 }
+int tsg_moe_shared_add(const tsg_api *a, void *out, const void *routed, const void *shared, const void *x,
+                       const void *gate, const ts_moe_shared_config *cfg, tsg_err *e) {
+    enter(a, "ts_moe_shared_add");
+    return done(a, a->ts_moe_shared_add(out, routed, shared, x, gate, cfg, NULL), e);
+}
 int tsg_attention_decode_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
                              const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                              const ts_decode_fp8_config *cfg, tsg_err *e) {

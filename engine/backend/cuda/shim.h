@@ -98,6 +98,9 @@
     X(ts_moe_ffn, int,                                                                                    \
       (void *, const void *, const int32_t *, const float *, const void *, const void *,                  \
        const ts_moe_ffn_config *, void *))                                                                \
+    X(ts_moe_shared_add, int,                                                                             \
+      (void *, const void *, const void *, const void *, const void *, const ts_moe_shared_config *,      \
+       void *))                                                                                           \
     X(ts_attention_decode_fp8, int,                                                                       \
       (void *, const void *, const void *, const void *, const int32_t *, const float *, const float *,   \
        const ts_decode_fp8_config *, void *))                                                             \
@@ -245,6 +248,8 @@ int tsg_moe_router(const tsg_api *a, float *weights, int32_t *ids, const void *l
                    tsg_err *e);
 int tsg_moe_ffn(const tsg_api *a, void *out, const void *x, const int32_t *ids, const float *weights,
                 const void *gate_up, const void *down, const ts_moe_ffn_config *cfg, tsg_err *e);
+int tsg_moe_shared_add(const tsg_api *a, void *out, const void *routed, const void *shared, const void *x,
+                       const void *gate, const ts_moe_shared_config *cfg, tsg_err *e);
 int tsg_attention_decode_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
                              const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                              const ts_decode_fp8_config *cfg, tsg_err *e);

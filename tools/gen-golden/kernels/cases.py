@@ -1696,6 +1696,31 @@ CASES += _cases(FULL, "logit_softcap", [
     ("gemma2-f32_v256000_t16_cap30", dict(T=16, V=256000, softcap=30.0, dtype="f32", dist=LOGITS)),
 ])
 
+# Qwen2-MoE's gated shared expert (moe_shared_add: transformers' Qwen2MoeSparseMoeBlock adds the
+# shared expert's output through sigmoid(shared_expert_gate(x))): Qwen1.5-MoE-A2.7B's hidden 2048
+# at a decode step (T = 1, its logit near 0: the sigmoid's linear part) and a prefill of 17 (logits
+# over [-6, 6], two rows with cancelling halves), Qwen2-57B-A14B's 3584 at a decode step (|logit|
+# 4.5: saturating) and in place over routed; 8 (one 16-byte vector, a warp's one load) and 100 (no
+# multiple of 8: the scalar kernel) wide. Each in fp16 and bf16; the kernel's vec<1> (2048, 8),
+# vec<2> (3584) and generic (100) paths each in both.
+MOE_SHARED = [
+    ("tiny_h8_t1", dict(T=1, H=8, span=2.0)),
+    ("odd-h100_t3", dict(T=3, H=100, span=5.0, cancel=(1,))),
+    ("qwen1.5-moe-a2.7b_h2048_decode-t1", dict(T=1, H=2048, span=0.4)),
+    ("qwen1.5-moe-a2.7b_h2048_prefill-t17", dict(T=17, H=2048, span=6.0, cancel=(4, 11))),
+    ("qwen2-57b-a14b_h3584_decode-t1", dict(T=1, H=3584, span=4.5)),
+    ("qwen1.5-moe-a2.7b_h2048_t4_inplace", dict(T=4, H=2048, span=3.5, inplace=True, cancel=(2,))),
+]
+CASES += _cases(COMMITTED, "moe_shared_add", MOE_SHARED)
+CASES += _bf16_cases(COMMITTED, "moe_shared_add", MOE_SHARED)
+# A prefill of 4096 tokens at both widths (each of x, routed and shared 16 or 28 MB).
+MOE_SHARED_FULL = [
+    ("qwen1.5-moe-a2.7b_h2048_prefill-t4096", dict(T=4096, H=2048, span=6.0, cancel=(7, 1000))),
+    ("qwen2-57b-a14b_h3584_prefill-t4096", dict(T=4096, H=3584, span=6.0, cancel=(7, 1000))),
+]
+CASES += _cases(FULL, "moe_shared_add", MOE_SHARED_FULL)
+CASES += _bf16_cases(FULL, "moe_shared_add", MOE_SHARED_FULL)
+
 _NAME = re.compile(r"^[a-z0-9._-]+$")
 _seen = set()
 for _c in CASES:

@@ -31,7 +31,8 @@ from common.fp8 import FP8_BLOCK, QUANT_AMAX_FLOOR, quant_groups, quant_weight_b
 from common.int4 import quant_int4
 from common.dtypes import E4M3_MAX, F32, F64, F8E4M3, I32, TORCH_DTYPE, storage, to_e4m3
 from common.rope_scaling import published_rope, rope_inv_freq
-from kernels.inputs import gelu_inputs, gemma_norm_weight, linear_weight, norm_weight, normal
+from kernels.inputs import (gelu_inputs, gemma_norm_weight, linear_weight, norm_weight, normal,
+                            outlier_channels)
 
 # What attention_decode caches hold at and beyond cache_lens[b]; exact in fp16, 9984 in bf16
 # (the nearest bf16 value, which those cases store).
@@ -1118,9 +1119,58 @@ def moe_ffn(r, *, T, E, top_k, H, ffn, renormalize=True, logits=normal(2.0), dis
     return {}, inputs, {"out": moe_experts(x, ids, weights, gate_up, down)}
 
 
+def shared_gate_columns(H):
+    """The columns of moe_shared_add's x that carry outlier channels: two in the dot's first 16-byte
+    vector (1 and 6), one in the middle (H / 2 + 5) and the last (H - 1), the last vector's and the
+    scalar tail's last element (fewer where H is that small)."""
+    return sorted({1 % H, 6 % H, (H // 2 + 5) % H, H - 1})
+
+
+def moe_shared_add(r, *, T, H, span, inplace=False, cancel=(), dtype="f16"):
+    """Qwen2-MoE's gated shared expert as transformers' Qwen2MoeSparseMoeBlock adds it
+    (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): `routed + F.sigmoid(shared_expert_gate(x)) *
+    shared_expert(x)`, out [T, H] = routed + sigmoid(x . gate) * shared, one gate value a token,
+    in fp64 from the stored inputs with no rounding in between (the kernel rounds out once).
+
+    x [T, H] is the block's input (the post-attention RMSNorm's output): N(0, 1) with outlier
+    channels of |x| ~ 20 at shared_gate_columns(H), as the hidden states of real LLMs have them;
+    gate [1, H] (shared_expert_gate.weight) is linear_weight's N(0, 1/H), each outlier column's
+    weight at least 1/sqrt(H) in magnitude (a kernel that drops one of those terms of the dot moves
+    the logit visibly), the whole vector scaled so that the largest |x . gate| over the case's rows
+    is `span` (T = 1: the one logit's magnitude, its sign the draw's): logits spread over
+    [-span, span], both the sigmoid's linear part and its saturation; shared (the shared expert's
+    SwiGLU output) and routed (the experts' weighted sum) N(0, 1), one scale. cancel: rows in which
+    a random half of the elements have routed = -sigmoid(x . gate) * shared rounded to the storage
+    type, so that out there is that rounding's residue, a few units of the storage type's last
+    place below the terms (cancellation in the one sum). inplace: the kernel writes out over routed.
+    """
+    cast = storage(dtype)
+    x = cast(outlier_channels(shared_gate_columns(H), 20.0)(r, (T, H)))
+    g = r.randn((1, H)) / math.sqrt(H)
+    cols = shared_gate_columns(H)
+    floor = 1.0 / math.sqrt(H)
+    g[0, cols] = torch.where(g[0, cols] < 0, -1.0, 1.0).to(F64) * torch.clamp(g[0, cols].abs(), min=floor)
+    z0 = d(x) @ g.T
+    gate = cast(g * (span / float(z0.abs().max())))
+    shared = cast(r.randn((T, H)))
+    routed = r.randn((T, H))
+    z = (d(x) @ d(gate).T)[:, 0]
+    s = torch.sigmoid(z)
+    for t in cancel:
+        half = r.rand((H,)) < 0.5
+        routed[t, half] = -s[t] * d(shared[t, half])
+    routed = cast(routed)
+    if T >= 8 and span >= 3:
+        # the sigmoid's saturation and its linear part, in rows of the case itself
+        assert z.abs().max() > 3 and z.abs().min() < 0.5, ("moe_shared_add: logits", z)
+    out = d(routed) + s[:, None] * d(shared)
+    return ({"inplace": inplace}, {"routed": routed, "shared": shared, "x": x, "gate": gate},
+            {"out": out})
+
+
 OPS = {f.__name__: f for f in (
     residual_add, rmsnorm, layernorm, layernorm_residual, rmsnorm_residual, rope,
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, geglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, logit_softcap, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
     swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged,
-    attention_prefill_paged, moe_router, moe_ffn)}
+    attention_prefill_paged, moe_router, moe_ffn, moe_shared_add)}

@@ -37,6 +37,7 @@ from selftest import fp8_accum
 from selftest import gemma as gemma_selftest
 from selftest import int4 as int4_selftest
 from selftest import logit_softcap as logit_softcap_selftest
+from selftest import moe_shared_add as moe_shared_selftest
 
 
 def bf16_bits_to_f64(bits):
@@ -294,6 +295,8 @@ def reference(op, p, i, rnd=f16):
         return {"out": i["x"] @ np_w4_dequant(p, i, rnd)}
     if op in logit_softcap_selftest.OPS:
         return logit_softcap_selftest.reference(p, i)
+    if op in moe_shared_selftest.OPS:
+        return moe_shared_selftest.reference(p, i)
     if op == "moe_router":
         return np_moe_router(i["logits"], p["top_k"], p["renormalize"])
     if op == "moe_ffn":
@@ -432,6 +435,8 @@ def properties(case, p, i, dtype="f16"):
         gemma_selftest.properties(op, name, p, i, ROUND[dtype])
     if op in logit_softcap_selftest.OPS:
         logit_softcap_selftest.properties(case.name, p, i, case.kwargs.get("dtype", "f16"))
+    if op in moe_shared_selftest.OPS:
+        moe_shared_selftest.properties(case.name, p, i, dtype)
     if op == "set_rows":
         rows = [int(v) for v in i["rows"]]
         assert len(set(rows)) == len(rows), "%s: rows must be distinct" % name
@@ -2160,6 +2165,7 @@ def run():
     gemma_selftest.check_geglu_tolerance(lambda op: yardstick(op, "swiglu"), tolerance_share, a, ROUND)
     gemma_selftest.check_w32_weights(a)
     logit_softcap_selftest.check_tolerance(lambda op: yardstick(op, "softmax"), tolerance_share, a, ROUND)
+    moe_shared_selftest.check_tolerance(lambda op: yardstick(op, "residual_add"), tolerance_share, a, ROUND)
     int4_selftest.check_int4_formats()
     fp8_accum.check_gemm_fp8_accumulation(gemm_fp8_yardstick()[1]["bf16"]["atol_rms"])
     print("selftest OK: %d committed cases, %.1fs" % (len(cases), time.time() - t0))

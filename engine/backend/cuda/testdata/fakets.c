@@ -871,6 +871,20 @@ int ts_moe_ffn(void *out, const void *x, const int32_t *ids, const float *weight
     return TS_OK;
 }
 
+int ts_moe_shared_add(void *out, const void *routed, const void *shared, const void *x, const void *gate,
+                      const ts_moe_shared_config *cfg, void *stream) {
+    logf_("ts_moe_shared_add dtype=%d tokens=%d hidden=%d inplace=%d stream=%d", cfg->dtype, cfg->tokens, cfg->hidden,
+          out == routed, stream != NULL);
+    int st = enter("ts_moe_shared_add", 1);
+    if (st) return st;
+    NEED("moe_shared_add", out);
+    NEED("moe_shared_add", routed);
+    NEED("moe_shared_add", shared);
+    NEED("moe_shared_add", x);
+    NEED("moe_shared_add", gate);
+    return TS_OK;
+}
+
 int ts_attention_decode_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
                             const int32_t *cache_lens, const float *k_scale, const float *v_scale,
                             const ts_decode_fp8_config *cfg, void *stream) {
