@@ -46,7 +46,7 @@ func TestParseCalibrationErrors(t *testing.T) {
 		"no version":        {rep(`"version": 1,`, ``), "version missing"},
 		"other version":     {rep(`"version": 1,`, `"version": 2,`), "version 2"},
 		"no implementation": {rep(`"transformers-fp32-rounded-fp16"`, `""`), "implementation missing"},
-		"no taps":           {`{"version": 1, "implementation": "x", "taps": []}`, "taps: empty"},
+		"no taps":           {`{"version": 1, "implementation": "transformers-fp32-rounded-fp16", "taps": []}`, "taps: empty"},
 		"missing value":     {rep(`"one_minus_cos": 0, `, ``), "one_minus_cos missing"},
 		"negative":          {rep(`"max_err_rms": 0}`, `"max_err_rms": -1e-3}`), "max_err_rms = -0.001"},
 		"nmse implausible":  {rep(`"nmse": 1.23e-06`, `"nmse": 0.5`), "nmse = 0.5"},
@@ -68,8 +68,8 @@ func TestParseCalibrationErrors(t *testing.T) {
 // it lists, and a tap order without duplicates.
 func FuzzParseCalibration(f *testing.F) {
 	f.Add([]byte(docCalibration))
-	f.Add([]byte(`{"version": 1, "implementation": "x", "taps": [{"tap": "a.logits", "nmse": 1e-3, "one_minus_cos": 0, "max_err_rms": 1, "max_abs": 0, "kl": 0}]}`))
-	f.Add([]byte(`{"version": 1, "implementation": "x", "taps": [{"tap": "a", "nmse": 1e400}]}`))
+	f.Add([]byte(`{"version": 1, "implementation": "transformers-fp32-rounded-fp16", "taps": [{"tap": "a.logits", "nmse": 1e-3, "one_minus_cos": 0, "max_err_rms": 1, "max_abs": 0, "kl": 0}]}`))
+	f.Add([]byte(`{"version": 1, "implementation": "transformers-fp32-rounded-fp16", "taps": [{"tap": "a", "nmse": 1e400}]}`))
 	f.Add([]byte(`{"version": 1, "taps": [{"tap": "a", "tap": "b"}]}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte{})
@@ -250,5 +250,28 @@ func TestCalibrationSequenceKL(t *testing.T) {
 	}
 	if got := m.SequenceKL("prefill.logits"); got != 4.85e-6 {
 		t.Errorf("a model set's SequenceKL = %g", got)
+	}
+}
+
+// A decode step's tap pools over the sequence's steps; prefill taps and other sequences do not.
+func TestDecodeWorst(t *testing.T) {
+	c, err := ParseCalibration([]byte(`{"version": 1, "implementation": "transformers-fp32-rounded-fp16", "taps": [
+		{"tap": "s0.prefill.layers.1.router_logits", "nmse": 9e-6, "one_minus_cos": 9e-6, "max_err_rms": 9e-3},
+		{"tap": "s0.decode.0.layers.1.router_logits", "nmse": 1e-7, "one_minus_cos": 5e-8, "max_err_rms": 2e-3},
+		{"tap": "s0.decode.11.layers.1.router_logits", "nmse": 3e-7, "one_minus_cos": 1e-8, "max_err_rms": 1e-3},
+		{"tap": "s1.decode.0.layers.1.router_logits", "nmse": 5e-7, "one_minus_cos": 5e-7, "max_err_rms": 5e-3}]}`), "c.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := c.DecodeWorst("s0.decode.0.layers.1.router_logits"); !ok || e.NMSE != 3e-7 || e.OneMinusCos != 5e-8 || e.MaxErrRMS != 2e-3 {
+		t.Errorf("s0's decode steps pooled: %+v %v, want nmse 3e-7, 1-cos 5e-8, max_err_rms 2e-3", e, ok)
+	}
+	if e, ok := c.DecodeWorst("s1.decode.0.layers.1.router_logits"); !ok || e.NMSE != 5e-7 {
+		t.Errorf("s1 is its own: %+v %v", e, ok)
+	}
+	for _, name := range []string{"s0.prefill.layers.1.router_logits", "decode.x.layers.1.q", "decode.0"} {
+		if _, ok := c.DecodeWorst(name); ok {
+			t.Errorf("%s pooled, want no decode-step pool", name)
+		}
 	}
 }

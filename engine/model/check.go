@@ -341,6 +341,13 @@ func compareTap(set *golden.Set, cal *golden.Calibration, tols *compare.Toleranc
 	if !ok { // Set.Calibration checked it lists every tap
 		return compare.TapResult{}, fmt.Errorf("%s: no calibration for tap %s", set.ID(), name)
 	}
+	if strings.HasSuffix(name, ".router_logits") {
+		// a router's few logits a token: the worst decode step's calibration, not this step's
+		// (golden.Calibration.DecodeWorst); a prefill's many rows stand for themselves
+		if w, ok := cal.DecodeWorst(name); ok {
+			ce = w
+		}
+	}
 	if ce.KL != nil { // a logits tap: its sequence's worst step (golden.Calibration.SequenceKL)
 		kl := cal.SequenceKL(name)
 		ce.KL = &kl

@@ -164,7 +164,10 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
     # With a pool the references run in lockstep (run_lockstep), one after the other without.
     # The calibration forward joins them where the weights are its own already (a checkpoint of
     # the set's dtype: no rounding in place), teacher-forced on the greedy tokens as they come.
-    jobs = [greedy, seeded] + ([rounded] if weights_stored else [])
+    # A mixture of experts' calibration routes as the reference did (run_rounded's routes), so it
+    # runs after the reference, whose router_logits it reads.
+    moe = bool(d.E and d.K < d.E)
+    jobs = [greedy, seeded] + ([rounded] if weights_stored and not moe else [])
     group = lockstep.Lockstep(len(jobs)) if pool is not None and threads > 1 else None
     cal_taps = None
     with split_linears(model, pool, threads, group):
@@ -189,7 +192,8 @@ def _build_set(set_dir, *, name, family, tier, seed, source, decode_steps, margi
             # Last: the calibration rounds the model's weights to fp16 (bf16) in place.
             with phase("run_rounded"):
                 cal_taps = run_rounded(model, family, cfg, prompt, tokens, decode_steps,
-                                       pool=pool, weights_stored=weights_stored, dtype=dtype)
+                                       pool=pool, weights_stored=weights_stored, dtype=dtype,
+                                       routes=taps if moe else None)
     del model
     if quantization is not None:
         with phase("check_reference"):

@@ -120,8 +120,11 @@ class Rounder(TapCapture):
 
     label = "calibration "
 
-    def __init__(self, model, family, d, rounding=None, dtype="f16"):
+    def __init__(self, model, family, d, rounding=None, dtype="f16", routes=None):
         super().__init__(model, family, d)
+        # The reference's taps, whose router_logits choose the experts (_route); None: the
+        # rounded logits choose them.
+        self.routes = routes
         # The selftest passes an identity to prove the hooks change nothing but the rounding.
         self.round = ROUNDING[dtype] if rounding is None else rounding
         self.x = self.s = self.m = None  # layer input, resid_attn and ffn_out of the running layer
@@ -273,7 +276,17 @@ class Rounder(TapCapture):
             logits = self.round(out[0])
             self.put(p + "router_logits", logits[None])  # [B*T, E], batch 1
             probs = torch.nn.functional.softmax(logits.float(), dim=-1)
-            top_value, indices = torch.topk(probs, router.top_k, dim=-1)
+            if self.routes is not None:
+                # The reference's experts (the top k of its logits, which its router chose:
+                # taps.py's _check_choice), weighted by this forward's own probabilities: at a
+                # decisive row the same experts these logits choose, at one inside the routing
+                # margin what the engine does there (engine/model/routes.go), where a choice of
+                # its own could take another expert and calibrate a whole expert's difference.
+                ref = self.routes[self.prefix + "." + p + "router_logits"].double()
+                indices = torch.sort(ref, dim=-1, descending=True, stable=True).indices[:, :router.top_k]
+                top_value = probs.gather(-1, indices)
+            else:
+                top_value, indices = torch.topk(probs, router.top_k, dim=-1)
             if renormalise:
                 top_value /= top_value.sum(dim=-1, keepdim=True)
             return logits, top_value, indices
@@ -428,7 +441,7 @@ class Rounder(TapCapture):
 
 
 def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None, pool=None,
-                weights_stored=False, dtype="f16"):
+                weights_stored=False, dtype="f16", routes=None):
     """The calibration forward: prefill and decode steps 0..decode_steps-1 teacher-forced on the
     reference's greedy tokens (as the engine's tap comparison runs), with its own KV cache, every
     stored value rounded to `dtype` ("f16" or "bf16", the set's). Rounds the model's parameters
@@ -436,9 +449,11 @@ def run_rounded(model, family, cfg, prompt, tokens, decode_steps, rounding=None,
     run. weights_stored says every parameter already is a value of that type (a checkpoint of
     it, upcast exactly: check_loaded_weights), so the rounding, a no-op on them, is skipped (a
     pass over the 15 GB of Phi-3-mini's fp32 weights). `rounding` replaces round_f16 /
-    round_bf16 (the selftest's identity run). Returns {tap file stem: f32 tensor}."""
+    round_bf16 (the selftest's identity run). routes, the reference's taps, makes a mixture of
+    experts take the reference's experts at every row (Rounder._route). Returns {tap file stem:
+    f32 tensor}."""
     d = dims(family, cfg)
-    rnd = Rounder(model, family, d, rounding, dtype)
+    rnd = Rounder(model, family, d, rounding, dtype, routes)
     low = TORCH_DTYPE[dtype]
 
     @torch.no_grad()
