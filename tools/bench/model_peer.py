@@ -109,9 +109,10 @@ QUANTIZED = {}
 EXPERTS = {}
 
 
-def load(req, device, attn):
+def load(req, device, attn, experts=None):
     """The set's checkpoint on the device: transformers in fp16, or for a quantized checkpoint
-    torch's quantized GEMMs in its projections (quant_peer.py)."""
+    torch's quantized GEMMs in its projections (quant_peer.py). experts: a mixture of experts'
+    experts_implementation (None: transformers' default)."""
     import quant_peer
     from transformers import AutoModelForCausalLM
 
@@ -121,14 +122,22 @@ def load(req, device, attn):
             quant_peer.read_config(req["model_dir"])["quantization_config"])
         return model
     QUANTIZED.clear()
+    kw = {"experts_implementation": experts} if experts and moe_config(req["model_dir"]) else {}
     model = AutoModelForCausalLM.from_pretrained(
-        req["model_dir"], dtype=torch.float16, attn_implementation=attn, local_files_only=True)
-    # A mixture of experts runs transformers' default experts implementation: grouped_mm
-    # (torch._grouped_mm over the tokens sorted by expert, which compiles whole) where this torch
-    # and GPU dispatch it, else its eager loop over the experts.
+        req["model_dir"], dtype=torch.float16, attn_implementation=attn, local_files_only=True, **kw)
+    # A mixture of experts runs transformers' default experts implementation (grouped_mm:
+    # torch._grouped_mm over the tokens sorted by expert, where this torch and GPU dispatch it,
+    # else its eager loop over the experts) unless experts names another.
     moe = getattr(model.config, "num_local_experts", None) or getattr(model.config, "num_experts", None)
     EXPERTS["impl"] = getattr(model.config, "_experts_implementation", None) if moe else None
     return model.to(device).eval()
+
+
+def moe_config(model_dir):
+    """Whether the checkpoint's config.json is a mixture of experts'."""
+    with open(model_dir + "/config.json") as f:
+        cfg = json.load(f)
+    return bool(cfg.get("num_local_experts") or cfg.get("num_experts"))
 
 
 def model_call(attn):
@@ -244,7 +253,11 @@ def run_compile(req, device, timed):
     from transformers import StaticCache
 
     attn = compile_attention(req["model_dir"])
-    model = load(req, device, attn)
+    # A mixture of experts under compile: batched_mm (each token's experts' weights gathered by
+    # id, batched matmuls: gpt-fast's decode form, which compiles whole). transformers' default,
+    # grouped_mm, dispatches torch's grouped GEMM under compile only in bf16; an fp16 model falls
+    # back to a loop over the experts' host-side offsets, which a CUDA graph cannot capture.
+    model = load(req, device, attn, experts="batched_mm")
     log("compile: loaded", req["model_dir"])
     prompts, decode_ids = batched(req)
     B, n_prompt, n_decode = len(prompts), len(prompts[0]), len(decode_ids)
