@@ -1617,7 +1617,8 @@ var catalogue = []Mutant{
 		Original:    `for (int i = 0; i < 8; ++i) acc[i] = fmaf(wt, v[i], acc[i]);`,
 		Replacement: `for (int i = 0; i < 8; ++i) acc[i] = fmaf(1.0f + 0.0f * wt, v[i], acc[i]);`,
 		Suites:      kernels, Labels: "op:moe_ffn",
-	}, {
+	},
+	{
 		ID: "cuda-moe-gemv-up-reads-gate", Side: SideCUDA, File: "cuda/kernels/moe_ffn.cu",
 		Bug:         "the decode kernel reads the gate rows of gate_up for up too",
 		Original:    `const uint4 *wu = reinterpret_cast<const uint4 *>(we + (int64_t)(GLU ? n_out + col : col) * k);`,
