@@ -1,7 +1,7 @@
 // Package model loads Hugging Face checkpoints (config.json + safetensors) of the Llama (and
-// Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, Gemma 2 and 3, Phi-3 and GPT-2 families and runs their forward
-// passes, prefill and KV-cached decode, on any backend.Backend, copying named activations (taps)
-// to the host when asked for them.
+// Mistral), Qwen2, Qwen3, Qwen3-MoE, Qwen2-MoE, Mixtral, Gemma 2 and 3, Phi-3 and GPT-2 families
+// and runs their forward passes, prefill and KV-cached decode, on any backend.Backend, copying
+// named activations (taps) to the host when asked for them.
 package model
 
 import (
