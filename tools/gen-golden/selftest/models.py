@@ -707,6 +707,21 @@ def check_scores_reach_cap(s, c, d):
               "cap %g (want >= 5%%)" % (i, 100 * share, cap))
 
 
+def routed_expert_shapes(family, d):
+    """The published per-expert layout of a Qwen-MoE checkpoint with its untied head: lm_head, and
+    in every layer the router mlp.gate [E, H] and each expert's gate_proj, up_proj [I, H] and
+    down_proj [H, I] under mlp.experts.{e}, nothing stacked (transformers' in-memory gate_up_proj
+    / down_proj): {tensor name: shape}."""
+    want = {"lm_head.weight": [d.V, d.H]}
+    for i in range(d.L):
+        router, experts = moe_names(family, i)
+        want[router] = [d.E, d.H]
+        for e in range(d.E):
+            for n, shape in zip(experts(e), ([d.I, d.H], [d.I, d.H], [d.H, d.I])):
+                want[n] = shape
+    return want
+
+
 def check_config(s, spec):
     """transformers' config class reads the features each tiny variant exists for."""
     import transformers
@@ -813,13 +828,8 @@ def check_config(s, spec):
         # and down_proj [H, I] under mlp.experts.{e}, nothing stacked (transformers' in-memory
         # gate_up_proj / down_proj), q_norm and k_norm of head_dim, no biases
         entries = safetensors_entries(s.dir)
-        want = {"lm_head.weight": [d.V, d.H]}
+        want = routed_expert_shapes(s.family, d)
         for i in range(d.L):
-            router, experts = moe_names(s.family, i)
-            want[router] = [d.E, d.H]
-            for e in range(d.E):
-                for n, shape in zip(experts(e), ([d.I, d.H], [d.I, d.H], [d.H, d.I])):
-                    want[n] = shape
             for n in ("q_norm", "k_norm"):
                 want["model.layers.%d.self_attn.%s.weight" % (i, n)] = [d.D]
         got = {k: e["shape"] for k, e in entries.items()
@@ -862,13 +872,8 @@ def check_config(s, spec):
         # and down_proj [H, I] under mlp.experts.{e} (nothing stacked), the shared expert's
         # gate_proj, up_proj [S, H] and down_proj [H, S], its gate [1, H], q/k/v biases
         entries = safetensors_entries(s.dir)
-        want = {"lm_head.weight": [d.V, d.H]}
+        want = routed_expert_shapes(s.family, d)
         for i in range(d.L):
-            router, experts = moe_names(s.family, i)
-            want[router] = [d.E, d.H]
-            for e in range(d.E):
-                for n, shape in zip(experts(e), ([d.I, d.H], [d.I, d.H], [d.H, d.I])):
-                    want[n] = shape
             se = "model.layers.%d.mlp.shared_expert." % i
             want.update({se + "gate_proj.weight": [d.S, d.H], se + "up_proj.weight": [d.S, d.H],
                          se + "down_proj.weight": [d.H, d.S], qwen2_moe_gate_name(i): [1, d.H]})
