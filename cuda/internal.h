@@ -407,7 +407,12 @@ enum FaultKind {
     FAULT_PREFILL_Q_STARTS = 13,     /* attention_prefill_paged: q_starts not 0, increasing, ending at total_q */
     FAULT_PREFILL_KV_LEN = 14,       /* attention_prefill_paged: kv_lens[b] outside [q_len, width * block_size] */
     FAULT_PREFILL_BLOCK_TABLE = 15,  /* attention_prefill_paged: a read block_table entry outside [0, num_blocks) */
-    FAULT_MOE_ID = 16                /* moe_ffn: ids[i] outside [0, experts) */
+    FAULT_MOE_ID = 16,               /* moe_ffn: ids[i] outside [0, experts) */
+    FAULT_PAGED_FP8_CACHE_LEN = 17,     /* attention_decode_paged_fp8: as FAULT_PAGED_CACHE_LEN */
+    FAULT_PAGED_FP8_BLOCK_TABLE = 18,   /* attention_decode_paged_fp8: as FAULT_PAGED_BLOCK_TABLE */
+    FAULT_PREFILL_FP8_Q_STARTS = 19,    /* attention_prefill_paged_fp8: as FAULT_PREFILL_Q_STARTS */
+    FAULT_PREFILL_FP8_KV_LEN = 20,      /* attention_prefill_paged_fp8: as FAULT_PREFILL_KV_LEN */
+    FAULT_PREFILL_FP8_BLOCK_TABLE = 21  /* attention_prefill_paged_fp8: as FAULT_PREFILL_BLOCK_TABLE */
 };
 
 /* The first bad value in device data (an out-of-range index, a bad logit) any kernel saw since

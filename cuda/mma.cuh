@@ -66,4 +66,12 @@ __device__ __forceinline__ void cp_async16_zfill(void *smem_dst, const void *gme
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem_src), "r"(n) : "memory");
 }
 
+/* 8-byte global -> shared copy with cp_async16_zfill's zero fill (E4M3 code pieces of head dims
+ * that are multiples of 8 but not of 16). */
+__device__ __forceinline__ void cp_async8_zfill(void *smem_dst, const void *gmem_src, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem_dst);
+    const int n = valid ? 8 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(s), "l"(gmem_src), "r"(n) : "memory");
+}
+
 } // namespace ts

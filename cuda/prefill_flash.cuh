@@ -35,6 +35,11 @@ struct Flash {
     static constexpr size_t k_off = q_off + (size_t)kBr * kLd * 2;
     static constexpr size_t v_off = k_off + (size_t)kBc * kLd * 2;
     static constexpr size_t bytes = v_off + (size_t)kBc * kLd * 2;
+    /* An E4M3 cache's K and V tiles land as codes (kBc x DP bytes each) after the T tiles, and
+     * are converted into them (prefill_body). */
+    static constexpr size_t kc_off = bytes;
+    static constexpr size_t vc_off = kc_off + (size_t)kBc * DP;
+    static constexpr size_t bytes_e4m3 = vc_off + (size_t)kBc * DP;
 };
 
 /* ROWS x DP tile into shared memory (pitch DP + 8) by cp.async: rows >= valid and columns >= D
@@ -74,6 +79,48 @@ __device__ __forceinline__ void load_tile_paged(T *dst, const T *base, int64_t r
     }
 }
 
+/* Paged E4M3: ROWS x DP codes of the pool rows of positions [k0, k0 + valid) into shared memory
+ * (pitch DP bytes) by 8-byte cp.async pieces, zero codes (+0) for rows >= valid and columns >= D,
+ * which read nothing. */
+template <int DP, int ROWS>
+__device__ __forceinline__ void load_codes_paged(unsigned char *dst, const unsigned char *base, int64_t row_stride,
+                                                 const ts_decode::KVPages &pg, const int32_t *trow, int k0, int valid,
+                                                 int D) {
+    constexpr int kC8 = DP / 8, kItems = ROWS * kC8;
+#pragma unroll
+    for (int it = 0; it < (kItems + kThreads - 1) / kThreads; ++it) {
+        const int i = it * kThreads + (int)threadIdx.x;
+        if (kItems % kThreads == 0 || i < kItems) {
+            const int r = i / kC8, c = (i - r * kC8) * 8;
+            const bool ok = r < valid && c < D;
+            const unsigned char *src = ok ? base + ts_decode::kv_row<true>(pg, trow, k0 + r) * row_stride + c : base;
+            ts::cp_async8_zfill(dst + r * DP + c, src, ok);
+        }
+    }
+}
+
+/* ROWS x DP codes (pitch DP bytes) into the T tile (pitch DP + 8), eight at a time: exact, every
+ * E4M3 value is an fp16 and a bf16 value. */
+template <int DP, int ROWS, typename T>
+__device__ __forceinline__ void convert_codes(T *dst, const unsigned char *codes) {
+    constexpr int kC8 = DP / 8, kLd = DP + 8, kItems = ROWS * kC8;
+#pragma unroll
+    for (int it = 0; it < (kItems + kThreads - 1) / kThreads; ++it) {
+        const int i = it * kThreads + (int)threadIdx.x;
+        if (kItems % kThreads == 0 || i < kItems) {
+            const int r = i / kC8, c = (i - r * kC8) * 8;
+            const uint2 u = *reinterpret_cast<const uint2 *>(codes + r * DP + c);
+            const uint32_t raw[2] = {u.x, u.y};
+            uint4 v;
+            v.x = ts_decode::cache_word<unsigned char, T>(raw, 0);
+            v.y = ts_decode::cache_word<unsigned char, T>(raw, 1);
+            v.z = ts_decode::cache_word<unsigned char, T>(raw, 2);
+            v.w = ts_decode::cache_word<unsigned char, T>(raw, 3);
+            *reinterpret_cast<uint4 *>(dst + r * kLd + c) = v;
+        }
+    }
+}
+
 /* One block's query tile: rows [q0, q0 + kBr) of a sequence's q_len query rows (qrow0: its row 0
  * at this head, q_stride apart; out likewise), against keys [0, kv_len) of its cache (kb, vb at
  * this KV head: the sequence's contiguous rows, or the paged pool's through trow). Query row i is
@@ -90,11 +137,16 @@ __device__ __forceinline__ void load_tile_paged(T *dst, const T *base, int64_t r
  * 2 registers fewer to 48 more than their uncapped twins (DP 32 MT 2: 238 against 190); spill
  * stores/loads 20/20 bytes at DP 96 MT 2 (uncapped 4/4), 20/36 at DP 256 (16/32), 48/84 in the
  * paged kernel at DP 256 (none), none elsewhere. */
-template <int DP, int MT, bool PAGED, bool CAP, typename T>
-__device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q_stride, const T *kb, const T *vb,
+template <int DP, int MT, bool PAGED, bool CAP, typename T, typename KV = T>
+__device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q_stride, const KV *kb, const KV *vb,
                                              int64_t kv_stride, const ts_decode::KVPages &pages, const int32_t *trow,
                                              int q0, int q_len, int kv_len, int prefix, int causal, int window,
-                                             int D, float scale_log2, float softcap, float scale) {
+                                             int D, float scale_log2, float softcap, float scale, float v_mul = 1.0f) {
+    /* KV = unsigned char: a paged E4M3 cache (attention_prefill_paged_fp8). Its tiles land as codes
+     * and are converted into the T tiles once a tile has landed (one more block barrier each); the
+     * key scale is in scale and scale_log2, the value scale v_mul multiplies the output. */
+    constexpr bool kFP8 = std::is_same<KV, unsigned char>::value;
+    static_assert(!kFP8 || PAGED, "an E4M3 cache is read through its pages");
     using F = Flash<DP, MT>;
     constexpr int kMt = MT, kBc = F::kBc, kBr = F::kBr, kLd = F::kLd;
     constexpr int kKSteps = DP / 16, kNt = kBc / 8, kDt = DP / 8;
@@ -102,6 +154,7 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
     T *Qs = reinterpret_cast<T *>(smem + F::q_off);
     T *Ks = reinterpret_cast<T *>(smem + F::k_off);
     T *Vs = reinterpret_cast<T *>(smem + F::v_off);
+    unsigned char *Kc = smem + F::kc_off, *Vc = smem + F::vc_off; /* E4M3 only: the codes as landed */
 
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, tq = lane & 3;
     const int q_valid = min(kBr, q_len - q0);
@@ -112,8 +165,10 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
     const int j0 = window > 0 ? max(0, prefix + q0 - window + 1) / kBc : 0;
     /* K or V rows [k0, k0 + kBc) (those before kv_len) into dst: contiguous, or each row from its
      * page. */
-    auto load_kv = [&](T *dst, const T *base, int k0) {
-        if constexpr (PAGED)
+    auto load_kv = [&](T *dst, const KV *base, int k0) {
+        if constexpr (kFP8)
+            load_codes_paged<DP, kBc>(dst == Ks ? Kc : Vc, base, kv_stride, pages, trow, k0, min(kBc, kv_len - k0), D);
+        else if constexpr (PAGED)
             load_tile_paged<DP, kBc>(dst, base, kv_stride, pages, trow, k0, min(kBc, kv_len - k0), D);
         else
             load_tile_async<DP, kBc>(dst, base + (int64_t)k0 * kv_stride, kv_stride, min(kBc, kv_len - k0), D);
@@ -152,6 +207,10 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
                           (window <= 0 || k0 + kBc - 1 > prefix + row0 - window);
         ts::cp_async_wait<0>(); /* K_j (and Q) landed */
         __syncthreads();        /* ... for every thread; every warp is done with V_{j-1} */
+        if constexpr (kFP8) {
+            convert_codes<DP, kBc>(Ks, Kc);
+            __syncthreads();
+        }
         if constexpr (F::kQInRegs) {
             if (j == j0) {
 #pragma unroll
@@ -258,6 +317,10 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
         ts::cp_async_commit(); /* possibly empty: the group count stays the same every tile */
         ts::cp_async_wait<1>(); /* V_j landed (K_{j+1} may still be in flight) */
         __syncthreads();
+        if constexpr (kFP8) {
+            convert_codes<DP, kBc>(Vs, Vc);
+            __syncthreads();
+        }
 
         /* O += P V_j: P's A fragments are the S accumulators of two adjacent 8-key tiles, rounded
          * to T (to nearest even: pack2). */
@@ -297,7 +360,7 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const int row = row0 + mt * 16 + g8 + r * 8;
             if (row >= q_len) continue;
-            const float inv = 1.0f / l;
+            const float inv = (kFP8 ? v_mul : 1.0f) / l;
             T *orow = orow0 + (int64_t)row * q_stride;
 #pragma unroll
             for (int dt = 0; dt < kDt; ++dt) {
@@ -307,6 +370,152 @@ __device__ __forceinline__ void prefill_body(T *orow0, const T *qrow0, int64_t q
                         ts::pack2<T>(o[mt][dt][2 * r] * inv, o[mt][dt][2 * r + 1] * inv);
             }
         }
+}
+
+/* The fault kinds a paged prefill reports: its own op's (the message names it). */
+struct PagedPrefillFaults {
+    int q_starts, kv_len, block_table;
+};
+
+/* A paged prefill block (attention_prefill_paged's and attention_prefill_paged_fp8's kernels):
+ * one (64 query rows of one sequence, head) tile. Sequences' tiles are numbered in order, so a
+ * block finds its sequence by walking q_starts (the batch's starts are checked on the way, by
+ * every block alike, so all agree on a bad one); blocks past the last tile exit. KV = unsigned
+ * char: an E4M3 pool whose kv head h stands for code * k_scale[h] and code * v_scale[h] (h = 0
+ * when scale_heads is 1); the 16-bit pool ignores the scales. */
+template <int DP, bool CAP, typename T, typename KV>
+__device__ __forceinline__ void paged_prefill_block(T *out, const T *q, const KV *kc, const KV *vc,
+                                                    const int32_t *q_starts, const int32_t *kv_lens,
+                                                    const ts_decode::KVPages &pages, int batch, int total_q, int nh,
+                                                    int nkv, int D, int window, float scale_log2, float softcap,
+                                                    float scale, const float *k_scale, const float *v_scale,
+                                                    int scale_heads, PagedPrefillFaults faults,
+                                                    ts::FaultRecord *fault) {
+    constexpr int kBr = Flash<DP, 1>::kBr;
+    const int h = (int)(blockIdx.x % (unsigned)nh);
+    int t = (int)(blockIdx.x / (unsigned)nh);
+    const bool first_thread = blockIdx.x == 0 && threadIdx.x == 0;
+    int prev = __ldg(q_starts);
+    if (prev != 0) {
+        if (first_thread) ts::report_fault(fault, faults.q_starts, 0, prev, total_q);
+        return;
+    }
+    int b = -1, qs = 0, q_len = 0;
+    for (int i = 0; i < batch; ++i) {
+        const int next = __ldg(q_starts + i + 1);
+        const int len = next - prev;
+        if (len < 1 || next > total_q) {
+            if (first_thread) ts::report_fault(fault, faults.q_starts, i + 1, next, total_q);
+            return;
+        }
+        const int tiles = (len + kBr - 1) / kBr;
+        if (b < 0 && t < tiles) {
+            b = i, qs = prev, q_len = len;
+        } else if (b < 0) {
+            t -= tiles;
+        }
+        prev = next;
+    }
+    if (prev != total_q) {
+        if (first_thread) ts::report_fault(fault, faults.q_starts, batch, prev, total_q);
+        return;
+    }
+    if (b < 0) return; /* past the last tile */
+    const int kv_len = __ldg(kv_lens + b), reach = pages.width << pages.shift;
+    const bool reporter = t == 0 && h == 0; /* the sequence's first block */
+    if (kv_len < q_len || kv_len > reach) {
+        if (reporter && threadIdx.x == 0) ts::report_fault(fault, faults.kv_len, b, kv_len, reach);
+        return;
+    }
+    if (!ts_decode::paged_rows_ok(pages, b, kv_len, reporter, fault, faults.block_table)) return;
+    const int kvh = h / (nh / nkv);
+    float v_mul = 1.0f;
+    if constexpr (std::is_same<KV, unsigned char>::value) {
+        /* code * k_scale: the key scale joins the scores' scale (one fp32 rounding each). */
+        const int hs = scale_heads == 1 ? 0 : kvh;
+        scale *= __ldg(k_scale + hs);
+        scale_log2 = scale * 1.4426950408889634f;
+        v_mul = __ldg(v_scale + hs);
+    }
+    const int64_t q_stride = (int64_t)nh * D, kv_stride = (int64_t)nkv * D;
+    const int64_t row0 = (int64_t)qs * nh + h;
+    prefill_body<DP, 1, true, CAP, T, KV>(out + row0 * D, q + row0 * D, q_stride, kc + (int64_t)kvh * D,
+                                          vc + (int64_t)kvh * D, kv_stride, pages,
+                                          pages.table + (int64_t)b * pages.width, t * kBr, q_len, kv_len,
+                                          kv_len - q_len, 1, window, D, scale_log2, softcap, scale, v_mul);
+}
+
+/* The most query tiles `batch` sequences of total_q rows can take: ceil(rows / kBr) each. */
+inline int64_t paged_prefill_tiles(int total_q, int batch, int kBr) { return ts::ceil_div(total_q, kBr) + batch; }
+
+/* The host checks both paged prefill entries run after their pointer checks (C: their config,
+ * whose shared fields have the same names). */
+template <typename C>
+inline void check_paged_prefill(ts::Validator &val, const C &c, const void *out, const void *q, const void *k_cache,
+                                const void *v_cache) {
+    val.dtype_storage(c.dtype, "cfg->dtype");
+    val.positive(c.batch, "cfg->batch");
+    val.positive(c.total_q, "cfg->total_q");
+    ts_decode::check_pages(val, c.num_blocks, c.block_size, c.table_width);
+    val.positive(c.n_heads, "cfg->n_heads");
+    val.positive(c.n_kv_heads, "cfg->n_kv_heads");
+    val.positive(c.head_dim, "cfg->head_dim");
+    val.scale(c.scale, "cfg->scale");
+    ts::check_window(val, c.window, true);
+    ts::check_softcap(val, c.softcap);
+    if (val.ok() && c.head_dim > 256)
+        val.fail(TS_ERR_UNSUPPORTED, "cfg->head_dim = %d: this build takes head dims up to 256", c.head_dim);
+    if (val.ok()) ts::check_heads(val, c.n_heads, c.n_kv_heads, c.head_dim);
+    /* Plain ints: nvcc's host pass mistranslates a braced list of a template argument's fields. */
+    const int total_q = c.total_q, nh = c.n_heads, nkv = c.n_kv_heads, hd = c.head_dim, nb = c.num_blocks,
+              bs = c.block_size, batch = c.batch, width = c.table_width;
+    val.elements("q", {total_q, nh, hd});
+    val.elements("k_cache", {nb, bs, nkv, hd});
+    val.elements("block_table", {batch, width});
+    if (val.ok() && paged_prefill_tiles(c.total_q, c.batch, kMinBr) * c.n_heads > 0x7fffffff)
+        val.fail(TS_ERR_UNSUPPORTED, "cfg->total_q = %d: (ceil(total_q / %d) + batch) x n_heads exceeds the grid limit",
+                 c.total_q, kMinBr);
+    if (val.ok() && !(ts::aligned16(out) && ts::aligned16(q) && ts::aligned16(k_cache) && ts::aligned16(v_cache)))
+        val.fail(TS_ERR_UNSUPPORTED, "out/q/k_cache/v_cache = %p/%p/%p/%p: this build needs 16-byte aligned buffers",
+                 out, q, k_cache, v_cache);
+}
+
+/* Launches a paged prefill: kernel_for<DP, CAP>() is the op's kernel instance for the padded
+ * head dim DP (32, 64, 80, 96, 128, 160, 192 or 256) and the cap, smem_for(DP) its dynamic shared
+ * memory; args the kernel's arguments after out, q, kc, vc. */
+template <typename KernelFor, typename... Args>
+int launch_paged_prefill(const char *op, KernelFor kernel_for, bool e4m3, int head_dim, float softcap, int total_q,
+                         int batch, int n_heads, const char *dims, cudaStream_t stream, Args... args) {
+    auto run = [&](auto dp, auto cap) -> int {
+        constexpr int DP = decltype(dp)::value;
+        using F = Flash<DP, 1>;
+        const size_t smem = e4m3 ? F::bytes_e4m3 : F::bytes;
+        if (smem > (size_t)ts::max_shared_optin())
+            return ts::set_error(TS_ERR_UNSUPPORTED,
+                                 "%s: cfg->head_dim = %d: needs %zu bytes of shared memory per block, the device "
+                                 "allows %d",
+                                 op, head_dim, smem, ts::max_shared_optin());
+        auto kernel = kernel_for(dp, cap);
+        static std::atomic<int> smem_allowed_on{-1};
+        if (smem > 48 * 1024) TS_CHECK(op, ts::allow_max_shared(op, kernel, smem_allowed_on));
+        const unsigned grid = (unsigned)(paged_prefill_tiles(total_q, batch, F::kBr) * n_heads);
+        TS_LAUNCH(op, kernel, grid, kThreads, smem, stream, dims, args...);
+        return (int)TS_OK;
+    };
+    auto with_dp = [&](auto cap) -> int {
+        const int d = head_dim;
+        if (d <= 32) return run(std::integral_constant<int, 32>{}, cap);
+        if (d <= 64) return run(std::integral_constant<int, 64>{}, cap);
+        if (d <= 80) return run(std::integral_constant<int, 80>{}, cap);
+        if (d <= 96) return run(std::integral_constant<int, 96>{}, cap);
+        if (d <= 128) return run(std::integral_constant<int, 128>{}, cap);
+        if (d <= 160) return run(std::integral_constant<int, 160>{}, cap);
+        if (d <= 192) return run(std::integral_constant<int, 192>{}, cap);
+        return run(std::integral_constant<int, 256>{}, cap);
+    };
+    /* The soft cap is the kernel's template argument CAP (prefill_body). */
+    if (softcap > 0.0f) return with_dp(std::true_type{});
+    return with_dp(std::false_type{});
 }
 
 } // namespace ts_prefill

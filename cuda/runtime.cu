@@ -454,9 +454,28 @@ void record_fault(int kind) {
     case FAULT_PREFILL_KV_LEN: record_path("attention_prefill_paged", "fault:kv_len"); break;
     case FAULT_PREFILL_BLOCK_TABLE: record_path("attention_prefill_paged", "fault:block_table"); break;
     case FAULT_MOE_ID: record_path("moe_ffn", "fault:id"); break;
+    case FAULT_PAGED_FP8_CACHE_LEN: record_path("attention_decode_paged_fp8", "fault:cache_len"); break;
+    case FAULT_PAGED_FP8_BLOCK_TABLE: record_path("attention_decode_paged_fp8", "fault:block_table"); break;
+    case FAULT_PREFILL_FP8_Q_STARTS: record_path("attention_prefill_paged_fp8", "fault:q_starts"); break;
+    case FAULT_PREFILL_FP8_KV_LEN: record_path("attention_prefill_paged_fp8", "fault:kv_len"); break;
+    case FAULT_PREFILL_FP8_BLOCK_TABLE: record_path("attention_prefill_paged_fp8", "fault:block_table"); break;
     case FAULT_SAMPLE_LOGIT: record_path("sample", "fault:logit"); break;
     case FAULT_SAMPLE_ALL_NEG_INF: record_path("sample", "fault:all_neg_inf"); break;
     default: record_path("?", "fault:" + std::to_string(kind)); break;
+    }
+}
+
+/* The paged attention op whose kernel reported a fault of this kind. */
+const char *paged_op(int kind) {
+    switch (kind) {
+    case FAULT_PAGED_CACHE_LEN:
+    case FAULT_PAGED_BLOCK_TABLE: return "attention_decode_paged";
+    case FAULT_PAGED_FP8_CACHE_LEN:
+    case FAULT_PAGED_FP8_BLOCK_TABLE: return "attention_decode_paged_fp8";
+    case FAULT_PREFILL_FP8_Q_STARTS:
+    case FAULT_PREFILL_FP8_KV_LEN:
+    case FAULT_PREFILL_FP8_BLOCK_TABLE: return "attention_prefill_paged_fp8";
+    default: return "attention_prefill_paged";
     }
 }
 
@@ -500,29 +519,28 @@ int check_faults(const char *op, cudaStream_t st) {
                          f.value, f.bound);
     /* Worded as the cpu backend words them (engine/backend/cpu/paged.go). */
     case FAULT_PAGED_CACHE_LEN:
-        return set_error(TS_ERR_INDEX,
-                         "attention_decode_paged: cache_lens[%d] = %d: must be in [1, %d] (table_width x block_size)",
-                         f.index, f.value, f.bound);
+    case FAULT_PAGED_FP8_CACHE_LEN:
+        return set_error(TS_ERR_INDEX, "%s: cache_lens[%d] = %d: must be in [1, %d] (table_width x block_size)",
+                         paged_op(f.kind), f.index, f.value, f.bound);
     case FAULT_PAGED_BLOCK_TABLE:
-        return set_error(TS_ERR_INDEX,
-                         "attention_decode_paged: block_table[%d] = %d: must be in [0, %d) (num_blocks), or past the "
-                         "sequence's pages",
-                         f.index, f.value, f.bound);
-    case FAULT_PREFILL_Q_STARTS:
-        return set_error(TS_ERR_INDEX,
-                         "attention_prefill_paged: q_starts[%d] = %d: must be 0 at 0, then above the previous start "
-                         "and at most %d, the last exactly that (every sequence has a new token; q's rows)",
-                         f.index, f.value, f.bound);
-    case FAULT_PREFILL_KV_LEN:
-        return set_error(TS_ERR_INDEX,
-                         "attention_prefill_paged: kv_lens[%d] = %d: must be at least its new tokens and at most %d "
-                         "(table_width x block_size)",
-                         f.index, f.value, f.bound);
     case FAULT_PREFILL_BLOCK_TABLE:
+    case FAULT_PAGED_FP8_BLOCK_TABLE:
+    case FAULT_PREFILL_FP8_BLOCK_TABLE:
         return set_error(TS_ERR_INDEX,
-                         "attention_prefill_paged: block_table[%d] = %d: must be in [0, %d) (num_blocks), or past the "
-                         "sequence's pages",
-                         f.index, f.value, f.bound);
+                         "%s: block_table[%d] = %d: must be in [0, %d) (num_blocks), or past the sequence's pages",
+                         paged_op(f.kind), f.index, f.value, f.bound);
+    case FAULT_PREFILL_Q_STARTS:
+    case FAULT_PREFILL_FP8_Q_STARTS:
+        return set_error(TS_ERR_INDEX,
+                         "%s: q_starts[%d] = %d: must be 0 at 0, then above the previous start and at most %d, the "
+                         "last exactly that (every sequence has a new token; q's rows)",
+                         paged_op(f.kind), f.index, f.value, f.bound);
+    case FAULT_PREFILL_KV_LEN:
+    case FAULT_PREFILL_FP8_KV_LEN:
+        return set_error(TS_ERR_INDEX,
+                         "%s: kv_lens[%d] = %d: must be at least its new tokens and at most %d (table_width x "
+                         "block_size)",
+                         paged_op(f.kind), f.index, f.value, f.bound);
     case FAULT_MOE_ID:
         return set_error(TS_ERR_INDEX, "moe_ffn: ids[%d] = %d: must be in [0, %d) (the experts of gate_up)", f.index,
                          f.value, f.bound);

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 25
+#define TS_ABI_VERSION 26
 
 typedef enum {
     TS_OK = 0,
@@ -373,6 +373,48 @@ typedef struct {
     float softcap; /* 0: none; > 0: soft-capping of the scaled scores (above) */
 } ts_paged_prefill_config;
 
+/* attention_decode_paged_fp8 and attention_prefill_paged_fp8: attention_decode_paged and
+ * attention_prefill_paged over a paged E4M3 pool (vLLM's paged cache with kv_cache_dtype "fp8").
+ * k/v caches [num_blocks, block_size, n_kv_heads, head_dim] of codes stand for the keys code *
+ * k_scale[h] and values code * v_scale[h] (h the kv head, 0 when scale_heads is 1; k_scale,
+ * v_scale fp32 [scale_heads] on the device, scale_heads 1 or n_kv_heads), as attention_decode_fp8's
+ * contiguous caches; the pages are appended by set_rows_fp8 on the pool viewed as [num_blocks *
+ * block_size, n_kv_heads * head_dim]. Every other argument, check and fault is the 16-bit paged
+ * op's; q and out in dtype (TS_F16 or TS_BF16), fp32 math, one rounding of out. The decode reads
+ * head dims 32, 64, 96 and 128 and refuses others as unsupported; the prefill takes head dims
+ * that are multiples of 8 up to 256. Unfused equivalent: the pool dequantised to fp32
+ * values, then the 16-bit paged op's arithmetic over them. */
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int num_blocks;
+    int block_size;
+    int table_width;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale;
+    int window;    /* as ts_paged_decode_config's */
+    float softcap; /* as ts_paged_decode_config's */
+    int scale_heads;
+} ts_paged_decode_fp8_config;
+
+typedef struct {
+    ts_dtype dtype;
+    int batch;
+    int total_q;
+    int num_blocks;
+    int block_size;
+    int table_width;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    float scale;
+    int window;    /* as ts_paged_prefill_config's */
+    float softcap; /* as ts_paged_prefill_config's */
+    int scale_heads;
+} ts_paged_prefill_fp8_config;
+
 /* swiglu_ffn: x [rows, hidden], w_gate/w_up [ffn, hidden], w_down [hidden, ffn]. The gate, up
  * and activation intermediates are stored in dtype in a library workspace that grows to the
  * largest request and is reused, never allocated per call. */
@@ -697,6 +739,13 @@ int ts_attention_decode_paged(void *out, const void *q, const void *k_cache, con
 int ts_attention_prefill_paged(void *out, const void *q, const void *k_cache, const void *v_cache,
                                const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
                                const ts_paged_prefill_config *cfg, void *stream);
+int ts_attention_decode_paged_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
+                                  const int32_t *block_table, const int32_t *cache_lens, const float *k_scale,
+                                  const float *v_scale, const ts_paged_decode_fp8_config *cfg, void *stream);
+int ts_attention_prefill_paged_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
+                                   const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
+                                   const float *k_scale, const float *v_scale, const ts_paged_prefill_fp8_config *cfg,
+                                   void *stream);
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream);
 int ts_softmax(void *out, const void *x, const ts_softmax_config *cfg, void *stream);
 int ts_quant_fp8(void *out, float *scales, const void *x, const float *scale, const ts_quant_config *cfg,

@@ -580,6 +580,49 @@ int main(void) {
         expect("decode_fp8 per-tensor valid", ts_attention_decode_fp8(P, P, P, P, P, sc, sc, &d1, NULL),
                TS_ERR_NOT_INITIALIZED, "attention_decode_fp8", "ts_init", NULL);
     }
+    /* attention_decode_paged_fp8 and attention_prefill_paged_fp8 (ABI v26): the paged checks
+     * under their names, the scales, their heads, the decode's head dims. */
+    {
+        const int32_t *tb = (const int32_t *)P;
+        const float *sc = (const float *)P;
+        ts_paged_decode_fp8_config pg = {TS_BF16, 2, 64, 16, 8, 32, 8, 64, 0.125f, 0, 0.0f, 8};
+        expect("decode_paged_fp8 valid", ts_attention_decode_paged_fp8(P, P, P, P, tb, tb, sc, sc, &pg, NULL),
+               TS_ERR_NOT_INITIALIZED, "attention_decode_paged_fp8", "ts_init", NULL);
+        expect("decode_paged_fp8 null k_scale", ts_attention_decode_paged_fp8(P, P, P, P, tb, tb, NULL, sc, &pg, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged_fp8", "k_scale", "NULL");
+        ts_paged_decode_fp8_config p24 = pg;
+        p24.block_size = 24;
+        expect("decode_paged_fp8 block_size 24", ts_attention_decode_paged_fp8(P, P, P, P, tb, tb, sc, sc, &p24, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_decode_paged_fp8", "block_size", "24");
+        ts_paged_decode_fp8_config ph = pg;
+        ph.scale_heads = 4;
+        expect("decode_paged_fp8 scale_heads 4 of 8 kv heads",
+               ts_attention_decode_paged_fp8(P, P, P, P, tb, tb, sc, sc, &ph, NULL), TS_ERR_INVALID_ARGUMENT,
+               "attention_decode_paged_fp8", "scale_heads", "4");
+        ts_paged_decode_fp8_config pd = pg;
+        pd.head_dim = 80;
+        expect("decode_paged_fp8 head_dim 80", ts_attention_decode_paged_fp8(P, P, P, P, tb, tb, sc, sc, &pd, NULL),
+               TS_ERR_UNSUPPORTED, "attention_decode_paged_fp8", "head_dim", "80");
+        ts_paged_prefill_fp8_config pp = {TS_F16, 3, 300, 64, 16, 8, 14, 2, 64, 0.125f, 0, 0.0f, 1};
+        expect("prefill_paged_fp8 valid", ts_attention_prefill_paged_fp8(P, P, P, P, tb, tb, tb, sc, sc, &pp, NULL),
+               TS_ERR_NOT_INITIALIZED, "attention_prefill_paged_fp8", "ts_init", NULL);
+        expect("prefill_paged_fp8 null v_scale",
+               ts_attention_prefill_paged_fp8(P, P, P, P, tb, tb, tb, sc, NULL, &pp, NULL), TS_ERR_INVALID_ARGUMENT,
+               "attention_prefill_paged_fp8", "v_scale", "NULL");
+        ts_paged_prefill_fp8_config pt = pp;
+        pt.total_q = 0;
+        expect("prefill_paged_fp8 total_q 0", ts_attention_prefill_paged_fp8(P, P, P, P, tb, tb, tb, sc, sc, &pt, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged_fp8", "total_q", "0");
+        ts_paged_prefill_fp8_config ps = pp;
+        ps.scale_heads = 3;
+        expect("prefill_paged_fp8 scale_heads 3 of 2 kv heads",
+               ts_attention_prefill_paged_fp8(P, P, P, P, tb, tb, tb, sc, sc, &ps, NULL), TS_ERR_INVALID_ARGUMENT,
+               "attention_prefill_paged_fp8", "scale_heads", "3");
+        ts_paged_prefill_fp8_config pc = pp;
+        pc.softcap = -1.0f;
+        expect("prefill_paged_fp8 softcap -1", ts_attention_prefill_paged_fp8(P, P, P, P, tb, tb, tb, sc, sc, &pc, NULL),
+               TS_ERR_INVALID_ARGUMENT, "attention_prefill_paged_fp8", "softcap", "-1");
+    }
     /* softcap (ABI v24): 0 or positive and finite, checked by every attention entry. */
     {
         const int32_t *tb = (const int32_t *)P;

@@ -140,6 +140,14 @@ type Kernels interface {
 	// attends causally to positions 0 .. kvLens[b] - qLen + i. Unfused equivalent: each
 	// sequence's pages gathered, then causal attention with the prefix offset.
 	AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens Buffer, cfg AttentionConfig) error
+	// AttentionDecodePagedFP8 is AttentionDecodePaged over an f8e4m3 pool whose codes stand for
+	// code · kScale[h] and code · vScale[h] as AttentionDecodeFP8's (vLLM's paged cache with
+	// kv_cache_dtype "fp8"; the append is SetRowsFP8 on the pool viewed as rows). Unfused
+	// equivalent: the pool dequantised to f32, then AttentionDecodePaged's arithmetic.
+	AttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale Buffer, cfg AttentionConfig) error
+	// AttentionPrefillPagedFP8 is AttentionPrefillPaged over an f8e4m3 pool with
+	// AttentionDecodePagedFP8's scales: chunked prefill and prefix caching against an FP8 cache.
+	AttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale Buffer, cfg AttentionConfig) error
 	// SwiGLU computes out = silu(gate) * up elementwise.
 	SwiGLU(out, gate, up Buffer) error
 	// GeGLU computes out = GELU(gate) * up elementwise, the exact GELU or (tanh) the tanh form
@@ -324,6 +332,7 @@ var Ops = []string{
 	"pos_embedding", "embedding", "set_rows", "gemm", "softmax", "logit_softcap",
 	"quant_fp8", "gemm_fp8", "rmsnorm_quant_fp8", "swiglu_quant_fp8", "gemm_w4a16", "set_rows_fp8",
 	"attention_decode_fp8", "attention_decode_paged", "attention_prefill_paged",
+	"attention_decode_paged_fp8", "attention_prefill_paged_fp8",
 	"moe_router", "moe_ffn", "moe_shared_add",
 }
 

@@ -255,14 +255,30 @@ const MaxPageSize = 256
 // CheckAttentionDecodePaged validates decode attention through a block table into a pool of
 // pages [num_blocks, block_size, n_kv_heads, head_dim].
 func CheckAttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens Buffer, cfg AttentionConfig) error {
-	c := Validate("attention_decode_paged")
+	return checkDecodePaged(Validate("attention_decode_paged"), out, q, kCache, vCache, blockTable, cacheLens, cfg, false)
+}
+
+// CheckAttentionDecodePagedFP8 validates decode attention through a block table into an
+// f8e4m3 pool with f32 [1] or [n_kv_heads] key and value scales.
+func CheckAttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_decode_paged_fp8")
+	if err := checkDecodePaged(c, out, q, kCache, vCache, blockTable, cacheLens, cfg, true); err != nil {
+		return err
+	}
+	checkKVScales(c, kScale, vScale, cfg)
+	return c.Err()
+}
+
+// checkDecodePaged is attention_decode_paged's check under c's op name, its pool of codes when
+// codes.
+func checkDecodePaged(c *Check, out, q, kCache, vCache, blockTable, cacheLens Buffer, cfg AttentionConfig, codes bool) error {
 	checkHeads(c, cfg)
 	c.Storage("q", q)
 	c.Rank("q", q, 3)
 	if c.Err() == nil {
 		b := q.Shape()[0]
 		c.Shape("q", q, []int{b, cfg.NumHeads, cfg.HeadDim}, "[batch, n_heads, head_dim]")
-		checkPagedPool(c, kCache, vCache, blockTable, b, cfg)
+		checkPagedPool(c, kCache, vCache, blockTable, b, cfg, codes)
 		c.DType("cache_lens", cacheLens, tensor.I32)
 		c.Shape("cache_lens", cacheLens, []int{b}, "one length per sequence")
 		c.Same("out", out)
@@ -272,9 +288,17 @@ func CheckAttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLens Buf
 }
 
 // checkPagedPool checks a paged pool [num_blocks, block_size, n_kv_heads, head_dim] (k_cache,
-// and v_cache of the same shape and dtype as q, checked by the caller) and its block table [batch, width].
-func checkPagedPool(c *Check, kCache, vCache, blockTable Buffer, batch int, cfg AttentionConfig) {
-	c.Same("k_cache", kCache)
+// and v_cache of the same shape, both of q's dtype, checked by the caller, or both f8e4m3 when
+// codes) and its block table [batch, width].
+func checkPagedPool(c *Check, kCache, vCache, blockTable Buffer, batch int, cfg AttentionConfig, codes bool) {
+	poolDType := func(arg string, b Buffer) {
+		if codes {
+			c.DType(arg, b, tensor.F8E4M3)
+		} else {
+			c.Same(arg, b)
+		}
+	}
+	poolDType("k_cache", kCache)
 	c.Rank("k_cache", kCache, 4)
 	c.DType("block_table", blockTable, tensor.I32)
 	c.Rank("block_table", blockTable, 2)
@@ -286,7 +310,7 @@ func checkPagedPool(c *Check, kCache, vCache, blockTable Buffer, batch int, cfg 
 		"its dim 1 is the page size %d: want a power of two in [1, %d]", bs, MaxPageSize)
 	pool := []int{nb, bs, cfg.NumKVHeads, cfg.HeadDim}
 	c.Shape("k_cache", kCache, pool, "[num_blocks, block_size, n_kv_heads, head_dim]")
-	c.Same("v_cache", vCache)
+	poolDType("v_cache", vCache)
 	c.Shape("v_cache", vCache, pool, "the shape of k_cache")
 	c.That(blockTable.Shape()[0] == batch && blockTable.Shape()[1] >= 1, "block_table", describe(blockTable),
 		"want [batch = %d, table_width >= 1]", batch)
@@ -295,7 +319,23 @@ func checkPagedPool(c *Check, kCache, vCache, blockTable Buffer, batch int, cfg 
 // CheckAttentionPrefillPaged validates prefill of new tokens q [T, n_heads, head_dim] against
 // paged caches, with q_starts [batch + 1] and kv_lens [batch] (int32).
 func CheckAttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens Buffer, cfg AttentionConfig) error {
-	c := Validate("attention_prefill_paged")
+	return checkPrefillPaged(Validate("attention_prefill_paged"), out, q, kCache, vCache, blockTable, qStarts, kvLens, cfg, false)
+}
+
+// CheckAttentionPrefillPagedFP8 validates paged prefill against an f8e4m3 pool with f32 [1] or
+// [n_kv_heads] key and value scales.
+func CheckAttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale Buffer, cfg AttentionConfig) error {
+	c := Validate("attention_prefill_paged_fp8")
+	if err := checkPrefillPaged(c, out, q, kCache, vCache, blockTable, qStarts, kvLens, cfg, true); err != nil {
+		return err
+	}
+	checkKVScales(c, kScale, vScale, cfg)
+	return c.Err()
+}
+
+// checkPrefillPaged is attention_prefill_paged's check under c's op name, its pool of codes
+// when codes.
+func checkPrefillPaged(c *Check, out, q, kCache, vCache, blockTable, qStarts, kvLens Buffer, cfg AttentionConfig, codes bool) error {
 	checkHeads(c, cfg)
 	c.Storage("q", q)
 	c.Rank("q", q, 3)
@@ -306,7 +346,7 @@ func CheckAttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvL
 	}
 	t, batch := q.Shape()[0], kvLens.Shape()[0]
 	c.Shape("q", q, []int{t, cfg.NumHeads, cfg.HeadDim}, "[tokens, n_heads, head_dim]")
-	checkPagedPool(c, kCache, vCache, blockTable, batch, cfg)
+	checkPagedPool(c, kCache, vCache, blockTable, batch, cfg, codes)
 	c.DType("q_starts", qStarts, tensor.I32)
 	c.Shape("q_starts", qStarts, []int{batch + 1}, "one start per sequence and the end")
 	c.Same("out", out)
@@ -333,20 +373,7 @@ func CheckAttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale B
 		c.Shape("v_cache", vCache, cache, "the shape of k_cache")
 		c.DType("cache_lens", cacheLens, tensor.I32)
 		c.Shape("cache_lens", cacheLens, []int{b}, "one length per sequence")
-		for _, s := range []struct {
-			name string
-			buf  Buffer
-		}{{"k_scale", kScale}, {"v_scale", vScale}} {
-			c.DType(s.name, s.buf, tensor.F32)
-			if c.Err() == nil {
-				n := tensor.NumElements(s.buf.Shape())
-				c.That(len(s.buf.Shape()) == 1 && (n == 1 || n == cfg.NumKVHeads), s.name, describe(s.buf),
-					"want [1] (per tensor) or [%d] (one a kv head)", cfg.NumKVHeads)
-			}
-		}
-		if c.Err() == nil {
-			c.That(kScale.Shape()[0] == vScale.Shape()[0], "v_scale", describe(vScale), "want k_scale's shape %v", kScale.Shape())
-		}
+		checkKVScales(c, kScale, vScale, cfg)
 		c.Same("out", out)
 		c.Shape("out", out, q.Shape(), "the shape of q")
 	}
@@ -902,4 +929,23 @@ func CheckMoESharedAdd(out, routed, shared, x, gate Buffer) error {
 		c.Shape("out", out, x.Shape(), "the shape of x")
 	}
 	return c.Err()
+}
+
+// checkKVScales checks an FP8 cache's key and value scales: f32 [1] (per tensor) or
+// [n_kv_heads], both of one shape.
+func checkKVScales(c *Check, kScale, vScale Buffer, cfg AttentionConfig) {
+	for _, s := range []struct {
+		name string
+		buf  Buffer
+	}{{"k_scale", kScale}, {"v_scale", vScale}} {
+		c.DType(s.name, s.buf, tensor.F32)
+		if c.Err() == nil {
+			n := tensor.NumElements(s.buf.Shape())
+			c.That(len(s.buf.Shape()) == 1 && (n == 1 || n == cfg.NumKVHeads), s.name, describe(s.buf),
+				"want [1] (per tensor) or [%d] (one a kv head)", cfg.NumKVHeads)
+		}
+	}
+	if c.Err() == nil {
+		c.That(kScale.Shape()[0] == vScale.Shape()[0], "v_scale", describe(vScale), "want k_scale's shape %v", kScale.Shape())
+	}
 }

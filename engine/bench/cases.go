@@ -171,6 +171,10 @@ func Cases() []Case {
 		// heads, and 2048 tokens from an empty prefix at Qwen2.5-0.5B's (attention_prefill's shape).
 		prefillPaged("attention_prefill_paged llama3.2-1b 512 new on 3584 page 16", 512, 4096, 16, 32, 8, 64),
 		prefillPaged("attention_prefill_paged qwen2.5-0.5b S=2048 page 16", 2048, 2048, 16, 14, 2, 64),
+		// The same through a paged E4M3 pool (per-head scales): half the cache bytes.
+		pagedFP8(decodePaged("attention_decode_paged_fp8 qwen2.5-0.5b B=16 L=4096 page 16", 16, 4096, 16, 14, 2, 64)),
+		pagedFP8(decodePaged("attention_decode_paged_fp8 llama3-8b gqa4 d128 B=4 L=4096 page 16", 4, 4096, 16, 32, 8, 128)),
+		pagedFP8(prefillPaged("attention_prefill_paged_fp8 llama3.2-1b 512 new on 3584 page 16", 512, 4096, 16, 32, 8, 64)),
 		decode("attention_decode phi3-mini B=4 L=4096", 4, 4096, 32, 32, 96),
 		decode("attention_decode qwen2.5-0.5b B=16 L=4096", 16, 4096, 14, 2, 64),
 		// The GQA shape at one sequence and at a shorter cache (fewer, longer key splits), and
@@ -326,6 +330,25 @@ func prefillPaged(name string, t, l, bs, nH, nKV, d int) Case {
 			in("kv_lens", tensor.I32, []int{1}, conformance.Const(float64(l)))},
 		Bytes: 2*elems(l, nKV, d)*f16 + 2*elems(t, nH, d)*f16,
 	}
+}
+
+// pagedFP8 is a paged attention case over an E4M3 pool instead of a 16-bit one (its name
+// already the FP8 op's): the codes drawn as decodeFP8 draws them, per-head scales, half the
+// pool's bytes.
+func pagedFP8(c Case) Case {
+	c.Op += "_fp8"
+	var pool []int
+	for i, spec := range c.Inputs {
+		if spec.Name == "k_cache" || spec.Name == "v_cache" {
+			c.Inputs[i] = in(spec.Name, tensor.F8E4M3, spec.Shape, normal(100, 0))
+			pool = spec.Shape
+		}
+	}
+	nKV := pool[2]
+	c.Inputs = append(c.Inputs, in("k_scale", tensor.F32, []int{nKV}, normal(0.0002, 0.002)),
+		in("v_scale", tensor.F32, []int{nKV}, normal(0.001, 0.01)))
+	c.Bytes -= elems(pool...) * 2 * (f16 - 1)
+	return c
 }
 
 // decodeFP8 is decode over E4M3 caches with per-head scales: one byte a cached value.

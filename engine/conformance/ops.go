@@ -460,6 +460,28 @@ func init() {
 		c.do(func() error { return c.b.AttentionPrefillPaged(out, q, kc, vc, table, starts, lens, cfg) })
 		c.output("out", out)
 	})
+	register("attention_decode_paged_fp8", func(c *call) {
+		var p decodeParams
+		c.params(&p)
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
+		q, kc, vc := c.input("q"), c.input("k_cache"), c.input("v_cache")
+		table, lens := c.input("block_table"), c.input("cache_lens")
+		ks, vs := c.input("k_scale"), c.input("v_scale")
+		out := c.like(q)
+		c.do(func() error { return c.b.AttentionDecodePagedFP8(out, q, kc, vc, table, lens, ks, vs, cfg) })
+		c.output("out", out)
+	})
+	register("attention_prefill_paged_fp8", func(c *call) {
+		var p decodeParams
+		c.params(&p)
+		cfg := backend.AttentionConfig{NumHeads: p.NumHeads, NumKVHeads: p.NumKVHeads, HeadDim: p.HeadDim, Causal: true, Scale: p.Scale, Window: p.Window, Softcap: p.Softcap}
+		q, kc, vc := c.input("q"), c.input("k_cache"), c.input("v_cache")
+		table, starts, lens := c.input("block_table"), c.input("q_starts"), c.input("kv_lens")
+		ks, vs := c.input("k_scale"), c.input("v_scale")
+		out := c.like(q)
+		c.do(func() error { return c.b.AttentionPrefillPagedFP8(out, q, kc, vc, table, starts, lens, ks, vs, cfg) })
+		c.output("out", out)
+	})
 	register("swiglu", func(c *call) {
 		c.params(&noParams{})
 		g, u := c.input("gate"), c.input("up")

@@ -44,6 +44,24 @@ var badCalls = []badCall{
 		return b.AttentionDecodeFP8(out, f16(1, 4, 64), alloc(tensor.F8E4M3, 1, 8, 2, 64), alloc(tensor.F8E4M3, 1, 8, 2, 64),
 			i32(8), alloc(tensor.F32, 2), alloc(tensor.F32, 3), cfg)
 	}, []int{1, 4, 64}},
+	{"attention_prefill_paged_fp8", "k_cache", "f16[4,8,2,64]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
+		// a 16-bit pool handed to the E4M3 op: refused by name, never read as codes
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Causal: true, Scale: 0.125}
+		var free []backend.Buffer
+		defer func() {
+			for _, x := range free {
+				x.Free()
+			}
+		}()
+		alloc := func(dt tensor.DType, shape ...int) backend.Buffer {
+			x, err := b.Alloc(dt, shape...)
+			Expect(err).NotTo(HaveOccurred())
+			free = append(free, x)
+			return x
+		}
+		return b.AttentionPrefillPagedFP8(out, f16(5, 4, 64), f16(4, 8, 2, 64), f16(4, 8, 2, 64), alloc(tensor.I32, 2, 2),
+			i32(0, 3, 5), i32(8, 10), alloc(tensor.F32, 2), alloc(tensor.F32, 2), cfg)
+	}, []int{5, 4, 64}},
 	{"gemm_w4a16", "qweight", "i32[8]", func(b backend.Backend, out backend.Buffer, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer) error {
 		// a packed weight of one dimension: the words of a [K, N/8] AWQ qweight, flattened
 		return b.GemmW4A16(out, f16(1, 256), i32(1, 2, 3, 4, 5, 6, 7, 8), i32(1), f16(2, 64), nil, backend.W4AWQ, 128)
@@ -338,6 +356,37 @@ var indexCalls = []indexCall{
 		out := f16(5, 4, 80)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 80, Causal: true, Scale: 0.125}
 		return out, b.AttentionPrefillPaged(out, f16(5, 4, 80), f16(4, 8, 2, 80), f16(4, 8, 2, 80), shaped([]int{2, 2}, 0, 1, 2, 4), i32(0, 3, 5), i32(8, 10), cfg)
+	}},
+	// The paged E4M3 ops read the same device data under their own names.
+	{"attention_decode_paged_fp8", "a block table entry past an E4M3 pool", "block_table[1]", "5", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 4, 64)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
+		return out, b.AttentionDecodePagedFP8(out, f16(2, 4, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64),
+			shaped([]int{2, 2}, 0, 5, 1, 2), i32(16, 9), zeros(tensor.F32, 2), zeros(tensor.F32, 2), cfg)
+	}},
+	{"attention_decode_paged_fp8", "a cache length past an E4M3 table's reach", "cache_lens[1]", "17", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(2, 4, 128)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 1, HeadDim: 128, Scale: 0.125}
+		return out, b.AttentionDecodePagedFP8(out, f16(2, 4, 128), zeros(tensor.F8E4M3, 4, 8, 1, 128), zeros(tensor.F8E4M3, 4, 8, 1, 128),
+			shaped([]int{2, 2}, 0, 1, 2, 3), i32(16, 17), zeros(tensor.F32, 1), zeros(tensor.F32, 1), cfg)
+	}},
+	{"attention_prefill_paged_fp8", "a sequence without new tokens in q_starts (E4M3 pool)", "q_starts[2]", "3", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(5, 4, 64)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Causal: true, Scale: 0.125}
+		return out, b.AttentionPrefillPagedFP8(out, f16(5, 4, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64),
+			shaped([]int{3, 1}, 0, 1, 2), i32(0, 3, 3, 5), i32(3, 1, 2), zeros(tensor.F32, 2), zeros(tensor.F32, 2), cfg)
+	}},
+	{"attention_prefill_paged_fp8", "a length under its new tokens (E4M3 pool)", "kv_lens[1]", "1", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(5, 4, 64)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Causal: true, Scale: 0.125}
+		return out, b.AttentionPrefillPagedFP8(out, f16(5, 4, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64),
+			shaped([]int{2, 1}, 0, 1), i32(0, 3, 5), i32(8, 1), zeros(tensor.F32, 1), zeros(tensor.F32, 1), cfg)
+	}},
+	{"attention_prefill_paged_fp8", "a block table entry past an E4M3 pool", "block_table[3]", "4", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+		out := f16(5, 4, 80)
+		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 80, Causal: true, Scale: 0.125}
+		return out, b.AttentionPrefillPagedFP8(out, f16(5, 4, 80), zeros(tensor.F8E4M3, 4, 8, 2, 80), zeros(tensor.F8E4M3, 4, 8, 2, 80),
+			shaped([]int{2, 2}, 0, 1, 2, 4), i32(0, 3, 5), i32(8, 10), zeros(tensor.F32, 2), zeros(tensor.F32, 2), cfg)
 	}},
 	// The 4-bit GEMM: at a decode row (the fused gemv) and at 17 rows (the dequantiser).
 	{"gemm_w4a16", "a GPTQ group index past the groups", "g_idx[9]", "2", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {

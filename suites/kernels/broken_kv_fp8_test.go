@@ -117,35 +117,11 @@ func (k brokenKVFP8) AttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScal
 	if err := backend.CheckAttentionDecodeFP8(out, q, kCache, vCache, cacheLens, kScale, vScale, cfg); err != nil {
 		return err
 	}
-	var err error
-	if k.bug.noKeyScale {
-		if kScale, err = mutated(k, kScale, func(t *tensor.Tensor) {
-			for i := range t.F32 {
-				t.F32[i] = 1
-			}
-		}); err != nil {
-			return err
-		}
-		defer kScale.Free()
+	kCache, kScale, vScale, free, err := misreadCodes(k, k.bug, kCache, kScale, vScale)
+	if err != nil {
+		return err
 	}
-	if k.bug.headZeroScale {
-		if vScale, err = mutated(k, vScale, headZero); err != nil {
-			return err
-		}
-		defer vScale.Free()
-	}
-	if k.bug.flipKeyCode {
-		if kCache, err = mutated(k, kCache, func(t *tensor.Tensor) {
-			for i, c := range t.F8 {
-				if c&0x7F != 0x7E { // keep the codes off NaN (0x7F)
-					t.F8[i] = c ^ 1
-				}
-			}
-		}); err != nil {
-			return err
-		}
-		defer kCache.Free()
-	}
+	defer free()
 	if k.bug.pastLength {
 		maxLen := int32(kCache.Shape()[1])
 		if cacheLens, err = mutated(k, cacheLens, func(t *tensor.Tensor) {

@@ -17,22 +17,25 @@ import (
 // cap · tanh(s / cap) before the mask): each variant is a soft-capping bug as kernels write it,
 // and the capped committed case of each op must reject it. The cap ignored and the cap applied
 // to the unscaled q·k (cap · tanh(q·k / cap) · scale, which is a cap of cap · scale on the
-// scaled scores) change the cap the correct CPU ops see, in all six attention ops; the cap
+// scaled scores) change the cap the correct CPU ops see, in all eight attention ops; the cap
 // applied after the mask (masked keys at -cap instead of -inf: visible where most of a row is
 // masked and its visible scores sit near -cap) and tanh replaced by a clamp to +-cap need the
 // scores themselves, so they are planted in a host fp64 attention of attention_prefill and
 // attention_scores_softmax (capAttention), whose bug-free form must pass.
 var _ = Describe("tolerance tightness", harness.Tightness, func() {
 	cases := map[string]string{ // a capped case of each op that must catch every variant
-		"attention_prefill":        "gemma2-27b-4heads_s24_w7_cap50",
-		"attention_decode":         "gemma2-27b-4heads_len70_w9_cap50",
-		"attention_decode_paged":   "gemma2-9b-4heads_bs16_lens33-5_cap50",
-		"attention_prefill_paged":  "gemma2-27b-4heads_bs16_pre20_new12_cap50",
-		"attention_decode_fp8":     "gemma2-27b-8heads_per-head_len48_cap50",
-		"attention_scores_softmax": "gemma2-2b_s10_cap50",
+		"attention_prefill":           "gemma2-27b-4heads_s24_w7_cap50",
+		"attention_decode":            "gemma2-27b-4heads_len70_w9_cap50",
+		"attention_decode_paged":      "gemma2-9b-4heads_bs16_lens33-5_cap50",
+		"attention_prefill_paged":     "gemma2-27b-4heads_bs16_pre20_new12_cap50",
+		"attention_decode_fp8":        "gemma2-27b-8heads_per-head_len48_cap50",
+		"attention_scores_softmax":    "gemma2-2b_s10_cap50",
+		"attention_decode_paged_fp8":  "gemma2-27b-4heads_per-head_bs8_len13_cap50",
+		"attention_prefill_paged_fp8": "gemma2-27b-2heads_bs8_pre5_new6_per-tensor_cap50",
 	}
 	for _, op := range []string{"attention_prefill", "attention_decode", "attention_decode_paged",
-		"attention_prefill_paged", "attention_decode_fp8", "attention_scores_softmax"} {
+		"attention_prefill_paged", "attention_decode_fp8", "attention_scores_softmax",
+		"attention_decode_paged_fp8", "attention_prefill_paged_fp8"} {
 		entries := []TableEntry{
 			Entry(op+": the soft cap ignored", capIgnored),
 			Entry(op+": the cap applied to the unscaled q·k (cap · tanh(q·k / cap) · scale)", capUnscaled),
@@ -240,4 +243,12 @@ func (k brokenCap) AttentionPrefillPaged(out, q, kc, vc, table, starts, lens bac
 
 func (k brokenCap) AttentionDecodeFP8(out, q, kc, vc, lens, ks, vs backend.Buffer, cfg backend.AttentionConfig) error {
 	return k.Backend.AttentionDecodeFP8(out, q, kc, vc, lens, ks, vs, k.bug.config(cfg))
+}
+
+func (k brokenCap) AttentionDecodePagedFP8(out, q, kc, vc, table, lens, ks, vs backend.Buffer, cfg backend.AttentionConfig) error {
+	return k.Backend.AttentionDecodePagedFP8(out, q, kc, vc, table, lens, ks, vs, k.bug.config(cfg))
+}
+
+func (k brokenCap) AttentionPrefillPagedFP8(out, q, kc, vc, table, starts, lens, ks, vs backend.Buffer, cfg backend.AttentionConfig) error {
+	return k.Backend.AttentionPrefillPagedFP8(out, q, kc, vc, table, starts, lens, ks, vs, k.bug.config(cfg))
 }

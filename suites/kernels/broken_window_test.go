@@ -20,8 +20,12 @@ var _ = Describe("tolerance tightness", harness.Tightness, func() {
 		"attention_decode":        "gqa7_d64_b3_lens1-64-300_w64",
 		"attention_decode_paged":  "qwen2.5-0.5b_bs16_lens45-200_w40",
 		"attention_prefill_paged": "gqa7_d64_bs16_pre100-70-0_new40-1-20_w48",
+		// over E4M3 pools: a window starting 5 into the first page, one 14 into the second
+		"attention_decode_paged_fp8":  "d32-mqa16_bs16_len45_per-tensor_w40",
+		"attention_prefill_paged_fp8": "gqa2_d64_bs8_pre22-12_new6-1_per-tensor_w9",
 	}
-	for _, op := range []string{"attention_prefill", "attention_decode", "attention_decode_paged", "attention_prefill_paged"} {
+	for _, op := range []string{"attention_prefill", "attention_decode", "attention_decode_paged", "attention_prefill_paged",
+		"attention_decode_paged_fp8", "attention_prefill_paged_fp8"} {
 		DescribeTable("rejects a deliberately broken sliding window in "+op,
 			func(bug windowBug) {
 				expectRejectedBy(op, setsOf(op, "committed"), brokenWindow{cpu.New(), bug}, cases[op])
@@ -80,4 +84,12 @@ func (k brokenWindow) AttentionDecodePaged(out, q, kc, vc, table, lens backend.B
 
 func (k brokenWindow) AttentionPrefillPaged(out, q, kc, vc, table, starts, lens backend.Buffer, cfg backend.AttentionConfig) error {
 	return k.Backend.AttentionPrefillPaged(out, q, kc, vc, table, starts, lens, k.bug.apply(cfg))
+}
+
+func (k brokenWindow) AttentionDecodePagedFP8(out, q, kc, vc, table, lens, ks, vs backend.Buffer, cfg backend.AttentionConfig) error {
+	return k.Backend.AttentionDecodePagedFP8(out, q, kc, vc, table, lens, ks, vs, k.bug.apply(cfg))
+}
+
+func (k brokenWindow) AttentionPrefillPagedFP8(out, q, kc, vc, table, starts, lens, ks, vs backend.Buffer, cfg backend.AttentionConfig) error {
+	return k.Backend.AttentionPrefillPagedFP8(out, q, kc, vc, table, starts, lens, ks, vs, k.bug.apply(cfg))
 }

@@ -118,6 +118,16 @@ var crossCases = []crossCase{
 		in("k_cache", tensor.F16, []int{300, 16, 2, 64}, nil), in("v_cache", tensor.F16, []int{300, 16, 2, 64}, nil),
 		in("block_table", tensor.I32, []int{3, 64}, conformance.IntsIn(0, 300)), in("q_starts", tensor.I32, []int{4}, listed(0, 100, 101, 300)),
 		in("kv_lens", tensor.I32, []int{3}, listed(700, 900, 250))}},
+	// The same two over E4M3 pools with per-head and per-tensor scales: decode at Llama-3-8B's
+	// heads in bf16 with a sliding window of 700, prefill at Qwen2.5-0.5B's.
+	{"attention_decode_paged_fp8", fmt.Sprintf(`{"n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "scale": %v, "window": 700}`, 1/math.Sqrt(128)), []conformance.InputSpec{in("q", tensor.BF16, []int{3, 32, 128}, nil),
+		in("k_cache", tensor.F8E4M3, []int{200, 16, 8, 128}, normalGen(100, 0)), in("v_cache", tensor.F8E4M3, []int{200, 16, 8, 128}, normalGen(100, 0)),
+		in("block_table", tensor.I32, []int{3, 64}, conformance.IntsIn(0, 200)), in("cache_lens", tensor.I32, []int{3}, conformance.IntsIn(1, 1025)),
+		in("k_scale", tensor.F32, []int{8}, normalGen(0.0002, 0.002)), in("v_scale", tensor.F32, []int{8}, normalGen(0.001, 0.01))}},
+	{"attention_prefill_paged_fp8", fmt.Sprintf(`{"n_heads": 14, "n_kv_heads": 2, "head_dim": 64, "scale": %v}`, 1/math.Sqrt(64)), []conformance.InputSpec{in("q", tensor.F16, []int{300, 14, 64}, nil),
+		in("k_cache", tensor.F8E4M3, []int{300, 16, 2, 64}, normalGen(100, 0)), in("v_cache", tensor.F8E4M3, []int{300, 16, 2, 64}, normalGen(100, 0)),
+		in("block_table", tensor.I32, []int{3, 64}, conformance.IntsIn(0, 300)), in("q_starts", tensor.I32, []int{4}, listed(0, 100, 101, 300)),
+		in("kv_lens", tensor.I32, []int{3}, listed(700, 900, 250)), in("k_scale", tensor.F32, []int{1}, normalGen(0.0002, 0.002)), in("v_scale", tensor.F32, []int{1}, normalGen(0.001, 0.01))}},
 	// The fused quantisers: DeepSeek-V3's hidden size in 1x128 groups with a residual written in
 	// place, per token at 5120, static with a scale that saturates the largest values; SwiGLU at
 	// Llama-3-8B's intermediate size in 1x128 groups, per token at Qwen2.5-0.5B's, static.

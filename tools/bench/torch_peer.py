@@ -280,6 +280,16 @@ def attention_decode_paged(t, p):
                   "F.scaled_dot_product_attention(q, k, v, scale=%.6g, enable_gqa=%s)" % (W * bs, scale, gqa))
 
 
+def _prefix_causal_mask(T, L, device, window=0):
+    """[T, L] boolean: the last T of L positions are the queries, query i (position L - T + i)
+    sees keys up to its own position (is_causal aligns the diagonal to the top-left when the
+    queries are fewer than the keys), the last `window` of them with a sliding window."""
+    rows = torch.arange(T, device=device)[:, None] + (L - T)
+    keys = torch.arange(L, device=device)[None, :]
+    mask = keys <= rows
+    return mask & (keys > rows - window) if window > 0 else mask
+
+
 def attention_prefill_paged(t, p):
     """Prefill through pages in torch: one sequence's pages gathered (index_select by its table)
     into [1, nKV, L, D], then SDPA with the causal mask offset by the prefix as a boolean mask
@@ -296,8 +306,7 @@ def attention_prefill_paged(t, p):
     L = W * bs
     scale = float(p["scale"])
     gqa = q.shape[1] != nkv
-    rows = torch.arange(T, device=q.device)[:, None] + (L - T)
-    mask = torch.arange(L, device=q.device)[None, :] <= rows   # [T, L]: key <= prefix + i
+    mask = _prefix_causal_mask(T, L, q.device, int(p.get("window", 0)))
 
     def call():
         k = kp.index_select(0, table).view(1, L, nkv, d).transpose(1, 2)
@@ -442,14 +451,21 @@ def set_rows_fp8(t, p):
     return call, "dst.view(uint8).index_copy_(0, rows, (src / scale[head]).clamp(+-448).to(float8_e4m3fn).view(uint8))"
 
 
+def _kv_scales(t, device):
+    """k_scale and v_scale of an FP8 cache whose codes are drawn with std 100 (_e4m3): keys and
+    values of about 0.2 and 1, per tensor or per KV head as the case's shapes say."""
+    ks = torch.rand(t.shape("k_scale"), device=device) * 0.0002 + 0.002
+    vs = torch.rand(t.shape("v_scale"), device=device) * 0.002 + 0.009
+    return ks, vs
+
+
 def attention_decode_fp8(t, p):
     """Decode over an FP8 KV cache in torch: SDPA has no FP8 cache input, so the peer
     dequantises the cache (code * scale, to the query's dtype) and runs SDPA, as a torch
     fallback must; its cache read is the FP8 bytes plus the 16-bit copy written and read."""
     q = t.randn("q").unsqueeze(2)
     k, v = (_e4m3(t, n, 100.0).transpose(1, 2).contiguous() for n in ("k_cache", "v_cache"))
-    ks = torch.rand(t.shape("k_scale"), device=q.device) * 0.0002 + 0.002
-    vs = torch.rand(t.shape("v_scale"), device=q.device) * 0.002 + 0.009
+    ks, vs = _kv_scales(t, q.device)
     t.shape("cache_lens")
     kper = ks.view(1, -1, 1, 1) if ks.numel() > 1 else ks
     vper = vs.view(1, -1, 1, 1) if vs.numel() > 1 else vs
@@ -459,6 +475,94 @@ def attention_decode_fp8(t, p):
         kd, vd = (k.to(dt) * kper.to(dt)), (v.to(dt) * vper.to(dt))
         return F.scaled_dot_product_attention(q, kd, vd, scale=p["scale"], enable_gqa=True)
     return call, "SDPA over the cache dequantised to %s (k.to(dt) * k_scale, v likewise) each call" % str(dt).replace("torch.", "")
+
+
+def _fp8_pages(t, table, dt):
+    """An FP8 paged pool as an engine without an FP8 paged kernel reads it in torch: E4M3
+    k_cache, v_cache [num_blocks, block_size, nKV, D] with scales per tensor or per KV head, and
+    fill(), which gathers the pages of table [B, W] (index_select of the codes' bytes, as
+    set_rows_fp8's peer moves them: CUDA's indexing kernels need not take float8) and
+    dequantises them (code.to(dt) * scale) into 16-bit buffers. Returns (fill, k, v): k, v [B, nKV, W * block_size, D] views of the buffers, which
+    each fill() rewrites."""
+    nb, bs, nkv, d = t.shape("k_cache")
+    B, W = table.shape
+    pages = table.reshape(-1)
+    ks, vs = _kv_scales(t, table.device)
+    caches = []
+    for name, scale in (("k_cache", ks), ("v_cache", vs)):
+        codes = _e4m3(t, name, 100.0).view(torch.uint8)
+        per = (scale if scale.numel() > 1 else scale.expand(nkv)).to(dt).view(nkv, 1)
+        gathered = torch.empty((B * W, bs, nkv, d), dtype=torch.uint8, device=table.device)
+        values = torch.empty((B * W, bs, nkv, d), dtype=dt, device=table.device)
+        caches.append((codes, per, gathered, values))
+
+    def fill():
+        for codes, per, gathered, values in caches:
+            torch.index_select(codes, 0, pages, out=gathered)
+            torch.mul(gathered.view(torch.float8_e4m3fn).to(dt), per, out=values)
+    k, v = (values.view(B, W * bs, nkv, d).transpose(1, 2) for *_, values in caches)
+    return fill, k, v
+
+
+def _fp8_pages_desc(dt, L):
+    return ("pages gathered (index_select of the codes by block_table) and dequantised "
+            "(code.to(%s) * scale[head]) into [B, nKV, %d, D], then " % (str(dt).replace("torch.", ""), L))
+
+
+def attention_decode_paged_fp8(t, p):
+    """Decode over a paged FP8 cache in torch, as an engine without an FP8 paged kernel runs it:
+    each call gathers every sequence's pages and dequantises them (_fp8_pages), then runs SDPA
+    (a soft cap through _softcapped; a window keeps the last `window` positions). The table is
+    pages in order, as the bench case draws it; every sequence's cache is full."""
+    q = t.randn("q").unsqueeze(2)  # [B, nH, 1, D]
+    nb, bs, _, _ = t.shape("k_cache")
+    B, W = t.shape("block_table")
+    t.shape("cache_lens")
+    table = torch.arange(B * W, device=q.device, dtype=torch.int64).reshape(B, W) % nb
+    fill, k, v = _fp8_pages(t, table, q.dtype)
+    fill()  # _softcapped compiles on real values
+    window = int(p.get("window", 0))
+    if window > 0:
+        k, v = k[:, :, -window:], v[:, :, -window:]
+    attend, desc = _sdpa(q, k, v, False, p)
+
+    def call():
+        fill()
+        return attend()
+    return call, _fp8_pages_desc(q.dtype, W * bs) + desc
+
+
+def attention_prefill_paged_fp8(t, p):
+    """Prefill through a paged FP8 cache in torch: one sequence's pages gathered and dequantised
+    each call (_fp8_pages), then SDPA with the causal mask offset by the prefix, as
+    attention_prefill_paged's peer (a soft cap through _softcapped, whose causal mask has the
+    same offset; a window with it is refused). One sequence, its pages in order."""
+    T = t.shape("q")[0]
+    q = t.randn("q").unsqueeze(0).transpose(1, 2)  # [1, nH, T, D]
+    nb, bs, nkv, _ = t.shape("k_cache")
+    B, W = t.shape("block_table")
+    assert B == 1, "the peer times one sequence"
+    t.shape("q_starts"), t.shape("kv_lens")
+    table = (torch.arange(W, device=q.device, dtype=torch.int64) % nb).view(1, W)
+    fill, k, v = _fp8_pages(t, table, q.dtype)
+    fill()
+    L, window = W * bs, int(p.get("window", 0))
+    if p.get("softcap"):
+        if window > 0:
+            raise ValueError("a window with a soft cap: flex_attention's mask here is causal only")
+        attend, desc = _softcapped(q, k, v, True, p)
+    else:
+        scale, gqa = float(p["scale"]), q.shape[1] != nkv
+        mask = _prefix_causal_mask(T, L, q.device, window)
+        attend = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,  # noqa: E731
+                                                        enable_gqa=gqa)
+        desc = ("F.scaled_dot_product_attention(q, k, v, attn_mask=causal from the prefix%s, "
+                "scale=%.6g, enable_gqa=%s)" % (", window %d" % window if window else "", scale, gqa))
+
+    def call():
+        fill()
+        return attend()
+    return call, _fp8_pages_desc(q.dtype, L) + desc
 
 
 def gemm(t, p):
@@ -825,7 +929,8 @@ OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, layernorm_resid
                                swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale, pos_embedding, embedding, set_rows,
                                gemm, softmax, logit_softcap, quant_fp8, gemm_fp8, rmsnorm_quant_fp8, swiglu_quant_fp8, gemm_w4a16, sample,
                                set_rows_fp8, attention_decode_fp8, attention_decode_paged,
-                               attention_prefill_paged, moe_router, moe_ffn, moe_shared_add)}
+                               attention_prefill_paged, attention_decode_paged_fp8,
+                               attention_prefill_paged_fp8, moe_router, moe_ffn, moe_shared_add)}
 
 
 # ------------------------------------------------------------------------------------------------

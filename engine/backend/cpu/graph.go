@@ -154,6 +154,18 @@ func (r *recorder) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qSt
 			return r.be.AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStarts, kvLens, cfg)
 		})
 }
+func (r *recorder) AttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale backend.Buffer, cfg backend.AttentionConfig) error {
+	return r.add(backend.CheckAttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale, cfg),
+		func() error {
+			return r.be.AttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale, cfg)
+		})
+}
+func (r *recorder) AttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale backend.Buffer, cfg backend.AttentionConfig) error {
+	return r.add(backend.CheckAttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale, cfg),
+		func() error {
+			return r.be.AttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale, cfg)
+		})
+}
 func (r *recorder) SwiGLU(out, gate, up backend.Buffer) error {
 	return r.add(backend.CheckBinary("swiglu", "gate", "up", out, gate, up), func() error { return r.be.SwiGLU(out, gate, up) })
 }

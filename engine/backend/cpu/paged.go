@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // AttentionDecodePaged attends one new query per sequence to its cache through the
@@ -17,6 +18,27 @@ func (*Backend) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLe
 	if err != nil {
 		return err
 	}
+	return decodePaged(op, ts, ts[2].Float32(), ts[3].Float32(), cfg)
+}
+
+// AttentionDecodePagedFP8 is AttentionDecodePaged over an f8e4m3 pool: each code decoded
+// exactly and multiplied by its kv head's scale in float64 (AttentionDecodeFP8's values), then
+// AttentionDecodePaged's gather and attention.
+func (*Backend) AttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_decode_paged_fp8"
+	if err := backend.CheckAttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale, cfg); err != nil {
+		return err
+	}
+	ts, err := tensors(op, out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale)
+	if err != nil {
+		return err
+	}
+	return decodePaged(op, ts, dequantCache(ts[2], ts[6].F32, cfg), dequantCache(ts[3], ts[7].F32, cfg), cfg)
+}
+
+// decodePaged is the paged decode over ts (out, q, the pool, block_table, cache_lens) with the
+// pool's values k and v.
+func decodePaged[KV float32 | float64](op string, ts []*tensor.Tensor, k, v []KV, cfg backend.AttentionConfig) error {
 	numBlocks, pageSize, width := ts[2].Shape[0], ts[2].Shape[1], ts[4].Shape[1]
 	table := ts[4].I32
 	for b, n := range ts[5].I32 {
@@ -28,11 +50,11 @@ func (*Backend) AttentionDecodePaged(out, q, kCache, vCache, blockTable, cacheLe
 		}
 	}
 	qv := ts[1].Float32()
-	pool := pagedPool{k: ts[2].Float32(), v: ts[3].Float32(), table: table, width: width, pageSize: pageSize, row: cfg.NumKVHeads * cfg.HeadDim}
+	pool := pagedPool[KV]{k: k, v: v, table: table, width: width, pageSize: pageSize, row: cfg.NumKVHeads * cfg.HeadDim}
 	res := make([]float32, len(qv))
 	for b, n := range ts[5].I32 {
-		k, v := pool.gather(b, int(n))
-		attendOne(res, qv, k, v, cfg, b*cfg.NumHeads, 0, int(n))
+		kg, vg := pool.gather(b, int(n))
+		attendOne(res, qv, kg, vg, cfg, b*cfg.NumHeads, 0, int(n))
 	}
 	store(ts[0], res)
 	return nil
@@ -50,6 +72,26 @@ func (*Backend) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStart
 	if err != nil {
 		return err
 	}
+	return prefillPaged(op, ts, ts[2].Float32(), ts[3].Float32(), cfg)
+}
+
+// AttentionPrefillPagedFP8 is AttentionPrefillPaged over an f8e4m3 pool, its values those of
+// AttentionDecodePagedFP8.
+func (*Backend) AttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_prefill_paged_fp8"
+	if err := backend.CheckAttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale, cfg); err != nil {
+		return err
+	}
+	ts, err := tensors(op, out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale)
+	if err != nil {
+		return err
+	}
+	return prefillPaged(op, ts, dequantCache(ts[2], ts[7].F32, cfg), dequantCache(ts[3], ts[8].F32, cfg), cfg)
+}
+
+// prefillPaged is the paged prefill over ts (out, q, the pool, block_table, q_starts, kv_lens)
+// with the pool's values k and v.
+func prefillPaged[KV float32 | float64](op string, ts []*tensor.Tensor, k, v []KV, cfg backend.AttentionConfig) error {
 	tokens := ts[1].Shape[0]
 	numBlocks, pageSize, width := ts[2].Shape[0], ts[2].Shape[1], ts[4].Shape[1]
 	table, starts := ts[4].I32, ts[5].I32
@@ -73,13 +115,13 @@ func (*Backend) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qStart
 		return backend.IndexError(op, "q_starts", last, int(starts[last]), startsReason)
 	}
 	qv := ts[1].Float32()
-	pool := pagedPool{k: ts[2].Float32(), v: ts[3].Float32(), table: table, width: width, pageSize: pageSize, row: cfg.NumKVHeads * cfg.HeadDim}
+	pool := pagedPool[KV]{k: k, v: v, table: table, width: width, pageSize: pageSize, row: cfg.NumKVHeads * cfg.HeadDim}
 	res := make([]float32, len(qv))
 	for b, n := range ts[6].I32 {
-		k, v := pool.gather(b, int(n))
+		kg, vg := pool.gather(b, int(n))
 		first, qLen := int(starts[b]), int(starts[b+1]-starts[b])
 		for i := range qLen {
-			attendOne(res, qv, k, v, cfg, (first+i)*cfg.NumHeads, 0, int(n)-qLen+i+1)
+			attendOne(res, qv, kg, vg, cfg, (first+i)*cfg.NumHeads, 0, int(n)-qLen+i+1)
 		}
 	}
 	store(ts[0], res)
@@ -98,15 +140,15 @@ func checkPages(op string, table []int32, b, width, n, pageSize, numBlocks int) 
 
 // pagedPool is a paged cache on the host: k, v [num_blocks · pageSize, row] and the block
 // table [batch, width].
-type pagedPool struct {
-	k, v                 []float32
+type pagedPool[KV float32 | float64] struct {
+	k, v                 []KV
 	table                []int32
 	width, pageSize, row int
 }
 
 // gather returns sequence b's first n positions as contiguous caches [n, row].
-func (p pagedPool) gather(b, n int) (k, v []float32) {
-	k, v = make([]float32, n*p.row), make([]float32, n*p.row)
+func (p pagedPool[KV]) gather(b, n int) (k, v []KV) {
+	k, v = make([]KV, n*p.row), make([]KV, n*p.row)
 	for i := range n {
 		slot := int(p.table[b*p.width+i/p.pageSize])*p.pageSize + i%p.pageSize
 		copy(k[i*p.row:(i+1)*p.row], p.k[slot*p.row:(slot+1)*p.row])

@@ -180,3 +180,76 @@ func (b *Backend) AttentionPrefillPaged(out, q, kCache, vCache, blockTable, qSta
 		(*C.int32_t)(ptr(d[5])), (*C.int32_t)(ptr(d[6])), &ccfg, b.e)
 	return b.launched(op, st, arg{"out", out})
 }
+
+// AttentionDecodePagedFP8 is AttentionDecodePaged over an E4M3 pool
+// (ts_attention_decode_paged_fp8); its device checks are AttentionDecodePaged's, reported under its name.
+func (b *Backend) AttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_decode_paged_fp8"
+	if err := backend.CheckAttentionDecodePagedFP8(out, q, kCache, vCache, blockTable, cacheLens, kScale, vScale, cfg); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"q", q}, arg{"k_cache", kCache}, arg{"v_cache", vCache},
+		arg{"block_table", blockTable}, arg{"cache_lens", cacheLens}, arg{"k_scale", kScale}, arg{"v_scale", vScale})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	ccfg := C.ts_paged_decode_fp8_config{
+		dtype:       dtype(d[1].dt),
+		batch:       c.int("batch", d[1].shape[0]),
+		num_blocks:  c.int("num_blocks", d[2].shape[0]),
+		block_size:  c.int("block_size", d[2].shape[1]),
+		table_width: c.int("table_width", d[4].shape[1]),
+		n_heads:     c.int("n_heads", cfg.NumHeads),
+		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
+		head_dim:    c.int("head_dim", cfg.HeadDim),
+		scale:       C.float(cfg.Scale),
+		softcap:     C.float(cfg.Softcap),
+		window:      c.int("window", cfg.Window),
+		scale_heads: c.int("scale_heads", d[6].shape[0]),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_attention_decode_paged_fp8(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]), (*C.int32_t)(ptr(d[4])),
+		(*C.int32_t)(ptr(d[5])), (*C.float)(ptr(d[6])), (*C.float)(ptr(d[7])), &ccfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}
+
+// AttentionPrefillPagedFP8 is AttentionPrefillPaged over an E4M3 pool
+// (ts_attention_prefill_paged_fp8); its device checks are AttentionPrefillPaged's, reported under its name.
+func (b *Backend) AttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale backend.Buffer, cfg backend.AttentionConfig) error {
+	const op = "attention_prefill_paged_fp8"
+	if err := backend.CheckAttentionPrefillPagedFP8(out, q, kCache, vCache, blockTable, qStarts, kvLens, kScale, vScale, cfg); err != nil {
+		return err
+	}
+	d, err := b.device(op, arg{"out", out}, arg{"q", q}, arg{"k_cache", kCache}, arg{"v_cache", vCache},
+		arg{"block_table", blockTable}, arg{"q_starts", qStarts}, arg{"kv_lens", kvLens}, arg{"k_scale", kScale},
+		arg{"v_scale", vScale})
+	if err != nil {
+		return err
+	}
+	c := dims{op: op}
+	ccfg := C.ts_paged_prefill_fp8_config{
+		dtype:       dtype(d[1].dt),
+		batch:       c.int("batch", d[6].shape[0]),
+		total_q:     c.int("total_q", d[1].shape[0]),
+		num_blocks:  c.int("num_blocks", d[2].shape[0]),
+		block_size:  c.int("block_size", d[2].shape[1]),
+		table_width: c.int("table_width", d[4].shape[1]),
+		n_heads:     c.int("n_heads", cfg.NumHeads),
+		n_kv_heads:  c.int("n_kv_heads", cfg.NumKVHeads),
+		head_dim:    c.int("head_dim", cfg.HeadDim),
+		scale:       C.float(cfg.Scale),
+		softcap:     C.float(cfg.Softcap),
+		window:      c.int("window", cfg.Window),
+		scale_heads: c.int("scale_heads", d[7].shape[0]),
+	}
+	if c.err != nil {
+		return c.err
+	}
+	st := C.tsg_attention_prefill_paged_fp8(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), ptr(d[3]),
+		(*C.int32_t)(ptr(d[4])), (*C.int32_t)(ptr(d[5])), (*C.int32_t)(ptr(d[6])), (*C.float)(ptr(d[7])),
+		(*C.float)(ptr(d[8])), &ccfg, b.e)
+	return b.launched(op, st, arg{"out", out})
+}

@@ -338,6 +338,20 @@ func TestOpsPassConfigsToTheLibrary(t *testing.T) {
 			cfg := backend.AttentionConfig{NumHeads: 32, NumKVHeads: 8, HeadDim: 64, Scale: 0.125, Softcap: 50}
 			return b.AttentionPrefillPaged(bf(5, 32, 64), bf(5, 32, 64), bf(9, 16, 8, 64), bf(9, 16, 8, 64), i32(2, 4), i32(3), i32(2), cfg)
 		}},
+		// The E4M3 pools: the scale count (per tensor, per head) and the window reach the library.
+		{"attention_decode_paged_fp8", "ts_attention_decode_paged_fp8 dtype=1 batch=2 num_blocks=9 block_size=16 table_width=4 n_heads=14 n_kv_heads=2 head_dim=64 window=40 softcap=0 scale_heads=2 stream=0", func() error {
+			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
+			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }
+			cfg := backend.AttentionConfig{NumHeads: 14, NumKVHeads: 2, HeadDim: 64, Scale: 0.125, Window: 40}
+			return b.AttentionDecodePagedFP8(f16(2, 14, 64), f16(2, 14, 64), f8(9, 16, 2, 64), f8(9, 16, 2, 64), i32(2, 4), i32(2), f32(2), f32(2), cfg)
+		}},
+		{"attention_prefill_paged_fp8", "ts_attention_prefill_paged_fp8 dtype=4 batch=2 total_q=5 num_blocks=9 block_size=16 table_width=4 n_heads=32 n_kv_heads=8 head_dim=128 window=0 softcap=50 scale_heads=1 stream=0", func() error {
+			i32 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.I32, shape...) }
+			bf := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.BF16, shape...) }
+			f8 := func(shape ...int) backend.Buffer { return alloc(t, b, tensor.F8E4M3, shape...) }
+			cfg := backend.AttentionConfig{NumHeads: 32, NumKVHeads: 8, HeadDim: 128, Scale: 0.088, Softcap: 50}
+			return b.AttentionPrefillPagedFP8(bf(5, 32, 128), bf(5, 32, 128), f8(9, 16, 8, 128), f8(9, 16, 8, 128), i32(2, 4), i32(3), i32(2), f32(1), f32(1), cfg)
+		}},
 	} {
 		expectOneCall(t, tc.op, tc.want, tc.call)
 	}

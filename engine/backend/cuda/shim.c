@@ -459,6 +459,26 @@ int tsg_attention_prefill_paged(const tsg_api *a, void *out, const void *q, cons
     return done(a, a->ts_attention_prefill_paged(out, q, k_cache, v_cache, block_table, q_starts, kv_lens, cfg, NULL),
                 e);
 }
+int tsg_attention_decode_paged_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache,
+                                   const void *v_cache, const int32_t *block_table, const int32_t *cache_lens,
+                                   const float *k_scale, const float *v_scale, const ts_paged_decode_fp8_config *cfg,
+                                   tsg_err *e) {
+    enter(a, "ts_attention_decode_paged_fp8");
+    return done(a,
+                a->ts_attention_decode_paged_fp8(out, q, k_cache, v_cache, block_table, cache_lens, k_scale, v_scale,
+                                                 cfg, NULL),
+                e);
+}
+int tsg_attention_prefill_paged_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache,
+                                    const void *v_cache, const int32_t *block_table, const int32_t *q_starts,
+                                    const int32_t *kv_lens, const float *k_scale, const float *v_scale,
+                                    const ts_paged_prefill_fp8_config *cfg, tsg_err *e) {
+    enter(a, "ts_attention_prefill_paged_fp8");
+    return done(a,
+                a->ts_attention_prefill_paged_fp8(out, q, k_cache, v_cache, block_table, q_starts, kv_lens, k_scale,
+                                                  v_scale, cfg, NULL),
+                e);
+}
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e) {
     enter(a, "ts_gemm");

@@ -110,6 +110,12 @@
     X(ts_attention_prefill_paged, int,                                                                    \
       (void *, const void *, const void *, const void *, const int32_t *, const int32_t *, const int32_t *, \
        const ts_paged_prefill_config *, void *))                                                          \
+    X(ts_attention_decode_paged_fp8, int,                                                                 \
+      (void *, const void *, const void *, const void *, const int32_t *, const int32_t *, const float *,  \
+       const float *, const ts_paged_decode_fp8_config *, void *))                                        \
+    X(ts_attention_prefill_paged_fp8, int,                                                                \
+      (void *, const void *, const void *, const void *, const int32_t *, const int32_t *, const int32_t *, \
+       const float *, const float *, const ts_paged_prefill_fp8_config *, void *))                        \
     X(ts_gemm, int, (void *, const void *, const void *, const void *, const ts_gemm_config *, void *))  \
     X(ts_softmax, int, (void *, const void *, const ts_softmax_config *, void *))                         \
     X(ts_logit_softcap, int, (void *, const void *, const ts_logit_softcap_config *, void *))             \
@@ -259,6 +265,14 @@ int tsg_attention_decode_paged(const tsg_api *a, void *out, const void *q, const
 int tsg_attention_prefill_paged(const tsg_api *a, void *out, const void *q, const void *k_cache, const void *v_cache,
                                 const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
                                 const ts_paged_prefill_config *cfg, tsg_err *e);
+int tsg_attention_decode_paged_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache,
+                                   const void *v_cache, const int32_t *block_table, const int32_t *cache_lens,
+                                   const float *k_scale, const float *v_scale, const ts_paged_decode_fp8_config *cfg,
+                                   tsg_err *e);
+int tsg_attention_prefill_paged_fp8(const tsg_api *a, void *out, const void *q, const void *k_cache,
+                                    const void *v_cache, const int32_t *block_table, const int32_t *q_starts,
+                                    const int32_t *kv_lens, const float *k_scale, const float *v_scale,
+                                    const ts_paged_prefill_fp8_config *cfg, tsg_err *e);
 int tsg_gemm(const tsg_api *a, void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg,
              tsg_err *e);
 int tsg_softmax(const tsg_api *a, void *out, const void *x, const ts_softmax_config *cfg, tsg_err *e);

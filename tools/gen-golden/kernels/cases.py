@@ -1721,15 +1721,6 @@ MOE_SHARED_FULL = [
 CASES += _cases(FULL, "moe_shared_add", MOE_SHARED_FULL)
 CASES += _bf16_cases(FULL, "moe_shared_add", MOE_SHARED_FULL)
 
-_NAME = re.compile(r"^[a-z0-9._-]+$")
-_seen = set()
-for _c in CASES:
-    assert _c.op in OPS and _NAME.match(_c.name), _c
-    assert (_c.op, _c.name) not in _seen, "duplicate case %s/%s" % (_c.op, _c.name)
-    # bf16 storage exactly in the cases named bf16-... (the Go side and the docs rely on it)
-    assert _c.name.startswith("bf16-") == (_c.kwargs.get("dtype") == "bf16"), _c
-    _seen.add((_c.op, _c.name))
-
 
 def cases_for(tier, ops=None):
     return [c for c in CASES if c.tier == tier and (ops is None or c.op in ops)]
@@ -1933,3 +1924,165 @@ CASES += _cases(FULL, "attention_decode_fp8", [
     ("gemma2-27b_b4_l4096_cap50", dict(GEMMA2_27B, L=4096, cache_lens=[4096, 4096, 2049, 1],
                                        scale_heads=16, qk=CAP_QK)),
 ])
+
+# ---------------------------------------------------------------------------------------------
+# attention_decode_paged_fp8 and attention_prefill_paged_fp8 (vLLM's paged cache with
+# kv_cache_dtype "fp8"): attention_decode_paged's and attention_prefill_paged's pools, tables and
+# lengths, the pool quantised as attention_decode_fp8 quantises its caches (per tensor or per KV
+# head, calibrated over the held slots, headroom < 1 saturating some codes at +-448), every slot
+# no sequence holds the code 0x7E (+448). Small pools: a page is block_size x n_kv_heads x
+# head_dim bytes a cache, and every spare page and poisoned tail is committed data too; the
+# query heads are cut where the 16-bit paged cases hold the real layouts.
+#
+# Decode: the kernel's head dims 32, 64, 96 and 128, each with up to 8 query heads a KV head and
+# with 16 (its two head groups), the soft-capping instance at 128; block sizes 1, 4, 8 and 16;
+# lengths of 1, on a page boundary, one past one and mid-page; a table wider than needed;
+# a shared prefix; a window whose edge falls inside a page; outlier value channels.
+_DECODE_PAGED_FP8 = [
+    # Qwen2.5-0.5B's heads (7 a KV head), pages of 16: a length of 1 beside one 13 into its
+    # second page; per-head scales with a saturating calibration
+    ("qwen2.5-0.5b_d64_bs16_lens1-29_per-head", dict(QWEN, block_size=16, cache_lens=[1, 29],
+                                                     spare=1, scale_heads=2, headroom=0.9)),
+    # Llama-3-8B's 4:1 at head_dim 128 through pages of 4: a length on a page boundary beside
+    # one a position past one, a table a column wider than the longest sequence (a row stride
+    # taken from the lengths reads the next row's pages)
+    ("llama3-8b-gqa4_d128_bs4_lens8-5_mb3_per-tensor", dict(GQA4_D128, block_size=4,
+                                                            cache_lens=[8, 5], max_blocks=3,
+                                                            scale_heads=1)),
+    # one position a page at head_dim 32, 8 query heads a KV head
+    ("d32-gqa8_bs1_lens7-3_per-head", dict(nH=16, nKV=2, D=32, block_size=1, cache_lens=[7, 3],
+                                           scale_heads=2)),
+    # prefix caching: sequences 0 and 2 hold the same two physical pages as their first 8
+    # positions; Phi-3-mini's head_dim 96, a saturating calibration
+    ("phi3-mini-d96-gqa2_bs4_lens10-3-9_per-head_shared2",
+     dict(nH=4, nKV=2, D=96, block_size=4, cache_lens=[10, 3, 9], shared=(0, 2, 2),
+          scale_heads=2, headroom=0.8)),
+    # 16 query heads a KV head (MQA 16:1) at head_dim 32 with a 40-key window starting 5 into
+    # the first page; a calibration saturating the top 30%
+    ("d32-mqa16_bs16_len45_per-tensor_w40", dict(nH=16, nKV=1, D=32, block_size=16, cache_lens=[45],
+                                                 scale_heads=1, headroom=0.7, window=40)),
+    # MQA 16:1 at head_dim 64, values with outlier channels of ~20: the calibration spends its
+    # range on them, the other values take the low codes
+    ("outlier-v_d64-mqa16_bs16_len20_per-tensor", dict(nH=16, nKV=1, D=64, block_size=16,
+                                                       cache_lens=[20], spare=1, scale_heads=1,
+                                                       vdist=outlier_channels((7, 40), 20.0))),
+    # 16 query heads a KV head at head_dim 96 and at 128 (Llama-3.1-405B's grouping)
+    ("d96-mqa16_bs4_len9_per-tensor", dict(nH=16, nKV=1, D=96, block_size=4, cache_lens=[9],
+                                           scale_heads=1)),
+    ("llama3.1-405b-gqa16_d128_bs8_len9_per-tensor", dict(nH=16, nKV=1, D=128, block_size=8,
+                                                          cache_lens=[9], scale_heads=1)),
+]
+CASES += _cases(COMMITTED, "attention_decode_paged_fp8", _DECODE_PAGED_FP8 + [
+    # Gemma-2-27B's soft cap (the kernel's capped instance at head_dim 128), per-head scales
+    ("gemma2-27b-4heads_per-head_bs8_len13_cap50", dict(GEMMA2_27B, nH=4, nKV=2, block_size=8,
+                                                        cache_lens=[13], scale_heads=2, qk=CAP_QK)),
+])
+# every instance once more in bf16, with fewer query heads where the fp16 case has the model's
+CASES += _bf16_cases(COMMITTED, "attention_decode_paged_fp8", [
+    ("gqa7_d64_bs8_lens1-13_per-tensor", dict(nH=7, nKV=1, D=64, block_size=8, cache_lens=[1, 13],
+                                              scale_heads=1, headroom=0.9)),
+    ("gqa4_d128_bs4_lens8-5_mb3_per-tensor", dict(nH=4, nKV=1, D=128, block_size=4,
+                                                  cache_lens=[8, 5], max_blocks=3, scale_heads=1)),
+    ("d96-mha_bs4_len10_per-head", dict(nH=2, nKV=2, D=96, block_size=4, cache_lens=[10],
+                                        scale_heads=2, headroom=0.8)),
+] + [_DECODE_PAGED_FP8[i] for i in (2, 4, 5, 6, 7)] + [
+    ("gemma2-27b-2heads_bs4_len11_cap50", dict(GEMMA2_27B, nH=2, nKV=1, block_size=4,
+                                               cache_lens=[11], scale_heads=1, qk=CAP_QK)),
+])
+
+# Prefill: a prefix ending mid-page with new tokens crossing pages; a prefix on a page boundary
+# with 65 new tokens (two 64-row query tiles) over 129 keys (three 64-key tiles) in pages of 64;
+# decodes beside a plain prefill; a ragged batch of four with a table wider than needed; a
+# shared prefix; pages of 1 to 64; head dims 32, 64, 128, 256 and 80 (a padded width of the
+# prefill kernel); a window; Gemma-2-27B's soft cap.
+_PREFILL_PAGED_FP8 = [
+    # a prefix 1 into its second page of 4, new tokens across the page boundary at 8
+    ("mha_d128_bs4_pre5_new6_per-head", dict(nH=2, nKV=2, D=128, block_size=4, seqs=[(5, 6)],
+                                             scale_heads=2, headroom=0.8)),
+    # a prefix of one whole page of 64 (the new tokens start a page), 65 new tokens: two query
+    # tiles, the second of one row, over three key tiles
+    ("d32-mha_bs64_pre64_new65_per-tensor", dict(nH=1, nKV=1, D=32, block_size=64,
+                                                 seqs=[(64, 65)], spare=1, scale_heads=1)),
+    # decodes inside a prefill launch, one position a page: one new token on a 12-token prefix
+    # and on a 5-token one beside a plain prefill of 6
+    ("mha_d64_bs1_pre12-0-5_new1-6-1_per-head", dict(nH=2, nKV=2, D=64, block_size=1,
+                                                     seqs=[(12, 1), (0, 6), (5, 1)],
+                                                     scale_heads=2)),
+    # a ragged batch of four at head_dim 80, pages of 4, a table a column wider than the longest
+    # sequence's 3 pages; a calibration saturating the top 30%
+    ("d80-gqa2_bs4_b4_pre0-5-3-9_new3-1-4-2_mb4_per-tensor",
+     dict(nH=2, nKV=1, D=80, block_size=4, seqs=[(0, 3), (5, 1), (3, 4), (9, 2)], max_blocks=4,
+          scale_heads=1, headroom=0.7)),
+    # prefix caching: sequences 0 and 2 hold the same two physical pages as their first 8
+    # prefix positions; sequence 0's new tokens start the page after them
+    ("gqa2_d64_bs4_pre8-3-10_new2-1-3_per-head_shared2",
+     dict(nH=4, nKV=2, D=64, block_size=4, seqs=[(8, 2), (3, 1), (10, 3)], shared=(0, 2, 2),
+          scale_heads=2)),
+    # the widest head dim, Gemma's 256
+    ("d256-gqa2_bs4_pre5_new2_per-tensor", dict(nH=2, nKV=1, D=256, block_size=4, seqs=[(5, 2)],
+                                                spare=1, scale_heads=1)),
+]
+CASES += _cases(COMMITTED, "attention_prefill_paged_fp8", _PREFILL_PAGED_FP8 + [
+    # a chunk of 6 on a 22-token prefix with a 9-key window (its first query sees 14..22, from
+    # inside the second page of 8), a decode on a 12-token prefix
+    ("gqa2_d64_bs8_pre22-12_new6-1_per-tensor_w9", dict(nH=2, nKV=1, D=64, block_size=8,
+                                                        seqs=[(22, 6), (12, 1)], scale_heads=1,
+                                                        window=9)),
+    # Gemma-2-27B's soft cap (the kernel's capped instance at head_dim 128)
+    ("gemma2-27b-2heads_bs8_pre5_new6_per-tensor_cap50", dict(GEMMA2_27B, nH=2, nKV=1, block_size=8,
+                                                              seqs=[(5, 6)], scale_heads=1, qk=CAP_QK)),
+])
+# head dims 128, 80, 64 and the capped 128 once more in bf16
+CASES += _bf16_cases(COMMITTED, "attention_prefill_paged_fp8", [
+    _PREFILL_PAGED_FP8[0], _PREFILL_PAGED_FP8[3], _PREFILL_PAGED_FP8[4],
+    ("gemma2-27b-2heads_bs4_pre5_new3_per-tensor_cap50", dict(GEMMA2_27B, nH=2, nKV=1, block_size=4,
+                                                              seqs=[(5, 3)], scale_heads=1, qk=CAP_QK)),
+])
+
+# Full tier: the FP8 pools at the real sizes, pages of 16 (vLLM's default): Llama-3-8B's 32:8
+# heads of 128 in a decode batch of four up to 4096 positions (in bf16 too) and Qwen2.5-0.5B's
+# 14:2 in one of 16 (per-head and per-tensor scales); Llama-3-8B's chunked prefill of 512
+# tokens on a 3584-token prefix, and a mixed Qwen2.5-0.5B batch (a plain prefill, two decodes
+# on long prefixes, a chunk on a 500-token prefix).
+_DECODE_PAGED_FP8_FULL = [
+    ("llama3-8b-gqa4_d128_bs16_b4_lens17-4096_per-head",
+     dict(LLAMA3, block_size=16, cache_lens=[4096, 3001, 17, 2048], scale_heads=8, headroom=0.9)),
+]
+CASES += _cases(FULL, "attention_decode_paged_fp8", _DECODE_PAGED_FP8_FULL + [
+    ("qwen2.5-0.5b_d64_bs16_b16_lens1-4096_per-tensor",
+     dict(QWEN, block_size=16, cache_lens=RAGGED16, scale_heads=1)),
+])
+CASES += _bf16_cases(FULL, "attention_decode_paged_fp8", _DECODE_PAGED_FP8_FULL)
+CASES += _cases(FULL, "attention_prefill_paged_fp8", [
+    ("llama3-8b-gqa4_d128_bs16_pre3584_new512_per-head",
+     dict(LLAMA3, block_size=16, seqs=[(3584, 512)], scale_heads=8, headroom=0.9)),
+    ("qwen2.5-0.5b_bs16_b4_pre0-1000-2047-500_new300-1-1-700_per-tensor",
+     dict(QWEN, block_size=16, seqs=[(0, 300), (1000, 1), (2047, 1), (500, 700)], scale_heads=1)),
+])
+
+# The prefill kernel's other padded head dims (96, 160, 192), and each head dim's bf16 instance
+# the cases above leave out (32, 96, 160, 192, 256): one small chunk on a prefix each.
+_PREFILL_PAGED_FP8_WIDTHS = [
+    ("d96-mha_bs4_pre3_new2_per-tensor", dict(nH=1, nKV=1, D=96, block_size=4, seqs=[(3, 2)],
+                                               spare=1, scale_heads=1)),
+    ("d160-mha_bs4_pre3_new2_per-tensor", dict(nH=1, nKV=1, D=160, block_size=4, seqs=[(3, 2)],
+                                               spare=1, scale_heads=1, headroom=0.8)),
+    ("d192-gqa2_bs4_pre2_new3_per-tensor", dict(nH=2, nKV=1, D=192, block_size=4, seqs=[(2, 3)],
+                                                 spare=1, scale_heads=1)),
+]
+CASES += _cases(COMMITTED, "attention_prefill_paged_fp8", _PREFILL_PAGED_FP8_WIDTHS)
+CASES += _bf16_cases(COMMITTED, "attention_prefill_paged_fp8", _PREFILL_PAGED_FP8_WIDTHS + [
+    ("d32-mha_bs8_pre9_new4_per-tensor", dict(nH=1, nKV=1, D=32, block_size=8, seqs=[(9, 4)],
+                                               spare=1, scale_heads=1)),
+    ("d256-gqa2_bs4_pre5_new2_per-tensor", dict(nH=2, nKV=1, D=256, block_size=4, seqs=[(5, 2)],
+                                                 spare=1, scale_heads=1)),
+])
+
+_NAME = re.compile(r"^[a-z0-9._-]+$")
+_seen = set()
+for _c in CASES:
+    assert _c.op in OPS and _NAME.match(_c.name), _c
+    assert (_c.op, _c.name) not in _seen, "duplicate case %s/%s" % (_c.op, _c.name)
+    # bf16 storage exactly in the cases named bf16-... (the Go side and the docs rely on it)
+    assert _c.name.startswith("bf16-") == (_c.kwargs.get("dtype") == "bf16"), _c
+    _seen.add((_c.op, _c.name))

@@ -334,20 +334,22 @@ def attention_decode(r, *, nH, nKV, D, L, cache_lens, scale=None, vdist=normal()
     return params, inputs, {"out": out}
 
 
-def paged_kv(r, *, q_rows, nH, nKV, D, block_size, lens, prefix_lens, max_blocks, spare, shared,
-             qk, vdist, cast):
-    """The paged pool of attention_decode_paged and attention_prefill_paged (vLLM's layout):
+def paged_pool(r, *, q_rows, nH, nKV, D, block_size, lens, prefix_lens, max_blocks, spare, shared,
+               qk, vdist, cast, kv_cast=None):
+    """The paged pool of the paged attention ops (vLLM's layout), before any slot is poisoned:
     k_cache, v_cache [num_blocks, block_size, nKV, D] are one pool of pages for the whole batch,
     and sequence b's position p lives in page block_table[b, p // block_size] at slot p %
     block_size, for p < lens[b]. The pages go to the sequences in a shuffled order and `spare`
     pages more than they use stay unused, so that a table read one entry off, or not at all,
-    reads other keys or poison: every slot no sequence holds (spare pages, a last page's slots
-    at and past lens[b]) is poison, and a row's entries after its sequence's last page are -1.
-    shared=(a, b, n), a < b: sequences a and b share their first n pages, full pages inside
+    reads other keys or the poison its caller puts in every slot no sequence holds (spare pages,
+    a last page's slots at and past lens[b]); a row's entries after its sequence's last page are
+    -1. shared=(a, b, n), a < b: sequences a and b share their first n pages, full pages inside
     both prefixes (n * block_size <= prefix_lens of both; prefix caching: the same page ids, so
     the same keys and values). max_blocks (the table's width) defaults to the longest
-    sequence's page count. Draws q [q_rows, nH, D], the pool's keys and values, then the order.
-    Returns (q, k_cache, v_cache, block_table)."""
+    sequence's page count. Draws q [q_rows, nH, D] (rounded by cast), the pool's keys and values
+    (by kv_cast, default cast: the FP8 ops keep them float32 to quantise them), then the order.
+    Returns (q, k_cache, v_cache, block_table, held), held [num_blocks, block_size] True at the
+    slots some sequence holds."""
     B = len(lens)
     assert block_size in [2 ** i for i in range(9)], block_size   # 1 .. 256
     pages = [-(-n // block_size) for n in lens]
@@ -358,9 +360,10 @@ def paged_kv(r, *, q_rows, nH, nKV, D, block_size, lens, prefix_lens, max_blocks
     assert shared is None or (sa < sb and n_shared >= 1 and min(prefix_lens[sa], prefix_lens[sb])
                               >= n_shared * block_size), shared
     num_blocks = sum(pages) - n_shared + spare
+    kv_cast = cast if kv_cast is None else kv_cast
     q = cast(qk(r, (q_rows, nH, D)))
     shape = (num_blocks, block_size, nKV, D)
-    k_cache, v_cache = cast(qk(r, shape)), cast(vdist(r, shape))
+    k_cache, v_cache = kv_cast(qk(r, shape)), kv_cast(vdist(r, shape))
     order = r.rand((num_blocks,)).argsort().tolist()
     if order[0] == 0:  # sequence 0 never starts where a kernel that ignores the table reads
         order[:2] = order[1], order[0]
@@ -371,6 +374,13 @@ def paged_kv(r, *, q_rows, nH, nKV, D, block_size, lens, prefix_lens, max_blocks
         for i in range(pages[b]):
             table[b, i] = table[sa, i] if b == sb and i < n_shared else next(order)
             held[table[b, i], :n - i * block_size] = True
+    return q, k_cache, v_cache, table, held
+
+
+def paged_kv(r, **pool):
+    """paged_pool's 16-bit pool of attention_decode_paged and attention_prefill_paged, every slot
+    no sequence holds poison. Returns (q, k_cache, v_cache, block_table)."""
+    q, k_cache, v_cache, table, held = paged_pool(r, **pool)
     # a kernel that reads a slot no sequence holds gets visibly wrong (bf16 stores 9984)
     k_cache[~held] = POISON
     v_cache[~held] = POISON
@@ -385,6 +395,25 @@ def paged_gather(k_cache, v_cache, table, b, n):
     return k_cache[page, slot], v_cache[page, slot]
 
 
+def paged_decode_ref(q, k_cache, v_cache, table, cache_lens, scale, window, softcap):
+    """The paged decode ops' params and expected out [B, nH, D]: the new token of sequence b
+    attends to its first cache_lens[b] positions gathered through its row of the table, over
+    the pool's values k_cache, v_cache (16-bit, or an FP8 pool's dequantised fp64 values)."""
+    B, nH, D = q.shape
+    out = torch.empty((B, nH, D), dtype=F64)
+    for b, n in enumerate(cache_lens):
+        out[b] = decode_sdpa(q[b], *paged_gather(k_cache, v_cache, table, b, n), scale, window,
+                             softcap)
+    params = {"n_heads": nH, "n_kv_heads": k_cache.shape[2], "head_dim": D, "scale": scale}
+    if window > 0:
+        params["window"] = window
+    if softcap:
+        kg = paged_gather(k_cache, v_cache, table, 0, cache_lens[0])[0]
+        check_cap_bites(d(q[:1])[:, :, None, :], d(kg).transpose(0, 1)[None], scale, softcap)
+        params["softcap"] = softcap
+    return params, out
+
+
 def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=None, spare=2,
                            shared=None, scale=None, vdist=normal(), qk=normal(), window=0,
                            softcap=0.0, dtype="f16"):
@@ -392,26 +421,47 @@ def attention_decode_paged(r, *, nH, nKV, D, block_size, cache_lens, max_blocks=
     pages full in both sequences): the new token of sequence b attends to its first
     cache_lens[b] positions gathered through its row of the table. Draws q [B, nH, D], the
     pool's keys and values (as attention_decode draws its caches), then the order."""
-    B = len(cache_lens)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     q, k_cache, v_cache, table = paged_kv(
-        r, q_rows=B, nH=nH, nKV=nKV, D=D, block_size=block_size, lens=cache_lens,
+        r, q_rows=len(cache_lens), nH=nH, nKV=nKV, D=D, block_size=block_size, lens=cache_lens,
         prefix_lens=cache_lens, max_blocks=max_blocks, spare=spare, shared=shared, qk=qk,
         vdist=vdist, cast=storage(dtype))
-    out = torch.empty((B, nH, D), dtype=F64)
-    for b, n in enumerate(cache_lens):
-        out[b] = decode_sdpa(q[b], *paged_gather(k_cache, v_cache, table, b, n), scale, window,
-                             softcap)
-    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
-    if window > 0:
-        params["window"] = window
-    if softcap:
-        kg = paged_gather(k_cache, v_cache, table, 0, cache_lens[0])[0]
-        check_cap_bites(d(q[:1])[:, :, None, :], d(kg).transpose(0, 1)[None], scale, softcap)
-        params["softcap"] = softcap
+    params, out = paged_decode_ref(q, k_cache, v_cache, table, cache_lens, scale, window, softcap)
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "cache_lens": torch.tensor(cache_lens, dtype=I32)}
     return params, inputs, {"out": out}
+
+
+def prefill_layout(seqs):
+    """kv_lens and q_starts of a paged prefill's seqs [(prefix, new), ...]: each sequence's whole
+    length, and where its new tokens' rows start in q (the last entry total_q)."""
+    assert seqs and all(prefix >= 0 and new >= 1 for prefix, new in seqs), seqs
+    starts = [0]
+    for _, new in seqs:
+        starts.append(starts[-1] + new)
+    return [prefix + new for prefix, new in seqs], starts
+
+
+def paged_prefill_ref(q, k_cache, v_cache, table, starts, kv_lens, scale, window, softcap):
+    """The paged prefill ops' params and expected out [total_q, nH, D]: query i of sequence b is
+    at position kv_len - q_len + i and attends causally to positions 0 .. kv_len - q_len + i
+    (offset_causal_sdpa) gathered through its row of the table, over the pool's values (16-bit,
+    or an FP8 pool's dequantised fp64 values)."""
+    nH, D = q.shape[1:]
+    out = torch.empty((starts[-1], nH, D), dtype=F64)
+    for b, n in enumerate(kv_lens):
+        rows = slice(starts[b], starts[b + 1])
+        out[rows] = offset_causal_sdpa(q[rows], *paged_gather(k_cache, v_cache, table, b, n),
+                                       scale, window, softcap)
+    params = {"n_heads": nH, "n_kv_heads": k_cache.shape[2], "head_dim": D, "scale": scale}
+    if window > 0:
+        params["window"] = window
+    if softcap:
+        kg = paged_gather(k_cache, v_cache, table, 0, kv_lens[0])[0]
+        rows = slice(starts[0], starts[1])
+        check_cap_bites(d(q[rows]).transpose(0, 1)[None], d(kg).transpose(0, 1)[None], scale, softcap)
+        params["softcap"] = softcap
+    return params, out
 
 
 def attention_prefill_paged(r, *, nH, nKV, D, block_size, seqs, max_blocks=None, spare=2,
@@ -424,31 +474,15 @@ def attention_prefill_paged(r, *, nH, nKV, D, block_size, seqs, max_blocks=None,
     kv_lens = prefix + new) holds each sequence's prefix and its new tokens' keys and values,
     already appended; shared pages lie inside both sequences' prefixes. Query i of sequence b
     is at position kv_len - q_len + i and attends causally to positions 0 .. kv_len - q_len + i
-    (offset_causal_sdpa). Draws q, the pool's keys and values, then the order."""
-    assert seqs and all(prefix >= 0 and new >= 1 for prefix, new in seqs), seqs
-    q_lens = [new for _, new in seqs]
-    kv_lens = [prefix + new for prefix, new in seqs]
-    starts = [0]
-    for m in q_lens:
-        starts.append(starts[-1] + m)
+    (paged_prefill_ref). Draws q, the pool's keys and values, then the order."""
+    kv_lens, starts = prefill_layout(seqs)
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     q, k_cache, v_cache, table = paged_kv(
         r, q_rows=starts[-1], nH=nH, nKV=nKV, D=D, block_size=block_size, lens=kv_lens,
         prefix_lens=[prefix for prefix, _ in seqs], max_blocks=max_blocks, spare=spare,
         shared=shared, qk=qk, vdist=vdist, cast=storage(dtype))
-    out = torch.empty((starts[-1], nH, D), dtype=F64)
-    for b, n in enumerate(kv_lens):
-        rows = slice(starts[b], starts[b + 1])
-        out[rows] = offset_causal_sdpa(q[rows], *paged_gather(k_cache, v_cache, table, b, n),
-                                       scale, window, softcap)
-    params = {"n_heads": nH, "n_kv_heads": nKV, "head_dim": D, "scale": scale}
-    if window > 0:
-        params["window"] = window
-    if softcap:
-        kg = paged_gather(k_cache, v_cache, table, 0, kv_lens[0])[0]
-        rows = slice(starts[0], starts[1])
-        check_cap_bites(d(q[rows]).transpose(0, 1)[None], d(kg).transpose(0, 1)[None], scale, softcap)
-        params["softcap"] = softcap
+    params, out = paged_prefill_ref(q, k_cache, v_cache, table, starts, kv_lens, scale, window,
+                                    softcap)
     inputs = {"q": q, "k_cache": k_cache, "v_cache": v_cache, "block_table": table,
               "q_starts": torch.tensor(starts, dtype=I32),
               "kv_lens": torch.tensor(kv_lens, dtype=I32)}
@@ -492,10 +526,33 @@ def set_rows_fp8(r, *, R, heads, D, rows, scale_heads, headroom=1.0, dist=normal
     return {}, {"dst": dst, "src": src, "rows": idx, "scale": scale}, {"out": out.view(F8E4M3)}
 
 
+# The code every slot a kernel must not read holds in an FP8 cache: +448 times the scale, the
+# largest value, so that a kernel that reads one is visibly wrong.
+KV_FP8_POISON = 0x7E
+
+
+def kv_quant_held(k, v, held, scale_heads, headroom):
+    """An FP8 cache of float32 keys and values k, v [..., nKV, D], held [...] True at the
+    positions a kernel reads: per tensor or per KV head scales calibrated over those positions
+    alone (kv_scales), the codes kv_quant writes there and KV_FP8_POISON everywhere else.
+    Returns (k codes, v codes, k_scale, v_scale)."""
+    ks, vs = kv_scales(k[held], scale_heads, headroom), kv_scales(v[held], scale_heads, headroom)
+    kc, vc = kv_quant(k, ks).view(torch.uint8), kv_quant(v, vs).view(torch.uint8)
+    kc[~held], vc[~held] = KV_FP8_POISON, KV_FP8_POISON
+    return kc.view(F8E4M3), vc.view(F8E4M3), ks, vs
+
+
+def kv_dequant(codes, scales):
+    """The fp64 values an FP8 cache's codes [..., nKV, D] stand for: code * the scale of its KV
+    head (scales float32 [1] or [nKV])."""
+    nKV = codes.shape[-2]
+    return codes.to(F64) * (scales if scales.numel() > 1 else scales.expand(nKV)).to(F64)[:, None]
+
+
 def attention_decode_fp8(r, *, nH, nKV, D, L, cache_lens, scale_heads, headroom=1.0, scale=None,
                          vdist=normal(), qk=normal(), softcap=0.0, dtype="f16"):
     """attention_decode over an FP8 cache: K and V drawn as attention_decode draws them, quantised
-    per tensor or per KV head (kv_scales over the visible positions, kv_quant), positions past
+    per tensor or per KV head (kv_quant_held over the visible positions), positions past
     cache_lens[b] set to the largest code (448 times the scale: a kernel that reads them gets
     visibly wrong); the expected output is fp64 attention over code * scale."""
     cast = storage(dtype)
@@ -507,13 +564,8 @@ def attention_decode_fp8(r, *, nH, nKV, D, L, cache_lens, scale_heads, headroom=
     for b, n in enumerate(cache_lens):
         assert 1 <= n <= L
         visible[b, :n] = True
-    ks, vs = kv_scales(k[visible], scale_heads, headroom), kv_scales(v[visible], scale_heads, headroom)
-    kc, vc = kv_quant(k, ks).view(torch.uint8), kv_quant(v, vs).view(torch.uint8)
-    kc[~visible], vc[~visible] = 0x7E, 0x7E  # +448
-    kc, vc = kc.view(F8E4M3), vc.view(F8E4M3)
-    per_k = (ks if ks.numel() > 1 else ks.expand(nKV)).to(F64)[:, None]
-    per_v = (vs if vs.numel() > 1 else vs.expand(nKV)).to(F64)[:, None]
-    kd, vd = kc.to(F64) * per_k, vc.to(F64) * per_v
+    kc, vc, ks, vs = kv_quant_held(k, v, visible, scale_heads, headroom)
+    kd, vd = kv_dequant(kc, ks), kv_dequant(vc, vs)
     out = torch.empty((B, nH, D), dtype=F64)
     for b, n in enumerate(cache_lens):
         out[b] = decode_sdpa(q[b], kd[b, :n], vd[b, :n], scale, 0, softcap)
@@ -523,6 +575,56 @@ def attention_decode_fp8(r, *, nH, nKV, D, L, cache_lens, scale_heads, headroom=
         params["softcap"] = softcap
     inputs = {"q": q, "k_cache": kc, "v_cache": vc, "cache_lens": torch.tensor(cache_lens, dtype=I32),
               "k_scale": ks, "v_scale": vs}
+    return params, inputs, {"out": out}
+
+
+def paged_fp8_pool(r, *, scale_heads, headroom, dtype, **pool):
+    """paged_pool drawn as the 16-bit paged ops draw it (q, the pool's keys and values, the page
+    order), K and V kept float32 and quantised as attention_decode_fp8 quantises its caches
+    (kv_quant_held over the slots some sequence holds), every other slot KV_FP8_POISON.
+    Returns (q, k codes, v codes, block_table, k_scale, v_scale)."""
+    q, k, v, table, held = paged_pool(r, cast=storage(dtype), kv_cast=lambda t: t.to(F32), **pool)
+    kc, vc, ks, vs = kv_quant_held(k, v, held, scale_heads, headroom)
+    return q, kc, vc, table, ks, vs
+
+
+def attention_decode_paged_fp8(r, *, nH, nKV, D, block_size, cache_lens, scale_heads,
+                               headroom=1.0, max_blocks=None, spare=2, shared=None, scale=None,
+                               vdist=normal(), qk=normal(), window=0, softcap=0.0, dtype="f16"):
+    """attention_decode_paged over an FP8 paged pool (vLLM's paged cache with kv_cache_dtype
+    "fp8"): the pool of attention_decode_paged, quantised per tensor or per KV head
+    (paged_fp8_pool); the expected output is attention_decode_paged's over code * scale, in
+    fp64, as attention_decode_fp8's."""
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q, kc, vc, table, ks, vs = paged_fp8_pool(
+        r, q_rows=len(cache_lens), nH=nH, nKV=nKV, D=D, block_size=block_size, lens=cache_lens,
+        prefix_lens=cache_lens, max_blocks=max_blocks, spare=spare, shared=shared, qk=qk,
+        vdist=vdist, scale_heads=scale_heads, headroom=headroom, dtype=dtype)
+    params, out = paged_decode_ref(q, kv_dequant(kc, ks), kv_dequant(vc, vs), table, cache_lens,
+                                   scale, window, softcap)
+    inputs = {"q": q, "k_cache": kc, "v_cache": vc, "block_table": table,
+              "cache_lens": torch.tensor(cache_lens, dtype=I32), "k_scale": ks, "v_scale": vs}
+    return params, inputs, {"out": out}
+
+
+def attention_prefill_paged_fp8(r, *, nH, nKV, D, block_size, seqs, scale_heads, headroom=1.0,
+                                max_blocks=None, spare=2, shared=None, scale=None, vdist=normal(),
+                                qk=normal(), window=0, softcap=0.0, dtype="f16"):
+    """attention_prefill_paged over an FP8 paged pool: its seqs, pool and table, the pool
+    quantised as attention_decode_paged_fp8's (paged_fp8_pool); the expected output is
+    attention_prefill_paged's over code * scale, in fp64."""
+    kv_lens, starts = prefill_layout(seqs)
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    q, kc, vc, table, ks, vs = paged_fp8_pool(
+        r, q_rows=starts[-1], nH=nH, nKV=nKV, D=D, block_size=block_size, lens=kv_lens,
+        prefix_lens=[prefix for prefix, _ in seqs], max_blocks=max_blocks, spare=spare,
+        shared=shared, qk=qk, vdist=vdist, scale_heads=scale_heads, headroom=headroom,
+        dtype=dtype)
+    params, out = paged_prefill_ref(q, kv_dequant(kc, ks), kv_dequant(vc, vs), table, starts,
+                                    kv_lens, scale, window, softcap)
+    inputs = {"q": q, "k_cache": kc, "v_cache": vc, "block_table": table,
+              "q_starts": torch.tensor(starts, dtype=I32),
+              "kv_lens": torch.tensor(kv_lens, dtype=I32), "k_scale": ks, "v_scale": vs}
     return params, inputs, {"out": out}
 
 
@@ -1173,4 +1275,5 @@ OPS = {f.__name__: f for f in (
     attention_prefill, attention_decode, attention_scores_softmax, swiglu, geglu, swiglu_ffn, gemm_swiglu, rmsnorm_gemm, layernorm_gemm, swiglu_gemm, gpt_ffn, gelu, gelu_tanh, gelu_scale,
     pos_embedding, embedding, set_rows, gemm, softmax, logit_softcap, quant_fp8, gemm_fp8, rmsnorm_quant_fp8,
     swiglu_quant_fp8, gemm_w4a16, set_rows_fp8, attention_decode_fp8, attention_decode_paged,
-    attention_prefill_paged, moe_router, moe_ffn, moe_shared_add)}
+    attention_prefill_paged, attention_decode_paged_fp8, attention_prefill_paged_fp8, moe_router,
+    moe_ffn, moe_shared_add)}

@@ -12,7 +12,9 @@ its committed sets, read from disk, are recomputed bit for bit by a numpy f8e4m3
 from the bit layout, and broken variants of each of its steps must disagree with them. gemm_fp8's
 sets on disk are recomputed from that codec and their scales in float64, their x and w checked
 as quantisations (from the bytes alone, and bit for bit from the case's draws), an emulated fp32
-kernel must pass the op's tolerance and broken scale indexing fail it. The MoE sets on disk
+kernel must pass the op's tolerance and broken scale indexing fail it. The FP8 paged attention
+sets are the 16-bit paged ops' numpy references over the values their codes stand for, with
+their poison, calibration and broken table, mask and scale reads checked. The MoE sets on disk
 (moe_router, moe_ffn) are recomputed by numpy (a stable sort for the tie rule, a loop over
 tokens and their experts) and cross-checked against transformers' own MixtralTopKRouter,
 Qwen3MoeTopKRouter and MixtralExperts.
@@ -48,9 +50,12 @@ def bf16_bits_to_f64(bits):
 
 def a(t):
     """A tensor as a numpy float64 array (for inputs) or int array (for ids/positions). bf16 is
-    read from its bits, not through torch's conversion."""
+    read from its bits, not through torch's conversion; f8e4m3 as its codes (int64 bytes,
+    e4m3_decode gives their values)."""
     if t.dtype == torch.bfloat16:
         return bf16_bits_to_f64(t.contiguous().view(torch.int16).numpy().view(np.uint16))
+    if t.dtype == torch.float8_e4m3fn:
+        return t.contiguous().view(torch.uint8).numpy().astype(np.int64)
     arr = t.numpy()
     return arr if arr.dtype.kind == "i" else arr.astype(np.float64)
 
@@ -209,6 +214,9 @@ def reference(op, p, i, rnd=f16):
     if op == "attention_prefill_paged":
         return {"out": np_prefill_paged(p, i, lambda i, b, n, m: paged_rows(i, b, n), None,
                                         lambda i, n, m: n - m + 1 + np.arange(m))}
+    if op in PAGED_FP8:  # the 16-bit op's reference over the values the codes stand for
+        k, v = fp8_values(i, (i["k_cache"], i["v_cache"]))
+        return reference(PAGED_FP8[op], p, dict(i, k_cache=k, v_cache=v))
     if op == "swiglu":
         return {"out": np_silu(i["gate"]) * i["up"]}
     if op == "geglu":
@@ -412,10 +420,12 @@ def properties(case, p, i, dtype="f16"):
     if op.startswith("attention_"):
         window_properties(op, name, p)
         softcap_properties(op, name, p)
-    if op == "attention_decode_paged":
-        paged_properties(name, p, i, dtype)
-    if op == "attention_prefill_paged":
-        prefill_paged_properties(name, p, i, dtype)
+    if op in ("attention_decode_paged", "attention_decode_paged_fp8"):
+        held = paged_properties(name, p, i, dtype, fp8=op in PAGED_FP8)
+    if op in ("attention_prefill_paged", "attention_prefill_paged_fp8"):
+        held = prefill_paged_properties(name, p, i, dtype, fp8=op in PAGED_FP8)
+    if op in PAGED_FP8:
+        paged_fp8_properties(name, i, held, case.kwargs.get("headroom", 1.0))
     if op == "attention_prefill" and name.startswith("large-mag"):
         s = np.einsum("bshd,bthd->bhst", i["q"][:, :, :2], i["k"][:, :, :1]) * p["scale"]
         assert np.abs(s).max() > 11.1, "%s: scores must overflow exp in fp16" % name  # e^11 > 65504
@@ -1106,6 +1116,7 @@ def storage_dtype(case, inputs):
                                     ("gemm_fp8", "w_scales"), ("set_rows_fp8", "scale"),
                                     ("attention_decode_fp8", "k_scale"), ("attention_decode_fp8", "v_scale"),
                                     ("moe_ffn", "weights")) or \
+                (case.op in PAGED_FP8 and n in ("k_scale", "v_scale")) or \
                 ((case.op, n) in (("rmsnorm", "weight"), ("rmsnorm_residual", "weight")) and
                  "_w32" in case.name) or \
                 (case.op in ("softmax", "set_rows", "quant_fp8", "set_rows_fp8", "logit_softcap") and not half), \
@@ -1251,14 +1262,17 @@ def paged_caches(i):
     return out
 
 
-def paged_properties(name, p, i, dtype, prefix=None):
+def paged_properties(name, p, i, dtype, prefix=None, fp8=False):
     """The contract's table and pool: attention_decode's params; a power-of-two block size from
     1 to 256, named in the case (bs<N>); each length in [1, max_blocks * block_size]; a row's
     first ceil(n / block_size) entries distinct pages of the pool, -1 after them; a page in two
     rows only in a shared case, as the same leading entries of both, full in both and inside
     both prefixes (prefix: the cached positions of each sequence, default its whole length);
     a spare page; sequence 0 not starting at page 0 (where a kernel ignoring the table reads);
-    every slot no sequence holds poison, every held slot not."""
+    every slot no sequence holds poison, every held slot not. An FP8 pool (fp8, i holding its
+    codes): the poison is the code 0x7E (+448), which a held slot may hold too (a saturated
+    value); its scales are checked by paged_fp8_properties. Returns the held slots
+    [num_blocks, block_size]."""
     t, lens = i["block_table"], _lens(i)
     prefix = lens if prefix is None else prefix
     nb, bs = i["k_cache"].shape[:2]
@@ -1287,10 +1301,12 @@ def paged_properties(name, p, i, dtype, prefix=None):
             "%s: shared page %d not full inside both prefixes" % (name, page)
     assert len(users) < nb, "%s: no spare page" % name
     assert t[0, 0] != 0, "%s: sequence 0 starts at page 0" % name
-    poison = ROUND[dtype](np.float64(kernel_ops.POISON))
+    poison = FP8_POISON if fp8 else ROUND[dtype](np.float64(kernel_ops.POISON))
     for c in ("k_cache", "v_cache"):
         assert np.all(i[c][~held] == poison), "%s: %s: poison missing" % (name, c)
-        assert not np.any(i[c][held] == poison), "%s: %s: poison where it is read" % (name, c)
+        assert fp8 or not np.any(i[c][held] == poison), "%s: %s: poison where it is read" % (
+            name, c)
+    return held
 
 
 def _heads_first(i, c):
@@ -1357,11 +1373,11 @@ def np_paged_broken(p, i, rows, view, rnd):
     return rnd(np.stack(out))
 
 
-def check_paged_broken_kernels(op, broken):
+def check_paged_broken_kernels(op, broken, fallback=None):
     """Every broken kernel of broken (name -> got(p, inputs, rnd)) fails op's tolerance in
-    golden/tolerances.yaml in at least one committed set of op, and some set hands out page 0
-    (a kernel that takes page 0 for an empty entry fails there)."""
-    _, tols = yardstick(op, op)
+    golden/tolerances.yaml (fallback's while op has none) in at least one committed set of op,
+    and some set hands out page 0 (a kernel that takes page 0 for an empty entry fails there)."""
+    _, tols = yardstick(op, fallback or op)
     caught = {what: [] for what in broken}
     page0 = []
     for case in kernel_cases.cases_for(kernel_cases.COMMITTED, [op]):
@@ -1387,12 +1403,16 @@ def check_paged_broken_kernels(op, broken):
 # kv_len) sees positions 0 .. n - m + t.
 
 
-def np_prefill_paged(p, i, rows, view, seen, poison=np.nan):
+def np_prefill_paged(p, i, rows, view, seen, poison=np.nan, values=None):
     """out [total_q, nH, D] of a paged prefill, right or broken: sequence b (kv_len n, q_len m)
     reads its keys from the pool rows rows(i, b, n, m) (a row outside the pool reads poison),
     the pool read through view (None: as stored), its query t attending to the first
-    seen(i, n, m)[t] of them. The contract: rows paged_rows(i, b, n), seen n - m + 1 + t."""
+    seen(i, n, m)[t] of them. The contract: rows paged_rows(i, b, n), seen n - m + 1 + t.
+    values(i, (k, v)): the values a kernel computes with from the rows it reads (an FP8 pool's
+    codes, fp8_values), None for a 16-bit pool's own."""
     kv = guarded_pool(i, view, poison)
+    if values is not None:
+        kv = values(i, kv)
     starts = i["q_starts"]
     out = np.empty_like(i["q"])
     for b, n in enumerate(i["kv_lens"]):
@@ -1407,11 +1427,11 @@ def np_prefill_paged(p, i, rows, view, seen, poison=np.nan):
 _PREFILL_NAME = re.compile(r"_pre([0-9-]+)_new([0-9-]+)(_|$)")
 
 
-def prefill_paged_properties(name, p, i, dtype):
+def prefill_paged_properties(name, p, i, dtype, fp8=False):
     """q_starts [B + 1] int32 from 0 to total_q (q's rows), each sequence at least one new token;
     kv_len >= q_len; the prefixes and new-token counts those the name says (pre<a-b-..>,
     new<a-b-..>); the pool as attention_decode_paged's (paged_properties), the shared pages
-    inside both sequences' prefixes."""
+    inside both sequences' prefixes. Returns the held slots (paged_properties)."""
     starts, kv = i["q_starts"], i["kv_lens"]
     B = kv.shape[0]
     assert starts.dtype == np.int32 and kv.dtype == np.int32 and starts.shape == (B + 1,), name
@@ -1424,7 +1444,7 @@ def prefill_paged_properties(name, p, i, dtype):
     named = [[int(v) for v in g.split("-")] for g in match.groups()[:2]]
     assert named == [list(kv - q_lens), list(q_lens)], "%s: prefixes %s, new tokens %s" % (
         name, list(kv - q_lens), list(q_lens))
-    paged_properties(name, p, i, dtype, prefix=kv - q_lens)
+    return paged_properties(name, p, i, dtype, prefix=kv - q_lens, fp8=fp8)
 
 
 def _offset(i, n, m):
@@ -1469,6 +1489,107 @@ def np_prefill_broken(p, i, what, rnd):
     return rnd(np_prefill_paged(p, i, rows, view, seen, rnd(np.float64(kernel_ops.POISON))))
 
 
+# ---------------------------------------------------------------------------------------------
+# The FP8 paged ops (attention_decode_paged_fp8, attention_prefill_paged_fp8): the 16-bit paged
+# ops' table, lengths and mask over a pool of E4M3 codes, key j of KV head h standing for
+# e4m3_decode(code) * k_scale[h] (k_scale [1]: one scale for every head), values likewise with
+# v_scale; every slot no sequence holds the code 0x7E (+448). Their references are the 16-bit
+# ops' numpy references over those values; their broken kernels are the 16-bit ops' table and
+# mask mistakes over the same values plus the FP8 mistakes of FP8_BROKEN, each read through the
+# prefill's model of a kernel (a decode is a prefill of one new token a sequence, as_prefill).
+
+PAGED_FP8 = {"attention_decode_paged_fp8": "attention_decode_paged",
+             "attention_prefill_paged_fp8": "attention_prefill_paged"}
+E4M3_TOP = 448.0    # the largest f8e4m3 value, codes 0x7E and 0xFE
+FP8_POISON = 0x7E   # +448: every slot of an FP8 pool no sequence holds
+
+
+def fp8_values(i, kv, key_head=None, value_scale=True, top=None):
+    """k, v of E4M3 codes [..., nKV, D] (the pool, or rows a kernel reads from it) as the values a
+    kernel computes with: e4m3_decode(code) * the scale of the code's KV head (i's k_scale,
+    v_scale, one or one a head). Broken: each KV head h scaling its keys by k_scale[key_head(h,
+    nKV)]; the value scale never applied; the saturation codes (+-448) read as +-top."""
+    out = []
+    for codes, sn in zip(kv, ("k_scale", "v_scale")):
+        nkv = codes.shape[-2]
+        per = np.broadcast_to(i[sn], (nkv,)).astype(np.float64)
+        if sn == "k_scale" and key_head is not None:
+            per = per[key_head(np.arange(nkv), nkv)]
+        if sn == "v_scale" and not value_scale:
+            per = np.ones(nkv)
+        x = e4m3_decode(codes)
+        if top is not None:
+            x = np.where(np.abs(x) == E4M3_TOP, np.sign(x) * top, x)
+        out.append(x * per[:, None])
+    return out
+
+
+def paged_fp8_properties(name, i, held, headroom):
+    """An FP8 pool's scales: float32 > 0, both of one size, 1 or n_kv_heads ("per-head" in the
+    name exactly when there is one a head), calibrated over the held slots (amax / 448 *
+    headroom, headroom <= 1: the largest held value of each scale's heads has the code of
+    +-448), a calibration below 1 saturating more of them than their largest."""
+    nkv = i["k_cache"].shape[2]
+    for c, sn in (("k_cache", "k_scale"), ("v_cache", "v_scale")):
+        sc = i[sn]
+        assert sc.shape == i["k_scale"].shape and sc.size in (1, nkv) and np.all(sc > 0), name
+        assert np.all(sc.astype(np.float32) == sc), name
+        assert (sc.size > 1) == ("per-head" in name), "%s: %s of %d" % (name, sn, sc.size)
+        mag = np.abs(e4m3_decode(i[c][held]))                       # [held slots, nKV, D]
+        groups = mag.reshape(-1, nkv, mag.shape[-1]).transpose(1, 0, 2).reshape(sc.size, -1)
+        assert np.all(groups.max(-1) == E4M3_TOP), "%s: %s not calibrated" % (name, sn)
+        top = (groups == E4M3_TOP).sum(-1)
+        assert headroom == 1.0 or top.max() >= 2, "%s: headroom %g saturates nothing" % (
+            name, headroom)
+
+
+def as_prefill(i):
+    """A paged decode's inputs as a paged prefill's: one new token a sequence (q_starts 0 .. B),
+    kv_lens its cache_lens; its query at position n - 1 sees positions 0 .. n - 1 (and a
+    window's last positions), the same attention."""
+    lens = i["cache_lens"]
+    return dict(i, q_starts=np.arange(len(lens) + 1, dtype=np.int32), kv_lens=lens)
+
+
+# Broken FP8 reads the committed FP8 paged sets must reject, each a realistic mistake: name ->
+# fp8_values' broken arguments, under the contract's table reads and mask.
+FP8_BROKEN = {
+    "the key scale of the next KV head (k_scale[(h + 1) % n_kv_heads])":
+        dict(key_head=lambda h, n: (h + 1) % n),
+    "the key scale of head 0 for every head (a per-tensor scale assumed)":
+        dict(key_head=lambda h, n: 0 * h),
+    "the value scale not applied (each value's code taken for it)":
+        dict(value_scale=False),
+    "the saturation code 0x7E (+448) read as its neighbour 0x7D (+416)":
+        dict(top=416.0),
+}
+# The 16-bit ops' mask mistakes that a decode has no room for: its one query sees every key.
+_PREFILL_ONLY = ("a causal mask without the prefix offset (query t sees keys 0..t)",
+                 "the prefix length taken for the new-token count (query t sees keys 0..q_len+t)")
+
+
+def paged_fp8_broken(op):
+    """The broken kernels of an FP8 paged op for check_paged_broken_kernels: the 16-bit op's
+    table and mask mistakes (PREFILL_PAGED_BROKEN; a decode's slots past cache_lens are its last
+    page taken as full) over the values the codes stand for, and FP8_BROKEN's value mistakes
+    under the contract's reads."""
+    decode = op == "attention_decode_paged_fp8"
+
+    def kernel(rows, view, seen, **values):
+        def got(p, i, rnd):
+            j = as_prefill(i) if decode else i
+            return rnd(np_prefill_paged(p, j, rows, view, seen, FP8_POISON,
+                                        lambda i, kv: fp8_values(i, kv, **values)))
+        return got
+
+    broken = {what: kernel(rows, view, seen)
+              for what, (rows, view, seen) in PREFILL_PAGED_BROKEN.items()
+              if not (decode and what in _PREFILL_ONLY)}
+    broken.update({what: kernel(lambda i, b, n, m: paged_rows(i, b, n), None, _offset, **kw)
+                   for what, kw in FP8_BROKEN.items()})
+    return broken
+
+
 def check_round_trip():
     """Write a few sets, read them back the way a reader would, and regenerate identically."""
     picks = [c for c in kernel_cases.cases_for(kernel_cases.COMMITTED)
@@ -1479,8 +1600,10 @@ def check_round_trip():
                                    ("quant_fp8", "static_s1_e4m3-boundaries_h128_f32"),
                                    ("quant_fp8", "bf16-dynamic-g128_llama3.2-1b_t3"),
                                    ("gemm_fp8", "block_partial-row-block-n200_m3-k384_out-bf16"),
-                                   ("moe_router", "ties-int_e8-k2_t33")}]
-    assert len(picks) == 9
+                                   ("moe_router", "ties-int_e8-k2_t33"),
+                                   ("attention_prefill_paged_fp8",
+                                    "bf16-gqa2_d64_bs4_pre8-3-10_new2-1-3_per-head_shared2")}]
+    assert len(picks) == 10
     with tempfile.TemporaryDirectory() as tmp:
         for c in picks:
             digests = []
@@ -2157,6 +2280,8 @@ def run():
     check_paged_broken_kernels("attention_prefill_paged", {
         what: (lambda p, i, rnd, what=what: np_prefill_broken(p, i, what, rnd))
         for what in PREFILL_PAGED_BROKEN})
+    for op, fallback in PAGED_FP8.items():
+        check_paged_broken_kernels(op, paged_fp8_broken(op), fallback)
     check_quant_fp8_sets()
     check_gemm_fp8_sets()
     check_moe_sets()

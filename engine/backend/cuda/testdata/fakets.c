@@ -941,6 +941,48 @@ int ts_attention_prefill_paged(void *out, const void *q, const void *k_cache, co
     return TS_OK;
 }
 
+int ts_attention_decode_paged_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
+                                  const int32_t *block_table, const int32_t *cache_lens, const float *k_scale,
+                                  const float *v_scale, const ts_paged_decode_fp8_config *cfg, void *stream) {
+    logf_("ts_attention_decode_paged_fp8 dtype=%d batch=%d num_blocks=%d block_size=%d table_width=%d n_heads=%d "
+          "n_kv_heads=%d head_dim=%d window=%d softcap=%g scale_heads=%d stream=%d",
+          cfg->dtype, cfg->batch, cfg->num_blocks, cfg->block_size, cfg->table_width, cfg->n_heads, cfg->n_kv_heads,
+          cfg->head_dim, cfg->window, (double)cfg->softcap, cfg->scale_heads, stream != NULL);
+    int st = enter("ts_attention_decode_paged_fp8", 1);
+    if (st) return st;
+    NEED("attention_decode_paged_fp8", out);
+    NEED("attention_decode_paged_fp8", q);
+    NEED("attention_decode_paged_fp8", k_cache);
+    NEED("attention_decode_paged_fp8", v_cache);
+    NEED("attention_decode_paged_fp8", block_table);
+    NEED("attention_decode_paged_fp8", cache_lens);
+    NEED("attention_decode_paged_fp8", k_scale);
+    NEED("attention_decode_paged_fp8", v_scale);
+    return TS_OK;
+}
+
+int ts_attention_prefill_paged_fp8(void *out, const void *q, const void *k_cache, const void *v_cache,
+                                   const int32_t *block_table, const int32_t *q_starts, const int32_t *kv_lens,
+                                   const float *k_scale, const float *v_scale, const ts_paged_prefill_fp8_config *cfg,
+                                   void *stream) {
+    logf_("ts_attention_prefill_paged_fp8 dtype=%d batch=%d total_q=%d num_blocks=%d block_size=%d table_width=%d "
+          "n_heads=%d n_kv_heads=%d head_dim=%d window=%d softcap=%g scale_heads=%d stream=%d",
+          cfg->dtype, cfg->batch, cfg->total_q, cfg->num_blocks, cfg->block_size, cfg->table_width, cfg->n_heads,
+          cfg->n_kv_heads, cfg->head_dim, cfg->window, (double)cfg->softcap, cfg->scale_heads, stream != NULL);
+    int st = enter("ts_attention_prefill_paged_fp8", 1);
+    if (st) return st;
+    NEED("attention_prefill_paged_fp8", out);
+    NEED("attention_prefill_paged_fp8", q);
+    NEED("attention_prefill_paged_fp8", k_cache);
+    NEED("attention_prefill_paged_fp8", v_cache);
+    NEED("attention_prefill_paged_fp8", block_table);
+    NEED("attention_prefill_paged_fp8", q_starts);
+    NEED("attention_prefill_paged_fp8", kv_lens);
+    NEED("attention_prefill_paged_fp8", k_scale);
+    NEED("attention_prefill_paged_fp8", v_scale);
+    return TS_OK;
+}
+
 int ts_gemm(void *out, const void *x, const void *w, const void *bias, const ts_gemm_config *cfg, void *stream) {
     logf_("ts_gemm in_dtype=%d out_dtype=%d m=%d n=%d k=%d bias=%d stream=%d", cfg->in_dtype, cfg->out_dtype, cfg->m,
           cfg->n, cfg->k, bias != NULL, stream != NULL);
