@@ -612,6 +612,25 @@ func TestStatusErrorText(t *testing.T) {
 	}
 }
 
+// The op of an index fault is the library message's, not the call's that surfaced it: with
+// guards on, an FP8 twin's own call reports at once, and its message must name it (the kernels
+// suite's device-data specs compare ArgError.Op with the op called).
+func TestStatusErrorArgOpIsTheMessages(t *testing.T) {
+	for _, tc := range []struct {
+		e      StatusError
+		wantOp string
+	}{
+		{StatusError{Op: "attention_decode_paged_fp8", Status: statusIndex, Message: "attention_decode_paged_fp8: cache_lens[1] = 17: must be in [1, 16] (table_width x block_size)"}, "attention_decode_paged_fp8"},
+		{StatusError{Op: "attention_decode_paged_fp8", Status: statusIndex, Message: "attention_decode_paged: cache_lens[1] = 17: must be in [1, 16] (table_width x block_size)"}, "attention_decode_paged"},
+		{StatusError{Op: "download", Status: statusIndex, Message: "attention_prefill_paged_fp8: kv_lens[1] = 1: must be at least its new tokens and at most 32 (table_width x block_size)"}, "attention_prefill_paged_fp8"},
+	} {
+		var ae *backend.ArgError
+		if !errors.As(&tc.e, &ae) || ae.Op != tc.wantOp {
+			t.Errorf("%q: ArgError %+v, want op %q", tc.e.Error(), ae, tc.wantOp)
+		}
+	}
+}
+
 // expectOneCall runs call and checks it made exactly the library call want, besides the
 // allocations of its arguments.
 func expectOneCall(t *testing.T, op, want string, call func() error) {
