@@ -25,7 +25,7 @@ GINKGO_FLAGS ?= --randomize-all --fail-on-pending --fail-on-empty --keep-going \
                 --junit-report=junit.xml --json-report=report.json --output-dir=$(REPORTS)
 FUZZTIME     ?= 20s
 
-.PHONY: check test vet fmt-check unit suites fuzz golden golden-full golden-full-key golden-check golden-verify \
+.PHONY: check test vet fmt-check unit suites suites-external fuzz golden golden-full golden-full-key golden-check golden-verify \
         cuda cuda-test fused-bytes bundle bundle-check bundle-devices-check bundle-hang-check bundle-archive sanitize mutate mutate-go mutate-cuda mutate-cuda-check clean
 
 CUDA_ARCH    ?= sm_90
@@ -37,7 +37,7 @@ SUITES       := $(patsubst %/,%,$(dir $(wildcard suites/*/*_suite_test.go)))
 check:
 	$(GO) run ./cmd/touchstone check
 
-test: vet fmt-check unit suites
+test: vet fmt-check unit suites suites-external
 
 vet:
 	$(GO) vet ./...
@@ -53,6 +53,25 @@ suites:
 	TOUCHSTONE_BACKEND=$${TOUCHSTONE_BACKEND:-cpu} TOUCHSTONE_REPORTS=$${TOUCHSTONE_REPORTS:-$(CURDIR)/$(REPORTS)} \
 	  $(GINKGO) -r $(GINKGO_FLAGS) suites
 
+# The kernels suite against the numpy reference adapter (docs/external-backends.md): accepted as
+# it is, and rejected with RoPE's pairs planted interleaved (every rope spec must fail). Without
+# python3 and numpy it is skipped, saying so, unless TOUCHSTONE_REQUIRE_ADAPTERS=1 (CI).
+NUMPY_ADAPTER := exec:$(PYTHON) $(CURDIR)/tools/adapters/numpy/adapter.py
+suites-external:
+	@if ! $(PYTHON) -c 'import numpy' >/dev/null 2>&1; then \
+	  if [ "$$TOUCHSTONE_REQUIRE_ADAPTERS" = 1 ]; then echo "suites-external: $(PYTHON) has no numpy"; exit 1; fi; \
+	  echo "suites-external: skipped, $(PYTHON) has no numpy"; exit 0; fi; \
+	mkdir -p $(REPORTS)/external; \
+	TOUCHSTONE_BACKEND="$(NUMPY_ADAPTER)" TOUCHSTONE_REPORTS=$(CURDIR)/$(REPORTS)/external \
+	  $(GINKGO) --fail-on-empty --keep-going --succinct --no-color suites/kernels || exit 1; \
+	if TOUCHSTONE_NUMPY_ADAPTER_BUG=rope-interleaved TOUCHSTONE_BACKEND="$(NUMPY_ADAPTER)" \
+	  TOUCHSTONE_REPORTS=$(CURDIR)/$(REPORTS)/external $(GINKGO) --label-filter='op:rope && !tightness' \
+	  --keep-going --succinct --no-color suites/kernels > $(REPORTS)/external/rope-interleaved.log 2>&1; then \
+	  echo "suites-external: an adapter with RoPE's pairs interleaved passed the rope specs"; exit 1; fi; \
+	grep -q -- "-- 0 Passed " $(REPORTS)/external/rope-interleaved.log || { \
+	  echo "suites-external: some rope spec passed the interleaved adapter:"; tail -20 $(REPORTS)/external/rope-interleaved.log; exit 1; }; \
+	echo "suites-external: the numpy adapter passes; with RoPE's pairs interleaved every rope spec fails"
+
 # Short coverage-guided runs of every parser of outside data.
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzDecodeNPY -fuzztime=$(FUZZTIME) ./engine/tensor/
@@ -65,6 +84,7 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./engine/model/safetensors/
 	$(GO) test -run='^$$' -fuzz=FuzzParseConfig -fuzztime=$(FUZZTIME) ./engine/model/
 	$(GO) test -run='^$$' -fuzz=FuzzParseGolden -fuzztime=$(FUZZTIME) ./engine/sample/
+	$(GO) test -run='^$$' -fuzz=FuzzAdapterLines -fuzztime=$(FUZZTIME) ./engine/backend/exec/
 
 golden:
 	$(PYTHON) tools/gen-golden kernels --tier committed --out golden

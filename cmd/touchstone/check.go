@@ -17,6 +17,7 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"
 	"github.com/touchstone-llm/touchstone/engine/backend/cuda"
+	_ "github.com/touchstone-llm/touchstone/engine/backend/exec" // TOUCHSTONE_BACKEND=exec:<command>
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
@@ -28,7 +29,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := goldenFlag(fs)
-	backendName := fs.String("backend", "", "cpu | cuda | auto (default: $TOUCHSTONE_BACKEND, else auto)")
+	backendName := fs.String("backend", "", "cpu | cuda | auto | exec:<command> (default: $TOUCHSTONE_BACKEND, else auto)")
 	tier := fs.String("tier", "all", "golden tier to run: committed | full | all")
 	var ops multiFlag
 	fs.Var(&ops, "op", "run only this op (repeatable)")

@@ -324,6 +324,23 @@ type Backend interface {
 	Close() error
 }
 
+// OpRunner is implemented by backends that run a golden op as a whole, by its golden-format
+// name and params, instead of through the Kernels methods: the external backends
+// (docs/external-backends.md), whose adapters implement ops against docs/golden-format.md.
+// The conformance runner hands RunOp the set's params (its manifest's JSON), the inputs it
+// uploaded and the outputs it allocated, each by its golden name; RunOp fills the outputs
+// (an in-place op's output is one of its inputs' buffers). An op or a case the backend does
+// not implement is an error wrapping ErrUnsupported that says why.
+type OpRunner interface {
+	RunOp(op string, params []byte, inputs, outputs []NamedBuffer) error
+}
+
+// NamedBuffer is a buffer with its golden-set name.
+type NamedBuffer struct {
+	Name string
+	Buf  Buffer
+}
+
 // Ops lists every op of Kernels by its golden-set name, in the order reports print them.
 var Ops = []string{
 	"residual_add", "rmsnorm", "layernorm", "layernorm_residual", "rmsnorm_residual", "rope",

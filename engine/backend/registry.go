@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -17,7 +18,13 @@ type Options struct {
 	// GinkgoParallelProcess(), which Ginkgo passes as a flag, never in the environment), 0
 	// outside a parallel run.
 	Process int
+	// Command is the external backend's adapter command (TOUCHSTONE_BACKEND=exec:<command>),
+	// run by sh -c; empty for the built-in backends.
+	Command string
 }
+
+// ExecPrefix starts a TOUCHSTONE_BACKEND value that names an external backend's command.
+const ExecPrefix = "exec:"
 
 // Factory opens a backend.
 type Factory func(Options) (Backend, error)
@@ -77,7 +84,7 @@ type Selection struct {
 
 // Environment variables that steer backend selection.
 const (
-	EnvBackend    = "TOUCHSTONE_BACKEND"     // cpu | cuda | auto (default)
+	EnvBackend    = "TOUCHSTONE_BACKEND"     // cpu | cuda | auto (default) | exec:<command>
 	EnvRequireGPU = "TOUCHSTONE_REQUIRE_GPU" // "1": no GPU is a failure, never a skip
 	EnvDevice     = "TOUCHSTONE_DEVICE"      // device ordinal, default: chosen by the backend
 )
@@ -118,6 +125,17 @@ func Select(getenv func(string) string, process int) (*Selection, error) {
 		opts.Process = process
 	}
 
+	if cmd, ok := strings.CutPrefix(requested, ExecPrefix); ok {
+		if strings.TrimSpace(cmd) == "" {
+			return nil, fmt.Errorf("%s=%q: want exec:<command>, the adapter to start", EnvBackend, requested)
+		}
+		opts.Command = cmd
+		b, err := Open("exec", opts)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%s: %w", EnvBackend, requested, err)
+		}
+		return &Selection{Backend: b, Requested: requested}, nil
+	}
 	switch requested {
 	case "cpu":
 		if requireGPU {
@@ -148,6 +166,6 @@ func Select(getenv func(string) string, process int) (*Selection, error) {
 		}
 		return &Selection{Backend: cpu, Requested: requested, Fallback: err.Error(), FallbackErr: err}, nil
 	default:
-		return nil, fmt.Errorf("%s=%q: want cpu, cuda or auto", EnvBackend, requested)
+		return nil, fmt.Errorf("%s=%q: want cpu, cuda, auto or exec:<command>", EnvBackend, requested)
 	}
 }

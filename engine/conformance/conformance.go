@@ -93,6 +93,25 @@ func (m Memory) Tensor(name string) (*tensor.Tensor, error) {
 	return t, nil
 }
 
+// rawParams returns src's params as JSON: a golden set's manifest params, a Memory's Params.
+func rawParams(src Source) ([]byte, error) {
+	switch s := src.(type) {
+	case *golden.Set:
+		return s.Manifest.Params, nil
+	case Memory:
+		return s.Params, nil
+	}
+	return nil, fmt.Errorf("a source of type %T has no raw params for an external backend", src)
+}
+
+func named(bufs []namedBuffer) []backend.NamedBuffer {
+	out := make([]backend.NamedBuffer, len(bufs))
+	for i, b := range bufs {
+		out[i] = backend.NamedBuffer{Name: b.name, Buf: b.buf}
+	}
+	return out
+}
+
 // Prepared is an op with its inputs uploaded and outputs allocated, ready to launch any
 // number of times: Execute launches it once, a benchmark many times.
 type Prepared struct {
@@ -174,6 +193,17 @@ func prepare(b backend.Backend, op string, src Source, place Placement, r runner
 	if c.err != nil {
 		c.free()
 		return nil, c.err
+	}
+	if runner, ok := b.(backend.OpRunner); ok {
+		// An external backend runs the op as a whole from the set's own params, inputs and
+		// outputs (the buffers the runner made): the runner's Kernels calls are not made.
+		params, err := rawParams(src)
+		if err != nil {
+			c.free()
+			return nil, err
+		}
+		ins, outs := named(c.inputs), named(c.outputs)
+		c.launches = []func() error{func() error { return runner.RunOp(op, params, ins, outs) }}
 	}
 	return &Prepared{c: c}, nil
 }
@@ -319,6 +349,7 @@ type call struct {
 	place    Placement
 	bufs     []backend.Buffer
 	launches []func() error
+	inputs   []namedBuffer // the set's tensors as uploaded, by name (an external backend's call)
 	outputs  []namedBuffer
 	err      error
 }
@@ -363,6 +394,7 @@ func (c *call) input(name string) backend.Buffer {
 			if err := c.b.(backend.Memory).Write(buf, t); err != nil {
 				c.fail(fmt.Errorf("write %s: %w", name, err))
 			}
+			c.inputs = append(c.inputs, namedBuffer{name, buf})
 		}
 		return buf
 	}
@@ -372,6 +404,7 @@ func (c *call) input(name string) backend.Buffer {
 		return nil
 	}
 	c.bufs = append(c.bufs, buf)
+	c.inputs = append(c.inputs, namedBuffer{name, buf})
 	return buf
 }
 
@@ -383,7 +416,7 @@ func (c *call) offset(dt tensor.DType, shape []int) backend.Buffer {
 	}
 	mem, ok := c.b.(backend.Memory)
 	if !ok {
-		c.fail(fmt.Errorf("%s backend has no views: cannot place tensors %s", c.b.Info().Backend, c.place))
+		c.fail(fmt.Errorf("%s backend has no views: cannot place tensors %s: %w", c.b.Info().Backend, c.place, backend.ErrUnsupported))
 		return nil
 	}
 	n := tensor.NumElements(shape)

@@ -19,6 +19,7 @@ var _ = Describe("device memory", Serial, harness.Kernel, harness.GPU, harness.D
 		if dev.Info().Backend == "cpu" {
 			Skip("the CPU backend has no device memory")
 		}
+		harness.SkipExternal(dev, "its device memory is its adapter's")
 		dm, ok := dev.(backend.DeviceMemory)
 		Expect(ok).To(BeTrue(), "the %s backend does not account its device memory", dev.Info().Backend)
 		graphs, ok := dev.(backend.Graphs)

@@ -13,8 +13,9 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
-	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu" // the always-available backend
-	"github.com/touchstone-llm/touchstone/engine/backend/cuda"  // dlopens libtouchstone_cuda.so when asked for
+	_ "github.com/touchstone-llm/touchstone/engine/backend/cpu"  // the always-available backend
+	"github.com/touchstone-llm/touchstone/engine/backend/cuda"   // dlopens libtouchstone_cuda.so when asked for
+	_ "github.com/touchstone-llm/touchstone/engine/backend/exec" // TOUCHSTONE_BACKEND=exec:<command>
 	"github.com/touchstone-llm/touchstone/engine/compare"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
 	"github.com/touchstone-llm/touchstone/engine/golden"
@@ -81,6 +82,15 @@ func SkipUnsupported(err error) {
 		Skip("unsupported: "+err.Error(), 1)
 	}
 	Fail(fmt.Sprintf("unsupported, and %s=fail: %v", conformance.EnvUnsupported, err), 1)
+}
+
+// SkipExternal skips a spec that does not apply to an external backend (TOUCHSTONE_BACKEND=
+// exec:<command>), which runs whole golden cases through its adapter and nothing else: the
+// specs of touchstone's own argument checks, memory accounting and kernel paths.
+func SkipExternal(b backend.Backend, why string) {
+	if _, ok := b.(backend.OpRunner); ok {
+		Skip("not for an external backend: "+why, 1)
+	}
 }
 
 // AbortOnHang registers, for every spec of the suite that calls it at the top level
