@@ -366,7 +366,7 @@ var indexCalls = []indexCall{
 		return out, b.AttentionPrefillPaged(out, f16(5, 4, 80), f16(4, 8, 2, 80), f16(4, 8, 2, 80), shaped([]int{2, 2}, 0, 1, 2, 4), i32(0, 3, 5), i32(8, 10), cfg)
 	}},
 	// The paged E4M3 ops read the same device data under their own names.
-	{"attention_decode_paged_fp8", "a block table entry past an E4M3 pool", "block_table[1]", "5", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+	{"attention_decode_paged_fp8", "a block table entry past an E4M3 pool (decode)", "block_table[1]", "5", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(2, 4, 64)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 64, Scale: 0.125}
 		return out, b.AttentionDecodePagedFP8(out, f16(2, 4, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64),
@@ -390,7 +390,7 @@ var indexCalls = []indexCall{
 		return out, b.AttentionPrefillPagedFP8(out, f16(5, 4, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64), zeros(tensor.F8E4M3, 4, 8, 2, 64),
 			shaped([]int{2, 1}, 0, 1), i32(0, 3, 5), i32(8, 1), zeros(tensor.F32, 1), zeros(tensor.F32, 1), cfg)
 	}},
-	{"attention_prefill_paged_fp8", "a block table entry past an E4M3 pool", "block_table[3]", "4", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
+	{"attention_prefill_paged_fp8", "a block table entry past an E4M3 pool (prefill)", "block_table[3]", "4", func(b backend.Backend, f16 func(...int) backend.Buffer, i32 func(...int32) backend.Buffer, zeros func(tensor.DType, ...int) backend.Buffer, shaped func([]int, ...int32) backend.Buffer) (backend.Buffer, error) {
 		out := f16(5, 4, 80)
 		cfg := backend.AttentionConfig{NumHeads: 4, NumKVHeads: 2, HeadDim: 80, Causal: true, Scale: 0.125}
 		return out, b.AttentionPrefillPagedFP8(out, f16(5, 4, 80), zeros(tensor.F8E4M3, 4, 8, 2, 80), zeros(tensor.F8E4M3, 4, 8, 2, 80),
