@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""touchstone's PyTorch external adapter: torch's own kernels for the golden ops torch has one for
+(F.rms_norm, F.layer_norm, F.gelu, F.silu, F.embedding, F.linear, F.scaled_dot_product_attention,
+index_copy_, torch.softmax), run in the case's storage dtype on TOUCHSTONE_TORCH_DEVICE (default
+cuda when torch sees a GPU, else cpu), over the protocol of docs/external-backends.md.
+
+Its verdicts are findings either way: a correct torch kernel that fails a tolerance is a
+tolerance to fix; one that passes is evidence for the goldens. Where torch's kernel cannot
+express a case (SDPA has no soft cap), the case is unsupported, saying so.
+"""
+
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from protocol import Unsupported, load_raw, serve, store_raw  # noqa: E402
+
+DEVICE = os.environ.get("TOUCHSTONE_TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
+
+
+def get(ref):
+    """The reference's tensor on DEVICE in its storage dtype."""
+    a = load_raw(ref)
+    if ref["dtype"] not in TORCH:
+        raise Unsupported("a %s tensor: this adapter reads %s" % (ref["dtype"], sorted(TORCH)))
+    if ref["dtype"] == "bf16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    return t.to(DEVICE)
+
+
+def put(ref, t):
+    """Writes t, converted to the output's dtype, into its file."""
+    t = t.to(TORCH[ref["dtype"]]).contiguous().cpu()
+    a = t.view(torch.int16).numpy().view(np.uint16) if ref["dtype"] == "bf16" else t.numpy()
+    store_raw(ref, a)
+
+
+def residual_add(p, i, o):
+    put(o["out"], get(i["x"]) + get(i["residual"]))
+
+
+def rmsnorm(p, i, o):
+    x, w = get(i["x"]), get(i["weight"])
+    if w.dtype != x.dtype:  # Gemma's 1 + w kept in fp32: its norm runs in fp32 (Gemma3RMSNorm)
+        put(o["out"], F.rms_norm(x.float(), (x.shape[-1],), w.float(), p["eps"]))
+    else:
+        put(o["out"], F.rms_norm(x, (x.shape[-1],), w, p["eps"]))
+
+
+def layernorm(p, i, o):
+    x = get(i["x"])
+    put(o["out"], F.layer_norm(x, (x.shape[-1],), get(i["gamma"]), get(i["beta"]), p["eps"]))
+
+
+def gelu(p, i, o):
+    put(o["out"], F.gelu(get(i["x"])))
+
+
+def gelu_tanh(p, i, o):
+    put(o["out"], F.gelu(get(i["x"]), approximate="tanh"))
+
+
+def swiglu(p, i, o):
+    put(o["out"], F.silu(get(i["gate"])) * get(i["up"]))
+
+
+def geglu(p, i, o):
+    approx = "tanh" if p["gelu"] == "tanh" else "none"
+    put(o["out"], F.gelu(get(i["gate"]), approximate=approx) * get(i["up"]))
+
+
+def softmax(p, i, o):
+    put(o["out"], torch.softmax(get(i["x"]), dim=-1, dtype=torch.float32))
+
+
+def embedding(p, i, o):
+    table = get(i["table"])
+    out = F.embedding(get(i["ids"]).long(), table)
+    if "scale" in p:  # Gemma's embed_scale in the storage type, as transformers multiplies
+        out = out * torch.tensor(p["scale"], dtype=table.dtype, device=table.device)
+    put(o["out"], out)
+
+
+def gemm(p, i, o):
+    x, w = get(i["x"]), get(i["w"])
+    bias = get(i["bias"]) if p.get("has_bias") else None
+    if p["out_dtype"] == "f32":  # torch's 16-bit linear rounds to 16 bits: the fp32 product instead
+        put(o["out"], F.linear(x.float(), w.float(), bias.float() if bias is not None else None))
+    else:
+        put(o["out"], F.linear(x, w, bias))
+
+
+def no_cap(p, op):
+    if p.get("softcap"):
+        raise Unsupported("%s with softcap %g: F.scaled_dot_product_attention has no soft cap" % (op, p["softcap"]))
+
+
+def attention_prefill(p, i, o):
+    no_cap(p, "attention_prefill")
+    q, k, v = (get(i[n]).transpose(1, 2) for n in ("q", "k", "v"))   # [B, heads, S, D]
+    s = q.shape[2]
+    mask, causal = None, p["causal"]
+    if p.get("window"):
+        pos = torch.arange(s, device=q.device)
+        mask = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - p["window"])
+        causal = False
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=p["scale"],
+                                         enable_gqa=True)
+    put(o["out"], out.transpose(1, 2))
+
+
+def attention_decode(p, i, o):
+    no_cap(p, "attention_decode")
+    q, kc, vc = get(i["q"]), get(i["k_cache"]), get(i["v_cache"])
+    lens = get(i["cache_lens"]).tolist()
+    out = torch.empty_like(q)
+    for b, n in enumerate(lens):
+        lo = max(0, n - p["window"]) if p.get("window") else 0
+        k = kc[b, lo:n].transpose(0, 1)[None]                          # [1, nKV, n, D]
+        v = vc[b, lo:n].transpose(0, 1)[None]
+        out[b] = F.scaled_dot_product_attention(q[b][None, :, None, :], k, v, scale=p["scale"],
+                                                enable_gqa=True)[0, :, 0, :]
+    put(o["out"], out)
+
+
+def set_rows(p, i, o):
+    out = get(i["dst"]).clone()
+    out.index_copy_(0, get(i["rows"]).long(), get(i["src"]))
+    put(o["out"], out)
+
+
+OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, gelu, gelu_tanh, swiglu, geglu, softmax,
+                               embedding, gemm, attention_prefill, attention_decode, set_rows)}
+
+
+def run(op, params, inputs, outputs):
+    with torch.inference_mode():
+        OPS[op](params, inputs, outputs)
+    if DEVICE.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    serve("torch", "%s-%s" % (torch.__version__, DEVICE), OPS, ["f16", "bf16"], run)
