@@ -79,7 +79,6 @@ type adapter struct {
 // start runs command with sh -c in its own process group and makes the handshake.
 func start(command, dir string, timeout time.Duration) (*adapter, helloReply, error) {
 	cmd := osexec.Command("sh", "-c", command)
-	cmd.Dir = ""
 	cmd.Env = append(cmd.Environ(), "TOUCHSTONE_EXEC_EXCHANGE="+dir)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	a := &adapter{cmd: cmd, lines: make(chan []byte, 16), stderr: &tailBuffer{max: 4096}, done: make(chan struct{})}

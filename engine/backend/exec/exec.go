@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -70,7 +69,6 @@ type Backend struct {
 	proc    *adapter   // nil until the first call, or after the adapter died
 	hello   helloReply // the first handshake's, which every restart must repeat
 	calls   int        // calls made, for the files' names and the messages' ids
-	live    atomic.Int64
 	closed  bool
 	restart int // adapters started after the first
 }
@@ -128,17 +126,9 @@ type buffer struct {
 
 func (x *buffer) DType() tensor.DType { return x.t.DType }
 func (x *buffer) Shape() []int        { return x.t.Shape }
-func (x *buffer) Free() {
-	if !x.freed {
-		x.owner.live.Add(-1)
-	}
-	x.freed = true
-}
+func (x *buffer) Free()               { x.freed = true }
 
-func (b *Backend) own(t *tensor.Tensor) *buffer {
-	b.live.Add(1)
-	return &buffer{t: t, owner: b}
-}
+func (b *Backend) own(t *tensor.Tensor) *buffer { return &buffer{t: t, owner: b} }
 
 // Alloc returns a zeroed host buffer.
 func (b *Backend) Alloc(dt tensor.DType, shape ...int) (backend.Buffer, error) {
