@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""touchstone's Liger-Kernel external adapter: Liger's Triton kernels (RMSNorm, LayerNorm, RoPE,
+SwiGLU, GeGLU) on CUDA, over the protocol of docs/external-backends.md. It needs a GPU, torch,
+triton and the liger_kernel package (a small wheel with no other dependency).
+
+Each op maps a golden case onto Liger's own entry point as a model patched by Liger calls it:
+RMSNorm in its "llama" casting mode (transformers' LlamaRMSNorm: the inverse rms in fp32, the
+normalised row rounded to the storage type, then times the weight), RoPE with transformers' cos
+and sin (computed in fp32 from the case's frequencies and attention factor, then cast to the
+storage type, as LlamaRotaryEmbedding returns them). Cases Liger has no form for are unsupported,
+saying why (GeGLU's exact GELU, an fp32 RMSNorm weight, LongRoPE's position switch).
+"""
+
+import importlib.metadata
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from protocol import Unsupported, load_raw, serve, store_raw  # noqa: E402
+
+from liger_kernel.ops.geglu import LigerGELUMulFunction  # noqa: E402
+from liger_kernel.ops.layer_norm import LigerLayerNormFunction  # noqa: E402
+from liger_kernel.ops.rms_norm import LigerRMSNormFunction  # noqa: E402
+from liger_kernel.ops.rope import LigerRopeFunction  # noqa: E402
+from liger_kernel.ops.swiglu import LigerSiLUMulFunction  # noqa: E402
+
+DEVICE = "cuda"
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
+
+
+def get(ref):
+    a = load_raw(ref)
+    if ref["dtype"] not in TORCH:
+        raise Unsupported("a %s tensor: this adapter reads %s" % (ref["dtype"], sorted(TORCH)))
+    if ref["dtype"] == "bf16":
+        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    else:
+        t = torch.from_numpy(np.ascontiguousarray(a))
+    return t.to(DEVICE)
+
+
+def put(ref, t):
+    t = t.to(TORCH[ref["dtype"]]).contiguous().cpu()
+    store_raw(ref, t.view(torch.int16).numpy().view(np.uint16) if ref["dtype"] == "bf16" else t.numpy())
+
+
+def rmsnorm(p, i, o):
+    x, w = get(i["x"]), get(i["weight"])
+    if w.dtype != x.dtype:
+        raise Unsupported("an fp32 weight (Gemma's 1 + w): Liger takes the checkpoint's w and an offset instead")
+    put(o["out"], LigerRMSNormFunction.apply(x, w, p["eps"], 0.0, "llama", False))
+
+
+def layernorm(p, i, o):
+    put(o["out"], LigerLayerNormFunction.apply(get(i["x"]), get(i["gamma"]), get(i["beta"]), p["eps"]))
+
+
+def swiglu(p, i, o):
+    put(o["out"], LigerSiLUMulFunction.apply(get(i["gate"]), get(i["up"])))
+
+
+def geglu(p, i, o):
+    if p["gelu"] != "tanh":
+        raise Unsupported("GeGLU with the exact GELU: Liger's GeGLU is the tanh form only")
+    put(o["out"], LigerGELUMulFunction.apply(get(i["gate"]), get(i["up"])))
+
+
+def rope(p, i, o):
+    """transformers' cos and sin for the case's positions (inv_freq in fp32, divided by the case's
+    divisors, times attention_factor, cast to the storage type), then Liger's RoPE kernel."""
+    if "long_divisor" in i:
+        raise Unsupported("LongRoPE's switch at long_from: transformers builds one cos/sin table a call")
+    q, k = get(i["q"]), get(i["k"])
+    r = p["rope_dim"]
+    pos = get(i["positions"]).float()
+    inv = 1.0 / (p["freq_base"] ** (torch.arange(0, r, 2, device=DEVICE, dtype=torch.float32) / r))
+    if "freq_divisor" in i:
+        inv = inv / get(i["freq_divisor"]).float()
+    freqs = pos[:, None] * inv[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    a = p.get("attention_factor", 1.0)
+    cos, sin = (emb.cos() * a).to(q.dtype), (emb.sin() * a).to(q.dtype)
+    # Liger's logical layout is transformers': [batch, heads, seq, head_dim], the tokens as one sequence
+    q4, k4 = q.transpose(0, 1)[None], k.transpose(0, 1)[None]
+    qo, ko = LigerRopeFunction.apply(q4, k4, cos[None], sin[None], None, 1)
+    put(o["q_out"], qo[0].transpose(0, 1))
+    put(o["k_out"], ko[0].transpose(0, 1))
+
+
+OPS = {f.__name__: f for f in (rmsnorm, layernorm, swiglu, geglu, rope)}
+
+
+def run(op, params, inputs, outputs):
+    with torch.inference_mode():
+        OPS[op](params, inputs, outputs)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    version = importlib.metadata.version("liger-kernel")
+    serve("liger-kernel", "%s-torch-%s" % (version, torch.__version__), OPS, ["f16", "bf16"], run)
