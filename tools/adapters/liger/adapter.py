@@ -7,8 +7,10 @@ Each op maps a golden case onto Liger's own entry point as a model patched by Li
 RMSNorm in its "llama" casting mode (transformers' LlamaRMSNorm: the inverse rms in fp32, the
 normalised row rounded to the storage type, then times the weight), RoPE with transformers' cos
 and sin (computed in fp32 from the case's frequencies and attention factor, then cast to the
-storage type, as LlamaRotaryEmbedding returns them). Cases Liger has no form for are unsupported,
-saying why (GeGLU's exact GELU, an fp32 RMSNorm weight, LongRoPE's position switch).
+storage type, as LlamaRotaryEmbedding returns them). TOUCHSTONE_LIGER_RMSNORM_MODE picks another
+casting mode (gemma: everything in fp32, one rounding), TOUCHSTONE_LIGER_ROPE_TABLES=f32 keeps the
+cos and sin tables in fp32. Cases Liger has no form for are unsupported, saying why (GeGLU's
+exact GELU, an fp32 RMSNorm weight, LongRoPE's position switch).
 """
 
 import importlib.metadata
@@ -28,6 +30,8 @@ from liger_kernel.ops.rope import LigerRopeFunction  # noqa: E402
 from liger_kernel.ops.swiglu import LigerSiLUMulFunction  # noqa: E402
 
 DEVICE = "cuda"
+RMSNORM_MODE = os.environ.get("TOUCHSTONE_LIGER_RMSNORM_MODE", "llama")
+ROPE_TABLES = os.environ.get("TOUCHSTONE_LIGER_ROPE_TABLES", "storage")
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
 
 
@@ -51,7 +55,7 @@ def rmsnorm(p, i, o):
     x, w = get(i["x"]), get(i["weight"])
     if w.dtype != x.dtype:
         raise Unsupported("an fp32 weight (Gemma's 1 + w): Liger takes the checkpoint's w and an offset instead")
-    put(o["out"], LigerRMSNormFunction.apply(x, w, p["eps"], 0.0, "llama", False))
+    put(o["out"], LigerRMSNormFunction.apply(x, w, p["eps"], 0.0, RMSNORM_MODE, False))
 
 
 def layernorm(p, i, o):
@@ -82,7 +86,9 @@ def rope(p, i, o):
     freqs = pos[:, None] * inv[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     a = p.get("attention_factor", 1.0)
-    cos, sin = (emb.cos() * a).to(q.dtype), (emb.sin() * a).to(q.dtype)
+    cos, sin = emb.cos() * a, emb.sin() * a
+    if ROPE_TABLES == "storage":
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
     # Liger's logical layout is transformers': [batch, heads, seq, head_dim], the tokens as one sequence
     q4, k4 = q.transpose(0, 1)[None], k.transpose(0, 1)[None]
     qo, ko = LigerRopeFunction.apply(q4, k4, cos[None], sin[None], None, 1)
