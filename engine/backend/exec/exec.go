@@ -200,7 +200,7 @@ func (b *Backend) RunOp(op string, params []byte, inputs, outputs []backend.Name
 	if b.closed {
 		return fmt.Errorf("exec: %s: the backend is closed", op)
 	}
-	if !b.supports(op) {
+	if !b.Supports(op) {
 		return fmt.Errorf("%s: %s does not implement it: %w", op, b.Name(), backend.ErrUnsupported)
 	}
 	b.calls++
@@ -245,11 +245,6 @@ func (b *Backend) RunOp(op string, params []byte, inputs, outputs []backend.Name
 		}
 	}
 	return nil
-}
-
-func (b *Backend) supports(op string) bool {
-	_, ok := b.hello.Ops[op]
-	return ok
 }
 
 // readBack reads an output file into its buffer: the adapter must have written it in place,
