@@ -32,12 +32,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
 	}
-	prof, closeBackend, err := openProfiler("bench")
+	opts := bench.Options{Warmup: *warmup, Repeats: *repeats, Seed: 1}
+	runner, info, closeRunner, err := openCaseTimer(opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "touchstone:", err)
 		return 2
 	}
-	defer closeBackend()
+	defer closeRunner()
 	all, err := bench.WithDType(bench.Cases(), *dtype)
 	if err != nil {
 		fmt.Fprintln(stderr, "touchstone:", err)
@@ -49,16 +50,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			cases = append(cases, c)
 		}
 	}
-	opts := bench.Options{Warmup: *warmup, Repeats: *repeats, Seed: 1}
-	runner, err := bench.NewRunner(prof, opts)
-	if err != nil {
-		fmt.Fprintln(stderr, "touchstone:", err)
-		return 1
+	if info.Backend == "exec" {
+		fmt.Fprintf(stdout, "external adapter %s on %s, its measured copy bandwidth %.0f GB/s (read + write)\n", info.Name, info.Device, runner.CopyBandwidthGBps())
+		fmt.Fprintf(stdout, "each time: median of %d launches after %d warm-up, L2 flushed before each, the adapter's device events\n\n", *repeats, *warmup)
+	} else {
+		fmt.Fprintf(stdout, "device %s (%d SMs), measured copy bandwidth %.0f GB/s (read + write)\n", info.Name, info.Processors, runner.CopyBandwidthGBps())
+		fmt.Fprintf(stdout, "each time: median of %d launches after %d warm-up, L2 flushed before each, CUDA events\n\n", *repeats, *warmup)
 	}
-	defer runner.Close()
-	info := prof.Info()
-	fmt.Fprintf(stdout, "device %s (%d SMs), measured copy bandwidth %.0f GB/s (read + write)\n", info.Name, info.Processors, runner.CopyBandwidthGBps())
-	fmt.Fprintf(stdout, "each time: median of %d launches after %d warm-up, L2 flushed before each, CUDA events\n\n", *repeats, *warmup)
 
 	var results []*bench.Result
 	var timed []bench.Case
@@ -87,7 +85,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 				script = filepath.Join(filepath.Dir(root), "tools", "bench", "torch_peer.py")
 			}
 		}
-		rep, err := bench.RunPeer(*python, script, fmt.Sprintf("cuda:%d", info.Index), timed, opts)
+		rep, err := bench.RunPeer(*python, script, info.PeerDevice, timed, opts)
 		if err != nil {
 			// Our timings still print: they were measured; the missing peer fails the run.
 			printBench(stdout, results, nil, *markdown)
@@ -122,6 +120,57 @@ func printTwins(w io.Writer, results []*bench.Result, markdown bool) {
 	}
 	fmt.Fprintln(w)
 	printTable(w, []string{"case", "fp16 ms", "bf16 ms", "bf16 / fp16"}, rows, markdown)
+}
+
+// caseTimer times bench cases: a bench.Runner on a GPU backend, or a bench.External over an
+// adapter that times its own ops.
+type caseTimer interface {
+	Run(bench.Case) (*bench.Result, error)
+	CopyBandwidthGBps() float64
+}
+
+// timerInfo is what bench prints of the backend that times its cases.
+type timerInfo struct {
+	Backend, Name string
+	Processors    int
+	// Device is the timing adapter's device, as its handshake names it.
+	Device string
+	// PeerDevice is the torch device of the PyTorch peer: the GPU of the cases.
+	PeerDevice string
+}
+
+// openCaseTimer selects the backend from the environment: a GPU backend with device timers,
+// or an external backend whose adapter times its ops.
+func openCaseTimer(o bench.Options) (caseTimer, timerInfo, func(), error) {
+	sel, err := backend.FromEnv()
+	if err != nil {
+		return nil, timerInfo{}, nil, err
+	}
+	if t, ok := sel.Backend.(backend.OpTimer); ok {
+		ext, err := bench.NewExternal(sel.Backend, o)
+		if err != nil {
+			sel.Backend.Close()
+			return nil, timerInfo{}, nil, err
+		}
+		dev, _ := t.TimingDevice()
+		// The adapter's device is its own choice; the peer runs on the default GPU, which is
+		// the adapter's unless it was told otherwise.
+		return ext, timerInfo{Backend: "exec", Name: sel.Backend.Info().Name, Device: dev, PeerDevice: "cuda"}, func() { sel.Backend.Close() }, nil
+	}
+	prof, ok := sel.Backend.(bench.Profiler)
+	if !ok {
+		name := sel.Backend.Info().Backend
+		sel.Backend.Close()
+		return nil, timerInfo{}, nil, fmt.Errorf("bench needs a backend with device timers or a timing adapter; %s has none (set TOUCHSTONE_BACKEND=cuda)", name)
+	}
+	r, err := bench.NewRunner(prof, o)
+	if err != nil {
+		sel.Backend.Close()
+		return nil, timerInfo{}, nil, err
+	}
+	info := prof.Info()
+	return r, timerInfo{Backend: info.Backend, Name: info.Name, Processors: info.Processors, PeerDevice: fmt.Sprintf("cuda:%d", info.Index)},
+		func() { r.Close(); sel.Backend.Close() }, nil
 }
 
 // openProfiler selects the backend from the environment and requires device timers.

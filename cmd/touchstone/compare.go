@@ -30,10 +30,12 @@ time (L2 flushed, the two sides interleaved), and the verdicts: an accuracy regr
 that passed and no longer does, or whose budget grew by more than -budget-margin), a speed change
 beyond the noise and -min-effect, a slowdown beyond -max-slowdown.
 
-A SIDE is cpu, cuda (the default library: $TOUCHSTONE_CUDA_LIB or cuda/build) or
-cuda:PATH (a libtouchstone_cuda.so built elsewhere, e.g. main's build beside a branch's), with
-+unfused to run each fused op's unfused composition instead (-baseline cuda+unfused -candidate
-cuda: a fused kernel against the ops it replaces; only ops that have one are compared).
+A SIDE is cpu, cuda (the default library: $TOUCHSTONE_CUDA_LIB or cuda/build),
+cuda:PATH (a libtouchstone_cuda.so built elsewhere, e.g. main's build beside a branch's) or
+exec:COMMAND (an external adapter, docs/external-backends.md: another library's kernels, timed
+by the adapter on its own device when it offers timing), with +unfused to run each fused op's
+unfused composition instead (-baseline cuda+unfused -candidate cuda: a fused kernel against the
+ops it replaces; only ops that have one are compared).
 
 Exit status: 0 accepted, 1 accuracy regression, 3 slowdown beyond -max-slowdown, 2 the
 comparison could not run.
@@ -46,8 +48,8 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, compareUsage); fs.PrintDefaults() }
 	dir := goldenFlag(fs)
-	baseSpec := fs.String("baseline", "", "the baseline side: cpu | cuda | cuda:PATH")
-	candSpec := fs.String("candidate", "", "the candidate side: cpu | cuda | cuda:PATH")
+	baseSpec := fs.String("baseline", "", "the baseline side: cpu | cuda | cuda:PATH | exec:COMMAND")
+	candSpec := fs.String("candidate", "", "the candidate side: cpu | cuda | cuda:PATH | exec:COMMAND")
 	tier := fs.String("tier", "committed", "golden tier: committed | full | all")
 	kind := fs.String("kind", "kernels", "what to compare: kernels | models | all (model sets: every tap and the greedy tokens; timed, the whole greedy pass)")
 	var ops, models multiFlag
@@ -58,7 +60,7 @@ func runCompare(args []string, stdout, stderr io.Writer) int {
 	minEffect := fs.Float64("min-effect", 0.05, "the smallest relative time change called faster or slower (two instances of one build differ by up to ~4% on microsecond kernels)")
 	warmup := fs.Int("warmup", 5, "untimed launches of each side before timing")
 	repeats := fs.Int("repeats", 30, "timed launches of each side per case (interleaved)")
-	timing := fs.Bool("time", true, "time the cases where both sides are GPU builds with guards off")
+	timing := fs.Bool("time", true, "time the cases where both sides are GPU builds with guards off or timing adapters")
 	mdPath := fs.String("markdown", "", "also write the Markdown report to this file")
 	jsonPath := fs.String("json", "", "write the JSON report to this file")
 	if err := fs.Parse(args); err != nil {
@@ -272,11 +274,25 @@ func openBackendSide(spec string) (abtest.Side, error) {
 		if cb, err = cuda.OpenLibrary(strings.TrimPrefix(spec, "cuda:"), opts); err == nil {
 			b = cb
 		}
+	case strings.HasPrefix(spec, backend.ExecPrefix) && strings.TrimSpace(spec[len(backend.ExecPrefix):]) != "":
+		opts.Command = spec[len(backend.ExecPrefix):]
+		b, err = backend.Open("exec", opts)
 	default:
-		return abtest.Side{}, errors.New("want cpu, cuda or cuda:PATH, optionally +unfused")
+		return abtest.Side{}, errors.New("want cpu, cuda, cuda:PATH or exec:COMMAND, optionally +unfused")
 	}
 	if err != nil {
 		return abtest.Side{}, err
+	}
+	if ex, ok := b.(interface{ Name() string }); ok && strings.HasPrefix(spec, backend.ExecPrefix) {
+		// An adapter's command can be long: the report names it by its handshake's name, and
+		// the device it times on.
+		name := ex.Name()
+		if t, ok := b.(backend.OpTimer); ok {
+			if dev, ok := t.TimingDevice(); ok {
+				name += " (timed on " + dev + ")"
+			}
+		}
+		return abtest.Side{Name: name, Backend: b}, nil
 	}
 	info := b.Info()
 	return abtest.Side{Name: fmt.Sprintf("%s (%s)", spec, info.Name), Backend: b}, nil
@@ -295,10 +311,23 @@ func deviceOptions() (backend.Options, error) {
 	return opts, nil
 }
 
-// attachTimers gives both sides a bench runner, or neither; the note says why not.
+// attachTimers gives both sides a bench runner or, for an external adapter that times its own
+// ops, marks it as its own timer; or neither; the note says why not.
 func attachTimers(base, cand *abtest.Side, o bench.Options) string {
+	for _, s := range []*abtest.Side{base, cand} {
+		if t, ok := s.Backend.(backend.OpTimer); ok {
+			if _, ok := t.TimingDevice(); !ok {
+				return s.Name + "'s adapter does not time its ops (its handshake offers no timing)"
+			}
+		}
+	}
 	var runners []*bench.Runner
 	for _, s := range []*abtest.Side{base, cand} {
+		if t, ok := s.Backend.(backend.OpTimer); ok {
+			runners = append(runners, nil)
+			s.Adapter = t
+			continue
+		}
 		p, ok := s.Backend.(bench.Profiler)
 		if !ok {
 			closeRunners(runners)
@@ -325,6 +354,8 @@ func closeTimers(sides ...abtest.Side) {
 
 func closeRunners(rs []*bench.Runner) {
 	for _, r := range rs {
-		r.Close()
+		if r != nil {
+			r.Close()
+		}
 	}
 }

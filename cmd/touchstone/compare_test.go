@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,13 +93,60 @@ func TestCompareFusedAgainstUnfused(t *testing.T) {
 	}
 }
 
+// numpyAdapter is the reference adapter's command, timing on the host's wall clock when timed.
+func numpyAdapter(t *testing.T, timed bool) string {
+	t.Helper()
+	if err := osexec.Command("python3", "-c", "import numpy").Run(); err != nil {
+		if os.Getenv("TOUCHSTONE_REQUIRE_ADAPTERS") == "1" {
+			t.Fatalf("python3 with numpy is needed for the numpy adapter: %v", err)
+		}
+		t.Skipf("no python3 with numpy: %v", err)
+	}
+	cmd := "python3 " + filepath.Join("..", "..", "tools", "adapters", "numpy", "adapter.py")
+	if timed {
+		cmd = "TOUCHSTONE_NUMPY_ADAPTER_TIMING=wall " + cmd
+	}
+	return "exec:" + cmd
+}
+
+// An external adapter against another, both timing their own ops: every case judged and timed
+// per side, named by the adapters' handshake names; an adapter without timing leaves the pair
+// untimed and says why; a case the adapter lacks is unsupported on its side.
+func TestCompareExternalAdapters(t *testing.T) {
+	js := filepath.Join(t.TempDir(), "r.json")
+	timed := numpyAdapter(t, true)
+	code, out, errOut := compareRun(t, "-baseline", timed, "-candidate", timed, "-op", "rmsnorm", "-warmup", "1", "-repeats", "4", "-json", js)
+	if code != abtest.ExitAccepted || !strings.Contains(out, "exec:numpy-reference") || strings.Contains(errOut, "untimed") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	var r abtest.Report
+	data, err := os.ReadFile(js)
+	if err == nil {
+		err = json.Unmarshal(data, &r)
+	}
+	if err != nil || r.Summary.Cases < 10 {
+		t.Fatalf("json report: %v %+v", err, r.Summary)
+	}
+	for _, o := range r.Outcomes {
+		if o.Speed == abtest.SpeedNone || len(o.Baseline.TimesMS) != 4 || len(o.Candidate.TimesMS) != 4 {
+			t.Errorf("%s: speed %s, %d and %d times, want 4 a side", o.ID, o.Speed, len(o.Baseline.TimesMS), len(o.Candidate.TimesMS))
+		}
+	}
+	code, out, errOut = compareRun(t, "-baseline", numpyAdapter(t, false), "-candidate", "cpu", "-op", "rmsnorm", "-op", "gelu")
+	if code != abtest.ExitAccepted || !strings.Contains(errOut, "untimed: exec:numpy-reference's adapter does not time its ops") ||
+		!strings.Contains(out, "unsupported") {
+		t.Fatalf("an untimed adapter against cpu: exit %d\n%s\n%s", code, out, errOut)
+	}
+}
+
 func TestCompareBadUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-baseline", "cpu"}, "usage: touchstone compare"},
-		{[]string{"-baseline", "cpu", "-candidate", "gpu"}, "-candidate gpu: want cpu, cuda or cuda:PATH"},
+		{[]string{"-baseline", "cpu", "-candidate", "gpu"}, "-candidate gpu: want cpu, cuda, cuda:PATH or exec:COMMAND"},
+		{[]string{"-baseline", "exec: ", "-candidate", "cpu"}, "-baseline exec: : want cpu, cuda, cuda:PATH or exec:COMMAND"},
 		{[]string{"-baseline", "cpu", "-candidate", "cuda:/nonexistent/lib.so"}, "/nonexistent/lib.so"},
 		{[]string{"-baseline", "cpu", "-candidate", "cpu", "-budget-margin", "-1"}, "budget margin = -1"},
 		{[]string{"-baseline", "cpu", "-candidate", "cpu", "-max-slowdown", "0.5"}, "max slowdown = 0.5"},
@@ -111,5 +159,21 @@ func TestCompareBadUsage(t *testing.T) {
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%v: exit %d, stderr %q, want 2 and %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// bench over a timing adapter times the bench cases of its ops with the adapter's own timer,
+// reports them against the adapter's copy bandwidth, and lists the cases it lacks as
+// unsupported, not failed.
+func TestBenchOverATimingAdapter(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", numpyAdapter(t, true))
+	t.Setenv("TOUCHSTONE_REQUIRE_GPU", "")
+	code, out, errs := runCLI("bench", "-op", "swiglu", "-op", "gemm", "-torch=false", "-warmup", "1", "-repeats", "2")
+	if code != 0 || !strings.Contains(out, "external adapter numpy-reference") || !strings.Contains(out, "on cpu (wall clock)") ||
+		!strings.Contains(out, "swiglu 4096x4096") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(errs, "unsupported, not timed") || !strings.Contains(errs, "gemm") {
+		t.Errorf("the adapter's missing gemm should be listed as unsupported: %q", errs)
 	}
 }

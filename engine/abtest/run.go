@@ -16,9 +16,12 @@ import (
 type Side struct {
 	Name    string
 	Backend backend.Backend
-	// Timer, when set, times this side (a bench.Runner on a GPU backend with guards off);
-	// a case is timed only when both sides have one.
+	// Timer, when set, times this side (a bench.Runner on a GPU backend with guards off).
 	Timer *bench.Runner
+	// Adapter, when set, is an external backend that times its ops on its own device
+	// (backend.OpTimer): this side's kernel sets are timed by its adapter. A case is timed
+	// only when both sides have a Timer or an Adapter.
+	Adapter backend.OpTimer
 	// Unfused runs each fused op's unfused composition instead of the op (a fused kernel
 	// against the ops it replaces, on one backend).
 	Unfused bool
@@ -101,7 +104,7 @@ func RunKernelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances
 // times the pair with timeIt.
 func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(Side, *golden.Set) Measurement,
 	timeIt func(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, err error)) ([]Case, error) {
-	timed := base.Timer != nil && cand.Timer != nil
+	timed := base.canTime() && cand.canTime()
 	if timed && (o.Warmup < 1 || o.Repeats < 1) {
 		return nil, fmt.Errorf("abtest: warmup %d and repeats %d must be >= 1", o.Warmup, o.Repeats)
 	}
@@ -194,52 +197,106 @@ func (m *Measurement) noteWorst(what string, checks []compare.Check) {
 	}
 }
 
+func (s Side) canTime() bool { return s.Timer != nil || s.Adapter != nil }
+
 // timePair prepares the set on both sides and times them alternately.
 func timePair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, err error) {
-	var launches [2]func() error
+	var blocks [2]blockTimer
 	for i, side := range []Side{base, cand} {
 		prep := conformance.Prepare
 		if side.Unfused {
 			prep = conformance.PrepareUnfused
 		}
-		p, err := prep(side.Timer.Profiler(), s.Manifest.Op, s)
+		on := side.Backend
+		if side.Adapter == nil {
+			on = side.Timer.Profiler()
+		}
+		p, err := prep(on, s.Manifest.Op, s)
 		if err != nil {
 			return nil, nil, err
 		}
 		defer p.Free()
-		launches[i] = p.Launch
-	}
-	return interleave(base, cand, launches, o)
-}
-
-// interleave warms each side's launch up, then times Repeats launches of each, alternating
-// which side goes first so that drift and order effects hit both alike.
-func interleave(base, cand Side, launches [2]func() error, o RunOptions) (tb, tc []float64, err error) {
-	runners := [2]*bench.Runner{base.Timer, cand.Timer}
-	var timers [2]backend.Timer
-	for i, r := range runners {
-		t, err := r.Profiler().NewTimer()
-		if err != nil {
+		if side.Adapter != nil {
+			if !p.TimedByAdapter() {
+				return nil, nil, fmt.Errorf("%s: %s cannot time this case itself", s.ID(), side.Name)
+			}
+			blocks[i] = func(warmup, n int) ([]float64, error) {
+				return p.Time(backend.TimeRequest{Warmup: warmup, Repeats: n, FlushBytes: bench.FlushBytes})
+			}
+			continue
+		}
+		if blocks[i], err = runnerBlocks(side.Timer, p.Launch); err != nil {
 			return nil, nil, err
 		}
-		defer t.Close()
-		timers[i] = t
-		for w := 0; w < o.Warmup; w++ {
-			if err := launches[i](); err != nil {
-				return nil, nil, err
+		defer blocks[i](-1, 0) // releases its timer
+	}
+	return interleave(blocks, base.Adapter != nil || cand.Adapter != nil, o)
+}
+
+// blockTimer times n launches of one side's case after warmup untimed ones; warmup -1 closes
+// it.
+type blockTimer func(warmup, n int) ([]float64, error)
+
+// runnerBlocks times launch on r's profiler, each launch after an L2 flush.
+func runnerBlocks(r *bench.Runner, launch func() error) (blockTimer, error) {
+	t, err := r.Profiler().NewTimer()
+	if err != nil {
+		return nil, err
+	}
+	return func(warmup, n int) ([]float64, error) {
+		if warmup < 0 {
+			return nil, t.Close()
+		}
+		for w := 0; w < warmup; w++ {
+			if err := launch(); err != nil {
+				return nil, err
 			}
 		}
+		var times []float64
+		for k := 0; k < n; k++ {
+			ms, err := r.TimeOnce(launch, t)
+			if err != nil {
+				return nil, err
+			}
+			times = append(times, ms)
+		}
+		return times, nil
+	}, nil
+}
+
+// adapterRounds is how many blocks the repeats of a pair with an external side are split into:
+// each block is one request to the adapter, which reloads the case's tensors onto its device,
+// so one launch a block would cost a round trip and an upload a launch.
+const adapterRounds = 5
+
+// interleave warms each side up, then times Repeats launches of each, alternating which side
+// goes first so that drift and order effects hit both alike: a launch at a time when both
+// sides run in this process, in adapterRounds blocks when one is an external adapter (each
+// block warmed up again: the adapter's upload leaves it cold).
+func interleave(blocks [2]blockTimer, external bool, o RunOptions) (tb, tc []float64, err error) {
+	size := 1
+	if external {
+		size = max(1, (o.Repeats+adapterRounds-1)/adapterRounds)
 	}
 	var times [2][]float64
-	for rep := 0; rep < o.Repeats; rep++ {
+	for round, done := 0, 0; done < o.Repeats; round++ {
+		n := min(size, o.Repeats-done)
 		for k := 0; k < 2; k++ {
-			i := k ^ rep%2
-			ms, err := runners[i].TimeOnce(launches[i], timers[i])
+			i := k ^ round%2
+			warmup := 0
+			switch {
+			case round == 0:
+				warmup = o.Warmup
+			case external:
+				warmup = min(o.Warmup, 2)
+			}
+			ts, err := blocks[i](warmup, n)
 			if err != nil {
 				return nil, nil, err
 			}
-			times[i] = append(times[i], ms)
+			times[i] = append(times[i], ts...)
 		}
+		done += n
 	}
 	return times[0], times[1], nil
 }
@@ -255,8 +312,11 @@ func RunModelSets(base, cand Side, sets []*golden.Set, tols *compare.Tolerances,
 // timeModelPair loads the set's model on both sides' timing backends and times modelPass on
 // each alternately.
 func timeModelPair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, err error) {
-	var launches [2]func() error
+	var blocks [2]blockTimer
 	for i, side := range []Side{base, cand} {
+		if side.Timer == nil {
+			return nil, nil, fmt.Errorf("%s: %s cannot time a model pass", s.ID(), side.Name)
+		}
 		m, p, err := model.LoadSet(side.Timer.Profiler(), s)
 		if err != nil {
 			return nil, nil, err
@@ -266,9 +326,12 @@ func timeModelPair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float
 		if err != nil {
 			return nil, nil, err
 		}
-		launches[i] = launch
+		if blocks[i], err = runnerBlocks(side.Timer, launch); err != nil {
+			return nil, nil, err
+		}
+		defer blocks[i](-1, 0)
 	}
-	return interleave(base, cand, launches, o)
+	return interleave(blocks, false, o)
 }
 
 // modelPass is the set's greedy generation as the device sees it: the prefill (which empties

@@ -335,6 +335,23 @@ type OpRunner interface {
 	RunOp(op string, params []byte, inputs, outputs []NamedBuffer) error
 }
 
+// OpTimer is an OpRunner that times a whole op on its own device (an external backend whose
+// adapter offers timing): Warmup untimed launches, then Repeats launches each after an L2
+// flush of FlushBytes, timed with the device's events, one time in milliseconds each.
+// TimingDevice names the device, or says it has none (then TimeOp is unsupported).
+type OpTimer interface {
+	OpRunner
+	TimingDevice() (string, bool)
+	TimeOp(op string, params []byte, inputs, outputs []NamedBuffer, t TimeRequest) ([]float64, error)
+	// CopyBandwidthGBps is the device's copy bandwidth (bytes read plus written per second).
+	CopyBandwidthGBps() (float64, error)
+}
+
+// TimeRequest is how an OpTimer times an op.
+type TimeRequest struct {
+	Warmup, Repeats, FlushBytes int
+}
+
 // NamedBuffer is a buffer with its golden-set name.
 type NamedBuffer struct {
 	Name string

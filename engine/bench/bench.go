@@ -56,7 +56,7 @@ type Options struct {
 	Warmup  int
 	Repeats int
 	Seed    uint64
-	// FlushBytes sizes the L2 flush before each timed launch; 0 means flushBytes. Only a
+	// FlushBytes sizes the L2 flush before each timed launch; 0 means the package's FlushBytes. Only a
 	// test of the timing paths on the cpu backend, where there is no L2 to evict, sets it.
 	FlushBytes int
 }
@@ -65,9 +65,10 @@ type Options struct {
 // guards' copy back to the host.
 var ErrGuards = errors.New("bench: guard regions are on (TOUCHSTONE_GUARDS=1); timings would include their checks: set TOUCHSTONE_GUARDS=0")
 
-// flushBytes is larger than any current GPU's L2 (50 MB on H100, 60 MB on H200), so a
-// residual add over two such buffers evicts whatever the previous launch left in L2.
-const flushBytes = 256 << 20
+// FlushBytes is larger than any current GPU's L2 (50 MB on H100, 60 MB on H200), so a
+// residual add over two buffers of half of it evicts whatever the previous launch left in L2.
+// An external adapter that times its own ops is asked for the same flush.
+const FlushBytes = 256 << 20
 
 // Runner times cases on one profiler, reusing its L2 flush buffers.
 type Runner struct {
@@ -90,7 +91,7 @@ func NewRunner(p Profiler, o Options) (*Runner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: copy bandwidth: %w", err)
 	}
-	n := flushBytes / 2
+	n := FlushBytes / 2
 	if o.FlushBytes > 0 {
 		n = o.FlushBytes / 2
 	}

@@ -204,6 +204,9 @@ func prepare(b backend.Backend, op string, src Source, place Placement, r runner
 		}
 		ins, outs := named(c.inputs), named(c.outputs)
 		c.launches = []func() error{func() error { return runner.RunOp(op, params, ins, outs) }}
+		if t, ok := b.(backend.OpTimer); ok {
+			c.timeOp = func(r backend.TimeRequest) ([]float64, error) { return t.TimeOp(op, params, ins, outs, r) }
+		}
 	}
 	return &Prepared{c: c}, nil
 }
@@ -216,6 +219,19 @@ func (p *Prepared) Launch() error {
 		}
 	}
 	return nil
+}
+
+// TimedByAdapter reports whether the op runs in an external adapter that times it on its own
+// device (Time); such an op cannot be timed by launching it under this process's timers.
+func (p *Prepared) TimedByAdapter() bool { return p.c.timeOp != nil }
+
+// Time has the external adapter time the op (backend.OpTimer): r.Warmup untimed launches,
+// then r.Repeats timed ones, each after an L2 flush; the times are in milliseconds.
+func (p *Prepared) Time(r backend.TimeRequest) ([]float64, error) {
+	if p.c.timeOp == nil {
+		return nil, fmt.Errorf("%s does not time its ops itself: %w", p.c.b.Info().Backend, ErrUnsupported)
+	}
+	return p.c.timeOp(r)
 }
 
 // Outputs downloads every output by name.
@@ -349,7 +365,8 @@ type call struct {
 	place    Placement
 	bufs     []backend.Buffer
 	launches []func() error
-	inputs   []namedBuffer // the set's tensors as uploaded, by name (an external backend's call)
+	timeOp   func(backend.TimeRequest) ([]float64, error) // an external adapter's own timing
+	inputs   []namedBuffer                                // the set's tensors as uploaded, by name (an external backend's call)
 	outputs  []namedBuffer
 	err      error
 }

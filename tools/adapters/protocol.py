@@ -6,8 +6,15 @@ only: the message loop and the .npy exchange files, for adapters to build on.
 answers the handshake with ops (each listed with dtypes, the storage dtypes its cases may use),
 then for each call runs run(op, params, inputs, outputs), where inputs and outputs map golden
 names to the messages' tensor references ({"path", "dtype", "shape"}); run writes every output
-in place (store, or its own writer) and returns None for ok or the reason of an unsupported
-case as a string (Unsupported). An exception becomes an error result; the adapter lives on.
+in place (store, or its own writer); a case it does not implement raises Unsupported with the
+reason. An exception becomes an error result; the adapter lives on.
+
+An adapter that times its ops on a device passes timer: an object with .timing_device (the
+device's name), .time(launch, warmup, repeats, flush_bytes), the list of times in milliseconds of repeats
+launches of the op after warmup untimed ones, each after an L2 flush of flush_bytes, and
+.copy_gbps(), its device's copy bandwidth (bytes read plus written per second / 1e9). launch
+runs the op once: run(op, params, inputs, outputs), which in a time request need not write its
+outputs (torchio.TorchIO keeps them on the device).
 """
 
 import json
@@ -71,28 +78,50 @@ def answer(msg):
     sys.stdout.flush()
 
 
-def serve(name, version, ops, dtypes, run, on_call=None, protocol=PROTOCOL):
-    """The message loop over stdin and stdout. on_call(msg), when given, sees every call first (the
-    reference adapter's planted misbehaviour) and may answer it itself by returning a result;
-    protocol is the version the handshake claims (another only to test touchstone's refusal)."""
+def serve(name, version, ops, dtypes, run, on_call=None, protocol=PROTOCOL, timer=None):
+    """The message loop over stdin and stdout. on_call(msg), when given, sees every call and time
+    request first (the reference adapter's planted misbehaviour) and may answer it itself by
+    returning a result; protocol is the version the handshake claims (another only to test
+    touchstone's refusal); timer, when given, answers time and copy_bandwidth requests."""
     for line in sys.stdin:
         msg = json.loads(line)
         if msg["type"] == "hello":
-            answer({"type": "hello", "protocol": protocol, "name": name, "version": version,
-                    "ops": {op: {"dtypes": dtypes} for op in ops}})
+            hello = {"type": "hello", "protocol": protocol, "name": name, "version": version,
+                     "ops": {op: {"dtypes": dtypes} for op in ops}}
+            if timer is not None:
+                hello["timing"] = {"device": timer.timing_device}
+            answer(hello)
         elif msg["type"] == "bye":
             return
-        elif msg["type"] == "call":
+        elif msg["type"] in ("call", "time"):
             result = on_call(msg) if on_call else None
             if result is None:
-                if msg["op"] not in ops:
-                    result = {"status": "unsupported", "reason": "%s is not one of %s's ops" % (msg["op"], name)}
-                else:
-                    try:
-                        run(msg["op"], msg["params"], msg["inputs"], msg["outputs"])
-                        result = {"status": "ok"}
-                    except Unsupported as e:
-                        result = {"status": "unsupported", "reason": str(e)}
-                    except Exception as e:  # the op's own failure: reported, the adapter lives on
-                        result = {"status": "error", "message": "%s: %s" % (type(e).__name__, e)}
+                result = handle(msg, name, ops, run, timer)
             answer(dict(type="result", id=msg["id"], **result))
+        elif msg["type"] == "copy_bandwidth":
+            try:
+                result = {"status": "ok", "gbps": timer.copy_gbps()} if timer else \
+                    {"status": "error", "message": "%s offers no timing" % name}
+            except Exception as e:
+                result = {"status": "error", "message": "%s: %s" % (type(e).__name__, e)}
+            answer(dict(type="result", id=msg["id"], **result))
+
+
+def handle(msg, name, ops, run, timer):
+    """The result of a call or a time request."""
+    op = msg["op"]
+    if op not in ops:
+        return {"status": "unsupported", "reason": "%s is not one of %s's ops" % (op, name)}
+    try:
+        if msg["type"] == "call":
+            run(op, msg["params"], msg["inputs"], msg["outputs"])
+            return {"status": "ok"}
+        if timer is None:
+            return {"status": "error", "message": "%s offers no timing" % name}
+        times = timer.time(lambda: run(op, msg["params"], msg["inputs"], msg["outputs"]),
+                           msg["warmup"], msg["repeats"], msg["flush_bytes"])
+        return {"status": "ok", "times_ms": [float(t) for t in times]}
+    except Unsupported as e:
+        return {"status": "unsupported", "reason": str(e)}
+    except Exception as e:  # the op's own failure: reported, the adapter lives on
+        return {"status": "error", "message": "%s: %s" % (type(e).__name__, e)}

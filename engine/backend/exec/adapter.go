@@ -36,6 +36,14 @@ type helloReply struct {
 	Name     string            `json:"name"`
 	Version  string            `json:"version"`
 	Ops      map[string]opInfo `json:"ops"`
+	// Timing, when present, says the adapter answers time and copy_bandwidth requests: its
+	// ops timed on its own device with its own events.
+	Timing *timingInfo `json:"timing,omitempty"`
+}
+
+// timingInfo names the device an adapter times its ops on.
+type timingInfo struct {
+	Device string `json:"device"`
 }
 
 // opInfo is what the handshake says of an op: the storage dtypes its cases may use.
@@ -56,6 +64,17 @@ type callMsg struct {
 	Params  json.RawMessage      `json:"params"`
 	Inputs  map[string]tensorRef `json:"inputs"`
 	Outputs map[string]tensorRef `json:"outputs"`
+	// A time request's: untimed launches, then timed launches each after an L2 flush of
+	// FlushBytes (docs/external-backends.md).
+	Warmup     int `json:"warmup,omitempty"`
+	Repeats    int `json:"repeats,omitempty"`
+	FlushBytes int `json:"flush_bytes,omitempty"`
+}
+
+// bandwidthMsg asks a timing adapter for its device's copy bandwidth.
+type bandwidthMsg struct {
+	Type string `json:"type"`
+	ID   int    `json:"id"`
 }
 
 type resultMsg struct {
@@ -64,6 +83,10 @@ type resultMsg struct {
 	Status  string `json:"status"` // ok | unsupported | error
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
+	// TimesMS is a time request's answer: one time in milliseconds per timed launch.
+	TimesMS []float64 `json:"times_ms,omitempty"`
+	// GBps is a copy_bandwidth request's answer: bytes read plus written per second / 1e9.
+	GBps float64 `json:"gbps,omitempty"`
 }
 
 // adapter is one running adapter process.
@@ -127,6 +150,8 @@ func checkHello(h helloReply) error {
 		return fmt.Errorf("name %q: want a non-empty word", h.Name)
 	case len(h.Ops) == 0:
 		return fmt.Errorf("lists no op")
+	case h.Timing != nil && strings.TrimSpace(h.Timing.Device) == "":
+		return fmt.Errorf("offers timing on no named device")
 	}
 	for op := range h.Ops {
 		if !known(op) {
@@ -244,14 +269,20 @@ func clip(b []byte) string {
 // is running (after a death or a kill). A result other than ok is an error: unsupported wraps
 // backend.ErrUnsupported with the adapter's reason, error wraps ErrAdapter with its message.
 func (b *Backend) call(op string, msg *callMsg) error {
+	_, err := b.request(op, msg.ID, msg)
+	return err
+}
+
+// request sends one message of id and waits for its result, as call does, and returns it.
+func (b *Backend) request(op string, id int, msg any) (resultMsg, error) {
 	if b.proc == nil {
 		p, h, err := start(b.command, b.dir, b.timeout)
 		if err != nil {
-			return fmt.Errorf("%s: restarting the adapter: %w", op, err)
+			return resultMsg{}, fmt.Errorf("%s: restarting the adapter: %w", op, err)
 		}
 		if h.Name != b.hello.Name || h.Protocol != b.hello.Protocol {
 			p.kill()
-			return fmt.Errorf("%s: the restarted adapter is %s (protocol %d), not %s: %w", op, h.Name, h.Protocol, b.Name(), ErrAdapter)
+			return resultMsg{}, fmt.Errorf("%s: the restarted adapter is %s (protocol %d), not %s: %w", op, h.Name, h.Protocol, b.Name(), ErrAdapter)
 		}
 		b.proc = p
 		b.restart++
@@ -259,26 +290,26 @@ func (b *Backend) call(op string, msg *callMsg) error {
 	var r resultMsg
 	if err := b.proc.exchange(op, msg, &r, b.timeout); err != nil {
 		b.proc = nil // the next call starts a fresh one
-		return fmt.Errorf("%s: %w", b.Name(), err)
+		return r, fmt.Errorf("%s: %w", b.Name(), err)
 	}
-	if r.Type != "result" || r.ID != msg.ID {
+	if r.Type != "result" || r.ID != id {
 		b.proc.kill()
 		b.proc = nil
-		return fmt.Errorf("%s: %s: answered %s %d, want result %d: %w", b.Name(), op, r.Type, r.ID, msg.ID, ErrAdapter)
+		return r, fmt.Errorf("%s: %s: answered %s %d, want result %d: %w", b.Name(), op, r.Type, r.ID, id, ErrAdapter)
 	}
 	switch r.Status {
 	case "ok":
-		return nil
+		return r, nil
 	case "unsupported":
 		reason := r.Reason
 		if reason == "" {
 			reason = "(no reason given)"
 		}
-		return fmt.Errorf("%s: %s: %s: %w", op, b.Name(), reason, backend.ErrUnsupported)
+		return r, fmt.Errorf("%s: %s: %s: %w", op, b.Name(), reason, backend.ErrUnsupported)
 	case "error":
-		return fmt.Errorf("%s: %s: %s: %w", op, b.Name(), r.Message, ErrAdapter)
+		return r, fmt.Errorf("%s: %s: %s: %w", op, b.Name(), r.Message, ErrAdapter)
 	}
-	return fmt.Errorf("%s: %s: status %q, want ok, unsupported or error: %w", op, b.Name(), r.Status, ErrAdapter)
+	return r, fmt.Errorf("%s: %s: status %q, want ok, unsupported or error: %w", op, b.Name(), r.Status, ErrAdapter)
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -13,6 +13,7 @@ package exec
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,7 +75,7 @@ type Backend struct {
 }
 
 var _ backend.Backend = (*Backend)(nil)
-var _ backend.OpRunner = (*Backend)(nil)
+var _ backend.OpTimer = (*Backend)(nil)
 
 // Open starts the adapter command (run by sh -c) and makes the handshake: an adapter that does
 // not start, speaks another protocol or lists no op is refused here, naming why.
@@ -197,20 +198,104 @@ func (b *Backend) Restarts() int {
 func (b *Backend) RunOp(op string, params []byte, inputs, outputs []backend.NamedBuffer) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	msg, cleanup, err := b.files(op, "call", params, inputs, outputs)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := b.call(op, msg); err != nil {
+		return err
+	}
+	for _, nb := range outputs {
+		if err := b.readBack(op, nb, msg.Outputs[nb.Name]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TimingDevice is the device the adapter times its ops on, when its handshake offered timing.
+func (b *Backend) TimingDevice() (string, bool) {
+	if b.hello.Timing == nil {
+		return "", false
+	}
+	return b.hello.Timing.Device, true
+}
+
+// TimeOp asks the adapter to time op on its device (backend.OpTimer): the files go to the
+// exchange directory as for RunOp, the adapter launches the op t.Warmup times untimed, then
+// t.Repeats times, each after an L2 flush of t.FlushBytes, timed with its own device events;
+// its outputs are not read back. An answer without one positive, finite time per repeat is
+// the adapter's error.
+func (b *Backend) TimeOp(op string, params []byte, inputs, outputs []backend.NamedBuffer, t backend.TimeRequest) ([]float64, error) {
+	if t.Warmup < 0 || t.Repeats < 1 || t.FlushBytes < 0 {
+		return nil, fmt.Errorf("exec: %s: time request warmup %d, repeats %d, flush %d bytes: %w", op, t.Warmup, t.Repeats, t.FlushBytes, backend.ErrInvalidArgument)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.TimingDevice(); !ok {
+		return nil, fmt.Errorf("%s: %s does not time its ops (its handshake offers no timing): %w", op, b.Name(), backend.ErrUnsupported)
+	}
+	msg, cleanup, err := b.files(op, "time", params, inputs, outputs)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	msg.Warmup, msg.Repeats, msg.FlushBytes = t.Warmup, t.Repeats, t.FlushBytes
+	r, err := b.request(op, msg.ID, msg)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.TimesMS) != t.Repeats {
+		return nil, fmt.Errorf("%s: %s timed %d launches, %d asked: %w", op, b.Name(), len(r.TimesMS), t.Repeats, ErrAdapter)
+	}
+	for _, ms := range r.TimesMS {
+		if !(ms > 0) || math.IsInf(ms, 0) {
+			return nil, fmt.Errorf("%s: %s answered a time of %v ms: %w", op, b.Name(), ms, ErrAdapter)
+		}
+	}
+	return r.TimesMS, nil
+}
+
+// CopyBandwidthGBps is the adapter's measure of its device's copy bandwidth (bytes read plus
+// written), for reports of its ops' bandwidth.
+func (b *Backend) CopyBandwidthGBps() (float64, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed {
-		return fmt.Errorf("exec: %s: the backend is closed", op)
+		return 0, fmt.Errorf("exec: copy bandwidth: the backend is closed")
+	}
+	if _, ok := b.TimingDevice(); !ok {
+		return 0, fmt.Errorf("copy bandwidth: %s offers no timing: %w", b.Name(), backend.ErrUnsupported)
+	}
+	b.calls++
+	r, err := b.request("copy bandwidth", b.calls, bandwidthMsg{Type: "copy_bandwidth", ID: b.calls})
+	if err != nil {
+		return 0, err
+	}
+	if !(r.GBps > 0) || math.IsInf(r.GBps, 0) {
+		return 0, fmt.Errorf("copy bandwidth: %s answered %v GB/s: %w", b.Name(), r.GBps, ErrAdapter)
+	}
+	return r.GBps, nil
+}
+
+// files writes a call's inputs and outputs to a new directory of the exchange directory and
+// returns the message naming them and the directory's removal.
+func (b *Backend) files(op, typ string, params []byte, inputs, outputs []backend.NamedBuffer) (*callMsg, func(), error) {
+	if b.closed {
+		return nil, nil, fmt.Errorf("exec: %s: the backend is closed", op)
 	}
 	if !b.Supports(op) {
-		return fmt.Errorf("%s: %s does not implement it: %w", op, b.Name(), backend.ErrUnsupported)
+		return nil, nil, fmt.Errorf("%s: %s does not implement it: %w", op, b.Name(), backend.ErrUnsupported)
 	}
 	b.calls++
 	id := b.calls
 	callDir := filepath.Join(b.dir, strconv.Itoa(id))
 	if err := os.Mkdir(callDir, 0o700); err != nil {
-		return fmt.Errorf("exec: %s: %w", op, err)
+		return nil, nil, fmt.Errorf("exec: %s: %w", op, err)
 	}
-	defer os.RemoveAll(callDir)
-	msg := callMsg{Type: "call", ID: id, Op: op, Params: params, Inputs: map[string]tensorRef{}, Outputs: map[string]tensorRef{}}
+	cleanup := func() { os.RemoveAll(callDir) }
+	msg := &callMsg{Type: typ, ID: id, Op: op, Params: params, Inputs: map[string]tensorRef{}, Outputs: map[string]tensorRef{}}
 	if len(msg.Params) == 0 {
 		msg.Params = []byte("{}")
 	}
@@ -228,23 +313,17 @@ func (b *Backend) RunOp(op string, params []byte, inputs, outputs []backend.Name
 	}
 	for _, nb := range inputs {
 		if err := write("in", nb, msg.Inputs); err != nil {
-			return err
+			cleanup()
+			return nil, nil, err
 		}
 	}
 	for _, nb := range outputs {
 		if err := write("out", nb, msg.Outputs); err != nil {
-			return err
+			cleanup()
+			return nil, nil, err
 		}
 	}
-	if err := b.call(op, &msg); err != nil {
-		return err
-	}
-	for _, nb := range outputs {
-		if err := b.readBack(op, nb, msg.Outputs[nb.Name]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return msg, cleanup, nil
 }
 
 // readBack reads an output file into its buffer: the adapter must have written it in place,

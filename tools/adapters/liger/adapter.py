@@ -17,11 +17,11 @@ import importlib.metadata
 import os
 import sys
 
-import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from protocol import Unsupported, load_raw, serve, store_raw  # noqa: E402
+from protocol import Unsupported, serve  # noqa: E402
+from torchio import TorchIO  # noqa: E402
 
 from liger_kernel.ops.geglu import LigerGELUMulFunction  # noqa: E402
 from liger_kernel.ops.layer_norm import LigerLayerNormFunction  # noqa: E402
@@ -32,23 +32,8 @@ from liger_kernel.ops.swiglu import LigerSiLUMulFunction  # noqa: E402
 DEVICE = "cuda"
 RMSNORM_MODE = os.environ.get("TOUCHSTONE_LIGER_RMSNORM_MODE", "llama")
 ROPE_TABLES = os.environ.get("TOUCHSTONE_LIGER_ROPE_TABLES", "storage")
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
-
-
-def get(ref):
-    a = load_raw(ref)
-    if ref["dtype"] not in TORCH:
-        raise Unsupported("a %s tensor: this adapter reads %s" % (ref["dtype"], sorted(TORCH)))
-    if ref["dtype"] == "bf16":
-        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    else:
-        t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.to(DEVICE)
-
-
-def put(ref, t):
-    t = t.to(TORCH[ref["dtype"]]).contiguous().cpu()
-    store_raw(ref, t.view(torch.int16).numpy().view(np.uint16) if ref["dtype"] == "bf16" else t.numpy())
+IO = TorchIO(DEVICE)
+get, put = IO.get, IO.put
 
 
 def rmsnorm(p, i, o):
@@ -78,6 +63,16 @@ def rope(p, i, o):
     if "long_divisor" in i:
         raise Unsupported("LongRoPE's switch at long_from: transformers builds one cos/sin table a call")
     q, k = get(i["q"]), get(i["k"])
+    cos, sin = IO.memo(("rope-tables", i["positions"]["path"]), lambda: tables(p, i, q.dtype))
+    # Liger's logical layout is transformers': [batch, heads, seq, head_dim], the tokens as one sequence
+    q4, k4 = q.transpose(0, 1)[None], k.transpose(0, 1)[None]
+    qo, ko = LigerRopeFunction.apply(q4, k4, cos[None], sin[None], None, 1)
+    put(o["q_out"], qo[0].transpose(0, 1))
+    put(o["k_out"], ko[0].transpose(0, 1))
+
+
+def tables(p, i, dtype):
+    """The cos and sin of the case's positions, as a model computes them once for all layers."""
     r = p["rope_dim"]
     pos = get(i["positions"]).float()
     inv = 1.0 / (p["freq_base"] ** (torch.arange(0, r, 2, device=DEVICE, dtype=torch.float32) / r))
@@ -88,12 +83,8 @@ def rope(p, i, o):
     a = p.get("attention_factor", 1.0)
     cos, sin = emb.cos() * a, emb.sin() * a
     if ROPE_TABLES == "storage":
-        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
-    # Liger's logical layout is transformers': [batch, heads, seq, head_dim], the tokens as one sequence
-    q4, k4 = q.transpose(0, 1)[None], k.transpose(0, 1)[None]
-    qo, ko = LigerRopeFunction.apply(q4, k4, cos[None], sin[None], None, 1)
-    put(o["q_out"], qo[0].transpose(0, 1))
-    put(o["k_out"], ko[0].transpose(0, 1))
+        cos, sin = cos.to(dtype), sin.to(dtype)
+    return cos, sin
 
 
 OPS = {f.__name__: f for f in (rmsnorm, layernorm, swiglu, geglu, rope)}
@@ -102,9 +93,9 @@ OPS = {f.__name__: f for f in (rmsnorm, layernorm, swiglu, geglu, rope)}
 def run(op, params, inputs, outputs):
     with torch.inference_mode():
         OPS[op](params, inputs, outputs)
-    torch.cuda.synchronize()
+    IO.sync()
 
 
 if __name__ == "__main__":
     version = importlib.metadata.version("liger-kernel")
-    serve("liger-kernel", "%s-torch-%s" % (version, torch.__version__), OPS, ["f16", "bf16"], run)
+    serve("liger-kernel", "%s-torch-%s" % (version, torch.__version__), OPS, ["f16", "bf16"], run, timer=IO)

@@ -8,7 +8,11 @@ docs/golden-format.md defines the op. TOUCHSTONE_NUMPY_ADAPTER_BUG plants one mi
 the external backend's own tests: rope-interleaved (RoPE rotating adjacent pairs, GPT-J's
 pairing, instead of rotate_half's), die (exit 3 at the first call), hang (never answer a call),
 wrong-shape (rewrite an output's file with one row fewer), protocol2 (a hello of protocol 2),
-garbage (answer a call with a line that is not JSON).
+garbage (answer a call with a line that is not JSON), time-count (answer a time request with one
+time fewer than asked), time-negative (a negative time).
+
+TOUCHSTONE_NUMPY_ADAPTER_TIMING=wall offers timing on the host's wall clock, the only device this
+adapter has, so that the time requests of compare and bench run where no GPU is (tests, CI).
 """
 
 import os
@@ -83,6 +87,35 @@ def run(op, params, inputs, outputs):
     OPS[op](params, inputs, outputs)
 
 
+class WallTimer:
+    """Times a launch with the host's monotonic clock; there is no L2 to flush on this path."""
+    timing_device = "cpu (wall clock)"
+
+    def time(self, launch, warmup, repeats, flush_bytes):
+        for _ in range(warmup + 1):
+            launch()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            launch()
+            times.append((time.perf_counter() - t0) * 1e3)
+        if BUG == "time-count":
+            times = times[:-1]
+        if BUG == "time-negative":
+            times[0] = -times[0]
+        return times
+
+    def copy_gbps(self):
+        src = np.random.default_rng(1).integers(0, 255, 64 << 20, dtype=np.uint8)
+        dst = np.empty_like(src)
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            np.copyto(dst, src)
+            times.append(time.perf_counter() - t0)
+        return 2 * src.nbytes / sorted(times)[2] / 1e9
+
+
 def planted(msg):
     """The planted misbehaviour of a call, or None to run it."""
     if BUG == "die":
@@ -103,4 +136,5 @@ def planted(msg):
 
 if __name__ == "__main__":
     serve("numpy-reference", np.__version__, OPS, ["f16", "bf16"], run, on_call=planted,
-          protocol=2 if BUG == "protocol2" else 1)
+          protocol=2 if BUG == "protocol2" else 1,
+          timer=WallTimer() if os.environ.get("TOUCHSTONE_NUMPY_ADAPTER_TIMING") == "wall" else None)

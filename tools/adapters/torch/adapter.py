@@ -12,34 +12,16 @@ express a case (SDPA has no soft cap), the case is unsupported, saying so.
 import os
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from protocol import Unsupported, load_raw, serve, store_raw  # noqa: E402
+from protocol import Unsupported, serve  # noqa: E402
+from torchio import TorchIO  # noqa: E402
 
 DEVICE = os.environ.get("TOUCHSTONE_TORCH_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
-
-
-def get(ref):
-    """The reference's tensor on DEVICE in its storage dtype."""
-    a = load_raw(ref)
-    if ref["dtype"] not in TORCH:
-        raise Unsupported("a %s tensor: this adapter reads %s" % (ref["dtype"], sorted(TORCH)))
-    if ref["dtype"] == "bf16":
-        t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    else:
-        t = torch.from_numpy(np.ascontiguousarray(a))
-    return t.to(DEVICE)
-
-
-def put(ref, t):
-    """Writes t, converted to the output's dtype, into its file."""
-    t = t.to(TORCH[ref["dtype"]]).contiguous().cpu()
-    a = t.view(torch.int16).numpy().view(np.uint16) if ref["dtype"] == "bf16" else t.numpy()
-    store_raw(ref, a)
+IO = TorchIO(DEVICE)
+get, put = IO.get, IO.put
 
 
 def residual_add(p, i, o):
@@ -108,18 +90,23 @@ def attention_prefill(p, i, o):
     s = q.shape[2]
     mask, causal = None, p["causal"]
     if p.get("window"):
-        pos = torch.arange(s, device=q.device)
-        mask = (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - p["window"])
+        mask = IO.memo(("window-mask", s, p["window"]), lambda: window_mask(s, p["window"]))
         causal = False
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=p["scale"],
                                          enable_gqa=True)
     put(o["out"], out.transpose(1, 2))
 
 
+def window_mask(s, window):
+    """The causal sliding-window mask, built once a model pass."""
+    pos = torch.arange(s, device=DEVICE)
+    return (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - window)
+
+
 def attention_decode(p, i, o):
     no_cap(p, "attention_decode")
     q, kc, vc = get(i["q"]), get(i["k_cache"]), get(i["v_cache"])
-    lens = get(i["cache_lens"]).tolist()
+    lens = IO.host(i["cache_lens"]).tolist()  # the host knows its sequences' lengths
     out = torch.empty_like(q)
     for b, n in enumerate(lens):
         lo = max(0, n - p["window"]) if p.get("window") else 0
@@ -143,9 +130,9 @@ OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, gelu, gelu_tanh
 def run(op, params, inputs, outputs):
     with torch.inference_mode():
         OPS[op](params, inputs, outputs)
-    if DEVICE.startswith("cuda"):
-        torch.cuda.synchronize()
+    IO.sync()
 
 
 if __name__ == "__main__":
-    serve("torch", "%s-%s" % (torch.__version__, DEVICE), OPS, ["f16", "bf16"], run)
+    serve("torch", "%s-%s" % (torch.__version__, DEVICE), OPS, ["f16", "bf16"], run,
+          timer=IO if DEVICE.startswith("cuda") else None)
