@@ -19,7 +19,8 @@ import torch
 
 from protocol import Unsupported, load_raw, store_raw
 
-TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32}
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32, "i32": torch.int32,
+         "f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}
 
 
 class TorchIO:
@@ -47,6 +48,8 @@ class TorchIO:
                 raise Unsupported("a %s tensor: this adapter reads %s" % (ref["dtype"], sorted(TORCH)))
             if ref["dtype"] == "bf16":
                 t = torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+            elif ref["dtype"].startswith("f8"):  # FP8 files hold the codes as bytes
+                t = torch.from_numpy(np.ascontiguousarray(a)).view(TORCH[ref["dtype"]])
             else:
                 t = torch.from_numpy(np.ascontiguousarray(a))
             return t.to(self.device)
@@ -67,7 +70,12 @@ class TorchIO:
         if self.timing:
             return
         t = t.contiguous().cpu()
-        store_raw(ref, t.view(torch.int16).numpy().view(np.uint16) if ref["dtype"] == "bf16" else t.numpy())
+        if ref["dtype"] == "bf16":
+            store_raw(ref, t.view(torch.int16).numpy().view(np.uint16))
+        elif ref["dtype"].startswith("f8"):
+            store_raw(ref, t.view(torch.uint8).numpy())
+        else:
+            store_raw(ref, t.numpy())
 
     def sync(self):
         """Waits for the device's work, outside time requests (whose events wait instead)."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""touchstone's Liger-Kernel external adapter: Liger's Triton kernels (RMSNorm, LayerNorm, RoPE,
-SwiGLU, GeGLU) on CUDA, over the protocol of docs/external-backends.md. It needs a GPU, torch,
+"""touchstone's Liger-Kernel external adapter: Liger's Triton kernels (RMSNorm, fused add +
+RMSNorm, LayerNorm, RoPE, SwiGLU, GeGLU, softmax) on CUDA, over the protocol of docs/external-backends.md. It needs a GPU, torch,
 triton and the liger_kernel package (a small wheel with no other dependency).
 
 Each op maps a golden case onto Liger's own entry point as a model patched by Liger calls it:
@@ -23,10 +23,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from protocol import Unsupported, serve  # noqa: E402
 from torchio import TorchIO  # noqa: E402
 
+from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction  # noqa: E402
 from liger_kernel.ops.geglu import LigerGELUMulFunction  # noqa: E402
 from liger_kernel.ops.layer_norm import LigerLayerNormFunction  # noqa: E402
 from liger_kernel.ops.rms_norm import LigerRMSNormFunction  # noqa: E402
 from liger_kernel.ops.rope import LigerRopeFunction  # noqa: E402
+from liger_kernel.ops.softmax import LigerSoftmaxFunction  # noqa: E402
 from liger_kernel.ops.swiglu import LigerSiLUMulFunction  # noqa: E402
 
 DEVICE = "cuda"
@@ -41,6 +43,21 @@ def rmsnorm(p, i, o):
     if w.dtype != x.dtype:
         raise Unsupported("an fp32 weight (Gemma's 1 + w): Liger takes the checkpoint's w and an offset instead")
     put(o["out"], LigerRMSNormFunction.apply(x, w, p["eps"], 0.0, RMSNORM_MODE, False))
+
+
+def rmsnorm_residual(p, i, o):
+    """LigerFusedAddRMSNormFunction: the sum x + residual and its RMSNorm in one kernel, in the
+    casting mode of rmsnorm."""
+    x, r, w = get(i["x"]), get(i["residual"]), get(i["weight"])
+    if w.dtype != x.dtype:
+        raise Unsupported("an fp32 weight (Gemma's 1 + w): Liger takes the checkpoint's w and an offset instead")
+    y, s = LigerFusedAddRMSNormFunction.apply(x, r, w, p["eps"], 0.0, RMSNORM_MODE, False)
+    put(o["sum"], s)
+    put(o["out"], y)
+
+
+def softmax(p, i, o):
+    put(o["out"], LigerSoftmaxFunction.apply(get(i["x"])))
 
 
 def layernorm(p, i, o):
@@ -87,7 +104,7 @@ def tables(p, i, dtype):
     return cos, sin
 
 
-OPS = {f.__name__: f for f in (rmsnorm, layernorm, swiglu, geglu, rope)}
+OPS = {f.__name__: f for f in (rmsnorm, rmsnorm_residual, layernorm, swiglu, geglu, rope, softmax)}
 
 
 def run(op, params, inputs, outputs):

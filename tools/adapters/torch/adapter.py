@@ -79,6 +79,35 @@ def gemm(p, i, o):
         put(o["out"], F.linear(x, w, bias))
 
 
+def gemm_fp8(p, i, o):
+    """torch._scaled_mm: E4M3 x and w (w.t() column-major, as cuBLASLt wants), fp32 accumulation;
+    per-token x scales [M, 1] with per-channel w scales [1, N] (row-wise), or 1x128 x blocks
+    [M, K/128] with 128x128 w blocks [N/128, K/128] (block-wise, CUDA 12.9+ on Hopper)."""
+    if not DEVICE.startswith("cuda"):
+        raise Unsupported("gemm_fp8 on %s: torch._scaled_mm runs on CUDA only" % DEVICE)
+    x, w = get(i["x"]), get(i["w"])
+    xs, ws = get(i["x_scales"]), get(i["w_scales"])
+    if x.dtype != torch.float8_e4m3fn or w.dtype != torch.float8_e4m3fn:
+        raise Unsupported("gemm_fp8 with %s x and %s w: the cases' E4M3 only" % (x.dtype, w.dtype))
+    m, k = x.shape
+    n = w.shape[0]
+    if k % 16 or n % 16:
+        raise Unsupported("gemm_fp8 with K %d, N %d: torch._scaled_mm needs both multiples of 16" % (k, n))
+    out_dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[p["out_dtype"]]
+    if p["scales"] == "channel":
+        sa, sb = xs.reshape(m, 1), ws.reshape(1, n)
+    else:
+        # block-wise, as torch's own tests call it: the 1x128 activation scales [M, K/128]
+        # outer-dim-major (M contiguous), the 128x128 weight scales [N/128, K/128] transposed
+        # with the weight
+        sa, sb = xs.t().contiguous().t(), ws.t()
+    try:
+        out = torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
+    except RuntimeError as e:
+        raise Unsupported("gemm_fp8 with %s scales: torch._scaled_mm refuses them here: %s" % (p["scales"], str(e).splitlines()[0]))
+    put(o["out"], out)
+
+
 def no_cap(p, op):
     if p.get("softcap"):
         raise Unsupported("%s with softcap %g: F.scaled_dot_product_attention has no soft cap" % (op, p["softcap"]))
@@ -124,7 +153,7 @@ def set_rows(p, i, o):
 
 
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, gelu, gelu_tanh, swiglu, geglu, softmax,
-                               embedding, gemm, attention_prefill, attention_decode, set_rows)}
+                               embedding, gemm, gemm_fp8, attention_prefill, attention_decode, set_rows)}
 
 
 def run(op, params, inputs, outputs):
@@ -134,5 +163,5 @@ def run(op, params, inputs, outputs):
 
 
 if __name__ == "__main__":
-    serve("torch", "%s-%s" % (torch.__version__, DEVICE), OPS, ["f16", "bf16"], run,
+    serve("torch", "%s-%s" % (torch.__version__, DEVICE), OPS, ["f16", "bf16", "f8e4m3"], run,
           timer=IO if DEVICE.startswith("cuda") else None)
