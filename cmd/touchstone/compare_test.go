@@ -177,3 +177,14 @@ func TestBenchOverATimingAdapter(t *testing.T) {
 		t.Errorf("the adapter's missing gemm should be listed as unsupported: %q", errs)
 	}
 }
+
+// A case the adapter fails is reported and the others are still timed; the run fails.
+func TestBenchKeepsTimingAfterAFailedCase(t *testing.T) {
+	t.Setenv("TOUCHSTONE_BACKEND", strings.Replace(numpyAdapter(t, true), "exec:", "exec:TOUCHSTONE_NUMPY_ADAPTER_BUG=time-count ", 1))
+	t.Setenv("TOUCHSTONE_REQUIRE_GPU", "")
+	code, out, errs := runCLI("bench", "-op", "residual_add", "-torch=false", "-warmup", "1", "-repeats", "2")
+	if code != 1 || !strings.Contains(errs, "FAILED, not timed: bench residual_add 4096x4096") || !strings.Contains(errs, "timed 1 launches, 2 asked") ||
+		!strings.Contains(errs, "1 bench cases failed") || !strings.Contains(out, "MEDIAN MS") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+}

@@ -19,7 +19,7 @@ Each op maps a golden case onto FlashInfer's entry point as a serving engine cal
   FlashInfer's input layout wants them (the concatenation is not timed: a model's fused gate/up
   projection writes that layout).
 - attention_decode: single_decode_with_kv_cache per sequence (the cache's first cache_lens rows,
-  NHD); attention_prefill: single_prefill_with_kv_cache per batch row. window_left is the window
+  NHD), with tensor cores when more than 4 query heads share a KV head (vLLM's rule); attention_prefill: single_prefill_with_kv_cache per batch row. window_left is the window
   minus one (FlashInfer counts the keys to the left of the query), logits_soft_cap the cap.
   FlashInfer dispatches head dims 64, 128 and 256 (and 512 on some paths); others are
   unsupported by name. The prefill backend is TOUCHSTONE_FLASHINFER_PREFILL_BACKEND (default
@@ -134,12 +134,21 @@ def attention_args(p, op, head_dim):
                 logits_soft_cap=p.get("softcap") or None)
 
 
+def tensor_cores(n_heads, n_kv_heads):
+    """vLLM's rule for FlashInfer's decode: the tensor-core (prefill) kernel when more than 4
+    query heads share a KV head; the CUDA-core decode kernel dispatches group sizes 1, 2, 3, 4
+    and 8 only (Qwen2.5's 7 is refused)."""
+    return n_heads // n_kv_heads > 4
+
+
 def attention_decode(p, i, o):
     q, kc, vc = get(i["q"]), get(i["k_cache"]), get(i["v_cache"])
     args = attention_args(p, "attention_decode", q.shape[-1])
     out = torch.empty_like(q)
+    tc = tensor_cores(q.shape[1], kc.shape[2])
     for b, n in enumerate(IO.host(i["cache_lens"]).tolist()):
-        out[b] = decode.single_decode_with_kv_cache(q[b], kc[b, :n], vc[b, :n], kv_layout="NHD", **args)
+        out[b] = decode.single_decode_with_kv_cache(q[b], kc[b, :n], vc[b, :n], kv_layout="NHD", use_tensor_cores=tc,
+                                                    **args)
     put(o["out"], out)
 
 

@@ -32,7 +32,10 @@ def configs(root, tier):
             continue
         p = m["params"]
         if m["op"] in ATTENTION and p["head_dim"] in HEAD_DIMS:
-            seen.add((m["op"], dtype, p["head_dim"], bool(p.get("window")), bool(p.get("softcap"))))
+            op = m["op"]
+            if op == "attention_decode" and p["n_heads"] // p["n_kv_heads"] > 4:
+                op += "-tc"  # the adapter's tensor-core decode (vLLM's rule)
+            seen.add((op, dtype, p["head_dim"], bool(p.get("window")), bool(p.get("softcap"))))
         elif m["op"] in ("rmsnorm", "rope", "swiglu"):
             seen.add((m["op"], dtype, 0, False, False))
         elif m["op"] == "geglu":
@@ -50,8 +53,10 @@ def build(cfg):
     t0 = time.time()
     x = lambda *s: torch.randn(*s, device="cuda", dtype=dt)  # noqa: E731
     args = dict(window_left=3 if window else -1, logits_soft_cap=30.0 if softcap else None, sm_scale=d ** -0.5 if d else None)
-    if op == "attention_decode":
-        decode.single_decode_with_kv_cache(x(4, d), x(9, 2, d), x(9, 2, d), kv_layout="NHD", **args)
+    if op.startswith("attention_decode"):
+        tc = op.endswith("-tc")
+        decode.single_decode_with_kv_cache(x(16 if tc else 4, d), x(9, 2, d), x(9, 2, d), kv_layout="NHD",
+                                           use_tensor_cores=tc, **args)
     elif op == "attention_prefill":
         backend = os.environ.get("TOUCHSTONE_FLASHINFER_PREFILL_BACKEND", "fa2")
         prefill.single_prefill_with_kv_cache(x(9, 4, d), x(9, 2, d), x(9, 2, d), causal=True, kv_layout="NHD",

@@ -57,7 +57,14 @@ def rmsnorm_residual(p, i, o):
 
 
 def softmax(p, i, o):
-    put(o["out"], LigerSoftmaxFunction.apply(get(i["x"])))
+    """Liger's softmax over the logits upcast to fp32, as an engine samples from them: its kernel
+    writes the input's dtype, and the op's output is fp32 (a 16-bit output fails by 3e5x nmse). Rows wider than one Triton block
+    (65536: a vocabulary such as Qwen's 151936) are Liger's refusal, unsupported here."""
+    x = get(i["x"])
+    if x.shape[-1] > 65536:
+        raise Unsupported("softmax over %d columns: Liger's kernel refuses rows wider than its 65536-wide Triton block"
+                          % x.shape[-1])
+    put(o["out"], LigerSoftmaxFunction.apply(x.float()))  # the upcast is part of the op: timed
 
 
 def layernorm(p, i, o):

@@ -98,8 +98,12 @@ def gemm_fp8(p, i, o):
         sa, sb = xs.reshape(m, 1), ws.reshape(1, n)
     else:
         # block-wise, as torch's own tests call it: the 1x128 activation scales [M, K/128]
-        # outer-dim-major (M contiguous), the 128x128 weight scales [N/128, K/128] transposed
-        # with the weight
+        # outer-dim-major (M contiguous); the 128x128 weight scales [N/128, K/128] with the
+        # K-block count padded to a multiple of 4 (cuBLAS's layout: torch does not check it, and
+        # unpadded scales give inf or garbage), K-major, transposed with the weight
+        kb = ws.shape[1]
+        if kb % 4:
+            ws = F.pad(ws, (0, 4 - kb % 4))
         sa, sb = xs.t().contiguous().t(), ws.t()
     try:
         out = torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=out_dtype)
