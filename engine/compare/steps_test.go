@@ -156,3 +156,32 @@ kernels:
 		}
 	}
 }
+
+// kernels.<op>.<output>:<dtype> is taken for that output alone, before the storage and plain
+// entries; its output must be a golden name and its dtype a dtype.
+func TestKernelForOutput(t *testing.T) {
+	tols, err := ParseTolerances([]byte(`version: 1
+kernels:
+  op:
+    bf16: {atol: 0, rtol: 4.0e-3, why: "sum"}
+    out:bf16: {atol: 0, rtol: 1.6e-2, why: "out"}
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for output, why := range map[string]string{"out": "out", "sum": "sum"} {
+		tol, err := tols.KernelForOutput("op", output, tensor.BF16, tensor.BF16)
+		if err != nil || tol.Why != why {
+			t.Errorf("output %s: %q, %v; want %q", output, tol.Why, err, why)
+		}
+	}
+	if _, err := tols.KernelForOutput("op", "out", tensor.F16, tensor.F16); err == nil {
+		t.Error("out of f16, no f16 entry: no error")
+	}
+	for _, key := range []string{":bf16", "Out:bf16", "out:f33", "o-ut:bf16"} {
+		yaml := "version: 1\nkernels:\n  op:\n    " + key + ": {max_abs: 0, why: \"t\"}\n"
+		if _, err := ParseTolerances([]byte(yaml), "t.yaml"); err == nil {
+			t.Errorf("key %s: no error", key)
+		}
+	}
+}

@@ -138,7 +138,9 @@ type Tolerances struct {
 	// (f32@bf16) is that output dtype in a set whose 16-bit inputs are stored in storage (f16
 	// or bf16), for an output whose error is a unit of the storage type although it is not
 	// stored in it (the fused quantisers' fp32 scales, amax / 448 of a 16-bit amax): KernelFor
-	// takes it before the plain <dtype> entry.
+	// takes it before the plain <dtype> entry. A key <output>:<dtype> (out:bf16) is that
+	// dtype for the output of that golden name alone, for an op whose outputs carry different
+	// errors (a fused residual norm's sum and normalised row): KernelForOutput takes it first.
 	Kernels map[string]map[string]Tolerance `yaml:"kernels"`
 	// Taps maps a model tap kind (attn_norm, q_rope, logits, ...) to its tolerance: the floor
 	// of the limits CalibratedTap derives from a set's calibration.
@@ -268,9 +270,16 @@ func (t *Tolerances) TapFloor(name string, dt tensor.DType) (Tolerance, error) {
 	return out, nil
 }
 
-// checkKernelKey validates a kernels entry's key: an output dtype, or <dtype>@<storage> with a
-// 16-bit storage dtype.
+// checkKernelKey validates a kernels entry's key: an output dtype, <dtype>@<storage> with a
+// 16-bit storage dtype, or <output>:<dtype> with an output's golden name.
 func checkKernelKey(key string) error {
+	if name, dt, named := strings.Cut(key, ":"); named {
+		if name == "" || strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+			return fmt.Errorf("output %q before ':': want an output's golden name (lower case, digits, _)", name)
+		}
+		_, err := tensor.ParseDType(dt)
+		return err
+	}
 	out, storage, qualified := strings.Cut(key, "@")
 	if _, err := tensor.ParseDType(out); err != nil {
 		return err
@@ -282,6 +291,16 @@ func checkKernelKey(key string) error {
 		return fmt.Errorf("storage %q after @: want f16 or bf16, the storage dtype of a set's 16-bit inputs", storage)
 	}
 	return nil
+}
+
+// KernelForOutput returns the tolerance of op's output named output, of dtype dt, in a set whose
+// 16-bit inputs are stored in storage: kernels.<op>.<output>:<dt> where the file has it, else
+// KernelFor's.
+func (t *Tolerances) KernelForOutput(op, output string, dt, storage tensor.DType) (Tolerance, error) {
+	if tol, ok := t.Kernels[op][output+":"+dt.String()]; ok {
+		return tol, nil
+	}
+	return t.KernelFor(op, dt, storage)
 }
 
 // KernelFor returns the tolerance of op for outputs of dtype dt in a set whose 16-bit inputs are

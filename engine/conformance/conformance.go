@@ -330,7 +330,7 @@ func (v Verdict) Pass() bool { return v.Result.Pass() }
 func Judge(op string, outs []Output, tols *compare.Tolerances) ([]Verdict, error) {
 	verdicts := make([]Verdict, 0, len(outs))
 	for _, o := range outs {
-		tol, err := tols.KernelFor(op, o.Got.DType, o.Storage)
+		tol, err := tols.KernelForOutput(op, o.Name, o.Got.DType, o.Storage)
 		if err != nil {
 			return nil, err
 		}

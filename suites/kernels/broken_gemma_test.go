@@ -28,7 +28,10 @@ var _ = Describe("tolerance tightness, Gemma 3", harness.Tightness, func() {
 		Entry("rmsnorm_residual: the fp32 weight read as 16-bit values", "rmsnorm_residual", tensor.F16, normWeightAs16Bit{cpu.New()}, "gemma-3-1b_w32"),
 		Entry("rmsnorm_residual: the fp32 weight read as 16-bit values, bf16", "rmsnorm_residual", tensor.BF16, normWeightAs16Bit{cpu.New()}, "bf16-gemma-3-4b_w32"),
 		Entry("rmsnorm_residual: Gemma's +1 dropped", "rmsnorm_residual", tensor.F16, normWeightWithoutOne{cpu.New()}, "outliers-x20_gemma-3-1b_w32"),
-		Entry("rmsnorm_residual: the fold 1 + w rounded to bf16", "rmsnorm_residual", tensor.BF16, normWeightRounded{cpu.New()}, "bf16-"),
+		// rmsnorm_residual's out admits the fp32-sum order of FlashInfer's and Liger's fused
+		// kernels (fused_norm_order_test.go), two ulps at a binade's bottom, which also admits a
+		// 1 + w rounded to bf16 (at most 2^-9 of each channel's scale): rmsnorm's Gemma cases
+		// above still reject that fold.
 		Entry("embedding: the scale ignored (embed_scale forgotten)", "embedding", tensor.F16, embeddingUnscaled{cpu.New()}, "gemma-3-1b-v8_t4_scaled"),
 		Entry("embedding: the scale ignored, bf16", "embedding", tensor.BF16, embeddingUnscaled{cpu.New()}, "bf16-gemma-3-1b"),
 		Entry("embedding: sqrt(hidden) in fp32, not rounded to the storage type as transformers rounds it", "embedding", tensor.F16, embeddingUnroundedScale{cpu.New()}, "gemma-3-4b-v4_t2_scaled"),

@@ -215,7 +215,7 @@ var _ = Describe("cross-backend check", harness.Kernel, harness.GPU, func() {
 			harness.SkipUnsupported(err)
 			Expect(err).NotTo(HaveOccurred(), "seed %d", seed)
 			for name, g := range got {
-				tol, err := tols.KernelFor(c.op, g.DType, c.storage())
+				tol, err := tols.KernelForOutput(c.op, name, g.DType, c.storage())
 				Expect(err).NotTo(HaveOccurred())
 				tol = twoRoundings(tol)
 				res, err := compare.Compare(g, want[name], tol)

@@ -191,13 +191,6 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:layernorm || op:layernorm_residual",
 	},
 	{
-		ID: "go-rmsnorm-residual-unrounded-sum", Side: SideGo, File: "engine/backend/cpu/norm.go",
-		Bug:         "fused add+RMSNorm normalises the fp32 sum instead of the rounded sum it stores",
-		Original:    "xv[i] = tensor.Round(ts[2].DType, xv[i]+rv[i])\n\t}\n\tstore(ts[0], xv)\n\trmsNormRows",
-		Replacement: "xv[i] += rv[i]\n\t}\n\tstore(ts[0], xv)\n\trmsNormRows",
-		Suites:      kernels, Labels: "op:rmsnorm_residual",
-	},
-	{
 		ID: "go-rmsnorm-quant-fp8-unrounded", Side: SideGo, File: "engine/backend/cpu/quant_fused.go",
 		Bug:         "the fused RMSNorm quantiser quantises its fp32 norm, not the row rounded to the storage dtype as RMSNorm stores it",
 		Original:    "roundTo(dt, xv)\n\tquantRows(ts[0], ts[1], xv, ts[6], groupSize)",
@@ -427,13 +420,6 @@ var catalogue = []Mutant{
 		Original:    "xv := ts[1].Float32()\n\trmsNormRows(xv, ts[1].Shape[1], ts[2].Float32(), eps)",
 		Replacement: "xv, w := ts[1].Float32(), ts[2].Float32()\n\troundTo(ts[1].DType, w)\n\trmsNormRows(xv, ts[1].Shape[1], w, eps)",
 		Suites:      kernels, Labels: "op:rmsnorm",
-	},
-	{
-		ID: "go-rmsnorm-residual-f32-weight-rounded", Side: SideGo, File: "engine/backend/cpu/norm.go",
-		Bug:         "the fused add+RMSNorm rounds Gemma's fp32 weight 1 + w to the storage dtype",
-		Original:    "xv, rv, w := ts[2].Float32(), ts[3].Float32(), ts[4].Float32()\n",
-		Replacement: "xv, rv, w := ts[2].Float32(), ts[3].Float32(), ts[4].Float32()\n\troundTo(ts[2].DType, w)\n",
-		Suites:      kernels, Labels: "op:rmsnorm_residual",
 	},
 	{
 		ID: "go-swiglu-ffn-gate-up-swapped", Side: SideGo, File: "engine/backend/cpu/gemm.go",
