@@ -98,6 +98,10 @@ def serve(name, version, ops, dtypes, run, on_call=None, protocol=PROTOCOL, time
             if result is None:
                 result = handle(msg, name, ops, run, timer)
             answer(dict(type="result", id=msg["id"], **result))
+            if result["status"] == "error" and "CUDA error" in result["message"]:
+                # A device fault (an illegal or misaligned address) is sticky: every later
+                # call of this process would fail. Leave, so that the next call starts afresh.
+                sys.exit(70)
         elif msg["type"] == "copy_bandwidth":
             try:
                 result = {"status": "ok", "gbps": timer.copy_gbps()} if timer else \

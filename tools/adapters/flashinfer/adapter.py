@@ -40,7 +40,7 @@ from protocol import Unsupported, serve  # noqa: E402
 from torchio import TorchIO  # noqa: E402
 
 import flashinfer  # noqa: E402
-from flashinfer import activation, decode, norm, prefill, rope as fi_rope  # noqa: E402
+from flashinfer import activation, norm, rope as fi_rope  # noqa: E402
 
 DEVICE = "cuda"
 IO = TorchIO(DEVICE)
@@ -78,6 +78,11 @@ def rmsnorm_residual(p, i, o):
 
 def rope(p, i, o):
     q, k = get(i["q"]), get(i["k"])
+    if q.shape[-1] not in HEAD_DIMS:
+        # apply_rope_pos_ids refuses them; apply_rope_with_cos_sin_cache does not, and faults
+        # (misaligned address) at head_size 80 with rotary_dim 24, poisoning the context
+        raise Unsupported("rope with head_dim %d: FlashInfer's RoPE kernels dispatch head dims %s"
+                          % (q.shape[-1], HEAD_DIMS))
     r, base = p["rope_dim"], p["freq_base"]
     table = ROPE_MODE == "cache" or any(n in i for n in ("freq_divisor", "long_divisor")) or \
         p.get("attention_factor", 1.0) != 1.0
@@ -141,28 +146,96 @@ def tensor_cores(n_heads, n_kv_heads):
     return n_heads // n_kv_heads > 4
 
 
+def workspace():
+    return torch.empty(128 << 20, dtype=torch.uint8, device=DEVICE)
+
+
+def i32(values):
+    return torch.tensor(np.asarray(values, dtype=np.int64), dtype=torch.int32, device=DEVICE)
+
+
+def pages(lens, page_size, table=None):
+    """FlashInfer's paged-KV description of sequences of lens: indptr, page indices (the rows of
+    table, or page b for sequence b when each sequence is one page) and the last page's fill."""
+    indptr, indices, last = [0], [], []
+    for b, n in enumerate(lens):
+        k = max(1, -(-int(n) // page_size))
+        indices += list(table[b, :k]) if table is not None else [b]
+        indptr.append(len(indices))
+        last.append(int(n) - (k - 1) * page_size)
+    return i32(indptr), i32(indices), i32(last)
+
+
+def plan_decode(lens, page_size, n_heads, n_kv_heads, head_dim, dtype, args, table=None):
+    """A BatchDecodeWithPagedKVCacheWrapper planned for the batch, as an engine plans it once a
+    step for all layers."""
+    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace(), kv_layout="NHD",
+                                                      use_tensor_cores=tensor_cores(n_heads, n_kv_heads))
+    indptr, indices, last = pages(lens, page_size, table)
+    w.plan(indptr, indices, last, n_heads, n_kv_heads, head_dim, page_size, q_data_type=dtype, kv_data_type=dtype, **args)
+    return w
+
+
+def plan_prefill_ragged(q_lens, kv_lens, n_heads, n_kv_heads, head_dim, dtype, causal, args):
+    w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace(), kv_layout="NHD", backend=PREFILL_BACKEND)
+    w.plan(i32(np.concatenate([[0], np.cumsum(q_lens)])), i32(np.concatenate([[0], np.cumsum(kv_lens)])),
+           n_heads, n_kv_heads, head_dim, causal=causal, q_data_type=dtype, kv_data_type=dtype, **args)
+    return w
+
+
+def plan_prefill_paged(q_starts, kv_lens, page_size, table, n_heads, n_kv_heads, head_dim, dtype, args):
+    w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(workspace(), kv_layout="NHD", backend=PREFILL_BACKEND)
+    indptr, indices, last = pages(kv_lens, page_size, table)
+    w.plan(i32(q_starts), indptr, indices, last, n_heads, n_kv_heads, head_dim, page_size, causal=True,
+           q_data_type=dtype, kv_data_type=dtype, **args)
+    return w
+
+
 def attention_decode(p, i, o):
+    """The contiguous cache as a paged one of one page a sequence (page_size = the cache's
+    length): BatchDecodeWithPagedKVCacheWrapper, one launch for the batch."""
     q, kc, vc = get(i["q"]), get(i["k_cache"]), get(i["v_cache"])
     args = attention_args(p, "attention_decode", q.shape[-1])
-    out = torch.empty_like(q)
-    tc = tensor_cores(q.shape[1], kc.shape[2])
-    for b, n in enumerate(IO.host(i["cache_lens"]).tolist()):
-        out[b] = decode.single_decode_with_kv_cache(q[b], kc[b, :n], vc[b, :n], kv_layout="NHD", use_tensor_cores=tc,
-                                                    **args)
-    put(o["out"], out)
+    lens = IO.host(i["cache_lens"])
+    w = IO.memo(("plan", i["cache_lens"]["path"]), lambda: plan_decode(
+        lens, kc.shape[1], q.shape[1], kc.shape[2], q.shape[2], q.dtype, args))
+    put(o["out"], w.run(q, (kc, vc)))
+
+
+def attention_decode_paged(p, i, o):
+    q, kc, vc = get(i["q"]), get(i["k_cache"]), get(i["v_cache"])
+    args = attention_args(p, "attention_decode_paged", q.shape[-1])
+    lens, table = IO.host(i["cache_lens"]), IO.host(i["block_table"])
+    w = IO.memo(("plan", i["cache_lens"]["path"]), lambda: plan_decode(
+        lens, kc.shape[1], q.shape[1], kc.shape[2], q.shape[2], q.dtype, args, table))
+    put(o["out"], w.run(q, (kc, vc)))
 
 
 def attention_prefill(p, i, o):
+    """The batch's equal-length sequences as ragged ones: BatchPrefillWithRaggedKVCacheWrapper."""
     q, k, v = get(i["q"]), get(i["k"]), get(i["v"])
-    args = attention_args(p, "attention_prefill", q.shape[-1])
-    out = torch.empty_like(q)
-    for b in range(q.shape[0]):
-        out[b] = prefill.single_prefill_with_kv_cache(q[b], k[b], v[b], causal=bool(p["causal"]), kv_layout="NHD",
-                                                       backend=PREFILL_BACKEND, **args)
-    put(o["out"], out)
+    b, sq, h, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    args = attention_args(p, "attention_prefill", d)
+    w = IO.memo(("plan", i["q"]["path"]), lambda: plan_prefill_ragged(
+        [sq] * b, [sk] * b, h, hkv, d, q.dtype, bool(p["causal"]), args))
+    out = w.run(q.reshape(b * sq, h, d), k.reshape(b * sk, hkv, d), v.reshape(b * sk, hkv, d))
+    put(o["out"], out.reshape(q.shape))
 
 
-OPS = {f.__name__: f for f in (rmsnorm, rmsnorm_residual, rope, swiglu, geglu, attention_decode, attention_prefill)}
+def attention_prefill_paged(p, i, o):
+    """Chunked prefill over the paged pool: BatchPrefillWithPagedKVCacheWrapper, causal with the
+    prefix offset (FlashInfer aligns a sequence's queries with the end of its keys)."""
+    q, kc, vc = get(i["q"]), get(i["k_cache"]), get(i["v_cache"])
+    args = attention_args(p, "attention_prefill_paged", q.shape[-1])
+    starts, lens, table = IO.host(i["q_starts"]), IO.host(i["kv_lens"]), IO.host(i["block_table"])
+    w = IO.memo(("plan", i["q_starts"]["path"]), lambda: plan_prefill_paged(
+        starts, lens, kc.shape[1], table, q.shape[1], kc.shape[2], q.shape[2], q.dtype, args))
+    put(o["out"], w.run(q, (kc, vc)))
+
+
+OPS = {f.__name__: f for f in (rmsnorm, rmsnorm_residual, rope, swiglu, geglu, attention_decode, attention_decode_paged,
+                               attention_prefill, attention_prefill_paged)}
 
 
 def run(op, params, inputs, outputs):

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Builds FlashInfer's JIT modules for the golden cases of the FlashInfer adapter in parallel,
 before touchstone calls the adapter (which would build them one at a time, inside each call's
-deadline). Each configuration is one process that calls the op once on small data of the case's
-dtype, head dim, window and soft cap; FlashInfer caches what it built (FLASHINFER_WORKSPACE_BASE).
+deadline). Each configuration is one process that calls the adapter's entry points once on
+small data of the case's dtype, head dim, window, soft cap and (decode) tensor-core choice; FlashInfer caches what it built (FLASHINFER_WORKSPACE_BASE).
 
-    python3 tools/adapters/flashinfer/prebuild.py golden [--jobs 16] [--tier committed]
+    python3 tools/adapters/flashinfer/prebuild.py golden [--jobs 16] [--tier committed] [--op OP ...]
 """
 
 import argparse
@@ -16,65 +16,80 @@ import os
 import sys
 import time
 
-ATTENTION = ("attention_decode", "attention_prefill")
 HEAD_DIMS = (64, 128, 256)
+KIND = {"attention_decode": "decode", "attention_decode_paged": "decode", "attention_prefill": "ragged",
+        "attention_prefill_paged": "paged"}
 
 
-def configs(root, tier):
+def configs(root, tier, ops):
     """The distinct module configurations of the adapter's ops among the golden cases."""
     seen = set()
     for path in sorted(glob.glob(os.path.join(root, "kernels", "*", "*", "manifest.json"))):
         m = json.load(open(path))
-        if tier != "all" and m["tier"] != tier:
+        if (tier != "all" and m["tier"] != tier) or (ops and m["op"] not in ops):
             continue
         dtype = next((f["dtype"] for f in m["files"] if f["role"] == "input" and f["dtype"] in ("f16", "bf16")), None)
         if dtype is None:
             continue
         p = m["params"]
-        if m["op"] in ATTENTION and p["head_dim"] in HEAD_DIMS:
-            op = m["op"]
-            if op == "attention_decode" and p["n_heads"] // p["n_kv_heads"] > 4:
-                op += "-tc"  # the adapter's tensor-core decode (vLLM's rule)
-            seen.add((op, dtype, p["head_dim"], bool(p.get("window")), bool(p.get("softcap"))))
+        if m["op"] in KIND and p["head_dim"] in HEAD_DIMS:
+            group = p["n_heads"] // p["n_kv_heads"]
+            seen.add((KIND[m["op"]], dtype, p["head_dim"], bool(p.get("window")), bool(p.get("softcap")),
+                      group if KIND[m["op"]] == "decode" else 1))
         elif m["op"] in ("rmsnorm", "rope", "swiglu"):
-            seen.add((m["op"], dtype, 0, False, False))
+            seen.add((m["op"], dtype, 0, False, False, 1))
         elif m["op"] == "geglu":
-            seen.add((m["op"] + "-" + p["gelu"], dtype, 0, False, False))
-    return sorted(seen)
+            seen.add((m["op"] + "-" + p["gelu"], dtype, 0, False, False, 1))
+    # a decode's module depends on the group only through the tensor-core choice
+    out, kinds = [], set()
+    for c in sorted(seen):
+        key = c[:5] + ((c[5] > 4),) if c[0] == "decode" else c
+        if key not in kinds:
+            kinds.add(key)
+            out.append(c)
+    return out
 
 
 def build(cfg):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    os.environ.setdefault("FLASHINFER_USE_CUDA_NORM", "1")
-    from flashinfer import activation, decode, norm, prefill, rope
-    op, dtype, d, window, softcap = cfg
+    import adapter
+    from flashinfer import activation, norm, rope
+    kind, dtype, d, window, softcap, group = cfg
     dt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     t0 = time.time()
     x = lambda *s: torch.randn(*s, device="cuda", dtype=dt)  # noqa: E731
-    args = dict(window_left=3 if window else -1, logits_soft_cap=30.0 if softcap else None, sm_scale=d ** -0.5 if d else None)
-    if op.startswith("attention_decode"):
-        tc = op.endswith("-tc")
-        decode.single_decode_with_kv_cache(x(16 if tc else 4, d), x(9, 2, d), x(9, 2, d), kv_layout="NHD",
-                                           use_tensor_cores=tc, **args)
-    elif op == "attention_prefill":
-        backend = os.environ.get("TOUCHSTONE_FLASHINFER_PREFILL_BACKEND", "fa2")
-        prefill.single_prefill_with_kv_cache(x(9, 4, d), x(9, 2, d), x(9, 2, d), causal=True, kv_layout="NHD",
-                                             backend=backend, **args)
-    elif op == "rmsnorm":
+    p = {"scale": d ** -0.5 if d else 1.0}
+    if window:
+        p["window"] = 4
+    if softcap:
+        p["softcap"] = 30.0
+    if kind == "decode":
+        args = adapter.attention_args(p, kind, d)
+        q, kc = x(2, 2 * group, d), x(2, 9, 2, d)
+        adapter.plan_decode([5, 9], 9, 2 * group, 2, d, dt, args).run(q, (kc, kc))
+    elif kind == "ragged":
+        args = adapter.attention_args(p, kind, d)
+        adapter.plan_prefill_ragged([5], [5], 4, 2, d, dt, True, args).run(x(5, 4, d), x(5, 2, d), x(5, 2, d))
+    elif kind == "paged":
+        args = adapter.attention_args(p, kind, d)
+        kc = x(3, 4, 2, d)
+        table = adapter.np.array([[2, 0]])
+        adapter.plan_prefill_paged([0, 3], [7], 4, table, 4, 2, d, dt, args).run(x(3, 4, d), (kc, kc))
+    elif kind == "rmsnorm":
         w = x(256)
         norm.rmsnorm(x(2, 256), w)
         norm.fused_add_rmsnorm(x(2, 256), x(2, 256), w)
-    elif op == "rope":
+    elif kind == "rope":
         q, k, pos = x(3, 4, 64), x(3, 2, 64), torch.arange(3, device="cuda", dtype=torch.int32)
         rope.apply_rope_pos_ids(q, k, pos)
         rope.apply_rope_with_cos_sin_cache(pos, q.reshape(3, -1), k.reshape(3, -1), 64,
                                            torch.randn(3, 64, device="cuda", dtype=torch.float32))
-    elif op == "swiglu":
+    elif kind == "swiglu":
         activation.silu_and_mul(x(2, 256))
-    elif op == "geglu-tanh":
+    elif kind == "geglu-tanh":
         activation.gelu_tanh_and_mul(x(2, 256))
-    elif op == "geglu-erf":
+    elif kind == "geglu-erf":
         activation.gelu_and_mul(x(2, 256))
     torch.cuda.synchronize()
     return cfg, time.time() - t0
@@ -85,8 +100,9 @@ def main():
     ap.add_argument("golden")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--tier", default="committed")
+    ap.add_argument("--op", action="append", default=[], help="only this op's configurations (repeatable)")
     a = ap.parse_args()
-    todo = configs(a.golden, a.tier)
+    todo = configs(a.golden, a.tier, a.op)
     print("prebuild: %d configurations, %d jobs" % (len(todo), a.jobs), flush=True)
     failed = 0
     with cf.ProcessPoolExecutor(a.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
