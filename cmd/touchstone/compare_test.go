@@ -132,6 +132,11 @@ func TestCompareExternalAdapters(t *testing.T) {
 			t.Errorf("%s: speed %s, %d and %d times, want 4 a side", o.ID, o.Speed, len(o.Baseline.TimesMS), len(o.Candidate.TimesMS))
 		}
 	}
+	broken := strings.Replace(timed, "exec:", "exec:TOUCHSTONE_NUMPY_ADAPTER_BUG=time-count ", 1)
+	code, out, errOut = compareRun(t, "-baseline", broken, "-candidate", timed, "-op", "swiglu", "-warmup", "1", "-repeats", "2")
+	if code != abtest.ExitAccepted || !strings.Contains(out, "untimed (timing failed: ") || !strings.Contains(out, "timed 0 launches, 1 asked") {
+		t.Fatalf("an adapter that fails its time requests: exit %d\n%s\n%s", code, out, errOut)
+	}
 	code, out, errOut = compareRun(t, "-baseline", numpyAdapter(t, false), "-candidate", "cpu", "-op", "rmsnorm", "-op", "gelu")
 	if code != abtest.ExitAccepted || !strings.Contains(errOut, "untimed: exec:numpy-reference's adapter does not time its ops") ||
 		!strings.Contains(out, "unsupported") {

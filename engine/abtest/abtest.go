@@ -43,7 +43,8 @@ type Case struct {
 	ID        string      `json:"id"`
 	Baseline  Measurement `json:"baseline"`
 	Candidate Measurement `json:"candidate"`
-	// Untimed says why a case both sides ran has no times (a hang while timing it).
+	// Untimed says why a case both sides ran has no times (a hang while timing it, or an
+	// external adapter that failed to time it).
 	Untimed string `json:"untimed,omitempty"`
 }
 

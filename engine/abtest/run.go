@@ -145,10 +145,16 @@ func runSets(base, cand Side, sets []*golden.Set, o RunOptions, measureIt func(S
 				done, stop := p.stop(Measurement{Error: err.Error()})
 				return done, stop
 			}
-			if err != nil {
+			switch {
+			case err != nil && (base.Adapter != nil || cand.Adapter != nil):
+				// An external adapter that fails to time a case it ran: that case goes
+				// untimed, saying why, and the comparison goes on.
+				c.Untimed = "timing failed: " + err.Error()
+			case err != nil:
 				return nil, fmt.Errorf("%s: %w", s.ID(), err)
+			default:
+				c.Baseline.TimesMS, c.Candidate.TimesMS = tb, tc
 			}
-			c.Baseline.TimesMS, c.Candidate.TimesMS = tb, tc
 		}
 		cases = append(cases, c)
 	}
