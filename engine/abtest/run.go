@@ -231,28 +231,27 @@ func timePair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float64, e
 			}
 			continue
 		}
-		if blocks[i], err = runnerBlocks(side.Timer, p.Launch); err != nil {
+		block, release, err := runnerBlocks(side.Timer, p.Launch)
+		if err != nil {
 			return nil, nil, err
 		}
-		defer blocks[i](-1, 0) // releases its timer
+		defer release()
+		blocks[i] = block
 	}
 	return interleave(blocks, base.Adapter != nil || cand.Adapter != nil, o)
 }
 
-// blockTimer times n launches of one side's case after warmup untimed ones; warmup -1 closes
-// it.
+// blockTimer times n launches of one side's case after warmup untimed ones.
 type blockTimer func(warmup, n int) ([]float64, error)
 
-// runnerBlocks times launch on r's profiler, each launch after an L2 flush.
-func runnerBlocks(r *bench.Runner, launch func() error) (blockTimer, error) {
+// runnerBlocks times launch on r's profiler, each launch after an L2 flush; release frees its
+// timer.
+func runnerBlocks(r *bench.Runner, launch func() error) (block blockTimer, release func(), err error) {
 	t, err := r.Profiler().NewTimer()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return func(warmup, n int) ([]float64, error) {
-		if warmup < 0 {
-			return nil, t.Close()
-		}
 		for w := 0; w < warmup; w++ {
 			if err := launch(); err != nil {
 				return nil, err
@@ -267,7 +266,7 @@ func runnerBlocks(r *bench.Runner, launch func() error) (blockTimer, error) {
 			times = append(times, ms)
 		}
 		return times, nil
-	}, nil
+	}, func() { t.Close() }, nil
 }
 
 // adapterRounds is how many blocks the repeats of a pair with an external side are split into:
@@ -332,10 +331,12 @@ func timeModelPair(base, cand Side, s *golden.Set, o RunOptions) (tb, tc []float
 		if err != nil {
 			return nil, nil, err
 		}
-		if blocks[i], err = runnerBlocks(side.Timer, launch); err != nil {
+		block, release, err := runnerBlocks(side.Timer, launch)
+		if err != nil {
 			return nil, nil, err
 		}
-		defer blocks[i](-1, 0)
+		defer release()
+		blocks[i] = block
 	}
 	return interleave(blocks, false, o)
 }

@@ -174,12 +174,17 @@ func (r *Runner) prepare(c Case) (func() error, func(), error) {
 	if c.Op == SampleOp {
 		return prepareSample(r.p, c, r.options.Seed)
 	}
-	src := conformance.Memory{Params: json.RawMessage(c.Params), Tensors: conformance.RandomInputs(r.options.Seed, c.Inputs)}
-	prep, err := conformance.Prepare(r.p, c.Op, src)
+	prep, err := conformance.Prepare(r.p, c.Op, c.source(r.options.Seed))
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench %s: %w", c.Name, err)
 	}
 	return prep.Launch, prep.Free, nil
+}
+
+// source is the case's params and its random inputs drawn from seed: the same data on every
+// backend that times the case.
+func (c Case) source(seed uint64) conformance.Memory {
+	return conformance.Memory{Params: json.RawMessage(c.Params), Tensors: conformance.RandomInputs(seed, c.Inputs)}
 }
 
 func (res *Result) summarise(copyBW float64) {

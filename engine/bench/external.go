@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
@@ -47,8 +46,7 @@ func (e *External) Run(c Case) (*Result, error) {
 	if c.Op == SampleOp {
 		return nil, fmt.Errorf("bench %s: an external backend times golden ops, not touchstone's sampler: %w", c.Name, backend.ErrUnsupported)
 	}
-	src := conformance.Memory{Params: json.RawMessage(c.Params), Tensors: conformance.RandomInputs(e.options.Seed, c.Inputs)}
-	prep, err := conformance.Prepare(e.b, c.Op, src)
+	prep, err := conformance.Prepare(e.b, c.Op, c.source(e.options.Seed))
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", c.Name, err)
 	}

@@ -4,7 +4,8 @@ the adapters of torch-based kernel libraries (torch, Liger-Kernel, FlashInfer).
     io = TorchIO(device)
     x = io.get(ref)              # the .npy file's tensor on the device, in its storage dtype
     io.put(ref, t)               # t converted to the output's dtype, written into its file
-    serve(..., timer=io)         # time and copy_bandwidth requests (docs/external-backends.md)
+    serve(..., io.runner(OPS), timer=io)   # calls, and time and copy_bandwidth requests
+                                           # (docs/external-backends.md)
 
 In a time request the op runs several times over the same files: get returns the tensor it
 loaded the first time, host() the same for host metadata, memo() caches work a caller does once
@@ -76,6 +77,15 @@ class TorchIO:
             store_raw(ref, t.view(torch.uint8).numpy())
         else:
             store_raw(ref, t.numpy())
+
+    def runner(self, ops):
+        """protocol.serve's run for ops (op name -> f(params, inputs, outputs)): the op under
+        inference mode, then, outside time requests, a wait for the device."""
+        def run(op, params, inputs, outputs):
+            with torch.inference_mode():
+                ops[op](params, inputs, outputs)
+            self.sync()
+        return run
 
     def sync(self):
         """Waits for the device's work, outside time requests (whose events wait instead)."""

@@ -238,12 +238,7 @@ OPS = {f.__name__: f for f in (rmsnorm, rmsnorm_residual, rope, swiglu, geglu, a
                                attention_prefill, attention_prefill_paged)}
 
 
-def run(op, params, inputs, outputs):
-    with torch.inference_mode():
-        OPS[op](params, inputs, outputs)
-    IO.sync()
-
-
 if __name__ == "__main__":
     version = importlib.metadata.version("flashinfer-python")
-    serve("flashinfer", "%s-torch-%s" % (version, torch.__version__), OPS, ["f16", "bf16"], run, timer=IO)
+    serve("flashinfer", "%s-torch-%s" % (version, torch.__version__), OPS, ["f16", "bf16"], IO.runner(OPS),
+          timer=IO)

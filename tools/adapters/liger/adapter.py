@@ -114,12 +114,7 @@ def tables(p, i, dtype):
 OPS = {f.__name__: f for f in (rmsnorm, rmsnorm_residual, layernorm, swiglu, geglu, rope, softmax)}
 
 
-def run(op, params, inputs, outputs):
-    with torch.inference_mode():
-        OPS[op](params, inputs, outputs)
-    IO.sync()
-
-
 if __name__ == "__main__":
     version = importlib.metadata.version("liger-kernel")
-    serve("liger-kernel", "%s-torch-%s" % (version, torch.__version__), OPS, ["f16", "bf16"], run, timer=IO)
+    serve("liger-kernel", "%s-torch-%s" % (version, torch.__version__), OPS, ["f16", "bf16"], IO.runner(OPS),
+          timer=IO)

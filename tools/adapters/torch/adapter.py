@@ -160,12 +160,6 @@ OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, gelu, gelu_tanh
                                embedding, gemm, gemm_fp8, attention_prefill, attention_decode, set_rows)}
 
 
-def run(op, params, inputs, outputs):
-    with torch.inference_mode():
-        OPS[op](params, inputs, outputs)
-    IO.sync()
-
-
 if __name__ == "__main__":
-    serve("torch", "%s-%s" % (torch.__version__, DEVICE), OPS, ["f16", "bf16", "f8e4m3"], run,
+    serve("torch", "%s-%s" % (torch.__version__, DEVICE), OPS, ["f16", "bf16", "f8e4m3"], IO.runner(OPS),
           timer=IO if DEVICE.startswith("cuda") else None)
