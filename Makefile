@@ -70,7 +70,18 @@ suites-external:
 	  echo "suites-external: an adapter with RoPE's pairs interleaved passed the rope specs"; exit 1; fi; \
 	grep -q -- "-- 0 Passed " $(REPORTS)/external/rope-interleaved.log || { \
 	  echo "suites-external: some rope spec passed the interleaved adapter:"; tail -20 $(REPORTS)/external/rope-interleaved.log; exit 1; }; \
-	echo "suites-external: the numpy adapter passes; with RoPE's pairs interleaved every rope spec fails"
+	TOUCHSTONE_BACKEND="$(NUMPY_ADAPTER)" TOUCHSTONE_REPORTS=$(CURDIR)/$(REPORTS)/external \
+	  $(GINKGO) --fail-on-empty --keep-going --succinct --no-color suites/sampling || exit 1; \
+	for bug in sample-temperature-ignored sample-top-p-one-more sample-shared-uniform; do \
+	  if TOUCHSTONE_NUMPY_ADAPTER_BUG=$$bug TOUCHSTONE_BACKEND="$(NUMPY_ADAPTER)" \
+	    TOUCHSTONE_REPORTS=$(CURDIR)/$(REPORTS)/external $(GINKGO) --focus='own random numbers.*gpt2' \
+	    --keep-going --succinct --no-color suites/sampling > $(REPORTS)/external/$$bug.log 2>&1; then \
+	    echo "suites-external: a sampler with the bug $$bug passed the own-RNG sampling specs"; exit 1; fi; \
+	  grep -q "FAIL.*as often as the reference" $(REPORTS)/external/$$bug.log || { \
+	    echo "suites-external: the distribution spec let $$bug through:"; tail -20 $(REPORTS)/external/$$bug.log; exit 1; }; \
+	done; \
+	echo "suites-external: the numpy adapter passes; with RoPE's pairs interleaved every rope spec fails;" \
+	  "each planted sampler bug fails the distribution spec"
 
 # Short coverage-guided runs of every parser of outside data.
 fuzz:

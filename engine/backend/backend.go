@@ -305,6 +305,15 @@ type Sampler interface {
 	Philox(out Buffer, seed, step uint64, row uint32) error
 }
 
+// OwnRNGSampler is implemented by a backend whose Sample draws from its own random numbers
+// rather than docs/sampling.md's Philox stream: another library's sampler behind an external
+// adapter. Its tokens cannot be compared one by one with the reference's; engine/sample judges
+// them by what every correct sampler satisfies (the support of each draw, the distribution of
+// many), and the backend's Philox refuses.
+type OwnRNGSampler interface {
+	SamplesWithOwnRNG() bool
+}
+
 // Backend is a device plus the ops it runs.
 type Backend interface {
 	Kernels

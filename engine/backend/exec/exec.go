@@ -123,11 +123,58 @@ type buffer struct {
 	t     *tensor.Tensor
 	owner *Backend
 	freed bool
+	// held is the .npy file holding t, written the first time t is a call's input and kept
+	// until t changes, so that the calls of a loop over one input (a sampler's draws, a
+	// bench's repeats) write it once. heldStat is the file as written: a file the adapter
+	// has touched since is written again.
+	held     string
+	heldStat os.FileInfo
+	// rowsChecked says t's rows passed sample.Validate's logit checks.
+	rowsChecked bool
 }
 
 func (x *buffer) DType() tensor.DType { return x.t.DType }
 func (x *buffer) Shape() []int        { return x.t.Shape }
-func (x *buffer) Free()               { x.freed = true }
+func (x *buffer) Free() {
+	x.freed = true
+	x.forget()
+}
+
+// forget drops what was derived from t, when t changes or is freed.
+func (x *buffer) forget() {
+	if x.held != "" {
+		os.Remove(x.held)
+	}
+	x.held, x.heldStat, x.rowsChecked = "", nil, false
+}
+
+// heldFile is the path of a file holding t, written into dir unless the one written before is
+// still as it was.
+func (x *buffer) heldFile(dir string) (string, error) {
+	if x.held != "" {
+		if fi, err := os.Stat(x.held); err == nil && fi.Size() == x.heldStat.Size() && fi.ModTime().Equal(x.heldStat.ModTime()) {
+			return x.held, nil
+		}
+		x.forget()
+	}
+	f, err := os.CreateTemp(dir, "held-*.npy")
+	if err != nil {
+		return "", err
+	}
+	path := f.Name()
+	f.Close()
+	if err := tensor.WriteNPY(path, x.t); err != nil {
+		os.Remove(path)
+		return "", err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		os.Remove(path)
+		return "", err
+	}
+	x.held, x.heldStat = path, fi
+	return path, nil
+}
 
 func (b *Backend) own(t *tensor.Tensor) *buffer { return &buffer{t: t, owner: b} }
 
@@ -304,8 +351,16 @@ func (b *Backend) files(op, typ string, params []byte, inputs, outputs []backend
 		if err != nil {
 			return err
 		}
-		path := filepath.Join(callDir, kind+"."+nb.Name+".npy")
-		if err := tensor.WriteNPY(path, h.t); err != nil {
+		// An input is read, never written (docs/external-backends.md), so its file may serve
+		// the next calls too; an output's is the adapter's to write, one per call.
+		var path string
+		if kind == "in" {
+			path, err = h.heldFile(b.dir)
+		} else {
+			path = filepath.Join(callDir, kind+"."+nb.Name+".npy")
+			err = tensor.WriteNPY(path, h.t)
+		}
+		if err != nil {
 			return fmt.Errorf("exec: %s: %s %s: %w", op, kind, nb.Name, err)
 		}
 		to[nb.Name] = tensorRef{Path: path, DType: h.t.DType.String(), Shape: h.t.Shape}
@@ -344,11 +399,12 @@ func (b *Backend) readBack(op string, nb backend.NamedBuffer, ref tensorRef) err
 		return fmt.Errorf("%s: %s wrote output %s as %s%s, want %s%s written in place: %w", op, b.Name(), nb.Name,
 			got.DType, tensor.ShapeString(got.Shape), h.t.DType, tensor.ShapeString(h.t.Shape), ErrAdapter)
 	}
+	h.forget()
 	h.t = got
 	return nil
 }
 
-// refuse is every Kernels and Sampler method's answer (refuse_gen.go): an external backend
+// refuse is every Kernels and Sampler method's answer (refuse.go): an external backend
 // runs golden cases whole, by op name (RunOp), so a model pass, a broken variant or an
 // argument spec that calls a method directly is unsupported here, by name.
 func refuse(method string) error {

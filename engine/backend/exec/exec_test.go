@@ -23,7 +23,7 @@ import (
 const EnvRequireAdapters = "TOUCHSTONE_REQUIRE_ADAPTERS"
 
 // The ops of tools/adapters/numpy/adapter.py.
-var numpyOps = []string{"residual_add", "rmsnorm", "rope", "swiglu", "softmax"}
+var numpyOps = []string{"residual_add", "rmsnorm", "rope", "swiglu", "softmax"} // and sample (sample_test.go)
 
 func repoRoot(t *testing.T) string {
 	_, file, _, _ := runtime.Caller(0)

@@ -9,7 +9,9 @@ the external backend's own tests: rope-interleaved (RoPE rotating adjacent pairs
 pairing, instead of rotate_half's), die (exit 3 at the first call), hang (never answer a call),
 wrong-shape (rewrite an output's file with one row fewer), protocol2 (a hello of protocol 2),
 garbage (answer a call with a line that is not JSON), time-count (answer a time request with one
-time fewer than asked), time-negative (a negative time).
+time fewer than asked), time-negative (a negative time), and three sampler bugs:
+sample-temperature-ignored (draws at temperature 1), sample-top-p-one-more (the nucleus keeps one
+token past the cut) and sample-shared-uniform (every row of a batch draws row 0's random number).
 
 TOUCHSTONE_NUMPY_ADAPTER_TIMING=wall offers timing on the host's wall clock, the only device this
 adapter has, so that the time requests of compare and bench run where no GPU is (tests, CI).
@@ -22,7 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from protocol import Unsupported, load, serve, store  # noqa: E402
+from protocol import Unsupported, load, serve, store, store_raw  # noqa: E402
 
 BUG = os.environ.get("TOUCHSTONE_NUMPY_ADAPTER_BUG", "")
 
@@ -76,8 +78,49 @@ def rope(p, i, o):
         store(o[name + "_out"], y)
 
 
+def kept_cdf(row, p):
+    """One row's kept tokens in order (logit descending, index ascending) and their prefix sums
+    of exp((logit - max) / T), in float64: top-k, then the smallest prefix reaching top_p of the
+    top-k mass (docs/sampling.md's cut)."""
+    temp = 1.0 if BUG == "sample-temperature-ignored" else p["temperature"]
+    order = np.argsort(-row, kind="stable")
+    n = int(np.count_nonzero(np.isfinite(row)))
+    if 0 < p["top_k"] < n:
+        n = p["top_k"]
+    x = row[order[:n]].astype(np.float64)
+    cdf = np.cumsum(np.exp((x - x[0]) / temp))
+    if p["top_p"] < 1:
+        kept = int(np.searchsorted(cdf, p["top_p"] * cdf[-1], side="left")) + 1
+        if BUG == "sample-top-p-one-more":
+            kept += 1
+        n = min(kept, n)
+    return order[:n], cdf[:n]
+
+
+def sample(p, i, o):
+    """Draws with numpy's own generator keyed by (seed, step): one uniform per row, inverted
+    through the row's kept prefix sums. Rows with the same logits (a batch of copies) share
+    one sort."""
+    logits = np.load(i["logits"]["path"], mmap_mode="r")  # a batch of copies is read row by row
+    if p["temperature"] == 0:
+        tokens = np.argmax(logits, axis=1)
+    else:
+        u = np.random.default_rng([p["seed"], p["step"]]).random(logits.shape[0])
+        if BUG == "sample-shared-uniform":
+            u[:] = u[0]
+        tokens = np.empty(logits.shape[0], dtype=np.int64)
+        cache = {}
+        for r, row in enumerate(logits):
+            key = row.tobytes()
+            if key not in cache:
+                cache[key] = kept_cdf(row, p)
+            order, cdf = cache[key]
+            tokens[r] = order[min(int(np.searchsorted(cdf, u[r] * cdf[-1], side="right")), len(order) - 1)]
+    store_raw(o["tokens"], tokens.astype(np.int32))
+
+
 OPS = {"residual_add": residual_add, "rmsnorm": rmsnorm, "rope": rope, "swiglu": swiglu,
-       "softmax": softmax}
+       "softmax": softmax, "sample": sample}
 
 
 def run(op, params, inputs, outputs):

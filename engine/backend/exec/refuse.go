@@ -1,7 +1,8 @@
-// Code generated from engine/backend/backend.go's Kernels and Sampler interfaces; DO NOT EDIT
-// by hand: a method added there breaks this package's build until it is added here.
-
 package exec
+
+// The Kernels methods and Sampler's Philox, each refused by name (Sample is sample.go's): a
+// method added to engine/backend/backend.go's interfaces breaks this package's build until it is
+// added here.
 
 import "github.com/touchstone-llm/touchstone/engine/backend"
 
@@ -102,9 +103,6 @@ func (b *Backend) MoEFFN(out, x, ids, weights, gateUp, down backend.Buffer) erro
 }
 func (b *Backend) MoESharedAdd(out, routed, shared, x, gate backend.Buffer) error {
 	return refuse("MoESharedAdd")
-}
-func (b *Backend) Sample(tokens, logits backend.Buffer, cfg backend.SampleConfig) error {
-	return refuse("Sample")
 }
 func (b *Backend) Philox(out backend.Buffer, seed, step uint64, row uint32) error {
 	return refuse("Philox")
