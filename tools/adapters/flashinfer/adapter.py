@@ -24,6 +24,8 @@ Each op maps a golden case onto FlashInfer's entry point as a serving engine cal
   FlashInfer dispatches head dims 64, 128 and 256 (and 512 on some paths); others are
   unsupported by name. The prefill backend is TOUCHSTONE_FLASHINFER_PREFILL_BACKEND (default
   fa2: FA3's JIT build takes minutes a configuration; "auto" picks FA3 on Hopper).
+- sample: FlashInfer's top-k / top-p samplers with its own Philox stream (sample's docstring);
+  the sampling suite judges them as samplers with their own random numbers.
 """
 
 import importlib.metadata
@@ -40,7 +42,7 @@ from protocol import Unsupported, serve  # noqa: E402
 from torchio import TorchIO  # noqa: E402
 
 import flashinfer  # noqa: E402
-from flashinfer import activation, norm, rope as fi_rope  # noqa: E402
+from flashinfer import activation, norm, rope as fi_rope, sampling as fi_sampling  # noqa: E402
 
 DEVICE = "cuda"
 IO = TorchIO(DEVICE)
@@ -234,8 +236,46 @@ def attention_prefill_paged(p, i, o):
     put(o["out"], w.run(q, (kc, vc)))
 
 
+def int64_bits(v):
+    """A uint64 as the int64 with its bits (FlashInfer's bindings take the Philox key and offset
+    as 64-bit integers)."""
+    v %= 1 << 64
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def sample(p, i, o):
+    """FlashInfer's samplers as vLLM's FlashInfer path calls them: top_k_top_p_sampling_from_logits
+    over logits / T when both filters are on (its radix top-k fast path at k <= 256 over a
+    vocabulary of 65536 or more), top_k_sampling_from_probs or top_p_sampling_from_probs over
+    FlashInfer's softmax with the temperature when one is, sampling_from_logits (Gumbel-max)
+    over logits / T when neither. A top_k at or past the vocabulary is off. Philox key: the
+    seed; offset: the step times 2^16, so that each step's draws read their own window of
+    every row's subsequence (a rejection round or a Gumbel vector takes a few numbers of it).
+    Greedy is unsupported: FlashInfer has no argmax kernel (engines take torch.argmax)."""
+    put(o["tokens"], draw(get(i["logits"]), p))
+
+
+def draw(logits, p):
+    """sample's tokens of fp32 logits [rows, vocab] on the device."""
+    if p["temperature"] == 0:
+        raise Unsupported("temperature 0: FlashInfer has no greedy kernel (serving engines take torch.argmax)")
+    t, k, top_p = p["temperature"], p["top_k"], p["top_p"]
+    if k >= logits.shape[1]:
+        k = 0
+    rng = dict(deterministic=True, seed=int64_bits(p["seed"]), offset=int64_bits(p["step"] << 16))
+    if k and top_p < 1:
+        tokens = fi_sampling.top_k_top_p_sampling_from_logits(logits / t, k, top_p, **rng)
+    elif k:
+        tokens = fi_sampling.top_k_sampling_from_probs(fi_sampling.softmax(logits, temperature=t), k, **rng)
+    elif top_p < 1:
+        tokens = fi_sampling.top_p_sampling_from_probs(fi_sampling.softmax(logits, temperature=t), top_p, **rng)
+    else:
+        tokens = fi_sampling.sampling_from_logits(logits / t, **rng)
+    return tokens
+
+
 OPS = {f.__name__: f for f in (rmsnorm, rmsnorm_residual, rope, swiglu, geglu, attention_decode, attention_decode_paged,
-                               attention_prefill, attention_prefill_paged)}
+                               attention_prefill, attention_prefill_paged, sample)}
 
 
 if __name__ == "__main__":

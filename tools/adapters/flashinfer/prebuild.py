@@ -40,6 +40,8 @@ def configs(root, tier, ops):
             seen.add((m["op"], dtype, 0, False, False, 1))
         elif m["op"] == "geglu":
             seen.add((m["op"] + "-" + p["gelu"], dtype, 0, False, False, 1))
+    if not ops or "sample" in ops:  # the sampling sets: the sampling and radix top-k modules
+        seen.add(("sample", "f32", 0, False, False, 1))
     # a decode's module depends on the group only through the tensor-core choice
     out, kinds = [], set()
     for c in sorted(seen):
@@ -91,6 +93,11 @@ def build(cfg):
         activation.gelu_tanh_and_mul(x(2, 256))
     elif kind == "geglu-erf":
         activation.gelu_and_mul(x(2, 256))
+    elif kind == "sample":
+        for vocab in (32064, 151936):  # the radix top-k fast path starts at 65536
+            for k, top_p in ((0, 1.0), (40, 1.0), (0, 0.9), (40, 0.9)):
+                adapter.draw(torch.randn(4, vocab, device="cuda"),
+                             {"temperature": 0.8, "top_k": k, "top_p": top_p, "seed": 1, "step": 2})
     torch.cuda.synchronize()
     return cfg, time.time() - t0
 

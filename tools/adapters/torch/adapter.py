@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """touchstone's PyTorch external adapter: torch's own kernels for the golden ops torch has one for
 (F.rms_norm, F.layer_norm, F.gelu, F.silu, F.embedding, F.linear, F.scaled_dot_product_attention,
-index_copy_, torch.softmax), run in the case's storage dtype on TOUCHSTONE_TORCH_DEVICE (default
+index_copy_, torch.softmax) and transformers' way of sampling (torch.multinomial after its
+top-k and top-p warpers), run in the case's storage dtype on TOUCHSTONE_TORCH_DEVICE (default
 cuda when torch sees a GPU, else cpu), over the protocol of docs/external-backends.md.
 
 Its verdicts are findings either way: a correct torch kernel that fails a tolerance is a
@@ -156,8 +157,40 @@ def set_rows(p, i, o):
     put(o["out"], out)
 
 
+def generator_seed(seed, step):
+    """One torch generator seed per (seed, step): SplitMix64's finaliser over the pair."""
+    z = (seed * 0x9E3779B97F4A7C15 + step + 0x6A09E667F3BCC909) % (1 << 64)
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9 % (1 << 64)
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB % (1 << 64)
+    return z ^ (z >> 31)
+
+
+def sample(p, i, o):
+    """transformers' generate() sampling: TemperatureLogitsWarper (logits / T),
+    TopKLogitsWarper (logits below the k-th largest to -inf, its ties kept), TopPLogitsWarper
+    (an ascending sort, softmax, cumsum; tokens whose cumulative mass is at most 1 - top_p
+    removed, the most likely kept), softmax, then torch.multinomial with a generator seeded
+    from (seed, step), the rows drawn in turn. Greedy is torch.argmax, as generate() takes it."""
+    logits = get(i["logits"])
+    if p["temperature"] == 0:
+        put(o["tokens"], torch.argmax(logits, dim=-1))
+        return
+    x = logits / p["temperature"]
+    if 0 < p["top_k"] < x.shape[-1]:
+        kth = torch.topk(x, p["top_k"], dim=-1).values[..., -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if p["top_p"] < 1:
+        ascending, order = torch.sort(x, descending=False)
+        remove = ascending.softmax(dim=-1).cumsum(dim=-1) <= 1 - p["top_p"]
+        remove[..., -1:] = False
+        x = x.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    g = torch.Generator(device=x.device)
+    g.manual_seed(generator_seed(p["seed"], p["step"]))
+    put(o["tokens"], torch.multinomial(x.softmax(dim=-1), 1, generator=g).squeeze(1))
+
+
 OPS = {f.__name__: f for f in (residual_add, rmsnorm, layernorm, gelu, gelu_tanh, swiglu, geglu, softmax,
-                               embedding, gemm, gemm_fp8, attention_prefill, attention_decode, set_rows)}
+                               embedding, gemm, gemm_fp8, attention_prefill, attention_decode, set_rows, sample)}
 
 
 if __name__ == "__main__":
