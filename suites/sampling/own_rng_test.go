@@ -43,6 +43,7 @@ var _ = Describe("a sampler with its own random numbers", harness.Sampling, func
 		rep, err := sample.CheckDistribution(dev, s, ownRNGDraws)
 		harness.SkipUnsupported(err)
 		Expect(err).NotTo(HaveOccurred())
+		Expect(rep.Failures).To(BeEmpty(), "%s:\n%s", s.ID(), strings.Join(rep.Failures, "\n"))
 		Expect(rep.Fits).NotTo(BeEmpty(), "%s: no row to test", s.ID())
 		low := rep.Fits[0]
 		for _, f := range rep.Fits {
@@ -52,6 +53,5 @@ var _ = Describe("a sampler with its own random numbers", harness.Sampling, func
 		}
 		AddReportEntry("fits", fmt.Sprintf("%d rows x configs, %d draws each; lowest p %.3g (%s row %d, %d bins); refused: %d %s",
 			len(rep.Fits), low.Draws, low.P, low.Config, low.Row, low.Bins, len(rep.Unsupported), strings.Join(rep.Unsupported, "; ")))
-		Expect(rep.Failures).To(BeEmpty(), "%s:\n%s", s.ID(), strings.Join(rep.Failures, "\n"))
 	}, setEntries())
 })
