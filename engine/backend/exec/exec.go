@@ -4,8 +4,9 @@
 // golden-format name, params and .npy files in an exchange directory (nothing but short JSON
 // lines goes through the pipe), and judges what the adapter wrote with the case's tolerances.
 //
-// The adapter runs whole golden ops (backend.OpRunner); it is not a device for models, so the
-// Kernels methods refuse by name (refuse.go). A misbehaving adapter gets a verdict, never a
+// The adapter runs whole golden ops (backend.OpRunner) and, when it lists the protocol's sample
+// op, draws tokens with its own random numbers (sample.go); it is not a device for models, so
+// the Kernels methods refuse by name (refuse.go). A misbehaving adapter gets a verdict, never a
 // hang: a call past its deadline kills it, one that dies is an error naming the op and its exit
 // status, and the next call starts a fresh process.
 package exec
