@@ -6,20 +6,14 @@ import (
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
 	"github.com/touchstone-llm/touchstone/engine/conformance"
+	"github.com/touchstone-llm/touchstone/engine/sample"
 	"github.com/touchstone-llm/touchstone/engine/tensor"
 )
 
 // SampleOp is the bench op name of seeded sampling (backend.Sampler): not a golden kernel op,
-// so it has no conformance runner; the bench prepares it itself.
-const SampleOp = "sample"
-
-// sampleParams are a sample case's params; tools/bench/torch_peer.py reads the same keys.
-type sampleParams struct {
-	Temperature float32 `json:"temperature"`
-	TopK        int     `json:"top_k"`
-	TopP        float32 `json:"top_p"`
-	Seed        uint64  `json:"seed"`
-}
+// so it has no conformance runner; the bench prepares it itself. Its params are sample.Params
+// without a step; tools/bench/torch_peer.py reads the same keys.
+const SampleOp = sample.OpName
 
 // sampleCase is one token drawn from logits [1, vocab] (normal, std 3: a realistic spread).
 func sampleCase(name string, vocab int, params string) Case {
@@ -30,7 +24,7 @@ func sampleCase(name string, vocab int, params string) Case {
 
 // prepareSample uploads a sample case's logits and returns its launch and free.
 func prepareSample(b backend.Backend, c Case, seed uint64) (func() error, func(), error) {
-	var p sampleParams
+	var p sample.Params
 	if err := (conformance.Memory{Params: json.RawMessage(c.Params)}).DecodeParams(&p); err != nil {
 		return nil, nil, fmt.Errorf("bench %s: params: %w", c.Name, err)
 	}
@@ -43,7 +37,7 @@ func prepareSample(b backend.Backend, c Case, seed uint64) (func() error, func()
 		logits.Free()
 		return nil, nil, err
 	}
-	cfg := backend.SampleConfig{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, Seed: p.Seed}
+	cfg := p.Config()
 	launch := func() error {
 		cfg.Step++ // a new draw each launch, as in generation
 		return b.Sample(tokens, logits, cfg)

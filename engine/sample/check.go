@@ -24,18 +24,11 @@ type SetReport struct {
 // (backend.ErrUnsupported) included, is returned wrapped with the set and case, for the
 // caller to give the unsupported verdict or fail.
 func CheckSet(be backend.Backend, set *golden.Set) (*SetReport, error) {
-	logits, err := set.Tensor("logits")
+	rs, err := loadRows(set)
 	if err != nil {
 		return nil, err
 	}
-	if logits.DType != tensor.F32 || len(logits.Shape) != 2 {
-		return nil, fmt.Errorf("%s: logits %s%s: want f32 [rows, vocab]", set.ID(), logits.DType, tensor.ShapeString(logits.Shape))
-	}
-	rows, vocab := logits.Shape[0], logits.Shape[1]
-	p, err := ParseGolden(set.Manifest.Params, rows, vocab)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", set.ID(), err)
-	}
+	logits, p, rows := rs.logits, rs.params, rs.logits.Shape[0]
 	dev, err := be.Upload(logits)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/touchstone-llm/touchstone/engine/backend"
 )
 
 // GoldenCase is one case of a sampling golden set (docs/golden-format.md, "Sampling sets"):
@@ -161,4 +163,28 @@ func requireKeys(data []byte, keys []string, where string) error {
 		}
 	}
 	return nil
+}
+
+// OpName is sampling's name where ops are named: the bench's sample cases and the external
+// protocol's sample op.
+const OpName = "sample"
+
+// Params are a sampling request as JSON, with the keys of the golden cases: the bench's sample
+// cases (no step: each launch takes the next) and the external protocol's sample op.
+type Params struct {
+	Temperature float32 `json:"temperature"`
+	TopK        int     `json:"top_k"`
+	TopP        float32 `json:"top_p"`
+	Seed        uint64  `json:"seed"`
+	Step        uint64  `json:"step"`
+}
+
+// ParamsOf is cfg as Params.
+func ParamsOf(cfg backend.SampleConfig) Params {
+	return Params{cfg.Temperature, cfg.TopK, cfg.TopP, cfg.Seed, cfg.Step}
+}
+
+// Config is p as a backend.SampleConfig.
+func (p Params) Config() backend.SampleConfig {
+	return backend.SampleConfig{Temperature: p.Temperature, TopK: p.TopK, TopP: p.TopP, Seed: p.Seed, Step: p.Step}
 }

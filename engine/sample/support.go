@@ -38,10 +38,7 @@ type Support struct {
 // SupportOf computes the support of one row of logits under cfg, with the spec's fp64
 // arithmetic.
 func SupportOf(logits []float32, cfg backend.SampleConfig) (*Support, error) {
-	if err := Validate(cfg, 0, logits); err != nil {
-		return nil, err
-	}
-	return supportOrdered(logits, Order(logits), cfg)
+	return supportOrdered(logits, Order(logits), cfg) // which validates before reading the order
 }
 
 // supportOrdered is SupportOf with the row's Order computed by the caller.

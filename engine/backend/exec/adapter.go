@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/touchstone-llm/touchstone/engine/backend"
+	"github.com/touchstone-llm/touchstone/engine/sample"
 )
 
 // Protocol is the protocol version of docs/external-backends.md this build speaks.
@@ -155,7 +156,7 @@ func checkHello(h helloReply) error {
 	}
 	for op := range h.Ops {
 		if !known(op) {
-			return fmt.Errorf("op %q is neither a golden op (docs/golden-format.md) nor %q", op, SampleOp)
+			return fmt.Errorf("op %q is neither a golden op (docs/golden-format.md) nor %q", op, sample.OpName)
 		}
 	}
 	return nil
@@ -169,7 +170,7 @@ func decodeLine(line []byte, v any) error {
 }
 
 func known(op string) bool {
-	if op == SampleOp {
+	if op == sample.OpName {
 		return true
 	}
 	for _, o := range backend.Ops {

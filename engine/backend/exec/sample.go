@@ -8,19 +8,6 @@ import (
 	"github.com/touchstone-llm/touchstone/engine/sample"
 )
 
-// SampleOp is the protocol's sampling op: an adapter that lists it draws tokens for the sampling
-// suite (docs/external-backends.md, "Sampling").
-const SampleOp = "sample"
-
-// sampleParams are the sample op's params (docs/external-backends.md, "Sampling").
-type sampleParams struct {
-	Temperature float32 `json:"temperature"`
-	TopK        int     `json:"top_k"`
-	TopP        float32 `json:"top_p"`
-	Seed        uint64  `json:"seed"`
-	Step        uint64  `json:"step"`
-}
-
 // Sample draws one token per row through the adapter's "sample" op, from the adapter's own
 // random numbers keyed by (seed, step, row). The config and every row of logits are checked
 // here first, as docs/sampling.md requires of every sampler, so an adapter sees only valid
@@ -46,11 +33,11 @@ func (b *Backend) Sample(tokens, logits backend.Buffer, cfg backend.SampleConfig
 		}
 		h.rowsChecked = true
 	}
-	params, err := json.Marshal(sampleParams{cfg.Temperature, cfg.TopK, cfg.TopP, cfg.Seed, cfg.Step})
+	params, err := json.Marshal(sample.ParamsOf(cfg))
 	if err != nil {
 		return err
 	}
-	return b.RunOp(SampleOp, params, []backend.NamedBuffer{{Name: "logits", Buf: logits}},
+	return b.RunOp(sample.OpName, params, []backend.NamedBuffer{{Name: "logits", Buf: logits}},
 		[]backend.NamedBuffer{{Name: "tokens", Buf: tokens}})
 }
 
