@@ -385,6 +385,12 @@ template <typename T>
 int gemm_nt(const char *op, void *out, bool out_f32, const T *x, const T *w, const T *bias, int m, int n, int k,
             cudaStream_t stream);
 
+/* gemm_w4a16 over a weight in the tiled layout (cuda/kernels/gemm_w4a16_tiled.cu), its config
+ * checked; and the checks of a config the tiled layout can hold (cuda/kernels/w4a16_tile.cu). */
+int launch_gemm_w4a16_tiled(const char *op, void *out, const void *x, const void *tiled, const ts_w4a16_config &c,
+                            cudaStream_t stream);
+void check_w4a16_tileable(Validator &v, const ts_w4a16_config *cfg);
+
 /* ---- device fault record ----------------------------------------------------------------- */
 
 enum FaultKind {

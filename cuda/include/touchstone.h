@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TS_ABI_VERSION 26
+#define TS_ABI_VERSION 27
 
 typedef enum {
     TS_OK = 0,
@@ -594,7 +594,9 @@ typedef struct {
 /* 4-bit weight packings (docs/quantization.md, "4-bit weights"). */
 typedef enum {
     TS_W4_AWQ = 0, /* AutoAWQ GEMM: qweight [k, n/8], qzeros [k/g, n/8], nibble j of a word is column 8c + (0,2,4,6,1,3,5,7)[j] */
-    TS_W4_GPTQ = 1 /* GPTQ: qweight [k/8, n] (nibble j is row 8r + j), qzeros [k/g, n/8] storing z - 1, g_idx [k] */
+    TS_W4_GPTQ = 1, /* GPTQ: qweight [k/8, n] (nibble j is row 8r + j), qzeros [k/g, n/8] storing z - 1, g_idx [k] */
+    TS_W4_TILED = 2 /* this library's layout (ts_w4a16_tile): qweight holds codes, scales and zero points; qzeros,
+                       scales and g_idx are NULL */
 } ts_w4_format;
 
 /* gemm_w4a16: out [m, n] = x [m, k] . W^T, W^T[k, n] = (q - z[g(k), n]) * scales[g(k), n]
@@ -770,6 +772,16 @@ int ts_swiglu_quant_fp8(void *out, float *scales, const void *gate, const void *
                         const ts_quant_config *cfg, void *stream);
 int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, const int32_t *qzeros, const void *scales,
                   const int32_t *g_idx, const ts_w4a16_config *cfg, void *stream);
+
+/* w4a16_tile: an AWQ or GPTQ weight (cfg->format its packing; GPTQ with its groups in order, g(k) =
+ * k / group_size: an act-order g_idx is not tiled) rewritten into `tiled`, ts_w4a16_tiled_bytes
+ * long, in this library's layout for gemm_w4a16 with cfg->format = TS_W4_TILED (cuda/w4a16_tiled.cuh):
+ * the same codes, scales and zero points in the order its decode gemv reads them, once at load
+ * time. Needs k % 32 == 0 and group_size % 32 == 0 (else TS_ERR_UNSUPPORTED: keep the packed
+ * format); cfg->m is not read. */
+int ts_w4a16_tiled_bytes(const ts_w4a16_config *cfg, size_t *bytes);
+int ts_w4a16_tile(void *tiled, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+                  const ts_w4a16_config *cfg, void *stream);
 int ts_sample(int32_t *tokens, const float *logits, const ts_sample_config *cfg, void *stream);
 int ts_philox(uint32_t *out, const ts_philox_config *cfg, void *stream);
 

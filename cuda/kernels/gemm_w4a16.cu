@@ -590,9 +590,28 @@ extern "C" int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, c
     v.ptr(out, "out");
     v.ptr(x, "x");
     v.ptr(qweight, "qweight");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    if (cfg->format == TS_W4_TILED) {
+        /* qweight is the whole tiled weight (ts_w4a16_tile): codes, scales and zero points. */
+        if (qzeros != nullptr || scales != nullptr || g_idx != nullptr)
+            v.fail(TS_ERR_INVALID_ARGUMENT, "qzeros = %p, scales = %p, g_idx = %p: TS_W4_TILED holds them in qweight, "
+                   "pass NULL", (const void *)qzeros, scales, (const void *)g_idx);
+        v.positive(cfg->m, "cfg->m");
+        if (!v.ok()) return v.status();
+        ts::check_w4a16_tileable(v, cfg);
+        if (!v.ok()) return v.status();
+        v.elements("x", {cfg->m, cfg->k});
+        v.elements("out", {cfg->m, cfg->n});
+        v.elements("w", {cfg->n, cfg->k});
+        if (!v.ok()) return v.status();
+        cudaStream_t st;
+        const int s = ts::ready(v.op(), stream, &st);
+        if (s != TS_OK) return s;
+        return ts::launch_gemm_w4a16_tiled(v.op(), out, x, qweight, *cfg, st);
+    }
     v.ptr(qzeros, "qzeros");
     v.ptr(scales, "scales");
-    v.ptr(cfg, "cfg");
     if (!v.ok()) return v.status();
     v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->m, "cfg->m");
@@ -601,7 +620,7 @@ extern "C" int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, c
     v.positive(cfg->group_size, "cfg->group_size");
     if (!v.ok()) return v.status();
     if (cfg->format != TS_W4_AWQ && cfg->format != TS_W4_GPTQ)
-        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->format = %d: want TS_W4_AWQ (0) or TS_W4_GPTQ (1)", cfg->format);
+        v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->format = %d: want TS_W4_AWQ (0), TS_W4_GPTQ (1) or TS_W4_TILED (2)", cfg->format);
     else if (cfg->k % cfg->group_size != 0)
         v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->group_size = %d: must divide cfg->k = %d", cfg->group_size, cfg->k);
     else if (cfg->k % 8 != 0 || cfg->n % 8 != 0)

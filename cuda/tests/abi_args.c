@@ -805,9 +805,49 @@ int main(void) {
         expect("gemm_w4a16 gptq without g_idx", ts_gemm_w4a16(P, P, I, I, P, NULL, &gq, NULL),
                TS_ERR_INVALID_ARGUMENT, "gemm_w4a16", "g_idx", "NULL");
         ts_w4a16_config bad = w4;
-        bad.format = 2;
-        expect("gemm_w4a16 format 2", ts_gemm_w4a16(P, P, I, I, P, NULL, &bad, NULL), TS_ERR_INVALID_ARGUMENT,
-               "gemm_w4a16", "format", "2");
+        bad.format = 3;
+        expect("gemm_w4a16 format 3", ts_gemm_w4a16(P, P, I, I, P, NULL, &bad, NULL), TS_ERR_INVALID_ARGUMENT,
+               "gemm_w4a16", "format", "3");
+        /* TS_W4_TILED: qweight is the whole tiled weight; k and the group multiples of 32. */
+        ts_w4a16_config tw = w4;
+        tw.format = TS_W4_TILED;
+        expect("gemm_w4a16 tiled valid", ts_gemm_w4a16(P, P, I, NULL, NULL, NULL, &tw, NULL), TS_ERR_NOT_INITIALIZED,
+               "gemm_w4a16", "ts_init", NULL);
+        expect("gemm_w4a16 tiled with scales", ts_gemm_w4a16(P, P, I, NULL, P, NULL, &tw, NULL),
+               TS_ERR_INVALID_ARGUMENT, "gemm_w4a16", "TS_W4_TILED", "NULL");
+        tw.group_size = 16;
+        tw.k = 64;
+        expect("gemm_w4a16 tiled group 16", ts_gemm_w4a16(P, P, I, NULL, NULL, NULL, &tw, NULL), TS_ERR_UNSUPPORTED,
+               "gemm_w4a16", "group_size", "16");
+        /* 1 tile of 64 columns: codes 64 * 256 / 2 bytes, scales 2 groups * 64 * 2, zeros 2 * 64;
+         * n = 72 takes 2 tiles, the second padded. Sizes need no ts_init. */
+        const int tile_n[2] = {64, 72};
+        for (int i = 0; i < 2; ++i) {
+            size_t tb = 0;
+            tw = w4;
+            tw.n = tile_n[i];
+            const int st = ts_w4a16_tiled_bytes(&tw, &tb);
+            const size_t want = (size_t)(i + 1) * (64 * 256 / 2 + 2 * 64 * 2 + 2 * 64);
+            checks++;
+            if (st != TS_OK || tb != want) {
+                failures++;
+                fprintf(stderr, "FAIL w4a16_tiled_bytes n %d: status %s, %zu bytes (want TS_OK, %zu)\n", tile_n[i],
+                        ts_status_name(st), tb, want);
+            }
+        }
+        tw = w4;
+        expect("w4a16_tile valid", ts_w4a16_tile(P, I, I, P, &tw, NULL), TS_ERR_NOT_INITIALIZED, "w4a16_tile",
+               "ts_init", NULL);
+        tw.format = TS_W4_TILED;
+        expect("w4a16_tile from tiled", ts_w4a16_tile(P, I, I, P, &tw, NULL), TS_ERR_INVALID_ARGUMENT, "w4a16_tile",
+               "format", "2");
+        tw = w4;
+        tw.k = 96;
+        tw.group_size = 48;
+        expect("w4a16_tile group 48", ts_w4a16_tile(P, I, I, P, &tw, NULL), TS_ERR_UNSUPPORTED, "w4a16_tile",
+               "group_size", "48");
+        expect("w4a16_tile null qzeros", ts_w4a16_tile(P, I, NULL, P, &w4, NULL), TS_ERR_INVALID_ARGUMENT,
+               "w4a16_tile", "qzeros", NULL);
         bad = w4;
         bad.group_size = 96;
         expect("gemm_w4a16 group 96 of 256", ts_gemm_w4a16(P, P, I, I, P, NULL, &bad, NULL), TS_ERR_INVALID_ARGUMENT,

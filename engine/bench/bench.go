@@ -37,6 +37,9 @@ type Case struct {
 	// Flops is the arithmetic of compute-bound ops (GEMM, attention prefill, FFN); 0 for
 	// memory-bound ones.
 	Flops int64
+	// Tiled runs gemm_w4a16 on the weight in the backend's own layout (conformance.PrepareTiled:
+	// tiled once before timing, as a model's is at load time).
+	Tiled bool
 }
 
 // Result is one timed case.
@@ -174,7 +177,11 @@ func (r *Runner) prepare(c Case) (func() error, func(), error) {
 	if c.Op == SampleOp {
 		return prepareSample(r.p, c, r.options.Seed)
 	}
-	prep, err := conformance.Prepare(r.p, c.Op, c.source(r.options.Seed))
+	prepare := conformance.Prepare
+	if c.Tiled {
+		prepare = conformance.PrepareTiled
+	}
+	prep, err := prepare(r.p, c.Op, c.source(r.options.Seed))
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench %s: %w", c.Name, err)
 	}

@@ -112,6 +112,14 @@ func Cases() []Case {
 		w4a16Case("gemm_w4a16 gptq llama3-8b down decode M=1 N=4096 K=14336", "gptq", 1, 4096, 14336),
 		w4a16Case("gemm_w4a16 awq llama3-8b up decode M=16 N=14336 K=4096", "awq", 16, 14336, 4096),
 		w4a16Case("gemm_w4a16 gptq llama3-8b down M=512 N=4096 K=14336", "gptq", 512, 4096, 14336),
+		tiled(w4a16Case("gemm_w4a16 tiled awq llama3-8b up decode M=1 N=14336 K=4096", "awq", 1, 14336, 4096)),
+		tiled(w4a16Case("gemm_w4a16 tiled gptq llama3-8b down decode M=1 N=4096 K=14336", "gptq", 1, 4096, 14336)),
+		tiled(w4a16Case("gemm_w4a16 tiled awq llama3-8b up decode M=16 N=14336 K=4096", "awq", 16, 14336, 4096)),
+		tiled(w4a16Case("gemm_w4a16 tiled awq llama3.2-1b gate decode M=1 N=8192 K=2048", "awq", 1, 8192, 2048)),
+		tiled(w4a16Case("gemm_w4a16 tiled awq llama3.2-1b down decode M=1 N=2048 K=8192", "awq", 1, 2048, 8192)),
+		tiled(w4a16Case("gemm_w4a16 tiled awq llama3.2-1b o decode M=1 N=2048 K=2048", "awq", 1, 2048, 2048)),
+		w4a16Case("gemm_w4a16 awq llama3.2-1b gate decode M=1 N=8192 K=2048", "awq", 1, 8192, 2048),
+		w4a16Case("gemm_w4a16 awq llama3.2-1b down decode M=1 N=2048 K=8192", "awq", 1, 2048, 8192),
 		{Name: "quant_fp8 dynamic per-token 16x4096 f16", Op: "quant_fp8", Params: `{"mode": "dynamic", "group_size": 4096}`,
 			Inputs: []conformance.InputSpec{in("x", tensor.F16, []int{16, 4096}, normal(3, 0))},
 			Bytes:  elems(16, 4096)*(f16+1) + 16*f32},
@@ -446,6 +454,12 @@ func w4a16Case(name, format string, m, n, k int) Case {
 		Flops: 2 * elems(m, n, k),
 		Bytes: elems(k, n)/2 + elems(k/g, n)*(f16+1) + elems(m, k)*f16 + elems(m, n)*f16,
 	}
+}
+
+// tiled is c on the weight in the backend's own layout (Case.Tiled).
+func tiled(c Case) Case {
+	c.Tiled = true
+	return c
 }
 
 // moeRouter chooses k of e experts for t tokens: the logits read, the choices written.

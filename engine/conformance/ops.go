@@ -768,30 +768,11 @@ func init() {
 		c.output("out", out)
 	})
 	register("gemm_w4a16", func(c *call) {
-		var p gemmW4A16Params
-		c.params(&p)
-		format := backend.W4AWQ
-		switch p.Format {
-		case "awq":
-			if p.ActOrder {
-				c.fail(fmt.Errorf("param act_order = true: AWQ has no act-order (GPTQ's g_idx)"))
-			}
-		case "gptq":
-			format = backend.W4GPTQ
-		default:
-			c.fail(fmt.Errorf("param format = %q: want awq or gptq", p.Format))
-		}
-		x, qw, qz, s := c.input("x"), c.input("qweight"), c.input("qzeros"), c.input("scales")
-		var gIdx backend.Buffer
-		if format == backend.W4GPTQ {
-			gIdx = c.input("g_idx")
-		}
-		var out backend.Buffer
-		if c.err == nil {
-			out = c.alloc(x.DType(), []int{c.dim("x", x, 0), c.dim("scales", s, 1)})
-		}
-		c.do(func() error { return c.b.GemmW4A16(out, x, qw, qz, s, gIdx, format, p.GroupSize) })
-		c.output("out", out)
+		w := loadW4A16(c)
+		c.do(func() error {
+			return c.b.GemmW4A16(w.out, w.x, w.qweight, w.qzeros, w.scales, w.gIdx, w.format, w.p.GroupSize)
+		})
+		c.output("out", w.out)
 	})
 	register("rmsnorm_quant_fp8", func(c *call) {
 		r := loadRMSNormQuant(c)

@@ -317,9 +317,9 @@ func (m *Model) appendWeightRefs(refs []backend.Buffer) []backend.Buffer {
 			f.Router, f.ExpertsGateUp, f.ExpertsDown)
 		for _, q := range []*QLinear{a.Qq, a.Qk, a.Qv, a.Qo, f.QGate, f.QUp, f.QDown} {
 			if q == nil {
-				refs = append(refs, nil, nil, nil, nil)
+				refs = append(refs, nil, nil, nil, nil, nil)
 			} else {
-				refs = append(refs, q.W, q.Scales, q.Zeros, q.GIdx)
+				refs = append(refs, q.W, q.Scales, q.Zeros, q.GIdx, q.Tiled)
 			}
 		}
 	}

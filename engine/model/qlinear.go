@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,11 @@ type QLinear struct {
 	// (weight_scale_inv [ceil(N/128), K/128], weight_scale [N, 1]) or the 4-bit scales in the
 	// storage dtype; Zeros and GIdx the 4-bit formats' qzeros and g_idx (GPTQ).
 	W, Scales, Zeros, GIdx backend.Buffer
+	// Tiled is a 4-bit weight in the backend's own layout (backend.W4Tiler), written at Load
+	// when the backend has one and the weight fits it (tileW4): a fused decode step's gemv reads
+	// it; prefill and TOUCHSTONE_FUSED=0 run the packed kernels on W, so the model specs, which
+	// check every tap both ways, judge both.
+	Tiled backend.Buffer
 }
 
 // Forward computes out [T, N] = x [T, K] · Wᵀ: the FP8 formats quantise x at run time into
@@ -36,9 +42,15 @@ func (q *QLinear) Forward(p *pass, out, x backend.Buffer) {
 	switch q.Format {
 	case QuantFP8Block, QuantFP8Channel:
 		q.forwardFP8(p, out, p.quantize(x, q.Group))
-	case QuantAWQ:
-		p.do(p.be.GemmW4A16(out, x, q.W, q.Zeros, q.Scales, nil, backend.W4AWQ, q.Group))
-	case QuantGPTQ:
+	case QuantAWQ, QuantGPTQ:
+		if tiler, ok := p.be.(backend.W4Tiler); ok && q.Tiled != nil && p.fused() {
+			p.do(tiler.GemmW4A16Tiled(out, x, q.Tiled, q.N, q.Group))
+			return
+		}
+		if q.Format == QuantAWQ {
+			p.do(p.be.GemmW4A16(out, x, q.W, q.Zeros, q.Scales, nil, backend.W4AWQ, q.Group))
+			return
+		}
 		p.do(p.be.GemmW4A16(out, x, q.W, q.Zeros, q.Scales, q.GIdx, backend.W4GPTQ, q.Group))
 	default:
 		p.do(fmt.Errorf("model: quantized linear of format %s", q.Format))
@@ -261,10 +273,41 @@ func loadQuantLinears(be backend.Backend, c *Config, ck *safetensors.Checkpoint,
 				w[name+"."+part.suffix] = b
 				*part.dst = b
 			}
+			if err := tileW4(be, q, t, w, name); err != nil {
+				return nil, fmt.Errorf("model: %s: %w", module, err)
+			}
 			out[name] = q
 		}
 	}
 	return out, nil
+}
+
+// tileW4 writes q's 4-bit weight into the backend's own layout (q.Tiled, kept in w as
+// name.tiled so that Close frees it) when the backend has one and the weight fits it: K and the
+// group multiples of 32 and, for GPTQ, the groups in order (no act-order). Other weights,
+// backends without a layout, and TOUCHSTONE_W4_TILED=0 at Load keep the packed kernels.
+func tileW4(be backend.Backend, q *QLinear, t *quantTensors, w map[string]backend.Buffer, name string) error {
+	tiler, ok := be.(backend.W4Tiler)
+	if v := os.Getenv("TOUCHSTONE_W4_TILED"); v == "0" || v == "false" {
+		return nil
+	}
+	if !ok || (q.Format != QuantAWQ && q.Format != QuantGPTQ) || q.K%32 != 0 || q.Group%32 != 0 {
+		return nil
+	}
+	format := backend.W4AWQ
+	if q.Format == QuantGPTQ {
+		format = backend.W4GPTQ
+		if !backend.W4GroupsInOrder(t.gIdx.I32, q.Group) {
+			return nil
+		}
+	}
+	tiled, err := tiler.W4A16Tile(q.W, q.Zeros, q.Scales, format, q.Group)
+	if err != nil {
+		return err
+	}
+	w[name+".tiled"] = tiled
+	q.Tiled = tiled
+	return nil
 }
 
 // quantTensors is one quantized linear read from the checkpoint, in the dtypes the ops take.

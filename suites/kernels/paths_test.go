@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -86,6 +87,16 @@ var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
 			}
 			cases++
 		}
+		// The 4-bit weights a backend tiles (tiled_test.go judges them): the tile and tiled paths.
+		if _, ok := dev.(backend.W4Tiler); ok {
+			for _, s := range setsOf("gemm_w4a16", "committed") {
+				_, err := conformance.CheckTiled(dev, s, tols)
+				if errors.Is(err, backend.ErrUnsupported) {
+					continue
+				}
+				Expect(err).NotTo(HaveOccurred(), "%s tiled", s.ID())
+			}
+		}
 		// The fp16 GEMMs with a bias fall back to GEMM-then-bias-kernel where cublasLt has no
 		// algorithm, which no shape forces on every GPU: TOUCHSTONE_GEMM_LT=0 selects it. It
 		// runs nowhere else, so here it is judged too.
@@ -106,7 +117,7 @@ var _ = Describe("kernel paths", harness.Kernel, Label("paths"), func() {
 
 		got, err := rec.RecordedPaths()
 		Expect(err).NotTo(HaveOccurred())
-		missing, unlisted := cuda.PathCoverage(cuda.KernelPaths, got, backend.Ops)
+		missing, unlisted := cuda.PathCoverage(cuda.KernelPaths, got, append(slices.Clone(backend.Ops), cuda.LoadTimeOps...))
 		AddReportEntry("paths", pathReport(got, cases))
 		Expect(missing).To(BeEmpty(), "listed paths that no committed case takes (add a case that does):\n%s", formatPaths(missing))
 		Expect(unlisted).To(BeEmpty(), "paths that ran but are not in cuda.KernelPaths (add a row with its condition):\n%v", unlisted)

@@ -385,7 +385,8 @@ def add_selection(parser):
 
 def cmd_checkpoint(args):
     """A model set's synthetic checkpoint alone (config.json and model.safetensors as drawn,
-    before the set's build peaks its output rows: models/peak.py), without references: the
+    before the set's build peaks its output rows: models/peak.py; a quantized set's in its
+    format, by the set's quantizer), without references: the
     shapes, dtype and scales the timing commands need (`touchstone bench-batch DIR`), in seconds
     where the whole set takes minutes."""
     from models.checkpoint import write_synthetic_checkpoint
@@ -399,15 +400,16 @@ def cmd_checkpoint(args):
         if args.layers < 1:
             sys.exit("checkpoint: --layers %d: must be at least 1" % args.layers)
         spec = configs.with_layers(spec, args.layers)
-    if spec.quant is not None:
-        sys.exit("checkpoint: --model %s: a %s set's checkpoint is its quantizer's output; build "
-                 "the set (models --model %s)" % (args.model, spec.quant, args.model))
     if os.path.exists(os.path.join(args.out, "config.json")):
         sys.exit("checkpoint: --out %s already holds a checkpoint" % args.out)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     with intra_op_threads(1), one_thread_workers(tier_threads(spec.tier)) as pool:
         write_synthetic_checkpoint(args.out, spec, set_seed(spec.name), pool)
+    if spec.quant is not None:
+        # the set's quantizer over the drawn weights (the set quantizes them after peaking)
+        from models.quantize import quantize_stored
+        quantize_stored(args.out, spec.config["num_hidden_layers"], spec.quant, spec.quant_group)
     print("%s: %s's synthetic checkpoint (%.1fs)" % (args.out, spec.name, time.time() - t0))
     return 0
 

@@ -84,6 +84,9 @@ func TestWithStorageTwins(t *testing.T) {
 // 16-bit kernel has its fp16 and its bf16 instance.
 func TestKernelPathTable(t *testing.T) {
 	known := map[string]bool{"sample": true, "philox": true}
+	for _, op := range LoadTimeOps {
+		known[op] = true
+	}
 	for _, op := range backend.Ops {
 		known[op] = true
 	}

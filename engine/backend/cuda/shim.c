@@ -520,6 +520,15 @@ int tsg_gemm_w4a16(const tsg_api *a, void *out, const void *x, const void *qweig
                                  (const int32_t *)g_idx, cfg, NULL),
                 e);
 }
+int tsg_w4a16_tiled_bytes(const tsg_api *a, const ts_w4a16_config *cfg, size_t *bytes, tsg_err *e) {
+    enter(a, "ts_w4a16_tiled_bytes");
+    return done(a, a->ts_w4a16_tiled_bytes(cfg, bytes), e);
+}
+int tsg_w4a16_tile(const tsg_api *a, void *tiled, const void *qweight, const void *qzeros, const void *scales,
+                   const ts_w4a16_config *cfg, tsg_err *e) {
+    enter(a, "ts_w4a16_tile");
+    return done(a, a->ts_w4a16_tile(tiled, (const int32_t *)qweight, (const int32_t *)qzeros, scales, cfg, NULL), e);
+}
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e) {
     enter(a, "ts_sample");
     return done(a, a->ts_sample((int32_t *)tokens, (const float *)logits, cfg, NULL), e);

@@ -130,6 +130,9 @@
     X(ts_gemm_w4a16, int,                                                                                 \
       (void *, const void *, const int32_t *, const int32_t *, const void *, const int32_t *,             \
        const ts_w4a16_config *, void *))                                                                 \
+    X(ts_w4a16_tiled_bytes, int, (const ts_w4a16_config *, size_t *))                                    \
+    X(ts_w4a16_tile, int,                                                                                 \
+      (void *, const int32_t *, const int32_t *, const void *, const ts_w4a16_config *, void *))         \
     X(ts_sample, int, (int32_t *, const float *, const ts_sample_config *, void *))                      \
     X(ts_philox, int, (uint32_t *, const ts_philox_config *, void *))
 
@@ -287,6 +290,9 @@ int tsg_swiglu_quant_fp8(const tsg_api *a, void *out, float *scales, const void 
                          const float *scale, const ts_quant_config *cfg, tsg_err *e);
 int tsg_gemm_w4a16(const tsg_api *a, void *out, const void *x, const void *qweight, const void *qzeros,
                    const void *scales, const void *g_idx, const ts_w4a16_config *cfg, tsg_err *e);
+int tsg_w4a16_tiled_bytes(const tsg_api *a, const ts_w4a16_config *cfg, size_t *bytes, tsg_err *e);
+int tsg_w4a16_tile(const tsg_api *a, void *tiled, const void *qweight, const void *qzeros, const void *scales,
+                   const ts_w4a16_config *cfg, tsg_err *e);
 int tsg_sample(const tsg_api *a, void *tokens, const void *logits, const ts_sample_config *cfg, tsg_err *e);
 int tsg_philox(const tsg_api *a, void *out, const ts_philox_config *cfg, tsg_err *e);
 

@@ -211,26 +211,47 @@ def quantize_checkpoint(model, set_dir, fmt, group, write=True):
     projections by their reference modules. Returns (checkpoint [(name, file, sha256)],
     params.quantization). write False only replaces the modules (models/peak.py peaks the
     quantized model's output rows: the margins the set records are the quantized forward's)."""
+    def projections():
+        for i, layer in enumerate(model.model.layers):
+            for sub in LINEARS:
+                parent, attr = sub.split(".")
+                old = getattr(getattr(layer, parent), attr)
+                # a bias (Qwen2's q/k/v) stays a 16-bit tensor beside the format's, added after
+                bias = None if old.bias is None else old.bias.detach().clone()
+
+                def replace(mod, owner=getattr(layer, parent), attr=attr):
+                    setattr(owner, attr, mod)
+                yield "model.layers.%d.%s" % (i, sub), bias, replace
+    return _rewrite(set_dir, fmt, group, projections(), write)
+
+
+def quantize_stored(set_dir, layers, fmt, group):
+    """set_dir's checkpoint (a model of `layers` decoder layers) rewritten in format fmt with no
+    model loaded: the tensors quantize_checkpoint stores, for `gen-golden checkpoint`'s timing
+    checkpoints (no references, so no peaked rows)."""
+    projections = (("model.layers.%d.%s" % (i, sub), None, None)
+                   for i in range(layers) for sub in LINEARS)
+    return _rewrite(set_dir, fmt, group, projections, True)
+
+
+def _rewrite(set_dir, fmt, group, projections, write):
+    """quantize_checkpoint's work over (name, bias, replace) of each projection: its 16-bit
+    weight quantised into fmt's tensors, its reference module handed to replace (when given)."""
     from safetensors import safe_open
     from safetensors.torch import save_file
     path = os.path.join(set_dir, "model.safetensors")
     with safe_open(path, framework="pt") as f:
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     checks = set()
-    for i, layer in enumerate(model.model.layers):
-        for sub in LINEARS:
-            name = "model.layers.%d.%s" % (i, sub)
-            parent, attr = sub.split(".")
-            old = getattr(getattr(layer, parent), attr)
-            # a bias (Qwen2's q/k/v) stays a 16-bit tensor beside the format's, added after
-            bias = None if old.bias is None else old.bias.detach().clone()
-            W = tensors.pop(name + ".weight")
-            stored, mod = QUANTISERS[fmt](name, W, None, group, bias)
-            if write:
-                check = cross_check(fmt, stored, W, mod)
-                checks.add(check or "none (the library is not importable here)")
-            tensors.update({name + k: v.contiguous() for k, v in stored.items()})
-            setattr(getattr(layer, parent), attr, mod)
+    for name, bias, replace in projections:
+        W = tensors.pop(name + ".weight")
+        stored, mod = QUANTISERS[fmt](name, W, None, group, bias)
+        if write:
+            check = cross_check(fmt, stored, W, mod)
+            checks.add(check or "none (the library is not importable here)")
+        tensors.update({name + k: v.contiguous() for k, v in stored.items()})
+        if replace is not None:
+            replace(mod)
     if not write:
         return None, None
     save_file(tensors, path, metadata={"format": "pt"})

@@ -1076,8 +1076,34 @@ int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, const int32_
     NEED("gemm_w4a16", out);
     NEED("gemm_w4a16", x);
     NEED("gemm_w4a16", qweight);
-    NEED("gemm_w4a16", qzeros);
-    NEED("gemm_w4a16", scales);
+    if (cfg->format != TS_W4_TILED) {
+        NEED("gemm_w4a16", qzeros);
+        NEED("gemm_w4a16", scales);
+    }
+    return TS_OK;
+}
+
+/* The real sizes of the tiled layout (cuda/w4a16_tiled.cuh), so that the Go side allocates what
+ * the library would write. */
+int ts_w4a16_tiled_bytes(const ts_w4a16_config *cfg, size_t *bytes) {
+    logf_("ts_w4a16_tiled_bytes n=%d k=%d group_size=%d", cfg->n, cfg->k, cfg->group_size);
+    int st = enter("ts_w4a16_tiled_bytes", 0);
+    if (st) return st;
+    const size_t tiles = (size_t)(cfg->n + 63) / 64, groups = (size_t)(cfg->k / cfg->group_size);
+    *bytes = tiles * 64 * (size_t)cfg->k / 2 + groups * tiles * 64 * 3;
+    return TS_OK;
+}
+
+int ts_w4a16_tile(void *tiled, const int32_t *qweight, const int32_t *qzeros, const void *scales,
+                  const ts_w4a16_config *cfg, void *stream) {
+    logf_("ts_w4a16_tile dtype=%d n=%d k=%d group_size=%d format=%d stream=%d", cfg->dtype, cfg->n, cfg->k,
+          cfg->group_size, cfg->format, stream != NULL);
+    int st = enter("ts_w4a16_tile", 1);
+    if (st) return st;
+    NEED("w4a16_tile", tiled);
+    NEED("w4a16_tile", qweight);
+    NEED("w4a16_tile", qzeros);
+    NEED("w4a16_tile", scales);
     return TS_OK;
 }
 
