@@ -10,7 +10,7 @@ import "github.com/touchstone-llm/touchstone/engine/tensor"
 // suite runs every gemm_w4a16 case it can tile both ways against the same golden files.
 type W4Tiler interface {
 	// W4A16Tile returns qweight, qzeros and scales, as GemmW4A16 takes them for format, in a
-	// new u8 buffer the caller frees. GPTQ only with its groups in order (g(k) = k / groupSize,
+	// new i32 buffer (the layout's words) the caller frees. GPTQ only with its groups in order (g(k) = k / groupSize,
 	// W4GroupsInOrder: act-order is not tiled). A shape the layout cannot hold is an error
 	// wrapping ErrUnsupported.
 	W4A16Tile(qweight, qzeros, scales Buffer, format W4Format, groupSize int) (Buffer, error)
@@ -67,12 +67,13 @@ func W4PackedDims(op string, qweight, qzeros, scales Buffer, format W4Format, gr
 }
 
 // CheckGemmW4A16Tiled validates GemmW4A16Tiled's activations and output (the tiled buffer's
-// size is the backend's to check): x f16 or bf16 [M, K], out [M, n] in x's type, tiled u8.
+// size is the backend's to check): x f16 or bf16 [M, K], out [M, n] in x's type, tiled i32.
 func CheckGemmW4A16Tiled(out, x, tiled Buffer, n, groupSize int) error {
 	c := Validate("gemm_w4a16")
 	c.Storage("x", x)
 	c.Rank("x", x, 2)
-	c.DType("tiled", tiled, tensor.U8)
+	c.DType("tiled", tiled, tensor.I32)
+	c.Rank("tiled", tiled, 1)
 	c.That(n > 0 && n%8 == 0, "n", fmtI(n), "must be a positive multiple of 8")
 	if c.Err() != nil {
 		return c.Err()

@@ -80,7 +80,8 @@ func (b *Backend) W4A16Tile(qweight, qzeros, scales backend.Buffer, format backe
 	if err := b.status(op, C.tsg_w4a16_tiled_bytes(b.lib.api, &cfg, &size, b.e), false); err != nil {
 		return nil, err
 	}
-	tiled, err := b.Alloc(tensor.U8, int(size))
+	// i32 words: the layout's sizes are multiples of 16 bytes (and the allocator has no u8)
+	tiled, err := b.Alloc(tensor.I32, int(size)/4)
 	if err != nil {
 		return nil, err
 	}
@@ -110,9 +111,9 @@ func (b *Backend) GemmW4A16Tiled(out, x, tiled backend.Buffer, n, groupSize int)
 	if err := b.status(op, C.tsg_w4a16_tiled_bytes(b.lib.api, &cfg, &size, b.e), false); err != nil {
 		return err
 	}
-	if got := d[2].shape[0]; got != int(size) {
+	if got := d[2].shape[0]; got*4 != int(size) {
 		return &backend.ArgError{Op: op, Arg: "tiled", Value: d[2].String(),
-			Reason: fmt.Sprintf("want u8[%d]: the tiled weight of N = %d, K = %d, group size %d", int(size), n, d[1].shape[1], groupSize)}
+			Reason: fmt.Sprintf("want i32[%d]: the tiled weight of N = %d, K = %d, group size %d", int(size)/4, n, d[1].shape[1], groupSize)}
 	}
 	st := C.tsg_gemm_w4a16(b.lib.api, ptr(d[0]), ptr(d[1]), ptr(d[2]), nil, nil, nil, &cfg, b.e)
 	return b.launched(op, st, arg{"out", out})
