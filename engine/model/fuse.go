@@ -42,12 +42,18 @@ func (f *fused) intact(cur ...backend.Buffer) bool {
 
 // outputs views a fused GEMM's output [1, total] as one [1, rows] buffer per part.
 func (f *fused) outputs(p *pass, out backend.Buffer) []backend.Buffer {
-	total := f.rows[len(f.rows)-1]
+	return columnViews(p, out, f.rows)
+}
+
+// columnViews returns the column blocks of out [1, total] that start at cols[i] (cols ends with
+// the total), each as a [1, n] view.
+func columnViews(p *pass, out backend.Buffer, cols []int) []backend.Buffer {
+	total := cols[len(cols)-1]
 	flat := p.view(out, total)
-	views := make([]backend.Buffer, len(f.parts))
-	for i := range f.parts {
-		n := f.rows[i+1] - f.rows[i]
-		views[i] = p.view(p.rows(flat, f.rows[i], n), 1, n)
+	views := make([]backend.Buffer, len(cols)-1)
+	for i := range views {
+		n := cols[i+1] - cols[i]
+		views[i] = p.view(p.rows(flat, cols[i], n), 1, n)
 	}
 	return views
 }

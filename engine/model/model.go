@@ -115,6 +115,7 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 		// every one of them is a 16-bit weight (a quantized linear runs alone).
 		var fw [3]*fused
 		var fq [2]*fusedFP8 // q/k/v and gate/up of FP8 projections (fuseq.go)
+		var f4 [2]*fusedW4  // q/k/v and gate/up of tiled 4-bit projections (fusew4.go)
 		for k, set := range [][]string{{"wqkv", "wq", "wk", "wv"}, {"bqkv", "bq", "bk", "bv"}, {"wgate_up", "wgate", "wup"}} {
 			names := make([]string, len(set))
 			quantized := false
@@ -125,6 +126,10 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			if quantized {
 				if k != 1 {
 					if fq[k/2], err = fuseFP8(be, mem, m.w, m.q, names[0], names[1:]...); err != nil {
+						m.Close()
+						return nil, err
+					}
+					if f4[k/2], err = fuseW4(be, m.w, m.q, names[0], names[1:]...); err != nil {
 						m.Close()
 						return nil, err
 					}
@@ -144,7 +149,7 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			}
 		}
 		mlp := &MLP{Gate: g("wgate"), Up: g("wup"), UpB: g("bup"), Down: g("wdown"), DownB: g("bdown"), gateUp: fw[2],
-			QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1],
+			QGate: gq("wgate"), QUp: gq("wup"), QDown: gq("wdown"), gateUpQ: fq[1], gateUpW4: f4[1],
 			Router: moe[0], ExpertsGateUp: moe[1], ExpertsDown: moe[2]}
 		if cfg.SharedIntermediate > 0 {
 			// Qwen2-MoE: the dense projections are the shared expert's (weights.go's qwen2MoEShared)
@@ -160,7 +165,7 @@ func LoadAs(be backend.Backend, dir string, maxLen int, dt tensor.DType) (*Model
 			PostFFNNorm:  Norm{W: g("ffn_post_norm")},
 			Attn: &Attention{Wq: g("wq"), Bq: g("bq"), Wk: g("wk"), Bk: g("bk"), Wv: g("wv"), Bv: g("bv"),
 				Wo: g("wo"), Bo: g("bo"), QNorm: g("q_norm"), KNorm: g("k_norm"), qkvW: fw[0], qkvB: fw[1],
-				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo"), qkvQ: fq[0]},
+				Qq: gq("wq"), Qk: gq("wk"), Qv: gq("wv"), Qo: gq("wo"), qkvQ: fq[0], qkvW4: f4[0]},
 			MLP: mlp,
 		})
 	}
@@ -580,6 +585,7 @@ type Attention struct {
 	// W fields then nil); nil for a 16-bit projection.
 	Qq, Qk, Qv, Qo *QLinear
 	qkvQ           *fusedFP8 // Qq, Qk, Qv as one FP8 projection; nil when they cannot be
+	qkvW4          *fusedW4  // Qq, Qk, Qv as one tiled 4-bit projection; nil when they cannot be
 }
 
 // Forward returns attn_out [T, H] for the input in (its residual add and norm run here, x the
@@ -591,7 +597,8 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, layer, window i
 	var qk backend.Buffer // fused decode: q's and k's heads as one [1, nH+nKV, D] view
 	var kv backend.Buffer // fused decode: k's and v's heads as one [2, nKV, D] view
 	dense := a.qkvW != nil && a.qkvW.intact(a.Wq, a.Wk, a.Wv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv)
-	if p.singleStep() && (dense || (a.qkvQ.intact(a.Qq, a.Qk, a.Qv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv))) {
+	w4 := a.qkvW4.usable(p, a.Qq, a.Qk, a.Qv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv)
+	if p.singleStep() && (dense || w4 || (a.qkvQ.intact(a.Qq, a.Qk, a.Qv) && a.qkvB.intact(a.Bq, a.Bk, a.Bv))) {
 		// One token: q, k and v are consecutive columns of one GEMM's output row.
 		qkv := p.alloc(T, (nH+2*nKV)*D)
 		var parts []backend.Buffer
@@ -602,6 +609,14 @@ func (a *Attention) Forward(p *pass, in pending, cache *kvCache, layer, window i
 			}
 			x = p.normGemm(in, qkv, a.qkvW.all, bias)
 			parts = a.qkvW.outputs(p, qkv)
+		} else if w4 {
+			var hn backend.Buffer
+			x, hn = p.settle(in)
+			a.qkvW4.forward(p, qkv, hn)
+			if a.qkvB != nil {
+				p.addBias(qkv, a.qkvB.all)
+			}
+			parts = a.qkvW4.outputs(p, qkv)
 		} else {
 			var xin *fp8Input
 			x, xin = p.normQuant(in, a.qkvQ.all.Group)
@@ -704,6 +719,7 @@ type MLP struct {
 	// fields above then nil); nil for a 16-bit projection.
 	QGate, QUp, QDown *QLinear
 	gateUpQ           *fusedFP8 // QGate and QUp as one FP8 projection; nil when they cannot be
+	gateUpW4          *fusedW4  // QGate and QUp as one tiled 4-bit projection; nil when they cannot be
 	// Router [E, H], ExpertsGateUp [E, 2F, H] and ExpertsDown [E, H, F] make the block a sparse
 	// mixture of experts (Config.Experts > 0: Mixtral); nil for a dense MLP.
 	Router, ExpertsGateUp, ExpertsDown backend.Buffer
@@ -779,6 +795,14 @@ func (f *MLP) Forward(p *pass, in pending, name func(string) string) (out, x bac
 			gu := p.alloc(T, 2*F)
 			x = p.normGemm(in, gu, f.gateUp.all, nil)
 			parts := f.gateUp.outputs(p, gu)
+			g, up = parts[0], parts[1]
+		} else if f.UpB == nil && f.gateUpW4.usable(p, f.QGate, f.QUp) {
+			// The same with tiled 4-bit projections, on the norm.
+			gu := p.alloc(T, 2*F)
+			var hn backend.Buffer
+			x, hn = p.settle(in)
+			f.gateUpW4.forward(p, gu, hn)
+			parts := f.gateUpW4.outputs(p, gu)
 			g, up = parts[0], parts[1]
 		} else if p.singleStep() && f.gateUpQ.intact(f.QGate, f.QUp) {
 			// The same with FP8 projections, on the norm quantised once.
