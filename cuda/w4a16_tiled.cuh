@@ -4,9 +4,11 @@
  * so that the decode gemv does no byte shuffling (the order serving engines repack into, as
  * Marlin's does, but this library's own):
  *
- *  - codes: per tile of 64 output columns and step of 32 k rows, 256 words, 8 per lane of the
- *    warp that multiplies them, in lane order (one warp reads 1 KB contiguously, two 16-byte loads
- *    a lane). Lane 4g + t's word j holds column 64 tile + 8j + g at rows 32 step + 8t + e,
+ *  - codes: per tile of 64 output columns and step of 32 k rows, 256 words (1 KB, one bulk copy),
+ *    8 per lane of the warp that multiplies them: words 0-3 of every lane in lane order, then
+ *    words 4-7 (word j of lane L at (j / 4) 128 + 4 L + j % 4), so that the lanes' two 16-byte
+ *    reads of a step are each 512 contiguous bytes, without bank conflicts in shared memory.
+ *    Lane 4g + t's word j holds column 64 tile + 8j + g at rows 32 step + 8t + e,
  *    e = 0..7: nibble i (i < 4) is row e = 2i, nibble i + 4 is row e = 2i + 1. So (word >> 4i) &
  *    0x000F000F is the pair of rows (2i, 2i + 1), the k order of the m16n8k16 mma's B fragment
  *    once the lane's 8 rows are its k16 halves (w4a16_tiled_decode_kernel), and x's fragments are
@@ -30,6 +32,9 @@ namespace ts {
 constexpr int kW4TileCols = 64; /* output columns a tile (a warp's) */
 constexpr int kW4TileStep = 32; /* k rows a step */
 constexpr int kW4StepWords = kW4TileCols * kW4TileStep / 8; /* 256 words: 8 a lane */
+
+/* Where word j of lane `lane` sits in its step's 256. */
+__host__ __device__ constexpr int w4_word_at(int lane, int j) { return (j >> 2) * 128 + 4 * lane + (j & 3); }
 
 struct W4Tiled {
     int64_t tiles, steps, groups;

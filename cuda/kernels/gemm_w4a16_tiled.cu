@@ -4,15 +4,17 @@
  * rounded once to T, fp32 accumulation, one rounding of out.
  *
  *  - decode (m <= 16): w4a16_tiled_decode_kernel. A warp multiplies 64 columns over a k slice;
- *    per 32-row step a lane loads its 8 words (two 16-byte loads: the warp reads 1 KB in one
- *    piece) and x's 8 values of its rows, then per word: 4 LOP3 (and 3 shifts) give its 4 pairs as
- *    magic + code (a nibble OR'd into the mantissa of 1024 in fp16, 128 in bf16), one HSUB2 of the
- *    pair (magic + z) and one HMUL2 by the scale pair each (the contract's rounding), and 2 mma.
- *    About 140 instructions a lane per KB of weight, against 330-410 for the packed kernel, which
- *    builds the pairs with byte permutes from words of 8 rows. Steps never straddle a group
- *    (group_size % 32 == 0); a group's scales and zero points (16 and 8 bytes a lane) are loaded a
- *    group ahead. k is split as the packed kernel splits it (ts::splitk_count) and
- *    w4a16_tiled_reduce_kernel sums the fp32 partials in split order.
+ *    each 32-row step's codes (1 KB) land in the warp's ring in shared memory by one bulk copy
+ *    (the copy engine: no registers held for loads in flight, so 80 registers and 3 blocks an SM
+ *    for m <= 8), and a lane reads its 8 words with two conflict-free 16-byte loads. Per word:
+ *    4 LOP3 (and 3 shifts) give its 4 pairs as magic + code (a nibble OR'd into the mantissa of
+ *    1024 in fp16, 128 in bf16), one HSUB2 of the pair (magic + z) and one HMUL2 by the scale pair
+ *    each (the contract's rounding), and one mma per two words and k16. About 140 instructions a
+ *    lane per KB of weight, against 330-410 for the packed kernel, which builds the pairs with
+ *    byte permutes from words of 8 rows. Steps never straddle a group (group_size % 32 == 0); a
+ *    group's scales and zero points (16 and 8 bytes a lane) are loaded a group ahead. k is split
+ *    as the packed kernel splits it (ts::splitk_count) and w4a16_tiled_reduce_kernel sums the
+ *    fp32 partials in split order.
  *  - prefill (m > 16): w4a16_tiled_dequant_kernel writes W [n, k] in T into the workspace (a
  *    thread a word: its 8 rows are 16 contiguous bytes of W's row) and gemm's cuBLAS multiplies.
  */
@@ -28,7 +30,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBlock = 128; /* k rows a split's slice is a multiple of */
-constexpr int kAhead = 3;   /* steps of words in flight */
 
 template <typename T>
 struct Magic;
@@ -62,22 +63,50 @@ __device__ __forceinline__ uint32_t dequant_pair(uint32_t q, uint32_t z, uint32_
     return out;
 }
 
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
+/* ---- a warp's ring of code steps in shared memory, filled by bulk copies (sm_90) --------- */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
 }
 
-/* A lane's 8 words of a step. */
-struct StepWords {
-    uint4 lo, hi; /* words 0-3, 4-7 */
-    __device__ __forceinline__ uint32_t operator[](int j) const {
-        const uint4 &h = j < 4 ? lo : hi;
-        const int i = j & 3;
-        return i == 0 ? h.x : i == 1 ? h.y : i == 2 ? h.z : h.w;
-    }
+/* The one arrival of a stage's phase, expecting `bytes` from the copy that completes it. */
+__device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "LAB_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra LAB_WAIT;\n"
+                 "}\n" ::"r"(smem_addr(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* bytes from global src into shared dst by the copy engine, completing on bar. Generic-proxy
+ * reads of dst before it are ordered by the fence (the ring reuses a stage the warp just read). */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    mbar_expect(bar, bytes);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+/* Steps of codes in flight a warp (1 KB each): 3 x 24 resident warps is 72 KB an SM, over 2 us
+ * of copy bandwidth. Fewer than a slice's 4 steps, so every committed case wraps the ring (its
+ * phases); a warp that takes a second item carries them on (the full tier's 8B shape does). */
+constexpr int kStages = 3;
+
+struct WarpRing {
+    uint4 codes[kStages][64];
+    uint64_t bar[kStages];
 };
 
 /* x's 8 values at rows r.. of row pointer xr (zeros when !ok); 16-byte aligned when vec. */
@@ -106,17 +135,25 @@ __device__ __forceinline__ void group_pairs(uint32_t (&sp)[8], uint32_t (&zp)[8]
 /* Work item i (a warp, grid-stride) is tile i % tiles over the k slice i / tiles. The weight is
  * the mma's A operand (16 columns: words 2jj and 2jj + 1 of a lane are columns 16jj + g and
  * 16jj + 8 + g) and x the B operand (its 8 columns are tokens 0-7; HI: a second mma for tokens
- * 8-15), so x's fragments are its 16-byte row pieces and no register holds padding. AHEAD steps
- * of words are in flight: a step's ring slot is refilled after it is multiplied (unrolled, so
- * the ring needs no register moves). One split: out in T directly; several: fp32 partial
- * [splits, m, n]. */
-template <bool HI, typename T, int AHEAD>
-__global__ void __launch_bounds__(kThreads, 2)
+ * 8-15), so x's fragments are its 16-byte row pieces and no register holds padding. The codes
+ * stream through a ring of kStages steps in shared memory, each step one 1 KB bulk copy issued
+ * by lane 0 (no registers held for loads in flight); a stage is refilled as soon as the lanes
+ * have read it into registers. One split: out in T directly; several: fp32 partial [splits, m, n]. */
+template <bool HI, typename T>
+__global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without spills for m <= 8 */
     w4a16_tiled_decode_kernel(T *out, float *partial, const T *x, const uint4 *codes, const uint4 *scales,
                               const uint2 *zeros, int m, int n, int k, int group_size, int slice, int tiles,
                               int splits) {
     ts::pdl_wait();
+    __shared__ WarpRing rings[kWarps];
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    WarpRing &ring = rings[threadIdx.x >> 5];
+    if (lane == 0) {
+        for (int st = 0; st < kStages; ++st) mbar_init(&ring.bar[st]);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncwarp();
+    uint32_t seq = 0; /* steps this warp consumed: the stage and phase of the next */
     const int steps = k / ts::kW4TileStep;
     const uint32_t magic = Magic<T>::kPair;
     const bool xvec = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
@@ -125,17 +162,18 @@ __global__ void __launch_bounds__(kThreads, 2)
          item += (int64_t)gridDim.x * kWarps) {
         const int tile = (int)(item % tiles), split = (int)(item / tiles);
         const int k_begin = split * slice, k_end = min(k, k_begin + slice);
+        const int n_steps = (k_end - k_begin) / ts::kW4TileStep;
         const unsigned short *xlo = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g, m - 1) * k + 8 * t;
         const unsigned short *xhi = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g + 8, m - 1) * k + 8 * t;
         const bool has_lo = g < m, has_hi = HI && g + 8 < m;
 
-        /* The lane's two 16-byte pieces of a step are cp[0] and cp[1]; steps are 64 pieces apart. */
-        const uint4 *cp = codes + ((int64_t)tile * steps + k_begin / ts::kW4TileStep) * 64 + 2 * lane;
-        StepWords ring[AHEAD];
-#pragma unroll
-        for (int h = 0; h < AHEAD; ++h)
-            if (k_begin + h * ts::kW4TileStep < k_end) ring[h] = {ld_stream(cp + 64 * h), ld_stream(cp + 64 * h + 1)};
-        cp += 64 * AHEAD;
+        /* The item's steps are 64 pieces of 16 bytes apart; the ring is empty between items. */
+        const uint4 *cp = codes + ((int64_t)tile * steps + k_begin / ts::kW4TileStep) * 64;
+        if (lane == 0)
+            for (int s = 0; s < min(kStages, n_steps); ++s) {
+                const int st = (seq + s) % kStages;
+                bulk_copy(ring.codes[st], cp + 64 * s, 1024, &ring.bar[st]);
+            }
 
         int grp = k_begin / group_size, g_end = (grp + 1) * group_size;
         const int64_t gstride = (int64_t)tiles * 8; /* one group's pieces (uint4 scales, uint2 zeros) */
@@ -156,45 +194,45 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int j = 0; j < (HI ? 4 : 1); ++j) acc_hi[j][0] = acc_hi[j][1] = acc_hi[j][2] = acc_hi[j][3] = 0.0f;
 
 #pragma unroll 1
-        for (int k0 = k_begin; k0 < k_end; k0 += AHEAD * ts::kW4TileStep) {
-#pragma unroll
-            for (int h = 0; h < AHEAD; ++h) {
-                const int ks = k0 + h * ts::kW4TileStep;
-                if (ks >= k_end) break; /* warp-uniform */
-                const uint4 xl = xl_next, xh = xh_next;
-                {
-                    const int kn = ks + ts::kW4TileStep;
-                    xl_next = x8(xlo, kn, has_lo && kn < k_end, xvec);
-                    if (HI) xh_next = x8(xhi, kn, has_hi && kn < k_end, xvec);
+        for (int s = 0; s < n_steps; ++s, ++seq) {
+            const int ks = k_begin + s * ts::kW4TileStep;
+            const int st = seq % kStages;
+            mbar_wait(&ring.bar[st], (seq / kStages) & 1);
+            const uint4 lo = ring.codes[st][lane], hi = ring.codes[st][32 + lane];
+            __syncwarp();
+            if (lane == 0 && s + kStages < n_steps) bulk_copy(ring.codes[st], cp + 64 * (s + kStages), 1024, &ring.bar[st]);
+            const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+
+            const uint4 xl = xl_next, xh = xh_next;
+            {
+                const int kn = ks + ts::kW4TileStep;
+                xl_next = x8(xlo, kn, has_lo && kn < k_end, xvec);
+                if (HI) xh_next = x8(xhi, kn, has_hi && kn < k_end, xvec);
+            }
+            if (ks >= g_end) { /* the next group (steps of 32 land on its first row) */
+                group_pairs<T>(sp, zp, s_next, z_next);
+                ++grp;
+                g_end += group_size;
+                if (g_end < k_end) {
+                    const int64_t gn = (int64_t)(grp + 1) * gstride + tile * 8 + g;
+                    s_next = __ldg(scales + gn), z_next = __ldg(zeros + gn);
                 }
-                if (ks >= g_end) { /* the next group (steps of 32 land on its first row) */
-                    group_pairs<T>(sp, zp, s_next, z_next);
-                    ++grp;
-                    g_end += group_size;
-                    if (g_end < k_end) {
-                        const int64_t gn = (int64_t)(grp + 1) * gstride + tile * 8 + g;
-                        s_next = __ldg(scales + gn), z_next = __ldg(zeros + gn);
-                    }
-                }
-                const StepWords &w = ring[h];
+            }
 #pragma unroll
-                for (int jj = 0; jj < 4; ++jj) {
-                    const int j0 = 2 * jj, j1 = 2 * jj + 1;
-                    const uint32_t v0 = w[j0], v1 = w[j1];
+            for (int jj = 0; jj < 4; ++jj) {
+                const int j0 = 2 * jj, j1 = 2 * jj + 1;
+                const uint32_t v0 = w[j0], v1 = w[j1];
 #pragma unroll
-                    for (int s2 = 0; s2 < 2; ++s2) {
-                        /* pairs 2 s2 (rows 4 s2 + 0, 1) and 2 s2 + 1 (rows 4 s2 + 2, 3) of both words */
-                        const int sh = 8 * s2;
-                        const uint32_t a0 = dequant_pair<T>(nibbles(v0 >> sh, magic), zp[j0], sp[j0]);
-                        const uint32_t a1 = dequant_pair<T>(nibbles(v1 >> sh, magic), zp[j1], sp[j1]);
-                        const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), zp[j0], sp[j0]);
-                        const uint32_t a3 = dequant_pair<T>(nibbles(v1 >> (sh + 4), magic), zp[j1], sp[j1]);
-                        ts::mma16816<T>(acc[jj], a0, a1, a2, a3, s2 ? xl.z : xl.x, s2 ? xl.w : xl.y);
-                        if (HI) ts::mma16816<T>(acc_hi[HI ? jj : 0], a0, a1, a2, a3, s2 ? xh.z : xh.x, s2 ? xh.w : xh.y);
-                    }
+                for (int s2 = 0; s2 < 2; ++s2) {
+                    /* pairs 2 s2 (rows 4 s2 + 0, 1) and 2 s2 + 1 (rows 4 s2 + 2, 3) of both words */
+                    const int sh = 8 * s2;
+                    const uint32_t a0 = dequant_pair<T>(nibbles(v0 >> sh, magic), zp[j0], sp[j0]);
+                    const uint32_t a1 = dequant_pair<T>(nibbles(v1 >> sh, magic), zp[j1], sp[j1]);
+                    const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), zp[j0], sp[j0]);
+                    const uint32_t a3 = dequant_pair<T>(nibbles(v1 >> (sh + 4), magic), zp[j1], sp[j1]);
+                    ts::mma16816<T>(acc[jj], a0, a1, a2, a3, s2 ? xl.z : xl.x, s2 ? xl.w : xl.y);
+                    if (HI) ts::mma16816<T>(acc_hi[HI ? jj : 0], a0, a1, a2, a3, s2 ? xh.z : xh.x, s2 ? xh.w : xh.y);
                 }
-                if (ks + AHEAD * ts::kW4TileStep < k_end) ring[h] = {ld_stream(cp), ld_stream(cp + 1)};
-                cp += 64;
             }
         }
         /* acc[jj][i]: column 16jj + g (i < 2) or 16jj + 8 + g, token 2t + (i & 1) (acc_hi: + 8). */
@@ -239,7 +277,7 @@ __global__ void __launch_bounds__(256) w4a16_tiled_dequant_kernel(T *w, const ui
     const int steps = k / ts::kW4TileStep;
     const int64_t tiles = words / ((int64_t)steps * ts::kW4StepWords);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
-        const int j = (int)(i & 7), lane = (int)((i >> 3) & 31), gl = lane >> 2;
+        const int w = (int)(i & 255), lane = (w >> 2) & 31, gl = lane >> 2, j = (w >> 7) * 4 + (w & 3);
         const int64_t ts_ = i >> 8;
         const int step = (int)(ts_ % steps), tile = (int)(ts_ / steps);
         const int c = tile * ts::kW4TileCols + 8 * j + gl;
@@ -259,13 +297,13 @@ __global__ void __launch_bounds__(256) w4a16_tiled_dequant_kernel(T *w, const ui
     }
 }
 
-template <typename T>
+template <bool HI, typename T>
 int resident_warps() {
     static std::atomic<int> cached{0};
     int w = cached.load();
     if (w > 0) return w;
     int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w4a16_tiled_decode_kernel<true, T, kAhead>, kThreads, 0) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, w4a16_tiled_decode_kernel<HI, T>, kThreads, 0) !=
             cudaSuccess ||
         blocks < 1) {
         (void)cudaGetLastError();
@@ -279,7 +317,7 @@ int resident_warps() {
 template <typename T>
 int launch_decode(const char *op, T *out, const T *x, const char *tiled, const ts::W4Tiled &lay,
                   const ts_w4a16_config &c, cudaStream_t stream) {
-    const int resident = resident_warps<T>();
+    const int resident = c.m > 8 ? resident_warps<true, T>() : resident_warps<false, T>();
     const int tiles = (int)lay.tiles;
     const int64_t blocks = ts::ceil_div(c.k, kBlock);
     const int want = ts::splitk_count(tiles, blocks, ts::kW4TileCols * kBlock / 2.0, (double)c.m * c.n, resident, 1.0);
@@ -300,7 +338,7 @@ int launch_decode(const char *op, T *out, const T *x, const char *tiled, const t
                   c.group_size, slice, tiles, splits);
         return (int)TS_OK;
     };
-    TS_CHECK(op, c.m > 8 ? run(w4a16_tiled_decode_kernel<true, T, kAhead>) : run(w4a16_tiled_decode_kernel<false, T, kAhead>));
+    TS_CHECK(op, c.m > 8 ? run(w4a16_tiled_decode_kernel<true, T>) : run(w4a16_tiled_decode_kernel<false, T>));
     if (splits == 1) return TS_OK;
     const int64_t total = (int64_t)c.m * c.n;
     const char *rd = ts::dims("m=%d n=%d splits=%d out=%s", c.m, c.n, splits, ts::Storage<T>::name);

@@ -25,15 +25,15 @@ __device__ __forceinline__ int zero_of(const int32_t *qzeros, int64_t g, int c, 
     return FORMAT == TS_W4_AWQ ? code_of(w, awq_nibble_of(c)) : code_of(w, c & 7) + 1;
 }
 
-/* One thread a word of codes: (tile, step, lane, j), j fastest (consecutive threads read
- * consecutive AWQ words of a row, or GPTQ columns 8 apart of one packed row). */
+/* One thread a word of codes, in the layout's order: (tile, step, half, lane, j % 4) (threads of
+ * a lane's four words read consecutive AWQ words of a row, or GPTQ columns 8 apart). */
 template <int FORMAT>
 __global__ void __launch_bounds__(256) w4a16_tile_codes_kernel(uint32_t *codes, const int32_t *qweight, int n, int k,
                                                                int64_t words) {
     ts::pdl_wait();
     const int steps = k / ts::kW4TileStep;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
-        const int j = (int)(i & 7), lane = (int)((i >> 3) & 31);
+        const int w = (int)(i & 255), lane = (w >> 2) & 31, j = (w >> 7) * 4 + (w & 3);
         const int64_t ts_ = i >> 8; /* tile * steps + step */
         const int step = (int)(ts_ % steps), tile = (int)(ts_ / steps);
         const int c = tile * ts::kW4TileCols + 8 * j + (lane >> 2);

@@ -1297,6 +1297,13 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
+		ID: "cuda-w4a16-tiled-ring-phase", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
+		Bug:         "the tiled gemv waits on the wrong phase of its ring: a step reads its stage before the copy lands",
+		Original:    "mbar_wait(&ring.bar[st], (seq / kStages) & 1);",
+		Replacement: "mbar_wait(&ring.bar[st], ((seq / kStages) & 1) ^ 1);",
+		Suites:      kernels, Labels: "op:gemm_w4a16",
+	},
+	{
 		ID: "cuda-w4a16-tiled-stale-group", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
 		Bug:         "the tiled gemv keeps its slice's first group's scales and zero points for the whole slice",
 		Original:    "if (ks >= g_end) { /* the next group",
