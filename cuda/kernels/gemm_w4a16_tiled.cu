@@ -81,10 +81,10 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     asm volatile("{\n"
                  ".reg .pred done;\n"
                  "LAB_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
                  "@!done bra LAB_WAIT;\n"
                  "}\n" ::"r"(smem_addr(bar)),
-                 "r"(parity)
+                 "r"(parity), "r"(0x989680) /* may suspend (up to 10 ms) instead of spinning */
                  : "memory");
 }
 
@@ -119,17 +119,47 @@ __device__ __forceinline__ uint4 x8(const unsigned short *xr, int r, bool ok, bo
     return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
-/* A group's scale pairs (s | s) and zero pairs (magic + z, twice) of a lane's 8 columns. */
+/* Whether the gemv scales each group's fp32 sum of x . (q - z) (true) or every weight, as the
+ * contract's (q - z) * s rounded to T (false). */
+constexpr bool kGroupScale = true;
+
+/* Scale j of a lane's 8 (its group's 16-byte piece) in fp32. */
 template <typename T>
-__device__ __forceinline__ void group_pairs(uint32_t (&sp)[8], uint32_t (&zp)[8], const uint4 &s, const uint2 &z) {
+__device__ __forceinline__ float scale_of(const uint4 &s, int j) {
+    const uint32_t w = j < 2 ? s.x : j < 4 ? s.y : j < 6 ? s.z : s.w;
+    const unsigned short b = (unsigned short)(w >> (16 * (j & 1)));
+    T v;
+    memcpy(&v, &b, 2);
+    return ts::to_float(v);
+}
+
+/* (q - z) for a pair: q and z as magic + code, the difference exact in T. */
+template <typename T>
+__device__ __forceinline__ uint32_t minus_zero(uint32_t q, uint32_t z) {
+    using P = typename ts::Storage<T>::Pair;
+    P qp, zp;
+    memcpy(&qp, &q, 4);
+    memcpy(&zp, &z, 4);
+    const P r = __hsub2(qp, zp);
+    uint32_t out;
+    memcpy(&out, &r, 4);
+    return out;
+}
+
+/* Column j's zero pair (magic + z, twice) from the group's 8 zero bytes: bytes (z_j, magic's
+ * high byte, z_j, magic's high byte), z <= 16 in the mantissa. One PRMT, made where it is used
+ * (8 registers fewer than holding the pairs). */
+template <typename T>
+__device__ __forceinline__ uint32_t zero_pair(const uint2 &z, int j) {
+    const int b = j & 3;
+    return __byte_perm(j < 4 ? z.x : z.y, Magic<T>::kPair, b | 5 << 4 | b << 8 | 7 << 12);
+}
+
+/* A group's scale pairs (s | s) of a lane's 8 columns (the per-weight scaling only). */
+__device__ __forceinline__ void scale_pairs(uint32_t (&sp)[8], const uint4 &s) {
     const uint32_t sw[4] = {s.x, s.y, s.z, s.w};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        sp[j] = __byte_perm(sw[j >> 1], 0, (j & 1) ? 0x3232 : 0x1010);
-        /* bytes (z_j, magic's high byte, z_j, magic's high byte): z <= 16 sits in the mantissa */
-        const int b = j & 3;
-        zp[j] = __byte_perm(j < 4 ? z.x : z.y, Magic<T>::kPair, b | 5 << 4 | b << 8 | 7 << 12);
-    }
+    for (int j = 0; j < 8; ++j) sp[j] = __byte_perm(sw[j >> 1], 0, (j & 1) ? 0x3232 : 0x1010);
 }
 
 /* Work item i (a warp, grid-stride) is tile i % tiles over the k slice i / tiles. The weight is
@@ -153,7 +183,8 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncwarp();
-    uint32_t seq = 0; /* steps this warp consumed: the stage and phase of the next */
+    int stage = 0;       /* the ring stage of the warp's next step */
+    uint32_t phase = 0u; /* and the parity of that stage's phase it waits for */
     const int steps = k / ts::kW4TileStep;
     const uint32_t magic = Magic<T>::kPair;
     const bool xvec = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
@@ -171,15 +202,17 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
         const uint4 *cp = codes + ((int64_t)tile * steps + k_begin / ts::kW4TileStep) * 64;
         if (lane == 0)
             for (int s = 0; s < min(kStages, n_steps); ++s) {
-                const int st = (seq + s) % kStages;
+                const int st = stage + s < kStages ? stage + s : stage + s - kStages;
                 bulk_copy(ring.codes[st], cp + 64 * s, 1024, &ring.bar[st]);
             }
 
         int grp = k_begin / group_size, g_end = (grp + 1) * group_size;
         const int64_t gstride = (int64_t)tiles * 8; /* one group's pieces (uint4 scales, uint2 zeros) */
         const int64_t gi = (int64_t)grp * gstride + tile * 8 + g;
-        uint32_t sp[8], zp[8];
-        group_pairs<T>(sp, zp, __ldg(scales + gi), __ldg(zeros + gi));
+        uint32_t sp[8]; /* unused (eliminated) with kGroupScale */
+        uint4 s_cur = __ldg(scales + gi); /* the group's scales (kGroupScale: applied at its flush) */
+        uint2 z_cur = __ldg(zeros + gi);
+        if constexpr (!kGroupScale) scale_pairs(sp, s_cur);
         uint4 s_next = make_uint4(0, 0, 0, 0);
         uint2 z_next = make_uint2(0, 0);
         if (g_end < k_end) s_next = __ldg(scales + gi + gstride), z_next = __ldg(zeros + gi + gstride);
@@ -187,17 +220,35 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
         uint4 xl_next = x8(xlo, k_begin, has_lo, xvec);
         uint4 xh_next = HI ? x8(xhi, k_begin, has_hi, xvec) : make_uint4(0, 0, 0, 0);
 
-        float acc[4][4], acc_hi[HI ? 4 : 1][4];
+        /* acc: this group's sums (kGroupScale) or the whole slice's; tot: the scaled groups */
+        constexpr int kHi = HI ? 4 : 1, kTot = kGroupScale ? 4 : 1, kTotHi = kGroupScale && HI ? 4 : 1;
+        float acc[4][4], acc_hi[kHi][4], tot[kTot][4], tot_hi[kTotHi][4];
+        auto zero = [](auto &a) {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+            for (auto &r : a) r[0] = r[1] = r[2] = r[3] = 0.0f;
+        };
+        zero(acc), zero(acc_hi), zero(tot), zero(tot_hi);
+        /* tot += acc times each column's scale (acc[jj][0, 1]: word 2jj's column, [2, 3]: 2jj + 1's) */
+        auto flush = [&]() {
+            if constexpr (kGroupScale) {
 #pragma unroll
-        for (int j = 0; j < (HI ? 4 : 1); ++j) acc_hi[j][0] = acc_hi[j][1] = acc_hi[j][2] = acc_hi[j][3] = 0.0f;
+                for (int jj = 0; jj < 4; ++jj)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float sc = scale_of<T>(s_cur, 2 * jj + (i >> 1));
+                        tot[jj][i] = fmaf(acc[jj][i], sc, tot[jj][i]);
+                        if (HI) tot_hi[HI ? jj : 0][i] = fmaf(acc_hi[HI ? jj : 0][i], sc, tot_hi[HI ? jj : 0][i]);
+                    }
+                zero(acc), zero(acc_hi);
+            }
+        };
 
 #pragma unroll 1
-        for (int s = 0; s < n_steps; ++s, ++seq) {
+        for (int s = 0; s < n_steps; ++s) {
             const int ks = k_begin + s * ts::kW4TileStep;
-            const int st = seq % kStages;
-            mbar_wait(&ring.bar[st], (seq / kStages) & 1);
+            const int st = stage;
+            mbar_wait(&ring.bar[st], phase);
+            if (++stage == kStages) stage = 0, phase ^= 1u;
             const uint4 lo = ring.codes[st][lane], hi = ring.codes[st][32 + lane];
             __syncwarp();
             if (lane == 0 && s + kStages < n_steps) bulk_copy(ring.codes[st], cp + 64 * (s + kStages), 1024, &ring.bar[st]);
@@ -210,7 +261,9 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
                 if (HI) xh_next = x8(xhi, kn, has_hi && kn < k_end, xvec);
             }
             if (ks >= g_end) { /* the next group (steps of 32 land on its first row) */
-                group_pairs<T>(sp, zp, s_next, z_next);
+                flush();
+                s_cur = s_next, z_cur = z_next;
+                if constexpr (!kGroupScale) scale_pairs(sp, s_cur);
                 ++grp;
                 g_end += group_size;
                 if (g_end < k_end) {
@@ -222,19 +275,29 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
             for (int jj = 0; jj < 4; ++jj) {
                 const int j0 = 2 * jj, j1 = 2 * jj + 1;
                 const uint32_t v0 = w[j0], v1 = w[j1];
+                const uint32_t z0 = zero_pair<T>(z_cur, j0), z1 = zero_pair<T>(z_cur, j1);
 #pragma unroll
                 for (int s2 = 0; s2 < 2; ++s2) {
                     /* pairs 2 s2 (rows 4 s2 + 0, 1) and 2 s2 + 1 (rows 4 s2 + 2, 3) of both words */
                     const int sh = 8 * s2;
-                    const uint32_t a0 = dequant_pair<T>(nibbles(v0 >> sh, magic), zp[j0], sp[j0]);
-                    const uint32_t a1 = dequant_pair<T>(nibbles(v1 >> sh, magic), zp[j1], sp[j1]);
-                    const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), zp[j0], sp[j0]);
-                    const uint32_t a3 = dequant_pair<T>(nibbles(v1 >> (sh + 4), magic), zp[j1], sp[j1]);
+                    uint32_t a0, a1, a2, a3;
+                    if constexpr (kGroupScale) {
+                        a0 = minus_zero<T>(nibbles(v0 >> sh, magic), z0);
+                        a1 = minus_zero<T>(nibbles(v1 >> sh, magic), z1);
+                        a2 = minus_zero<T>(nibbles(v0 >> (sh + 4), magic), z0);
+                        a3 = minus_zero<T>(nibbles(v1 >> (sh + 4), magic), z1);
+                    } else {
+                        a0 = dequant_pair<T>(nibbles(v0 >> sh, magic), z0, sp[j0]);
+                        a1 = dequant_pair<T>(nibbles(v1 >> sh, magic), z1, sp[j1]);
+                        a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), z0, sp[j0]);
+                        a3 = dequant_pair<T>(nibbles(v1 >> (sh + 4), magic), z1, sp[j1]);
+                    }
                     ts::mma16816<T>(acc[jj], a0, a1, a2, a3, s2 ? xl.z : xl.x, s2 ? xl.w : xl.y);
                     if (HI) ts::mma16816<T>(acc_hi[HI ? jj : 0], a0, a1, a2, a3, s2 ? xh.z : xh.x, s2 ? xh.w : xh.y);
                 }
             }
         }
+        flush();
         /* acc[jj][i]: column 16jj + g (i < 2) or 16jj + 8 + g, token 2t + (i & 1) (acc_hi: + 8). */
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
@@ -242,7 +305,11 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
             for (int i = 0; i < (HI ? 8 : 4); ++i) {
                 const int r = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
                 const int c = tile * ts::kW4TileCols + 16 * jj + g + ((i & 2) ? 8 : 0);
-                const float v = i < 4 ? acc[jj][i] : acc_hi[HI ? jj : 0][i & 3];
+                float v;
+                if constexpr (kGroupScale)
+                    v = i < 4 ? tot[jj][i] : tot_hi[HI ? jj : 0][i & 3];
+                else
+                    v = i < 4 ? acc[jj][i] : acc_hi[HI ? jj : 0][i & 3];
                 if (r < m && c < n) {
                     if (splits > 1)
                         partial[(int64_t)split * m * n + (int64_t)r * n + c] = v;
@@ -277,7 +344,7 @@ __global__ void __launch_bounds__(256) w4a16_tiled_dequant_kernel(T *w, const ui
     const int steps = k / ts::kW4TileStep;
     const int64_t tiles = words / ((int64_t)steps * ts::kW4StepWords);
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < words; i += (int64_t)gridDim.x * blockDim.x) {
-        const int w = (int)(i & 255), lane = (w >> 2) & 31, gl = lane >> 2, j = (w >> 7) * 4 + (w & 3);
+        const int wi = (int)(i & 255), lane = (wi >> 2) & 31, gl = lane >> 2, j = (wi >> 7) * 4 + (wi & 3);
         const int64_t ts_ = i >> 8;
         const int step = (int)(ts_ % steps), tile = (int)(ts_ / steps);
         const int c = tile * ts::kW4TileCols + 8 * j + gl;

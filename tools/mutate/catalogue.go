@@ -1299,8 +1299,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-tiled-ring-phase", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
 		Bug:         "the tiled gemv waits on the wrong phase of its ring: a step reads its stage before the copy lands",
-		Original:    "mbar_wait(&ring.bar[st], (seq / kStages) & 1);",
-		Replacement: "mbar_wait(&ring.bar[st], ((seq / kStages) & 1) ^ 1);",
+		Original:    "mbar_wait(&ring.bar[st], phase);",
+		Replacement: "mbar_wait(&ring.bar[st], phase ^ 1u);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
