@@ -1292,8 +1292,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-tiled-pair-order", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
 		Bug:         "the tiled gemv takes a word's first nibble pair for its second: rows (2, 3) get the weights of rows (0, 1)",
-		Original:    "const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), zp[j0], sp[j0]);",
-		Replacement: "const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> sh, magic), zp[j0], sp[j0]);",
+		Original:    "a2 = minus_zero<T>(nibbles(v0 >> (sh + 4), magic), z0);",
+		Replacement: "a2 = minus_zero<T>(nibbles(v0 >> sh, magic), z0);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
@@ -1301,6 +1301,20 @@ var catalogue = []Mutant{
 		Bug:         "the tiled gemv waits on the wrong phase of its ring: a step reads its stage before the copy lands",
 		Original:    "mbar_wait(&ring.bar[st], phase);",
 		Replacement: "mbar_wait(&ring.bar[st], phase ^ 1u);",
+		Suites:      kernels, Labels: "op:gemm_w4a16",
+	},
+	{
+		ID: "cuda-w4a16-tiled-group-scale-column", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
+		Bug:         "the tiled gemv scales a lane's second column of each 16 (16jj + 8 + g) by its first column's scale",
+		Original:    "const float sc = scale_of<T>(s_cur, 2 * jj + (i >> 1));",
+		Replacement: "const float sc = scale_of<T>(s_cur, 2 * jj);",
+		Suites:      kernels, Labels: "op:gemm_w4a16",
+	},
+	{
+		ID: "cuda-w4a16-tiled-zero-column", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
+		Bug:         "the tiled gemv subtracts a word pair's first column's zero point from both",
+		Original:    "z1 = zero_pair<T>(z_cur, j1);",
+		Replacement: "z1 = zero_pair<T>(z_cur, j0);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
