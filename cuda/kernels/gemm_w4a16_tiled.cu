@@ -5,16 +5,18 @@
  *
  *  - decode (m <= 16): w4a16_tiled_decode_kernel. A warp multiplies 64 columns over a k slice;
  *    each 32-row step's codes (1 KB) land in the warp's ring in shared memory by one bulk copy
- *    (the copy engine: no registers held for loads in flight, so 80 registers and 3 blocks an SM
- *    for m <= 8), and a lane reads its 8 words with two conflict-free 16-byte loads. Per word:
- *    4 LOP3 (and 3 shifts) give its 4 pairs as magic + code (a nibble OR'd into the mantissa of
- *    1024 in fp16, 128 in bf16), one HSUB2 of the pair (magic + z) and one HMUL2 by the scale pair
- *    each (the contract's rounding), and one mma per two words and k16. About 140 instructions a
- *    lane per KB of weight, against 330-410 for the packed kernel, which builds the pairs with
- *    byte permutes from words of 8 rows. Steps never straddle a group (group_size % 32 == 0); a
- *    group's scales and zero points (16 and 8 bytes a lane) are loaded a group ahead. k is split
- *    as the packed kernel splits it (ts::splitk_count) and w4a16_tiled_reduce_kernel sums the
- *    fp32 partials in split order.
+ *    (the copy engine: no registers held for loads in flight), and a lane reads its 8 words with
+ *    two conflict-free 16-byte loads. Per word: 4 LOP3 (and 3 shifts) give its 4 pairs as
+ *    magic + code (a nibble OR'd into the mantissa of 1024 in fp16, 128 in bf16), one HSUB2 of
+ *    the pair (magic + z) and one HMUL2 by the scale pair each (the contract's rounding), and one
+ *    mma per two words and k16: about 150 instructions a lane per KB of weight, against 330-410
+ *    for the packed kernel, which builds the pairs with byte permutes from words of 8 rows. Steps
+ *    never straddle a group (group_size % 32 == 0); a group's scales and zero points (16 and 8
+ *    bytes a lane) are loaded a group ahead. k is split as the packed kernel splits it
+ *    (ts::splitk_count) and w4a16_tiled_reduce_kernel sums the fp32 partials in split order.
+ *    Measured on an H200 (docs/gpu-runbook.md): the same time with the codes in a register ring,
+ *    with 3 blocks an SM instead of 2, with 4 or 5 stages, or with each group's fp32 sum scaled
+ *    instead of every weight (30% fewer instructions): what is left is not issue.
  *  - prefill (m > 16): w4a16_tiled_dequant_kernel writes W [n, k] in T into the workspace (a
  *    thread a word: its 8 rows are 16 contiguous bytes of W's row) and gemm's cuBLAS multiplies.
  */
@@ -99,8 +101,8 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
                  : "memory");
 }
 
-/* Steps of codes in flight a warp (1 KB each): 3 x 24 resident warps is 72 KB an SM, over 2 us
- * of copy bandwidth. Fewer than a slice's 4 steps, so every committed case wraps the ring (its
+/* Steps of codes in flight a warp (1 KB each): 3 x 16 resident warps is 48 KB an SM, 1.5 us of
+ * copy bandwidth. Fewer than a slice's 4 steps, so every committed case wraps the ring (its
  * phases); a warp that takes a second item carries them on (the full tier's 8B shape does). */
 constexpr int kStages = 3;
 
@@ -119,33 +121,6 @@ __device__ __forceinline__ uint4 x8(const unsigned short *xr, int r, bool ok, bo
     return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
-/* Whether the gemv scales each group's fp32 sum of x . (q - z) (true) or every weight, as the
- * contract's (q - z) * s rounded to T (false). */
-constexpr bool kGroupScale = true;
-
-/* Scale j of a lane's 8 (its group's 16-byte piece) in fp32. */
-template <typename T>
-__device__ __forceinline__ float scale_of(const uint4 &s, int j) {
-    const uint32_t w = j < 2 ? s.x : j < 4 ? s.y : j < 6 ? s.z : s.w;
-    const unsigned short b = (unsigned short)(w >> (16 * (j & 1)));
-    T v;
-    memcpy(&v, &b, 2);
-    return ts::to_float(v);
-}
-
-/* (q - z) for a pair: q and z as magic + code, the difference exact in T. */
-template <typename T>
-__device__ __forceinline__ uint32_t minus_zero(uint32_t q, uint32_t z) {
-    using P = typename ts::Storage<T>::Pair;
-    P qp, zp;
-    memcpy(&qp, &q, 4);
-    memcpy(&zp, &z, 4);
-    const P r = __hsub2(qp, zp);
-    uint32_t out;
-    memcpy(&out, &r, 4);
-    return out;
-}
-
 /* Column j's zero pair (magic + z, twice) from the group's 8 zero bytes: bytes (z_j, magic's
  * high byte, z_j, magic's high byte), z <= 16 in the mantissa. One PRMT, made where it is used
  * (8 registers fewer than holding the pairs). */
@@ -155,7 +130,7 @@ __device__ __forceinline__ uint32_t zero_pair(const uint2 &z, int j) {
     return __byte_perm(j < 4 ? z.x : z.y, Magic<T>::kPair, b | 5 << 4 | b << 8 | 7 << 12);
 }
 
-/* A group's scale pairs (s | s) of a lane's 8 columns (the per-weight scaling only). */
+/* A group's scale pairs (s | s) of a lane's 8 columns. */
 __device__ __forceinline__ void scale_pairs(uint32_t (&sp)[8], const uint4 &s) {
     const uint32_t sw[4] = {s.x, s.y, s.z, s.w};
 #pragma unroll
@@ -170,7 +145,7 @@ __device__ __forceinline__ void scale_pairs(uint32_t (&sp)[8], const uint4 &s) {
  * by lane 0 (no registers held for loads in flight); a stage is refilled as soon as the lanes
  * have read it into registers. One split: out in T directly; several: fp32 partial [splits, m, n]. */
 template <bool HI, typename T>
-__global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without spills for m <= 8 */
+__global__ void __launch_bounds__(kThreads, 2)
     w4a16_tiled_decode_kernel(T *out, float *partial, const T *x, const uint4 *codes, const uint4 *scales,
                               const uint2 *zeros, int m, int n, int k, int group_size, int slice, int tiles,
                               int splits) {
@@ -209,10 +184,9 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
         int grp = k_begin / group_size, g_end = (grp + 1) * group_size;
         const int64_t gstride = (int64_t)tiles * 8; /* one group's pieces (uint4 scales, uint2 zeros) */
         const int64_t gi = (int64_t)grp * gstride + tile * 8 + g;
-        uint32_t sp[8]; /* unused (eliminated) with kGroupScale */
-        uint4 s_cur = __ldg(scales + gi); /* the group's scales (kGroupScale: applied at its flush) */
+        uint32_t sp[8];
+        scale_pairs(sp, __ldg(scales + gi));
         uint2 z_cur = __ldg(zeros + gi);
-        if constexpr (!kGroupScale) scale_pairs(sp, s_cur);
         uint4 s_next = make_uint4(0, 0, 0, 0);
         uint2 z_next = make_uint2(0, 0);
         if (g_end < k_end) s_next = __ldg(scales + gi + gstride), z_next = __ldg(zeros + gi + gstride);
@@ -220,28 +194,11 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
         uint4 xl_next = x8(xlo, k_begin, has_lo, xvec);
         uint4 xh_next = HI ? x8(xhi, k_begin, has_hi, xvec) : make_uint4(0, 0, 0, 0);
 
-        /* acc: this group's sums (kGroupScale) or the whole slice's; tot: the scaled groups */
-        constexpr int kHi = HI ? 4 : 1, kTot = kGroupScale ? 4 : 1, kTotHi = kGroupScale && HI ? 4 : 1;
-        float acc[4][4], acc_hi[kHi][4], tot[kTot][4], tot_hi[kTotHi][4];
-        auto zero = [](auto &a) {
+        float acc[4][4], acc_hi[HI ? 4 : 1][4];
 #pragma unroll
-            for (auto &r : a) r[0] = r[1] = r[2] = r[3] = 0.0f;
-        };
-        zero(acc), zero(acc_hi), zero(tot), zero(tot_hi);
-        /* tot += acc times each column's scale (acc[jj][0, 1]: word 2jj's column, [2, 3]: 2jj + 1's) */
-        auto flush = [&]() {
-            if constexpr (kGroupScale) {
+        for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 #pragma unroll
-                for (int jj = 0; jj < 4; ++jj)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const float sc = scale_of<T>(s_cur, 2 * jj + (i >> 1));
-                        tot[jj][i] = fmaf(acc[jj][i], sc, tot[jj][i]);
-                        if (HI) tot_hi[HI ? jj : 0][i] = fmaf(acc_hi[HI ? jj : 0][i], sc, tot_hi[HI ? jj : 0][i]);
-                    }
-                zero(acc), zero(acc_hi);
-            }
-        };
+        for (int j = 0; j < (HI ? 4 : 1); ++j) acc_hi[j][0] = acc_hi[j][1] = acc_hi[j][2] = acc_hi[j][3] = 0.0f;
 
 #pragma unroll 1
         for (int s = 0; s < n_steps; ++s) {
@@ -261,9 +218,8 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
                 if (HI) xh_next = x8(xhi, kn, has_hi && kn < k_end, xvec);
             }
             if (ks >= g_end) { /* the next group (steps of 32 land on its first row) */
-                flush();
-                s_cur = s_next, z_cur = z_next;
-                if constexpr (!kGroupScale) scale_pairs(sp, s_cur);
+                scale_pairs(sp, s_next);
+                z_cur = z_next;
                 ++grp;
                 g_end += group_size;
                 if (g_end < k_end) {
@@ -280,24 +236,15 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
                 for (int s2 = 0; s2 < 2; ++s2) {
                     /* pairs 2 s2 (rows 4 s2 + 0, 1) and 2 s2 + 1 (rows 4 s2 + 2, 3) of both words */
                     const int sh = 8 * s2;
-                    uint32_t a0, a1, a2, a3;
-                    if constexpr (kGroupScale) {
-                        a0 = minus_zero<T>(nibbles(v0 >> sh, magic), z0);
-                        a1 = minus_zero<T>(nibbles(v1 >> sh, magic), z1);
-                        a2 = minus_zero<T>(nibbles(v0 >> (sh + 4), magic), z0);
-                        a3 = minus_zero<T>(nibbles(v1 >> (sh + 4), magic), z1);
-                    } else {
-                        a0 = dequant_pair<T>(nibbles(v0 >> sh, magic), z0, sp[j0]);
-                        a1 = dequant_pair<T>(nibbles(v1 >> sh, magic), z1, sp[j1]);
-                        a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), z0, sp[j0]);
-                        a3 = dequant_pair<T>(nibbles(v1 >> (sh + 4), magic), z1, sp[j1]);
-                    }
+                    const uint32_t a0 = dequant_pair<T>(nibbles(v0 >> sh, magic), z0, sp[j0]);
+                    const uint32_t a1 = dequant_pair<T>(nibbles(v1 >> sh, magic), z1, sp[j1]);
+                    const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), z0, sp[j0]);
+                    const uint32_t a3 = dequant_pair<T>(nibbles(v1 >> (sh + 4), magic), z1, sp[j1]);
                     ts::mma16816<T>(acc[jj], a0, a1, a2, a3, s2 ? xl.z : xl.x, s2 ? xl.w : xl.y);
                     if (HI) ts::mma16816<T>(acc_hi[HI ? jj : 0], a0, a1, a2, a3, s2 ? xh.z : xh.x, s2 ? xh.w : xh.y);
                 }
             }
         }
-        flush();
         /* acc[jj][i]: column 16jj + g (i < 2) or 16jj + 8 + g, token 2t + (i & 1) (acc_hi: + 8). */
 #pragma unroll
         for (int jj = 0; jj < 4; ++jj) {
@@ -305,11 +252,7 @@ __global__ void __launch_bounds__(kThreads, HI ? 2 : 3) /* 80 registers without 
             for (int i = 0; i < (HI ? 8 : 4); ++i) {
                 const int r = 2 * t + (i & 1) + (i >= 4 ? 8 : 0);
                 const int c = tile * ts::kW4TileCols + 16 * jj + g + ((i & 2) ? 8 : 0);
-                float v;
-                if constexpr (kGroupScale)
-                    v = i < 4 ? tot[jj][i] : tot_hi[HI ? jj : 0][i & 3];
-                else
-                    v = i < 4 ? acc[jj][i] : acc_hi[HI ? jj : 0][i & 3];
+                const float v = i < 4 ? acc[jj][i] : acc_hi[HI ? jj : 0][i & 3];
                 if (r < m && c < n) {
                     if (splits > 1)
                         partial[(int64_t)split * m * n + (int64_t)r * n + c] = v;

@@ -1292,8 +1292,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-tiled-pair-order", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
 		Bug:         "the tiled gemv takes a word's first nibble pair for its second: rows (2, 3) get the weights of rows (0, 1)",
-		Original:    "a2 = minus_zero<T>(nibbles(v0 >> (sh + 4), magic), z0);",
-		Replacement: "a2 = minus_zero<T>(nibbles(v0 >> sh, magic), z0);",
+		Original:    "const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), z0, sp[j0]);",
+		Replacement: "const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> sh, magic), z0, sp[j0]);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
@@ -1304,10 +1304,10 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
-		ID: "cuda-w4a16-tiled-group-scale-column", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
-		Bug:         "the tiled gemv scales a lane's second column of each 16 (16jj + 8 + g) by its first column's scale",
-		Original:    "const float sc = scale_of<T>(s_cur, 2 * jj + (i >> 1));",
-		Replacement: "const float sc = scale_of<T>(s_cur, 2 * jj);",
+		ID: "cuda-w4a16-tiled-scale-column", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
+		Bug:         "the tiled gemv scales a lane's odd columns by the scale of the even column before each",
+		Original:    "sp[j] = __byte_perm(sw[j >> 1], 0, (j & 1) ? 0x3232 : 0x1010);",
+		Replacement: "sp[j] = __byte_perm(sw[j >> 1], 0, 0x1010);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
