@@ -46,6 +46,9 @@ func (e *External) Run(c Case) (*Result, error) {
 	if c.Op == SampleOp {
 		return nil, fmt.Errorf("bench %s: an external backend times golden ops, not touchstone's sampler: %w", c.Name, backend.ErrUnsupported)
 	}
+	if c.Tiled {
+		return nil, fmt.Errorf("bench %s: the tiled 4-bit layout is the CUDA library's own, not an adapter's: %w", c.Name, backend.ErrUnsupported)
+	}
 	prep, err := conformance.Prepare(e.b, c.Op, c.source(e.options.Seed))
 	if err != nil {
 		return nil, fmt.Errorf("bench %s: %w", c.Name, err)
