@@ -4,19 +4,19 @@
  * rounded once to T, fp32 accumulation, one rounding of out.
  *
  *  - decode (m <= 16): w4a16_tiled_decode_kernel. A warp multiplies 64 columns over a k slice;
- *    each 32-row step's codes (1 KB) land in the warp's ring in shared memory by one bulk copy
- *    (the copy engine: no registers held for loads in flight), and a lane reads its 8 words with
- *    two conflict-free 16-byte loads. Per word: 4 LOP3 (and 3 shifts) give its 4 pairs as
- *    magic + code (a nibble OR'd into the mantissa of 1024 in fp16, 128 in bf16), one HSUB2 of
- *    the pair (magic + z) and one HMUL2 by the scale pair each (the contract's rounding), and one
- *    mma per two words and k16: about 150 instructions a lane per KB of weight, against 330-410
- *    for the packed kernel, which builds the pairs with byte permutes from words of 8 rows. Steps
- *    never straddle a group (group_size % 32 == 0); a group's scales and zero points (16 and 8
- *    bytes a lane) are loaded a group ahead. k is split as the packed kernel splits it
- *    (ts::splitk_count) and w4a16_tiled_reduce_kernel sums the fp32 partials in split order.
- *    Measured on an H200 (docs/gpu-runbook.md): the same time with the codes in a register ring,
- *    with 3 blocks an SM instead of 2, with 4 or 5 stages, or with each group's fp32 sum scaled
- *    instead of every weight (30% fewer instructions): what is left is not issue.
+ *    a lane reads its 8 words of each 32-row step with two 16-byte loads (the warp's 1 KB in two
+ *    512-byte pieces), 4 steps ahead in a register ring (2 at m > 8). Per word: 4 LOP3 (and 3
+ *    shifts) give its 4 pairs as magic + code (a nibble OR'd into the mantissa of 1024 in fp16,
+ *    128 in bf16), one HSUB2 of the pair (magic + z) and one HMUL2 by the scale pair each (the
+ *    contract's rounding), and one mma per two words and k16: about 150 instructions a lane per
+ *    KB of weight, against 330-410 for the packed kernel, which builds the pairs with byte
+ *    permutes from words of 8 rows. Steps never straddle a group (group_size % 32 == 0); a
+ *    group's scales and zero points (16 and 8 bytes a lane) are loaded a group ahead. k is split
+ *    as the packed kernel splits it (ts::splitk_count) and w4a16_tiled_reduce_kernel sums the
+ *    fp32 partials in split order. Measured on an H200 (docs/gpu-runbook.md): 4-6% faster at
+ *    Llama-3-8B's shapes than the codes in a shared-memory ring filled by bulk copies (level at
+ *    Llama-3.2-1B's), and no faster with 3 blocks an SM, more stages, or each group's fp32 sum
+ *    scaled instead of every weight (30% fewer instructions): what is left is not issue.
  *  - prefill (m > 16): w4a16_tiled_dequant_kernel writes W [n, k] in T into the workspace (a
  *    thread a word: its 8 rows are 16 contiguous bytes of W's row) and gemm's cuBLAS multiplies.
  */
@@ -65,51 +65,14 @@ __device__ __forceinline__ uint32_t dequant_pair(uint32_t q, uint32_t z, uint32_
     return out;
 }
 
-/* ---- a warp's ring of code steps in shared memory, filled by bulk copies (sm_90) --------- */
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
+/* A step's codes streamed from global memory: read once, not kept in L1. */
+__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
 }
-
-/* The one arrival of a stage's phase, expecting `bytes` from the copy that completes it. */
-__device__ __forceinline__ void mbar_expect(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "LAB_WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
-                 "@!done bra LAB_WAIT;\n"
-                 "}\n" ::"r"(smem_addr(bar)),
-                 "r"(parity), "r"(0x989680) /* may suspend (up to 10 ms) instead of spinning */
-                 : "memory");
-}
-
-/* bytes from global src into shared dst by the copy engine, completing on bar. Generic-proxy
- * reads of dst before it are ordered by the fence (the ring reuses a stage the warp just read). */
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    mbar_expect(bar, bytes);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-
-/* Steps of codes in flight a warp (1 KB each): 3 x 16 resident warps is 48 KB an SM, 1.5 us of
- * copy bandwidth. Fewer than a slice's 4 steps, so every committed case wraps the ring (its
- * phases); a warp that takes a second item carries them on (the full tier's 8B shape does). */
-constexpr int kStages = 3;
-
-struct WarpRing {
-    uint4 codes[kStages][64];
-    uint64_t bar[kStages];
-};
 
 /* x's 8 values at rows r.. of row pointer xr (zeros when !ok); 16-byte aligned when vec. */
 __device__ __forceinline__ uint4 x8(const unsigned short *xr, int r, bool ok, bool vec) {
@@ -140,26 +103,18 @@ __device__ __forceinline__ void scale_pairs(uint32_t (&sp)[8], const uint4 &s) {
 /* Work item i (a warp, grid-stride) is tile i % tiles over the k slice i / tiles. The weight is
  * the mma's A operand (16 columns: words 2jj and 2jj + 1 of a lane are columns 16jj + g and
  * 16jj + 8 + g) and x the B operand (its 8 columns are tokens 0-7; HI: a second mma for tokens
- * 8-15), so x's fragments are its 16-byte row pieces and no register holds padding. The codes
- * stream through a ring of kStages steps in shared memory, each step one 1 KB bulk copy issued
- * by lane 0 (no registers held for loads in flight); a stage is refilled as soon as the lanes
- * have read it into registers. One split: out in T directly; several: fp32 partial [splits, m, n]. */
+ * 8-15), so x's fragments are its 16-byte row pieces and no register holds padding. A step's
+ * ring slot is refilled as soon as it is read, kAhead steps on (the loop unrolled by kAhead, so
+ * the ring needs no register moves). One split: out in T directly; several: fp32 partial
+ * [splits, m, n]. */
 template <bool HI, typename T>
 __global__ void __launch_bounds__(kThreads, 2)
     w4a16_tiled_decode_kernel(T *out, float *partial, const T *x, const uint4 *codes, const uint4 *scales,
                               const uint2 *zeros, int m, int n, int k, int group_size, int slice, int tiles,
                               int splits) {
     ts::pdl_wait();
-    __shared__ WarpRing rings[kWarps];
+    constexpr int kAhead = HI ? 2 : 4; /* steps of codes in flight a warp (3 would spill at m > 8) */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    WarpRing &ring = rings[threadIdx.x >> 5];
-    if (lane == 0) {
-        for (int st = 0; st < kStages; ++st) mbar_init(&ring.bar[st]);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncwarp();
-    int stage = 0;       /* the ring stage of the warp's next step */
-    uint32_t phase = 0u; /* and the parity of that stage's phase it waits for */
     const int steps = k / ts::kW4TileStep;
     const uint32_t magic = Magic<T>::kPair;
     const bool xvec = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
@@ -173,13 +128,12 @@ __global__ void __launch_bounds__(kThreads, 2)
         const unsigned short *xhi = reinterpret_cast<const unsigned short *>(x) + (int64_t)min(g + 8, m - 1) * k + 8 * t;
         const bool has_lo = g < m, has_hi = HI && g + 8 < m;
 
-        /* The item's steps are 64 pieces of 16 bytes apart; the ring is empty between items. */
+        /* The item's steps are 64 pieces of 16 bytes apart: a lane's two are 512 bytes apart. */
         const uint4 *cp = codes + ((int64_t)tile * steps + k_begin / ts::kW4TileStep) * 64;
-        if (lane == 0)
-            for (int s = 0; s < min(kStages, n_steps); ++s) {
-                const int st = stage + s < kStages ? stage + s : stage + s - kStages;
-                bulk_copy(ring.codes[st], cp + 64 * s, 1024, &ring.bar[st]);
-            }
+        uint4 rlo[kAhead], rhi[kAhead]; /* the ring: step s in slot s % kAhead (unrolled: no moves) */
+#pragma unroll
+        for (int h = 0; h < kAhead; ++h)
+            if (h < n_steps) rlo[h] = ld_stream(cp + 64 * h + lane), rhi[h] = ld_stream(cp + 64 * h + 32 + lane);
 
         int grp = k_begin / group_size, g_end = (grp + 1) * group_size;
         const int64_t gstride = (int64_t)tiles * 8; /* one group's pieces (uint4 scales, uint2 zeros) */
@@ -201,14 +155,15 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int j = 0; j < (HI ? 4 : 1); ++j) acc_hi[j][0] = acc_hi[j][1] = acc_hi[j][2] = acc_hi[j][3] = 0.0f;
 
 #pragma unroll 1
-        for (int s = 0; s < n_steps; ++s) {
+        for (int s0 = 0; s0 < n_steps; s0 += kAhead) {
+#pragma unroll
+          for (int h = 0; h < kAhead; ++h) {
+            const int s = s0 + h;
+            if (s >= n_steps) break;
             const int ks = k_begin + s * ts::kW4TileStep;
-            const int st = stage;
-            mbar_wait(&ring.bar[st], phase);
-            if (++stage == kStages) stage = 0, phase ^= 1u;
-            const uint4 lo = ring.codes[st][lane], hi = ring.codes[st][32 + lane];
-            __syncwarp();
-            if (lane == 0 && s + kStages < n_steps) bulk_copy(ring.codes[st], cp + 64 * (s + kStages), 1024, &ring.bar[st]);
+            const uint4 lo = rlo[h], hi = rhi[h];
+            if (s + kAhead < n_steps)
+                rlo[h] = ld_stream(cp + 64 * (s + kAhead) + lane), rhi[h] = ld_stream(cp + 64 * (s + kAhead) + 32 + lane);
             const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 
             const uint4 xl = xl_next, xh = xh_next;
@@ -244,6 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                     if (HI) ts::mma16816<T>(acc_hi[HI ? jj : 0], a0, a1, a2, a3, s2 ? xh.z : xh.x, s2 ? xh.w : xh.y);
                 }
             }
+          }
         }
         /* acc[jj][i]: column 16jj + g (i < 2) or 16jj + 8 + g, token 2t + (i & 1) (acc_hi: + 8). */
 #pragma unroll

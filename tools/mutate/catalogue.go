@@ -1297,10 +1297,10 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
-		ID: "cuda-w4a16-tiled-ring-phase", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
-		Bug:         "the tiled gemv waits on the wrong phase of its ring: a step reads its stage before the copy lands",
-		Original:    "mbar_wait(&ring.bar[st], phase);",
-		Replacement: "mbar_wait(&ring.bar[st], phase ^ 1u);",
+		ID: "cuda-w4a16-tiled-ring-slot", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
+		Bug:         "the tiled gemv refills a ring slot with the step after the one it should load (every step past the first kAhead reads its successor's codes)",
+		Original:    "rlo[h] = ld_stream(cp + 64 * (s + kAhead) + lane), rhi[h] = ld_stream(cp + 64 * (s + kAhead) + 32 + lane);",
+		Replacement: "rlo[h] = ld_stream(cp + 64 * (s + kAhead + 1) + lane), rhi[h] = ld_stream(cp + 64 * (s + kAhead + 1) + 32 + lane);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{

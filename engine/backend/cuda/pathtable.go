@@ -175,7 +175,7 @@ var KernelPaths = withStorageTwins([]KernelPath{
 	{Op: "gemm_w4a16", What: "w4a16_dequant_kernel<1, {T}>", When: "GPTQ, m > 16 (g_idx read on the device), as above"},
 	{Op: "gemm_w4a16", What: "cublasGemmEx", When: "m > 16, over the dequantised weight"},
 	{Op: "gemm_w4a16", What: "fault:g_idx", When: "a GPTQ g_idx outside [0, k / group_size) in device data"},
-	{Op: "gemm_w4a16", What: "w4a16_tiled_decode_kernel<false, {T}>", When: "TS_W4_TILED, m <= 8: the tiled gemv (each 32-row step of codes one 1 KB bulk copy into the warp's ring, no byte permutes, the weight as the mma's A operand)"},
+	{Op: "gemm_w4a16", What: "w4a16_tiled_decode_kernel<false, {T}>", When: "TS_W4_TILED, m <= 8: the tiled gemv (two 16-byte loads a lane a 32-row step, 4 steps ahead in registers, no byte permutes, the weight as the mma's A operand)"},
 	{Op: "gemm_w4a16", What: "w4a16_tiled_decode_kernel<true, {T}>", When: "TS_W4_TILED, 9 <= m <= 16 (a second mma for tokens 8-15)"},
 	{Op: "gemm_w4a16", What: "w4a16_tiled_reduce_kernel<{T}>", When: "TS_W4_TILED, after the decode kernel when k is split"},
 	{Op: "gemm_w4a16", What: "w4a16_tiled_dequant_kernel<{T}>", When: "TS_W4_TILED, m > 16: the tiled weight dequantised into the workspace, then cuBLAS"},
