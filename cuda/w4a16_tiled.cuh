@@ -4,10 +4,10 @@
  * so that the decode gemv does no byte shuffling (the order serving engines repack into, as
  * Marlin's does, but this library's own):
  *
- *  - codes: per tile of 64 output columns and step of 32 k rows, 256 words (1 KB, one bulk copy),
- *    8 per lane of the warp that multiplies them: words 0-3 of every lane in lane order, then
- *    words 4-7 (word j of lane L at (j / 4) 128 + 4 L + j % 4), so that the lanes' two 16-byte
- *    reads of a step are each 512 contiguous bytes, without bank conflicts in shared memory.
+ *  - codes: per tile of 64 output columns and step of 32 k rows, 256 words (1 KB), 8 per lane of
+ *    the warp that multiplies them: words 0-3 of every lane in lane order, then words 4-7 (word j
+ *    of lane L at (j / 4) 128 + 4 L + j % 4), so that each of the lanes' two 16-byte loads of a
+ *    step reads 512 contiguous bytes (and would read shared memory without bank conflicts).
  *    Lane 4g + t's word j holds column 64 tile + 8j + g at rows 32 step + 8t + e,
  *    e = 0..7: nibble i (i < 4) is row e = 2i, nibble i + 4 is row e = 2i + 1. So (word >> 4i) &
  *    0x000F000F is the pair of rows (2i, 2i + 1), the k order of the m16n8k16 mma's B fragment
