@@ -24,22 +24,16 @@
  */
 #include "internal.h"
 #include "mma.cuh"
+#include "w4a16.cuh"
 
 #include <atomic>
 #include <cstring>
 
 namespace {
 
-/* The nibble of an AWQ word that holds column c % 8 of its eight (docs/quantization.md). */
-__device__ __forceinline__ int awq_nibble(int c) {
-    constexpr unsigned kReverse = 0x73625140u; /* (0, 4, 1, 5, 2, 6, 3, 7), one per nibble */
-    return (kReverse >> (4 * (c & 7))) & 0xF;
-}
-
 /* The column (of its word's eight) that nibble j of an AWQ word holds: (0, 2, 4, 6, 1, 3, 5, 7)[j]. */
 __device__ __forceinline__ int awq_column(int j) { return (j & 3) * 2 + (j >> 2); }
 
-__device__ __forceinline__ int code(int32_t word, int nibble) { return ((uint32_t)word >> (4 * nibble)) & 0xF; }
 
 /* w [n, k] (W, a Linear weight) from the packed W^T [k, n], a 64 x 64 tile a block: the packed
  * words are read along their rows (AWQ: 8 words of a k row; GPTQ: 64 columns of a packed row),
@@ -66,8 +60,8 @@ __global__ void __launch_bounds__(256) w4a16_dequant_kernel(T *w, const int32_t 
             const int32_t word = qweight[(int64_t)r * words + cw];
             for (int j = 0; j < 8; ++j) {
                 const int c = 8 * cw + awq_column(j);
-                const int q = code(word, j);
-                const int z = code(qzeros[(int64_t)g * words + c / 8], awq_nibble(c));
+                const int q = w4_code(word, j);
+                const int z = w4_code(qzeros[(int64_t)g * words + c / 8], w4_awq_nibble(c));
                 tile[c - c0][rr] = ts::from_float<T>((float)(q - z) * ts::to_float(scales[(int64_t)g * n + c]));
             }
         } else {
@@ -84,9 +78,9 @@ __global__ void __launch_bounds__(256) w4a16_dequant_kernel(T *w, const int32_t 
                     tile[cc][8 * pr + i] = ts::from_float<T>(0.0f);
                     continue;
                 }
-                const int z = code(qzeros[(int64_t)g * words + c / 8], c % 8) + 1; /* stored z - 1 */
+                const int z = w4_code(qzeros[(int64_t)g * words + c / 8], c % 8) + 1; /* stored z - 1 */
                 tile[cc][8 * pr + i] =
-                    ts::from_float<T>((float)(code(word, i) - z) * ts::to_float(scales[(int64_t)g * n + c]));
+                    ts::from_float<T>((float)(w4_code(word, i) - z) * ts::to_float(scales[(int64_t)g * n + c]));
             }
         }
     }
@@ -127,70 +121,16 @@ __device__ __forceinline__ int tile_col(int lane_col, int j, int n) {
     return FORMAT == TS_W4_AWQ ? 8 * lane_col + awq_column(j) : gptq_col(lane_col, j / 4, n) + (j & 3);
 }
 
-/* Two T whose bits are 0x6400 (1024) in fp16 or 0x4300 (128) in bf16: OR-ing a nibble q into the
- * low bits gives that number + q exactly (its unit in the last place is 1). */
-template <typename T>
-struct Nibbles;
-template <>
-struct Nibbles<__half> {
-    static constexpr uint32_t kMagic = 0x64006400u;
-};
-template <>
-struct Nibbles<__nv_bfloat16> {
-    static constexpr uint32_t kMagic = 0x43004300u;
-};
-
-/* ((q - z) * s) for a pair of T: q and z hold magic + code (the subtraction is exact), s the
- * scales; the product rounded once to T, as the contract's weight is. */
-template <typename T>
-__device__ __forceinline__ uint32_t dequant2(uint32_t q, uint32_t z, uint32_t s) {
-    using P = typename ts::Storage<T>::Pair;
-    P qp, zp, sp;
-    memcpy(&qp, &q, 4);
-    memcpy(&zp, &z, 4);
-    memcpy(&sp, &s, 4);
-    const P r = __hmul2(__hsub2(qp, zp), sp);
-    uint32_t out;
-    memcpy(&out, &r, 4);
-    return out;
-}
-
-/* (v & 0x000F000F) | magic: a pair of nibbles as magic + code. One LOP3 with the mask as its
- * immediate and magic in a register (written as C, the two constants made it two LOP3s). */
-__device__ __forceinline__ uint32_t nibble_pair(uint32_t v, uint32_t magic) {
-    uint32_t r;
-    asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(v), "r"(magic));
-    return r;
-}
-
 /* A weight word streamed: read once, not kept in L1. */
 __device__ __forceinline__ uint32_t load_word(const int32_t *p) {
     uint32_t v;
     asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
     return v;
 }
-__device__ __forceinline__ uint4 load_words4(const int32_t *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ bool is_aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 __device__ __forceinline__ uint32_t bits16(const void *base, int64_t i) {
     return static_cast<const unsigned short *>(base)[i];
-}
-
-/* x's 8 values at row pointer xr + r0 (zeros when !ok): one vector when x is 16-byte aligned. */
-__device__ __forceinline__ uint4 load_x8(const void *xr, int r0, bool ok, bool vec) {
-    if (!ok) return make_uint4(0, 0, 0, 0);
-    if (vec) return *reinterpret_cast<const uint4 *>(static_cast<const unsigned short *>(xr) + r0);
-    uint32_t v[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = bits16(xr, r0 + 2 * i) | bits16(xr, r0 + 2 * i + 1) << 16;
-    return make_uint4(v[0], v[1], v[2], v[3]);
 }
 
 /* One lane's weight words of a step. */
@@ -219,7 +159,7 @@ __device__ __forceinline__ Words load_step(const int32_t *p, const int32_t *qwei
         for (int h = 0; h < 2; ++h) {
             const int32_t *q = qweight + (int64_t)(r0 / 8) * n + gptq_col(lane_col, h, n);
             if (ok && vec) {
-                const uint4 u = load_words4(q);
+                const uint4 u = w4_load_stream(q);
                 v.w[4 * h] = u.x, v.w[4 * h + 1] = u.y, v.w[4 * h + 2] = u.z, v.w[4 * h + 3] = u.w;
             } else {
 #pragma unroll
@@ -249,7 +189,7 @@ __device__ __forceinline__ void group_pairs(uint32_t (&zp)[kTiles], uint32_t (&s
     for (int j = 0; j < kTiles; ++j) {
         const int c = tile_col<FORMAT>(lane_col, j, n), h = FORMAT == TS_W4_AWQ ? 0 : j / 4;
         const int nib = FORMAT == TS_W4_AWQ ? j : c & 7;
-        zp[j] = (uint32_t)(code(z_lo[h], nib) + add) | (uint32_t)(code(z_hi[h], nib) + add) << 16 | Nibbles<T>::kMagic;
+        zp[j] = (uint32_t)(w4_code(z_lo[h], nib) + add) | (uint32_t)(w4_code(z_hi[h], nib) + add) << 16 | W4Magic<T>::kPair;
         const uint32_t s_lo = bits16(scales, (int64_t)g_lo * n + c);
         sp[j] = s_lo | (g_hi == g_lo ? s_lo : bits16(scales, (int64_t)g_hi * n + c)) << 16;
     }
@@ -321,7 +261,7 @@ __device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words
                                             uint32_t (&ss)[kTiles],
                                             const int32_t *qzeros, const T *scales, int n, int lane_col,
                                             int group_size, int groups, bool report, ts::FaultRecord *fault) {
-    const uint32_t magic = Nibbles<T>::kMagic;
+    const uint32_t magic = W4Magic<T>::kPair;
     bool uniform = true;
     int g0 = cached;
     if constexpr (FORMAT == TS_W4_AWQ) {
@@ -379,18 +319,18 @@ __device__ __forceinline__ void decode_step(float (&acc)[kTiles][4], const Words
 #pragma unroll
                 for (int k4 = 0; k4 < 4; ++k4) {
                     const uint32_t pk = __byte_perm(w_lo, w_hi, k4 | k4 << 4 | (4 + k4) << 8 | (4 + k4) << 12);
-                    q[2 * k4] = nibble_pair(pk, magic);
-                    q[2 * k4 + 1] = nibble_pair(pk >> 4, magic);
+                    q[2 * k4] = w4_nibble_pair(pk, magic);
+                    q[2 * k4 + 1] = w4_nibble_pair(pk >> 4, magic);
                 }
             } else {
 #pragma unroll
-                for (int j = 0; j < kTiles; ++j) q[j] = nibble_pair(v.w[j] >> (8 * s + 4 * p), magic);
+                for (int j = 0; j < kTiles; ++j) q[j] = w4_nibble_pair(v.w[j] >> (8 * s + 4 * p), magic);
             }
             if (!uniform)
                 group_pairs<FORMAT, T>(zs, ss, qzeros, scales, n, lane_col, group_of(pair_row<FORMAT>(s, p, false)),
                                        group_of(pair_row<FORMAT>(s, p, true)));
 #pragma unroll
-            for (int j = 0; j < kTiles; ++j) b[p][j] = dequant2<T>(q[j], zs[j], ss[j]);
+            for (int j = 0; j < kTiles; ++j) b[p][j] = w4_dequant2<T>(q[j], zs[j], ss[j]);
         }
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) ts::mma16816<T>(acc[j], a0, a1, a2, a3, b[0][j], b[1][j]);
@@ -437,8 +377,8 @@ __global__ void __launch_bounds__(kThreads, 2)
             wp += (int64_t)kStep * words;
         }
         const int r_first = k_begin + 8 * t;
-        uint4 x_next = load_x8(xlo, r_first, r_first < k_end && g < m, xvec);
-        uint4 xh_next = HI ? load_x8(xhi, r_first, r_first < k_end && g + 8 < m, xvec) : make_uint4(0, 0, 0, 0);
+        uint4 x_next = w4_load_x8(xlo, r_first, r_first < k_end && g < m, xvec);
+        uint4 xh_next = HI ? w4_load_x8(xhi, r_first, r_first < k_end && g + 8 < m, xvec) : make_uint4(0, 0, 0, 0);
         GroupInfo gi_next{0, true, false};
         if constexpr (FORMAT == TS_W4_GPTQ) gi_next = group_info(g_idx, r_first, r_first < k_end, ivec, groups);
 
@@ -462,8 +402,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                 const GroupInfo gi = gi_next;
                 {
                     const int rn = r0 + kStep;
-                    x_next = load_x8(xlo, rn, rn < k_end && g < m, xvec);
-                    if (HI) xh_next = load_x8(xhi, rn, rn < k_end && g + 8 < m, xvec);
+                    x_next = w4_load_x8(xlo, rn, rn < k_end && g < m, xvec);
+                    if (HI) xh_next = w4_load_x8(xhi, rn, rn < k_end && g + 8 < m, xvec);
                     if constexpr (FORMAT == TS_W4_GPTQ) gi_next = group_info(g_idx, rn, rn < k_end, ivec, groups);
                 }
                 decode_step<FORMAT, T>(acc, v, xl, xh, gi, g_idx, r0, r0 < k_end, cached, g_cur, g_end, zs, ss, qzeros,
@@ -494,18 +434,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                 }
             }
         }
-    }
-}
-
-/* out [m, n] = the splits' fp32 partials summed in split order, rounded once to T. */
-template <typename T>
-__global__ void __launch_bounds__(256) w4a16_reduce_kernel(T *out, const float *partial, int m, int n, int splits) {
-    ts::pdl_wait();
-    const int64_t total = (int64_t)m * n;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = 0.0f;
-        for (int s = 0; s < splits; ++s) v += partial[s * total + i];
-        out[i] = ts::from_float<T>(v);
     }
 }
 
@@ -551,12 +479,7 @@ int launch_decode(const char *op, T *out, const T *x, const int32_t *qweight, co
         return (int)TS_OK;
     };
     TS_CHECK(op, c.m > 8 ? run(w4a16_decode_kernel<FORMAT, true, T>) : run(w4a16_decode_kernel<FORMAT, false, T>));
-    if (splits == 1) return TS_OK;
-    const int64_t total = (int64_t)c.m * c.n;
-    const char *rd = ts::dims("m=%d n=%d splits=%d out=%s", c.m, c.n, splits, ts::Storage<T>::name);
-    auto reduce = w4a16_reduce_kernel<T>;
-    TS_LAUNCH(op, reduce, ts::grid_for(total, 256), 256, 0, stream, rd, out, partial, c.m, c.n, splits);
-    return TS_OK;
+    return splits == 1 ? TS_OK : w4a16_launch_reduce(op, out, partial, c.m, c.n, splits, stream);
 }
 
 template <typename T>
@@ -581,44 +504,18 @@ int launch(const char *op, T *out, const T *x, const int32_t *qweight, const int
                        stream);
 }
 
-} // namespace
-
-extern "C" int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, const int32_t *qzeros,
-                             const void *scales, const int32_t *g_idx, const ts_w4a16_config *cfg, void *stream) {
-    TS_STICKY_GUARD();
-    ts::Validator v("gemm_w4a16");
-    v.ptr(out, "out");
-    v.ptr(x, "x");
-    v.ptr(qweight, "qweight");
-    v.ptr(cfg, "cfg");
-    if (!v.ok()) return v.status();
-    if (cfg->format == TS_W4_TILED) {
-        /* qweight is the whole tiled weight (ts_w4a16_tile): codes, scales and zero points. */
-        if (qzeros != nullptr || scales != nullptr || g_idx != nullptr)
-            v.fail(TS_ERR_INVALID_ARGUMENT, "qzeros = %p, scales = %p, g_idx = %p: TS_W4_TILED holds them in qweight, "
-                   "pass NULL", (const void *)qzeros, scales, (const void *)g_idx);
-        v.positive(cfg->m, "cfg->m");
-        if (!v.ok()) return v.status();
-        ts::check_w4a16_tileable(v, cfg);
-        if (!v.ok()) return v.status();
-        v.elements("x", {cfg->m, cfg->k});
-        v.elements("out", {cfg->m, cfg->n});
-        v.elements("w", {cfg->n, cfg->k});
-        if (!v.ok()) return v.status();
-        cudaStream_t st;
-        const int s = ts::ready(v.op(), stream, &st);
-        if (s != TS_OK) return s;
-        return ts::launch_gemm_w4a16_tiled(v.op(), out, x, qweight, *cfg, st);
-    }
+/* The config and pointers of a packed weight (TS_W4_AWQ, TS_W4_GPTQ). */
+void check_packed(ts::Validator &v, const int32_t *qzeros, const void *scales, const int32_t *g_idx,
+                  const ts_w4a16_config *cfg) {
     v.ptr(qzeros, "qzeros");
     v.ptr(scales, "scales");
-    if (!v.ok()) return v.status();
+    if (!v.ok()) return;
     v.dtype_storage(cfg->dtype, "cfg->dtype");
     v.positive(cfg->m, "cfg->m");
     v.positive(cfg->n, "cfg->n");
     v.positive(cfg->k, "cfg->k");
     v.positive(cfg->group_size, "cfg->group_size");
-    if (!v.ok()) return v.status();
+    if (!v.ok()) return;
     if (cfg->format != TS_W4_AWQ && cfg->format != TS_W4_GPTQ)
         v.fail(TS_ERR_INVALID_ARGUMENT, "cfg->format = %d: want TS_W4_AWQ (0), TS_W4_GPTQ (1) or TS_W4_TILED (2)", cfg->format);
     else if (cfg->k % cfg->group_size != 0)
@@ -630,6 +527,34 @@ extern "C" int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, c
         v.fail(TS_ERR_INVALID_ARGUMENT, "g_idx = NULL: GPTQ needs each input's group");
     else if (cfg->format == TS_W4_AWQ && g_idx != nullptr)
         v.fail(TS_ERR_INVALID_ARGUMENT, "g_idx = %p: AWQ has none, must be NULL", (const void *)g_idx);
+}
+
+/* The config of a tiled weight (TS_W4_TILED): qweight holds codes, scales and zero points. */
+void check_tiled(ts::Validator &v, const int32_t *qzeros, const void *scales, const int32_t *g_idx,
+                 const ts_w4a16_config *cfg) {
+    if (qzeros != nullptr || scales != nullptr || g_idx != nullptr)
+        v.fail(TS_ERR_INVALID_ARGUMENT, "qzeros = %p, scales = %p, g_idx = %p: TS_W4_TILED holds them in qweight, "
+               "pass NULL", (const void *)qzeros, scales, (const void *)g_idx);
+    v.positive(cfg->m, "cfg->m");
+    if (v.ok()) ts::check_w4a16_tileable(v, cfg);
+}
+
+} // namespace
+
+extern "C" int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, const int32_t *qzeros,
+                             const void *scales, const int32_t *g_idx, const ts_w4a16_config *cfg, void *stream) {
+    TS_STICKY_GUARD();
+    ts::Validator v("gemm_w4a16");
+    v.ptr(out, "out");
+    v.ptr(x, "x");
+    v.ptr(qweight, "qweight");
+    v.ptr(cfg, "cfg");
+    if (!v.ok()) return v.status();
+    const bool tiled = cfg->format == TS_W4_TILED;
+    if (tiled)
+        check_tiled(v, qzeros, scales, g_idx, cfg);
+    else
+        check_packed(v, qzeros, scales, g_idx, cfg);
     if (!v.ok()) return v.status();
     v.elements("x", {cfg->m, cfg->k});
     v.elements("out", {cfg->m, cfg->n});
@@ -638,6 +563,7 @@ extern "C" int ts_gemm_w4a16(void *out, const void *x, const int32_t *qweight, c
     cudaStream_t st;
     const int s = ts::ready(v.op(), stream, &st);
     if (s != TS_OK) return s;
+    if (tiled) return ts::launch_gemm_w4a16_tiled(v.op(), out, x, qweight, *cfg, st);
     return ts::with_storage(cfg->dtype, [&](auto tag) {
         using T = typename decltype(tag)::type;
         if (cfg->m <= kDecodeRows) {

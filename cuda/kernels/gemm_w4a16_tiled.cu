@@ -12,7 +12,7 @@
  *    KB of weight, against 330-410 for the packed kernel, which builds the pairs with byte
  *    permutes from words of 8 rows. Steps never straddle a group (group_size % 32 == 0); a
  *    group's scales and zero points (16 and 8 bytes a lane) are loaded a group ahead. k is split
- *    as the packed kernel splits it (ts::splitk_count) and w4a16_tiled_reduce_kernel sums the
+ *    as the packed kernel splits it (ts::splitk_count) and w4a16_reduce_kernel sums the
  *    fp32 partials in split order. Measured on an H200 (docs/gpu-runbook.md): 4-6% faster at
  *    Llama-3-8B's shapes than the codes in a shared-memory ring filled by bulk copies (level at
  *    Llama-3.2-1B's), and no faster with 3 blocks an SM, more stages, or each group's fp32 sum
@@ -22,6 +22,7 @@
  */
 #include "internal.h"
 #include "mma.cuh"
+#include "w4a16.cuh"
 #include "w4a16_tiled.cuh"
 
 #include <atomic>
@@ -33,64 +34,13 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBlock = 128; /* k rows a split's slice is a multiple of */
 
-template <typename T>
-struct Magic;
-template <>
-struct Magic<__half> {
-    static constexpr uint32_t kPair = 0x64006400u; /* 1024 | 1024 */
-};
-template <>
-struct Magic<__nv_bfloat16> {
-    static constexpr uint32_t kPair = 0x43004300u; /* 128 | 128 */
-};
-
-/* (v & 0x000F000F) | magic in one LOP3. */
-__device__ __forceinline__ uint32_t nibbles(uint32_t v, uint32_t magic) {
-    uint32_t r;
-    asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(v), "r"(magic));
-    return r;
-}
-
-/* (q - z) * s for a pair: q and z as magic + code (exact difference), the product rounded once. */
-template <typename T>
-__device__ __forceinline__ uint32_t dequant_pair(uint32_t q, uint32_t z, uint32_t s) {
-    using P = typename ts::Storage<T>::Pair;
-    P qp, zp, sp;
-    memcpy(&qp, &q, 4);
-    memcpy(&zp, &z, 4);
-    memcpy(&sp, &s, 4);
-    const P r = __hmul2(__hsub2(qp, zp), sp);
-    uint32_t out;
-    memcpy(&out, &r, 4);
-    return out;
-}
-
-/* A step's codes streamed from global memory: read once, not kept in L1. */
-__device__ __forceinline__ uint4 ld_stream(const uint4 *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-/* x's 8 values at rows r.. of row pointer xr (zeros when !ok); 16-byte aligned when vec. */
-__device__ __forceinline__ uint4 x8(const unsigned short *xr, int r, bool ok, bool vec) {
-    if (!ok) return make_uint4(0, 0, 0, 0);
-    if (vec) return *reinterpret_cast<const uint4 *>(xr + r);
-    uint32_t v[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) v[i] = (uint32_t)xr[r + 2 * i] | (uint32_t)xr[r + 2 * i + 1] << 16;
-    return make_uint4(v[0], v[1], v[2], v[3]);
-}
-
 /* Column j's zero pair (magic + z, twice) from the group's 8 zero bytes: bytes (z_j, magic's
  * high byte, z_j, magic's high byte), z <= 16 in the mantissa. One PRMT, made where it is used
  * (8 registers fewer than holding the pairs). */
 template <typename T>
 __device__ __forceinline__ uint32_t zero_pair(const uint2 &z, int j) {
     const int b = j & 3;
-    return __byte_perm(j < 4 ? z.x : z.y, Magic<T>::kPair, b | 5 << 4 | b << 8 | 7 << 12);
+    return __byte_perm(j < 4 ? z.x : z.y, W4Magic<T>::kPair, b | 5 << 4 | b << 8 | 7 << 12);
 }
 
 /* A group's scale pairs (s | s) of a lane's 8 columns. */
@@ -116,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     constexpr int kAhead = HI ? 2 : 4; /* steps of codes in flight a warp (3 would spill at m > 8) */
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int steps = k / ts::kW4TileStep;
-    const uint32_t magic = Magic<T>::kPair;
+    const uint32_t magic = W4Magic<T>::kPair;
     const bool xvec = (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
     const int64_t items = (int64_t)tiles * splits;
     for (int64_t item = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); item < items;
@@ -133,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         uint4 rlo[kAhead], rhi[kAhead]; /* the ring: step s in slot s % kAhead (unrolled: no moves) */
 #pragma unroll
         for (int h = 0; h < kAhead; ++h)
-            if (h < n_steps) rlo[h] = ld_stream(cp + 64 * h + lane), rhi[h] = ld_stream(cp + 64 * h + 32 + lane);
+            if (h < n_steps) rlo[h] = w4_load_stream(cp + 64 * h + lane), rhi[h] = w4_load_stream(cp + 64 * h + 32 + lane);
 
         int grp = k_begin / group_size, g_end = (grp + 1) * group_size;
         const int64_t gstride = (int64_t)tiles * 8; /* one group's pieces (uint4 scales, uint2 zeros) */
@@ -145,8 +95,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         uint2 z_next = make_uint2(0, 0);
         if (g_end < k_end) s_next = __ldg(scales + gi + gstride), z_next = __ldg(zeros + gi + gstride);
 
-        uint4 xl_next = x8(xlo, k_begin, has_lo, xvec);
-        uint4 xh_next = HI ? x8(xhi, k_begin, has_hi, xvec) : make_uint4(0, 0, 0, 0);
+        uint4 xl_next = w4_load_x8(xlo, k_begin, has_lo, xvec);
+        uint4 xh_next = HI ? w4_load_x8(xhi, k_begin, has_hi, xvec) : make_uint4(0, 0, 0, 0);
 
         float acc[4][4], acc_hi[HI ? 4 : 1][4];
 #pragma unroll
@@ -163,14 +113,14 @@ __global__ void __launch_bounds__(kThreads, 2)
             const int ks = k_begin + s * ts::kW4TileStep;
             const uint4 lo = rlo[h], hi = rhi[h];
             if (s + kAhead < n_steps)
-                rlo[h] = ld_stream(cp + 64 * (s + kAhead) + lane), rhi[h] = ld_stream(cp + 64 * (s + kAhead) + 32 + lane);
+                rlo[h] = w4_load_stream(cp + 64 * (s + kAhead) + lane), rhi[h] = w4_load_stream(cp + 64 * (s + kAhead) + 32 + lane);
             const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 
             const uint4 xl = xl_next, xh = xh_next;
             {
                 const int kn = ks + ts::kW4TileStep;
-                xl_next = x8(xlo, kn, has_lo && kn < k_end, xvec);
-                if (HI) xh_next = x8(xhi, kn, has_hi && kn < k_end, xvec);
+                xl_next = w4_load_x8(xlo, kn, has_lo && kn < k_end, xvec);
+                if (HI) xh_next = w4_load_x8(xhi, kn, has_hi && kn < k_end, xvec);
             }
             if (ks >= g_end) { /* the next group (steps of 32 land on its first row) */
                 scale_pairs(sp, s_next);
@@ -191,10 +141,10 @@ __global__ void __launch_bounds__(kThreads, 2)
                 for (int s2 = 0; s2 < 2; ++s2) {
                     /* pairs 2 s2 (rows 4 s2 + 0, 1) and 2 s2 + 1 (rows 4 s2 + 2, 3) of both words */
                     const int sh = 8 * s2;
-                    const uint32_t a0 = dequant_pair<T>(nibbles(v0 >> sh, magic), z0, sp[j0]);
-                    const uint32_t a1 = dequant_pair<T>(nibbles(v1 >> sh, magic), z1, sp[j1]);
-                    const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), z0, sp[j0]);
-                    const uint32_t a3 = dequant_pair<T>(nibbles(v1 >> (sh + 4), magic), z1, sp[j1]);
+                    const uint32_t a0 = w4_dequant2<T>(w4_nibble_pair(v0 >> sh, magic), z0, sp[j0]);
+                    const uint32_t a1 = w4_dequant2<T>(w4_nibble_pair(v1 >> sh, magic), z1, sp[j1]);
+                    const uint32_t a2 = w4_dequant2<T>(w4_nibble_pair(v0 >> (sh + 4), magic), z0, sp[j0]);
+                    const uint32_t a3 = w4_dequant2<T>(w4_nibble_pair(v1 >> (sh + 4), magic), z1, sp[j1]);
                     ts::mma16816<T>(acc[jj], a0, a1, a2, a3, s2 ? xl.z : xl.x, s2 ? xl.w : xl.y);
                     if (HI) ts::mma16816<T>(acc_hi[HI ? jj : 0], a0, a1, a2, a3, s2 ? xh.z : xh.x, s2 ? xh.w : xh.y);
                 }
@@ -217,19 +167,6 @@ __global__ void __launch_bounds__(kThreads, 2)
                 }
             }
         }
-    }
-}
-
-/* out [m, n] = the splits' fp32 partials summed in split order, rounded once to T. */
-template <typename T>
-__global__ void __launch_bounds__(256) w4a16_tiled_reduce_kernel(T *out, const float *partial, int m, int n,
-                                                                 int splits) {
-    ts::pdl_wait();
-    const int64_t total = (int64_t)m * n;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = 0.0f;
-        for (int s = 0; s < splits; ++s) v += partial[s * total + i];
-        out[i] = ts::from_float<T>(v);
     }
 }
 
@@ -305,12 +242,7 @@ int launch_decode(const char *op, T *out, const T *x, const char *tiled, const t
         return (int)TS_OK;
     };
     TS_CHECK(op, c.m > 8 ? run(w4a16_tiled_decode_kernel<true, T>) : run(w4a16_tiled_decode_kernel<false, T>));
-    if (splits == 1) return TS_OK;
-    const int64_t total = (int64_t)c.m * c.n;
-    const char *rd = ts::dims("m=%d n=%d splits=%d out=%s", c.m, c.n, splits, ts::Storage<T>::name);
-    auto reduce = w4a16_tiled_reduce_kernel<T>;
-    TS_LAUNCH(op, reduce, ts::grid_for(total, 256), 256, 0, stream, rd, out, partial, c.m, c.n, splits);
-    return TS_OK;
+    return splits == 1 ? TS_OK : w4a16_launch_reduce(op, out, partial, c.m, c.n, splits, stream);
 }
 
 template <typename T>

@@ -5,24 +5,16 @@
  * contract's weights bit for bit; the kernel suite checks it through gemm_w4a16's golden cases.
  */
 #include "internal.h"
+#include "w4a16.cuh"
 #include "w4a16_tiled.cuh"
 
 namespace {
-
-__device__ __forceinline__ int code_of(int32_t word, int nibble) { return ((uint32_t)word >> (4 * nibble)) & 0xF; }
-
-/* AWQ: the nibble of a word that holds column c % 8 (touchstone.h: nibble j is column
- * (0, 2, 4, 6, 1, 3, 5, 7)[j]). */
-__device__ __forceinline__ int awq_nibble_of(int c) {
-    constexpr unsigned kReverse = 0x73625140u;
-    return (kReverse >> (4 * (c & 7))) & 0xF;
-}
 
 /* The zero point of column c in group g (z itself: GPTQ stores z - 1). */
 template <int FORMAT>
 __device__ __forceinline__ int zero_of(const int32_t *qzeros, int64_t g, int c, int n) {
     const int32_t w = qzeros[g * (n / 8) + c / 8];
-    return FORMAT == TS_W4_AWQ ? code_of(w, awq_nibble_of(c)) : code_of(w, c & 7) + 1;
+    return FORMAT == TS_W4_AWQ ? w4_code(w, w4_awq_nibble(c)) : w4_code(w, c & 7) + 1;
 }
 
 /* One thread a word of codes, in the layout's order: (tile, step, half, lane, j % 4) (threads of
@@ -42,13 +34,13 @@ __global__ void __launch_bounds__(256) w4a16_tile_codes_kernel(uint32_t *codes, 
         if (c < n) {
             int q[8];
             if constexpr (FORMAT == TS_W4_AWQ) {
-                const int nib = awq_nibble_of(c);
+                const int nib = w4_awq_nibble(c);
 #pragma unroll
-                for (int e = 0; e < 8; ++e) q[e] = code_of(qweight[(int64_t)(r0 + e) * (n / 8) + c / 8], nib);
+                for (int e = 0; e < 8; ++e) q[e] = w4_code(qweight[(int64_t)(r0 + e) * (n / 8) + c / 8], nib);
             } else {
                 const int32_t w = qweight[(int64_t)(r0 / 8) * n + c]; /* nibble e is row r0 + e */
 #pragma unroll
-                for (int e = 0; e < 8; ++e) q[e] = code_of(w, e);
+                for (int e = 0; e < 8; ++e) q[e] = w4_code(w, e);
             }
 #pragma unroll
             for (int i2 = 0; i2 < 4; ++i2) out |= (uint32_t)q[2 * i2] << (4 * i2) | (uint32_t)q[2 * i2 + 1] << (4 * i2 + 16);

@@ -1234,8 +1234,8 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:attention_prefill_paged",
 	},
 	{
-		ID: "cuda-w4a16-awq-plain-order", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16.cu",
-		Bug:         "the AWQ dequantiser reads nibble c % 8 for column c, not AutoAWQ's interleaved position",
+		ID: "cuda-w4a16-awq-plain-order", Side: SideCUDA, File: "cuda/w4a16.cuh",
+		Bug:         "the AWQ dequantiser and the tiler read nibble c % 8 for column c, not AutoAWQ's interleaved position",
 		Original:    "constexpr unsigned kReverse = 0x73625140u;",
 		Replacement: "constexpr unsigned kReverse = 0x76543210u;",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
@@ -1243,8 +1243,8 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-gptq-zero-offset", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16.cu",
 		Bug:         "the GPTQ dequantiser reads zero points as stored, without the v1 format's + 1",
-		Original:    "z = code(qzeros[(int64_t)g * words + c / 8], c % 8) + 1;",
-		Replacement: "z = code(qzeros[(int64_t)g * words + c / 8], c % 8);",
+		Original:    "z = w4_code(qzeros[(int64_t)g * words + c / 8], c % 8) + 1;",
+		Replacement: "z = w4_code(qzeros[(int64_t)g * words + c / 8], c % 8);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
@@ -1283,8 +1283,8 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
-		ID: "cuda-w4a16-reduce-last-split", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16.cu",
-		Bug:         "the split-K reduction of the decode gemv drops the last k split",
+		ID: "cuda-w4a16-reduce-last-split", Side: SideCUDA, File: "cuda/w4a16.cuh",
+		Bug:         "the split-K reduction of the decode gemvs (packed and tiled) drops the last k split",
 		Original:    "for (int s = 0; s < splits; ++s) v += partial[s * total + i];\n        out[i] = ts::from_float<T>(v);",
 		Replacement: "for (int s = 0; s < splits - 1; ++s) v += partial[s * total + i];\n        out[i] = ts::from_float<T>(v);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
@@ -1292,15 +1292,15 @@ var catalogue = []Mutant{
 	{
 		ID: "cuda-w4a16-tiled-pair-order", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
 		Bug:         "the tiled gemv takes a word's first nibble pair for its second: rows (2, 3) get the weights of rows (0, 1)",
-		Original:    "const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> (sh + 4), magic), z0, sp[j0]);",
-		Replacement: "const uint32_t a2 = dequant_pair<T>(nibbles(v0 >> sh, magic), z0, sp[j0]);",
+		Original:    "const uint32_t a2 = w4_dequant2<T>(w4_nibble_pair(v0 >> (sh + 4), magic), z0, sp[j0]);",
+		Replacement: "const uint32_t a2 = w4_dequant2<T>(w4_nibble_pair(v0 >> sh, magic), z0, sp[j0]);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
 		ID: "cuda-w4a16-tiled-ring-slot", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
 		Bug:         "the tiled gemv refills a ring slot with the step after the one it should load (every step past the first kAhead reads its successor's codes)",
-		Original:    "rlo[h] = ld_stream(cp + 64 * (s + kAhead) + lane), rhi[h] = ld_stream(cp + 64 * (s + kAhead) + 32 + lane);",
-		Replacement: "rlo[h] = ld_stream(cp + 64 * (s + kAhead + 1) + lane), rhi[h] = ld_stream(cp + 64 * (s + kAhead + 1) + 32 + lane);",
+		Original:    "rlo[h] = w4_load_stream(cp + 64 * (s + kAhead) + lane), rhi[h] = w4_load_stream(cp + 64 * (s + kAhead) + 32 + lane);",
+		Replacement: "rlo[h] = w4_load_stream(cp + 64 * (s + kAhead + 1) + lane), rhi[h] = w4_load_stream(cp + 64 * (s + kAhead + 1) + 32 + lane);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
@@ -1325,13 +1325,6 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
-		ID: "cuda-w4a16-tiled-reduce-last-split", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
-		Bug:         "the tiled gemv's split-K reduction drops the last k split",
-		Original:    "for (int s = 0; s < splits; ++s) v += partial[s * total + i];",
-		Replacement: "for (int s = 0; s < splits - 1; ++s) v += partial[s * total + i];",
-		Suites:      kernels, Labels: "op:gemm_w4a16",
-	},
-	{
 		ID: "cuda-w4a16-tiled-dequant-nibble", Side: SideCUDA, File: "cuda/kernels/gemm_w4a16_tiled.cu",
 		Bug:         "the tiled prefill dequantiser reads nibble e for row e, not the tiled layout's pair order",
 		Original:    "const int nib = (e & 1) ? 4 + e / 2 : e / 2;",
@@ -1339,17 +1332,10 @@ var catalogue = []Mutant{
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
-		ID: "cuda-w4a16-tile-awq-order", Side: SideCUDA, File: "cuda/kernels/w4a16_tile.cu",
-		Bug:         "the tiler reads AWQ nibble c % 8 for column c, not AutoAWQ's interleaved position",
-		Original:    "constexpr unsigned kReverse = 0x73625140u;",
-		Replacement: "constexpr unsigned kReverse = 0x76543210u;",
-		Suites:      kernels, Labels: "op:gemm_w4a16",
-	},
-	{
 		ID: "cuda-w4a16-tile-gptq-zero", Side: SideCUDA, File: "cuda/kernels/w4a16_tile.cu",
 		Bug:         "the tiler copies GPTQ's zero points as stored (z - 1)",
-		Original:    "code_of(w, awq_nibble_of(c)) : code_of(w, c & 7) + 1;",
-		Replacement: "code_of(w, awq_nibble_of(c)) : code_of(w, c & 7);",
+		Original:    "w4_code(w, w4_awq_nibble(c)) : w4_code(w, c & 7) + 1;",
+		Replacement: "w4_code(w, w4_awq_nibble(c)) : w4_code(w, c & 7);",
 		Suites:      kernels, Labels: "op:gemm_w4a16",
 	},
 	{
