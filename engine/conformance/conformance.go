@@ -156,7 +156,13 @@ func PrepareUnfused(b backend.Backend, op string, src Source) (*Prepared, error)
 // CheckUnfused runs and judges the unfused composition of set's fused op, by the fused op's
 // tolerance.
 func CheckUnfused(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verdict, error) {
-	p, err := PrepareUnfused(b, set.Manifest.Op, set)
+	return checkForm(b, set, tols, PrepareUnfused)
+}
+
+// checkForm runs set's op in the form prepare makes (its unfused composition, a backend's tiled
+// weight) and judges it by the op's tolerance and golden files.
+func checkForm(b backend.Backend, set *golden.Set, tols *compare.Tolerances, prepare func(backend.Backend, string, Source) (*Prepared, error)) ([]Verdict, error) {
+	p, err := prepare(b, set.Manifest.Op, set)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", set.ID(), err)
 	}

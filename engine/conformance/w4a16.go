@@ -93,21 +93,5 @@ func PrepareTiled(b backend.Backend, op string, src Source) (*Prepared, error) {
 // CheckTiled runs and judges set's gemm_w4a16 case through b's tiled weight, by the op's
 // tolerance and golden files.
 func CheckTiled(b backend.Backend, set *golden.Set, tols *compare.Tolerances) ([]Verdict, error) {
-	p, err := PrepareTiled(b, set.Manifest.Op, set)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", set.ID(), err)
-	}
-	defer p.Free()
-	if err := p.Launch(); err != nil {
-		return nil, fmt.Errorf("%s: %w", set.ID(), err)
-	}
-	got, err := p.Outputs()
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", set.ID(), err)
-	}
-	outs, err := pair(set, got)
-	if err != nil {
-		return nil, err
-	}
-	return Judge(set.Manifest.Op, outs, tols)
+	return checkForm(b, set, tols, PrepareTiled)
 }
